@@ -1,0 +1,2 @@
+// Package lease is ration's pure arithmetic.
+package lease

@@ -1,0 +1,23 @@
+package lease
+
+// Fault names a deliberately broken ledger behaviour. Faults exist only so
+// that negative-control tests can prove the quota checkers catch real bugs;
+// nothing outside tests and fault-suite builds may set one.
+type Fault uint8
+
+const (
+	// FaultNone is the correct ledger.
+	FaultNone Fault = iota
+	// FaultStartFullNoDebit starts every new lease's bucket full without
+	// debiting the pool: tokens come from nowhere, breaking rule (c).
+	FaultStartFullNoDebit
+	// FaultForgetSuperseded frees a renewal's reduced share at once instead
+	// of holding it until the old expiry, breaking rule (b): the client may
+	// still be minting at the old rate.
+	FaultForgetSuperseded
+)
+
+// injectFault switches a ledger to a broken variant. It is unexported on
+// purpose: tests in this package call it, and the fault-suite build exposes
+// it through a build-tagged file.
+func (l *Ledger) injectFault(f Fault) { l.fault = f }

@@ -1,0 +1,642 @@
+package lease
+
+import (
+	"errors"
+	"fmt"
+	"sort"
+)
+
+// Ledger errors. Like the rest of the package's errors they mean the request
+// cannot be applied; the ledger is unchanged when one is returned.
+var (
+	// ErrLeaseNotFound: no live lease has that holder and ID (it was released,
+	// expired, replaced, or never existed).
+	ErrLeaseNotFound = errors.New("lease: no such lease")
+	// ErrLeaseExpired: the lease's expiry has passed; the client must ask for
+	// a new grant.
+	ErrLeaseExpired = errors.New("lease: lease has expired")
+	// ErrInvalidRequest: a malformed grant, renew or release request.
+	ErrInvalidRequest = errors.New("lease: invalid request")
+	// ErrStaleGrant: a grant request older than one already applied for the
+	// same holder (a delayed retry); applying it would replace a lease the
+	// client may be using.
+	ErrStaleGrant = errors.New("lease: stale grant request")
+	// ErrTooManyLeases: the ledger already holds LedgerConfig.MaxLeases.
+	ErrTooManyLeases = errors.New("lease: too many leases for this key")
+)
+
+// DefaultMaxLeases bounds the leases one key's ledger holds.
+const DefaultMaxLeases = 4096
+
+// MaxTTLNanos bounds a lease's duration (one day): long leases keep dead
+// clients' capacity idle for that long.
+const MaxTTLNanos = 24 * 3600 * NanosPerSecond
+
+// LedgerConfig is the budget of one policy key: a token bucket of rate r and
+// burst B that the coordinator leases out in slices.
+type LedgerConfig struct {
+	RateMilliPerSec int64 // r
+	CapacityMilli   int64 // B
+	StartFull       bool  // the pool starts with B tokens (else empty)
+	MaxLeases       int   // 0 means DefaultMaxLeases
+}
+
+// Validate reports parameters outside the supported ranges.
+func (c LedgerConfig) Validate() error {
+	if err := (BucketConfig{CapacityMilli: c.CapacityMilli, RateMilliPerSec: c.RateMilliPerSec}).Validate(); err != nil {
+		return err
+	}
+	if c.MaxLeases < 0 {
+		return fmt.Errorf("%w: max leases %d is negative", ErrInvalidConfig, c.MaxLeases)
+	}
+	return nil
+}
+
+func (c LedgerConfig) maxLeases() int {
+	if c.MaxLeases == 0 {
+		return DefaultMaxLeases
+	}
+	return c.MaxLeases
+}
+
+// LeaseID names one lease for its whole life (renewals keep it). IDs are
+// assigned by the ledger in increasing order and never reused.
+type LeaseID uint64
+
+// Share is one version of a lease's terms.
+type Share struct {
+	RateMilliPerSec int64 // r_i: what the client may mint per second
+	CapMilli        int64 // b_i: the most its local bucket may hold
+	ExpiresNanos    int64 // cluster time at which the coordinator reclaims
+}
+
+// Lease is one client incarnation's slice of the budget.
+type Lease struct {
+	ID          LeaseID
+	ClientID    string
+	Incarnation uint64
+	// GrantSeq is the Seq of the grant request that created the lease.
+	GrantSeq uint64
+	Weight   int64
+	// Demands last reported by the client, used for fair division.
+	DemandRateMilliPerSec int64
+	DemandBurstMilli      int64
+	// Current is the latest terms the coordinator granted.
+	Current Share
+	// Superseded holds earlier terms a renewal reduced. They stay held until
+	// their own expiry, because the client may not have heard of the
+	// reduction yet (rule b). Ordered by expiry; never longer than a few.
+	Superseded []Share
+}
+
+// heldAt returns the rate and cap the ledger must treat as in use by this
+// lease at time now: the maximum over the current terms and every superseded
+// version not yet expired. A client uses one version at a time, so the max,
+// not the sum, bounds what it can mint and store.
+func (l *Lease) heldAt(nowNanos int64) (rate, capMilli int64) {
+	rate, capMilli = l.Current.RateMilliPerSec, l.Current.CapMilli
+	for _, s := range l.Superseded {
+		if s.ExpiresNanos > nowNanos {
+			rate = max(rate, s.RateMilliPerSec)
+			capMilli = max(capMilli, s.CapMilli)
+		}
+	}
+	return rate, capMilli
+}
+
+// LedgerStats counts token flows since the ledger was created. They make
+// conservation checkable: pool = initial + minted - debited + credited - burned.
+type LedgerStats struct {
+	MintedMilli   int64 // minted into the pool
+	DebitedMilli  int64 // moved from the pool into new leases' buckets
+	CreditedMilli int64 // returned to the pool by releases
+	BurnedMilli   int64 // removed from the pool because its capacity shrank
+}
+
+// LedgerState is a ledger's complete state, for snapshots. It holds copies;
+// changing it does not change the ledger.
+type LedgerState struct {
+	Config              LedgerConfig
+	PoolMilli           int64
+	PoolNanos           int64 // time up to which pool minting has been credited
+	NowNanos            int64 // cluster time of the latest operation
+	NextID              LeaseID
+	Leases              []Lease // sorted by (ClientID, Incarnation)
+	Stats               LedgerStats
+	PoolRateMilliPerSec int64 // pool mint rate at NowNanos, to detect rises
+	InitialPoolMilli    int64 // pool level at creation, for conservation checks
+}
+
+// Ledger is the coordinator's account of one policy key's budget: the pool of
+// unleased tokens and the leases. Every operation takes the leader-stamped
+// cluster time, which must not go backwards; nothing here reads a clock, and
+// iteration is over a sorted slice, so replicas applying the same operations
+// reach byte-identical states.
+//
+// The rules, checked by CheckInvariants after every operation in tests:
+//
+//	(a) Σ held r_i <= r, and pool + Σ held b_i <= B.
+//	(b) A share a renewal reduces stays held at its old value until the
+//	    superseded version's expiry.
+//	(c) A new lease's bucket starts with tokens debited from the pool.
+//	(d) A renewal never adds tokens to a client's bucket.
+//	(e) A release credits back at most min(unspent, b_i) and frees r_i, b_i.
+//	(f) An expiry frees r_i and b_i and returns no tokens.
+//	(g) The pool mints at r - Σ held r_i up to B - Σ held b_i.
+type Ledger struct {
+	s     LedgerState
+	fault Fault
+}
+
+// NewLedger returns a ledger whose pool starts full or empty at startNanos.
+func NewLedger(cfg LedgerConfig, startNanos int64) (*Ledger, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	l := &Ledger{s: LedgerState{Config: cfg, PoolNanos: startNanos, NowNanos: startNanos, NextID: 1, PoolRateMilliPerSec: cfg.RateMilliPerSec}}
+	if cfg.StartFull {
+		l.s.PoolMilli = cfg.CapacityMilli
+		l.s.InitialPoolMilli = cfg.CapacityMilli
+	}
+	return l, nil
+}
+
+// NewLedgerFromState rebuilds a ledger from a snapshot, checking it first.
+func NewLedgerFromState(s LedgerState) (*Ledger, error) {
+	l := &Ledger{s: cloneState(s)}
+	if err := l.s.Config.Validate(); err != nil {
+		return nil, err
+	}
+	if err := l.CheckInvariants(); err != nil {
+		return nil, err
+	}
+	return l, nil
+}
+
+// State returns a deep copy of the ledger's state.
+func (l *Ledger) State() LedgerState { return cloneState(l.s) }
+
+func cloneState(s LedgerState) LedgerState {
+	out := s
+	out.Leases = make([]Lease, len(s.Leases))
+	for i, le := range s.Leases {
+		out.Leases[i] = le
+		out.Leases[i].Superseded = append([]Share(nil), le.Superseded...)
+	}
+	return out
+}
+
+// Config returns the ledger's budget.
+func (l *Ledger) Config() LedgerConfig { return l.s.Config }
+
+// PoolMilli returns the pool level as of the latest operation.
+func (l *Ledger) PoolMilli() int64 { return l.s.PoolMilli }
+
+// NowNanos returns the cluster time of the latest operation.
+func (l *Ledger) NowNanos() int64 { return l.s.NowNanos }
+
+// Stats returns the token-flow counters.
+func (l *Ledger) Stats() LedgerStats { return l.s.Stats }
+
+// Leases returns copies of the live leases, sorted by (ClientID, Incarnation).
+func (l *Ledger) Leases() []Lease { return cloneState(l.s).Leases }
+
+// Held returns Σ held r_i and Σ held b_i at the latest operation's time.
+func (l *Ledger) Held() (rateMilliPerSec, capMilli int64) {
+	return l.heldExcept(-1, l.s.NowNanos)
+}
+
+// NextExpiry returns the earliest current expiry among live leases: the
+// cluster time at which the leader should propose Expire.
+func (l *Ledger) NextExpiry() (int64, bool) {
+	var next int64
+	found := false
+	for i := range l.s.Leases {
+		e := l.s.Leases[i].Current.ExpiresNanos
+		if !found || e < next {
+			next, found = e, true
+		}
+	}
+	return next, found
+}
+
+func (l *Ledger) heldExcept(skip int, nowNanos int64) (rate, capMilli int64) {
+	for i := range l.s.Leases {
+		if i == skip {
+			continue
+		}
+		r, c := l.s.Leases[i].heldAt(nowNanos)
+		rate += r
+		capMilli += c
+	}
+	return rate, capMilli
+}
+
+func (l *Ledger) poolTerms(nowNanos int64) (rate, capMilli int64) {
+	hr, hc := l.heldExcept(-1, nowNanos)
+	return l.s.Config.RateMilliPerSec - hr, l.s.Config.CapacityMilli - hc
+}
+
+// advance moves the ledger to nowNanos, minting into the pool piece by piece:
+// the held totals change only at operations and at superseded versions'
+// expiries, so the pool mints at a constant rate between those points (rule g).
+func (l *Ledger) advance(nowNanos int64) error {
+	if nowNanos < l.s.NowNanos {
+		return fmt.Errorf("%w: cluster time %d ns is before %d ns", ErrTimeBackwards, nowNanos, l.s.NowNanos)
+	}
+	var breaks []int64
+	for i := range l.s.Leases {
+		for _, s := range l.s.Leases[i].Superseded {
+			if s.ExpiresNanos > l.s.NowNanos && s.ExpiresNanos <= nowNanos {
+				breaks = append(breaks, s.ExpiresNanos)
+			}
+		}
+	}
+	sort.Slice(breaks, func(a, b int) bool { return breaks[a] < breaks[b] })
+	breaks = append(breaks, nowNanos)
+	for _, t := range breaks {
+		rate, capMilli := l.poolTerms(l.s.NowNanos)
+		l.mintTo(t, rate, capMilli)
+		l.s.NowNanos = t
+		l.repricePool()
+	}
+	for i := range l.s.Leases {
+		l.s.Leases[i].Superseded = pruneShares(l.s.Leases[i].Superseded, l.s.Leases[i].Current, nowNanos)
+	}
+	return nil
+}
+
+func (l *Ledger) mintTo(t, rate, capMilli int64) {
+	before := l.s.PoolMilli
+	if before > capMilli {
+		// Cannot happen while the invariants hold; never mint over the cap.
+		capMilli = before
+	}
+	l.s.PoolMilli, l.s.PoolNanos = refill(l.s.PoolMilli, l.s.PoolNanos, t, rate, capMilli)
+	l.s.Stats.MintedMilli += l.s.PoolMilli - before
+}
+
+// repricePool records the pool's mint rate after a change of the held
+// totals. The time not yet minted is carried forward only if the rate did not
+// rise; otherwise that fraction would be minted at the higher rate, so it is
+// dropped (at most one milli-token, always toward fewer tokens).
+func (l *Ledger) repricePool() {
+	rate, _ := l.poolTerms(l.s.NowNanos)
+	if rate > l.s.PoolRateMilliPerSec {
+		l.s.PoolNanos = l.s.NowNanos
+	}
+	l.s.PoolRateMilliPerSec = rate
+}
+
+// pruneShares drops superseded versions that have expired or that the
+// current terms dominate (they can no longer raise the held maximum).
+func pruneShares(ss []Share, cur Share, nowNanos int64) []Share {
+	out := ss[:0]
+	for _, s := range ss {
+		if s.ExpiresNanos <= nowNanos {
+			continue
+		}
+		if s.RateMilliPerSec <= cur.RateMilliPerSec && s.CapMilli <= cur.CapMilli {
+			continue
+		}
+		out = append(out, s)
+	}
+	if len(out) == 0 {
+		return nil
+	}
+	return out
+}
+
+// capPool enforces pool <= B - Σ held b_i by burning the excess (the pool's
+// capacity shrank because a lease's cap grew); it returns what it burned.
+func (l *Ledger) capPool() int64 {
+	_, capMilli := l.poolTerms(l.s.NowNanos)
+	if l.s.PoolMilli <= capMilli {
+		return 0
+	}
+	burned := l.s.PoolMilli - capMilli
+	l.s.PoolMilli = capMilli
+	l.s.Stats.BurnedMilli += burned
+	return burned
+}
+
+func (l *Ledger) find(clientID string, incarnation uint64) (int, bool) {
+	i := sort.Search(len(l.s.Leases), func(i int) bool {
+		le := &l.s.Leases[i]
+		return le.ClientID > clientID || (le.ClientID == clientID && le.Incarnation >= incarnation)
+	})
+	ok := i < len(l.s.Leases) && l.s.Leases[i].ClientID == clientID && l.s.Leases[i].Incarnation == incarnation
+	return i, ok
+}
+
+// GrantRequest asks for a new lease.
+type GrantRequest struct {
+	ClientID    string
+	Incarnation uint64 // a restarted client uses a new, larger incarnation
+	// Seq increases with every grant request the incarnation sends. A grant
+	// replaces the holder's existing lease only if its Seq is larger, so a
+	// delayed retry cannot replace a lease the client has since installed.
+	Seq uint64
+	// Weight scales the fair share (>= 1; 0 means 1).
+	Weight int64
+	// Demands: how much rate and burst the client expects to use.
+	DemandRateMilliPerSec int64
+	DemandBurstMilli      int64
+	TTLNanos              int64 // D: the lease's duration
+}
+
+// RenewRequest extends a lease and reports fresh demands.
+type RenewRequest struct {
+	ClientID              string
+	Incarnation           uint64
+	LeaseID               LeaseID
+	Weight                int64
+	DemandRateMilliPerSec int64
+	DemandBurstMilli      int64
+	TTLNanos              int64
+}
+
+// ReleaseRequest returns a lease. The client sends it only after it has
+// stopped admitting from the lease, reporting the tokens it did not spend.
+type ReleaseRequest struct {
+	ClientID     string
+	Incarnation  uint64
+	LeaseID      LeaseID
+	UnspentMilli int64
+}
+
+// Grant is the coordinator's answer to a grant or renewal.
+type Grant struct {
+	LeaseID         LeaseID
+	RateMilliPerSec int64 // r_i: the client mints at ClientMintRate(r_i, ρ)
+	CapMilli        int64 // b_i
+	// StartMilli is the tokens debited from the pool for the client's
+	// bucket. Always zero for renewals (rule d).
+	StartMilli   int64
+	ExpiresNanos int64
+	// TTLNanos is ExpiresNanos minus this operation's cluster time: the
+	// client may use the lease until ClientDeadline(send, TTLNanos, ρ).
+	TTLNanos    int64
+	BurnedMilli int64 // pool tokens destroyed to make room for this cap
+}
+
+func validateHolder(clientID string, ttl int64) error {
+	if clientID == "" {
+		return fmt.Errorf("%w: client ID is empty", ErrInvalidRequest)
+	}
+	if len(clientID) > 256 {
+		return fmt.Errorf("%w: client ID is %d bytes, more than 256", ErrInvalidRequest, len(clientID))
+	}
+	if ttl <= 0 || ttl > MaxTTLNanos {
+		return fmt.Errorf("%w: lease duration %d ns is outside (0, %d]", ErrInvalidRequest, ttl, MaxTTLNanos)
+	}
+	return nil
+}
+
+func validateDemand(weight, rate, burst int64) error {
+	if weight < 0 || weight > 1<<20 {
+		return fmt.Errorf("%w: weight %d is outside [0, %d]", ErrInvalidRequest, weight, 1<<20)
+	}
+	if rate < 0 || burst < 0 {
+		return fmt.Errorf("%w: demands must not be negative (rate %d, burst %d)", ErrInvalidRequest, rate, burst)
+	}
+	return nil
+}
+
+// terms computes the fair rate and cap for lease index i (which must already
+// carry its fresh demands), limited by what the other leases hold now.
+func (l *Ledger) terms(i int) (rate, capMilli int64, err error) {
+	cfg := l.s.Config
+	rateClaims := make([]Claim, len(l.s.Leases))
+	burstClaims := make([]Claim, len(l.s.Leases))
+	for j := range l.s.Leases {
+		le := &l.s.Leases[j]
+		id := holderKey(le.ClientID, le.Incarnation)
+		rateClaims[j] = Claim{ID: id, Demand: min(le.DemandRateMilliPerSec, cfg.RateMilliPerSec), Weight: le.Weight}
+		burstClaims[j] = Claim{ID: id, Demand: min(le.DemandBurstMilli, cfg.CapacityMilli), Weight: le.Weight}
+	}
+	rs, err := FairShares(cfg.RateMilliPerSec, rateClaims)
+	if err != nil {
+		return 0, 0, err
+	}
+	bs, err := FairShares(cfg.CapacityMilli, burstClaims)
+	if err != nil {
+		return 0, 0, err
+	}
+	otherRate, otherCap := l.heldExcept(i, l.s.NowNanos)
+	rate = max(0, min(rs[i], cfg.RateMilliPerSec-otherRate))
+	capMilli = max(0, min(bs[i], cfg.CapacityMilli-otherCap))
+	return rate, capMilli, nil
+}
+
+func holderKey(clientID string, incarnation uint64) string {
+	return fmt.Sprintf("%s\x00%020d", clientID, incarnation)
+}
+
+// Grant creates a lease for (ClientID, Incarnation) at cluster time now.
+//
+// If that holder already has a lease, the new grant replaces it and the old
+// one is freed without credit: a client asks for a grant only when it holds
+// no usable lease (its previous one ran out locally, or the grant's response
+// was lost), so the old lease's tokens are not in use.
+func (l *Ledger) Grant(nowNanos int64, req GrantRequest) (Grant, error) {
+	if err := validateHolder(req.ClientID, req.TTLNanos); err != nil {
+		return Grant{}, err
+	}
+	if err := validateDemand(req.Weight, req.DemandRateMilliPerSec, req.DemandBurstMilli); err != nil {
+		return Grant{}, err
+	}
+	if nowNanos < l.s.NowNanos {
+		return Grant{}, fmt.Errorf("%w: cluster time %d ns is before %d ns", ErrTimeBackwards, nowNanos, l.s.NowNanos)
+	}
+	i, exists := l.find(req.ClientID, req.Incarnation)
+	if exists && req.Seq <= l.s.Leases[i].GrantSeq {
+		return Grant{}, fmt.Errorf("%w: %s incarnation %d sent grant %d after grant %d", ErrStaleGrant, req.ClientID, req.Incarnation, req.Seq, l.s.Leases[i].GrantSeq)
+	}
+	if !exists && len(l.s.Leases) >= l.s.Config.maxLeases() {
+		return Grant{}, fmt.Errorf("%w: %d leases", ErrTooManyLeases, len(l.s.Leases))
+	}
+	if err := l.advance(nowNanos); err != nil {
+		return Grant{}, err
+	}
+	le := Lease{
+		ID: LeaseID(l.s.NextID), ClientID: req.ClientID, Incarnation: req.Incarnation, GrantSeq: req.Seq, Weight: req.Weight,
+		DemandRateMilliPerSec: req.DemandRateMilliPerSec, DemandBurstMilli: req.DemandBurstMilli,
+	}
+	if exists {
+		l.s.Leases[i] = le
+	} else {
+		l.s.Leases = append(l.s.Leases, Lease{})
+		copy(l.s.Leases[i+1:], l.s.Leases[i:])
+		l.s.Leases[i] = le
+	}
+	rate, capMilli, err := l.terms(i)
+	if err != nil {
+		return Grant{}, err // unreachable: inputs were validated
+	}
+	l.s.NextID++
+	cur := &l.s.Leases[i]
+	cur.Current = Share{RateMilliPerSec: rate, CapMilli: capMilli, ExpiresNanos: nowNanos + req.TTLNanos}
+	// Rule (c): the bucket's starting tokens come out of the pool.
+	start := min(capMilli, l.s.PoolMilli)
+	var burned int64
+	if l.fault == FaultStartFullNoDebit {
+		start = capMilli // the deliberate bug: tokens from nowhere
+	} else {
+		l.s.PoolMilli -= start
+		l.s.Stats.DebitedMilli += start
+		burned = l.capPool()
+	}
+	l.repricePool()
+	return Grant{
+		LeaseID: cur.ID, RateMilliPerSec: rate, CapMilli: capMilli, StartMilli: start,
+		ExpiresNanos: cur.Current.ExpiresNanos, TTLNanos: req.TTLNanos, BurnedMilli: burned,
+	}, nil
+}
+
+// Renew extends a live lease and re-divides the budget with its fresh
+// demands. A reduced rate or cap keeps the old value held until the old
+// expiry (rule b); a renewal never adds tokens (rule d). The expiry never
+// moves earlier.
+func (l *Ledger) Renew(nowNanos int64, req RenewRequest) (Grant, error) {
+	if err := validateHolder(req.ClientID, req.TTLNanos); err != nil {
+		return Grant{}, err
+	}
+	if err := validateDemand(req.Weight, req.DemandRateMilliPerSec, req.DemandBurstMilli); err != nil {
+		return Grant{}, err
+	}
+	if nowNanos < l.s.NowNanos {
+		return Grant{}, fmt.Errorf("%w: cluster time %d ns is before %d ns", ErrTimeBackwards, nowNanos, l.s.NowNanos)
+	}
+	i, ok := l.find(req.ClientID, req.Incarnation)
+	if !ok || l.s.Leases[i].ID != req.LeaseID {
+		return Grant{}, fmt.Errorf("%w: %s incarnation %d lease %d", ErrLeaseNotFound, req.ClientID, req.Incarnation, req.LeaseID)
+	}
+	if l.s.Leases[i].Current.ExpiresNanos <= nowNanos {
+		return Grant{}, fmt.Errorf("%w: lease %d expired at %d ns, now %d ns", ErrLeaseExpired, req.LeaseID, l.s.Leases[i].Current.ExpiresNanos, nowNanos)
+	}
+	if err := l.advance(nowNanos); err != nil {
+		return Grant{}, err
+	}
+	cur := &l.s.Leases[i]
+	cur.Weight = req.Weight
+	cur.DemandRateMilliPerSec = req.DemandRateMilliPerSec
+	cur.DemandBurstMilli = req.DemandBurstMilli
+	rate, capMilli, err := l.terms(i)
+	if err != nil {
+		return Grant{}, err
+	}
+	old := cur.Current
+	if l.fault != FaultForgetSuperseded {
+		cur.Superseded = append(cur.Superseded, old)
+	}
+	cur.Current = Share{RateMilliPerSec: rate, CapMilli: capMilli, ExpiresNanos: max(old.ExpiresNanos, nowNanos+req.TTLNanos)}
+	cur.Superseded = pruneShares(cur.Superseded, cur.Current, nowNanos)
+	burned := l.capPool()
+	l.repricePool()
+	return Grant{
+		LeaseID: cur.ID, RateMilliPerSec: rate, CapMilli: capMilli,
+		ExpiresNanos: cur.Current.ExpiresNanos, TTLNanos: cur.Current.ExpiresNanos - nowNanos, BurnedMilli: burned,
+	}, nil
+}
+
+// ReleaseResult reports what a release returned to the pool.
+type ReleaseResult struct {
+	CreditedMilli int64
+}
+
+// Release ends a lease whose client has stopped admitting from it. It credits
+// back min(unspent, b_i) and frees the lease's rate and cap at once (rule e).
+func (l *Ledger) Release(nowNanos int64, req ReleaseRequest) (ReleaseResult, error) {
+	if req.ClientID == "" {
+		return ReleaseResult{}, fmt.Errorf("%w: client ID is empty", ErrInvalidRequest)
+	}
+	if req.UnspentMilli < 0 {
+		return ReleaseResult{}, fmt.Errorf("%w: unspent %d is negative", ErrInvalidRequest, req.UnspentMilli)
+	}
+	if nowNanos < l.s.NowNanos {
+		return ReleaseResult{}, fmt.Errorf("%w: cluster time %d ns is before %d ns", ErrTimeBackwards, nowNanos, l.s.NowNanos)
+	}
+	i, ok := l.find(req.ClientID, req.Incarnation)
+	if !ok || l.s.Leases[i].ID != req.LeaseID {
+		return ReleaseResult{}, fmt.Errorf("%w: %s incarnation %d lease %d", ErrLeaseNotFound, req.ClientID, req.Incarnation, req.LeaseID)
+	}
+	if err := l.advance(nowNanos); err != nil {
+		return ReleaseResult{}, err
+	}
+	credit := min(req.UnspentMilli, l.s.Leases[i].Current.CapMilli)
+	l.s.Leases = append(l.s.Leases[:i], l.s.Leases[i+1:]...)
+	l.s.PoolMilli += credit
+	l.s.Stats.CreditedMilli += credit
+	// The pool's capacity grew by at least the freed cap, so this burns
+	// nothing while the invariants hold; it is the guard if they did not.
+	l.capPool()
+	l.repricePool()
+	return ReleaseResult{CreditedMilli: credit}, nil
+}
+
+// Expire removes every lease whose current expiry is at or before now,
+// freeing its rate and cap without returning tokens (rule f). It returns the
+// removed IDs in holder order.
+func (l *Ledger) Expire(nowNanos int64) ([]LeaseID, error) {
+	if err := l.advance(nowNanos); err != nil {
+		return nil, err
+	}
+	var gone []LeaseID
+	kept := l.s.Leases[:0]
+	for _, le := range l.s.Leases {
+		if le.Current.ExpiresNanos <= nowNanos {
+			gone = append(gone, le.ID)
+			continue
+		}
+		kept = append(kept, le)
+	}
+	l.s.Leases = kept
+	l.repricePool()
+	return gone, nil
+}
+
+// CheckInvariants verifies rules (a) and the structural invariants at the
+// latest operation's time. It returns nil for every reachable state.
+func (l *Ledger) CheckInvariants() error {
+	s := &l.s
+	cfg := s.Config
+	if s.PoolMilli < 0 {
+		return fmt.Errorf("pool %d is negative", s.PoolMilli)
+	}
+	if s.PoolNanos > s.NowNanos {
+		return fmt.Errorf("pool credited to %d, after now %d", s.PoolNanos, s.NowNanos)
+	}
+	hr, hc := l.heldExcept(-1, s.NowNanos)
+	if hr > cfg.RateMilliPerSec {
+		return fmt.Errorf("rule (a): held rate %d exceeds r %d", hr, cfg.RateMilliPerSec)
+	}
+	if s.PoolMilli+hc > cfg.CapacityMilli {
+		return fmt.Errorf("rule (a): pool %d + held caps %d exceeds B %d", s.PoolMilli, hc, cfg.CapacityMilli)
+	}
+	for i := range s.Leases {
+		le := &s.Leases[i]
+		if i > 0 {
+			p := &s.Leases[i-1]
+			if p.ClientID > le.ClientID || (p.ClientID == le.ClientID && p.Incarnation >= le.Incarnation) {
+				return fmt.Errorf("leases out of order at %d", i)
+			}
+		}
+		if le.ID == 0 || le.ID >= s.NextID {
+			return fmt.Errorf("lease %d has an ID outside [1, %d)", le.ID, s.NextID)
+		}
+		if le.Current.RateMilliPerSec < 0 || le.Current.CapMilli < 0 {
+			return fmt.Errorf("lease %d has negative terms", le.ID)
+		}
+		for _, sh := range le.Superseded {
+			if sh.ExpiresNanos > le.Current.ExpiresNanos {
+				return fmt.Errorf("lease %d has a superseded version outliving the current one", le.ID)
+			}
+		}
+	}
+	st := s.Stats
+	if want := s.InitialPoolMilli + st.MintedMilli - st.DebitedMilli + st.CreditedMilli - st.BurnedMilli; want != s.PoolMilli {
+		return fmt.Errorf("conservation: pool %d, flows say %d", s.PoolMilli, want)
+	}
+	return nil
+}

@@ -1,0 +1,53 @@
+package lease
+
+import "fmt"
+
+// PPM is parts per million, the unit of clock-rate error ρ.
+const PPM = 1_000_000
+
+// MaxDriftPPM bounds ρ: a clock that may run 10% fast or slow is broken, not
+// drifting, and the lease arithmetic would waste most of every lease.
+const MaxDriftPPM = 100_000
+
+// ValidateDrift checks a clock-rate error bound in parts per million.
+func ValidateDrift(driftPPM int64) error {
+	if driftPPM < 0 || driftPPM > MaxDriftPPM {
+		return fmt.Errorf("%w: clock drift %d ppm is outside [0, %d]", ErrInvalidConfig, driftPPM, MaxDriftPPM)
+	}
+	return nil
+}
+
+// ClientUsableNanos is how long, on the client's own monotonic clock, a lease
+// granted for ttlNanos may be used, counting from the client's local send
+// time of the request that produced it: ttl*(1-ρ)/(1+ρ), rounded down.
+//
+// Why: the coordinator reclaims at commit+ttl on its clock, and commit happens
+// after the client sent. If both clocks run within ±ρ of real time, the
+// client's local span L covers at most L/(1-ρ) real time and the coordinator's
+// span ttl covers at least ttl/(1+ρ); L = ttl(1-ρ)/(1+ρ) makes the client stop
+// no later than the coordinator reclaims.
+func ClientUsableNanos(ttlNanos, driftPPM int64) int64 {
+	if ttlNanos <= 0 {
+		return 0
+	}
+	return MulDiv(ttlNanos, PPM-driftPPM, PPM+driftPPM)
+}
+
+// ClientDeadline is the local monotonic time at which a client must stop
+// admitting from a lease: sendNanos + ClientUsableNanos(ttl, ρ).
+func ClientDeadline(sendNanos, ttlNanos, driftPPM int64) int64 {
+	return sendNanos + ClientUsableNanos(ttlNanos, driftPPM)
+}
+
+// ClientMintRate is the rate at which a client's local bucket mints for a
+// lease with rate share r_i: r_i/(1+ρ), rounded down, so that a client clock
+// running ρ fast still mints no more than r_i per real second.
+func ClientMintRate(shareMilliPerSec, driftPPM int64) int64 {
+	return MulDiv(shareMilliPerSec, PPM, PPM+driftPPM)
+}
+
+// ReclaimAt is the cluster time at which the coordinator may free a lease
+// committed at commitNanos for ttlNanos: exactly commit+ttl, never earlier.
+func ReclaimAt(commitNanos, ttlNanos int64) int64 {
+	return commitNanos + ttlNanos
+}
