@@ -1,0 +1,664 @@
+package policy
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"reflect"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"gopkg.in/yaml.v3"
+)
+
+// rawFile and rawPolicy define the accepted field names: the second decoding
+// pass uses them with KnownFields(true), so a field without a yaml tag here
+// is an error. Values are kept as nodes (any YAML value decodes into a
+// yaml.Node), so that pass fails only on unknown fields; values are checked
+// from the node tree of the first pass.
+type rawFile struct {
+	Policies []rawPolicy `yaml:"policies"`
+}
+
+type rawPolicy struct {
+	Name      yaml.Node `yaml:"name"`
+	Algorithm yaml.Node `yaml:"algorithm"`
+	Charge    yaml.Node `yaml:"charge"`
+	Key       yaml.Node `yaml:"key"`
+	Rate      yaml.Node `yaml:"rate"`
+	Burst     yaml.Node `yaml:"burst"`
+	Start     yaml.Node `yaml:"start"`
+	Limit     yaml.Node `yaml:"limit"`
+	Window    yaml.Node `yaml:"window"`
+}
+
+// Field names.
+const (
+	fName      = "name"
+	fAlgorithm = "algorithm"
+	fCharge    = "charge"
+	fKey       = "key"
+	fRate      = "rate"
+	fBurst     = "burst"
+	fStart     = "start"
+	fLimit     = "limit"
+	fWindow    = "window"
+	fPolicies  = "policies"
+)
+
+// commonFields apply to every algorithm.
+var commonFields = []string{fName, fAlgorithm, fCharge, fKey}
+
+// algorithmFields lists the fields each algorithm takes, beyond commonFields.
+var algorithmFields = map[Algorithm][]string{
+	TokenBucket:         {fRate, fBurst, fStart},
+	FixedWindow:         {fLimit, fWindow},
+	SlidingWindow:       {fLimit, fWindow},
+	SlidingWindowApprox: {fLimit, fWindow},
+}
+
+// requiredFields lists the fields each algorithm cannot do without.
+var requiredFields = map[Algorithm][]string{
+	TokenBucket:         {fRate, fBurst},
+	FixedWindow:         {fLimit, fWindow},
+	SlidingWindow:       {fLimit, fWindow},
+	SlidingWindowApprox: {fLimit, fWindow},
+}
+
+// What a valid value of each field looks like, for error messages.
+var want = map[string]string{
+	fName:      "want lower-case letters, digits, '_', '.' or '-', starting with a letter or digit, at most 63 characters, like per-tenant",
+	fAlgorithm: "want one of token-bucket, fixed-window, sliding-window, sliding-window-approx",
+	fCharge:    "want requests (every request costs 1) or cost (a request costs its cost)",
+	fKey:       "want a list of trace attribute names like [tenant] or [tenant, route]",
+	fRate:      "want tokens per second like 10 or 0.5",
+	fBurst:     "want a number of tokens like 10 or 2.5",
+	fStart:     "want full or empty",
+	fLimit:     "want a whole number of units per window like 100",
+	fWindow:    "want a Go duration like 500ms, 1s, 1m or 1h30m",
+	fPolicies:  "want a list of policies, each a mapping with name and algorithm",
+}
+
+var nameRE = regexp.MustCompile(`^[a-z0-9][a-z0-9_.-]{0,62}$`)
+
+// policyFieldNames is every field a policy accepts, in rawPolicy order.
+var policyFieldNames = yamlTags(reflect.TypeFor[rawPolicy]())
+
+// topFieldNames is every top-level field.
+var topFieldNames = yamlTags(reflect.TypeFor[rawFile]())
+
+func yamlTags(t reflect.Type) []string {
+	var out []string
+	for i := range t.NumField() {
+		name, _, _ := strings.Cut(t.Field(i).Tag.Get("yaml"), ",")
+		out = append(out, name)
+	}
+	return out
+}
+
+// Parse reads and validates a policy file. On failure it returns every
+// problem found, joined with errors.Join; each is an *Error wrapping
+// ErrInvalidPolicy (see Errors).
+func Parse(r io.Reader) (*File, error) {
+	data, err := io.ReadAll(r)
+	if err != nil {
+		return nil, fmt.Errorf("reading the policy file: %w", err)
+	}
+	f, errs := parse(data)
+	if len(errs) > 0 {
+		return nil, joinErrors(errs)
+	}
+	return f, nil
+}
+
+// ParseFile is Parse on the named file; every *Error carries the path.
+func ParseFile(path string) (*File, error) {
+	fh, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer fh.Close()
+	data, err := io.ReadAll(fh)
+	if err != nil {
+		return nil, fmt.Errorf("reading %s: %w", path, err)
+	}
+	f, errs := parse(data)
+	if len(errs) > 0 {
+		for _, e := range errs {
+			e.File = path
+		}
+		return nil, joinErrors(errs)
+	}
+	return f, nil
+}
+
+// parser accumulates problems while walking the document.
+type parser struct {
+	errs []*Error
+	// keyOwner maps each policy field key (by line and name) to the policy it
+	// is in, so that unknown-field errors from the KnownFields pass can name
+	// their policy.
+	keyOwner map[lineField]*Error
+	// topHasDup is set when the top-level mapping has a duplicate key:
+	// yaml.v3 then skips the whole mapping in the KnownFields pass, so the
+	// walk reports unknown fields itself (likewise for a policy mapping
+	// with a duplicate key).
+	topHasDup bool
+}
+
+type lineField struct {
+	line int
+	name string
+}
+
+func (p *parser) add(e *Error) { p.errs = append(p.errs, e) }
+
+func parse(data []byte) (*File, []*Error) {
+	p := &parser{keyOwner: make(map[lineField]*Error)}
+
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	var doc yaml.Node
+	if err := dec.Decode(&doc); err != nil {
+		if errors.Is(err, io.EOF) {
+			return nil, []*Error{{Msg: "the file is empty; want a top-level policies: field with a list of policies"}}
+		}
+		return nil, []*Error{yamlSyntaxError(err)}
+	}
+	var extra yaml.Node
+	switch err := dec.Decode(&extra); {
+	case errors.Is(err, io.EOF):
+	case err != nil:
+		return nil, []*Error{yamlSyntaxError(err)}
+	default:
+		return nil, []*Error{{Line: extra.Line, Msg: "the file has more than one YAML document (a second --- line); want exactly one"}}
+	}
+
+	f := p.walkFile(&doc)
+
+	// Second pass: the strict decoder is the authority on field names.
+	strict := yaml.NewDecoder(bytes.NewReader(data))
+	strict.KnownFields(true)
+	var raw rawFile
+	if err := strict.Decode(&raw); err != nil {
+		var te *yaml.TypeError
+		if errors.As(err, &te) {
+			for _, msg := range te.Errors {
+				p.unknownField(msg)
+			}
+		}
+		// Any other failure (wrong shapes, duplicate keys) was reported
+		// by the walk, with context.
+	}
+	if len(p.errs) > 0 {
+		return nil, p.errs
+	}
+	return f, nil
+}
+
+var yamlLineRE = regexp.MustCompile(`^yaml: line (\d+): (.*)$`)
+
+func yamlSyntaxError(err error) *Error {
+	if m := yamlLineRE.FindStringSubmatch(err.Error()); m != nil {
+		line, _ := strconv.Atoi(m[1])
+		return &Error{Line: line, Msg: "invalid YAML: " + m[2]}
+	}
+	return &Error{Msg: "invalid YAML: " + strings.TrimPrefix(err.Error(), "yaml: ")}
+}
+
+var unknownFieldRE = regexp.MustCompile(`^line (\d+): field (.+) not found in type \S+$`)
+
+// unknownField turns one message of the KnownFields pass into an *Error.
+func (p *parser) unknownField(msg string) {
+	m := unknownFieldRE.FindStringSubmatch(msg)
+	if m == nil {
+		return // not an unknown field: the walk reported it
+	}
+	line, _ := strconv.Atoi(m[1])
+	name := m[2]
+	if owner, ok := p.keyOwner[lineField{line, name}]; ok {
+		p.add(unknownPolicyField(owner, line, name))
+		return
+	}
+	p.add(unknownTopField(line, name))
+}
+
+func unknownPolicyField(owner *Error, line int, name string) *Error {
+	msg := "is not a policy field; want one of " + strings.Join(policyFieldNames, ", ")
+	if s := suggest(name, policyFieldNames); s != "" {
+		msg = fmt.Sprintf("is not a policy field; did you mean %q? Fields are %s", s, strings.Join(policyFieldNames, ", "))
+	}
+	return &Error{Line: line, PolicyName: owner.PolicyName, PolicyIndex: owner.PolicyIndex, Field: name, Msg: msg}
+}
+
+func unknownTopField(line int, name string) *Error {
+	return &Error{Line: line, Field: name, Msg: "is not a top-level field; want " + strings.Join(topFieldNames, ", ") + " (policy settings go inside a policies: entry)"}
+}
+
+// walkFile checks the document's shape and each policy.
+func (p *parser) walkFile(doc *yaml.Node) *File {
+	root := deref(doc)
+	if root.Kind == yaml.DocumentNode && len(root.Content) > 0 {
+		root = deref(root.Content[0])
+	}
+	if isNull(root) {
+		p.add(&Error{Line: root.Line, Msg: "the file has no content; want a top-level policies: field with a list of policies"})
+		return nil
+	}
+	if root.Kind != yaml.MappingNode {
+		p.add(&Error{Line: root.Line, Msg: "the file is not a mapping; want a top-level policies: field holding a list of policies"})
+		return nil
+	}
+	fields, dup := p.fields(root, nil)
+	p.topHasDup = dup
+	if dup {
+		for _, kv := range fields {
+			if !slices.Contains(topFieldNames, kv.key.Value) {
+				p.add(unknownTopField(kv.key.Line, kv.key.Value))
+			}
+		}
+	}
+	kv, ok := fieldByName(fields, fPolicies)
+	if !ok {
+		p.add(&Error{Line: root.Line, Field: fPolicies, Msg: "is required; " + want[fPolicies]})
+		return nil
+	}
+	seq := deref(kv.val)
+	if isNull(seq) || (seq.Kind == yaml.SequenceNode && len(seq.Content) == 0) {
+		p.add(&Error{Line: kv.key.Line, Field: fPolicies, Msg: "has no policies; " + want[fPolicies]})
+		return nil
+	}
+	if seq.Kind != yaml.SequenceNode {
+		p.add(&Error{Line: kv.key.Line, Field: fPolicies, Msg: "is not a list; " + want[fPolicies]})
+		return nil
+	}
+	f := &File{}
+	firstLine := map[string]int{}
+	for i, item := range seq.Content {
+		pol, ok := p.walkPolicy(i+1, deref(item))
+		if pol.Name != "" {
+			if l, dup := firstLine[pol.Name]; dup {
+				p.add(&Error{Line: pol.Line, PolicyName: pol.Name, PolicyIndex: i + 1, Field: fName,
+					Msg: fmt.Sprintf("duplicate name: policy #%d on line %d is already called %q; want a unique name", indexOf(seq, pol.Name), l, pol.Name)})
+				ok = false
+			} else {
+				firstLine[pol.Name] = pol.Line
+			}
+		}
+		if ok {
+			f.Policies = append(f.Policies, pol)
+		}
+	}
+	return f
+}
+
+// indexOf finds the 1-based position of the first policy called name.
+func indexOf(seq *yaml.Node, name string) int {
+	for i, item := range seq.Content {
+		item = deref(item)
+		if item.Kind != yaml.MappingNode {
+			continue
+		}
+		for j := 0; j+1 < len(item.Content); j += 2 {
+			if item.Content[j].Value == fName && deref(item.Content[j+1]).Value == name {
+				return i + 1
+			}
+		}
+	}
+	return 0
+}
+
+type keyVal struct{ key, val *yaml.Node }
+
+// fields lists a mapping's entries, reporting duplicate keys (attributed to
+// owner, which may be nil) and merge keys. dup reports whether any key
+// appeared twice.
+func (p *parser) fields(m *yaml.Node, owner *Error) (out []keyVal, dup bool) {
+	first := map[string]int{}
+	for i := 0; i+1 < len(m.Content); i += 2 {
+		k, v := m.Content[i], m.Content[i+1]
+		e := &Error{Line: k.Line, Field: k.Value}
+		if owner != nil {
+			e.PolicyName, e.PolicyIndex = owner.PolicyName, owner.PolicyIndex
+		}
+		if k.Kind != yaml.ScalarNode {
+			e.Field = ""
+			e.Msg = "a field name must be a plain string"
+			p.add(e)
+			continue
+		}
+		if k.Tag == "!!merge" || k.Value == "<<" {
+			e.Msg = "merge keys (<<) are not supported; write each field out"
+			p.add(e)
+			continue
+		}
+		if l, ok := first[k.Value]; ok {
+			e.Msg = fmt.Sprintf("appears more than once (first on line %d); want each field at most once", l)
+			p.add(e)
+			dup = true
+			continue
+		}
+		first[k.Value] = k.Line
+		out = append(out, keyVal{k, v})
+	}
+	return out, dup
+}
+
+func fieldByName(fields []keyVal, name string) (keyVal, bool) {
+	for _, kv := range fields {
+		if kv.key.Value == name {
+			return kv, true
+		}
+	}
+	return keyVal{}, false
+}
+
+func deref(n *yaml.Node) *yaml.Node {
+	for n != nil && n.Kind == yaml.AliasNode && n.Alias != nil {
+		n = n.Alias
+	}
+	return n
+}
+
+func isNull(n *yaml.Node) bool {
+	return n == nil || n.Kind == 0 || (n.Kind == yaml.ScalarNode && n.Tag == "!!null")
+}
+
+// walkPolicy validates one entry of the policies list. ok is false when the
+// policy has any problem.
+func (p *parser) walkPolicy(index int, m *yaml.Node) (pol Policy, ok bool) {
+	nerrs := len(p.errs)
+	pol.Line = m.Line
+	id := &Error{PolicyIndex: index} // identifies the policy in errors
+	if m.Kind != yaml.MappingNode {
+		p.add(&Error{Line: m.Line, PolicyIndex: index, Msg: "is not a mapping; want fields like name: per-tenant and algorithm: token-bucket"})
+		return pol, false
+	}
+
+	// The name first: every later error names the policy by it.
+	raw := fieldsQuiet(m)
+	if kv, found := fieldByName(raw, fName); found {
+		if s, ok := p.scalar(id, kv, fName); ok {
+			if nameRE.MatchString(s) {
+				pol.Name = s
+				id.PolicyName = s
+			} else {
+				p.add(p.errAt(id, kv, fName, fmt.Sprintf("%q is not a valid name; %s", s, want[fName])))
+			}
+		}
+	} else {
+		p.add(&Error{Line: m.Line, PolicyIndex: index, Field: fName, Msg: "is required; " + want[fName]})
+	}
+
+	fields, dup := p.fields(m, id)
+	for _, kv := range fields {
+		p.keyOwner[lineField{kv.key.Line, kv.key.Value}] = id
+		if (dup || p.topHasDup) && !slices.Contains(policyFieldNames, kv.key.Value) {
+			p.add(unknownPolicyField(id, kv.key.Line, kv.key.Value))
+		}
+	}
+	get := func(name string) (keyVal, bool) { return fieldByName(fields, name) }
+
+	// algorithm
+	algKnown := false
+	if kv, found := get(fAlgorithm); found {
+		if s, ok := p.scalar(id, kv, fAlgorithm); ok {
+			if _, known := algorithmFields[Algorithm(s)]; known {
+				pol.Algorithm = Algorithm(s)
+				algKnown = true
+			} else {
+				p.add(p.errAt(id, kv, fAlgorithm, fmt.Sprintf("%q is not an algorithm; %s", s, want[fAlgorithm])))
+			}
+		}
+	} else {
+		p.add(&Error{Line: m.Line, PolicyName: id.PolicyName, PolicyIndex: index, Field: fAlgorithm, Msg: "is required; " + want[fAlgorithm]})
+	}
+
+	// charge
+	pol.Charge = ChargeRequests
+	if kv, found := get(fCharge); found {
+		if s, ok := p.scalar(id, kv, fCharge); ok {
+			switch Charge(s) {
+			case ChargeRequests, ChargeCost:
+				pol.Charge = Charge(s)
+			default:
+				p.add(p.errAt(id, kv, fCharge, fmt.Sprintf("%q is not a charge; %s", s, want[fCharge])))
+			}
+		}
+	}
+
+	// key
+	if kv, found := get(fKey); found {
+		pol.Key = p.key(id, kv)
+	}
+
+	// Algorithm-specific fields: misplaced ones are reported and not parsed;
+	// with an unknown algorithm every present one is parsed, to report
+	// format problems in the same run.
+	present := func(name string) (keyVal, bool) {
+		kv, found := get(name)
+		if !found {
+			return kv, false
+		}
+		if algKnown && !slices.Contains(algorithmFields[pol.Algorithm], name) {
+			p.add(p.errAt(id, kv, name, fmt.Sprintf("does not apply to algorithm %s (%s is for %s); %s takes %s",
+				pol.Algorithm, name, ownerAlgorithms(name), pol.Algorithm, strings.Join(algorithmFields[pol.Algorithm], ", "))))
+			return kv, false
+		}
+		return kv, true
+	}
+	if algKnown {
+		for _, name := range requiredFields[pol.Algorithm] {
+			if _, found := get(name); !found {
+				p.add(&Error{Line: m.Line, PolicyName: id.PolicyName, PolicyIndex: index, Field: name,
+					Msg: fmt.Sprintf("is required for algorithm %s; %s", pol.Algorithm, want[name])})
+			}
+		}
+	}
+	pol.StartFull = pol.Algorithm == TokenBucket // the default start
+	if kv, ok := present(fRate); ok {
+		pol.RateMilliPerSec, _ = p.decimal(id, kv, fRate, MaxRate, false)
+	}
+	if kv, ok := present(fBurst); ok {
+		pol.BurstMilli, _ = p.decimal(id, kv, fBurst, MaxBurst, false)
+	}
+	if kv, ok := present(fStart); ok {
+		if s, ok := p.scalar(id, kv, fStart); ok {
+			switch s {
+			case "full":
+				pol.StartFull = true
+			case "empty":
+				pol.StartFull = false
+			default:
+				p.add(p.errAt(id, kv, fStart, fmt.Sprintf("%q is not a start state; %s", s, want[fStart])))
+			}
+		}
+	}
+	if kv, ok := present(fLimit); ok {
+		pol.LimitMilli, _ = p.decimal(id, kv, fLimit, MaxLimit, true)
+	}
+	if kv, ok := present(fWindow); ok {
+		if s, ok := p.scalar(id, kv, fWindow); ok {
+			d, err := time.ParseDuration(s)
+			switch {
+			case err != nil:
+				p.add(p.errAt(id, kv, fWindow, fmt.Sprintf("%q is not a duration; %s", s, want[fWindow])))
+			case d <= 0:
+				p.add(p.errAt(id, kv, fWindow, fmt.Sprintf("%q is not positive; %s", s, want[fWindow])))
+			default:
+				pol.WindowNanos = int64(d)
+			}
+		}
+	}
+
+	if len(p.errs) > nerrs {
+		return pol, false
+	}
+	// The lease package has the last word on parameters: build one limiter.
+	if _, err := pol.NewLimiter(0); err != nil {
+		p.add(&Error{Line: m.Line, PolicyName: id.PolicyName, PolicyIndex: index, Msg: "rejected by the limiter: " + err.Error()})
+		return pol, false
+	}
+	return pol, true
+}
+
+// fieldsQuiet lists a mapping's entries without reporting anything (the
+// walk reports duplicates later); the first occurrence of a key wins.
+func fieldsQuiet(m *yaml.Node) []keyVal {
+	var out []keyVal
+	seen := map[string]bool{}
+	for i := 0; i+1 < len(m.Content); i += 2 {
+		k := m.Content[i]
+		if !seen[k.Value] {
+			seen[k.Value] = true
+			out = append(out, keyVal{k, m.Content[i+1]})
+		}
+	}
+	return out
+}
+
+// ownerAlgorithms names the algorithms that take field name.
+func ownerAlgorithms(name string) string {
+	var algs []string
+	for _, a := range Algorithms {
+		if slices.Contains(algorithmFields[a], name) {
+			algs = append(algs, string(a))
+		}
+	}
+	return strings.Join(algs, ", ")
+}
+
+func (p *parser) errAt(id *Error, kv keyVal, field, msg string) *Error {
+	line := kv.key.Line
+	if v := deref(kv.val); v != nil && v.Line > 0 {
+		line = v.Line
+	}
+	return &Error{Line: line, PolicyName: id.PolicyName, PolicyIndex: id.PolicyIndex, Field: field, Msg: msg}
+}
+
+// scalar returns a field's text, reporting a missing or non-scalar value.
+func (p *parser) scalar(id *Error, kv keyVal, field string) (string, bool) {
+	v := deref(kv.val)
+	switch {
+	case isNull(v):
+		p.add(p.errAt(id, kv, field, "has no value; "+want[field]))
+		return "", false
+	case v.Kind == yaml.SequenceNode:
+		p.add(p.errAt(id, kv, field, "is a list; "+want[field]))
+		return "", false
+	case v.Kind != yaml.ScalarNode:
+		p.add(p.errAt(id, kv, field, "is a mapping; "+want[field]))
+		return "", false
+	}
+	return v.Value, true
+}
+
+// decimal parses a positive number of units into milli-units.
+func (p *parser) decimal(id *Error, kv keyVal, field string, maxUnits int64, whole bool) (int64, bool) {
+	s, ok := p.scalar(id, kv, field)
+	if !ok {
+		return 0, false
+	}
+	fail := func(msg string) (int64, bool) {
+		p.add(p.errAt(id, kv, field, msg))
+		return 0, false
+	}
+	v, err := ParseMilli(s)
+	switch {
+	case errors.Is(err, ErrExponent):
+		return fail(fmt.Sprintf("%q %v; write the number out, like 1000; %s", s, err, want[field]))
+	case errors.Is(err, ErrTooLarge):
+		return fail(fmt.Sprintf("%q is more than the maximum %d; %s", s, maxUnits, want[field]))
+	case errors.Is(err, ErrTooPrecise) && whole:
+		return fail(fmt.Sprintf("%q is not a whole number; %s", s, want[field]))
+	case err != nil:
+		return fail(fmt.Sprintf("%q %v; %s", s, err, want[field]))
+	case v == 0:
+		return fail(fmt.Sprintf("%q is zero; it must be greater than 0; %s", s, want[field]))
+	case whole && v%1000 != 0:
+		return fail(fmt.Sprintf("%q is not a whole number; %s", s, want[field]))
+	case v > maxUnits*1000:
+		return fail(fmt.Sprintf("%q is more than the maximum %d; %s", s, maxUnits, want[field]))
+	case field == fBurst && v < 1000:
+		return fail(fmt.Sprintf("%q is less than 1, so no request could ever fit (the smallest request costs 1); %s", s, want[field]))
+	}
+	return v, true
+}
+
+// key validates the key attribute list.
+func (p *parser) key(id *Error, kv keyVal) []string {
+	v := deref(kv.val)
+	if v.Kind != yaml.SequenceNode {
+		if isNull(v) {
+			p.add(p.errAt(id, kv, fKey, "has no value; "+want[fKey]+" (leave key out, or write [], for one shared budget)"))
+		} else {
+			p.add(p.errAt(id, kv, fKey, "is not a list; "+want[fKey]))
+		}
+		return nil
+	}
+	out := []string{}
+	seen := map[string]bool{}
+	for _, item := range v.Content {
+		item := deref(item)
+		e := &Error{Line: item.Line, PolicyName: id.PolicyName, PolicyIndex: id.PolicyIndex, Field: fKey}
+		switch {
+		case item.Kind != yaml.ScalarNode || isNull(item):
+			e.Msg = "has an entry that is not an attribute name; " + want[fKey]
+		case strings.TrimSpace(item.Value) == "":
+			e.Msg = "has an empty attribute name; " + want[fKey]
+		case item.Value == AttrAtMs || item.Value == AttrCost:
+			e.Msg = fmt.Sprintf("%q is reserved (at_ms is the request time, cost its cost) and cannot partition a budget; %s", item.Value, want[fKey])
+		case seen[item.Value]:
+			e.Msg = fmt.Sprintf("%q is listed twice; want each attribute once", item.Value)
+		default:
+			seen[item.Value] = true
+			out = append(out, item.Value)
+			continue
+		}
+		p.add(e)
+	}
+	return out
+}
+
+// suggest returns the candidate within edit distance 2 of s, if exactly one
+// is closest.
+func suggest(s string, candidates []string) string {
+	best, bestD, ties := "", 3, 0
+	for _, c := range candidates {
+		d := editDistance(strings.ToLower(s), c)
+		switch {
+		case d < bestD:
+			best, bestD, ties = c, d, 0
+		case d == bestD:
+			ties++
+		}
+	}
+	if best == "" || ties > 0 {
+		return ""
+	}
+	return best
+}
+
+func editDistance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	cur := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			c := prev[j-1]
+			if a[i-1] != b[j-1] {
+				c++
+			}
+			cur[j] = min(c, prev[j]+1, cur[j-1]+1)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(b)]
+}

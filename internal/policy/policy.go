@@ -1,0 +1,125 @@
+package policy
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/ration-dev/ration/lease"
+)
+
+// ErrInvalidPolicy is wrapped by every validation error Parse returns.
+var ErrInvalidPolicy = errors.New("invalid policy")
+
+// Algorithm names a limiter algorithm. The values are the spellings used in
+// the policy file.
+type Algorithm string
+
+// The supported algorithms.
+const (
+	TokenBucket         Algorithm = "token-bucket"
+	FixedWindow         Algorithm = "fixed-window"
+	SlidingWindow       Algorithm = "sliding-window"
+	SlidingWindowApprox Algorithm = "sliding-window-approx"
+)
+
+// Algorithms lists every supported algorithm in documentation order.
+var Algorithms = []Algorithm{TokenBucket, FixedWindow, SlidingWindow, SlidingWindowApprox}
+
+// IsWindow reports whether a is one of the window algorithms.
+func (a Algorithm) IsWindow() bool {
+	return a == FixedWindow || a == SlidingWindow || a == SlidingWindowApprox
+}
+
+// Charge says what a request costs.
+type Charge string
+
+// The supported charges.
+const (
+	// ChargeRequests: every request costs one unit.
+	ChargeRequests Charge = "requests"
+	// ChargeCost: a request costs the value of its cost attribute.
+	ChargeCost Charge = "cost"
+)
+
+// Reserved attribute names: trace columns with a meaning of their own, which
+// therefore cannot partition a budget.
+const (
+	AttrAtMs = "at_ms"
+	AttrCost = "cost"
+)
+
+// Limits on parameters, in the units of the file.
+const (
+	// MaxRate is the largest token-bucket rate, in tokens per second.
+	MaxRate = lease.MaxRateMilliPerSec / lease.MilliPerToken
+	// MaxBurst is the largest token-bucket burst, in tokens.
+	MaxBurst = lease.MaxCapacityMilli / lease.MilliPerToken
+	// MaxLimit is the largest window limit, in units per window.
+	MaxLimit = lease.MaxCapacityMilli / lease.MilliPerToken
+	// MaxNameLen is the longest policy name.
+	MaxNameLen = 63
+)
+
+// File is a parsed, validated policy file.
+type File struct {
+	Policies []Policy
+}
+
+// Policy is one validated policy. Quantities are exact integers: milli-units
+// and nanoseconds.
+type Policy struct {
+	// Name is unique within the file.
+	Name      string
+	Algorithm Algorithm
+
+	// Token bucket only.
+	RateMilliPerSec int64
+	BurstMilli      int64
+	StartFull       bool // default true; false for the window algorithms
+
+	// Window algorithms only.
+	LimitMilli  int64
+	WindowNanos int64
+
+	Charge Charge
+	// Key lists the attributes whose values partition the budget: one
+	// limiter per distinct tuple of values. Empty means one shared budget.
+	Key []string
+	// Line is the policy's line in the file (0 when not parsed from a file).
+	Line int
+}
+
+// NewLimiter builds the lease limiter that enforces p, with its clock (for a
+// token bucket) starting at startNanos. Windows are aligned to multiples of
+// the window from time 0 whatever startNanos is.
+func (p Policy) NewLimiter(startNanos int64) (lease.Limiter, error) {
+	switch p.Algorithm {
+	case TokenBucket:
+		return lease.NewTokenBucket(lease.BucketConfig{
+			CapacityMilli:   p.BurstMilli,
+			RateMilliPerSec: p.RateMilliPerSec,
+			StartFull:       p.StartFull,
+		}, startNanos)
+	case FixedWindow:
+		return lease.NewFixedWindow(p.windowConfig())
+	case SlidingWindow:
+		return lease.NewSlidingWindow(p.windowConfig())
+	case SlidingWindowApprox:
+		return lease.NewApproxSlidingWindow(p.windowConfig())
+	}
+	return nil, fmt.Errorf("%w: policy %q: unknown algorithm %q", ErrInvalidPolicy, p.Name, p.Algorithm)
+}
+
+func (p Policy) windowConfig() lease.WindowConfig {
+	return lease.WindowConfig{LimitMilli: p.LimitMilli, WindowNanos: p.WindowNanos}
+}
+
+// CostMilli is what a request whose trace cost is traceCost (a whole number
+// of units, >= 1) costs under p, in milli-units: 1000 when p charges
+// requests, traceCost*1000 when it charges cost.
+func (p Policy) CostMilli(traceCost int64) int64 {
+	if p.Charge == ChargeCost {
+		return traceCost * lease.MilliPerToken
+	}
+	return lease.MilliPerToken
+}

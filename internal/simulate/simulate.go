@@ -1,0 +1,489 @@
+package simulate
+
+import (
+	"bufio"
+	"encoding/binary"
+	"encoding/csv"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/ration-dev/ration/internal/policy"
+	"github.com/ration-dev/ration/lease"
+)
+
+// ErrInvalidTrace is wrapped by every problem with the trace's content.
+var ErrInvalidTrace = errors.New("invalid trace")
+
+// TraceError is a problem at one line of the trace. It wraps
+// ErrInvalidTrace.
+type TraceError struct {
+	Line int // 1-based; the header is line 1
+	Msg  string
+}
+
+func (e *TraceError) Error() string { return fmt.Sprintf("line %d: %s", e.Line, e.Msg) }
+
+// Unwrap makes errors.Is(err, ErrInvalidTrace) true.
+func (e *TraceError) Unwrap() error { return ErrInvalidTrace }
+
+func traceErr(line int, format string, args ...any) error {
+	return &TraceError{Line: line, Msg: fmt.Sprintf(format, args...)}
+}
+
+// MaxCost is the largest cost a trace row may have: the largest burst or
+// window limit, beyond which every policy rejects the request anyway.
+const MaxCost = policy.MaxBurst
+
+// Options configure a replay.
+type Options struct {
+	// Mode is ModeCompare (the default when empty) or ModeChain.
+	Mode Mode
+	// GroupBy lists trace columns whose values (joined with "/") break each
+	// policy's counters down into groups.
+	GroupBy []string
+	// Decisions, if not nil, receives one CSV row per request per policy
+	// evaluated (see DecisionsHeader).
+	Decisions io.Writer
+}
+
+// DecisionsHeader is the header line of the decisions CSV. Each row is
+//
+//   - line: the request's line in the trace file (the header is line 1)
+//   - at_ms: the request time in milliseconds, with 3 decimals
+//   - policy: the policy's name
+//   - decision: accepted or rejected
+//   - reason: ok, limit or exceeds-capacity
+//   - remaining: the budget left after the decision, in the policy's charge
+//     unit (requests or cost units), with 3 decimals
+//   - retry_after_ms: for a rejection, the wait in milliseconds after which
+//     the same request would be admitted if nothing else were charged,
+//     rounded up to the microsecond; 0.000 when accepted; empty when no wait
+//     can admit it (exceeds-capacity).
+//
+// In chain mode, a policy that accepted a request a later policy rejected
+// shows the remaining budget from its own decision, before the refund.
+const DecisionsHeader = "line,at_ms,policy,decision,reason,remaining,retry_after_ms"
+
+// polState is one policy's replay state.
+type polState struct {
+	pol    policy.Policy
+	keyIdx []int // trace columns of the key attributes
+	// shared is the one limiter of a policy without key attributes;
+	// limiters holds one per distinct key tuple otherwise.
+	shared   lease.Limiter
+	limiters map[string]lease.Limiter
+	totals   Counters
+	groups   []Counters // indexed by group id
+}
+
+// limiter returns the limiter for the request rec, creating it on first use.
+// buf is scratch space for the key, returned for reuse.
+func (ps *polState) limiter(rec []string, buf []byte) (lease.Limiter, []byte, error) {
+	if ps.keyIdx == nil {
+		return ps.shared, buf, nil
+	}
+	// Length-prefixed values: no separator can be confused with data.
+	buf = buf[:0]
+	for _, i := range ps.keyIdx {
+		buf = binary.AppendUvarint(buf, uint64(len(rec[i])))
+		buf = append(buf, rec[i]...)
+	}
+	if lim, ok := ps.limiters[string(buf)]; ok { // no allocation
+		return lim, buf, nil
+	}
+	lim, err := ps.pol.NewLimiter(0)
+	if err != nil {
+		return nil, buf, err
+	}
+	ps.limiters[string(buf)] = lim
+	return lim, buf, nil
+}
+
+// Run replays the CSV trace against policies and returns the counters.
+// Problems with the trace are *TraceError values (several joined when the
+// header has more than one).
+func Run(policies []policy.Policy, trace io.Reader, opts Options) (*Result, error) {
+	if len(policies) == 0 {
+		return nil, errors.New("no policies to simulate")
+	}
+	mode := opts.Mode
+	if mode == "" {
+		mode = ModeCompare
+	}
+	if _, err := ParseMode(string(mode)); err != nil {
+		return nil, err
+	}
+
+	r := csv.NewReader(bufio.NewReaderSize(trace, 256<<10))
+	r.ReuseRecord = true
+	r.FieldsPerRecord = -1 // checked below, with a clearer message
+	header, err := r.Read()
+	if err == io.EOF {
+		return nil, traceErr(1, "the trace is empty; want a header line naming the columns, including at_ms, then one line per request")
+	}
+	if err != nil {
+		return nil, csvErr(err)
+	}
+	header = slices.Clone(header)
+	h, err := parseHeader(header, policies, opts.GroupBy)
+	if err != nil {
+		return nil, err
+	}
+
+	states := make([]*polState, len(policies))
+	for i, p := range policies {
+		ps := &polState{pol: p, keyIdx: h.keyIdx[i]}
+		if ps.keyIdx == nil {
+			if ps.shared, err = p.NewLimiter(0); err != nil {
+				return nil, fmt.Errorf("policy %q: %w", p.Name, err)
+			}
+		} else {
+			ps.limiters = make(map[string]lease.Limiter)
+		}
+		states[i] = ps
+	}
+
+	var (
+		dw        *decisionWriter
+		admitted  Counters
+		admGroups []Counters
+		groupIdx  map[string]int
+		groupKeys []string
+		keyBuf    = make([]byte, 0, 64)
+		groupBuf  = make([]byte, 0, 64)
+		// Per-request scratch for chain refunds.
+		rowLims = make([]lease.Limiter, len(states))
+		rowCost = make([]int64, len(states))
+
+		requests  int64
+		totalWork int64
+		prevAt    int64 = -1
+		prevAtTxt string
+		prevLine  int
+	)
+	if opts.Decisions != nil {
+		dw = newDecisionWriter(opts.Decisions)
+		if err := dw.header(); err != nil {
+			return nil, err
+		}
+	}
+	grouping := len(h.groupIdx) > 0
+	if grouping {
+		groupIdx = make(map[string]int)
+	}
+
+	for {
+		rec, err := r.Read()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return nil, csvErr(err)
+		}
+		line, _ := r.FieldPos(0)
+		if len(rec) != len(header) {
+			return nil, traceErr(line, "has %d fields, but the header has %d (%s)", len(rec), len(header), strings.Join(header, ","))
+		}
+
+		atTxt := rec[h.at]
+		at, err := parseAtMs(atTxt)
+		if err != nil {
+			return nil, traceErr(line, "at_ms %q %v; want milliseconds since the trace start, like 12 or 12.345", atTxt, err)
+		}
+		if at < prevAt {
+			return nil, traceErr(line, "at_ms %s is earlier than %s on line %d; rows must be in time order", atTxt, prevAtTxt, prevLine)
+		}
+		prevAt, prevAtTxt, prevLine = at, atTxt, line
+
+		cost := int64(1)
+		if h.cost >= 0 {
+			if cost, err = parseCost(rec[h.cost]); err != nil {
+				return nil, traceErr(line, "cost %q %v; want an integer from 1 to %d", rec[h.cost], err, MaxCost)
+			}
+		}
+		if totalWork += cost; totalWork < 0 {
+			return nil, traceErr(line, "the total cost of the trace overflows a 64-bit counter")
+		}
+		requests++
+
+		group := -1
+		if grouping {
+			groupBuf = groupBuf[:0]
+			for j, i := range h.groupIdx {
+				if j > 0 {
+					groupBuf = append(groupBuf, '/')
+				}
+				groupBuf = append(groupBuf, rec[i]...)
+			}
+			g, ok := groupIdx[string(groupBuf)]
+			if !ok {
+				g = len(groupKeys)
+				key := string(groupBuf)
+				groupIdx[key] = g
+				groupKeys = append(groupKeys, key)
+				for _, ps := range states {
+					ps.groups = append(ps.groups, Counters{})
+				}
+				admGroups = append(admGroups, Counters{})
+			}
+			group = g
+		}
+
+		passed := true
+		for i, ps := range states {
+			var lim lease.Limiter
+			lim, keyBuf, err = ps.limiter(rec, keyBuf)
+			if err != nil {
+				return nil, fmt.Errorf("line %d: policy %q: %w", line, ps.pol.Name, err)
+			}
+			costMilli := ps.pol.CostMilli(cost)
+			d, err := lim.Admit(at, costMilli)
+			if err != nil {
+				return nil, fmt.Errorf("line %d: policy %q: %w", line, ps.pol.Name, err)
+			}
+			ps.totals.add(d.Allowed, cost)
+			if group >= 0 {
+				ps.groups[group].add(d.Allowed, cost)
+			}
+			if dw != nil {
+				if err := dw.row(line, at, ps.pol.Name, d); err != nil {
+					return nil, err
+				}
+			}
+			if mode == ModeChain {
+				if !d.Allowed {
+					passed = false
+					for k := range i {
+						if err := rowLims[k].Refund(at, rowCost[k]); err != nil {
+							return nil, fmt.Errorf("line %d: policy %q: refund: %w", line, states[k].pol.Name, err)
+						}
+					}
+					break
+				}
+				rowLims[i], rowCost[i] = lim, costMilli
+			}
+		}
+		if mode == ModeChain {
+			admitted.add(passed, cost)
+			if group >= 0 {
+				admGroups[group].add(passed, cost)
+			}
+		}
+	}
+	if requests == 0 {
+		return nil, traceErr(1, "the trace has a header but no requests")
+	}
+	if dw != nil {
+		if err := dw.flush(); err != nil {
+			return nil, err
+		}
+	}
+
+	res := &Result{Mode: mode, Requests: requests}
+	if grouping {
+		res.GroupBy = slices.Clone(opts.GroupBy)
+	}
+	groupMap := func(cs []Counters) map[string]*Counters {
+		if !grouping {
+			return nil
+		}
+		m := make(map[string]*Counters, len(cs))
+		for g, key := range groupKeys {
+			c := cs[g]
+			m[key] = &c
+		}
+		return m
+	}
+	for _, ps := range states {
+		res.Policies = append(res.Policies, PolicyResult{
+			Name:   ps.pol.Name,
+			Totals: Totals{Counters: ps.totals, Groups: groupMap(ps.groups)},
+		})
+	}
+	if mode == ModeChain {
+		res.Admitted = &Totals{Counters: admitted, Groups: groupMap(admGroups)}
+	}
+	return res, nil
+}
+
+// headerInfo holds the column positions the replay needs.
+type headerInfo struct {
+	at, cost int
+	keyIdx   [][]int // per policy; nil for a policy without key
+	groupIdx []int
+}
+
+func parseHeader(header []string, policies []policy.Policy, groupBy []string) (*headerInfo, error) {
+	var errs []error
+	if len(header) > 0 {
+		header[0] = strings.TrimPrefix(header[0], "\ufeff") // a byte order mark
+	}
+	col := make(map[string]int, len(header))
+	for i, name := range header {
+		if name == "" {
+			errs = append(errs, traceErr(1, "column %d has an empty name; want a name for every column", i+1))
+			continue
+		}
+		if j, dup := col[name]; dup {
+			errs = append(errs, traceErr(1, "column %q appears twice (columns %d and %d); want each column once", name, j+1, i+1))
+			continue
+		}
+		col[name] = i
+	}
+	have := "the trace has columns " + strings.Join(header, ", ")
+	h := &headerInfo{at: -1, cost: -1}
+	if i, ok := col[policy.AttrAtMs]; ok {
+		h.at = i
+	} else {
+		errs = append(errs, traceErr(1, "no at_ms column; want a header like at_ms,tenant,cost (%s)", have))
+	}
+	if i, ok := col[policy.AttrCost]; ok {
+		h.cost = i
+	}
+	h.keyIdx = make([][]int, len(policies))
+	for p, pol := range policies {
+		if len(pol.Key) == 0 {
+			continue
+		}
+		idx := make([]int, 0, len(pol.Key))
+		for _, k := range pol.Key {
+			i, ok := col[k]
+			if !ok {
+				errs = append(errs, traceErr(1, "policy %q: key attribute %q is not a trace column (%s)", pol.Name, k, have))
+				continue
+			}
+			idx = append(idx, i)
+		}
+		h.keyIdx[p] = idx
+	}
+	seen := map[string]bool{}
+	for _, g := range groupBy {
+		i, ok := col[g]
+		switch {
+		case g == "":
+			errs = append(errs, traceErr(1, "group-by column name is empty; want trace column names"))
+		case seen[g]:
+			errs = append(errs, traceErr(1, "group-by column %q is listed twice", g))
+		case !ok:
+			errs = append(errs, traceErr(1, "group-by column %q is not a trace column (%s)", g, have))
+		default:
+			seen[g] = true
+			h.groupIdx = append(h.groupIdx, i)
+		}
+	}
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	return h, nil
+}
+
+// csvErr turns an encoding/csv error into a TraceError with its line.
+func csvErr(err error) error {
+	var pe *csv.ParseError
+	if errors.As(err, &pe) {
+		return traceErr(pe.Line, "malformed CSV: %v (column %d)", pe.Err, pe.Column)
+	}
+	return fmt.Errorf("reading the trace: %w", err)
+}
+
+var errTooLate = errors.New("is too large")
+
+// parseAtMs converts milliseconds with up to 3 decimals to nanoseconds,
+// exactly: "12.345" -> 12345000.
+func parseAtMs(s string) (int64, error) {
+	micros, err := policy.ParseMilli(s)
+	if err != nil {
+		return 0, err
+	}
+	if micros > math.MaxInt64/1000 {
+		return 0, errTooLate
+	}
+	return micros * 1000, nil
+}
+
+var (
+	errCostNotWhole = errors.New("is not an integer")
+	errCostZero     = errors.New("is less than 1")
+	errCostTooLarge = fmt.Errorf("is more than the maximum %d", MaxCost)
+)
+
+// parseCost parses a whole number from 1 to MaxCost.
+func parseCost(s string) (int64, error) {
+	var v int64
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c < '0' || c > '9' {
+			if _, err := policy.ParseMilli(s); err != nil && !errors.Is(err, policy.ErrTooPrecise) {
+				return 0, err // not a number, negative, exponent, ...
+			}
+			return 0, errCostNotWhole
+		}
+		v = v*10 + int64(c-'0')
+		if v > MaxCost {
+			return 0, errCostTooLarge
+		}
+	}
+	if s == "" {
+		return 0, policy.ErrNotNumber
+	}
+	if v < 1 {
+		return 0, errCostZero
+	}
+	return v, nil
+}
+
+// decisionWriter formats decision rows without allocating.
+type decisionWriter struct {
+	w   *bufio.Writer
+	buf []byte
+}
+
+func newDecisionWriter(w io.Writer) *decisionWriter {
+	return &decisionWriter{w: bufio.NewWriterSize(w, 256<<10), buf: make([]byte, 0, 128)}
+}
+
+func (d *decisionWriter) header() error {
+	_, err := d.w.WriteString(DecisionsHeader + "\n")
+	return err
+}
+
+func (d *decisionWriter) row(line int, atNanos int64, name string, dec lease.Decision) error {
+	b := d.buf[:0]
+	b = strconv.AppendInt(b, int64(line), 10)
+	b = append(b, ',')
+	b = policy.FormatMilli(b, atNanos/1000) // exact: at_ms has 3 decimals
+	b = append(b, ',')
+	b = append(b, name...) // policy names never need CSV quoting
+	if dec.Allowed {
+		b = append(b, ",accepted,"...)
+	} else {
+		b = append(b, ",rejected,"...)
+	}
+	b = append(b, dec.Reason.String()...)
+	b = append(b, ',')
+	b = policy.FormatMilli(b, dec.RemainingMilli)
+	b = append(b, ',')
+	if dec.RetryAfter != lease.RetryNever {
+		b = policy.FormatMilli(b, ceilMicros(dec.RetryAfter))
+	}
+	b = append(b, '\n')
+	d.buf = b
+	_, err := d.w.Write(b)
+	return err
+}
+
+func (d *decisionWriter) flush() error { return d.w.Flush() }
+
+// ceilMicros is d in microseconds, rounded up.
+func ceilMicros(d time.Duration) int64 {
+	if d <= 0 {
+		return 0
+	}
+	return (int64(d)-1)/1000 + 1
+}
