@@ -47,6 +47,9 @@ func NewTokenBucket(cfg BucketConfig, startNanos int64) (*TokenBucket, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	if err := checkTime(startNanos); err != nil {
+		return nil, err
+	}
 	b := &TokenBucket{cfg: cfg, lastNanos: startNanos, seenNanos: startNanos}
 	if cfg.StartFull {
 		b.levelMilli = cfg.CapacityMilli
@@ -97,6 +100,9 @@ func decide(levelMilli, lastNanos, nowNanos, costMilli, rateMilliPerSec, capMill
 func (b *TokenBucket) advance(nowNanos int64) error {
 	if nowNanos < b.seenNanos {
 		return fmt.Errorf("%w: %d ns is before %d ns", ErrTimeBackwards, nowNanos, b.seenNanos)
+	}
+	if err := checkTime(nowNanos); err != nil {
+		return err
 	}
 	b.seenNanos = nowNanos
 	b.levelMilli, b.lastNanos = refill(b.levelMilli, b.lastNanos, nowNanos, b.cfg.RateMilliPerSec, b.cfg.CapacityMilli)

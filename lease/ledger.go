@@ -3,6 +3,7 @@ package lease
 import (
 	"errors"
 	"fmt"
+	"math"
 	"sort"
 )
 
@@ -28,6 +29,10 @@ var (
 // DefaultMaxLeases bounds the leases one key's ledger holds.
 const DefaultMaxLeases = 4096
 
+// MaxLeasesLimit is the largest MaxLeases: with it, sums of per-lease terms
+// (each at most MaxRateMilliPerSec or MaxCapacityMilli) fit in int64.
+const MaxLeasesLimit = 65536
+
 // MaxTTLNanos bounds a lease's duration (one day): long leases keep dead
 // clients' capacity idle for that long.
 const MaxTTLNanos = 24 * 3600 * NanosPerSecond
@@ -39,6 +44,11 @@ type LedgerConfig struct {
 	CapacityMilli   int64 // B
 	StartFull       bool  // the pool starts with B tokens (else empty)
 	MaxLeases       int   // 0 means DefaultMaxLeases
+	// DriftPPM is ρ, the bound on every clock's rate error, the cluster
+	// clock's included. The pool mints (r - Σ held r_i)/(1+ρ) per cluster
+	// second, so even a cluster clock running ρ fast mints no more than
+	// r - Σ held r_i per real second (docs/design.md §4).
+	DriftPPM int64
 }
 
 // Validate reports parameters outside the supported ranges.
@@ -46,10 +56,10 @@ func (c LedgerConfig) Validate() error {
 	if err := (BucketConfig{CapacityMilli: c.CapacityMilli, RateMilliPerSec: c.RateMilliPerSec}).Validate(); err != nil {
 		return err
 	}
-	if c.MaxLeases < 0 {
-		return fmt.Errorf("%w: max leases %d is negative", ErrInvalidConfig, c.MaxLeases)
+	if c.MaxLeases < 0 || c.MaxLeases > MaxLeasesLimit {
+		return fmt.Errorf("%w: max leases %d is outside [0, %d]", ErrInvalidConfig, c.MaxLeases, MaxLeasesLimit)
 	}
-	return nil
+	return ValidateDrift(c.DriftPPM)
 }
 
 func (c LedgerConfig) maxLeases() int {
@@ -81,6 +91,9 @@ type Lease struct {
 	// Demands last reported by the client, used for fair division.
 	DemandRateMilliPerSec int64
 	DemandBurstMilli      int64
+	// StartMilli is the tokens debited from the pool into the client's
+	// bucket when the lease was granted.
+	StartMilli int64
 	// Current is the latest terms the coordinator granted.
 	Current Share
 	// Superseded holds earlier terms a renewal reduced. They stay held until
@@ -88,6 +101,10 @@ type Lease struct {
 	// reduction yet (rule b). Ordered by expiry; never longer than a few.
 	Superseded []Share
 }
+
+// HeldAt returns the rate and cap the ledger counts as in use by this lease
+// at cluster time now (see heldAt).
+func (l *Lease) HeldAt(nowNanos int64) (rate, capMilli int64) { return l.heldAt(nowNanos) }
 
 // heldAt returns the rate and cap the ledger must treat as in use by this
 // lease at time now: the maximum over the current terms and every superseded
@@ -124,7 +141,10 @@ type LedgerState struct {
 	Leases              []Lease // sorted by (ClientID, Incarnation)
 	Stats               LedgerStats
 	PoolRateMilliPerSec int64 // pool mint rate at NowNanos, to detect rises
-	InitialPoolMilli    int64 // pool level at creation, for conservation checks
+	// OvercommitUntilNanos: after a Reconfigure lowered the budget, leases
+	// granted under the old one may exceed it until this time.
+	OvercommitUntilNanos int64
+	InitialPoolMilli     int64 // pool level at creation, for conservation checks
 }
 
 // Ledger is the coordinator's account of one policy key's budget: the pool of
@@ -153,7 +173,11 @@ func NewLedger(cfg LedgerConfig, startNanos int64) (*Ledger, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	l := &Ledger{s: LedgerState{Config: cfg, PoolNanos: startNanos, NowNanos: startNanos, NextID: 1, PoolRateMilliPerSec: cfg.RateMilliPerSec}}
+	if err := checkTime(startNanos); err != nil {
+		return nil, err
+	}
+	l := &Ledger{s: LedgerState{Config: cfg, PoolNanos: startNanos, NowNanos: startNanos, NextID: 1}}
+	l.s.PoolRateMilliPerSec, _ = l.poolTerms(startNanos)
 	if cfg.StartFull {
 		l.s.PoolMilli = cfg.CapacityMilli
 		l.s.InitialPoolMilli = cfg.CapacityMilli
@@ -201,9 +225,26 @@ func (l *Ledger) Stats() LedgerStats { return l.s.Stats }
 // Leases returns copies of the live leases, sorted by (ClientID, Incarnation).
 func (l *Ledger) Leases() []Lease { return cloneState(l.s).Leases }
 
+// LeaseCount returns the number of live leases.
+func (l *Ledger) LeaseCount() int { return len(l.s.Leases) }
+
 // Held returns Σ held r_i and Σ held b_i at the latest operation's time.
 func (l *Ledger) Held() (rateMilliPerSec, capMilli int64) {
 	return l.heldExcept(-1, l.s.NowNanos)
+}
+
+// PoolFullAt returns the cluster time at which the pool will be full if no
+// lease changes before then (math.MaxInt64 if it never fills).
+func (l *Ledger) PoolFullAt() int64 {
+	rate, capMilli := l.poolTerms(l.s.NowNanos)
+	if l.s.PoolMilli >= capMilli {
+		return l.s.NowNanos
+	}
+	wait := NanosToMint(rate, capMilli-l.s.PoolMilli)
+	if wait == int64(RetryNever) {
+		return math.MaxInt64
+	}
+	return max(l.s.NowNanos, satAdd(l.s.PoolNanos, wait))
 }
 
 // NextExpiry returns the earliest current expiry among live leases: the
@@ -226,15 +267,20 @@ func (l *Ledger) heldExcept(skip int, nowNanos int64) (rate, capMilli int64) {
 			continue
 		}
 		r, c := l.s.Leases[i].heldAt(nowNanos)
-		rate += r
-		capMilli += c
+		// Saturating: a corrupt snapshot must fail the invariants, not wrap.
+		rate = satAdd(rate, max(r, 0))
+		capMilli = satAdd(capMilli, max(c, 0))
 	}
 	return rate, capMilli
 }
 
 func (l *Ledger) poolTerms(nowNanos int64) (rate, capMilli int64) {
 	hr, hc := l.heldExcept(-1, nowNanos)
-	return l.s.Config.RateMilliPerSec - hr, l.s.Config.CapacityMilli - hc
+	// After a Reconfigure lowers the budget, leases granted under the old one
+	// can hold more than the new budget until they expire; the pool then
+	// mints nothing and holds nothing.
+	unleased := max(0, l.s.Config.RateMilliPerSec-hr)
+	return MulDiv(unleased, PPM, PPM+l.s.Config.DriftPPM), max(0, l.s.Config.CapacityMilli-hc)
 }
 
 // advance moves the ledger to nowNanos, minting into the pool piece by piece:
@@ -243,6 +289,9 @@ func (l *Ledger) poolTerms(nowNanos int64) (rate, capMilli int64) {
 func (l *Ledger) advance(nowNanos int64) error {
 	if nowNanos < l.s.NowNanos {
 		return fmt.Errorf("%w: cluster time %d ns is before %d ns", ErrTimeBackwards, nowNanos, l.s.NowNanos)
+	}
+	if err := checkTime(nowNanos); err != nil {
+		return err
 	}
 	var breaks []int64
 	for i := range l.s.Leases {
@@ -463,7 +512,9 @@ func (l *Ledger) Grant(nowNanos int64, req GrantRequest) (Grant, error) {
 		ID: LeaseID(l.s.NextID), ClientID: req.ClientID, Incarnation: req.Incarnation, GrantSeq: req.Seq, Weight: req.Weight,
 		DemandRateMilliPerSec: req.DemandRateMilliPerSec, DemandBurstMilli: req.DemandBurstMilli,
 	}
+	var replaced Lease
 	if exists {
+		replaced = l.s.Leases[i]
 		l.s.Leases[i] = le
 	} else {
 		l.s.Leases = append(l.s.Leases, Lease{})
@@ -472,7 +523,14 @@ func (l *Ledger) Grant(nowNanos int64, req GrantRequest) (Grant, error) {
 	}
 	rate, capMilli, err := l.terms(i)
 	if err != nil {
-		return Grant{}, err // unreachable: inputs were validated
+		// Unreachable (inputs were validated); undo the insertion anyway so
+		// a failed grant leaves no half-made lease behind.
+		if exists {
+			l.s.Leases[i] = replaced
+		} else {
+			l.s.Leases = append(l.s.Leases[:i], l.s.Leases[i+1:]...)
+		}
+		return Grant{}, err
 	}
 	l.s.NextID++
 	cur := &l.s.Leases[i]
@@ -487,6 +545,7 @@ func (l *Ledger) Grant(nowNanos int64, req GrantRequest) (Grant, error) {
 		l.s.Stats.DebitedMilli += start
 		burned = l.capPool()
 	}
+	cur.StartMilli = start
 	l.repricePool()
 	return Grant{
 		LeaseID: cur.ID, RateMilliPerSec: rate, CapMilli: capMilli, StartMilli: start,
@@ -511,6 +570,9 @@ func (l *Ledger) Renew(nowNanos int64, req RenewRequest) (Grant, error) {
 	i, ok := l.find(req.ClientID, req.Incarnation)
 	if !ok || l.s.Leases[i].ID != req.LeaseID {
 		return Grant{}, fmt.Errorf("%w: %s incarnation %d lease %d", ErrLeaseNotFound, req.ClientID, req.Incarnation, req.LeaseID)
+	}
+	if err := checkTime(nowNanos); err != nil {
+		return Grant{}, err
 	}
 	if l.s.Leases[i].Current.ExpiresNanos <= nowNanos {
 		return Grant{}, fmt.Errorf("%w: lease %d expired at %d ns, now %d ns", ErrLeaseExpired, req.LeaseID, l.s.Leases[i].Current.ExpiresNanos, nowNanos)
@@ -579,13 +641,68 @@ func (l *Ledger) Release(nowNanos int64, req ReleaseRequest) (ReleaseResult, err
 // freeing its rate and cap without returning tokens (rule f). It returns the
 // removed IDs in holder order.
 func (l *Ledger) Expire(nowNanos int64) ([]LeaseID, error) {
+	return l.ExpireThrough(nowNanos, nowNanos)
+}
+
+// ExpireThrough advances to now but removes only leases whose expiry is at
+// or before throughNanos (<= now): a new leader expires inherited leases a
+// margin late, in case its clock runs faster than the old leader's did.
+func (l *Ledger) ExpireThrough(nowNanos, throughNanos int64) ([]LeaseID, error) {
+	if err := l.advance(nowNanos); err != nil {
+		return nil, err
+	}
+	throughNanos = min(throughNanos, nowNanos)
+	var gone []LeaseID
+	kept := l.s.Leases[:0]
+	for _, le := range l.s.Leases {
+		if le.Current.ExpiresNanos <= throughNanos {
+			gone = append(gone, le.ID)
+			continue
+		}
+		kept = append(kept, le)
+	}
+	l.s.Leases = kept
+	l.repricePool()
+	return gone, nil
+}
+
+// Reconfigure changes the budget at cluster time now (a policy update).
+// Leases already granted keep their terms until they are renewed or expire:
+// held capacity is honoured, so if the budget shrank, the old budget bounds
+// admissions until the last old lease expires. New grants and renewals are
+// divided under the new budget at once, and the pool is burned down to
+// whatever room the new budget leaves.
+func (l *Ledger) Reconfigure(nowNanos int64, cfg LedgerConfig) error {
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	cfg.StartFull = l.s.Config.StartFull
+	if err := l.advance(nowNanos); err != nil {
+		return err
+	}
+	hr, hc := l.heldExcept(-1, nowNanos)
+	if hr > cfg.RateMilliPerSec || hc > cfg.CapacityMilli {
+		for i := range l.s.Leases {
+			l.s.OvercommitUntilNanos = max(l.s.OvercommitUntilNanos, l.s.Leases[i].Current.ExpiresNanos)
+		}
+	}
+	l.s.Config = cfg
+	l.capPool()
+	l.repricePool()
+	return nil
+}
+
+// Revoke frees, without credit, every lease of clientID whose incarnation is
+// below incarnation: a client that restarted with a new incarnation tells
+// the coordinator its previous process is gone. It returns the freed IDs.
+func (l *Ledger) Revoke(nowNanos int64, clientID string, incarnation uint64) ([]LeaseID, error) {
 	if err := l.advance(nowNanos); err != nil {
 		return nil, err
 	}
 	var gone []LeaseID
 	kept := l.s.Leases[:0]
 	for _, le := range l.s.Leases {
-		if le.Current.ExpiresNanos <= nowNanos {
+		if le.ClientID == clientID && le.Incarnation < incarnation {
 			gone = append(gone, le.ID)
 			continue
 		}
@@ -601,18 +718,28 @@ func (l *Ledger) Expire(nowNanos int64) ([]LeaseID, error) {
 func (l *Ledger) CheckInvariants() error {
 	s := &l.s
 	cfg := s.Config
-	if s.PoolMilli < 0 {
-		return fmt.Errorf("pool %d is negative", s.PoolMilli)
-	}
 	if s.PoolNanos > s.NowNanos {
 		return fmt.Errorf("pool credited to %d, after now %d", s.PoolNanos, s.NowNanos)
 	}
 	hr, hc := l.heldExcept(-1, s.NowNanos)
+	if s.OvercommitUntilNanos > s.NowNanos {
+		// Leases from before a Reconfigure are honoured until they expire;
+		// rule (a) holds against the budget they were granted under.
+		return l.checkLeases()
+	}
 	if hr > cfg.RateMilliPerSec {
 		return fmt.Errorf("rule (a): held rate %d exceeds r %d", hr, cfg.RateMilliPerSec)
 	}
 	if s.PoolMilli+hc > cfg.CapacityMilli {
 		return fmt.Errorf("rule (a): pool %d + held caps %d exceeds B %d", s.PoolMilli, hc, cfg.CapacityMilli)
+	}
+	return l.checkLeases()
+}
+
+func (l *Ledger) checkLeases() error {
+	s := &l.s
+	if s.PoolMilli < 0 {
+		return fmt.Errorf("pool %d is negative", s.PoolMilli)
 	}
 	for i := range s.Leases {
 		le := &s.Leases[i]
@@ -625,8 +752,10 @@ func (l *Ledger) CheckInvariants() error {
 		if le.ID == 0 || le.ID >= s.NextID {
 			return fmt.Errorf("lease %d has an ID outside [1, %d)", le.ID, s.NextID)
 		}
-		if le.Current.RateMilliPerSec < 0 || le.Current.CapMilli < 0 {
-			return fmt.Errorf("lease %d has negative terms", le.ID)
+		for _, sh := range append([]Share{le.Current}, le.Superseded...) {
+			if sh.RateMilliPerSec < 0 || sh.RateMilliPerSec > MaxRateMilliPerSec || sh.CapMilli < 0 || sh.CapMilli > MaxCapacityMilli {
+				return fmt.Errorf("lease %d has terms outside the supported ranges: %+v", le.ID, sh)
+			}
 		}
 		for _, sh := range le.Superseded {
 			if sh.ExpiresNanos > le.Current.ExpiresNanos {

@@ -269,3 +269,50 @@ func TestLedgerHugeValues(t *testing.T) {
 		t.Fatalf("pool = %d, want full %d (grant %+v)", l.PoolMilli(), MaxCapacityMilli, g)
 	}
 }
+
+func TestReconfigureHonoursHeldCapacity(t *testing.T) {
+	l := newTestLedger(t, 10_000, 100_000)
+	grant(t, l, 0, "a", 1, 10_000, 60_000)
+	// Halve the budget: a's terms are honoured until its expiry at 10 s.
+	if err := l.Reconfigure(sec, LedgerConfig{RateMilliPerSec: 5_000, CapacityMilli: 50_000}); err != nil {
+		t.Fatal(err)
+	}
+	mustInv(t, l)
+	if l.PoolMilli() != 0 {
+		t.Fatalf("pool %d: the new budget has no room while a holds 60000", l.PoolMilli())
+	}
+	g := grant(t, l, 2*sec, "b", 1, 10_000, 50_000)
+	if g.RateMilliPerSec != 0 || g.CapMilli != 0 {
+		t.Fatalf("b got %+v while a overcommits the new budget", g)
+	}
+	if _, err := l.Expire(10 * sec); err != nil {
+		t.Fatal(err)
+	}
+	mustInv(t, l)
+	if hr, hc := l.Held(); hr != 0 || hc != 0 {
+		t.Fatalf("held %d/%d after expiry", hr, hc)
+	}
+	// A renewal by b now divides the new budget.
+	if _, err := l.Expire(20 * sec); err != nil {
+		t.Fatal(err)
+	}
+	if l.PoolMilli() > 50_000 {
+		t.Fatalf("pool %d above the new B", l.PoolMilli())
+	}
+}
+
+func TestRevokeOlderIncarnations(t *testing.T) {
+	l := newTestLedger(t, 10_000, 100_000)
+	grant(t, l, 0, "a", 1, 10_000, 60_000)
+	gone, err := l.Revoke(sec, "a", 2)
+	if err != nil || len(gone) != 1 {
+		t.Fatalf("revoke = %v, %v", gone, err)
+	}
+	mustInv(t, l)
+	if l.PoolMilli() != 40_000 {
+		t.Fatalf("pool %d: a revoke must return no tokens", l.PoolMilli())
+	}
+	if gone, _ := l.Revoke(sec, "a", 2); len(gone) != 0 {
+		t.Fatal("revoked twice")
+	}
+}

@@ -1,11 +1,14 @@
 package lease
 
-// A discrete-event model of the lease protocol, driven by rapid: one
-// coordinator ledger (its cluster clock is the reference clock), several
-// clients whose clocks drift within ±ρ, message delays, lost responses,
-// request timeouts, crashes, releases and expiries. Every admission is
-// recorded at reference time and the whole history is checked against
-// B + r·W over every window by internal/quotacheck.
+// A discrete-event model of the lease protocol, driven by rapid, in real
+// time: one coordinator ledger whose cluster clock is a succession of leader
+// clocks, each drifting within ±ρ, with elections that freeze cluster time;
+// several clients whose clocks drift within ±ρ; message delays, lost
+// responses, request timeouts, crashes, releases and expiries (proposed at
+// random times, or promptly at NextExpiry). Every admission is recorded at
+// real time, and the whole history is checked against B + r·W over every
+// window by internal/quotacheck. An oracle also checks, at each admission,
+// that the coordinator still holds the terms the client admits under.
 
 import (
 	"errors"
@@ -92,15 +95,62 @@ type sim struct {
 	seq      int
 	history  []quotacheck.Admission
 	checkInv bool
+	prompt   bool // Expire proposed at NextExpiry
+	saturate bool // every client drains its bucket at every step
+
+	// The cluster clock: the current leader's term started at real time
+	// segStart with cluster time segBase, and its clock runs at
+	// (1 + leaderSkew/1e6) × real time. During an election (real time in
+	// [pauseStart, pauseEnd)) cluster time stands still and the
+	// coordinator handles nothing.
+	segStart, segBase    int64
+	leaderSkew           int64
+	pauseStart, pauseEnd int64
+}
+
+// cluster returns the cluster time at real time t.
+func (s *sim) cluster(t int64) int64 {
+	d := max(t-s.segStart, 0) // before the new term starts: frozen
+	return s.segBase + d + d*s.leaderSkew/PPM
+}
+
+// realAt returns the earliest real time (>= now) at which cluster time
+// reaches c under the current leader.
+func (s *sim) realAt(c int64) int64 {
+	if c <= s.cluster(s.now) {
+		return s.now
+	}
+	d := (c - s.segBase) * PPM / (PPM + s.leaderSkew)
+	for s.cluster(s.segStart+d) < c {
+		d++
+	}
+	return max(s.now, s.segStart+d)
+}
+
+// inElection reports whether the coordinator is unavailable at real time t.
+func (s *sim) inElection(t int64) bool { return t >= s.pauseStart && t < s.pauseEnd }
+
+// elect starts an election now: cluster time freezes for a while, then a
+// new leader continues it from the last value with its own clock rate.
+func (s *sim) elect() {
+	if s.now < s.pauseEnd {
+		return
+	}
+	frozen := s.cluster(s.now)
+	s.pauseStart = s.now
+	s.pauseEnd = s.now + rapid.Int64Range(1, 2*s.p.timeout).Draw(s.t, "electionLength")
+	s.segStart, s.segBase = s.pauseEnd, frozen
+	s.leaderSkew = rapid.Int64Range(-s.p.rhoPPM, s.p.rhoPPM).Draw(s.t, "leaderSkew")
 }
 
 func newSim(t *rapid.T, p simParams, fault Fault) *sim {
-	l, err := NewLedger(LedgerConfig{RateMilliPerSec: p.rate, CapacityMilli: p.capacity, StartFull: p.startFull}, 0)
+	l, err := NewLedger(LedgerConfig{RateMilliPerSec: p.rate, CapacityMilli: p.capacity, StartFull: p.startFull, DriftPPM: p.rhoPPM}, 0)
 	if err != nil {
 		t.Fatalf("NewLedger: %v", err)
 	}
 	l.injectFault(fault)
-	s := &sim{t: t, p: p, ledger: l, checkInv: fault == FaultNone}
+	s := &sim{prompt: rapid.Bool().Draw(t, "prompt"), saturate: rapid.Bool().Draw(t, "saturate"), t: t, p: p, ledger: l, checkInv: fault == FaultNone}
+	s.leaderSkew = rapid.Int64Range(-p.rhoPPM, p.rhoPPM).Draw(t, "leaderSkew")
 	for i := 0; i < p.clients; i++ {
 		s.clients = append(s.clients, &simClient{
 			id:      fmt.Sprintf("c%d", i),
@@ -127,13 +177,31 @@ func (s *sim) deliverUntil(t int64) {
 			}
 			return s.queue[a].seq < s.queue[b].seq
 		})
+		if e, ok := s.ledger.NextExpiry(); ok && s.prompt && !s.inElection(s.now) {
+			if at := s.realAt(e); at <= t && !s.inElection(at) && (len(s.queue) == 0 || at <= s.queue[0].at) {
+				s.now = at
+				s.expire()
+				continue
+			}
+		}
 		if len(s.queue) == 0 || s.queue[0].at > t {
 			s.now = t
+			if s.saturate {
+				for ci := range s.clients {
+					s.spend(ci, true)
+				}
+			}
 			return
 		}
 		m := s.queue[0]
 		s.queue = s.queue[1:]
 		s.now = m.at
+		if m.kind <= msgRelease && s.inElection(s.now) {
+			// No leader: the request waits for the next one (forwarding).
+			m.at = s.pauseEnd
+			s.send(m)
+			continue
+		}
 		s.deliver(m)
 	}
 }
@@ -154,9 +222,9 @@ func (s *sim) deliver(m *simMsg) {
 		var g Grant
 		var err error
 		if m.kind == msgGrant {
-			g, err = s.ledger.Grant(s.now, m.grant)
+			g, err = s.ledger.Grant(s.cluster(s.now), m.grant)
 		} else {
-			g, err = s.ledger.Renew(s.now, m.renew)
+			g, err = s.ledger.Renew(s.cluster(s.now), m.renew)
 		}
 		s.invariants("grant/renew")
 		if err != nil && !errors.Is(err, ErrLeaseNotFound) && !errors.Is(err, ErrLeaseExpired) && !errors.Is(err, ErrStaleGrant) {
@@ -167,7 +235,7 @@ func (s *sim) deliver(m *simMsg) {
 		}
 		s.send(&simMsg{at: s.now + m.respDelay, kind: msgResponse, cl: m.cl, inc: m.inc, req: m.req, ok: err == nil, resp: g, forRenew: m.kind == msgRenew})
 	case msgRelease:
-		_, err := s.ledger.Release(s.now, m.release)
+		_, err := s.ledger.Release(s.cluster(s.now), m.release)
 		s.invariants("release")
 		if err != nil && !errors.Is(err, ErrLeaseNotFound) {
 			s.t.Fatalf("unexpected release error: %v", err)
@@ -254,15 +322,16 @@ func (s *sim) request(ci int) {
 	c.sendLocal = c.local(s.now)
 	d1, d2, lost := s.delays()
 	rate, burst, w := s.demands()
+	ttl := rapid.OneOf(rapid.Just(s.p.ttl), rapid.Int64Range(s.p.ttl/10, s.p.ttl)).Draw(s.t, "reqTTL")
 	m := &simMsg{at: s.now + d1, cl: ci, inc: c.inc, req: c.reqNo, respDelay: d2, respLost: lost}
 	if c.lease == nil || c.local(s.now) >= c.lease.deadline {
 		c.lease = nil
 		c.grantSeq++
 		m.kind = msgGrant
-		m.grant = GrantRequest{ClientID: c.id, Incarnation: c.inc, Seq: c.grantSeq, Weight: w, DemandRateMilliPerSec: rate, DemandBurstMilli: burst, TTLNanos: s.p.ttl}
+		m.grant = GrantRequest{ClientID: c.id, Incarnation: c.inc, Seq: c.grantSeq, Weight: w, DemandRateMilliPerSec: rate, DemandBurstMilli: burst, TTLNanos: ttl}
 	} else {
 		m.kind = msgRenew
-		m.renew = RenewRequest{ClientID: c.id, Incarnation: c.inc, LeaseID: c.lease.id, Weight: w, DemandRateMilliPerSec: rate, DemandBurstMilli: burst, TTLNanos: s.p.ttl}
+		m.renew = RenewRequest{ClientID: c.id, Incarnation: c.inc, LeaseID: c.lease.id, Weight: w, DemandRateMilliPerSec: rate, DemandBurstMilli: burst, TTLNanos: ttl}
 	}
 	s.send(m)
 	s.send(&simMsg{at: s.now + s.p.timeout, kind: msgTimeout, cl: ci, inc: c.inc, req: c.reqNo})
@@ -296,6 +365,21 @@ func (s *sim) spend(ci int, greedy bool) {
 	d, err := c.lease.bucket.Admit(at, cost)
 	must(s.t, err)
 	if d.Allowed {
+		// Oracle: the terms the client admits under must be live and held now.
+		i, ok := s.ledger.find(c.id, c.inc)
+		if !ok || s.ledger.s.Leases[i].ID != c.lease.id {
+			s.t.Fatalf("quota bound broken (oracle): %s admits from lease %d the coordinator no longer has", c.id, c.lease.id)
+		}
+		le := &s.ledger.s.Leases[i]
+		if s.cluster(s.now) >= le.Current.ExpiresNanos {
+			s.t.Fatalf("quota bound broken (oracle): %s admits from lease %d at %d, expiry %d", c.id, c.lease.id, s.now, le.Current.ExpiresNanos)
+		}
+		hr, hc := le.heldAt(s.cluster(s.now))
+		if bc := c.lease.bucket.cfg; bc.CapacityMilli > hc || bc.RateMilliPerSec > hr {
+			s.t.Fatalf("quota bound broken (oracle): %s uses cap %d rate %d, held %d/%d", c.id, bc.CapacityMilli, bc.RateMilliPerSec, hc, hr)
+		}
+	}
+	if d.Allowed {
 		s.history = append(s.history, quotacheck.Admission{AtNanos: s.now, CostMilli: cost, Who: c.id})
 	}
 }
@@ -325,7 +409,10 @@ func (s *sim) crash(ci int) {
 }
 
 func (s *sim) expire() {
-	if _, err := s.ledger.Expire(s.now); err != nil {
+	if s.inElection(s.now) {
+		return
+	}
+	if _, err := s.ledger.Expire(s.cluster(s.now)); err != nil {
 		s.t.Fatalf("expire: %v", err)
 	}
 	s.invariants("expire")
@@ -337,23 +424,22 @@ func drawParams(t *rapid.T) simParams {
 		capacity:  rapid.Int64Range(100, 20_000).Draw(t, "B"),
 		startFull: rapid.Bool().Draw(t, "startFull"),
 		ttl:       rapid.Int64Range(1e8, 3e9).Draw(t, "ttl"),
-		rhoPPM:    rapid.SampledFrom([]int64{0, 100, 50_000}).Draw(t, "rho"),
+		rhoPPM:    rapid.OneOf(rapid.SampledFrom([]int64{0, 100, 1000, 50_000, MaxDriftPPM}), rapid.Int64Range(0, MaxDriftPPM)).Draw(t, "rho"),
 		timeout:   rapid.Int64Range(1e6, 5e8).Draw(t, "timeout"),
 		clients:   rapid.IntRange(1, 4).Draw(t, "clients"),
 	}
 }
 
 // runSim plays one generated history and returns it with its bound.
-
 func runSim(t *rapid.T, fault Fault) ([]quotacheck.Admission, quotacheck.Bound) {
 	p := drawParams(t)
 	s := newSim(t, p, fault)
 	steps := rapid.IntRange(50, 400).Draw(t, "steps")
 	for i := 0; i < steps; i++ {
-		dt := rapid.OneOf(rapid.Just(int64(0)), rapid.Int64Range(0, p.timeout), rapid.Int64Range(0, 2*p.ttl)).Draw(t, "dt")
+		dt := rapid.OneOf(rapid.Just(int64(0)), rapid.Int64Range(0, p.timeout), rapid.Int64Range(0, p.ttl/20), rapid.Int64Range(0, 2*p.ttl)).Draw(t, "dt")
 		s.deliverUntil(s.now + dt)
 		ci := rapid.IntRange(0, p.clients-1).Draw(t, "client")
-		a := rapid.IntRange(0, 14).Draw(t, "action")
+		a := rapid.IntRange(0, 15).Draw(t, "action")
 		switch {
 		case a < 4:
 			s.request(ci)
@@ -369,12 +455,15 @@ func runSim(t *rapid.T, fault Fault) ([]quotacheck.Admission, quotacheck.Bound) 
 			s.release(ci)
 		case a < 13:
 			s.crash(ci)
-		default:
+		case a < 15:
 			s.expire()
+		default:
+			s.elect()
 		}
 	}
-	// Let everything in flight land, and spend what is left.
-	s.deliverUntil(s.now + 3*p.timeout)
+	// Let everything in flight land (after any election), and spend what
+	// is left.
+	s.deliverUntil(max(s.now, s.pauseEnd) + 3*p.timeout)
 	for ci := range s.clients {
 		s.spend(ci, true)
 	}

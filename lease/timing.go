@@ -26,24 +26,35 @@ func ValidateDrift(driftPPM int64) error {
 // client's local span L covers at most L/(1-ρ) real time and the coordinator's
 // span ttl covers at least ttl/(1+ρ); L = ttl(1-ρ)/(1+ρ) makes the client stop
 // no later than the coordinator reclaims.
+//
+// A drift outside [0, MaxDriftPPM] is treated as MaxDriftPPM, the most
+// conservative value, never as a smaller one.
 func ClientUsableNanos(ttlNanos, driftPPM int64) int64 {
 	if ttlNanos <= 0 {
 		return 0
 	}
-	return MulDiv(ttlNanos, PPM-driftPPM, PPM+driftPPM)
+	driftPPM = safeDrift(driftPPM)
+	return MulDiv(min(ttlNanos, MaxTTLNanos), PPM-driftPPM, PPM+driftPPM)
+}
+
+func safeDrift(driftPPM int64) int64 {
+	if driftPPM < 0 || driftPPM > MaxDriftPPM {
+		return MaxDriftPPM
+	}
+	return driftPPM
 }
 
 // ClientDeadline is the local monotonic time at which a client must stop
 // admitting from a lease: sendNanos + ClientUsableNanos(ttl, ρ).
 func ClientDeadline(sendNanos, ttlNanos, driftPPM int64) int64 {
-	return sendNanos + ClientUsableNanos(ttlNanos, driftPPM)
+	return satAdd(max(sendNanos, 0), ClientUsableNanos(ttlNanos, driftPPM))
 }
 
 // ClientMintRate is the rate at which a client's local bucket mints for a
 // lease with rate share r_i: r_i/(1+ρ), rounded down, so that a client clock
 // running ρ fast still mints no more than r_i per real second.
 func ClientMintRate(shareMilliPerSec, driftPPM int64) int64 {
-	return MulDiv(shareMilliPerSec, PPM, PPM+driftPPM)
+	return MulDiv(shareMilliPerSec, PPM, PPM+safeDrift(driftPPM))
 }
 
 // ReclaimAt is the cluster time at which the coordinator may free a lease

@@ -26,6 +26,21 @@ const (
 	MaxCapacityMilli = int64(1e12) * MilliPerToken
 )
 
+// MaxTimeNanos is the latest time any call may pass: far beyond any real
+// clock (about 290 years), and low enough that time + MaxTTLNanos and
+// differences of valid times never overflow. Times are never negative.
+const MaxTimeNanos = int64(math.MaxInt64) - 2*MaxTTLNanos
+
+// ErrTimeOutOfRange is returned for a time outside [0, MaxTimeNanos].
+var ErrTimeOutOfRange = errors.New("lease: time out of range")
+
+func checkTime(t int64) error {
+	if t < 0 || t > MaxTimeNanos {
+		return fmt.Errorf("%w: %d ns is outside [0, %d]", ErrTimeOutOfRange, t, MaxTimeNanos)
+	}
+	return nil
+}
+
 // RetryNever is the RetryAfter of a request that waiting cannot admit: its
 // cost exceeds the capacity, or the refill rate is zero.
 const RetryNever = time.Duration(math.MaxInt64)

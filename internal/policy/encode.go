@@ -3,6 +3,9 @@ package policy
 import (
 	"bytes"
 	"io"
+	"maps"
+	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -10,9 +13,21 @@ import (
 )
 
 // Encode writes f as a canonical policy file that Parse reads back to the
-// same policies (apart from Line): fields in a fixed order, defaults
-// written out, numbers in their shortest exact decimal form.
+// same policies (apart from Line, and an empty key list read back as nil):
+// fields in a fixed order, the limiter's defaults (start, charge) written
+// out, the cluster settings only where they differ from their defaults
+// (renew_after's default being the lease duration/3), client weights sorted
+// by client ID, numbers in their shortest exact decimal form.
 func (f *File) Encode(w io.Writer) error {
+	type outLease struct {
+		Duration   string `yaml:"duration,omitempty"`
+		RenewAfter string `yaml:"renew_after,omitempty"`
+		DriftPPM   *int64 `yaml:"drift_ppm,omitempty"` // 0 is not the default
+	}
+	type outWeights struct {
+		Default int64      `yaml:"default,omitempty"`
+		Clients *yaml.Node `yaml:"clients,omitempty"`
+	}
 	type outPolicy struct {
 		Name      string   `yaml:"name"`
 		Algorithm string   `yaml:"algorithm"`
@@ -23,6 +38,14 @@ func (f *File) Encode(w io.Writer) error {
 		Window    string   `yaml:"window,omitempty"`
 		Charge    string   `yaml:"charge"`
 		Key       []string `yaml:"key,flow,omitempty"`
+
+		Lease           *outLease   `yaml:"lease,omitempty"`
+		Weights         *outWeights `yaml:"weights,omitempty"`
+		Failure         string      `yaml:"failure,omitempty"`
+		FallbackRate    number      `yaml:"fallback_rate,omitempty"`
+		Shadow          bool        `yaml:"shadow,omitempty"`
+		MaxKeys         int64       `yaml:"max_keys,omitempty"`
+		MaxLeasesPerKey int64       `yaml:"max_leases_per_key,omitempty"`
 	}
 	out := struct {
 		Policies []outPolicy `yaml:"policies"`
@@ -36,9 +59,53 @@ func (f *File) Encode(w io.Writer) error {
 			if p.StartFull {
 				o.Start = "full"
 			}
+			var l outLease
+			if p.LeaseDurationNanos != int64(DefaultLeaseDuration) {
+				l.Duration = formatDuration(p.LeaseDurationNanos)
+			}
+			if p.RenewAfterNanos != defaultRenewAfter(p.LeaseDurationNanos) {
+				l.RenewAfter = formatDuration(p.RenewAfterNanos)
+			}
+			if p.DriftPPM != DefaultDriftPPM {
+				l.DriftPPM = &p.DriftPPM
+			}
+			if l != (outLease{}) {
+				o.Lease = &l
+			}
+			var ws outWeights
+			if p.DefaultWeight != DefaultClientWeight {
+				ws.Default = p.DefaultWeight
+			}
+			if len(p.ClientWeights) > 0 {
+				ws.Clients = &yaml.Node{Kind: yaml.MappingNode}
+				for _, id := range slices.Sorted(maps.Keys(p.ClientWeights)) {
+					key := &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!str", Value: id}
+					if id == "<<" {
+						key.Style = yaml.DoubleQuotedStyle // yaml.v3 writes it plain: a merge key
+					}
+					ws.Clients.Content = append(ws.Clients.Content, key,
+						&yaml.Node{Kind: yaml.ScalarNode, Tag: "!!int", Value: strconv.FormatInt(p.ClientWeights[id], 10)})
+				}
+			}
+			if ws != (outWeights{}) {
+				o.Weights = &ws
+			}
+			if p.Failure != DefaultFailure {
+				o.Failure = string(p.Failure)
+			}
+			if p.FallbackRateMilliPerSec != 0 {
+				o.FallbackRate = number(FormatUnits(p.FallbackRateMilliPerSec))
+			}
 		} else {
 			o.Limit = number(FormatUnits(p.LimitMilli))
 			o.Window = formatDuration(p.WindowNanos)
+		}
+		o.Shadow = p.Shadow
+		if p.MaxKeys != DefaultMaxKeys {
+			o.MaxKeys = p.MaxKeys
+		}
+		if p.MaxLeasesPerKey != DefaultMaxLeasesPerKey {
+			o.MaxLeasesPerKey = p.MaxLeasesPerKey
 		}
 		out.Policies = append(out.Policies, o)
 	}

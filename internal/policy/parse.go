@@ -16,11 +16,12 @@ import (
 	"gopkg.in/yaml.v3"
 )
 
-// rawFile and rawPolicy define the accepted field names: the second decoding
-// pass uses them with KnownFields(true), so a field without a yaml tag here
-// is an error. Values are kept as nodes (any YAML value decodes into a
-// yaml.Node), so that pass fails only on unknown fields; values are checked
-// from the node tree of the first pass.
+// rawFile, rawPolicy, rawLease and rawWeights define the accepted field
+// names: the second decoding pass uses them with KnownFields(true), so a
+// field without a yaml tag here is an error. Values are kept as nodes (any
+// YAML value decodes into a yaml.Node), so that pass fails only on unknown
+// fields (and, harmlessly, on a lease or weights that is not a mapping);
+// values are checked from the node tree of the first pass.
 type rawFile struct {
 	Policies []rawPolicy `yaml:"policies"`
 }
@@ -35,6 +36,26 @@ type rawPolicy struct {
 	Start     yaml.Node `yaml:"start"`
 	Limit     yaml.Node `yaml:"limit"`
 	Window    yaml.Node `yaml:"window"`
+
+	// Cluster settings.
+	Lease           *rawLease   `yaml:"lease"`
+	Weights         *rawWeights `yaml:"weights"`
+	Failure         yaml.Node   `yaml:"failure"`
+	FallbackRate    yaml.Node   `yaml:"fallback_rate"`
+	Shadow          yaml.Node   `yaml:"shadow"`
+	MaxKeys         yaml.Node   `yaml:"max_keys"`
+	MaxLeasesPerKey yaml.Node   `yaml:"max_leases_per_key"`
+}
+
+type rawLease struct {
+	Duration   yaml.Node `yaml:"duration"`
+	RenewAfter yaml.Node `yaml:"renew_after"`
+	DriftPPM   yaml.Node `yaml:"drift_ppm"`
+}
+
+type rawWeights struct {
+	Default yaml.Node `yaml:"default"`
+	Clients yaml.Node `yaml:"clients"` // client IDs are free-form: checked by the walk
 }
 
 // Field names.
@@ -49,14 +70,31 @@ const (
 	fLimit     = "limit"
 	fWindow    = "window"
 	fPolicies  = "policies"
+
+	fLease           = "lease"
+	fWeights         = "weights"
+	fFailure         = "failure"
+	fFallbackRate    = "fallback_rate"
+	fShadow          = "shadow"
+	fMaxKeys         = "max_keys"
+	fMaxLeasesPerKey = "max_leases_per_key"
+
+	// Fields of the lease and weights mappings, by their dotted names.
+	fLeaseDuration   = "lease.duration"
+	fLeaseRenewAfter = "lease.renew_after"
+	fLeaseDriftPPM   = "lease.drift_ppm"
+	fWeightsDefault  = "weights.default"
+	fWeightsClients  = "weights.clients"
+	// wantClientWeight is the key in want for every weights.clients.<id>.
+	wantClientWeight = "weights.clients.<id>"
 )
 
 // commonFields apply to every algorithm.
-var commonFields = []string{fName, fAlgorithm, fCharge, fKey}
+var commonFields = []string{fName, fAlgorithm, fCharge, fKey, fShadow, fMaxKeys, fMaxLeasesPerKey}
 
 // algorithmFields lists the fields each algorithm takes, beyond commonFields.
 var algorithmFields = map[Algorithm][]string{
-	TokenBucket:         {fRate, fBurst, fStart},
+	TokenBucket:         {fRate, fBurst, fStart, fLease, fWeights, fFailure, fFallbackRate},
 	FixedWindow:         {fLimit, fWindow},
 	SlidingWindow:       {fLimit, fWindow},
 	SlidingWindowApprox: {fLimit, fWindow},
@@ -82,6 +120,31 @@ var want = map[string]string{
 	fLimit:     "want a whole number of units per window like 100",
 	fWindow:    "want a Go duration like 500ms, 1s, 1m or 1h30m",
 	fPolicies:  "want a list of policies, each a mapping with name and algorithm",
+
+	fLease:           "want a mapping of duration, renew_after and drift_ppm, like {duration: 5s, renew_after: 1500ms, drift_ppm: 1000}",
+	fLeaseDuration:   "want a Go duration from 100ms to 24h, like 5s (the default)",
+	fLeaseRenewAfter: "want a Go duration > 0 and less than the usable span duration*(1-drift)/(1+drift), like 1500ms (the default is duration/3)",
+	fLeaseDriftPPM:   "want a whole number of parts per million from 0 to 100000, like 1000 (the default)",
+	fWeights:         "want a mapping of default and clients, like {default: 1, clients: {replica-a: 2}}",
+	fWeightsDefault:  "want a whole number from 1 to 1048576, like 1 (the default)",
+	fWeightsClients:  "want a mapping of client ID (1 to 256 bytes) to weight, like {replica-a: 2}",
+	wantClientWeight: "want a whole number from 1 to 1048576, like 2",
+	fFailure:         "want fail-closed (the default) or fail-open",
+	fFallbackRate:    "want tokens per second per replica like 5 or 0.5, at most rate, set exactly when failure is fail-open",
+	fShadow:          "want true or false",
+	fMaxKeys:         "want a whole number from 1 to 1000000, like 10000 (the default)",
+	fMaxLeasesPerKey: "want a whole number from 1 to 65536, like 1024 (the default)",
+}
+
+// wantFor is what a valid value of field looks like.
+func wantFor(field string) string {
+	if w, ok := want[field]; ok {
+		return w
+	}
+	if strings.HasPrefix(field, fWeightsClients+".") {
+		return want[wantClientWeight]
+	}
+	return ""
 }
 
 var nameRE = regexp.MustCompile(`^[a-z0-9][a-z0-9_.-]{0,62}$`)
@@ -91,6 +154,20 @@ var policyFieldNames = yamlTags(reflect.TypeFor[rawPolicy]())
 
 // topFieldNames is every top-level field.
 var topFieldNames = yamlTags(reflect.TypeFor[rawFile]())
+
+// sectionFields lists the fields of each nested mapping, in struct order.
+var sectionFields = map[string][]string{
+	fLease:   yamlTags(reflect.TypeFor[rawLease]()),
+	fWeights: yamlTags(reflect.TypeFor[rawWeights]()),
+}
+
+// sectionOfType maps the type names in the KnownFields pass's messages to
+// sections: "" for a policy, else the nested mapping's field name.
+var sectionOfType = map[string]string{
+	reflect.TypeFor[rawPolicy]().String():  "",
+	reflect.TypeFor[rawLease]().String():   fLease,
+	reflect.TypeFor[rawWeights]().String(): fWeights,
+}
 
 func yamlTags(t reflect.Type) []string {
 	var out []string
@@ -140,9 +217,9 @@ func ParseFile(path string) (*File, error) {
 // parser accumulates problems while walking the document.
 type parser struct {
 	errs []*Error
-	// keyOwner maps each policy field key (by line and name) to the policy it
-	// is in, so that unknown-field errors from the KnownFields pass can name
-	// their policy.
+	// keyOwner maps each policy field key (by line, section and name) to the
+	// policy it is in, so that unknown-field errors from the KnownFields pass
+	// can name their policy.
 	keyOwner map[lineField]*Error
 	// topHasDup is set when the top-level mapping has a duplicate key:
 	// yaml.v3 then skips the whole mapping in the KnownFields pass, so the
@@ -151,9 +228,12 @@ type parser struct {
 	topHasDup bool
 }
 
+// lineField identifies a field key: section is "" for a policy field, else
+// the nested mapping (lease, weights) it is in.
 type lineField struct {
-	line int
-	name string
+	line    int
+	section string
+	name    string
 }
 
 func (p *parser) add(e *Error) { p.errs = append(p.errs, e) }
@@ -210,7 +290,7 @@ func yamlSyntaxError(err error) *Error {
 	return &Error{Msg: "invalid YAML: " + strings.TrimPrefix(err.Error(), "yaml: ")}
 }
 
-var unknownFieldRE = regexp.MustCompile(`^line (\d+): field (.+) not found in type \S+$`)
+var unknownFieldRE = regexp.MustCompile(`^line (\d+): field (.+) not found in type (\S+)$`)
 
 // unknownField turns one message of the KnownFields pass into an *Error.
 func (p *parser) unknownField(msg string) {
@@ -220,11 +300,23 @@ func (p *parser) unknownField(msg string) {
 	}
 	line, _ := strconv.Atoi(m[1])
 	name := m[2]
-	if owner, ok := p.keyOwner[lineField{line, name}]; ok {
-		p.add(unknownPolicyField(owner, line, name))
+	section, inPolicy := sectionOfType[m[3]]
+	if !inPolicy {
+		p.add(unknownTopField(line, name))
 		return
 	}
-	p.add(unknownTopField(line, name))
+	owner, ok := p.keyOwner[lineField{line, section, name}]
+	switch {
+	case !ok && section == "":
+		p.add(unknownTopField(line, name)) // not reached: every policy key is registered
+	case !ok:
+		// A lease or weights the walk did not read, because it does not
+		// apply to the policy's algorithm: that was reported.
+	case section == "":
+		p.add(unknownPolicyField(owner, line, name))
+	default:
+		p.add(unknownSectionField(owner, line, section, name))
+	}
 }
 
 func unknownPolicyField(owner *Error, line int, name string) *Error {
@@ -233,6 +325,17 @@ func unknownPolicyField(owner *Error, line int, name string) *Error {
 		msg = fmt.Sprintf("is not a policy field; did you mean %q? Fields are %s", s, strings.Join(policyFieldNames, ", "))
 	}
 	return &Error{Line: line, PolicyName: owner.PolicyName, PolicyIndex: owner.PolicyIndex, Field: name, Msg: msg}
+}
+
+// unknownSectionField reports an unknown field of a lease or weights
+// mapping, by its dotted name.
+func unknownSectionField(owner *Error, line int, section, name string) *Error {
+	fields := strings.Join(sectionFields[section], ", ")
+	msg := fmt.Sprintf("is not a %s field; want one of %s", section, fields)
+	if s := suggest(name, sectionFields[section]); s != "" {
+		msg = fmt.Sprintf("is not a %s field; did you mean %q? Fields are %s", section, s, fields)
+	}
+	return &Error{Line: line, PolicyName: owner.PolicyName, PolicyIndex: owner.PolicyIndex, Field: section + "." + name, Msg: msg}
 }
 
 func unknownTopField(line int, name string) *Error {
@@ -253,7 +356,7 @@ func (p *parser) walkFile(doc *yaml.Node) *File {
 		p.add(&Error{Line: root.Line, Msg: "the file is not a mapping; want a top-level policies: field holding a list of policies"})
 		return nil
 	}
-	fields, dup := p.fields(root, nil)
+	fields, dup := p.fields(root, nil, "")
 	p.topHasDup = dup
 	if dup {
 		for _, kv := range fields {
@@ -315,13 +418,14 @@ func indexOf(seq *yaml.Node, name string) int {
 type keyVal struct{ key, val *yaml.Node }
 
 // fields lists a mapping's entries, reporting duplicate keys (attributed to
-// owner, which may be nil) and merge keys. dup reports whether any key
-// appeared twice.
-func (p *parser) fields(m *yaml.Node, owner *Error) (out []keyVal, dup bool) {
+// owner, which may be nil) and merge keys; prefix is prepended to the key to
+// name the field in errors ("lease." for the lease mapping). dup reports
+// whether any key appeared twice.
+func (p *parser) fields(m *yaml.Node, owner *Error, prefix string) (out []keyVal, dup bool) {
 	first := map[string]int{}
 	for i := 0; i+1 < len(m.Content); i += 2 {
 		k, v := m.Content[i], m.Content[i+1]
-		e := &Error{Line: k.Line, Field: k.Value}
+		e := &Error{Line: k.Line, Field: prefix + k.Value}
 		if owner != nil {
 			e.PolicyName, e.PolicyIndex = owner.PolicyName, owner.PolicyIndex
 		}
@@ -331,7 +435,7 @@ func (p *parser) fields(m *yaml.Node, owner *Error) (out []keyVal, dup bool) {
 			p.add(e)
 			continue
 		}
-		if k.Tag == "!!merge" || k.Value == "<<" {
+		if k.Tag == "!!merge" || (k.Value == "<<" && k.Style&(yaml.SingleQuotedStyle|yaml.DoubleQuotedStyle) == 0) {
 			e.Msg = "merge keys (<<) are not supported; write each field out"
 			p.add(e)
 			continue
@@ -394,10 +498,13 @@ func (p *parser) walkPolicy(index int, m *yaml.Node) (pol Policy, ok bool) {
 		p.add(&Error{Line: m.Line, PolicyIndex: index, Field: fName, Msg: "is required; " + want[fName]})
 	}
 
-	fields, dup := p.fields(m, id)
+	fields, dup := p.fields(m, id, "")
+	// The KnownFields pass skips a mapping with a duplicate key, and all
+	// inside it: then the walk reports unknown fields itself.
+	strictSkips := dup || p.topHasDup
 	for _, kv := range fields {
-		p.keyOwner[lineField{kv.key.Line, kv.key.Value}] = id
-		if (dup || p.topHasDup) && !slices.Contains(policyFieldNames, kv.key.Value) {
+		p.keyOwner[lineField{kv.key.Line, "", kv.key.Value}] = id
+		if strictSkips && !slices.Contains(policyFieldNames, kv.key.Value) {
 			p.add(unknownPolicyField(id, kv.key.Line, kv.key.Value))
 		}
 	}
@@ -460,8 +567,9 @@ func (p *parser) walkPolicy(index int, m *yaml.Node) (pol Policy, ok bool) {
 		}
 	}
 	pol.StartFull = pol.Algorithm == TokenBucket // the default start
+	rateOK := false
 	if kv, ok := present(fRate); ok {
-		pol.RateMilliPerSec, _ = p.decimal(id, kv, fRate, MaxRate, false)
+		pol.RateMilliPerSec, rateOK = p.decimal(id, kv, fRate, MaxRate, false)
 	}
 	if kv, ok := present(fBurst); ok {
 		pol.BurstMilli, _ = p.decimal(id, kv, fBurst, MaxBurst, false)
@@ -495,12 +603,18 @@ func (p *parser) walkPolicy(index int, m *yaml.Node) (pol Policy, ok bool) {
 		}
 	}
 
+	p.clusterFields(id, &pol, algKnown, rateOK, get, present, strictSkips)
+
 	if len(p.errs) > nerrs {
 		return pol, false
 	}
-	// The lease package has the last word on parameters: build one limiter.
-	if _, err := pol.NewLimiter(0); err != nil {
-		p.add(&Error{Line: m.Line, PolicyName: id.PolicyName, PolicyIndex: index, Msg: "rejected by the limiter: " + err.Error()})
+	// Validate has the last word, and through it the lease package, which
+	// builds one limiter. Nothing the walk accepts should fail here.
+	if errs := validate(pol); len(errs) > 0 {
+		for _, e := range errs {
+			e.Line, e.PolicyIndex = m.Line, index
+			p.add(e)
+		}
 		return pol, false
 	}
 	return pol, true
@@ -545,13 +659,13 @@ func (p *parser) scalar(id *Error, kv keyVal, field string) (string, bool) {
 	v := deref(kv.val)
 	switch {
 	case isNull(v):
-		p.add(p.errAt(id, kv, field, "has no value; "+want[field]))
+		p.add(p.errAt(id, kv, field, "has no value; "+wantFor(field)))
 		return "", false
 	case v.Kind == yaml.SequenceNode:
-		p.add(p.errAt(id, kv, field, "is a list; "+want[field]))
+		p.add(p.errAt(id, kv, field, "is a list; "+wantFor(field)))
 		return "", false
 	case v.Kind != yaml.ScalarNode:
-		p.add(p.errAt(id, kv, field, "is a mapping; "+want[field]))
+		p.add(p.errAt(id, kv, field, "is a mapping; "+wantFor(field)))
 		return "", false
 	}
 	return v.Value, true
@@ -567,26 +681,71 @@ func (p *parser) decimal(id *Error, kv keyVal, field string, maxUnits int64, who
 		p.add(p.errAt(id, kv, field, msg))
 		return 0, false
 	}
+	w := wantFor(field)
 	v, err := ParseMilli(s)
 	switch {
 	case errors.Is(err, ErrExponent):
-		return fail(fmt.Sprintf("%q %v; write the number out, like 1000; %s", s, err, want[field]))
+		return fail(fmt.Sprintf("%q %v; write the number out, like 1000; %s", s, err, w))
 	case errors.Is(err, ErrTooLarge):
-		return fail(fmt.Sprintf("%q is more than the maximum %d; %s", s, maxUnits, want[field]))
+		return fail(fmt.Sprintf("%q is more than the maximum %d; %s", s, maxUnits, w))
 	case errors.Is(err, ErrTooPrecise) && whole:
-		return fail(fmt.Sprintf("%q is not a whole number; %s", s, want[field]))
+		return fail(fmt.Sprintf("%q is not a whole number; %s", s, w))
 	case err != nil:
-		return fail(fmt.Sprintf("%q %v; %s", s, err, want[field]))
+		return fail(fmt.Sprintf("%q %v; %s", s, err, w))
 	case v == 0:
-		return fail(fmt.Sprintf("%q is zero; it must be greater than 0; %s", s, want[field]))
+		return fail(fmt.Sprintf("%q is zero; it must be greater than 0; %s", s, w))
 	case whole && v%1000 != 0:
-		return fail(fmt.Sprintf("%q is not a whole number; %s", s, want[field]))
+		return fail(fmt.Sprintf("%q is not a whole number; %s", s, w))
 	case v > maxUnits*1000:
-		return fail(fmt.Sprintf("%q is more than the maximum %d; %s", s, maxUnits, want[field]))
+		return fail(fmt.Sprintf("%q is more than the maximum %d; %s", s, maxUnits, w))
 	case field == fBurst && v < 1000:
-		return fail(fmt.Sprintf("%q is less than 1, so no request could ever fit (the smallest request costs 1); %s", s, want[field]))
+		return fail(fmt.Sprintf("%q is less than 1, so no request could ever fit (the smallest request costs 1); %s", s, w))
 	}
 	return v, true
+}
+
+// integer parses a whole number in [lo, hi].
+func (p *parser) integer(id *Error, kv keyVal, field string, lo, hi int64) (int64, bool) {
+	s, ok := p.scalar(id, kv, field)
+	if !ok {
+		return 0, false
+	}
+	fail := func(msg string) (int64, bool) {
+		p.add(p.errAt(id, kv, field, msg))
+		return 0, false
+	}
+	w := wantFor(field)
+	v, err := ParseMilli(s)
+	switch {
+	case errors.Is(err, ErrExponent):
+		return fail(fmt.Sprintf("%q %v; write the number out, like 1000; %s", s, err, w))
+	case errors.Is(err, ErrTooLarge):
+		return fail(fmt.Sprintf("%q is more than the maximum %d; %s", s, hi, w))
+	case errors.Is(err, ErrTooPrecise):
+		return fail(fmt.Sprintf("%q is not a whole number; %s", s, w))
+	case err != nil:
+		return fail(fmt.Sprintf("%q %v; %s", s, err, w))
+	case v%1000 != 0:
+		return fail(fmt.Sprintf("%q is not a whole number; %s", s, w))
+	}
+	if msg := intRangeProblem(v/1000, lo, hi); msg != "" {
+		return fail(fmt.Sprintf("%q %s; %s", s, msg, w))
+	}
+	return v / 1000, true
+}
+
+// duration parses a Go duration.
+func (p *parser) duration(id *Error, kv keyVal, field string) (nanos int64, text string, ok bool) {
+	s, ok := p.scalar(id, kv, field)
+	if !ok {
+		return 0, "", false
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		p.add(p.errAt(id, kv, field, fmt.Sprintf("%q is not a duration; %s", s, wantFor(field))))
+		return 0, s, false
+	}
+	return int64(d), s, true
 }
 
 // key validates the key attribute list.
@@ -608,18 +767,15 @@ func (p *parser) key(id *Error, kv keyVal) []string {
 		switch {
 		case item.Kind != yaml.ScalarNode || isNull(item):
 			e.Msg = "has an entry that is not an attribute name; " + want[fKey]
-		case strings.TrimSpace(item.Value) == "":
-			e.Msg = "has an empty attribute name; " + want[fKey]
-		case item.Value == AttrAtMs || item.Value == AttrCost:
-			e.Msg = fmt.Sprintf("%q is reserved (at_ms is the request time, cost its cost) and cannot partition a budget; %s", item.Value, want[fKey])
-		case seen[item.Value]:
-			e.Msg = fmt.Sprintf("%q is listed twice; want each attribute once", item.Value)
 		default:
-			seen[item.Value] = true
-			out = append(out, item.Value)
+			e.Msg = keyAttrProblem(item.Value, seen)
+		}
+		if e.Msg != "" {
+			p.add(e)
 			continue
 		}
-		p.add(e)
+		seen[item.Value] = true
+		out = append(out, item.Value)
 	}
 	return out
 }

@@ -85,6 +85,40 @@ type Policy struct {
 	// Key lists the attributes whose values partition the budget: one
 	// limiter per distinct tuple of values. Empty means one shared budget.
 	Key []string
+
+	// Cluster settings, token bucket only (zero for the window algorithms,
+	// which the cluster does not lease). Parse fills in the defaults.
+	//
+	// LeaseDurationNanos is the lease duration D (DefaultLeaseDuration).
+	LeaseDurationNanos int64
+	// RenewAfterNanos is when a client renews, counted from its send time
+	// (LeaseDurationNanos/DefaultRenewDivisor).
+	RenewAfterNanos int64
+	// DriftPPM is ρ, the maximum clock-rate error (DefaultDriftPPM).
+	DriftPPM int64
+	// DefaultWeight is the fair-share weight of a client not in
+	// ClientWeights (DefaultClientWeight).
+	DefaultWeight int64
+	// ClientWeights holds fair-share weights by client ID; nil when none.
+	ClientWeights map[string]int64
+	// Failure is what a replica does when the cluster is unreachable
+	// (FailClosed).
+	Failure FailureMode
+	// FallbackRateMilliPerSec is the per-replica rate when Failure is
+	// FailOpen and the cluster is unreachable; 0 otherwise.
+	FallbackRateMilliPerSec int64
+
+	// Cluster settings for every algorithm.
+	//
+	// Shadow: decisions are computed and reported but never reject.
+	Shadow bool
+	// MaxKeys bounds the distinct key values the cluster tracks for the
+	// policy (DefaultMaxKeys).
+	MaxKeys int64
+	// MaxLeasesPerKey bounds the live leases of one key
+	// (DefaultMaxLeasesPerKey).
+	MaxLeasesPerKey int64
+
 	// Line is the policy's line in the file (0 when not parsed from a file).
 	Line int
 }

@@ -50,12 +50,30 @@ policies:
 
 func wantFull() []Policy {
 	return []Policy{
-		{Name: "per-tenant", Algorithm: TokenBucket, RateMilliPerSec: 10000, BurstMilli: 20000, StartFull: true, Charge: ChargeRequests, Key: []string{"tenant"}, Line: 3},
-		{Name: "slow.lane_2", Algorithm: TokenBucket, RateMilliPerSec: 500, BurstMilli: 2250, StartFull: false, Charge: ChargeCost, Key: []string{"tenant", "route"}, Line: 10},
-		{Name: "fixed", Algorithm: FixedWindow, LimitMilli: 100000, WindowNanos: int64(time.Minute), Charge: ChargeRequests, Line: 17},
-		{Name: "sliding", Algorithm: SlidingWindow, LimitMilli: 5000, WindowNanos: int64(1500 * time.Millisecond), Charge: ChargeCost, Key: []string{}, Line: 21},
-		{Name: "approx", Algorithm: SlidingWindowApprox, LimitMilli: 1e9, WindowNanos: int64(90 * time.Minute), Charge: ChargeRequests, Key: []string{"route"}, Line: 27},
+		bucketDefaults(Policy{Name: "per-tenant", Algorithm: TokenBucket, RateMilliPerSec: 10000, BurstMilli: 20000, StartFull: true, Charge: ChargeRequests, Key: []string{"tenant"}, Line: 3}),
+		bucketDefaults(Policy{Name: "slow.lane_2", Algorithm: TokenBucket, RateMilliPerSec: 500, BurstMilli: 2250, StartFull: false, Charge: ChargeCost, Key: []string{"tenant", "route"}, Line: 10}),
+		windowDefaults(Policy{Name: "fixed", Algorithm: FixedWindow, LimitMilli: 100000, WindowNanos: int64(time.Minute), Charge: ChargeRequests, Line: 17}),
+		windowDefaults(Policy{Name: "sliding", Algorithm: SlidingWindow, LimitMilli: 5000, WindowNanos: int64(1500 * time.Millisecond), Charge: ChargeCost, Key: []string{}, Line: 21}),
+		windowDefaults(Policy{Name: "approx", Algorithm: SlidingWindowApprox, LimitMilli: 1e9, WindowNanos: int64(90 * time.Minute), Charge: ChargeRequests, Key: []string{"route"}, Line: 27}),
 	}
+}
+
+// bucketDefaults sets the documented defaults of a token bucket's cluster
+// settings (written out, not taken from the constants).
+func bucketDefaults(p Policy) Policy {
+	p.LeaseDurationNanos = int64(5 * time.Second)
+	p.RenewAfterNanos = int64(5*time.Second) / 3
+	p.DriftPPM = 1000
+	p.DefaultWeight = 1
+	p.Failure = FailClosed
+	return windowDefaults(p)
+}
+
+// windowDefaults sets the defaults of the settings every algorithm has.
+func windowDefaults(p Policy) Policy {
+	p.MaxKeys = 10000
+	p.MaxLeasesPerKey = 1024
+	return p
 }
 
 func TestParseFullExample(t *testing.T) {

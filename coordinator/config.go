@@ -1,0 +1,151 @@
+package coordinator
+
+import (
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"time"
+
+	"github.com/ration-dev/ration/internal/policy"
+)
+
+// Config is everything a server needs. cmd/rationd builds it from flags;
+// tests use TestConfig.
+type Config struct {
+	ID         string // unique, stable server ID
+	DataDir    string // raft log, stable store and snapshots live here
+	RaftAddr   string // host:port for Raft RPCs (bind and advertise)
+	GRPCAddr   string // host:port for the lease and admin APIs
+	GossipAddr string // host:port for memberlist (TCP and UDP)
+
+	// Join lists gossip addresses of existing servers.
+	Join []string
+	// BootstrapExpect: when this many servers (with the same expect) have
+	// joined gossip and none has Raft state, they bootstrap once, together.
+	// 0 means never bootstrap (join an existing cluster).
+	BootstrapExpect int
+
+	Logger *slog.Logger
+
+	// Raft timing.
+	HeartbeatTimeout   time.Duration
+	ElectionTimeout    time.Duration
+	LeaderLeaseTimeout time.Duration
+	CommitTimeout      time.Duration
+	SnapshotInterval   time.Duration
+	SnapshotThreshold  uint64
+	TrailingLogs       uint64
+
+	// ReapTimeout: a server dead in gossip longer than this is removed from
+	// the Raft voters (if quorum allows). Never on a single gossip event.
+	ReapTimeout time.Duration
+	// ReconcileInterval: how often the leader reconciles gossip into Raft.
+	ReconcileInterval time.Duration
+	// ExpireInterval: how often the leader checks for due expiries.
+	ExpireInterval time.Duration
+	// ClientRetention: how long an idle client's idempotency record lives.
+	ClientRetention time.Duration
+	// ForwardTimeout bounds how long a request waits for a leader.
+	ForwardTimeout time.Duration
+	// ApplyTimeout bounds one Raft apply.
+	ApplyTimeout time.Duration
+
+	// Request bounds, enforced before anything reaches the log.
+	MaxKeysPerRequest int
+	MaxRequestBytes   int
+	MaxBatchOps       int
+
+	// GossipInterval and ProbeInterval tune memberlist (LAN defaults if 0).
+	GossipProbeInterval time.Duration
+	GossipProbeTimeout  time.Duration
+	GossipSuspicionMult int
+
+	// Policies, if set, are applied by the first leader of a cluster that
+	// has none (rationd dev, --config).
+	Policies *policy.File
+
+	// Seams for mTLS (next step): nil means plain TCP.
+	RaftTLS *tls.Config
+	GRPCTLS *tls.Config
+	// Listen, if set, replaces net.Listen for every listener.
+	Listen func(network, addr string) (net.Listener, error)
+}
+
+// DefaultConfig returns production defaults; callers fill in the addresses.
+func DefaultConfig() Config {
+	return Config{
+		HeartbeatTimeout:    1000 * time.Millisecond,
+		ElectionTimeout:     1000 * time.Millisecond,
+		LeaderLeaseTimeout:  500 * time.Millisecond,
+		CommitTimeout:       5 * time.Millisecond,
+		SnapshotInterval:    30 * time.Second,
+		SnapshotThreshold:   8192,
+		TrailingLogs:        10240,
+		ReapTimeout:         72 * time.Hour,
+		ReconcileInterval:   5 * time.Second,
+		ExpireInterval:      100 * time.Millisecond,
+		ClientRetention:     10 * time.Minute,
+		ForwardTimeout:      5 * time.Second,
+		ApplyTimeout:        5 * time.Second,
+		MaxKeysPerRequest:   1024,
+		MaxRequestBytes:     4 << 20,
+		MaxBatchOps:         512,
+		GossipSuspicionMult: 4,
+	}
+}
+
+// TestConfig is DefaultConfig with tight timing for in-process clusters.
+func TestConfig() Config {
+	c := DefaultConfig()
+	c.HeartbeatTimeout = 200 * time.Millisecond
+	c.ElectionTimeout = 200 * time.Millisecond
+	c.LeaderLeaseTimeout = 100 * time.Millisecond
+	c.CommitTimeout = 2 * time.Millisecond
+	c.SnapshotInterval = 500 * time.Millisecond
+	c.SnapshotThreshold = 64
+	c.TrailingLogs = 32
+	c.ReapTimeout = 3 * time.Second
+	c.ReconcileInterval = 200 * time.Millisecond
+	c.ExpireInterval = 20 * time.Millisecond
+	c.ForwardTimeout = 5 * time.Second
+	c.GossipProbeInterval = 200 * time.Millisecond
+	c.GossipProbeTimeout = 100 * time.Millisecond
+	return c
+}
+
+// ErrInvalidConfig wraps every Validate failure.
+var ErrInvalidConfig = errors.New("invalid server configuration")
+
+// Validate reports a configuration the server cannot run with.
+func (c Config) Validate() error {
+	var errs []error
+	bad := func(format string, a ...any) {
+		errs = append(errs, fmt.Errorf("%w: "+format, append([]any{ErrInvalidConfig}, a...)...))
+	}
+	if c.ID == "" {
+		bad("--id is required")
+	}
+	if c.DataDir == "" {
+		bad("--data-dir is required")
+	}
+	for name, a := range map[string]string{"--raft-addr": c.RaftAddr, "--grpc-addr": c.GRPCAddr, "--gossip-addr": c.GossipAddr} {
+		if _, _, err := net.SplitHostPort(a); err != nil {
+			bad("%s %q is not host:port", name, a)
+		}
+	}
+	if c.BootstrapExpect < 0 {
+		bad("--bootstrap-expect %d is negative", c.BootstrapExpect)
+	}
+	if c.HeartbeatTimeout <= 0 || c.ElectionTimeout <= 0 || c.LeaderLeaseTimeout <= 0 || c.ApplyTimeout <= 0 || c.ForwardTimeout <= 0 {
+		bad("raft and request timeouts must be positive")
+	}
+	if c.MaxKeysPerRequest <= 0 || c.MaxBatchOps <= 0 || c.MaxRequestBytes <= 0 {
+		bad("request bounds must be positive")
+	}
+	if c.ExpireInterval <= 0 || c.ReconcileInterval <= 0 || c.ReapTimeout <= 0 {
+		bad("intervals must be positive")
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,127 @@
+package coordinator
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/ration-dev/ration/internal/rpcerr"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
+)
+
+// hopsKey counts how many times a request has been forwarded. A request
+// reaches the leader in one hop; a second allows for a leader change in
+// between; more means servers disagree about the leader, and it fails as
+// Unavailable instead of looping.
+const (
+	hopsKey = "ration-forward-hops"
+	maxHops = 2
+)
+
+type forwarder struct {
+	s     *Server
+	mu    sync.Mutex
+	conns map[string]*grpc.ClientConn
+}
+
+func newForwarder(s *Server) *forwarder {
+	return &forwarder{s: s, conns: map[string]*grpc.ClientConn{}}
+}
+
+func (f *forwarder) close() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for addr, c := range f.conns {
+		_ = c.Close()
+		delete(f.conns, addr)
+	}
+}
+
+func hops(ctx context.Context) int {
+	md, _ := metadata.FromIncomingContext(ctx)
+	if v := md.Get(hopsKey); len(v) > 0 {
+		n, _ := strconv.Atoi(v[0])
+		return n
+	}
+	return 0
+}
+
+// forward is the one forwarding helper every handler calls first. It
+// returns (nil, true) when this server is the leader and should handle the
+// call itself; otherwise a connection to the leader and an outgoing context
+// carrying the hop count. While there is no leader it waits, with jitter,
+// up to ForwardTimeout (or the caller's deadline), then fails Unavailable.
+func (f *forwarder) forward(ctx context.Context) (*grpc.ClientConn, context.Context, bool, error) {
+	h := hops(ctx)
+	deadline := time.Now().Add(f.s.cfg.ForwardTimeout)
+	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
+		deadline = d
+	}
+	for {
+		if f.s.IsLeader() {
+			return nil, ctx, true, nil
+		}
+		if _, id := f.s.raft.LeaderWithID(); id != "" {
+			if h >= maxHops {
+				return nil, nil, false, fmt.Errorf("%w: forwarded %d times without reaching the leader", rpcerr.ErrUnavailable, h)
+			}
+			addr, ok := f.s.grpcAddrOf(string(id))
+			if ok {
+				conn, err := f.conn(addr)
+				if err != nil {
+					return nil, nil, false, fmt.Errorf("%w: dial leader %s at %s: %v", rpcerr.ErrUnavailable, id, addr, err)
+				}
+				out := metadata.AppendToOutgoingContext(ctx, hopsKey, strconv.Itoa(h+1))
+				return conn, out, false, nil
+			}
+		}
+		wait := time.Duration(10+rand.IntN(40)) * time.Millisecond
+		if time.Now().Add(wait).After(deadline) {
+			return nil, nil, false, fmt.Errorf("%w: no leader after waiting %v", rpcerr.ErrUnavailable, f.s.cfg.ForwardTimeout)
+		}
+		select {
+		case <-ctx.Done():
+			return nil, nil, false, ctx.Err()
+		case <-f.s.shutdownCh:
+			return nil, nil, false, fmt.Errorf("%w: %v", rpcerr.ErrUnavailable, ErrShutdown)
+		case <-time.After(wait):
+		}
+	}
+}
+
+func (f *forwarder) conn(addr string) (*grpc.ClientConn, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if c, ok := f.conns[addr]; ok {
+		return c, nil
+	}
+	creds := insecure.NewCredentials()
+	if f.s.cfg.GRPCTLS != nil {
+		creds = credentials.NewTLS(f.s.cfg.GRPCTLS)
+	}
+	c, err := grpc.NewClient(addr, grpc.WithTransportCredentials(creds))
+	if err != nil {
+		return nil, err
+	}
+	f.conns[addr] = c
+	return c, nil
+}
+
+// grpcAddrOf finds a server's gRPC address in gossip metadata.
+func (s *Server) grpcAddrOf(id string) (string, bool) {
+	if id == s.cfg.ID {
+		return s.cfg.GRPCAddr, true
+	}
+	for _, m := range s.members.members() {
+		if m.ok && m.Meta.ID == id {
+			return m.Meta.GRPCAddr, true
+		}
+	}
+	return "", false
+}

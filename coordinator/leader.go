@@ -1,0 +1,234 @@
+package coordinator
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/raft"
+	"github.com/ration-dev/ration/api"
+	"github.com/ration-dev/ration/fsm"
+	"github.com/ration-dev/ration/internal/rpcerr"
+	"github.com/ration-dev/ration/lease"
+	"google.golang.org/protobuf/proto"
+)
+
+// clusterClock stamps cluster time into commands on the leader: the last
+// committed cluster time when it took over, plus its monotonic time since.
+// It never goes backwards and ignores wall-clock jumps (time.Since uses the
+// monotonic reading). The time of an election is not counted, so cluster
+// time lags real time after a leader change: reclaims come later, never
+// earlier.
+type clusterClock struct {
+	mu    sync.Mutex
+	base  int64
+	start time.Time
+	last  int64
+}
+
+func (c *clusterClock) takeOver(base int64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.base, c.start = base, time.Now()
+	c.last = max(c.last, base)
+}
+
+func (c *clusterClock) nowLocked() int64 {
+	t := c.base + time.Since(c.start).Nanoseconds()
+	if t < c.last {
+		t = c.last
+	}
+	c.last = t
+	return t
+}
+
+// Now returns the current cluster time (leader only).
+func (c *clusterClock) Now() int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.nowLocked()
+}
+
+// proposeAsync stamps cluster time and appends a command. Stamping and
+// appending happen under one lock so stamps increase in log order.
+func (s *Server) proposeAsync(ct fsm.CommandType, msg proto.Message) (raft.ApplyFuture, error) {
+	s.clock.mu.Lock()
+	defer s.clock.mu.Unlock()
+	data, err := fsm.Encode(ct, s.clock.nowLocked(), msg)
+	if err != nil {
+		return nil, err
+	}
+	return s.raft.Apply(data, s.cfg.ApplyTimeout), nil
+}
+
+// propose appends a command and waits for it to be applied.
+func (s *Server) propose(ct fsm.CommandType, msg proto.Message) (*fsm.Result, uint64, error) {
+	f, err := s.proposeAsync(ct, msg)
+	if err != nil {
+		return nil, 0, err
+	}
+	if err := f.Error(); err != nil {
+		return nil, 0, raftErr(err)
+	}
+	res, _ := f.Response().(*fsm.Result)
+	if res == nil {
+		return nil, f.Index(), fmt.Errorf("%w: command returned no result", rpcerr.ErrUnavailable)
+	}
+	return res, f.Index(), res.Err
+}
+
+// raftErr classifies Raft failures: a lost or absent leadership is
+// Unavailable (the client retries; lease calls are idempotent).
+func raftErr(err error) error {
+	switch {
+	case errors.Is(err, raft.ErrNotLeader), errors.Is(err, raft.ErrLeadershipLost),
+		errors.Is(err, raft.ErrLeadershipTransferInProgress), errors.Is(err, raft.ErrRaftShutdown),
+		errors.Is(err, raft.ErrEnqueueTimeout), errors.Is(err, raft.ErrAbortedByRestore):
+		return fmt.Errorf("%w: %v", rpcerr.ErrUnavailable, err)
+	}
+	return err
+}
+
+// monitorLeadership runs the leader loop while this server leads.
+func (s *Server) monitorLeadership() {
+	var stop chan struct{}
+	var done sync.WaitGroup
+	for {
+		select {
+		case <-s.shutdownCh:
+			if stop != nil {
+				close(stop)
+				done.Wait()
+			}
+			return
+		case isLeader := <-s.raft.LeaderCh():
+			switch {
+			case isLeader && stop == nil:
+				stop = make(chan struct{})
+				done.Add(1)
+				go func(stop chan struct{}) {
+					defer done.Done()
+					s.leaderLoop(stop)
+				}(stop)
+			case !isLeader && stop != nil:
+				close(stop)
+				done.Wait()
+				stop = nil
+			}
+		}
+	}
+}
+
+// leaderLoop: barrier first, take over the cluster clock, then propose
+// expiries when due and reconcile gossip membership into Raft.
+func (s *Server) leaderLoop(stop chan struct{}) {
+	s.log.Info("became leader")
+	defer s.log.Info("leadership lost")
+	for {
+		if err := s.raft.Barrier(s.cfg.ApplyTimeout).Error(); err == nil {
+			break
+		} else {
+			s.log.Warn("barrier failed", "err", err)
+		}
+		select {
+		case <-stop:
+			return
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	base := s.fsm.ClusterTime()
+	s.clock.takeOver(base)
+	margin, inheritedUntil := s.inheritedMargin(base)
+
+	if s.cfg.Policies != nil && len(s.fsm.Policies()) == 0 {
+		cmd := &api.ApplyPoliciesCommand{}
+		for _, p := range s.cfg.Policies.Policies {
+			cmd.Policies = append(cmd.Policies, p.ToProto())
+		}
+		if _, _, err := s.propose(fsm.CmdApplyPolicies, cmd); err != nil {
+			s.log.Error("applying initial policies", "err", err)
+		}
+	}
+
+	expire := time.NewTicker(s.cfg.ExpireInterval)
+	defer expire.Stop()
+	reconcile := time.NewTicker(s.cfg.ReconcileInterval)
+	defer reconcile.Stop()
+	lastExpire := time.Now()
+	s.reconcile()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-s.shutdownCh:
+			return
+		case <-reconcile.C:
+			s.reconcile()
+		case <-s.members.nudge:
+			s.reconcile()
+		case <-expire.C:
+			now := s.clock.Now()
+			due, ok := s.fsm.NextDue()
+			through := now
+			if now < inheritedUntil {
+				through = now - margin
+			}
+			housekeeping := time.Since(lastExpire) > 10*time.Second
+			if (ok && due <= through) || housekeeping {
+				cmd := &api.ExpireCommand{ClientRetentionNanos: s.cfg.ClientRetention.Nanoseconds(), ExpireThroughNanos: through}
+				if _, _, err := s.propose(fsm.CmdExpire, cmd); err != nil {
+					s.log.Warn("expire", "err", err)
+				}
+				lastExpire = time.Now()
+			}
+		}
+	}
+}
+
+// inheritedMargin: leases granted under the previous leader are expired a
+// margin late, ρ·D for the largest ρ and D of any policy, until the new
+// leader's clock has passed every expiry they could have.
+func (s *Server) inheritedMargin(base int64) (margin, until int64) {
+	var maxD, maxRho int64
+	for _, p := range s.fsm.Policies() {
+		maxD = max(maxD, p.LeaseDurationNanos)
+		maxRho = max(maxRho, p.DriftPPM)
+	}
+	margin = lease.MulDiv(maxD, maxRho, lease.PPM) + 1
+	return margin, base + maxD + margin
+}
+
+// reconcile makes the Raft voters match gossip (leader only).
+func (s *Server) reconcile() {
+	if !s.IsLeader() {
+		return
+	}
+	f := s.raft.GetConfiguration()
+	if f.Error() != nil {
+		return
+	}
+	s.members.mu.Lock()
+	plan := planReconcile(raft.ServerID(s.cfg.ID), s.members.members(), f.Configuration(), s.members.deadAt, time.Now(), s.cfg.ReapTimeout)
+	s.members.mu.Unlock()
+	for _, srv := range plan.replace {
+		s.log.Info("server came back at a new address; replacing its entry", "id", srv.ID, "addr", srv.Address)
+		if err := s.raft.RemoveServer(srv.ID, 0, s.cfg.ApplyTimeout).Error(); err != nil {
+			s.log.Warn("remove for replace", "id", srv.ID, "err", err)
+			continue
+		}
+		plan.add = append(plan.add, srv)
+	}
+	for _, srv := range plan.add {
+		s.log.Info("adding voter", "id", srv.ID, "addr", srv.Address)
+		if err := s.raft.AddVoter(srv.ID, srv.Address, 0, s.cfg.ApplyTimeout).Error(); err != nil {
+			s.log.Warn("add voter", "id", srv.ID, "err", err)
+		}
+	}
+	for _, id := range plan.remove {
+		s.log.Info("removing server dead longer than the reap timeout", "id", id)
+		if err := s.raft.RemoveServer(id, 0, s.cfg.ApplyTimeout).Error(); err != nil {
+			s.log.Warn("remove server", "id", id, "err", err)
+		}
+	}
+}

@@ -1,0 +1,127 @@
+package coordinator
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/ration-dev/ration/api"
+	"github.com/ration-dev/ration/fsm"
+	"github.com/ration-dev/ration/internal/policy"
+	"github.com/ration-dev/ration/internal/rpcerr"
+	"google.golang.org/protobuf/proto"
+)
+
+// leaseService implements api.LeasesServer: validate, forward to the leader
+// if needed, queue into the batcher, answer after commit.
+type leaseService struct {
+	api.UnimplementedLeasesServer
+	s *Server
+}
+
+// validateKeys bounds a request before anything reaches the log.
+func (s *Server) validateRequest(c *api.Caller, keys []*api.Key, size int) error {
+	if c == nil || c.GetClientId() == "" {
+		return fmt.Errorf("%w: caller.client_id is required", rpcerr.ErrInvalid)
+	}
+	if len(c.GetClientId()) > fsm.MaxClientIDLen {
+		return fmt.Errorf("%w: caller.client_id is %d bytes, more than %d", rpcerr.ErrInvalid, len(c.GetClientId()), fsm.MaxClientIDLen)
+	}
+	if c.GetSeq() == 0 {
+		return fmt.Errorf("%w: caller.seq must be at least 1", rpcerr.ErrInvalid)
+	}
+	if len(keys) == 0 {
+		return fmt.Errorf("%w: the request names no keys", rpcerr.ErrInvalid)
+	}
+	if len(keys) > s.cfg.MaxKeysPerRequest {
+		return fmt.Errorf("%w: %d keys in one request, more than the limit %d", rpcerr.ErrInvalid, len(keys), s.cfg.MaxKeysPerRequest)
+	}
+	if size > s.cfg.MaxRequestBytes {
+		return fmt.Errorf("%w: request is %d bytes, more than %d", rpcerr.ErrInvalid, size, s.cfg.MaxRequestBytes)
+	}
+	for i, k := range keys {
+		if k.GetPolicy() == "" {
+			return fmt.Errorf("%w: keys[%d].policy is empty", rpcerr.ErrInvalid, i)
+		}
+		if len(k.GetAttributes()) > 32 {
+			return fmt.Errorf("%w: keys[%d] has %d attributes, more than 32", rpcerr.ErrInvalid, i, len(k.GetAttributes()))
+		}
+		for name, v := range k.GetAttributes() {
+			if len(name) > policy.MaxKeyValueLen || len(v) > policy.MaxKeyValueLen {
+				return fmt.Errorf("%w: keys[%d] attribute %.40q is longer than %d bytes", rpcerr.ErrInvalid, i, name, policy.MaxKeyValueLen)
+			}
+		}
+	}
+	return nil
+}
+
+func (l *leaseService) handle(ctx context.Context, op *api.LeaseOp, forward func(api.LeasesClient, context.Context) (proto.Message, error)) (fsm.OpResult, proto.Message, error) {
+	conn, fctx, self, err := l.s.fwd.forward(ctx)
+	if err != nil {
+		return fsm.OpResult{}, nil, rpcerr.Status(err)
+	}
+	if !self {
+		m, err := forward(api.NewLeasesClient(conn), fctx)
+		return fsm.OpResult{}, m, err
+	}
+	r := l.s.batcher.submit(ctx, op)
+	if r.Err != nil {
+		return r, nil, rpcerr.Status(r.Err)
+	}
+	return r, nil, nil
+}
+
+func keysOf[T interface{ GetKey() *api.Key }](ks []T) []*api.Key {
+	out := make([]*api.Key, len(ks))
+	for i, k := range ks {
+		out[i] = k.GetKey()
+	}
+	return out
+}
+
+// Acquire implements api.LeasesServer.
+func (l *leaseService) Acquire(ctx context.Context, req *api.AcquireRequest) (*api.LeaseResponse, error) {
+	if err := l.s.validateRequest(req.GetCaller(), keysOf(req.GetKeys()), proto.Size(req)); err != nil {
+		return nil, rpcerr.Status(err)
+	}
+	r, fwd, err := l.handle(ctx, &api.LeaseOp{Op: &api.LeaseOp_Acquire{Acquire: req}},
+		func(c api.LeasesClient, ctx context.Context) (proto.Message, error) { return c.Acquire(ctx, req) })
+	if err != nil {
+		return nil, err
+	}
+	if fwd != nil {
+		return fwd.(*api.LeaseResponse), nil
+	}
+	return r.Lease, nil
+}
+
+// Renew implements api.LeasesServer.
+func (l *leaseService) Renew(ctx context.Context, req *api.RenewRequest) (*api.LeaseResponse, error) {
+	if err := l.s.validateRequest(req.GetCaller(), keysOf(req.GetKeys()), proto.Size(req)); err != nil {
+		return nil, rpcerr.Status(err)
+	}
+	r, fwd, err := l.handle(ctx, &api.LeaseOp{Op: &api.LeaseOp_Renew{Renew: req}},
+		func(c api.LeasesClient, ctx context.Context) (proto.Message, error) { return c.Renew(ctx, req) })
+	if err != nil {
+		return nil, err
+	}
+	if fwd != nil {
+		return fwd.(*api.LeaseResponse), nil
+	}
+	return r.Lease, nil
+}
+
+// Release implements api.LeasesServer.
+func (l *leaseService) Release(ctx context.Context, req *api.ReleaseRequest) (*api.ReleaseResponse, error) {
+	if err := l.s.validateRequest(req.GetCaller(), keysOf(req.GetKeys()), proto.Size(req)); err != nil {
+		return nil, rpcerr.Status(err)
+	}
+	r, fwd, err := l.handle(ctx, &api.LeaseOp{Op: &api.LeaseOp_Release{Release: req}},
+		func(c api.LeasesClient, ctx context.Context) (proto.Message, error) { return c.Release(ctx, req) })
+	if err != nil {
+		return nil, err
+	}
+	if fwd != nil {
+		return fwd.(*api.ReleaseResponse), nil
+	}
+	return r.Release, nil
+}

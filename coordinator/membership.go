@@ -1,0 +1,269 @@
+package coordinator
+
+import (
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"net"
+	"sort"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/memberlist"
+	"github.com/hashicorp/raft"
+)
+
+// serverMeta is what every server gossips about itself (memberlist node
+// metadata, at most 512 bytes).
+type serverMeta struct {
+	ID       string `json:"id"`
+	RaftAddr string `json:"raft"`
+	GRPCAddr string `json:"grpc"`
+	Expect   int    `json:"expect"`
+	// HasState is set once the server has Raft state; a server that sees a
+	// peer with state never bootstraps (it would start a second cluster).
+	HasState bool `json:"state"`
+}
+
+// memberInfo is one gossip member as the server sees it.
+type memberInfo struct {
+	Name    string
+	Address string
+	Status  string // alive | suspect | dead | left
+	Meta    serverMeta
+	ok      bool // meta decoded
+}
+
+type membership struct {
+	ml     *memberlist.Memberlist
+	log    *slog.Logger
+	mu     sync.Mutex
+	meta   serverMeta
+	nudge  chan struct{}
+	deadAt map[string]time.Time // raft ID -> first time seen not alive
+}
+
+type mlDelegate struct{ m *membership }
+
+func (d mlDelegate) NodeMeta(limit int) []byte {
+	d.m.mu.Lock()
+	defer d.m.mu.Unlock()
+	b, _ := json.Marshal(d.m.meta)
+	if len(b) > limit {
+		return nil
+	}
+	return b
+}
+func (d mlDelegate) NotifyMsg([]byte)                {}
+func (d mlDelegate) GetBroadcasts(int, int) [][]byte { return nil }
+func (d mlDelegate) LocalState(bool) []byte          { return nil }
+func (d mlDelegate) MergeRemoteState([]byte, bool)   {}
+func (d mlDelegate) NotifyJoin(*memberlist.Node)     { d.m.poke() }
+func (d mlDelegate) NotifyLeave(*memberlist.Node)    { d.m.poke() }
+func (d mlDelegate) NotifyUpdate(*memberlist.Node)   { d.m.poke() }
+func (m *membership) poke() {
+	select {
+	case m.nudge <- struct{}{}:
+	default:
+	}
+}
+
+func startMembership(cfg Config, meta serverMeta, logger *slog.Logger) (*membership, error) {
+	host, portStr, err := net.SplitHostPort(cfg.GossipAddr)
+	if err != nil {
+		return nil, err
+	}
+	port, err := strconv.Atoi(portStr)
+	if err != nil {
+		return nil, fmt.Errorf("gossip port %q: %w", portStr, err)
+	}
+	m := &membership{log: logger, meta: meta, nudge: make(chan struct{}, 1), deadAt: map[string]time.Time{}}
+	mc := memberlist.DefaultLANConfig()
+	mc.Name = cfg.ID
+	mc.BindAddr, mc.BindPort = host, port
+	mc.AdvertiseAddr, mc.AdvertisePort = host, port
+	mc.Delegate = mlDelegate{m}
+	mc.Events = mlDelegate{m}
+	mc.Logger = stdlogFor(logger, "memberlist")
+	// A server restarting with the same ID and a new address may take its
+	// name back quickly.
+	mc.DeadNodeReclaimTime = 1 * time.Second
+	if cfg.GossipProbeInterval > 0 {
+		mc.ProbeInterval = cfg.GossipProbeInterval
+		mc.GossipInterval = cfg.GossipProbeInterval / 2
+		mc.PushPullInterval = 10 * cfg.GossipProbeInterval
+	}
+	if cfg.GossipProbeTimeout > 0 {
+		mc.ProbeTimeout = cfg.GossipProbeTimeout
+	}
+	if cfg.GossipSuspicionMult > 0 {
+		mc.SuspicionMult = cfg.GossipSuspicionMult
+	}
+	ml, err := memberlist.Create(mc)
+	if err != nil {
+		return nil, fmt.Errorf("gossip on %s: %w", cfg.GossipAddr, err)
+	}
+	m.ml = ml
+	return m, nil
+}
+
+// join contacts the given gossip addresses; it succeeds if any answers.
+func (m *membership) join(addrs []string) (int, error) {
+	if len(addrs) == 0 {
+		return 0, nil
+	}
+	return m.ml.Join(addrs)
+}
+
+func (m *membership) setHasState() {
+	m.mu.Lock()
+	changed := !m.meta.HasState
+	m.meta.HasState = true
+	m.mu.Unlock()
+	if changed {
+		_ = m.ml.UpdateNode(time.Second)
+	}
+}
+
+func stateName(s memberlist.NodeStateType) string {
+	switch s {
+	case memberlist.StateAlive:
+		return "alive"
+	case memberlist.StateSuspect:
+		return "suspect"
+	case memberlist.StateDead:
+		return "dead"
+	case memberlist.StateLeft:
+		return "left"
+	}
+	return "unknown"
+}
+
+// members returns every known gossip member, sorted by name.
+func (m *membership) members() []memberInfo {
+	nodes := m.ml.Members()
+	out := make([]memberInfo, 0, len(nodes))
+	for _, n := range nodes {
+		mi := memberInfo{Name: n.Name, Address: n.Address(), Status: stateName(n.State)}
+		if err := json.Unmarshal(n.Meta, &mi.Meta); err == nil && mi.Meta.ID != "" {
+			mi.ok = true
+		}
+		out = append(out, mi)
+	}
+	sort.Slice(out, func(a, b int) bool { return out[a].Name < out[b].Name })
+	return out
+}
+
+func (m *membership) leave(timeout time.Duration) {
+	_ = m.ml.Leave(timeout)
+	_ = m.ml.Shutdown()
+}
+
+// bootstrapConfig returns the configuration to bootstrap with once exactly
+// `expect` alive servers gossip the same expect and none has Raft state.
+func bootstrapConfig(members []memberInfo, expect int) (raft.Configuration, bool) {
+	var servers []raft.Server
+	for _, mi := range members {
+		if !mi.ok || mi.Status != "alive" {
+			continue
+		}
+		if mi.Meta.HasState {
+			return raft.Configuration{}, false
+		}
+		if mi.Meta.Expect != expect {
+			continue
+		}
+		servers = append(servers, raft.Server{Suffrage: raft.Voter, ID: raft.ServerID(mi.Meta.ID), Address: raft.ServerAddress(mi.Meta.RaftAddr)})
+	}
+	if len(servers) != expect {
+		return raft.Configuration{}, false
+	}
+	sort.Slice(servers, func(a, b int) bool { return servers[a].ID < servers[b].ID })
+	return raft.Configuration{Servers: servers}, true
+}
+
+// reconcilePlan decides, from gossip and the Raft configuration, which
+// servers to add, replace and remove. It is pure so it can be tested alone.
+type reconcilePlan struct {
+	add     []raft.Server // new voters
+	replace []raft.Server // same ID, new address: remove then add
+	remove  []raft.ServerID
+}
+
+func planReconcile(self raft.ServerID, members []memberInfo, cfg raft.Configuration, deadAt map[string]time.Time, now time.Time, reap time.Duration) reconcilePlan {
+	var p reconcilePlan
+	alive := map[raft.ServerID]memberInfo{}
+	left := map[raft.ServerID]bool{}
+	for _, mi := range members {
+		if !mi.ok {
+			continue
+		}
+		switch mi.Status {
+		case "alive":
+			alive[raft.ServerID(mi.Meta.ID)] = mi
+		case "left":
+			left[raft.ServerID(mi.Meta.ID)] = true
+		}
+	}
+	inRaft := map[raft.ServerID]raft.Server{}
+	voters := 0
+	for _, s := range cfg.Servers {
+		inRaft[s.ID] = s
+		if s.Suffrage == raft.Voter {
+			voters++
+		}
+	}
+	ids := make([]string, 0, len(alive))
+	for id := range alive {
+		ids = append(ids, string(id))
+	}
+	sort.Strings(ids)
+	for _, id := range ids {
+		mi := alive[raft.ServerID(id)]
+		want := raft.Server{Suffrage: raft.Voter, ID: raft.ServerID(id), Address: raft.ServerAddress(mi.Meta.RaftAddr)}
+		cur, ok := inRaft[want.ID]
+		switch {
+		case !ok:
+			p.add = append(p.add, want)
+		case cur.Address != want.Address && want.ID != self:
+			p.replace = append(p.replace, want)
+		}
+	}
+	// Removals: a server gone from gossip for longer than reap, or that
+	// left gracefully, and only while the remaining voters keep a quorum of
+	// alive servers.
+	aliveVoters := 0
+	for _, s := range cfg.Servers {
+		if _, ok := alive[s.ID]; ok && s.Suffrage == raft.Voter {
+			aliveVoters++
+		}
+	}
+	for _, s := range cfg.Servers {
+		if s.ID == self {
+			continue
+		}
+		if _, ok := alive[s.ID]; ok {
+			delete(deadAt, string(s.ID))
+			continue
+		}
+		first, seen := deadAt[string(s.ID)]
+		if !seen {
+			deadAt[string(s.ID)] = now
+			first = now
+		}
+		if !left[s.ID] && now.Sub(first) < reap {
+			continue
+		}
+		remaining := voters
+		if s.Suffrage == raft.Voter {
+			remaining--
+		}
+		if aliveVoters < remaining/2+1 {
+			continue // removing it would leave no alive quorum
+		}
+		p.remove = append(p.remove, s.ID)
+		voters = remaining
+	}
+	return p
+}

@@ -1,0 +1,317 @@
+package coordinator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/raft"
+	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
+	"github.com/ration-dev/ration/api"
+	"github.com/ration-dev/ration/fsm"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+)
+
+// Server is one rationd: a Raft peer over the FSM, a gossip member, and the
+// gRPC lease and admin APIs.
+type Server struct {
+	cfg Config
+	log *slog.Logger
+
+	fsm       *fsm.FSM
+	raft      *raft.Raft
+	transport *raft.NetworkTransport
+	store     *raftboltdb.BoltStore
+	members   *membership
+
+	grpcLn  net.Listener
+	grpc    *grpc.Server
+	batcher *batcher
+	clock   clusterClock
+	fwd     *forwarder
+
+	shutdownOnce sync.Once
+	shutdownCh   chan struct{}
+	wg           sync.WaitGroup
+}
+
+// ErrShutdown is returned for calls on a server that is shutting down.
+var ErrShutdown = errors.New("server is shutting down")
+
+func (c Config) listen(network, addr string) (net.Listener, error) {
+	if c.Listen != nil {
+		return c.Listen(network, addr)
+	}
+	return net.Listen(network, addr)
+}
+
+// New starts a server: it opens the stores, starts Raft, gossip and gRPC,
+// joins the given peers and, with BootstrapExpect, bootstraps once.
+func New(cfg Config) (*Server, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	logger := cfg.Logger
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	logger = logger.With("server", cfg.ID)
+	s := &Server{cfg: cfg, log: logger, fsm: fsm.New(logger.With("component", "fsm")), shutdownCh: make(chan struct{})}
+	ok := false
+	defer func() {
+		if !ok {
+			s.closeAll()
+		}
+	}()
+
+	if err := os.MkdirAll(filepath.Join(cfg.DataDir, "raft"), 0o700); err != nil {
+		return nil, fmt.Errorf("data dir: %w", err)
+	}
+	store, err := raftboltdb.New(raftboltdb.Options{Path: filepath.Join(cfg.DataDir, "raft", "raft.db")})
+	if err != nil {
+		return nil, fmt.Errorf("raft store: %w", err)
+	}
+	s.store = store
+	snaps, err := raft.NewFileSnapshotStoreWithLogger(filepath.Join(cfg.DataDir, "raft"), 3, hclogFor(logger, "snapshots"))
+	if err != nil {
+		return nil, fmt.Errorf("snapshot store: %w", err)
+	}
+	raftLn, err := cfg.listen("tcp", cfg.RaftAddr)
+	if err != nil {
+		return nil, fmt.Errorf("raft listener: %w", err)
+	}
+	stream, err := newStreamLayer(raftLn, cfg.RaftAddr, cfg.RaftTLS)
+	if err != nil {
+		raftLn.Close()
+		return nil, err
+	}
+	s.transport = raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
+		Stream: stream, MaxPool: 3, Timeout: 10 * time.Second, Logger: hclogFor(logger, "raft-net"),
+	})
+
+	rc := raft.DefaultConfig()
+	rc.LocalID = raft.ServerID(cfg.ID)
+	rc.Logger = hclogFor(logger, "raft")
+	rc.HeartbeatTimeout = cfg.HeartbeatTimeout
+	rc.ElectionTimeout = cfg.ElectionTimeout
+	rc.LeaderLeaseTimeout = cfg.LeaderLeaseTimeout
+	rc.CommitTimeout = cfg.CommitTimeout
+	rc.SnapshotInterval = cfg.SnapshotInterval
+	rc.SnapshotThreshold = cfg.SnapshotThreshold
+	rc.TrailingLogs = cfg.TrailingLogs
+	hasState, err := raft.HasExistingState(store, store, snaps)
+	if err != nil {
+		return nil, fmt.Errorf("raft state: %w", err)
+	}
+	r, err := raft.NewRaft(rc, s.fsm, store, store, snaps, s.transport)
+	if err != nil {
+		return nil, fmt.Errorf("raft: %w", err)
+	}
+	s.raft = r
+
+	s.members, err = startMembership(cfg, serverMeta{
+		ID: cfg.ID, RaftAddr: cfg.RaftAddr, GRPCAddr: cfg.GRPCAddr, Expect: cfg.BootstrapExpect, HasState: hasState,
+	}, logger)
+	if err != nil {
+		return nil, err
+	}
+
+	s.batcher = newBatcher(s)
+	s.fwd = newForwarder(s)
+	var opts []grpc.ServerOption
+	if cfg.GRPCTLS != nil {
+		opts = append(opts, grpc.Creds(credentials.NewTLS(cfg.GRPCTLS)))
+	}
+	opts = append(opts, grpc.MaxRecvMsgSize(cfg.MaxRequestBytes))
+	s.grpc = grpc.NewServer(opts...)
+	api.RegisterLeasesServer(s.grpc, &leaseService{s: s})
+	api.RegisterAdminServer(s.grpc, &adminService{s: s})
+	s.grpcLn, err = cfg.listen("tcp", cfg.GRPCAddr)
+	if err != nil {
+		return nil, fmt.Errorf("grpc listener: %w", err)
+	}
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		if err := s.grpc.Serve(s.grpcLn); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
+			s.log.Error("grpc serve", "err", err)
+		}
+	}()
+
+	s.goRun(s.batcher.run)
+	s.goRun(s.monitorLeadership)
+	s.goRun(s.bootstrapLoop)
+	if len(cfg.Join) > 0 {
+		s.goRun(s.joinLoop)
+	}
+	s.log.Info("rationd started", "raft", cfg.RaftAddr, "grpc", cfg.GRPCAddr, "gossip", cfg.GossipAddr,
+		"data_dir", cfg.DataDir, "bootstrap_expect", cfg.BootstrapExpect, "existing_state", hasState)
+	ok = true
+	return s, nil
+}
+
+func (s *Server) goRun(f func()) {
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		f()
+	}()
+}
+
+// joinLoop retries joining until one address answers or shutdown.
+func (s *Server) joinLoop() {
+	backoff := 100 * time.Millisecond
+	for {
+		n, err := s.members.join(s.cfg.Join)
+		if err == nil && n > 0 {
+			s.log.Info("joined gossip", "contacted", n)
+			return
+		}
+		s.log.Warn("join failed, retrying", "addrs", s.cfg.Join, "err", err)
+		select {
+		case <-s.shutdownCh:
+			return
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, 5*time.Second)
+	}
+}
+
+// bootstrapLoop bootstraps the cluster once BootstrapExpect servers gossip
+// and none has state; it ends as soon as this server has Raft state.
+func (s *Server) bootstrapLoop() {
+	t := time.NewTicker(100 * time.Millisecond)
+	defer t.Stop()
+	for {
+		if s.raft.LastIndex() > 0 || s.raft.State() != raft.Follower || s.leaderKnown() {
+			s.members.setHasState()
+			return
+		}
+		if s.cfg.BootstrapExpect > 0 {
+			if conf, ok := bootstrapConfig(s.members.members(), s.cfg.BootstrapExpect); ok {
+				err := s.raft.BootstrapCluster(conf).Error()
+				switch {
+				case err == nil:
+					s.log.Info("bootstrapped cluster", "servers", len(conf.Servers))
+					s.members.setHasState()
+					return
+				case errors.Is(err, raft.ErrCantBootstrap):
+					s.members.setHasState()
+					return
+				default:
+					s.log.Warn("bootstrap failed", "err", err)
+				}
+			}
+		}
+		select {
+		case <-s.shutdownCh:
+			return
+		case <-t.C:
+		case <-s.members.nudge:
+		}
+	}
+}
+
+func (s *Server) leaderKnown() bool {
+	_, id := s.raft.LeaderWithID()
+	return id != ""
+}
+
+// IsLeader reports whether this server is the Raft leader.
+func (s *Server) IsLeader() bool { return s.raft.State() == raft.Leader }
+
+// ID returns the server's ID.
+func (s *Server) ID() string { return s.cfg.ID }
+
+// GRPCAddr returns the address the gRPC server listens on.
+func (s *Server) GRPCAddr() string { return s.grpcLn.Addr().String() }
+
+// Raft exposes the Raft node for tests and the admin service.
+func (s *Server) Raft() *raft.Raft { return s.raft }
+
+// FSM exposes the state machine for tests (reads only).
+func (s *Server) FSM() *fsm.FSM { return s.fsm }
+
+// Shutdown stops the server gracefully: a leader first hands leadership to
+// another voter, then gRPC drains, gossip leaves, Raft stops, stores close.
+func (s *Server) Shutdown(ctx context.Context) error {
+	var err error
+	s.shutdownOnce.Do(func() {
+		if s.raft != nil && s.IsLeader() && s.voterCount() > 1 {
+			if f := s.raft.LeadershipTransfer(); f.Error() != nil {
+				s.log.Warn("leadership transfer before shutdown failed", "err", f.Error())
+			} else {
+				s.log.Info("transferred leadership before shutdown")
+			}
+		}
+		close(s.shutdownCh)
+		if s.grpc != nil {
+			stopped := make(chan struct{})
+			go func() { s.grpc.GracefulStop(); close(stopped) }()
+			select {
+			case <-stopped:
+			case <-ctx.Done():
+				s.grpc.Stop()
+			}
+		}
+		err = s.closeAll()
+		s.wg.Wait()
+	})
+	return err
+}
+
+// Kill stops the server abruptly, as a crash would (tests).
+func (s *Server) Kill() {
+	s.shutdownOnce.Do(func() {
+		close(s.shutdownCh)
+		if s.grpc != nil {
+			s.grpc.Stop()
+		}
+		_ = s.closeAll()
+		s.wg.Wait()
+	})
+}
+
+func (s *Server) closeAll() error {
+	var errs []error
+	if s.fwd != nil {
+		s.fwd.close()
+	}
+	if s.members != nil {
+		s.members.leave(time.Second)
+	}
+	if s.raft != nil {
+		errs = append(errs, s.raft.Shutdown().Error())
+	}
+	if s.transport != nil {
+		errs = append(errs, s.transport.Close())
+	}
+	if s.store != nil {
+		errs = append(errs, s.store.Close())
+	}
+	if s.grpcLn != nil {
+		_ = s.grpcLn.Close()
+	}
+	return errors.Join(errs...)
+}
+
+func (s *Server) voterCount() int {
+	f := s.raft.GetConfiguration()
+	if f.Error() != nil {
+		return 0
+	}
+	n := 0
+	for _, srv := range f.Configuration().Servers {
+		if srv.Suffrage == raft.Voter {
+			n++
+		}
+	}
+	return n
+}

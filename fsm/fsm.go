@@ -1,0 +1,550 @@
+package fsm
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"sort"
+	"sync"
+
+	"github.com/hashicorp/raft"
+	"github.com/ration-dev/ration/api"
+	"github.com/ration-dev/ration/internal/policy"
+	"github.com/ration-dev/ration/internal/rpcerr"
+	"github.com/ration-dev/ration/lease"
+	"google.golang.org/protobuf/proto"
+)
+
+// Limits the FSM enforces on every operation (the coordinator checks them
+// before proposing, so these are a second line).
+const (
+	MaxClientIDLen = 256
+	MaxKeysPerOp   = 1024
+)
+
+// Response kinds recorded for idempotent retries.
+const (
+	kindLease   uint32 = 1
+	kindRelease uint32 = 2
+)
+
+// OpResult is the outcome of one client RPC inside a lease batch: exactly
+// one of Lease, Release and Err is set. Err is an RPC-level failure (stale
+// sequence, malformed caller); per-key failures are inside the response.
+type OpResult struct {
+	Lease   *api.LeaseResponse
+	Release *api.ReleaseResponse
+	Err     error
+}
+
+// Result is what Apply returns for every command.
+type Result struct {
+	// Err is a whole-command failure (e.g. a policy that fails validation).
+	Err error
+	// Ops holds one result per op of a lease batch, in order.
+	Ops []OpResult
+	// Expired counts the leases an expire command removed.
+	Expired int
+}
+
+type clientRecord struct {
+	incarnation uint64
+	seq         uint64
+	kind        uint32
+	response    []byte
+	lastSeen    int64
+}
+
+type keyLedger struct {
+	ledger *lease.Ledger
+}
+
+// state is everything the FSM replicates.
+type state struct {
+	clusterTime int64
+	policies    map[string]policy.Policy
+	keys        map[string]map[string]*keyLedger // policy -> canonical key -> ledger
+	clients     map[string]*clientRecord
+}
+
+func newState() *state {
+	return &state{
+		policies: map[string]policy.Policy{},
+		keys:     map[string]map[string]*keyLedger{},
+		clients:  map[string]*clientRecord{},
+	}
+}
+
+// FSM implements raft.FSM.
+type FSM struct {
+	mu  sync.RWMutex
+	st  *state
+	log *slog.Logger
+}
+
+var _ raft.FSM = (*FSM)(nil)
+
+// New returns an empty FSM. A nil logger discards.
+func New(logger *slog.Logger) *FSM {
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	return &FSM{st: newState(), log: logger}
+}
+
+// Apply implements raft.FSM. It panics on an entry it cannot decode or a
+// command type it does not know (see the package doc): those are bugs or a
+// version skew that must stop the server, not inputs to reject.
+func (f *FSM) Apply(l *raft.Log) any {
+	if l.Type != raft.LogCommand {
+		return nil
+	}
+	env, err := DecodeEnvelope(l.Data)
+	if err != nil {
+		panic(fmt.Sprintf("fsm: log index %d: %v", l.Index, err))
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	// Cluster time never goes backwards, whatever the leader stamped.
+	t := max(env.ClusterTimeNanos, f.st.clusterTime)
+	f.st.clusterTime = t
+	res, err := f.dispatch(env, t)
+	if err != nil {
+		if errors.Is(err, ErrCorruptEntry) {
+			panic(fmt.Sprintf("fsm: log index %d (%s): %v", l.Index, env.Type, err))
+		}
+		return &Result{Err: err}
+	}
+	return res
+}
+
+func (f *FSM) dispatch(env Envelope, t int64) (*Result, error) {
+	switch env.Type {
+	case CmdApplyPolicies:
+		cmd, err := decodeBody[api.ApplyPoliciesCommand](env.Body)
+		if err != nil {
+			return nil, err
+		}
+		return f.st.applyPolicies(t, cmd)
+	case CmdDeletePolicy:
+		cmd, err := decodeBody[api.DeletePolicyCommand](env.Body)
+		if err != nil {
+			return nil, err
+		}
+		return f.st.deletePolicy(cmd.GetName())
+	case CmdLeaseBatch:
+		cmd, err := decodeBody[api.LeaseBatchCommand](env.Body)
+		if err != nil {
+			return nil, err
+		}
+		return f.st.leaseBatch(t, cmd), nil
+	case CmdExpire:
+		cmd, err := decodeBody[api.ExpireCommand](env.Body)
+		if err != nil {
+			return nil, err
+		}
+		through := cmd.GetExpireThroughNanos()
+		if through <= 0 || through > t {
+			through = t
+		}
+		return f.st.expire(t, through, cmd.GetClientRetentionNanos())
+	}
+	if env.Type&IgnorableFlag != 0 {
+		f.log.Warn("skipping unknown ignorable command", "type", uint8(env.Type))
+		return &Result{}, nil
+	}
+	panic(fmt.Sprintf("fsm: unknown command type %d: this server is older than the log; upgrade it", uint8(env.Type)))
+}
+
+func ledgerConfig(p policy.Policy) lease.LedgerConfig {
+	return lease.LedgerConfig{
+		RateMilliPerSec: p.RateMilliPerSec,
+		CapacityMilli:   p.BurstMilli,
+		StartFull:       p.StartFull,
+		MaxLeases:       int(p.MaxLeasesPerKey),
+		DriftPPM:        p.DriftPPM,
+	}
+}
+
+func (s *state) applyPolicies(t int64, cmd *api.ApplyPoliciesCommand) (*Result, error) {
+	ps := make([]policy.Policy, 0, len(cmd.GetPolicies()))
+	for _, spec := range cmd.GetPolicies() {
+		p, err := policy.FromProto(spec)
+		if err != nil {
+			// The leader validated it; a stored spec that fails validation
+			// means versions disagree. Refuse the whole command, change nothing.
+			return nil, fmt.Errorf("%w: %v", rpcerr.ErrInvalid, err)
+		}
+		ps = append(ps, p)
+	}
+	for _, p := range ps {
+		old, existed := s.policies[p.Name]
+		s.policies[p.Name] = p
+		if !existed {
+			continue
+		}
+		if !sameKeying(old, p) {
+			// Different key attributes or algorithm: the old budgets mean
+			// nothing under the new layout. Clients' renewals fail and they
+			// stop by their deadlines (docs/design.md, "replacing a policy").
+			delete(s.keys, p.Name)
+			continue
+		}
+		for _, ck := range sortedKeys(s.keys[p.Name]) {
+			if err := s.keys[p.Name][ck].ledger.Reconfigure(t, ledgerConfig(p)); err != nil {
+				return nil, fmt.Errorf("reconfigure %s/%s: %w", p.Name, ck, err)
+			}
+		}
+	}
+	return &Result{}, nil
+}
+
+func sameKeying(a, b policy.Policy) bool {
+	if a.Algorithm != b.Algorithm || a.StartFull != b.StartFull || len(a.Key) != len(b.Key) {
+		return false
+	}
+	for i := range a.Key {
+		if a.Key[i] != b.Key[i] {
+			return false
+		}
+	}
+	return true
+}
+
+func (s *state) deletePolicy(name string) (*Result, error) {
+	if _, ok := s.policies[name]; !ok {
+		return nil, fmt.Errorf("%w: policy %q", rpcerr.ErrNotFound, name)
+	}
+	delete(s.policies, name)
+	delete(s.keys, name)
+	return &Result{}, nil
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// checkCaller applies the idempotency rules. It returns the recorded
+// response when this is a retry of the client's latest request.
+func (s *state) checkCaller(t int64, c *api.Caller, kind uint32) ([]byte, error) {
+	if c == nil || c.GetClientId() == "" {
+		return nil, fmt.Errorf("%w: caller.client_id is empty", rpcerr.ErrInvalid)
+	}
+	if len(c.GetClientId()) > MaxClientIDLen {
+		return nil, fmt.Errorf("%w: caller.client_id is %d bytes, more than %d", rpcerr.ErrInvalid, len(c.GetClientId()), MaxClientIDLen)
+	}
+	if c.GetSeq() == 0 {
+		return nil, fmt.Errorf("%w: caller.seq must be at least 1", rpcerr.ErrInvalid)
+	}
+	rec, ok := s.clients[c.GetClientId()]
+	if !ok {
+		return nil, nil
+	}
+	switch {
+	case c.GetIncarnation() < rec.incarnation:
+		return nil, fmt.Errorf("%w: client %q incarnation %d is older than %d", rpcerr.ErrStale, c.GetClientId(), c.GetIncarnation(), rec.incarnation)
+	case c.GetIncarnation() > rec.incarnation:
+		// A new process under this client ID: its predecessor is gone, so
+		// its leases are released (without credit: its tokens are lost).
+		s.revoke(t, c.GetClientId(), c.GetIncarnation())
+		return nil, nil
+	case c.GetSeq() == rec.seq:
+		if kind != rec.kind {
+			return nil, fmt.Errorf("%w: client %q reused seq %d for a different call", rpcerr.ErrStale, c.GetClientId(), c.GetSeq())
+		}
+		rec.lastSeen = t
+		return rec.response, nil
+	case c.GetSeq() < rec.seq:
+		return nil, fmt.Errorf("%w: client %q seq %d is older than %d", rpcerr.ErrStale, c.GetClientId(), c.GetSeq(), rec.seq)
+	}
+	return nil, nil
+}
+
+func (s *state) revoke(t int64, clientID string, incarnation uint64) {
+	for _, pn := range sortedKeys(s.keys) {
+		for _, ck := range sortedKeys(s.keys[pn]) {
+			// Revoke only fails for time going backwards, which Apply's
+			// clamp rules out.
+			_, _ = s.keys[pn][ck].ledger.Revoke(t, clientID, incarnation)
+		}
+	}
+}
+
+func (s *state) record(t int64, c *api.Caller, kind uint32, resp proto.Message) {
+	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(resp)
+	if err != nil {
+		panic(fmt.Sprintf("fsm: marshal recorded response: %v", err))
+	}
+	s.clients[c.GetClientId()] = &clientRecord{incarnation: c.GetIncarnation(), seq: c.GetSeq(), kind: kind, response: b, lastSeen: t}
+}
+
+func (s *state) leaseBatch(t int64, cmd *api.LeaseBatchCommand) *Result {
+	res := &Result{Ops: make([]OpResult, len(cmd.GetOps()))}
+	for i, op := range cmd.GetOps() {
+		switch {
+		case op.GetAcquire() != nil:
+			res.Ops[i].Lease, res.Ops[i].Err = s.acquire(t, op.GetAcquire())
+		case op.GetRenew() != nil:
+			res.Ops[i].Lease, res.Ops[i].Err = s.renew(t, op.GetRenew())
+		case op.GetRelease() != nil:
+			res.Ops[i].Release, res.Ops[i].Err = s.release(t, op.GetRelease())
+		default:
+			res.Ops[i].Err = fmt.Errorf("%w: empty lease op", rpcerr.ErrInvalid)
+		}
+	}
+	return res
+}
+
+func keyError(err error) *api.KeyError {
+	return &api.KeyError{Code: uint32(rpcerr.Code(err)), Message: err.Error()}
+}
+
+// resolve finds the policy and canonical key of a requested key, creating
+// the key's ledger when create is set.
+func (s *state) resolve(t int64, k *api.Key, create bool) (policy.Policy, string, *keyLedger, error) {
+	p, ok := s.policies[k.GetPolicy()]
+	if !ok {
+		return p, "", nil, fmt.Errorf("%w: policy %q", rpcerr.ErrNotFound, k.GetPolicy())
+	}
+	if err := p.Leasable(); err != nil {
+		return p, "", nil, fmt.Errorf("policy %q: %w", p.Name, err)
+	}
+	ck, err := p.CanonicalKey(k.GetAttributes())
+	if err != nil {
+		return p, "", nil, fmt.Errorf("policy %q: %w", p.Name, err)
+	}
+	kl := s.keys[p.Name][ck]
+	if kl != nil || !create {
+		if kl == nil {
+			return p, ck, nil, fmt.Errorf("%w: policy %q has no key %q", lease.ErrLeaseNotFound, p.Name, ck)
+		}
+		return p, ck, kl, nil
+	}
+	if int64(len(s.keys[p.Name])) >= p.MaxKeys {
+		return p, ck, nil, fmt.Errorf("%w: policy %q already tracks max_keys=%d keys", rpcerr.ErrResourceExhausted, p.Name, p.MaxKeys)
+	}
+	l, err := lease.NewLedger(ledgerConfig(p), t)
+	if err != nil {
+		return p, ck, nil, fmt.Errorf("policy %q: %w", p.Name, err)
+	}
+	if s.keys[p.Name] == nil {
+		s.keys[p.Name] = map[string]*keyLedger{}
+	}
+	kl = &keyLedger{ledger: l}
+	s.keys[p.Name][ck] = kl
+	return p, ck, kl, nil
+}
+
+func grantProto(p policy.Policy, ck string, g lease.Grant) *api.Grant {
+	return &api.Grant{
+		LeaseId:                 uint64(g.LeaseID),
+		RateMilliPerSec:         g.RateMilliPerSec,
+		CapMilli:                g.CapMilli,
+		StartMilli:              g.StartMilli,
+		TtlNanos:                g.TTLNanos,
+		RenewAfterNanos:         min(p.RenewAfterNanos, g.TTLNanos),
+		DriftPpm:                p.DriftPPM,
+		FailureMode:             string(p.Failure),
+		FallbackRateMilliPerSec: p.FallbackRateMilliPerSec,
+		Shadow:                  p.Shadow,
+		CanonicalKey:            ck,
+	}
+}
+
+func checkKeys(n int) error {
+	if n == 0 {
+		return fmt.Errorf("%w: no keys in the request", rpcerr.ErrInvalid)
+	}
+	if n > MaxKeysPerOp {
+		return fmt.Errorf("%w: %d keys in one request, more than %d", rpcerr.ErrInvalid, n, MaxKeysPerOp)
+	}
+	return nil
+}
+
+func leaseErr(p policy.Policy, ck string, err error) error {
+	if errors.Is(err, lease.ErrTooManyLeases) {
+		return fmt.Errorf("policy %q key %q: max_leases_per_key=%d reached: %w", p.Name, ck, p.MaxLeasesPerKey, err)
+	}
+	return err
+}
+
+func (s *state) acquire(t int64, req *api.AcquireRequest) (*api.LeaseResponse, error) {
+	c := req.GetCaller()
+	if dup, err := s.checkCaller(t, c, kindLease); err != nil || dup != nil {
+		return unmarshalLease(dup, err)
+	}
+	if err := checkKeys(len(req.GetKeys())); err != nil {
+		return nil, err
+	}
+	resp := &api.LeaseResponse{ClusterTimeNanos: t, Leases: make([]*api.KeyLease, len(req.GetKeys()))}
+	for i, k := range req.GetKeys() {
+		resp.Leases[i] = s.acquireKey(t, c, k)
+	}
+	s.record(t, c, kindLease, resp)
+	return resp, nil
+}
+
+func (s *state) acquireKey(t int64, c *api.Caller, k *api.AcquireKey) *api.KeyLease {
+	p, ck, kl, err := s.resolve(t, k.GetKey(), true)
+	if err != nil {
+		return &api.KeyLease{Error: keyError(err)}
+	}
+	g, err := kl.ledger.Grant(t, lease.GrantRequest{
+		ClientID: c.GetClientId(), Incarnation: c.GetIncarnation(), Seq: c.GetSeq(),
+		Weight:                p.Weight(c.GetClientId()),
+		DemandRateMilliPerSec: k.GetDemand().GetRateMilliPerSec(),
+		DemandBurstMilli:      k.GetDemand().GetBurstMilli(),
+		TTLNanos:              p.LeaseDurationNanos,
+	})
+	if err != nil {
+		return &api.KeyLease{Error: keyError(leaseErr(p, ck, err))}
+	}
+	return &api.KeyLease{Grant: grantProto(p, ck, g)}
+}
+
+func (s *state) renew(t int64, req *api.RenewRequest) (*api.LeaseResponse, error) {
+	c := req.GetCaller()
+	if dup, err := s.checkCaller(t, c, kindLease); err != nil || dup != nil {
+		return unmarshalLease(dup, err)
+	}
+	if err := checkKeys(len(req.GetKeys())); err != nil {
+		return nil, err
+	}
+	resp := &api.LeaseResponse{ClusterTimeNanos: t, Leases: make([]*api.KeyLease, len(req.GetKeys()))}
+	for i, k := range req.GetKeys() {
+		resp.Leases[i] = s.renewKey(t, c, k)
+	}
+	s.record(t, c, kindLease, resp)
+	return resp, nil
+}
+
+func (s *state) renewKey(t int64, c *api.Caller, k *api.RenewKey) *api.KeyLease {
+	p, ck, kl, err := s.resolve(t, k.GetKey(), false)
+	if err != nil {
+		return &api.KeyLease{Error: keyError(err)}
+	}
+	g, err := kl.ledger.Renew(t, lease.RenewRequest{
+		ClientID: c.GetClientId(), Incarnation: c.GetIncarnation(), LeaseID: lease.LeaseID(k.GetLeaseId()),
+		Weight:                p.Weight(c.GetClientId()),
+		DemandRateMilliPerSec: k.GetDemand().GetRateMilliPerSec(),
+		DemandBurstMilli:      k.GetDemand().GetBurstMilli(),
+		TTLNanos:              p.LeaseDurationNanos,
+	})
+	if err != nil {
+		return &api.KeyLease{Error: keyError(leaseErr(p, ck, err))}
+	}
+	return &api.KeyLease{Grant: grantProto(p, ck, g)}
+}
+
+func (s *state) release(t int64, req *api.ReleaseRequest) (*api.ReleaseResponse, error) {
+	c := req.GetCaller()
+	if dup, err := s.checkCaller(t, c, kindRelease); err != nil || dup != nil {
+		if err != nil {
+			return nil, err
+		}
+		out := &api.ReleaseResponse{}
+		if err := proto.Unmarshal(dup, out); err != nil {
+			panic(fmt.Sprintf("fsm: recorded response: %v", err))
+		}
+		return out, nil
+	}
+	if err := checkKeys(len(req.GetKeys())); err != nil {
+		return nil, err
+	}
+	resp := &api.ReleaseResponse{ClusterTimeNanos: t, Results: make([]*api.ReleaseResult, len(req.GetKeys()))}
+	for i, k := range req.GetKeys() {
+		r := &api.ReleaseResult{}
+		_, _, kl, err := s.resolve(t, k.GetKey(), false)
+		if err == nil {
+			var rr lease.ReleaseResult
+			rr, err = kl.ledger.Release(t, lease.ReleaseRequest{
+				ClientID: c.GetClientId(), Incarnation: c.GetIncarnation(),
+				LeaseID: lease.LeaseID(k.GetLeaseId()), UnspentMilli: k.GetUnspentMilli(),
+			})
+			r.CreditedMilli = rr.CreditedMilli
+		}
+		if err != nil {
+			r.Error = keyError(err)
+		}
+		resp.Results[i] = r
+	}
+	s.record(t, c, kindRelease, resp)
+	return resp, nil
+}
+
+func unmarshalLease(dup []byte, err error) (*api.LeaseResponse, error) {
+	if err != nil {
+		return nil, err
+	}
+	out := &api.LeaseResponse{}
+	if err := proto.Unmarshal(dup, out); err != nil {
+		panic(fmt.Sprintf("fsm: recorded response: %v", err))
+	}
+	return out, nil
+}
+
+// expire removes due leases in every ledger, collects ledgers that are
+// indistinguishable from fresh ones (no leases, pool full), and forgets
+// idempotency records of clients with no leases not seen for retention.
+func (s *state) expire(t, through, retention int64) (*Result, error) {
+	res := &Result{}
+	active := map[string]bool{}
+	for _, pn := range sortedKeys(s.keys) {
+		keys := s.keys[pn]
+		for _, ck := range sortedKeys(keys) {
+			l := keys[ck].ledger
+			gone, err := l.ExpireThrough(t, through)
+			if err != nil {
+				return nil, err
+			}
+			res.Expired += len(gone)
+			leases := l.Leases()
+			if len(leases) == 0 && l.PoolMilli() >= l.Config().CapacityMilli {
+				delete(keys, ck)
+				continue
+			}
+			for _, le := range leases {
+				active[le.ClientID] = true
+			}
+		}
+		if len(keys) == 0 {
+			delete(s.keys, pn)
+		}
+	}
+	if retention > 0 {
+		for _, id := range sortedKeys(s.clients) {
+			if !active[id] && s.clients[id].lastSeen+retention <= t {
+				delete(s.clients, id)
+			}
+		}
+	}
+	return res, nil
+}
+
+// Snapshot implements raft.FSM: a deep point-in-time copy taken under the
+// read lock; Persist streams it.
+func (f *FSM) Snapshot() (raft.FSMSnapshot, error) {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	return &snapshot{data: f.st.export()}, nil
+}
+
+// Restore implements raft.FSM: it builds a new state from the stream,
+// checks it, and swaps it in under the write lock.
+func (f *FSM) Restore(rc io.ReadCloser) error {
+	defer rc.Close()
+	st, err := importState(rc)
+	if err != nil {
+		return fmt.Errorf("fsm: restore: %w", err)
+	}
+	f.mu.Lock()
+	f.st = st
+	f.mu.Unlock()
+	return nil
+}

@@ -1,0 +1,120 @@
+package fsm
+
+import (
+	"github.com/ration-dev/ration/api"
+	"github.com/ration-dev/ration/internal/policy"
+)
+
+// Reads for the admin API and the leader loop. They take the read lock and
+// return copies; on a follower they show its applied (possibly stale) state.
+
+// ClusterTime returns the cluster time of the latest applied entry.
+func (f *FSM) ClusterTime() int64 {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	return f.st.clusterTime
+}
+
+// Counts returns how many policies, keys and leases the state holds, and
+// how many clients have idempotency records.
+func (f *FSM) Counts() (policies, keys, leases, clients int) {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	for _, ks := range f.st.keys {
+		keys += len(ks)
+		for _, kl := range ks {
+			leases += kl.ledger.LeaseCount()
+		}
+	}
+	return len(f.st.policies), keys, leases, len(f.st.clients)
+}
+
+// Policies returns the stored policies sorted by name.
+func (f *FSM) Policies() []policy.Policy {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	out := make([]policy.Policy, 0, len(f.st.policies))
+	for _, n := range sortedKeys(f.st.policies) {
+		out = append(out, f.st.policies[n])
+	}
+	return out
+}
+
+// Policy returns one stored policy.
+func (f *FSM) Policy(name string) (policy.Policy, bool) {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	p, ok := f.st.policies[name]
+	return p, ok
+}
+
+// PolicyUsage returns how many keys and leases a policy has.
+func (f *FSM) PolicyUsage(name string) (keys, leases int) {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	for _, kl := range f.st.keys[name] {
+		keys++
+		leases += kl.ledger.LeaseCount()
+	}
+	return keys, leases
+}
+
+// NextDue returns the earliest cluster time at which an expire command would
+// change something: a lease expiry, or an idle key's pool becoming full (and
+// so collectable). ok is false when nothing is pending.
+func (f *FSM) NextDue() (due int64, ok bool) {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	consider := func(t int64) {
+		if !ok || t < due {
+			due, ok = t, true
+		}
+	}
+	for _, ks := range f.st.keys {
+		for _, kl := range ks {
+			l := kl.ledger
+			if e, has := l.NextExpiry(); has {
+				consider(e)
+				continue
+			}
+			consider(l.PoolFullAt())
+		}
+	}
+	return due, ok
+}
+
+// Leases lists leases and keys, optionally filtered by policy and canonical
+// key, sorted by policy, key and holder.
+func (f *FSM) Leases(policyName, key string) *api.ListLeasesResponse {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	now := f.st.clusterTime
+	out := &api.ListLeasesResponse{ClusterTimeNanos: now}
+	for _, pn := range sortedKeys(f.st.keys) {
+		if policyName != "" && pn != policyName {
+			continue
+		}
+		for _, ck := range sortedKeys(f.st.keys[pn]) {
+			if key != "" && ck != key {
+				continue
+			}
+			l := f.st.keys[pn][ck].ledger
+			cfg := l.Config()
+			out.Keys = append(out.Keys, &api.KeyInfo{
+				Policy: pn, Key: ck, PoolMilli: l.PoolMilli(),
+				RateMilliPerSec: cfg.RateMilliPerSec, CapacityMilli: cfg.CapacityMilli,
+			})
+			for _, le := range l.Leases() {
+				hr, hc := le.HeldAt(l.NowNanos())
+				out.Leases = append(out.Leases, &api.LeaseInfo{
+					Policy: pn, Key: ck, ClientId: le.ClientID, Incarnation: le.Incarnation,
+					LeaseId: uint64(le.ID), RateMilliPerSec: le.Current.RateMilliPerSec,
+					CapMilli: le.Current.CapMilli, StartMilli: le.StartMilli,
+					ExpiresNanos: le.Current.ExpiresNanos, ExpiresInNanos: le.Current.ExpiresNanos - now,
+					HeldRateMilliPerSec: hr, HeldCapMilli: hc,
+				})
+			}
+		}
+	}
+	return out
+}

@@ -1,0 +1,245 @@
+package fsm
+
+import (
+	"bufio"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+
+	"github.com/hashicorp/raft"
+	"github.com/ration-dev/ration/api"
+	"github.com/ration-dev/ration/internal/policy"
+	"github.com/ration-dev/ration/lease"
+	"google.golang.org/protobuf/proto"
+)
+
+// Snapshot stream: a magic line, then frames of [kind byte][uvarint length]
+// [protobuf], then an end frame. Frames let Persist write and Restore read
+// one ledger at a time.
+const snapshotMagic = "ration-fsm-snapshot-v1\n"
+
+const (
+	frameHeader byte = 1 // api.Snapshot without ledgers or clients
+	frameLedger byte = 2 // api.LedgerSnapshot
+	frameClient byte = 3 // api.ClientRecord
+	frameEnd    byte = 0xff
+)
+
+// maxFrame bounds one frame so a corrupt length cannot allocate wildly.
+const maxFrame = 64 << 20
+
+type snapshotData struct {
+	header  *api.Snapshot
+	ledgers []*api.LedgerSnapshot
+	clients []*api.ClientRecord
+}
+
+type snapshot struct{ data snapshotData }
+
+// Persist implements raft.FSMSnapshot.
+func (s *snapshot) Persist(sink raft.SnapshotSink) error {
+	if err := writeSnapshot(sink, s.data); err != nil {
+		_ = sink.Cancel()
+		return err
+	}
+	return sink.Close()
+}
+
+// Release implements raft.FSMSnapshot.
+func (s *snapshot) Release() {}
+
+func writeSnapshot(w io.Writer, d snapshotData) error {
+	bw := bufio.NewWriter(w)
+	if _, err := bw.WriteString(snapshotMagic); err != nil {
+		return err
+	}
+	frame := func(kind byte, m proto.Message) error {
+		b, err := proto.MarshalOptions{Deterministic: true}.Marshal(m)
+		if err != nil {
+			return err
+		}
+		var hdr [1 + binary.MaxVarintLen64]byte
+		hdr[0] = kind
+		n := binary.PutUvarint(hdr[1:], uint64(len(b)))
+		if _, err := bw.Write(hdr[:1+n]); err != nil {
+			return err
+		}
+		_, err = bw.Write(b)
+		return err
+	}
+	if err := frame(frameHeader, d.header); err != nil {
+		return err
+	}
+	for _, l := range d.ledgers {
+		if err := frame(frameLedger, l); err != nil {
+			return err
+		}
+	}
+	for _, c := range d.clients {
+		if err := frame(frameClient, c); err != nil {
+			return err
+		}
+	}
+	if err := bw.WriteByte(frameEnd); err != nil {
+		return err
+	}
+	return bw.Flush()
+}
+
+// export copies the state into protobuf messages, in sorted order so equal
+// states give byte-identical snapshots.
+func (s *state) export() snapshotData {
+	d := snapshotData{header: &api.Snapshot{ClusterTimeNanos: s.clusterTime}}
+	for _, name := range sortedKeys(s.policies) {
+		d.header.Policies = append(d.header.Policies, s.policies[name].ToProto())
+	}
+	for _, pn := range sortedKeys(s.keys) {
+		for _, ck := range sortedKeys(s.keys[pn]) {
+			d.ledgers = append(d.ledgers, exportLedger(pn, ck, s.keys[pn][ck].ledger.State()))
+		}
+	}
+	for _, id := range sortedKeys(s.clients) {
+		c := s.clients[id]
+		d.clients = append(d.clients, &api.ClientRecord{
+			ClientId: id, Incarnation: c.incarnation, Seq: c.seq,
+			Response: append([]byte(nil), c.response...), ResponseKind: c.kind, LastSeenNanos: c.lastSeen,
+		})
+	}
+	return d
+}
+
+func exportShare(s lease.Share) *api.ShareSnapshot {
+	return &api.ShareSnapshot{RateMilliPerSec: s.RateMilliPerSec, CapMilli: s.CapMilli, ExpiresNanos: s.ExpiresNanos}
+}
+
+func importShare(s *api.ShareSnapshot) lease.Share {
+	return lease.Share{RateMilliPerSec: s.GetRateMilliPerSec(), CapMilli: s.GetCapMilli(), ExpiresNanos: s.GetExpiresNanos()}
+}
+
+func exportLedger(pn, ck string, st lease.LedgerState) *api.LedgerSnapshot {
+	out := &api.LedgerSnapshot{
+		Policy: pn, Key: ck,
+		PoolMilli: st.PoolMilli, PoolNanos: st.PoolNanos, NowNanos: st.NowNanos, NextId: uint64(st.NextID),
+		PoolRateMilliPerSec: st.PoolRateMilliPerSec, InitialPoolMilli: st.InitialPoolMilli,
+		MintedMilli: st.Stats.MintedMilli, DebitedMilli: st.Stats.DebitedMilli,
+		CreditedMilli: st.Stats.CreditedMilli, BurnedMilli: st.Stats.BurnedMilli,
+		RateMilliPerSec: st.Config.RateMilliPerSec, CapacityMilli: st.Config.CapacityMilli,
+		StartFull: st.Config.StartFull, MaxLeases: int64(st.Config.MaxLeases), DriftPpm: st.Config.DriftPPM,
+		OvercommitUntilNanos: st.OvercommitUntilNanos,
+	}
+	for _, le := range st.Leases {
+		ls := &api.LeaseSnapshot{
+			Id: uint64(le.ID), ClientId: le.ClientID, Incarnation: le.Incarnation, GrantSeq: le.GrantSeq,
+			Weight: le.Weight, DemandRateMilliPerSec: le.DemandRateMilliPerSec, DemandBurstMilli: le.DemandBurstMilli,
+			Current: exportShare(le.Current), StartMilli: le.StartMilli,
+		}
+		for _, sh := range le.Superseded {
+			ls.Superseded = append(ls.Superseded, exportShare(sh))
+		}
+		out.Leases = append(out.Leases, ls)
+	}
+	return out
+}
+
+func importLedger(ls *api.LedgerSnapshot) (*lease.Ledger, error) {
+	st := lease.LedgerState{
+		Config: lease.LedgerConfig{
+			RateMilliPerSec: ls.GetRateMilliPerSec(), CapacityMilli: ls.GetCapacityMilli(),
+			StartFull: ls.GetStartFull(), MaxLeases: int(ls.GetMaxLeases()), DriftPPM: ls.GetDriftPpm(),
+		},
+		PoolMilli: ls.GetPoolMilli(), PoolNanos: ls.GetPoolNanos(), NowNanos: ls.GetNowNanos(),
+		NextID: lease.LeaseID(ls.GetNextId()), PoolRateMilliPerSec: ls.GetPoolRateMilliPerSec(),
+		InitialPoolMilli: ls.GetInitialPoolMilli(), OvercommitUntilNanos: ls.GetOvercommitUntilNanos(),
+		Stats: lease.LedgerStats{
+			MintedMilli: ls.GetMintedMilli(), DebitedMilli: ls.GetDebitedMilli(),
+			CreditedMilli: ls.GetCreditedMilli(), BurnedMilli: ls.GetBurnedMilli(),
+		},
+	}
+	for _, l := range ls.GetLeases() {
+		le := lease.Lease{
+			ID: lease.LeaseID(l.GetId()), ClientID: l.GetClientId(), Incarnation: l.GetIncarnation(),
+			GrantSeq: l.GetGrantSeq(), Weight: l.GetWeight(),
+			DemandRateMilliPerSec: l.GetDemandRateMilliPerSec(), DemandBurstMilli: l.GetDemandBurstMilli(),
+			StartMilli: l.GetStartMilli(), Current: importShare(l.GetCurrent()),
+		}
+		for _, sh := range l.GetSuperseded() {
+			le.Superseded = append(le.Superseded, importShare(sh))
+		}
+		st.Leases = append(st.Leases, le)
+	}
+	return lease.NewLedgerFromState(st)
+}
+
+var errSnapshot = errors.New("corrupt snapshot")
+
+func importState(r io.Reader) (*state, error) {
+	br := bufio.NewReader(r)
+	magic := make([]byte, len(snapshotMagic))
+	if _, err := io.ReadFull(br, magic); err != nil || string(magic) != snapshotMagic {
+		return nil, fmt.Errorf("%w: not a ration FSM snapshot", errSnapshot)
+	}
+	st := newState()
+	sawHeader := false
+	for {
+		kind, err := br.ReadByte()
+		if err != nil {
+			return nil, fmt.Errorf("%w: truncated (no end frame)", errSnapshot)
+		}
+		if kind == frameEnd {
+			break
+		}
+		n, err := binary.ReadUvarint(br)
+		if err != nil || n > maxFrame {
+			return nil, fmt.Errorf("%w: bad frame length", errSnapshot)
+		}
+		buf := make([]byte, n)
+		if _, err := io.ReadFull(br, buf); err != nil {
+			return nil, fmt.Errorf("%w: truncated frame", errSnapshot)
+		}
+		switch kind {
+		case frameHeader:
+			h := &api.Snapshot{}
+			if err := proto.Unmarshal(buf, h); err != nil {
+				return nil, fmt.Errorf("%w: header: %v", errSnapshot, err)
+			}
+			st.clusterTime = h.GetClusterTimeNanos()
+			for _, spec := range h.GetPolicies() {
+				p, err := policy.FromProto(spec)
+				if err != nil {
+					return nil, fmt.Errorf("%w: policy %q: %v", errSnapshot, spec.GetName(), err)
+				}
+				st.policies[p.Name] = p
+			}
+			sawHeader = true
+		case frameLedger:
+			ls := &api.LedgerSnapshot{}
+			if err := proto.Unmarshal(buf, ls); err != nil {
+				return nil, fmt.Errorf("%w: ledger: %v", errSnapshot, err)
+			}
+			l, err := importLedger(ls)
+			if err != nil {
+				return nil, fmt.Errorf("%w: ledger %s/%s: %v", errSnapshot, ls.GetPolicy(), ls.GetKey(), err)
+			}
+			if st.keys[ls.GetPolicy()] == nil {
+				st.keys[ls.GetPolicy()] = map[string]*keyLedger{}
+			}
+			st.keys[ls.GetPolicy()][ls.GetKey()] = &keyLedger{ledger: l}
+		case frameClient:
+			c := &api.ClientRecord{}
+			if err := proto.Unmarshal(buf, c); err != nil {
+				return nil, fmt.Errorf("%w: client: %v", errSnapshot, err)
+			}
+			st.clients[c.GetClientId()] = &clientRecord{
+				incarnation: c.GetIncarnation(), seq: c.GetSeq(), kind: c.GetResponseKind(),
+				response: c.GetResponse(), lastSeen: c.GetLastSeenNanos(),
+			}
+		default:
+			return nil, fmt.Errorf("%w: unknown frame kind %d", errSnapshot, kind)
+		}
+	}
+	if !sawHeader {
+		return nil, fmt.Errorf("%w: no header frame", errSnapshot)
+	}
+	return st, nil
+}

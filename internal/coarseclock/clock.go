@@ -1,0 +1,102 @@
+package coarseclock
+
+import (
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// DefaultResolution is the resolution of Default and of New with a
+// non-positive resolution. doc.go explains the choice.
+const DefaultResolution = time.Millisecond
+
+// cacheLine pads the published time so that the objects allocated next to
+// a Clock never share its cache line (128 bytes also covers the adjacent-line
+// prefetcher of x86).
+const cacheLine = 128
+
+// Clock is a coarse monotonic clock: Now is one atomic load of a value that a
+// background goroutine refreshes every resolution. The value is nanoseconds
+// since the Clock was created, measured on Go's monotonic clock, and it always
+// lags real time: it is the elapsed time as of the last tick, never more.
+//
+// A Clock is safe for concurrent use. Times from different Clocks have
+// different origins and must not be mixed.
+type Clock struct {
+	now atomic.Int64
+	_   [cacheLine - 8]byte
+
+	start      time.Time
+	resolution time.Duration
+	permanent  bool // the Default clock: Stop is a no-op
+	stopOnce   sync.Once
+	stop       chan struct{}
+	done       chan struct{}
+}
+
+// New starts a Clock that refreshes every resolution (DefaultResolution if
+// resolution is not positive). It starts one goroutine; call Stop to end it.
+func New(resolution time.Duration) *Clock {
+	if resolution <= 0 {
+		resolution = DefaultResolution
+	}
+	c := &Clock{
+		start:      time.Now(),
+		resolution: resolution,
+		stop:       make(chan struct{}),
+		done:       make(chan struct{}),
+	}
+	go c.run(time.NewTicker(resolution))
+	return c
+}
+
+var defaultClock = sync.OnceValue(func() *Clock {
+	c := New(DefaultResolution)
+	c.permanent = true
+	return c
+})
+
+// Default returns the process-wide Clock at DefaultResolution, starting it on
+// first use. It runs for the life of the process: its Stop does nothing.
+func Default() *Clock { return defaultClock() }
+
+func (c *Clock) run(t *time.Ticker) {
+	defer close(c.done)
+	defer t.Stop()
+	var last int64
+	for {
+		select {
+		case <-c.stop:
+			return
+		case <-t.C:
+			// time.Since uses the monotonic reading of c.start, so it does
+			// not jump with wall-clock changes. The max keeps Now
+			// non-decreasing even if the platform's monotonic clock ever
+			// stepped back.
+			if v := int64(time.Since(c.start)); v > last {
+				last = v
+				c.now.Store(v)
+			}
+		}
+	}
+}
+
+// Now returns the nanoseconds elapsed since the Clock was created, as of the
+// latest tick: non-decreasing, and never ahead of the true elapsed time. It
+// lags by up to the resolution plus the goroutine's scheduling delay. It is a
+// single atomic load.
+func (c *Clock) Now() int64 { return c.now.Load() }
+
+// Resolution returns the refresh interval.
+func (c *Clock) Resolution() time.Duration { return c.resolution }
+
+// Stop ends the refresh goroutine and waits for it to exit; Now then stays
+// frozen at its last value. Stop is idempotent and safe to call
+// concurrently. On the Default clock it does nothing.
+func (c *Clock) Stop() {
+	if c.permanent {
+		return
+	}
+	c.stopOnce.Do(func() { close(c.stop) })
+	<-c.done
+}

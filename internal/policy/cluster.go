@@ -1,0 +1,145 @@
+package policy
+
+import (
+	"errors"
+	"fmt"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/ration-dev/ration/lease"
+)
+
+// FailureMode says what a replica does when it has no usable lease and
+// cannot reach the cluster. The values are the spellings used in the file.
+type FailureMode string
+
+// The supported failure modes.
+const (
+	// FailClosed: admit nothing beyond what leases already held allow.
+	FailClosed FailureMode = "fail-closed"
+	// FailOpen: admit locally at the policy's fallback rate. This adds
+	// Σ(g_i + f_i·W) to the cluster-wide bound (docs/design.md §5).
+	FailOpen FailureMode = "fail-open"
+)
+
+// Defaults and ranges of the cluster settings.
+const (
+	// DefaultLeaseDuration is the default lease duration D.
+	DefaultLeaseDuration = 5 * time.Second
+	// MinLeaseDuration and MaxLeaseDuration bound the lease duration.
+	MinLeaseDuration = 100 * time.Millisecond
+	MaxLeaseDuration = 24 * time.Hour
+	// DefaultRenewDivisor: renew_after defaults to the lease duration
+	// divided by this.
+	DefaultRenewDivisor = 3
+	// DefaultDriftPPM is the default clock-rate error bound ρ, in parts
+	// per million; MaxDriftPPM the largest accepted.
+	DefaultDriftPPM = 1000
+	MaxDriftPPM     = lease.MaxDriftPPM
+	// DefaultClientWeight is the default fair-share weight; MaxWeight the
+	// largest (weights are in [1, MaxWeight]).
+	DefaultClientWeight = 1
+	MaxWeight           = 1 << 20
+	// MaxClientIDLen is the longest client ID in weights.clients, in bytes.
+	MaxClientIDLen = 256
+	// DefaultFailure is the default failure mode.
+	DefaultFailure = FailClosed
+	// DefaultMaxKeys is the default bound on distinct key values per
+	// policy; MaxKeysLimit the largest accepted bound.
+	DefaultMaxKeys = 10_000
+	MaxKeysLimit   = 1_000_000
+	// DefaultMaxLeasesPerKey is the default bound on live leases per key;
+	// MaxLeasesPerKeyLimit the largest accepted bound.
+	DefaultMaxLeasesPerKey = 1024
+	MaxLeasesPerKeyLimit   = 65536
+	// MaxKeyValueLen is the longest key attribute value CanonicalKey
+	// accepts, in bytes.
+	MaxKeyValueLen = 256
+)
+
+// Errors of the cluster helpers.
+var (
+	// ErrNotLeasable is returned by Leasable for a window algorithm.
+	ErrNotLeasable = errors.New("policy is not leasable")
+	// ErrMissingKeyAttribute is wrapped by CanonicalKey when a request
+	// lacks one of the policy's key attributes.
+	ErrMissingKeyAttribute = errors.New("missing key attribute")
+	// ErrKeyTooLong is wrapped by CanonicalKey when a key attribute value
+	// is longer than MaxKeyValueLen bytes.
+	ErrKeyTooLong = errors.New("key attribute value too long")
+)
+
+// applyDefaults sets the cluster settings a file may leave out: the lease
+// settings (RenewAfterNanos excepted: it depends on the duration), weights
+// and failure mode for a token bucket, and the bounds for every algorithm.
+func (p *Policy) applyDefaults() {
+	if p.Algorithm == TokenBucket {
+		p.LeaseDurationNanos = int64(DefaultLeaseDuration)
+		p.DriftPPM = DefaultDriftPPM
+		p.DefaultWeight = DefaultClientWeight
+		p.Failure = DefaultFailure
+	}
+	p.MaxKeys = DefaultMaxKeys
+	p.MaxLeasesPerKey = DefaultMaxLeasesPerKey
+}
+
+// defaultRenewAfter is renew_after's default for a lease duration.
+func defaultRenewAfter(durationNanos int64) int64 {
+	return durationNanos / DefaultRenewDivisor
+}
+
+// usableSpan is the part of a lease a client may use, on its own clock:
+// duration·(1−ρ)/(1+ρ), rounded down (lease.ClientUsableNanos).
+func usableSpan(durationNanos, driftPPM int64) int64 {
+	return lease.ClientUsableNanos(durationNanos, driftPPM)
+}
+
+// Weight is the fair-share weight of the client with the given ID: its
+// entry in ClientWeights, else DefaultWeight. It is meaningful for token
+// buckets only (0 for a window policy).
+func (p Policy) Weight(clientID string) int64 {
+	if w, ok := p.ClientWeights[clientID]; ok {
+		return w
+	}
+	return p.DefaultWeight
+}
+
+// Leasable reports whether the cluster can enforce p: nil for a token
+// bucket, an error wrapping ErrNotLeasable otherwise.
+func (p Policy) Leasable() error {
+	if p.Algorithm == TokenBucket {
+		return nil
+	}
+	return fmt.Errorf("%w: policy %q uses %s: the cluster leases token buckets only; window algorithms are for simulate",
+		ErrNotLeasable, p.Name, p.Algorithm)
+}
+
+// CanonicalKey is the budget a request with the given attributes falls in:
+// the values of p's key attributes, in p.Key order, each escaped with
+// url.PathEscape and joined with "/" ("" for a policy without key
+// attributes: one global budget). Escaping makes the key injective: a "/"
+// in a value becomes %2F, so ("a/b", "c") and ("a", "b/c") differ.
+// Attributes p does not key on are ignored. A missing key attribute is an
+// error wrapping ErrMissingKeyAttribute; a value longer than MaxKeyValueLen
+// bytes one wrapping ErrKeyTooLong. An empty value is a value.
+func (p Policy) CanonicalKey(attrs map[string]string) (string, error) {
+	if len(p.Key) == 0 {
+		return "", nil
+	}
+	var b strings.Builder
+	for i, name := range p.Key {
+		v, ok := attrs[name]
+		if !ok {
+			return "", fmt.Errorf("%w: policy %q is keyed on %q, which the request does not have", ErrMissingKeyAttribute, p.Name, name)
+		}
+		if len(v) > MaxKeyValueLen {
+			return "", fmt.Errorf("%w: policy %q: key attribute %q is %d bytes, more than %d", ErrKeyTooLong, p.Name, name, len(v), MaxKeyValueLen)
+		}
+		if i > 0 {
+			b.WriteByte('/')
+		}
+		b.WriteString(url.PathEscape(v))
+	}
+	return b.String(), nil
+}

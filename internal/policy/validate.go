@@ -1,0 +1,239 @@
+package policy
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"time"
+	"unicode/utf8"
+)
+
+// Validate checks a Policy built in code or from a protobuf (FromProto)
+// against the rules Parse applies to a file. It returns nil, or every
+// problem joined with errors.Join, each an *Error naming the policy and the
+// (dotted) field and wrapping ErrInvalidPolicy. Line is not checked; it is
+// used, when set, as the errors' line.
+//
+// Quantities are checked as stored: unlike Parse, Validate fills in no
+// defaults, so a token bucket needs every cluster setting (a zero
+// LeaseDurationNanos is an error), and a window policy must leave the
+// token-bucket-only settings at their zero values.
+func Validate(p Policy) error {
+	if errs := validate(p); len(errs) > 0 {
+		return joinErrors(errs)
+	}
+	return nil
+}
+
+// validate is Validate's list of problems.
+func validate(p Policy) []*Error {
+	var errs []*Error
+	bad := func(field, format string, args ...any) {
+		errs = append(errs, &Error{Line: p.Line, PolicyName: p.Name, Field: field, Msg: fmt.Sprintf(format, args...)})
+	}
+
+	if !nameRE.MatchString(p.Name) {
+		bad(fName, "%q is not a valid name; %s", p.Name, want[fName])
+	}
+	_, algKnown := algorithmFields[p.Algorithm]
+	if !algKnown {
+		bad(fAlgorithm, "%q is not an algorithm; %s", p.Algorithm, want[fAlgorithm])
+	}
+	if p.Charge != ChargeRequests && p.Charge != ChargeCost {
+		bad(fCharge, "%q is not a charge; %s", p.Charge, want[fCharge])
+	}
+	seen := map[string]bool{}
+	for _, k := range p.Key {
+		if msg := keyAttrProblem(k, seen); msg != "" {
+			bad(fKey, "%s", msg)
+		}
+		seen[k] = true
+	}
+
+	notHere := func(field string) {
+		bad(field, "does not apply to algorithm %s (%s is for %s); %s takes %s",
+			p.Algorithm, field, ownerAlgorithms(field), p.Algorithm, strings.Join(algorithmFields[p.Algorithm], ", "))
+	}
+	switch {
+	case p.Algorithm == TokenBucket:
+		if p.RateMilliPerSec <= 0 || p.RateMilliPerSec > MaxRate*1000 {
+			bad(fRate, "%s is outside (0, %d]; %s", FormatUnits(p.RateMilliPerSec), MaxRate, want[fRate])
+		}
+		if p.BurstMilli < 1000 || p.BurstMilli > MaxBurst*1000 {
+			bad(fBurst, "%s is outside [1, %d]; %s", FormatUnits(p.BurstMilli), MaxBurst, want[fBurst])
+		}
+		if p.LimitMilli != 0 {
+			notHere(fLimit)
+		}
+		if p.WindowNanos != 0 {
+			notHere(fWindow)
+		}
+		errs = append(errs, validateLease(p)...)
+	case algKnown: // a window algorithm
+		if p.LimitMilli < 1000 || p.LimitMilli > MaxLimit*1000 || p.LimitMilli%1000 != 0 {
+			bad(fLimit, "%s is not a whole number in [1, %d]; %s", FormatUnits(p.LimitMilli), MaxLimit, want[fLimit])
+		}
+		if p.WindowNanos <= 0 {
+			bad(fWindow, "%s is not positive; %s", time.Duration(p.WindowNanos), want[fWindow])
+		}
+		for _, f := range []struct {
+			name string
+			set  bool
+		}{
+			{fRate, p.RateMilliPerSec != 0},
+			{fBurst, p.BurstMilli != 0},
+			{fStart, p.StartFull},
+			{fLeaseDuration, p.LeaseDurationNanos != 0},
+			{fLeaseRenewAfter, p.RenewAfterNanos != 0},
+			{fLeaseDriftPPM, p.DriftPPM != 0},
+			{fWeightsDefault, p.DefaultWeight != 0},
+			{fWeightsClients, len(p.ClientWeights) > 0},
+			{fFailure, p.Failure != ""},
+			{fFallbackRate, p.FallbackRateMilliPerSec != 0},
+		} {
+			if f.set {
+				notHere(f.name)
+			}
+		}
+	}
+
+	if msg := intRangeProblem(p.MaxKeys, 1, MaxKeysLimit); msg != "" {
+		bad(fMaxKeys, "%d %s; %s", p.MaxKeys, msg, want[fMaxKeys])
+	}
+	if msg := intRangeProblem(p.MaxLeasesPerKey, 1, MaxLeasesPerKeyLimit); msg != "" {
+		bad(fMaxLeasesPerKey, "%d %s; %s", p.MaxLeasesPerKey, msg, want[fMaxLeasesPerKey])
+	}
+
+	if len(errs) == 0 {
+		if _, err := p.NewLimiter(0); err != nil {
+			bad("", "rejected by the limiter: %v", err)
+		}
+	}
+	return errs
+}
+
+// validateLease checks a token bucket's cluster settings.
+func validateLease(p Policy) []*Error {
+	var errs []*Error
+	bad := func(field, format string, args ...any) {
+		errs = append(errs, &Error{Line: p.Line, PolicyName: p.Name, Field: field, Msg: fmt.Sprintf(format, args...)})
+	}
+	durOK := true
+	if msg := leaseDurationProblem(p.LeaseDurationNanos); msg != "" {
+		bad(fLeaseDuration, "%s %s; %s", time.Duration(p.LeaseDurationNanos), msg, want[fLeaseDuration])
+		durOK = false
+	}
+	driftOK := true
+	if msg := intRangeProblem(p.DriftPPM, 0, MaxDriftPPM); msg != "" {
+		bad(fLeaseDriftPPM, "%d %s; %s", p.DriftPPM, msg, want[fLeaseDriftPPM])
+		driftOK = false
+	}
+	if p.RenewAfterNanos <= 0 {
+		bad(fLeaseRenewAfter, "%s is not positive; %s", time.Duration(p.RenewAfterNanos), want[fLeaseRenewAfter])
+	} else if durOK && driftOK {
+		if msg := renewAfterProblem(p.RenewAfterNanos, p.LeaseDurationNanos, p.DriftPPM); msg != "" {
+			bad(fLeaseRenewAfter, "%s %s", time.Duration(p.RenewAfterNanos), msg)
+		}
+	}
+
+	if msg := intRangeProblem(p.DefaultWeight, 1, MaxWeight); msg != "" {
+		bad(fWeightsDefault, "%d %s; %s", p.DefaultWeight, msg, want[fWeightsDefault])
+	}
+	for _, id := range slices.Sorted(maps.Keys(p.ClientWeights)) {
+		field := fWeightsClients + "." + id
+		if msg := clientIDProblem(id); msg != "" {
+			bad(fWeightsClients, "%s; %s", msg, want[fWeightsClients])
+			continue
+		}
+		w := p.ClientWeights[id]
+		if msg := intRangeProblem(w, 1, MaxWeight); msg != "" {
+			bad(field, "%d %s; %s", w, msg, wantFor(field))
+		}
+	}
+
+	switch p.Failure {
+	case FailClosed:
+		if p.FallbackRateMilliPerSec != 0 {
+			bad(fFallbackRate, "applies only with failure: %s (failure is %s); want 0, or failure: %s", FailOpen, p.Failure, FailOpen)
+		}
+	case FailOpen:
+		if msg := fallbackProblem(p.FallbackRateMilliPerSec, p.RateMilliPerSec); msg != "" {
+			bad(fFallbackRate, "%s %s; %s", FormatUnits(p.FallbackRateMilliPerSec), msg, want[fFallbackRate])
+		}
+	default:
+		bad(fFailure, "%q is not a failure mode; %s", p.Failure, want[fFailure])
+	}
+	return errs
+}
+
+// The checks below are shared by Parse and Validate. Each returns "" when
+// the value is valid, else a predicate to follow the value.
+
+// keyAttrProblem checks one key attribute name, given those before it.
+func keyAttrProblem(name string, seen map[string]bool) string {
+	switch {
+	case strings.TrimSpace(name) == "":
+		return "has an empty attribute name; " + want[fKey]
+	case name == AttrAtMs || name == AttrCost:
+		return fmt.Sprintf("%q is reserved (at_ms is the request time, cost its cost) and cannot partition a budget; %s", name, want[fKey])
+	case seen[name]:
+		return fmt.Sprintf("%q is listed twice; want each attribute once", name)
+	}
+	return ""
+}
+
+// intRangeProblem checks lo <= v <= hi.
+func intRangeProblem(v, lo, hi int64) string {
+	switch {
+	case v < lo:
+		return fmt.Sprintf("is less than the minimum %d", lo)
+	case v > hi:
+		return fmt.Sprintf("is more than the maximum %d", hi)
+	}
+	return ""
+}
+
+func leaseDurationProblem(d int64) string {
+	switch {
+	case d < int64(MinLeaseDuration):
+		return "is shorter than the minimum " + formatDuration(int64(MinLeaseDuration))
+	case d > int64(MaxLeaseDuration):
+		return "is longer than the maximum " + formatDuration(int64(MaxLeaseDuration))
+	}
+	return ""
+}
+
+// renewAfterProblem checks a positive renew_after against the usable span
+// of a valid lease duration and drift.
+func renewAfterProblem(renew, duration, drift int64) string {
+	usable := usableSpan(duration, drift)
+	if renew < usable {
+		return ""
+	}
+	return fmt.Sprintf("is not less than the usable span %s of a %s lease with drift_ppm %d (duration*(1-drift)/(1+drift)), so the lease would run out before the renewal; want a duration > 0 and < %s, like %s (the default, duration/%d)",
+		formatDuration(usable), formatDuration(duration), drift, formatDuration(usable), formatDuration(defaultRenewAfter(duration)), DefaultRenewDivisor)
+}
+
+// fallbackProblem checks a fail-open fallback rate against the rate.
+func fallbackProblem(fallback, rate int64) string {
+	switch {
+	case fallback <= 0:
+		return "is not positive (fail-open needs a fallback rate)"
+	case fallback > rate:
+		return "is more than the policy's rate " + FormatUnits(rate)
+	}
+	return ""
+}
+
+func clientIDProblem(id string) string {
+	switch {
+	case id == "":
+		return "has an empty client ID"
+	case len(id) > MaxClientIDLen:
+		return fmt.Sprintf("client ID %.20q... is %d bytes, more than %d", id, len(id), MaxClientIDLen)
+	case !utf8.ValidString(id):
+		return fmt.Sprintf("client ID %q is not valid UTF-8", id)
+	}
+	return ""
+}

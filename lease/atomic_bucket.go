@@ -1,0 +1,325 @@
+package lease
+
+import (
+	"math/bits"
+	"sync"
+	"sync/atomic"
+)
+
+// cacheLine is the padding unit. 128 bytes covers both the 64-byte line and
+// the adjacent-line prefetcher of x86 (which pulls lines in pairs) and the
+// 128-byte lines of some arm64 parts.
+const cacheLine = 128
+
+// AtomicBucket is the lock-free, allocation-free twin of TokenBucket, safe for
+// concurrent use. Client replicas call it on their hot path.
+//
+// Time is an argument (int64 nanoseconds on any monotonic base, the same base
+// for every call on one bucket, in [0, MaxTimeNanos] like every time in this
+// package); the bucket never reads a clock. Unlike
+// TokenBucket, no method returns an error: a time earlier than the time
+// already credited (a lagging clock read, or a goroutine that read the clock
+// before another one) simply mints nothing and the call is decided on the
+// current level.
+//
+// # Design
+//
+// The state is four independent atomics: level (milli-tokens), last (the time
+// up to which refill has been credited), rate and capacity, plus minDelta,
+// which is derived from rate. Refill and admission use exactly the rules of
+// TokenBucket (the shared refill and decide helpers):
+//
+//   - Refill. A caller whose now is after last computes, from its snapshot of
+//     (level, last, rate, capacity), the new level and new last with refill:
+//     the whole milli-tokens minted over now-last and the time they used up,
+//     so the unminted fraction stays behind as time (or last jumps to now when
+//     the bucket is, or becomes, full: time spent full mints nothing). It then
+//     tries last.CompareAndSwap(last, newLast). Only the winner adds the
+//     minted milli-tokens to level, with a CAS loop that caps at capacity.
+//     The CAS on last makes the credited time segments disjoint, and each
+//     segment mints at most rate*segment (MintMilli rounds down), so the
+//     total minted never exceeds rate * (latest time - start). A stale level
+//     in the snapshot can only make the winner mint less (the cap is applied
+//     again when adding), never more. A loser retries with the new last,
+//     which normally finds nothing left to mint.
+//   - minDelta = ceil(1e9 / rate) is the shortest interval that mints one
+//     milli-token. When the bucket is not full and now-last < minDelta,
+//     MintMilli would return 0, so the caller skips it (and its 128-bit
+//     division): low rates do not recompute on every call. The shortcut is
+//     exact (d >= ceil(1e9/r) iff floor(r*d/1e9) >= 1 for integer d), and it
+//     is checked after the full test, so a full bucket still moves last to
+//     now exactly as TokenBucket does. A second exact shortcut, fillsUp,
+//     recognises with two multiplications that the elapsed time refills the
+//     bucket completely (refill's result is then (capacity, now)), which is
+//     the common case for high-rate buckets, so the 128-bit divisions are
+//     only paid when a partial refill is really needed.
+//   - Single-threaded, an AtomicBucket therefore makes the same decisions
+//     (Allowed, Reason, RemainingMilli, RetryAfter) and holds the same level
+//     and credited time as a TokenBucket fed the same calls, including
+//     SetRate, SetCapacity and Drain (after LevelMilli). A hot-path call
+//     with an earlier time than one already made is decided as TokenBucket
+//     decides at that latest time (only RetryAfter, measured from the
+//     credited time, can differ). `rationctl simulate` relies on this, and
+//     TestAtomicBucketMatchesTokenBucket checks it.
+//   - Admission is a CAS loop on level: if level >= cost, CAS level to
+//     level-cost. A rejected request changes nothing. A request is admitted
+//     only against milli-tokens that are really in level, so concurrent use
+//     never admits more than the exact TokenBucket would over the same
+//     timeline; races can only make it admit slightly less (a refill whose
+//     snapshot was stale, or time discarded as "full" while another
+//     goroutine was charging).
+//
+// The fast path (tokens available, clock not past last) is one load of last,
+// one load of level and one CAS on level: no division and no read of rate or
+// capacity, which are only read when refilling or rejecting. level and last
+// share a padded cache line (every call reads both); the read-mostly fields
+// live on a second line, so hot-path writes never invalidate them, and the
+// struct is exactly two padded lines (256 bytes, a size class the allocator
+// aligns to 256), so a neighbouring object cannot share either line.
+//
+// SetRate and SetCapacity are the control path (lease renewals). They
+// serialize among themselves with a mutex that the hot path never takes.
+// Against concurrent hot-path calls, a change takes effect at some point
+// during the call: a concurrent refill may credit a segment near now at the
+// old rate. After SetCapacity lowers the capacity, a refill that had read the
+// old capacity clamps the level again after adding, so once both calls have
+// returned the level is within the new capacity.
+type AtomicBucket struct {
+	// Hot line: written by every admission (level) and every refill (last).
+	level atomic.Int64
+	last  atomic.Int64
+	_     [cacheLine - 16]byte
+
+	// Cold line: read on refill and rejection, written by the setters.
+	minDelta atomic.Int64
+	rate     atomic.Int64
+	capacity atomic.Int64
+	mu       sync.Mutex // serializes SetRate and SetCapacity
+	_        [cacheLine - 32]byte
+}
+
+// NewAtomicBucket returns a bucket whose clock starts at startNanos, which
+// must be in [0, MaxTimeNanos]. The hot-path methods do not check their times:
+// a negative time is simply earlier than startNanos and mints nothing.
+func NewAtomicBucket(cfg BucketConfig, startNanos int64) (*AtomicBucket, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if err := checkTime(startNanos); err != nil {
+		return nil, err
+	}
+	b := &AtomicBucket{}
+	b.last.Store(startNanos)
+	b.rate.Store(cfg.RateMilliPerSec)
+	b.minDelta.Store(NanosToMint(cfg.RateMilliPerSec, 1))
+	b.capacity.Store(cfg.CapacityMilli)
+	if cfg.StartFull {
+		b.level.Store(cfg.CapacityMilli)
+	}
+	return b, nil
+}
+
+// AllowN charges costMilli if the bucket holds that many milli-tokens at
+// nowNanos (after refill), and reports the decision as TokenBucket.Admit does.
+//
+// It never fails. A non-positive cost is a caller bug that the hot path
+// cannot report as an error, so it is rejected as
+// Decision{Reason: ReasonExceedsCapacity, RetryAfter: RetryNever} (with
+// RemainingMilli 0) and changes nothing, not even the refill.
+func (b *AtomicBucket) AllowN(nowNanos, costMilli int64) Decision {
+	if costMilli <= 0 {
+		return Decision{Reason: ReasonExceedsCapacity, RetryAfter: RetryNever}
+	}
+	if nowNanos > b.last.Load() {
+		b.refillTo(nowNanos)
+	}
+	for {
+		lvl := b.level.Load()
+		if lvl < costMilli {
+			return b.reject(nowNanos, lvl, costMilli)
+		}
+		if b.level.CompareAndSwap(lvl, lvl-costMilli) {
+			return Decision{Allowed: true, Reason: ReasonOK, RemainingMilli: lvl - costMilli}
+		}
+	}
+}
+
+// Allow reports whether one token (MilliPerToken) is admitted at nowNanos,
+// charging it if so. It is AllowN(nowNanos, MilliPerToken).Allowed without
+// building a Decision: the fast path is two loads and one CAS.
+func (b *AtomicBucket) Allow(nowNanos int64) bool {
+	if nowNanos > b.last.Load() {
+		b.refillTo(nowNanos)
+	}
+	for {
+		lvl := b.level.Load()
+		if lvl < MilliPerToken {
+			return false
+		}
+		if b.level.CompareAndSwap(lvl, lvl-MilliPerToken) {
+			return true
+		}
+	}
+}
+
+// reject builds the Decision for a request that the level lvl cannot cover.
+// It is off the fast path, so it may read rate and capacity.
+func (b *AtomicBucket) reject(nowNanos, lvl, costMilli int64) Decision {
+	capm := b.capacity.Load()
+	last := b.last.Load()
+	// A lagging now has seen no refill; measure the wait from last.
+	nowNanos = max(nowNanos, last)
+	return decide(lvl, last, nowNanos, costMilli, b.rate.Load(), capm)
+}
+
+// LevelMilli returns the level at nowNanos after refill, without charging.
+func (b *AtomicBucket) LevelMilli(nowNanos int64) int64 {
+	if nowNanos > b.last.Load() {
+		b.refillTo(nowNanos)
+	}
+	return b.level.Load()
+}
+
+// refillTo credits refill up to nowNanos (see the type's doc comment).
+func (b *AtomicBucket) refillTo(nowNanos int64) {
+	for {
+		last := b.last.Load()
+		if nowNanos <= last {
+			return
+		}
+		lvl := b.level.Load()
+		capm := b.capacity.Load()
+		newLvl, newLast := capm, nowNanos // full, or fills up: what refill returns
+		if lvl < capm {
+			elapsed := nowNanos - last
+			if elapsed < b.minDelta.Load() {
+				return // exact shortcut: MintMilli would mint 0
+			}
+			if rate := b.rate.Load(); !fillsUp(rate, elapsed, capm-lvl) {
+				newLvl, newLast = refill(lvl, last, nowNanos, rate, capm)
+			}
+		} else {
+			newLvl = lvl
+		}
+		if newLast == last {
+			return // nothing minted (rate changed under us, or rate 0)
+		}
+		if b.last.CompareAndSwap(last, newLast) {
+			if newLvl > lvl {
+				b.addMinted(newLvl - lvl)
+			}
+			return
+		}
+		// Another caller credited (part of) this segment; retry from its last.
+	}
+}
+
+// fillsUp reports whether rate mints at least deficitMilli (> 0) over
+// elapsedNanos (> 0), i.e. whether MintMilli's result would reach it, without
+// MintMilli's two 128-bit divisions: floor(r*e/1e9) >= k iff r*e >= k*1e9.
+// Refill's result is then simply (capacity, now). A high-rate bucket refills
+// to full between most calls, so this keeps the divisions off that path.
+func fillsUp(rateMilliPerSec, elapsedNanos, deficitMilli int64) bool {
+	mh, ml := bits.Mul64(uint64(rateMilliPerSec), uint64(elapsedNanos))
+	nh, nl := bits.Mul64(uint64(deficitMilli), uint64(NanosPerSecond))
+	return mh > nh || (mh == nh && ml >= nl)
+}
+
+// addMinted adds minted milli-tokens to level, capped at capacity. Only the
+// caller that won the CAS on last for the segment that minted them calls it.
+func (b *AtomicBucket) addMinted(minted int64) {
+	var capm int64
+	for {
+		lvl := b.level.Load()
+		capm = b.capacity.Load()
+		newLvl := min(capm, lvl+minted)
+		if newLvl <= lvl {
+			return // already at or above the capacity
+		}
+		if b.level.CompareAndSwap(lvl, newLvl) {
+			break
+		}
+	}
+	// SetCapacity stores the capacity, then clamps. If it lowered the
+	// capacity after we read it, either we see the new value here and clamp,
+	// or our CAS preceded its store and its clamp sees our addition.
+	if c := b.capacity.Load(); c < capm {
+		b.clampLevel(c)
+	}
+}
+
+// clampLevel lowers level to capm if it is above.
+func (b *AtomicBucket) clampLevel(capm int64) {
+	for {
+		lvl := b.level.Load()
+		if lvl <= capm || b.level.CompareAndSwap(lvl, capm) {
+			return
+		}
+	}
+}
+
+// SetRate switches the refill rate at nowNanos, for lease renewals, exactly
+// as TokenBucket.SetRate does: time up to nowNanos is credited at the old
+// rate first; if the rate changes, the fraction of a milli-token the old rate
+// had not yet minted by nowNanos is dropped (it accrued at the old rate, and
+// the new rate, possibly faster, must not mint it). If nowNanos is not after
+// the time already credited (the renewal's clock reading lags a hot-path
+// one), the new rate applies from the time already credited. The rate is
+// clamped to [0, MaxRateMilliPerSec] where TokenBucket would return an error.
+func (b *AtomicBucket) SetRate(nowNanos, rateMilliPerSec int64) {
+	rateMilliPerSec = min(max(rateMilliPerSec, 0), MaxRateMilliPerSec)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if rateMilliPerSec == b.rate.Load() {
+		b.refillTo(nowNanos) // nothing changes: keep the fraction
+		return
+	}
+	for {
+		last := b.last.Load()
+		if nowNanos <= last {
+			break
+		}
+		lvl := b.level.Load()
+		newLvl, _ := refill(lvl, last, nowNanos, b.rate.Load(), b.capacity.Load())
+		if b.last.CompareAndSwap(last, nowNanos) {
+			if newLvl > lvl {
+				b.addMinted(newLvl - lvl)
+			}
+			break
+		}
+	}
+	// A hot-path reader may see the new rate with the old minDelta for a
+	// moment; a stale minDelta only delays a mint or costs a useless
+	// MintMilli, it never loses or over-mints tokens.
+	b.rate.Store(rateMilliPerSec)
+	b.minDelta.Store(NanosToMint(rateMilliPerSec, 1))
+}
+
+// SetCapacity changes the capacity at nowNanos, as TokenBucket.SetCapacity
+// does. Refill up to nowNanos is credited under the old capacity first (so
+// time spent full before nowNanos stays unminted). Lowering the capacity
+// clamps the level down to it; raising it never adds tokens, the bucket then
+// refills at its rate. The capacity is clamped to [0, MaxCapacityMilli] where
+// TokenBucket would return an error.
+func (b *AtomicBucket) SetCapacity(nowNanos, capMilli int64) {
+	capMilli = min(max(capMilli, 0), MaxCapacityMilli)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.refillTo(nowNanos)
+	b.capacity.Store(capMilli)
+	b.clampLevel(capMilli)
+	// If the clamp left the bucket full, the pending fraction is void (time
+	// spent full mints nothing): move last to nowNanos now rather than at the
+	// next call, which may carry an older clock reading. TokenBucket does the
+	// same at its next call, so decisions stay identical.
+	b.refillTo(nowNanos)
+}
+
+// Drain atomically takes every milli-token (the level becomes 0) and returns
+// how many there were. It takes no time argument and credits no refill: call
+// LevelMilli(now) first to include refill up to now. Refill continues
+// afterwards from the time already credited; to stop it (releasing a lease),
+// SetRate(now, 0) before draining.
+func (b *AtomicBucket) Drain() int64 {
+	return b.level.Swap(0)
+}
