@@ -9,7 +9,8 @@ import (
 // Claim is one client's demand in a fair division.
 type Claim struct {
 	// ID orders claims deterministically; the integer remainder of a
-	// division goes to the lowest IDs first.
+	// division goes to the lowest IDs first, and equal IDs keep their order
+	// in the slice.
 	ID string
 	// Demand is the most this client wants. Nobody gets more than it asks.
 	Demand int64
@@ -95,7 +96,7 @@ func FairShares(total int64, claims []Claim) ([]int64, error) {
 			given += shares[i]
 		}
 		leftover := remaining - given
-		sort.Slice(active, func(a, b int) bool {
+		sort.SliceStable(active, func(a, b int) bool {
 			fa, fb := frac[active[a]], frac[active[b]]
 			if fa != fb {
 				return fa > fb

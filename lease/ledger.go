@@ -458,11 +458,12 @@ func (l *Ledger) terms(i int) (rate, capMilli int64, err error) {
 	cfg := l.s.Config
 	rateClaims := make([]Claim, len(l.s.Leases))
 	burstClaims := make([]Claim, len(l.s.Leases))
+	// Leases are sorted by holder, so slice order is the deterministic
+	// tie-break FairShares needs; no IDs are built on this hot path.
 	for j := range l.s.Leases {
 		le := &l.s.Leases[j]
-		id := holderKey(le.ClientID, le.Incarnation)
-		rateClaims[j] = Claim{ID: id, Demand: min(le.DemandRateMilliPerSec, cfg.RateMilliPerSec), Weight: le.Weight}
-		burstClaims[j] = Claim{ID: id, Demand: min(le.DemandBurstMilli, cfg.CapacityMilli), Weight: le.Weight}
+		rateClaims[j] = Claim{Demand: min(le.DemandRateMilliPerSec, cfg.RateMilliPerSec), Weight: le.Weight}
+		burstClaims[j] = Claim{Demand: min(le.DemandBurstMilli, cfg.CapacityMilli), Weight: le.Weight}
 	}
 	rs, err := FairShares(cfg.RateMilliPerSec, rateClaims)
 	if err != nil {
@@ -476,10 +477,6 @@ func (l *Ledger) terms(i int) (rate, capMilli int64, err error) {
 	rate = max(0, min(rs[i], cfg.RateMilliPerSec-otherRate))
 	capMilli = max(0, min(bs[i], cfg.CapacityMilli-otherCap))
 	return rate, capMilli, nil
-}
-
-func holderKey(clientID string, incarnation uint64) string {
-	return fmt.Sprintf("%s\x00%020d", clientID, incarnation)
 }
 
 // Grant creates a lease for (ClientID, Incarnation) at cluster time now.
