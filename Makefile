@@ -2,7 +2,7 @@
 GO ?= go
 BENCH_COUNT ?= 10
 
-.PHONY: help demo test test-race build bench fmt vet lint clean
+.PHONY: help demo test test-race build cluster cluster-stop bench fmt vet lint clean
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -18,8 +18,14 @@ test: ## everything CI runs: vet, then every test (property tests, negative cont
 test-race: ## the tests under the race detector
 	$(GO) test -race -count=1 ./...
 
-build: ## build rationctl into ./bin
-	CGO_ENABLED=0 $(GO) build -o bin/ ./cmd/...
+build: ## build rationd and rationctl into ./bin
+	CGO_ENABLED=0 $(GO) build -o bin/ ./cmd/rationd ./cmd/rationctl
+
+cluster: build ## start a local 3-node cluster on loopback (grpc 127.0.0.1:7400-7402), data and logs in .cluster/
+	scripts/cluster.sh start
+
+cluster-stop: ## stop the local cluster (SIGTERM, then SIGKILL if needed); keeps its data and logs
+	scripts/cluster.sh stop
 
 bench: ## hot-path benchmarks vs golang.org/x/time/rate, summarised by benchstat
 	$(GO) test ./lease -run '^$$' -bench 'BenchmarkAllow' -benchmem -count $(BENCH_COUNT) | tee bench.out

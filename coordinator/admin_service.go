@@ -3,6 +3,7 @@ package coordinator
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"strings"
@@ -110,15 +111,25 @@ func (a *adminService) ApplyPolicies(ctx context.Context, req *api.ApplyPolicies
 	}
 	cmd := &api.ApplyPoliciesCommand{}
 	resp := &api.ApplyPoliciesResponse{}
+	var unleasable []error
 	for _, p := range file.Policies {
 		if err := p.Leasable(); err != nil {
-			return nil, rpcerr.Status(fmt.Errorf("policy %q: %w", p.Name, err))
+			unleasable = append(unleasable, fmt.Errorf("line %d: %w", p.Line, err))
+			continue
 		}
 		cmd.Policies = append(cmd.Policies, p.ToProto())
 		resp.Applied = append(resp.Applied, p.Name)
 	}
+	if len(unleasable) > 0 {
+		// A file the cluster can never take is an invalid argument, like
+		// every other problem Parse finds (ErrNotLeasable alone maps to
+		// FailedPrecondition, which fits a stored policy a key names).
+		return nil, rpcerr.Status(fmt.Errorf("%w: %w", rpcerr.ErrInvalid, errors.Join(unleasable...)))
+	}
 	return leaderOnly(a, ctx,
-		func(c api.AdminClient, ctx context.Context) (*api.ApplyPoliciesResponse, error) { return c.ApplyPolicies(ctx, req) },
+		func(c api.AdminClient, ctx context.Context) (*api.ApplyPoliciesResponse, error) {
+			return c.ApplyPolicies(ctx, req)
+		},
 		func() (*api.ApplyPoliciesResponse, error) {
 			_, idx, err := a.s.propose(fsm.CmdApplyPolicies, cmd)
 			resp.Index = idx
@@ -151,7 +162,9 @@ func (a *adminService) GetPolicy(ctx context.Context, req *api.GetPolicyRequest)
 // ListPolicies implements api.AdminServer.
 func (a *adminService) ListPolicies(ctx context.Context, req *api.ListPoliciesRequest) (*api.ListPoliciesResponse, error) {
 	return leaderOnly(a, ctx,
-		func(c api.AdminClient, ctx context.Context) (*api.ListPoliciesResponse, error) { return c.ListPolicies(ctx, req) },
+		func(c api.AdminClient, ctx context.Context) (*api.ListPoliciesResponse, error) {
+			return c.ListPolicies(ctx, req)
+		},
 		func() (*api.ListPoliciesResponse, error) {
 			resp := &api.ListPoliciesResponse{}
 			for _, p := range a.s.fsm.Policies() {
@@ -168,7 +181,9 @@ func (a *adminService) ListPolicies(ctx context.Context, req *api.ListPoliciesRe
 // DeletePolicy implements api.AdminServer.
 func (a *adminService) DeletePolicy(ctx context.Context, req *api.DeletePolicyRequest) (*api.DeletePolicyResponse, error) {
 	return leaderOnly(a, ctx,
-		func(c api.AdminClient, ctx context.Context) (*api.DeletePolicyResponse, error) { return c.DeletePolicy(ctx, req) },
+		func(c api.AdminClient, ctx context.Context) (*api.DeletePolicyResponse, error) {
+			return c.DeletePolicy(ctx, req)
+		},
 		func() (*api.DeletePolicyResponse, error) {
 			if _, ok := a.s.fsm.Policy(req.GetName()); !ok {
 				return nil, fmt.Errorf("%w: policy %q", rpcerr.ErrNotFound, req.GetName())
@@ -181,16 +196,22 @@ func (a *adminService) DeletePolicy(ctx context.Context, req *api.DeletePolicyRe
 // ListLeases implements api.AdminServer (on the leader, so it is fresh).
 func (a *adminService) ListLeases(ctx context.Context, req *api.ListLeasesRequest) (*api.ListLeasesResponse, error) {
 	return leaderOnly(a, ctx,
-		func(c api.AdminClient, ctx context.Context) (*api.ListLeasesResponse, error) { return c.ListLeases(ctx, req) },
+		func(c api.AdminClient, ctx context.Context) (*api.ListLeasesResponse, error) {
+			return c.ListLeases(ctx, req)
+		},
 		func() (*api.ListLeasesResponse, error) {
-			return a.s.fsm.Leases(req.GetPolicy(), req.GetKey()), nil
+			// Time to expiry counts from the leader's clock now, not from
+			// the last applied entry.
+			return a.s.fsm.Leases(req.GetPolicy(), req.GetKey(), a.s.clusterNow()), nil
 		})
 }
 
 // LeaderTransfer implements api.AdminServer.
 func (a *adminService) LeaderTransfer(ctx context.Context, req *api.LeaderTransferRequest) (*api.LeaderTransferResponse, error) {
 	return leaderOnly(a, ctx,
-		func(c api.AdminClient, ctx context.Context) (*api.LeaderTransferResponse, error) { return c.LeaderTransfer(ctx, req) },
+		func(c api.AdminClient, ctx context.Context) (*api.LeaderTransferResponse, error) {
+			return c.LeaderTransfer(ctx, req)
+		},
 		func() (*api.LeaderTransferResponse, error) {
 			var f raft.Future
 			if req.GetId() == "" {
@@ -208,17 +229,37 @@ func (a *adminService) LeaderTransfer(ctx context.Context, req *api.LeaderTransf
 				f = a.s.raft.LeadershipTransferToServer(raft.ServerID(req.GetId()), raft.ServerAddress(addr))
 			}
 			if err := f.Error(); err != nil {
-				return nil, raftErr(err)
+				if rerr := raftErr(err); rerr != err {
+					return nil, rerr
+				}
+				// e.g. "cannot find peer" on a single-voter cluster.
+				return nil, fmt.Errorf("%w: leadership transfer: %v", rpcerr.ErrPrecondition, err)
 			}
-			_, id := a.s.raft.LeaderWithID()
-			return &api.LeaderTransferResponse{NewLeader: string(id)}, nil
+			// The transfer returns before the new leader is known here:
+			// wait (bounded) until it is.
+			deadline := time.Now().Add(a.s.cfg.ApplyTimeout)
+			for {
+				if _, id := a.s.raft.LeaderWithID(); id != "" && string(id) != a.s.cfg.ID {
+					return &api.LeaderTransferResponse{NewLeader: string(id)}, nil
+				}
+				if time.Now().After(deadline) {
+					return &api.LeaderTransferResponse{}, nil
+				}
+				select {
+				case <-ctx.Done():
+					return nil, ctx.Err()
+				case <-time.After(10 * time.Millisecond):
+				}
+			}
 		})
 }
 
 // RemoveServer implements api.AdminServer.
 func (a *adminService) RemoveServer(ctx context.Context, req *api.RemoveServerRequest) (*api.RemoveServerResponse, error) {
 	return leaderOnly(a, ctx,
-		func(c api.AdminClient, ctx context.Context) (*api.RemoveServerResponse, error) { return c.RemoveServer(ctx, req) },
+		func(c api.AdminClient, ctx context.Context) (*api.RemoveServerResponse, error) {
+			return c.RemoveServer(ctx, req)
+		},
 		func() (*api.RemoveServerResponse, error) {
 			found := false
 			for _, srv := range a.s.raft.GetConfiguration().Configuration().Servers {
@@ -226,6 +267,13 @@ func (a *adminService) RemoveServer(ctx context.Context, req *api.RemoveServerRe
 			}
 			if !found {
 				return nil, fmt.Errorf("%w: server %q is not in the configuration", rpcerr.ErrNotFound, req.GetId())
+			}
+			// A live server would be re-added by the next reconcile: removal
+			// is for servers that are gone (Consul's remove-peer rule).
+			for _, m := range a.s.members.members() {
+				if m.ok && m.Meta.ID == req.GetId() && m.Status == "alive" {
+					return nil, fmt.Errorf("%w: server %q is alive in gossip; stop it first, or it is added back at the next reconcile", rpcerr.ErrPrecondition, req.GetId())
+				}
 			}
 			f := a.s.raft.RemoveServer(raft.ServerID(req.GetId()), 0, a.s.cfg.ApplyTimeout)
 			if err := f.Error(); err != nil {

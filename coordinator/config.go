@@ -62,6 +62,13 @@ type Config struct {
 	GossipProbeTimeout  time.Duration
 	GossipSuspicionMult int
 
+	// LeaveOnShutdown makes a graceful Shutdown leave gossip, so the leader
+	// removes this server from the voters at once. Off by default (as for
+	// Consul servers): a server stopped for a restart or upgrade stays a
+	// voter; remove one for good with `rationctl server remove` once it is
+	// stopped, or let the leader reap it after ReapTimeout.
+	LeaveOnShutdown bool
+
 	// Policies, if set, are applied by the first leader of a cluster that
 	// has none (rationd dev, --config).
 	Policies *policy.File
@@ -130,9 +137,9 @@ func (c Config) Validate() error {
 	if c.DataDir == "" {
 		bad("--data-dir is required")
 	}
-	for name, a := range map[string]string{"--raft-addr": c.RaftAddr, "--grpc-addr": c.GRPCAddr, "--gossip-addr": c.GossipAddr} {
-		if _, _, err := net.SplitHostPort(a); err != nil {
-			bad("%s %q is not host:port", name, a)
+	for _, a := range []struct{ flag, addr string }{{"--raft-addr", c.RaftAddr}, {"--grpc-addr", c.GRPCAddr}, {"--gossip-addr", c.GossipAddr}} {
+		if _, _, err := net.SplitHostPort(a.addr); err != nil {
+			bad("%s %q is not host:port", a.flag, a.addr)
 		}
 	}
 	if c.BootstrapExpect < 0 {

@@ -55,8 +55,9 @@ func hops(ctx context.Context) int {
 // forward is the one forwarding helper every handler calls first. It
 // returns (nil, true) when this server is the leader and should handle the
 // call itself; otherwise a connection to the leader and an outgoing context
-// carrying the hop count. While there is no leader it waits, with jitter,
-// up to ForwardTimeout (or the caller's deadline), then fails Unavailable.
+// carrying the hop count. While there is no leader, or this server leads
+// but has not taken over the cluster clock yet, it waits, with jitter, up
+// to ForwardTimeout (or the caller's deadline), then fails Unavailable.
 func (f *forwarder) forward(ctx context.Context) (*grpc.ClientConn, context.Context, bool, error) {
 	h := hops(ctx)
 	deadline := time.Now().Add(f.s.cfg.ForwardTimeout)
@@ -64,10 +65,13 @@ func (f *forwarder) forward(ctx context.Context) (*grpc.ClientConn, context.Cont
 		deadline = d
 	}
 	for {
-		if f.s.IsLeader() {
+		if f.s.leaderReady() {
 			return nil, ctx, true, nil
 		}
-		if _, id := f.s.raft.LeaderWithID(); id != "" {
+		// A leader that has not yet taken over the cluster clock for its
+		// term waits like a server with no leader: it would otherwise
+		// forward to itself.
+		if _, id := f.s.raft.LeaderWithID(); id != "" && string(id) != f.s.cfg.ID && !f.s.IsLeader() {
 			if h >= maxHops {
 				return nil, nil, false, fmt.Errorf("%w: forwarded %d times without reaching the leader", rpcerr.ErrUnavailable, h)
 			}

@@ -20,18 +20,44 @@ import (
 // monotonic reading). The time of an election is not counted, so cluster
 // time lags real time after a leader change: reclaims come later, never
 // earlier.
+//
+// The clock is valid only in the Raft term it was taken over in, after the
+// leader loop's barrier. Before that (a new leader still applying earlier
+// terms' entries) the zero clock reads about 292 years; a clock left from
+// an earlier term of this server counts the elections since as cluster
+// time. Either would make leases expire early, so nothing is stamped until
+// the clock is ready for the current term.
 type clusterClock struct {
 	mu    sync.Mutex
 	base  int64
 	start time.Time
 	last  int64
+	term  uint64
+	ready bool
 }
 
-func (c *clusterClock) takeOver(base int64) {
+func (c *clusterClock) takeOver(base int64, term uint64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.base, c.start = base, time.Now()
 	c.last = max(c.last, base)
+	c.term, c.ready = term, true
+}
+
+// stepDown invalidates the clock until the next takeOver.
+func (c *clusterClock) stepDown() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.ready = false
+}
+
+func (c *clusterClock) readyLocked(term uint64) bool { return c.ready && c.term == term }
+
+// readyFor reports whether the clock may stamp commands in term.
+func (c *clusterClock) readyFor(term uint64) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.readyLocked(term)
 }
 
 func (c *clusterClock) nowLocked() int64 {
@@ -50,11 +76,34 @@ func (c *clusterClock) Now() int64 {
 	return c.nowLocked()
 }
 
+// errTakingOver: this server leads but has not taken over the cluster
+// clock for its term yet (the forwarder waits instead of returning it).
+var errTakingOver = fmt.Errorf("%w: the leader is still taking over", rpcerr.ErrUnavailable)
+
+// clusterNow returns the leader's current cluster time, or 0 when this
+// server cannot stamp (not leading, or still taking over).
+func (s *Server) clusterNow() int64 {
+	s.clock.mu.Lock()
+	defer s.clock.mu.Unlock()
+	if !s.clock.readyLocked(s.raft.CurrentTerm()) {
+		return 0
+	}
+	return s.clock.nowLocked()
+}
+
+// leaderReady reports whether this server leads and may stamp commands.
+func (s *Server) leaderReady() bool {
+	return s.IsLeader() && s.clock.readyFor(s.raft.CurrentTerm())
+}
+
 // proposeAsync stamps cluster time and appends a command. Stamping and
 // appending happen under one lock so stamps increase in log order.
 func (s *Server) proposeAsync(ct fsm.CommandType, msg proto.Message) (raft.ApplyFuture, error) {
 	s.clock.mu.Lock()
 	defer s.clock.mu.Unlock()
+	if !s.clock.readyLocked(s.raft.CurrentTerm()) {
+		return nil, errTakingOver
+	}
 	data, err := fsm.Encode(ct, s.clock.nowLocked(), msg)
 	if err != nil {
 		return nil, err
@@ -125,25 +174,19 @@ func (s *Server) monitorLeadership() {
 func (s *Server) leaderLoop(stop chan struct{}) {
 	s.log.Info("became leader")
 	defer s.log.Info("leadership lost")
-	for {
-		if err := s.raft.Barrier(s.cfg.ApplyTimeout).Error(); err == nil {
-			break
-		} else {
-			s.log.Warn("barrier failed", "err", err)
-		}
-		select {
-		case <-stop:
-			return
-		case <-time.After(50 * time.Millisecond):
-		}
+	defer s.clock.stepDown()
+	term, margin, inheritedUntil, established := s.establish(stop)
+	if !established {
+		return
 	}
-	base := s.fsm.ClusterTime()
-	s.clock.takeOver(base)
-	margin, inheritedUntil := s.inheritedMargin(base)
 
 	if s.cfg.Policies != nil && len(s.fsm.Policies()) == 0 {
 		cmd := &api.ApplyPoliciesCommand{}
 		for _, p := range s.cfg.Policies.Policies {
+			if err := p.Leasable(); err != nil {
+				s.log.Error("initial policy cannot be leased; skipped", "policy", p.Name, "err", err)
+				continue
+			}
 			cmd.Policies = append(cmd.Policies, p.ToProto())
 		}
 		if _, _, err := s.propose(fsm.CmdApplyPolicies, cmd); err != nil {
@@ -168,11 +211,23 @@ func (s *Server) leaderLoop(stop chan struct{}) {
 		case <-s.members.nudge:
 			s.reconcile()
 		case <-expire.C:
+			if s.raft.CurrentTerm() != term {
+				// Leadership was lost and won back between two reads of
+				// LeaderCh (raft keeps only its latest value): establish
+				// the new term as a new leader would.
+				s.clock.stepDown()
+				if term, margin, inheritedUntil, established = s.establish(stop); !established {
+					return
+				}
+				continue
+			}
 			now := s.clock.Now()
 			due, ok := s.fsm.NextDue()
 			through := now
 			if now < inheritedUntil {
-				through = now - margin
+				// At least 1: 0 would mean the entry's own cluster time,
+				// with no margin at all.
+				through = max(now-margin, 1)
 			}
 			housekeeping := time.Since(lastExpire) > 10*time.Second
 			if (ok && due <= through) || housekeeping {
@@ -184,6 +239,34 @@ func (s *Server) leaderLoop(stop chan struct{}) {
 			}
 		}
 	}
+}
+
+// establish makes this leader's term usable: a barrier in the term (every
+// earlier entry is applied), then the cluster clock taken over from the
+// last applied cluster time. It retries until it succeeds in one term, or
+// leadership or the server stops (ok false).
+func (s *Server) establish(stop chan struct{}) (term uint64, margin, inheritedUntil int64, ok bool) {
+	for {
+		term = s.raft.CurrentTerm()
+		err := s.raft.Barrier(s.cfg.ApplyTimeout).Error()
+		if err == nil && s.raft.CurrentTerm() == term {
+			break
+		}
+		if err != nil {
+			s.log.Warn("barrier failed", "err", err)
+		}
+		select {
+		case <-stop:
+			return 0, 0, 0, false
+		case <-s.shutdownCh:
+			return 0, 0, 0, false
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	base := s.fsm.ClusterTime()
+	s.clock.takeOver(base, term)
+	margin, inheritedUntil = s.inheritedMargin(base)
+	return term, margin, inheritedUntil, true
 }
 
 // inheritedMargin: leases granted under the previous leader are expired a
@@ -226,7 +309,7 @@ func (s *Server) reconcile() {
 		}
 	}
 	for _, id := range plan.remove {
-		s.log.Info("removing server dead longer than the reap timeout", "id", id)
+		s.log.Info("removing server that left, or was dead longer than the reap timeout", "id", id)
 		if err := s.raft.RemoveServer(id, 0, s.cfg.ApplyTimeout).Error(); err != nil {
 			s.log.Warn("remove server", "id", id, "err", err)
 		}

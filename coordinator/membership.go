@@ -24,13 +24,16 @@ type serverMeta struct {
 	// HasState is set once the server has Raft state; a server that sees a
 	// peer with state never bootstraps (it would start a second cluster).
 	HasState bool `json:"state"`
+	// Leaving is gossiped just before a graceful leave, so peers can tell
+	// it from a crash (memberlist reports both as a departure).
+	Leaving bool `json:"leaving,omitempty"`
 }
 
 // memberInfo is one gossip member as the server sees it.
 type memberInfo struct {
 	Name    string
 	Address string
-	Status  string // alive | suspect | dead | left
+	Status  string // alive | dead | left (memberlist has no event for suspect)
 	Meta    serverMeta
 	ok      bool // meta decoded
 }
@@ -42,7 +45,26 @@ type membership struct {
 	meta   serverMeta
 	nudge  chan struct{}
 	deadAt map[string]time.Time // raft ID -> first time seen not alive
+
+	// view is every member memberlist has told us about, by name, kept
+	// from its event callbacks. Not memberlist.Members: it returns
+	// pointers into memberlist's own state, which its goroutines go on
+	// writing (a data race), it lists only live nodes, and it never fills
+	// in Node.State. The events are called with memberlist's node lock
+	// held, so copying the node there is safe. vmu is its own lock for
+	// that reason: mu is held while calling into memberlist.
+	vmu  sync.Mutex
+	view map[string]viewEntry
 }
+
+type viewEntry struct {
+	info     memberInfo
+	departed time.Time // when it went dead or left; zero while alive
+}
+
+// departedRetention: how long a dead or left member stays listed (the
+// Raft side is decided long before, by ReconcileInterval and ReapTimeout).
+const departedRetention = 24 * time.Hour
 
 type mlDelegate struct{ m *membership }
 
@@ -59,9 +81,32 @@ func (d mlDelegate) NotifyMsg([]byte)                {}
 func (d mlDelegate) GetBroadcasts(int, int) [][]byte { return nil }
 func (d mlDelegate) LocalState(bool) []byte          { return nil }
 func (d mlDelegate) MergeRemoteState([]byte, bool)   {}
-func (d mlDelegate) NotifyJoin(*memberlist.Node)     { d.m.poke() }
-func (d mlDelegate) NotifyLeave(*memberlist.Node)    { d.m.poke() }
-func (d mlDelegate) NotifyUpdate(*memberlist.Node)   { d.m.poke() }
+func (d mlDelegate) NotifyJoin(n *memberlist.Node)   { d.m.observe(n, false); d.m.poke() }
+func (d mlDelegate) NotifyUpdate(n *memberlist.Node) { d.m.observe(n, false); d.m.poke() }
+func (d mlDelegate) NotifyLeave(n *memberlist.Node)  { d.m.observe(n, true); d.m.poke() }
+
+// observe records a member as memberlist reports it: alive (joined or
+// updated), or gone, which is "left" if its last meta said Leaving and
+// "dead" otherwise. memberlist has no event for suspicion, so a suspect
+// member stays alive here until it is declared dead.
+func (m *membership) observe(n *memberlist.Node, gone bool) {
+	mi := memberInfo{Name: n.Name, Address: n.Address(), Status: "alive"}
+	if err := json.Unmarshal(n.Meta, &mi.Meta); err == nil && mi.Meta.ID != "" {
+		mi.ok = true
+	}
+	e := viewEntry{info: mi}
+	if gone {
+		e.departed = time.Now()
+		e.info.Status = "dead"
+		if mi.Meta.Leaving {
+			e.info.Status = "left"
+		}
+	}
+	m.vmu.Lock()
+	defer m.vmu.Unlock()
+	m.view[n.Name] = e
+}
+
 func (m *membership) poke() {
 	select {
 	case m.nudge <- struct{}{}:
@@ -78,7 +123,8 @@ func startMembership(cfg Config, meta serverMeta, logger *slog.Logger) (*members
 	if err != nil {
 		return nil, fmt.Errorf("gossip port %q: %w", portStr, err)
 	}
-	m := &membership{log: logger, meta: meta, nudge: make(chan struct{}, 1), deadAt: map[string]time.Time{}}
+	m := &membership{log: logger, meta: meta, nudge: make(chan struct{}, 1), deadAt: map[string]time.Time{},
+		view: map[string]viewEntry{}}
 	mc := memberlist.DefaultLANConfig()
 	mc.Name = cfg.ID
 	mc.BindAddr, mc.BindPort = host, port
@@ -126,37 +172,37 @@ func (m *membership) setHasState() {
 	}
 }
 
-func stateName(s memberlist.NodeStateType) string {
-	switch s {
-	case memberlist.StateAlive:
-		return "alive"
-	case memberlist.StateSuspect:
-		return "suspect"
-	case memberlist.StateDead:
-		return "dead"
-	case memberlist.StateLeft:
-		return "left"
-	}
-	return "unknown"
-}
-
-// members returns every known gossip member, sorted by name.
+// members returns every member gossip has reported, alive, dead or left,
+// sorted by name.
 func (m *membership) members() []memberInfo {
-	nodes := m.ml.Members()
-	out := make([]memberInfo, 0, len(nodes))
-	for _, n := range nodes {
-		mi := memberInfo{Name: n.Name, Address: n.Address(), Status: stateName(n.State)}
-		if err := json.Unmarshal(n.Meta, &mi.Meta); err == nil && mi.Meta.ID != "" {
-			mi.ok = true
+	m.vmu.Lock()
+	out := make([]memberInfo, 0, len(m.view))
+	now := time.Now()
+	for name, e := range m.view {
+		if !e.departed.IsZero() && now.Sub(e.departed) > departedRetention {
+			delete(m.view, name)
+			continue
 		}
-		out = append(out, mi)
+		out = append(out, e.info)
 	}
+	m.vmu.Unlock()
 	sort.Slice(out, func(a, b int) bool { return out[a].Name < out[b].Name })
 	return out
 }
 
+// leave says it is leaving, leaves gossip gracefully and stops.
 func (m *membership) leave(timeout time.Duration) {
+	m.mu.Lock()
+	m.meta.Leaving = true
+	m.mu.Unlock()
+	_ = m.ml.UpdateNode(timeout)
 	_ = m.ml.Leave(timeout)
+	_ = m.ml.Shutdown()
+}
+
+// stop stops gossip without a word, as a crash would: peers find out by
+// failed probes.
+func (m *membership) stop() {
 	_ = m.ml.Shutdown()
 }
 

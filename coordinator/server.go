@@ -15,6 +15,7 @@ import (
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
 	"github.com/ration-dev/ration/api"
 	"github.com/ration-dev/ration/fsm"
+	"go.etcd.io/bbolt"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 )
@@ -67,16 +68,21 @@ func New(cfg Config) (*Server, error) {
 	ok := false
 	defer func() {
 		if !ok {
-			s.closeAll()
+			s.closeAll(false)
 		}
 	}()
 
 	if err := os.MkdirAll(filepath.Join(cfg.DataDir, "raft"), 0o700); err != nil {
 		return nil, fmt.Errorf("data dir: %w", err)
 	}
-	store, err := raftboltdb.New(raftboltdb.Options{Path: filepath.Join(cfg.DataDir, "raft", "raft.db")})
+	// A timeout on bolt's file lock: a second rationd on the same data dir
+	// fails instead of hanging.
+	store, err := raftboltdb.New(raftboltdb.Options{
+		Path:        filepath.Join(cfg.DataDir, "raft", "raft.db"),
+		BoltOptions: &bbolt.Options{Timeout: 2 * time.Second},
+	})
 	if err != nil {
-		return nil, fmt.Errorf("raft store: %w", err)
+		return nil, fmt.Errorf("raft store %s (is another rationd using this data dir?): %w", filepath.Join(cfg.DataDir, "raft", "raft.db"), err)
 	}
 	s.store = store
 	snaps, err := raft.NewFileSnapshotStoreWithLogger(filepath.Join(cfg.DataDir, "raft"), 3, hclogFor(logger, "snapshots"))
@@ -240,7 +246,8 @@ func (s *Server) Raft() *raft.Raft { return s.raft }
 func (s *Server) FSM() *fsm.FSM { return s.fsm }
 
 // Shutdown stops the server gracefully: a leader first hands leadership to
-// another voter, then gRPC drains, gossip leaves, Raft stops, stores close.
+// another voter, then gRPC drains, gossip stops (leaving it only with
+// LeaveOnShutdown), Raft stops, stores close.
 func (s *Server) Shutdown(ctx context.Context) error {
 	var err error
 	s.shutdownOnce.Do(func() {
@@ -261,31 +268,38 @@ func (s *Server) Shutdown(ctx context.Context) error {
 				s.grpc.Stop()
 			}
 		}
-		err = s.closeAll()
+		err = s.closeAll(s.cfg.LeaveOnShutdown)
 		s.wg.Wait()
 	})
 	return err
 }
 
-// Kill stops the server abruptly, as a crash would (tests).
+// Kill stops the server abruptly, as a crash would (tests): no leadership
+// transfer, and no gossip leave, so peers see it fail rather than leave.
 func (s *Server) Kill() {
 	s.shutdownOnce.Do(func() {
 		close(s.shutdownCh)
 		if s.grpc != nil {
 			s.grpc.Stop()
 		}
-		_ = s.closeAll()
+		_ = s.closeAll(false)
 		s.wg.Wait()
 	})
 }
 
-func (s *Server) closeAll() error {
+// closeAll releases everything New opened; leaveGossip says whether to
+// leave gossip gracefully first.
+func (s *Server) closeAll(leaveGossip bool) error {
 	var errs []error
 	if s.fwd != nil {
 		s.fwd.close()
 	}
 	if s.members != nil {
-		s.members.leave(time.Second)
+		if leaveGossip {
+			s.members.leave(time.Second)
+		} else {
+			s.members.stop()
+		}
 	}
 	if s.raft != nil {
 		errs = append(errs, s.raft.Shutdown().Error())

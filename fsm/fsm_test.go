@@ -166,7 +166,7 @@ func TestIdempotentRetry(t *testing.T) {
 	}
 	// A new incarnation releases the old incarnation's leases.
 	h.batch(4*sec, acquire(caller("a", 2, 1), &api.Key{Policy: "global"}))
-	resp := h.f.Leases("", "")
+	resp := h.f.Leases("", "", 0)
 	for _, l := range resp.GetLeases() {
 		if l.GetIncarnation() != 2 {
 			t.Fatalf("incarnation 1 lease survived: %v", l)

@@ -84,11 +84,12 @@ func (f *FSM) NextDue() (due int64, ok bool) {
 }
 
 // Leases lists leases and keys, optionally filtered by policy and canonical
-// key, sorted by policy, key and holder.
-func (f *FSM) Leases(policyName, key string) *api.ListLeasesResponse {
+// key, sorted by policy, key and holder. Times to expiry count from nowNanos
+// (the leader's clock), or from the last applied entry if that is later.
+func (f *FSM) Leases(policyName, key string, nowNanos int64) *api.ListLeasesResponse {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
-	now := f.st.clusterTime
+	now := max(f.st.clusterTime, nowNanos)
 	out := &api.ListLeasesResponse{ClusterTimeNanos: now}
 	for _, pn := range sortedKeys(f.st.keys) {
 		if policyName != "" && pn != policyName {

@@ -4,12 +4,31 @@
 //
 // Commands:
 //
-//	simulate   replay a request trace against a policy file
+//	simulate   replay a request trace against a policy file (offline)
+//	status     the leader, Raft indexes and every server's state and health
+//	members    the gossip members
+//	policy     apply -f FILE | get NAME | list | delete NAME
+//	leases     who holds which lease, and each key's pool
+//	snapshot   save FILE | restore FILE
+//	leader     transfer [ID]
+//	server     remove ID
 //	help       show help for rationctl or a command
 //
-// Every command is a function run<Name>(args, stdout, stderr) int registered
-// in commands below; it returns the exit code: 0 success, 1 failure, 2 usage
-// error.
+// Every command is a function run(args, stdout, stderr) int registered in
+// commands below; it returns the exit code: 0 success, 1 failure (an error
+// from the server, with its gRPC code, or of I/O), 2 usage error.
+//
+// # DESIGN
+//
+// The cluster commands are verbs (admin.go): a declaration of their
+// arguments and flags plus a run function over a connected
+// api.AdminClient. runVerb does the rest the same way for all of them:
+// flags anywhere on the line, the common --servers/--timeout/--json,
+// usage errors, connecting to the first server that answers, and turning a
+// gRPC status into "rationctl <cmd>: Code: message". Rendering (render.go)
+// is separate from calling so tables and JSON are tested from canned
+// responses. rationctl imports only the public API (package api), never
+// the coordinator: it works against any server that speaks the API.
 package main
 
 import (
@@ -30,11 +49,18 @@ type command struct {
 	usage func(w io.Writer)
 }
 
-// commands lists the subcommands in the order help shows them. Add new ones
-// here (status, policies, leases, snapshot, loadgen, ...): each gets a
-// run<Name>(args, stdout, stderr) int in its own file.
+// commands lists the subcommands in the order help shows them. A new
+// cluster command is a verb (admin.go) registered here with single or
+// group.
 var commands = []command{
 	{name: "simulate", summary: "replay a request trace against a policy file", run: runSimulate, usage: simulateUsage},
+	single(statusVerb),
+	single(membersVerb),
+	group("policy", "apply -f FILE | get NAME | list | delete NAME: manage the stored policies", policyVerbs),
+	single(leasesVerb),
+	group("snapshot", "save FILE | restore FILE: save or restore the cluster state", snapshotVerbs),
+	group("leader", "transfer [ID]: hand leadership to another server", leaderVerbs),
+	group("server", "remove ID: remove a server from the Raft configuration", serverVerbs),
 }
 
 func main() {
@@ -89,7 +115,13 @@ func usage(w io.Writer) {
 	}
 	fmt.Fprintf(tw, "  %s\t%s\n", "help", "show this help, or a command's: rationctl help <command>")
 	tw.Flush()
-	fmt.Fprint(w, "\nRun 'rationctl <command> -h' for a command's flags.\n")
+	fmt.Fprintf(w, `
+The cluster commands take --servers HOST:PORT[,HOST:PORT], the servers
+to try in order until one answers (default $%s, else %s),
+and --timeout (default %v); those that read take --json.
+
+Run 'rationctl <command> -h' for a command's flags.
+`, serversEnv, defaultServers, defaultTimeout)
 }
 
 // printErr writes err to stderr with the prefix on every line, so that each

@@ -5,6 +5,7 @@
 package rpcerr
 
 import (
+	"context"
 	"errors"
 
 	"github.com/ration-dev/ration/internal/policy"
@@ -22,6 +23,7 @@ var (
 	ErrStale             = errors.New("stale request")
 	ErrUnavailable       = errors.New("unavailable")
 	ErrExpired           = errors.New("expired")
+	ErrPrecondition      = errors.New("failed precondition")
 )
 
 var table = []struct {
@@ -34,6 +36,9 @@ var table = []struct {
 	{ErrStale, codes.Aborted},
 	{ErrUnavailable, codes.Unavailable},
 	{ErrExpired, codes.FailedPrecondition},
+	{ErrPrecondition, codes.FailedPrecondition},
+	{context.DeadlineExceeded, codes.DeadlineExceeded},
+	{context.Canceled, codes.Canceled},
 	{lease.ErrLeaseNotFound, codes.NotFound},
 	{lease.ErrLeaseExpired, codes.FailedPrecondition},
 	{lease.ErrStaleGrant, codes.Aborted},

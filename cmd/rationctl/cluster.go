@@ -1,0 +1,138 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"time"
+
+	"google.golang.org/grpc/status"
+
+	"github.com/ration-dev/ration/api"
+)
+
+var statusVerb = verb{
+	name:    "status",
+	summary: "show the leader, Raft indexes and every server's state and health",
+	help: `Shows the Raft leader and term, the commit and applied indexes and cluster
+time of the server that answered, how many policies, keys and leases the
+cluster holds, and every server in the Raft configuration with its
+addresses, suffrage, Raft state and gossip health.
+
+--json prints {"leader", "term", "commit_index", "applied_index",
+"answered_by", "cluster_time_nanos", "policies", "keys", "leases",
+"servers": [{"id", "address" (Raft), "grpc_address", "suffrage", "state",
+"healthy"}]}.`,
+	reads: true,
+	run: func(ctx context.Context, o *invocation) error {
+		r, err := o.admin().Status(ctx, &api.StatusRequest{})
+		if err != nil {
+			return err
+		}
+		return writeStatus(o.stdout, r, o.json)
+	},
+}
+
+var membersVerb = verb{
+	name:    "members",
+	summary: "show the gossip members as the answering server sees them",
+	reads:   true,
+	run: func(ctx context.Context, o *invocation) error {
+		r, err := o.admin().Members(ctx, &api.MembersRequest{})
+		if err != nil {
+			return err
+		}
+		return writeMembers(o.stdout, r, o.json)
+	},
+}
+
+var leasesVerb = verb{
+	name:     "leases",
+	synopsis: "[--policy P] [--key K]",
+	summary:  "show who holds which lease, and each key's pool",
+	help: `Lists the live leases (as the leader sees them): policy, key, client and
+incarnation, lease ID, the lease's rate and local cap, the tokens granted
+with it, the rate and cap held (what a renewal reduced stays held until the
+old terms expire), and the time to expiry in cluster time. Then each key's
+pool: the tokens leased to no one.
+
+Tokens and rates are shown with 3 decimals; --json gives the exact integer
+milli-units and nanoseconds of the API.`,
+	reads: true,
+	flags: func(fs *flag.FlagSet, o *invocation) {
+		fs.StringVar(&o.policy, "policy", "", "only the leases of policy `P`")
+		fs.StringVar(&o.key, "key", "", "only the leases of canonical key `K` (the key attribute values joined by /)")
+	},
+	run: func(ctx context.Context, o *invocation) error {
+		r, err := o.admin().ListLeases(ctx, &api.ListLeasesRequest{Policy: o.policy, Key: o.key})
+		if err != nil {
+			return err
+		}
+		return writeLeases(o.stdout, r, o.json)
+	},
+}
+
+var leaderVerbs = []verb{{
+	name:     "leader transfer",
+	synopsis: "[ID]",
+	summary:  "hand leadership to server ID, or to any other voter",
+	args:     []string{"[ID]"},
+	run: func(ctx context.Context, o *invocation) error {
+		req := &api.LeaderTransferRequest{}
+		if len(o.args) > 0 {
+			req.Id = o.args[0]
+		}
+		r, err := o.admin().LeaderTransfer(ctx, req)
+		if err != nil {
+			return err
+		}
+		leader := r.GetNewLeader()
+		if leader == "" {
+			// The old leader answers as soon as it has stepped down, often
+			// before it has heard from the new one: ask until one is known.
+			if leader, err = awaitLeader(ctx, o.admin()); err != nil {
+				return err
+			}
+		}
+		_, err = fmt.Fprintf(o.stdout, "leadership transferred to %s\n", leader)
+		return err
+	},
+}}
+
+var serverVerbs = []verb{{
+	name:     "server remove",
+	synopsis: "ID",
+	summary:  "remove server ID from the Raft configuration",
+	help: `Removes server ID from the Raft configuration, e.g. a server that is gone for
+good. The leader also removes servers dead in gossip for longer than its
+reap timeout on its own.`,
+	args: []string{"ID"},
+	run: func(ctx context.Context, o *invocation) error {
+		r, err := o.admin().RemoveServer(ctx, &api.RemoveServerRequest{Id: o.args[0]})
+		if err != nil {
+			return err
+		}
+		_, err = fmt.Fprintf(o.stdout, "removed server %s (log index %d)\n", o.args[0], r.GetIndex())
+		return err
+	},
+}}
+
+// awaitLeader asks Status until the cluster names a leader, or ctx ends.
+func awaitLeader(ctx context.Context, admin api.AdminClient) (string, error) {
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		st, err := admin.Status(ctx, &api.StatusRequest{})
+		if err != nil {
+			return "", err
+		}
+		if st.GetLeader() != "" {
+			return st.GetLeader(), nil
+		}
+		select {
+		case <-ctx.Done():
+			return "", status.FromContextError(ctx.Err()).Err()
+		case <-tick.C:
+		}
+	}
+}

@@ -1,0 +1,93 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+
+	"github.com/ration-dev/ration/api"
+)
+
+var policyVerbs = []verb{
+	{
+		name:     "policy apply",
+		synopsis: "-f FILE",
+		summary:  "store the policies of a policy file, replacing same-named ones",
+		help: `Sends a policy file (docs/policy.md) to the cluster, which validates all of
+it and stores its policies, replacing same-named ones; nothing is stored if
+any policy is invalid. The cluster leases token-bucket policies only.
+The server's validation errors are printed as it sends them.`,
+		flags: func(fs *flag.FlagSet, o *invocation) {
+			fs.StringVar(&o.file, "f", "", "policy `FILE` to apply; - reads standard input")
+		},
+		check: func(o *invocation) error {
+			if o.file == "" {
+				return errors.New("-f FILE is required")
+			}
+			return nil
+		},
+		prepare: func(o *invocation) (err error) {
+			if o.file == "-" {
+				o.data, err = io.ReadAll(os.Stdin)
+			} else {
+				o.data, err = os.ReadFile(o.file)
+			}
+			return err
+		},
+		run: func(ctx context.Context, o *invocation) error {
+			r, err := o.admin().ApplyPolicies(ctx, &api.ApplyPoliciesRequest{Yaml: string(o.data)})
+			if err != nil {
+				return err
+			}
+			_, err = fmt.Fprintf(o.stdout, "applied %s (log index %d)\n", strings.Join(r.GetApplied(), ", "), r.GetIndex())
+			return err
+		},
+	},
+	{
+		name:     "policy get",
+		synopsis: "NAME",
+		summary:  "print a stored policy as a policy file",
+		help: `Prints the stored policy NAME as a canonical policy file (every setting
+written out that differs from its default), preceded by a comment with its
+number of keys and leases. The output can be edited and applied again.`,
+		args:  []string{"NAME"},
+		reads: true,
+		run: func(ctx context.Context, o *invocation) error {
+			r, err := o.admin().GetPolicy(ctx, &api.GetPolicyRequest{Name: o.args[0]})
+			if err != nil {
+				return err
+			}
+			return writePolicy(o.stdout, r, o.json)
+		},
+	},
+	{
+		name:    "policy list",
+		summary: "list the stored policies with their keys and leases",
+		reads:   true,
+		run: func(ctx context.Context, o *invocation) error {
+			r, err := o.admin().ListPolicies(ctx, &api.ListPoliciesRequest{})
+			if err != nil {
+				return err
+			}
+			return writePolicies(o.stdout, r, o.json)
+		},
+	},
+	{
+		name:     "policy delete",
+		synopsis: "NAME",
+		summary:  "delete a stored policy",
+		args:     []string{"NAME"},
+		run: func(ctx context.Context, o *invocation) error {
+			r, err := o.admin().DeletePolicy(ctx, &api.DeletePolicyRequest{Name: o.args[0]})
+			if err != nil {
+				return err
+			}
+			_, err = fmt.Fprintf(o.stdout, "deleted %s (log index %d)\n", o.args[0], r.GetIndex())
+			return err
+		},
+	},
+}

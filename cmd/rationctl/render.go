@@ -1,0 +1,304 @@
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/ration-dev/ration/api"
+	"github.com/ration-dev/ration/internal/policy"
+)
+
+// Rendering of the admin responses: a table for people, JSON for scripts.
+// The JSON field names are part of the CLI's interface: quantities keep the
+// API's exact integer units, named in the field (_milli, _nanos).
+
+func newTable(w io.Writer) *tabwriter.Writer {
+	return tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+}
+
+func writeJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+// milli formats milli-units as a decimal with 3 places: 1500 -> "1.500".
+func milli(v int64) string { return string(policy.FormatMilli(nil, v)) }
+
+// nanosDuration formats nanoseconds as a duration rounded to milliseconds.
+func nanosDuration(ns int64) string {
+	return time.Duration(ns).Round(time.Millisecond).String()
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+func yesNo(b bool) string {
+	if b {
+		return "yes"
+	}
+	return "no"
+}
+
+// statusJSON is `rationctl status --json`.
+type statusJSON struct {
+	Leader           string       `json:"leader"`
+	Term             uint64       `json:"term"`
+	CommitIndex      uint64       `json:"commit_index"`
+	AppliedIndex     uint64       `json:"applied_index"`
+	AnsweredBy       string       `json:"answered_by"`
+	ClusterTimeNanos int64        `json:"cluster_time_nanos"`
+	Policies         uint64       `json:"policies"`
+	Keys             uint64       `json:"keys"`
+	Leases           uint64       `json:"leases"`
+	Servers          []serverJSON `json:"servers"`
+}
+
+// serverJSON is one server in statusJSON. address is the Raft address (the
+// one in the Raft configuration); grpc_address what rationctl and clients
+// dial, empty when gossip does not know the server.
+type serverJSON struct {
+	ID          string `json:"id"`
+	Address     string `json:"address"`
+	GRPCAddress string `json:"grpc_address"`
+	Suffrage    string `json:"suffrage"`
+	State       string `json:"state"`
+	Healthy     bool   `json:"healthy"`
+}
+
+func writeStatus(w io.Writer, r *api.StatusResponse, asJSON bool) error {
+	if asJSON {
+		out := statusJSON{
+			Leader: r.GetLeader(), Term: r.GetTerm(), CommitIndex: r.GetCommitIndex(), AppliedIndex: r.GetAppliedIndex(),
+			AnsweredBy: r.GetAnsweredBy(), ClusterTimeNanos: r.GetClusterTimeNanos(),
+			Policies: r.GetPolicies(), Keys: r.GetKeys(), Leases: r.GetLeases(),
+			Servers: []serverJSON{},
+		}
+		for _, s := range r.GetServers() {
+			out.Servers = append(out.Servers, serverJSON{
+				ID: s.GetId(), Address: s.GetRaftAddress(), GRPCAddress: s.GetGrpcAddress(),
+				Suffrage: s.GetSuffrage(), State: s.GetState(), Healthy: s.GetHealthy(),
+			})
+		}
+		return writeJSON(w, out)
+	}
+	bw := bufio.NewWriter(w)
+	tw := newTable(bw)
+	leader := r.GetLeader()
+	if leader == "" {
+		leader = "(none)"
+	}
+	fmt.Fprintf(tw, "Leader:\t%s\n", leader)
+	fmt.Fprintf(tw, "Term:\t%d\n", r.GetTerm())
+	fmt.Fprintf(tw, "Commit index:\t%d\n", r.GetCommitIndex())
+	fmt.Fprintf(tw, "Applied index:\t%d\n", r.GetAppliedIndex())
+	fmt.Fprintf(tw, "Cluster time:\t%s\n", nanosDuration(r.GetClusterTimeNanos()))
+	fmt.Fprintf(tw, "Policies:\t%d\n", r.GetPolicies())
+	fmt.Fprintf(tw, "Keys:\t%d\n", r.GetKeys())
+	fmt.Fprintf(tw, "Leases:\t%d\n", r.GetLeases())
+	fmt.Fprintf(tw, "Answered by:\t%s\n", r.GetAnsweredBy())
+	tw.Flush()
+	fmt.Fprintln(bw)
+	tw = newTable(bw)
+	fmt.Fprintln(tw, "ID\tRAFT ADDRESS\tGRPC ADDRESS\tSUFFRAGE\tSTATE\tHEALTHY")
+	for _, s := range r.GetServers() {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", s.GetId(), s.GetRaftAddress(), orDash(s.GetGrpcAddress()),
+			s.GetSuffrage(), s.GetState(), yesNo(s.GetHealthy()))
+	}
+	tw.Flush()
+	return bw.Flush()
+}
+
+// memberJSON is one member of `rationctl members --json`.
+type memberJSON struct {
+	Name    string            `json:"name"`
+	Address string            `json:"address"`
+	Status  string            `json:"status"`
+	Meta    map[string]string `json:"meta"`
+}
+
+func writeMembers(w io.Writer, r *api.MembersResponse, asJSON bool) error {
+	if asJSON {
+		out := struct {
+			Members []memberJSON `json:"members"`
+		}{Members: []memberJSON{}}
+		for _, m := range r.GetMembers() {
+			meta := m.GetMeta()
+			if meta == nil {
+				meta = map[string]string{}
+			}
+			out.Members = append(out.Members, memberJSON{Name: m.GetName(), Address: m.GetAddress(), Status: m.GetStatus(), Meta: meta})
+		}
+		return writeJSON(w, out)
+	}
+	bw := bufio.NewWriter(w)
+	tw := newTable(bw)
+	fmt.Fprintln(tw, "NAME\tGOSSIP ADDRESS\tSTATUS\tRAFT ADDRESS\tGRPC ADDRESS")
+	for _, m := range r.GetMembers() {
+		meta := m.GetMeta()
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", m.GetName(), m.GetAddress(), m.GetStatus(), orDash(meta["raft"]), orDash(meta["grpc"]))
+	}
+	tw.Flush()
+	return bw.Flush()
+}
+
+// policyJSON is a stored policy in `rationctl policy get|list --json`.
+type policyJSON struct {
+	Name   string `json:"name"`
+	YAML   string `json:"yaml"`
+	Keys   uint64 `json:"keys"`
+	Leases uint64 `json:"leases"`
+}
+
+func toPolicyJSON(p *api.PolicyInfo) policyJSON {
+	return policyJSON{Name: p.GetName(), YAML: p.GetYaml(), Keys: p.GetKeys(), Leases: p.GetLeases()}
+}
+
+func writePolicies(w io.Writer, r *api.ListPoliciesResponse, asJSON bool) error {
+	if asJSON {
+		out := struct {
+			Policies []policyJSON `json:"policies"`
+		}{Policies: []policyJSON{}}
+		for _, p := range r.GetPolicies() {
+			out.Policies = append(out.Policies, toPolicyJSON(p))
+		}
+		return writeJSON(w, out)
+	}
+	bw := bufio.NewWriter(w)
+	if len(r.GetPolicies()) == 0 {
+		fmt.Fprintln(bw, "No policies. Apply some with: rationctl policy apply -f FILE")
+		return bw.Flush()
+	}
+	tw := newTable(bw)
+	fmt.Fprintln(tw, "NAME\tALGORITHM\tRATE/S\tBURST\tKEY\tLEASE\tKEYS\tLEASES")
+	for _, info := range r.GetPolicies() {
+		alg, rate, burst, key, dur := "?", "?", "?", "?", "?"
+		// The stored YAML is canonical; if this binary cannot read it
+		// (a newer server's field), the columns show "?".
+		if f, err := policy.Parse(strings.NewReader(info.GetYaml())); err == nil && len(f.Policies) == 1 {
+			p := f.Policies[0]
+			alg, rate, burst, dur = string(p.Algorithm), "-", "-", "-"
+			if p.Algorithm == policy.TokenBucket {
+				rate, burst = policy.FormatUnits(p.RateMilliPerSec), policy.FormatUnits(p.BurstMilli)
+				dur = time.Duration(p.LeaseDurationNanos).String()
+			}
+			key = "[" + strings.Join(p.Key, ", ") + "]"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\n", info.GetName(), alg, rate, burst, key, dur, info.GetKeys(), info.GetLeases())
+	}
+	tw.Flush()
+	return bw.Flush()
+}
+
+// writePolicy prints one policy as a policy file that can be applied
+// again, with its usage as a comment.
+func writePolicy(w io.Writer, p *api.PolicyInfo, asJSON bool) error {
+	if asJSON {
+		return writeJSON(w, toPolicyJSON(p))
+	}
+	_, err := fmt.Fprintf(w, "# policy %s: %d keys, %d leases\n%s", p.GetName(), p.GetKeys(), p.GetLeases(), p.GetYaml())
+	return err
+}
+
+// leaseJSON and keyJSON are `rationctl leases --json`.
+type leaseJSON struct {
+	Policy              string `json:"policy"`
+	Key                 string `json:"key"`
+	ClientID            string `json:"client_id"`
+	Incarnation         uint64 `json:"incarnation"`
+	LeaseID             uint64 `json:"lease_id"`
+	RateMilliPerSec     int64  `json:"rate_milli_per_sec"`
+	CapMilli            int64  `json:"cap_milli"`
+	StartMilli          int64  `json:"start_milli"`
+	HeldRateMilliPerSec int64  `json:"held_rate_milli_per_sec"`
+	HeldCapMilli        int64  `json:"held_cap_milli"`
+	ExpiresNanos        int64  `json:"expires_nanos"`
+	ExpiresInNanos      int64  `json:"expires_in_nanos"`
+}
+
+type keyJSON struct {
+	Policy          string `json:"policy"`
+	Key             string `json:"key"`
+	PoolMilli       int64  `json:"pool_milli"`
+	RateMilliPerSec int64  `json:"rate_milli_per_sec"`
+	CapacityMilli   int64  `json:"capacity_milli"`
+}
+
+type leasesJSON struct {
+	ClusterTimeNanos int64       `json:"cluster_time_nanos"`
+	Leases           []leaseJSON `json:"leases"`
+	Keys             []keyJSON   `json:"keys"`
+}
+
+func writeLeases(w io.Writer, r *api.ListLeasesResponse, asJSON bool) error {
+	if asJSON {
+		out := leasesJSON{ClusterTimeNanos: r.GetClusterTimeNanos(), Leases: []leaseJSON{}, Keys: []keyJSON{}}
+		for _, l := range r.GetLeases() {
+			out.Leases = append(out.Leases, leaseJSON{
+				Policy: l.GetPolicy(), Key: l.GetKey(), ClientID: l.GetClientId(), Incarnation: l.GetIncarnation(),
+				LeaseID: l.GetLeaseId(), RateMilliPerSec: l.GetRateMilliPerSec(), CapMilli: l.GetCapMilli(),
+				StartMilli: l.GetStartMilli(), HeldRateMilliPerSec: l.GetHeldRateMilliPerSec(), HeldCapMilli: l.GetHeldCapMilli(),
+				ExpiresNanos: l.GetExpiresNanos(), ExpiresInNanos: l.GetExpiresInNanos(),
+			})
+		}
+		for _, k := range r.GetKeys() {
+			out.Keys = append(out.Keys, keyJSON{
+				Policy: k.GetPolicy(), Key: k.GetKey(), PoolMilli: k.GetPoolMilli(),
+				RateMilliPerSec: k.GetRateMilliPerSec(), CapacityMilli: k.GetCapacityMilli(),
+			})
+		}
+		return writeJSON(w, out)
+	}
+	bw := bufio.NewWriter(w)
+	fmt.Fprintf(bw, "Leases at cluster time %s (tokens and tokens/s):\n", nanosDuration(r.GetClusterTimeNanos()))
+	if len(r.GetLeases()) == 0 {
+		fmt.Fprintln(bw, "  none")
+	} else {
+		tw := newTable(bw)
+		fmt.Fprintln(tw, "POLICY\tKEY\tCLIENT\tINCARNATION\tLEASE ID\tRATE/S\tCAP\tGRANTED\tHELD RATE/S\tHELD CAP\tEXPIRES IN")
+		for _, l := range r.GetLeases() {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\t%s\t%s\t%s\n",
+				l.GetPolicy(), orDash(l.GetKey()), l.GetClientId(), l.GetIncarnation(), l.GetLeaseId(),
+				milli(l.GetRateMilliPerSec()), milli(l.GetCapMilli()), milli(l.GetStartMilli()),
+				milli(l.GetHeldRateMilliPerSec()), milli(l.GetHeldCapMilli()), expiresIn(l.GetExpiresInNanos()))
+		}
+		tw.Flush()
+	}
+	fmt.Fprintln(bw)
+	fmt.Fprintln(bw, "Key pools (tokens not leased to anyone):")
+	if len(r.GetKeys()) == 0 {
+		fmt.Fprintln(bw, "  none")
+	} else {
+		tw := newTable(bw)
+		fmt.Fprintln(tw, "POLICY\tKEY\tPOOL\tRATE/S\tBURST\tLEASES")
+		for _, k := range r.GetKeys() {
+			n := 0
+			for _, l := range r.GetLeases() {
+				if l.GetPolicy() == k.GetPolicy() && l.GetKey() == k.GetKey() {
+					n++
+				}
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\n", k.GetPolicy(), orDash(k.GetKey()),
+				milli(k.GetPoolMilli()), milli(k.GetRateMilliPerSec()), milli(k.GetCapacityMilli()), n)
+		}
+		tw.Flush()
+	}
+	return bw.Flush()
+}
+
+// expiresIn is a lease's remaining time, or "expired" once past.
+func expiresIn(ns int64) string {
+	if ns <= 0 {
+		return "expired"
+	}
+	return nanosDuration(ns)
+}

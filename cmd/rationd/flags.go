@@ -1,0 +1,143 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"strings"
+
+	"github.com/ration-dev/ration/coordinator"
+	"github.com/ration-dev/ration/internal/policy"
+)
+
+// options is what the flags say, before it becomes a coordinator.Config.
+type options struct {
+	id, dataDir                    string
+	raftAddr, grpcAddr, gossipAddr string
+	join                           addrList
+	bootstrapExpect                int
+	configPath                     string
+	logLevel, logFormat            string
+}
+
+// addrList is a flag holding HOST:PORT addresses, comma-separated and/or
+// repeated.
+type addrList []string
+
+func (a *addrList) String() string { return strings.Join(*a, ",") }
+
+func (a *addrList) Set(v string) error {
+	for _, s := range strings.Split(v, ",") {
+		s = strings.TrimSpace(s)
+		if _, _, err := net.SplitHostPort(s); err != nil {
+			return fmt.Errorf("%q is not HOST:PORT", s)
+		}
+		*a = append(*a, s)
+	}
+	return nil
+}
+
+// serverFlags declares the flags of "rationd"; dev mode declares the same
+// set with its own defaults.
+func serverFlags(name string, o *options) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.StringVar(&o.id, "id", o.id, "unique, stable server `ID`; required")
+	fs.StringVar(&o.dataDir, "data-dir", o.dataDir, "`DIR` for the Raft log, stable store and snapshots; required")
+	fs.StringVar(&o.raftAddr, "raft-addr", o.raftAddr, "`HOST:PORT` for Raft (bind and advertise); required")
+	fs.StringVar(&o.grpcAddr, "grpc-addr", o.grpcAddr, "`HOST:PORT` for the lease and admin gRPC APIs; required")
+	fs.StringVar(&o.gossipAddr, "gossip-addr", o.gossipAddr, "`HOST:PORT` for gossip, TCP and UDP; required")
+	fs.Var(&o.join, "join", "gossip addresses of other servers: `HOST:PORT[,HOST:PORT]` (repeatable)")
+	fs.IntVar(&o.bootstrapExpect, "bootstrap-expect", o.bootstrapExpect,
+		"bootstrap a new cluster once `N` servers started with the same N have met in gossip; 0 never bootstraps (join an existing cluster)")
+	fs.StringVar(&o.configPath, "config", o.configPath,
+		"policy `FILE` the first leader of a cluster that has no policies applies (token-bucket policies only)")
+	fs.StringVar(&o.logLevel, "log-level", o.logLevel, "log `LEVEL`: debug, info, warn or error")
+	fs.StringVar(&o.logFormat, "log-format", o.logFormat, "log `FORMAT`: text or json")
+	return fs
+}
+
+func defaultOptions() options {
+	return options{logLevel: "info", logFormat: "text"}
+}
+
+// usageError is a command-line mistake: the caller prints it with the usage
+// and exits 2.
+type usageError struct{ msg string }
+
+func (e *usageError) Error() string { return e.msg }
+
+func usageErrorf(format string, a ...any) error {
+	return &usageError{msg: fmt.Sprintf(format, a...)}
+}
+
+// parseArgs parses the flags of fs into o. -h is flag.ErrHelp; every other
+// problem is a *usageError.
+func parseArgs(fs *flag.FlagSet, args []string) error {
+	fs.SetOutput(io.Discard) // reported by the caller, with the prefix
+	fs.Usage = func() {}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return usageErrorf("%v", err)
+	}
+	if fs.NArg() > 0 {
+		return usageErrorf("unexpected argument %q; every setting is a flag", fs.Arg(0))
+	}
+	return nil
+}
+
+// logger builds the one slog.Logger the server logs through, on w.
+func (o options) logger(w io.Writer) (*slog.Logger, error) {
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(o.logLevel)); err != nil {
+		return nil, usageErrorf("--log-level %q is not a level; want debug, info, warn or error", o.logLevel)
+	}
+	hopts := &slog.HandlerOptions{Level: level}
+	switch o.logFormat {
+	case "text":
+		return slog.New(slog.NewTextHandler(w, hopts)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(w, hopts)), nil
+	}
+	return nil, usageErrorf("--log-format %q is not a format; want text or json", o.logFormat)
+}
+
+// loadPolicies reads the --config policy file. The cluster leases token
+// buckets only, so a window policy is refused here rather than failing
+// later in the leader.
+func loadPolicies(path string) (*policy.File, error) {
+	f, err := policy.ParseFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var errs []error
+	for _, p := range f.Policies {
+		if err := p.Leasable(); err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", path, err))
+		}
+	}
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	return f, nil
+}
+
+// config turns the options into a coordinator.Config (production timing).
+// It does not validate: the caller runs Config.Validate.
+func (o options) config(logger *slog.Logger, policies *policy.File) coordinator.Config {
+	cfg := coordinator.DefaultConfig()
+	cfg.ID = o.id
+	cfg.DataDir = o.dataDir
+	cfg.RaftAddr = o.raftAddr
+	cfg.GRPCAddr = o.grpcAddr
+	cfg.GossipAddr = o.gossipAddr
+	cfg.Join = append([]string(nil), o.join...)
+	cfg.BootstrapExpect = o.bootstrapExpect
+	cfg.Logger = logger
+	cfg.Policies = policies
+	return cfg
+}

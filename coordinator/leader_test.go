@@ -1,0 +1,67 @@
+package coordinator
+
+import (
+	"testing"
+	"time"
+)
+
+func TestClusterClockStartsFromBase(t *testing.T) {
+	var c clusterClock
+	const base = int64(5 * time.Hour)
+	before := time.Now()
+	c.takeOver(base, 7)
+	got := c.Now()
+	elapsed := time.Since(before)
+	if got < base || got > base+elapsed.Nanoseconds() {
+		t.Fatalf("Now() = %d right after takeOver(%d), want within [%d, %d]", got, base, base, base+elapsed.Nanoseconds())
+	}
+}
+
+func TestClusterClockMonotonic(t *testing.T) {
+	var c clusterClock
+	c.takeOver(0, 1)
+	prev := c.Now()
+	for range 10000 {
+		now := c.Now()
+		if now < prev {
+			t.Fatalf("clock went back from %d to %d", prev, now)
+		}
+		prev = now
+	}
+	// A later takeover from an older committed time (stamps this server
+	// made that never committed) must not move the clock back.
+	high := c.Now()
+	c.takeOver(high/2, 2)
+	if now := c.Now(); now < high {
+		t.Fatalf("after takeOver from an older base: %d < %d stamped before", now, high)
+	}
+	// A takeover from a later committed time (another leader ran on)
+	// jumps forward to it.
+	ahead := high + int64(time.Hour)
+	c.takeOver(ahead, 3)
+	if now := c.Now(); now < ahead {
+		t.Fatalf("after takeOver(%d): %d", ahead, now)
+	}
+}
+
+func TestClusterClockReadiness(t *testing.T) {
+	var c clusterClock
+	if c.readyFor(0) || c.readyFor(1) {
+		t.Fatal("a clock never taken over is ready")
+	}
+	c.takeOver(100, 4)
+	if !c.readyFor(4) {
+		t.Fatal("not ready in the term it was taken over in")
+	}
+	if c.readyFor(5) || c.readyFor(3) {
+		t.Fatal("ready in a term it was not taken over in")
+	}
+	c.stepDown()
+	if c.readyFor(4) {
+		t.Fatal("ready after stepping down")
+	}
+	c.takeOver(200, 6)
+	if !c.readyFor(6) || c.readyFor(4) {
+		t.Fatal("readiness did not follow the new term")
+	}
+}
