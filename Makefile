@@ -7,9 +7,8 @@ BENCH_COUNT ?= 10
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
-demo: build ## the main job: replay the example trace through the example policies
-	./bin/rationctl simulate --policy examples/policies.yaml --trace examples/trace.csv --group-by tenant
-	./bin/rationctl simulate --policy examples/policies.yaml --trace examples/trace.csv --mode chain --group-by tenant
+demo: build ## the main job: a local 3-node cluster with a demo workload (stop it with make cluster-stop)
+	scripts/demo.sh
 
 test: ## everything CI runs: vet, then every test (property tests, negative controls, golden tests)
 	$(GO) vet ./...

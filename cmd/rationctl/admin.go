@@ -66,6 +66,8 @@ type invocation struct {
 	json    bool
 	// Command-specific flags.
 	file, policy, key string
+	client, attrs     string
+	rate, burst       string
 
 	args   []string
 	data   []byte // what prepare read

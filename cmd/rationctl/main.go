@@ -58,6 +58,7 @@ var commands = []command{
 	single(membersVerb),
 	group("policy", "apply -f FILE | get NAME | list | delete NAME: manage the stored policies", policyVerbs),
 	single(leasesVerb),
+	group("lease", "acquire --policy P [--key A=V,...]: take a lease as a client would (for trying a policy out)", leaseVerbs),
 	group("snapshot", "save FILE | restore FILE: save or restore the cluster state", snapshotVerbs),
 	group("leader", "transfer [ID]: hand leadership to another server", leaderVerbs),
 	group("server", "remove ID: remove a server from the Raft configuration", serverVerbs),
