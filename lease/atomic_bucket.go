@@ -323,3 +323,30 @@ func (b *AtomicBucket) SetCapacity(nowNanos, capMilli int64) {
 func (b *AtomicBucket) Drain() int64 {
 	return b.level.Swap(0)
 }
+
+// NewAtomicBucketWithLevel returns a bucket that starts at levelMilli
+// (clamped to [0, capacity]): a client's bucket for a new lease starts with
+// the tokens the coordinator debited from its pool.
+func NewAtomicBucketWithLevel(cfg BucketConfig, startNanos, levelMilli int64) (*AtomicBucket, error) {
+	b, err := NewAtomicBucket(cfg, startNanos)
+	if err != nil {
+		return nil, err
+	}
+	b.level.Store(max(0, min(levelMilli, cfg.CapacityMilli)))
+	return b, nil
+}
+
+// Refund gives back costMilli that an AllowN charged (a later layer of an
+// all-or-nothing check refused), never above the capacity.
+func (b *AtomicBucket) Refund(costMilli int64) {
+	if costMilli <= 0 {
+		return
+	}
+	for {
+		cur := b.level.Load()
+		next := min(b.capacity.Load(), satAdd(cur, costMilli))
+		if next <= cur || b.level.CompareAndSwap(cur, next) {
+			return
+		}
+	}
+}

@@ -100,3 +100,8 @@ func (c *Clock) Stop() {
 	c.stopOnce.Do(func() { close(c.stop) })
 	<-c.done
 }
+
+// Precise reads the monotonic clock now, on the same base as Now: Now() is
+// always <= Precise(). It costs a real clock read (~30 ns); use it where a
+// lagging reading would be unsafe, such as a lease's deadline.
+func (c *Clock) Precise() int64 { return int64(time.Since(c.start)) }

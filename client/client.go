@@ -1,0 +1,256 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"net/url"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/ration-dev/ration/api"
+	"github.com/ration-dev/ration/internal/coarseclock"
+	"github.com/ration-dev/ration/lease"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+)
+
+// Key is a budget's key attributes: only the policy's key attributes count.
+type Key map[string]string
+
+// Config configures a Client.
+type Config struct {
+	// Servers lists rationd gRPC addresses; any one will do (they forward
+	// to the leader), the client moves to the next on failure.
+	Servers []string
+	// ClientID names this replica; unique among live replicas.
+	ClientID string
+	// Incarnation distinguishes this process from earlier ones with the same
+	// ClientID; 0 means the current time in nanoseconds. The cluster
+	// releases an older incarnation's leases when a newer one appears.
+	Incarnation uint64
+	// FirstLeaseWait is how long the first AllowN on a new key waits for
+	// its first grant before answering NoLease (default 50ms; 0 with
+	// NoFirstLeaseWait set means never wait).
+	FirstLeaseWait   time.Duration
+	NoFirstLeaseWait bool
+	// RequestTimeout bounds one RPC (default 2s).
+	RequestTimeout time.Duration
+	// RenewRetryMin/Max bound the exponential backoff, with full jitter,
+	// between retries of a failed request (defaults 20ms and 1s).
+	RenewRetryMin, RenewRetryMax time.Duration
+	// MaxWaiters bounds WaitN callers per limiter (default 64).
+	MaxWaiters int
+	// Clock is the coarse clock of the hot path (default: 1ms, shared).
+	Clock *coarseclock.Clock
+	// Logger receives the background loop's logs (default: discard).
+	Logger *slog.Logger
+	// DialOptions are added to every connection (TLS goes here).
+	DialOptions []grpc.DialOption
+}
+
+func (c *Config) setDefaults() error {
+	if len(c.Servers) == 0 {
+		return errors.New("ration: Config.Servers is empty")
+	}
+	if c.ClientID == "" || len(c.ClientID) > 256 {
+		return errors.New("ration: Config.ClientID must be 1-256 bytes")
+	}
+	if c.Incarnation == 0 {
+		c.Incarnation = uint64(time.Now().UnixNano())
+	}
+	if c.FirstLeaseWait == 0 && !c.NoFirstLeaseWait {
+		c.FirstLeaseWait = 50 * time.Millisecond
+	}
+	if c.RequestTimeout <= 0 {
+		c.RequestTimeout = 2 * time.Second
+	}
+	if c.RenewRetryMin <= 0 {
+		c.RenewRetryMin = 20 * time.Millisecond
+	}
+	if c.RenewRetryMax <= 0 {
+		c.RenewRetryMax = time.Second
+	}
+	if c.MaxWaiters <= 0 {
+		c.MaxWaiters = 64
+	}
+	if c.Clock == nil {
+		c.Clock = coarseclock.Default()
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	return nil
+}
+
+// Client holds this replica's leases and renews them in the background.
+type Client struct {
+	cfg   Config
+	clock *coarseclock.Clock
+	log   *slog.Logger
+	conns []*grpc.ClientConn
+	next  atomic.Int64 // index of the server to try first
+
+	mu       sync.Mutex
+	limiters map[string]*Limiter
+	seq      uint64
+
+	wake   chan struct{}
+	closed atomic.Bool
+	stop   chan struct{}
+	done   chan struct{}
+}
+
+// New connects (lazily) to the servers and starts the background loop.
+func New(ctx context.Context, cfg Config) (*Client, error) {
+	if err := cfg.setDefaults(); err != nil {
+		return nil, err
+	}
+	c := &Client{cfg: cfg, clock: cfg.Clock, log: cfg.Logger.With("client", cfg.ClientID), limiters: map[string]*Limiter{},
+		wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
+	opts := append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}, cfg.DialOptions...)
+	for _, s := range cfg.Servers {
+		conn, err := grpc.NewClient(s, opts...)
+		if err != nil {
+			c.closeConns()
+			return nil, fmt.Errorf("ration: server %q: %w", s, err)
+		}
+		c.conns = append(c.conns, conn)
+	}
+	go c.loop()
+	return c, nil
+}
+
+func (c *Client) closeConns() {
+	for _, conn := range c.conns {
+		_ = conn.Close()
+	}
+}
+
+func limiterID(policy string, k Key) string {
+	names := make([]string, 0, len(k))
+	for n := range k {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	var b strings.Builder
+	b.WriteString(url.PathEscape(policy))
+	for _, n := range names {
+		b.WriteString("/" + url.PathEscape(n) + "=" + url.PathEscape(k[n]))
+	}
+	return b.String()
+}
+
+// Limiter returns the limiter for a policy and key, creating it (and
+// starting its first acquire at once) on first use. Call it once per key
+// and keep the result: it is cheap to use, not to look up.
+func (c *Client) Limiter(policy string, key Key) *Limiter {
+	id := limiterID(policy, key)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if l, ok := c.limiters[id]; ok {
+		return l
+	}
+	attrs := make(map[string]string, len(key))
+	for k, v := range key {
+		attrs[k] = v
+	}
+	l := &Limiter{c: c, policy: policy, attrs: attrs, id: id, first: make(chan struct{})}
+	c.limiters[id] = l
+	c.poke()
+	return l
+}
+
+func (c *Client) poke() {
+	select {
+	case c.wake <- struct{}{}:
+	default:
+	}
+}
+
+// AllowAll admits cost on every limiter or on none: it charges the layers
+// in order and, at the first refusal, refunds the layers already charged.
+// The returned decision is the refusing layer's (or the last layer's).
+func (c *Client) AllowAll(cost int64, layers ...*Limiter) Decision {
+	costMilli := cost * lease.MilliPerToken
+	var d Decision
+	for i, l := range layers {
+		d = l.allow(costMilli, true)
+		if !d.Allowed {
+			for _, prev := range layers[:i] {
+				prev.refund(costMilli)
+			}
+			return d
+		}
+	}
+	return d
+}
+
+// Close stops admitting (every later decision is Unavailable), then
+// releases every lease with its unspent tokens, and stops the loop.
+func (c *Client) Close() error {
+	if !c.closed.CompareAndSwap(false, true) {
+		return nil
+	}
+	close(c.stop)
+	<-c.done
+	err := c.releaseAll()
+	c.closeConns()
+	return err
+}
+
+func (c *Client) nextSeq() uint64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.seq++
+	return c.seq
+}
+
+func (c *Client) caller(seq uint64) *api.Caller {
+	return &api.Caller{ClientId: c.cfg.ClientID, Incarnation: c.cfg.Incarnation, Seq: seq}
+}
+
+// call sends one request, retrying the very same request (same seq, so the
+// cluster answers a retry from its record instead of granting twice) with
+// exponential backoff and full jitter, moving across servers, until it
+// succeeds, fails permanently, or giveUp (local time) passes.
+func call[T any](c *Client, abort <-chan struct{}, giveUp int64, send func(ctx context.Context, conn *grpc.ClientConn) (T, error)) (T, error) {
+	backoff := c.cfg.RenewRetryMin
+	for {
+		i := int(c.next.Load()) % len(c.conns)
+		ctx, cancel := context.WithTimeout(context.Background(), c.cfg.RequestTimeout)
+		resp, err := send(ctx, c.conns[i])
+		cancel()
+		if err == nil {
+			return resp, nil
+		}
+		switch status.Code(err) {
+		case codes.Unavailable, codes.DeadlineExceeded, codes.Canceled, codes.Unknown, codes.ResourceExhausted:
+			c.next.CompareAndSwap(int64(i), int64(i+1))
+		default:
+			return resp, err
+		}
+		wait := time.Duration(rand.Int64N(int64(backoff) + 1))
+		if c.clock.Precise()+int64(wait) > giveUp {
+			return resp, err
+		}
+		select {
+		case <-abort:
+			return resp, err
+		case <-time.After(wait):
+		}
+		backoff = min(2*backoff, c.cfg.RenewRetryMax)
+	}
+}
+
+// errorFrom turns a per-key error from the cluster into a gRPC status error.
+func errorFrom(e *api.KeyError) error {
+	return status.Error(codes.Code(e.GetCode()), e.GetMessage())
+}

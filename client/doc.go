@@ -1,0 +1,42 @@
+// Package client is what every replica embeds: it admits requests locally
+// from leases on the cluster's budgets, and renews them in the background.
+//
+//	c, err := client.New(ctx, client.Config{Servers: []string{"127.0.0.1:7400"}, ClientID: "replica-1"})
+//	defer c.Close() // stops admitting, then releases every lease with its unspent tokens
+//	lim := c.Limiter("inventory-write", client.Key{"tenant": "northwind"})
+//	d := lim.AllowN(cost) // non-blocking: Decision{Allowed, RemainingMilli, RetryAfter, Reason, Shadow}
+//
+// # Design
+//
+// The hot path (AllowN on a key that holds a lease) is one atomic load of a
+// coarse monotonic clock (internal/coarseclock, which lags real time and so
+// only mints fewer tokens) and one operation on the lock-free
+// lease.AtomicBucket: no RPC, no allocation, no mutex. Near a lease's
+// deadline (its last quarter) it reads the precise clock instead, because a
+// lagging reading there could use the lease past its deadline.
+//
+// The timing rules are the Foundation's (docs/design.md §3): terms answered
+// to a request sent at t_send are usable until t_send + TTL·(1−ρ)/(1+ρ) on
+// this process's monotonic clock, and the bucket mints r_i/(1+ρ). A renewal
+// never adds tokens; one that arrives after the old deadline mints nothing
+// for the gap. Terms are only ever installed from a received answer.
+//
+// One background goroutine per Client acquires keys without a usable lease
+// and renews the ones due, each group in one RPC (keys due soon ride along).
+// It reports each key's demand: an EWMA of the cost offered per second,
+// rejected cost included, so fair shares follow real load. A request is
+// retried unchanged, with the same sequence number (the cluster answers a
+// retry from its record instead of granting twice), with exponential backoff
+// and full jitter, across servers; servers forward to the leader.
+//
+// The first AllowN on a new key waits up to Config.FirstLeaseWait (50ms by
+// default) for the first grant, then answers NoLease; later calls never
+// wait. A key whose lease ran out answers Unavailable under fail-closed, or
+// admits from a local fallback bucket (rate fallback_rate, burst one second
+// of it) under fail-open, which adds Σ(gᵢ + fᵢ·W) to the bound. Shadow
+// policies compute every decision but always allow, setting Shadow.
+//
+// A new process is a new incarnation (Config.Incarnation defaults to the
+// start time in nanoseconds): the cluster releases the previous
+// incarnation's leases as soon as this one speaks.
+package client

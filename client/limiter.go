@@ -1,0 +1,243 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/ration-dev/ration/lease"
+)
+
+// Reason says why a Decision came out the way it did.
+type Reason uint8
+
+const (
+	// Allowed: admitted from the lease.
+	Allowed Reason = iota
+	// Limited: not enough tokens now; RetryAfter says when.
+	Limited
+	// ExceedsCapacity: the cost is more than this replica's local cap can
+	// ever hold; no wait admits it.
+	ExceedsCapacity
+	// NoLease: the first grant for this key has not arrived (yet).
+	NoLease
+	// Unavailable: the lease ran out and no renewal succeeded, and the
+	// policy is fail-closed.
+	Unavailable
+	// ShadowDenied: a shadow policy would have denied this; Allowed is true.
+	ShadowDenied
+	// FallbackAllowed: the cluster is unreachable and the policy is
+	// fail-open; admitted by the local fallback limit.
+	FallbackAllowed
+)
+
+func (r Reason) String() string {
+	switch r {
+	case Allowed:
+		return "allowed"
+	case Limited:
+		return "limited"
+	case ExceedsCapacity:
+		return "exceeds-capacity"
+	case NoLease:
+		return "no-lease"
+	case Unavailable:
+		return "unavailable"
+	case ShadowDenied:
+		return "shadow-denied"
+	case FallbackAllowed:
+		return "fallback-allowed"
+	}
+	return fmt.Sprintf("reason(%d)", uint8(r))
+}
+
+// Decision is the outcome of one admission.
+type Decision struct {
+	Allowed bool
+	// RemainingMilli is the local bucket's level after the decision.
+	RemainingMilli int64
+	// RetryAfter is the earliest wait after which the same cost could be
+	// admitted locally (0 when allowed; lease.RetryNever if never).
+	RetryAfter time.Duration
+	Reason     Reason
+	// Shadow is set when a shadow policy would have denied the request.
+	Shadow bool
+}
+
+// terms is one lease's usable state. It is immutable once published; a
+// renewal publishes a new terms sharing the same bucket.
+type terms struct {
+	leaseID uint64
+	bucket  *lease.AtomicBucket
+	// deadline is the local monotonic time (client clock base) until which
+	// the lease may be used; guardFrom is where the hot path starts reading
+	// the precise clock instead of the coarse one.
+	deadline, guardFrom int64
+	// renewAt is when the background loop renews (local time).
+	renewAt    int64
+	capMilli   int64
+	rateMilli  int64 // the share r_i (the bucket mints r_i/(1+ρ))
+	ttlNanos   int64
+	driftPPM   int64
+	shadow     bool
+	failOpen   bool
+	fallback   *lease.AtomicBucket // fail-open local limit, nil if fail-closed
+	canonical  string
+	expiredAck bool // the loop saw the lease gone at the coordinator
+}
+
+// Limiter admits work for one key of one policy from this replica's lease.
+// It is safe for concurrent use. Get one with Client.Limiter.
+type Limiter struct {
+	c      *Client
+	policy string
+	attrs  map[string]string
+	id     string
+
+	cur       atomic.Pointer[terms]
+	first     chan struct{} // closed at the first grant (or a refusal)
+	firstOnce sync.Once
+	offered   atomic.Int64 // milli-cost offered since the last demand report
+	waiters   atomic.Int64
+	lastErr   atomic.Pointer[error]
+	retryAt   atomic.Int64 // local time before which the loop does not retry
+
+	// Owned by the background loop.
+	reportedAt int64
+	ewma       int64
+	fails      int
+}
+
+// Err returns the last error the background loop saw for this key (a
+// refusal such as an unknown policy, or a failed RPC), or nil.
+func (l *Limiter) Err() error {
+	if e := l.lastErr.Load(); e != nil {
+		return *e
+	}
+	return nil
+}
+
+// ErrTooManyWaiters is returned by WaitN when MaxWaiters callers already wait.
+var ErrTooManyWaiters = errors.New("ration: too many waiters on this limiter")
+
+// ErrWouldExceedDeadline is returned by WaitN when the wait would not fit
+// the context's deadline.
+var ErrWouldExceedDeadline = errors.New("ration: wait would exceed the context deadline")
+
+// Allow is AllowN(1).
+func (l *Limiter) Allow() bool { return l.AllowN(1).Allowed }
+
+// AllowN decides, without blocking (but see Config.FirstLeaseWait), whether
+// cost tokens may be spent now. The common case is one atomic clock read
+// and one lock-free bucket operation: no RPC, no allocation, no mutex.
+func (l *Limiter) AllowN(cost int64) Decision {
+	return l.allow(cost*lease.MilliPerToken, true)
+}
+
+func (l *Limiter) allow(costMilli int64, waitFirst bool) Decision {
+	l.offered.Add(costMilli)
+	t := l.cur.Load()
+	if t == nil {
+		if waitFirst && l.c.cfg.FirstLeaseWait > 0 {
+			l.awaitFirst(l.c.cfg.FirstLeaseWait)
+			t = l.cur.Load()
+		}
+		if t == nil {
+			return Decision{Reason: NoLease, RetryAfter: l.c.cfg.FirstLeaseWait}
+		}
+	}
+	now := l.c.clock.Now()
+	if now >= t.guardFrom {
+		// Near the deadline a lagging coarse reading is not safe to trust.
+		now = l.c.clock.Precise()
+	}
+	if now >= t.deadline || l.c.closed.Load() {
+		return l.unusable(t, costMilli)
+	}
+	d := t.bucket.AllowN(now, costMilli)
+	out := Decision{Allowed: d.Allowed, RemainingMilli: d.RemainingMilli, RetryAfter: d.RetryAfter}
+	switch d.Reason {
+	case lease.ReasonOK:
+		out.Reason = Allowed
+	case lease.ReasonExceedsCapacity:
+		out.Reason = ExceedsCapacity
+	default:
+		out.Reason = Limited
+	}
+	if t.shadow && !d.Allowed {
+		out.Allowed, out.Shadow, out.Reason = true, true, ShadowDenied
+	}
+	return out
+}
+
+// unusable decides when the lease has run out: fail-open admits from the
+// local fallback limit, fail-closed denies as Unavailable.
+func (l *Limiter) unusable(t *terms, costMilli int64) Decision {
+	if t.fallback != nil && !l.c.closed.Load() {
+		d := t.fallback.AllowN(l.c.clock.Now(), costMilli)
+		if d.Allowed {
+			return Decision{Allowed: true, RemainingMilli: d.RemainingMilli, Reason: FallbackAllowed}
+		}
+		return Decision{RemainingMilli: d.RemainingMilli, RetryAfter: d.RetryAfter, Reason: Limited}
+	}
+	out := Decision{Reason: Unavailable, RetryAfter: l.c.cfg.RenewRetryMax}
+	if t.shadow {
+		out.Allowed, out.Shadow = true, true
+	}
+	return out
+}
+
+func (l *Limiter) awaitFirst(d time.Duration) {
+	select {
+	case <-l.first:
+	default:
+		tm := time.NewTimer(d)
+		defer tm.Stop()
+		select {
+		case <-l.first:
+		case <-tm.C:
+		}
+	}
+}
+
+// WaitN blocks until cost tokens are admitted, but only if the wait the
+// lease predicts fits ctx's deadline; otherwise it fails at once with
+// ErrWouldExceedDeadline. At most Config.MaxWaiters callers wait per
+// limiter.
+func (l *Limiter) WaitN(ctx context.Context, cost int64) error {
+	if n := l.waiters.Add(1); n > int64(l.c.cfg.MaxWaiters) {
+		l.waiters.Add(-1)
+		return ErrTooManyWaiters
+	}
+	defer l.waiters.Add(-1)
+	for {
+		d := l.AllowN(cost)
+		switch {
+		case d.Allowed:
+			return nil
+		case d.Reason == ExceedsCapacity:
+			return fmt.Errorf("ration: cost %d exceeds the capacity of %s", cost, l.id)
+		}
+		wait := max(d.RetryAfter, time.Millisecond)
+		if dl, ok := ctx.Deadline(); ok && time.Until(dl) < wait {
+			return ErrWouldExceedDeadline
+		}
+		tm := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			tm.Stop()
+			return ctx.Err()
+		case <-tm.C:
+		}
+	}
+}
+
+// refund gives back milli-tokens an AllowAll took from this layer.
+func (l *Limiter) refund(costMilli int64) {
+	if t := l.cur.Load(); t != nil {
+		t.bucket.Refund(costMilli)
+	}
+}

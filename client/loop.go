@@ -1,0 +1,285 @@
+package client
+
+import (
+	"context"
+	"time"
+
+	"github.com/ration-dev/ration/api"
+	"github.com/ration-dev/ration/lease"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+)
+
+// maxSleep bounds how long the loop sleeps, so new keys and retries are
+// picked up promptly even when no lease is due.
+const maxSleep = 100 * time.Millisecond
+
+// unknownDemand is what a key asks for before it has any history: "as much
+// as is fair". Renewals then report the measured demand.
+const unknownDemand = int64(1) << 50
+
+func (c *Client) loop() {
+	defer close(c.done)
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	for {
+		select {
+		case <-c.stop:
+			return
+		case <-c.wake:
+		case <-timer.C:
+		}
+		wait := c.round()
+		if !timer.Stop() {
+			select {
+			case <-timer.C:
+			default:
+			}
+		}
+		timer.Reset(wait)
+	}
+}
+
+func (c *Client) snapshot() []*Limiter {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := make([]*Limiter, 0, len(c.limiters))
+	for _, l := range c.limiters {
+		out = append(out, l)
+	}
+	return out
+}
+
+// round acquires keys without a usable lease and renews the ones due,
+// each group in one batched RPC, and returns how long to sleep.
+func (c *Client) round() time.Duration {
+	now := c.clock.Precise()
+	wakeAt := now + int64(maxSleep)
+	var acquire, renew []*Limiter
+	for _, l := range c.snapshot() {
+		t := l.cur.Load()
+		switch {
+		case t == nil || t.expiredAck || now >= t.deadline:
+			if now >= l.retryAt.Load() {
+				acquire = append(acquire, l)
+			}
+		case now >= t.renewAt:
+			renew = append(renew, l)
+		default:
+			wakeAt = min(wakeAt, t.renewAt)
+		}
+	}
+	// Batch: a key due soon rides along with the ones due now.
+	if len(renew) > 0 {
+		for _, l := range c.snapshot() {
+			if t := l.cur.Load(); t != nil && !t.expiredAck && now < t.renewAt && t.renewAt-now < (t.deadline-t.renewAt)/2 {
+				renew = append(renew, l)
+			}
+		}
+	}
+	for len(acquire) > 0 {
+		n := min(len(acquire), 1024)
+		c.acquire(acquire[:n])
+		acquire = acquire[n:]
+	}
+	for len(renew) > 0 {
+		n := min(len(renew), 1024)
+		c.renew(renew[:n])
+		renew = renew[n:]
+	}
+	return max(time.Duration(wakeAt-c.clock.Precise()), time.Millisecond)
+}
+
+// demand turns the cost offered since the last report into a rate demand:
+// an EWMA (half-life one report) of offered milli-tokens per second,
+// including rejected demand, with 25% headroom.
+func (l *Limiter) demand(now int64) *api.Demand {
+	offered := l.offered.Swap(0)
+	last := l.reportedAt
+	l.reportedAt = now
+	if last == 0 || now <= last {
+		return &api.Demand{RateMilliPerSec: unknownDemand, BurstMilli: unknownDemand}
+	}
+	rate := lease.MulDiv(offered, lease.NanosPerSecond, now-last)
+	l.ewma = (l.ewma + rate) / 2
+	d := max(l.ewma+l.ewma/4, lease.MilliPerToken)
+	return &api.Demand{RateMilliPerSec: d, BurstMilli: d}
+}
+
+func (c *Client) backoffKey(l *Limiter, err error) {
+	l.fails++
+	wait := c.cfg.RenewRetryMin << min(l.fails, 6)
+	wait = min(wait, c.cfg.RenewRetryMax)
+	l.retryAt.Store(c.clock.Precise() + int64(wait))
+	e := err
+	l.lastErr.Store(&e)
+}
+
+func (c *Client) acquire(ls []*Limiter) {
+	seq := c.nextSeq()
+	tSend := c.clock.Precise()
+	req := &api.AcquireRequest{Caller: c.caller(seq)}
+	for _, l := range ls {
+		req.Keys = append(req.Keys, &api.AcquireKey{Key: &api.Key{Policy: l.policy, Attributes: l.attrs}, Demand: l.demand(tSend)})
+	}
+	resp, err := call(c, c.stop, tSend+int64(c.cfg.RequestTimeout)*3, func(ctx context.Context, conn *grpc.ClientConn) (*api.LeaseResponse, error) {
+		return api.NewLeasesClient(conn).Acquire(ctx, req)
+	})
+	if err != nil || len(resp.GetLeases()) != len(ls) {
+		c.log.Warn("acquire failed", "keys", len(ls), "err", err)
+		for _, l := range ls {
+			c.backoffKey(l, err)
+		}
+		return
+	}
+	for i, kl := range resp.GetLeases() {
+		l := ls[i]
+		if e := kl.GetError(); e != nil {
+			c.backoffKey(l, errorFrom(e))
+			if codes.Code(e.GetCode()) != codes.Unavailable {
+				l.firstOnce.Do(func() { close(l.first) }) // do not make callers wait for a refusal
+			}
+			continue
+		}
+		l.install(tSend, kl.GetGrant())
+	}
+}
+
+// install publishes a new lease's terms (a grant answered to a request sent
+// at tSend on the client's clock).
+func (l *Limiter) install(tSend int64, g *api.Grant) {
+	drift := g.GetDriftPpm()
+	deadline := lease.ClientDeadline(tSend, g.GetTtlNanos(), drift)
+	now := l.c.clock.Precise()
+	l.fails = 0
+	l.retryAt.Store(0)
+	if now >= deadline {
+		return // answered too late to use: its tokens are lost, safely
+	}
+	b, err := lease.NewAtomicBucketWithLevel(lease.BucketConfig{
+		CapacityMilli: g.GetCapMilli(), RateMilliPerSec: lease.ClientMintRate(g.GetRateMilliPerSec(), drift),
+	}, now, g.GetStartMilli())
+	if err != nil {
+		l.c.log.Error("bad grant", "key", l.id, "err", err)
+		return
+	}
+	t := &terms{leaseID: g.GetLeaseId(), bucket: b, capMilli: g.GetCapMilli(), rateMilli: g.GetRateMilliPerSec(),
+		ttlNanos: g.GetTtlNanos(), driftPPM: drift, shadow: g.GetShadow(), canonical: g.GetCanonicalKey()}
+	t.setTimes(tSend, deadline, g.GetRenewAfterNanos())
+	if g.GetFailureMode() == "fail-open" && g.GetFallbackRateMilliPerSec() > 0 {
+		f := g.GetFallbackRateMilliPerSec()
+		t.failOpen = true
+		t.fallback, _ = lease.NewAtomicBucket(lease.BucketConfig{CapacityMilli: max(f, lease.MilliPerToken), RateMilliPerSec: f, StartFull: true}, now)
+	}
+	l.cur.Store(t)
+	l.firstOnce.Do(func() { close(l.first) })
+}
+
+// setTimes derives the renewal time and the guard band from the deadline.
+func (t *terms) setTimes(tSend, deadline, renewAfter int64) {
+	t.deadline = deadline
+	span := deadline - tSend
+	t.renewAt = tSend + min(max(renewAfter, 0), span/2)
+	// The hot path trusts the coarse clock until the last quarter of the
+	// usable span (at least 100ms of it), then reads the precise clock.
+	guard := max(span/4, int64(100*time.Millisecond))
+	t.guardFrom = max(tSend, deadline-guard)
+}
+
+func (c *Client) renew(ls []*Limiter) {
+	seq := c.nextSeq()
+	tSend := c.clock.Precise()
+	req := &api.RenewRequest{Caller: c.caller(seq)}
+	sent := make([]*terms, len(ls))
+	giveUp := int64(0)
+	for i, l := range ls {
+		t := l.cur.Load()
+		sent[i] = t
+		giveUp = max(giveUp, t.deadline)
+		req.Keys = append(req.Keys, &api.RenewKey{Key: &api.Key{Policy: l.policy, Attributes: l.attrs}, LeaseId: t.leaseID, Demand: l.demand(tSend)})
+	}
+	resp, err := call(c, c.stop, giveUp, func(ctx context.Context, conn *grpc.ClientConn) (*api.LeaseResponse, error) {
+		return api.NewLeasesClient(conn).Renew(ctx, req)
+	})
+	if err != nil || len(resp.GetLeases()) != len(ls) {
+		c.log.Warn("renew failed", "keys", len(ls), "err", err)
+		for _, l := range ls {
+			c.backoffKey(l, err)
+			// Try again soon, but never past the deadline: round() turns an
+			// expired lease into an acquire.
+			if t := l.cur.Load(); t != nil {
+				nt := *t
+				nt.renewAt = l.retryAt.Load()
+				l.cur.CompareAndSwap(t, &nt)
+			}
+		}
+		return
+	}
+	for i, kl := range resp.GetLeases() {
+		l, old := ls[i], sent[i]
+		if e := kl.GetError(); e != nil {
+			// The coordinator no longer holds this lease: stop using it now
+			// (its capacity may be granted again) and acquire afresh.
+			nt := *old
+			nt.expiredAck = true
+			nt.deadline = min(nt.deadline, c.clock.Precise())
+			nt.guardFrom = min(nt.guardFrom, nt.deadline)
+			l.cur.CompareAndSwap(old, &nt)
+			l.lastErr.Store(ptr(errorFrom(e)))
+			continue
+		}
+		l.applyRenewal(tSend, old, kl.GetGrant())
+	}
+}
+
+// applyRenewal installs renewed terms on the same bucket: it never adds
+// tokens; a renewal that arrives after the old deadline mints nothing for
+// the gap; the later of the two deadlines applies (the lease was held
+// throughout).
+func (l *Limiter) applyRenewal(tSend int64, old *terms, g *api.Grant) {
+	if g.GetLeaseId() != old.leaseID {
+		return
+	}
+	drift := g.GetDriftPpm()
+	newDeadline := max(old.deadline, lease.ClientDeadline(tSend, g.GetTtlNanos(), drift))
+	now := l.c.clock.Precise()
+	if now >= newDeadline {
+		return
+	}
+	if now > old.deadline {
+		old.bucket.SetRate(old.deadline, 0)
+	}
+	old.bucket.SetRate(now, lease.ClientMintRate(g.GetRateMilliPerSec(), drift))
+	old.bucket.SetCapacity(now, g.GetCapMilli())
+	nt := *old
+	nt.capMilli, nt.rateMilli, nt.ttlNanos, nt.driftPPM, nt.shadow = g.GetCapMilli(), g.GetRateMilliPerSec(), g.GetTtlNanos(), drift, g.GetShadow()
+	nt.setTimes(tSend, newDeadline, g.GetRenewAfterNanos())
+	l.fails = 0
+	l.cur.CompareAndSwap(old, &nt)
+}
+
+// releaseAll returns every lease with its unspent tokens (Close).
+func (c *Client) releaseAll() error {
+	now := c.clock.Precise()
+	req := &api.ReleaseRequest{Caller: c.caller(c.nextSeq())}
+	for _, l := range c.snapshot() {
+		t := l.cur.Load()
+		if t == nil || t.expiredAck {
+			continue
+		}
+		unspent := int64(0)
+		if now < t.deadline {
+			unspent = t.bucket.Drain()
+		}
+		req.Keys = append(req.Keys, &api.ReleaseKey{Key: &api.Key{Policy: l.policy, Attributes: l.attrs}, LeaseId: t.leaseID, UnspentMilli: unspent})
+	}
+	if len(req.Keys) == 0 {
+		return nil
+	}
+	_, err := call(c, nil, now+2*int64(c.cfg.RequestTimeout), func(ctx context.Context, conn *grpc.ClientConn) (*api.ReleaseResponse, error) {
+		return api.NewLeasesClient(conn).Release(ctx, req)
+	})
+	return err
+}
+
+func ptr[T any](v T) *T { return &v }
