@@ -581,7 +581,9 @@ func (x *KeyError) GetMessage() string {
 
 // Grant is the terms of one lease. The client may use them until
 // send_time + ttl_nanos*(1-ρ)/(1+ρ) on its own monotonic clock, minting at
-// rate_milli_per_sec/(1+ρ) with ρ = drift_ppm/1e6.
+// rate_milli_per_sec/(1+ρ) with ρ = drift_ppm/1e6. send_time is when the
+// client sent the FIRST attempt of the request (a retry reuses the seq and
+// gets the recorded answer, whose ttl counts from the original commit).
 type Grant struct {
 	state           protoimpl.MessageState `protogen:"open.v1"`
 	LeaseId         uint64                 `protobuf:"varint,1,opt,name=lease_id,json=leaseId,proto3" json:"lease_id,omitempty"`

@@ -7,6 +7,7 @@ import (
 	"github.com/ration-dev/ration/api"
 	"github.com/ration-dev/ration/fsm"
 	"github.com/ration-dev/ration/internal/rpcerr"
+	"google.golang.org/protobuf/proto"
 )
 
 // maxInflightApplies bounds concurrent Raft applies of lease batches. While
@@ -16,8 +17,13 @@ const maxInflightApplies = 4
 
 type batchReq struct {
 	op   *api.LeaseOp
+	size int // encoded bytes, for the entry's byte budget
 	done chan fsm.OpResult
 }
+
+// maxEntryBytes bounds one coalesced Raft entry (a single request is bounded
+// by MaxRequestBytes): large entries stall replication and snapshots.
+const maxEntryBytes = 8 << 20
 
 type batcher struct {
 	s   *Server
@@ -31,7 +37,7 @@ func newBatcher(s *Server) *batcher {
 
 // submit queues one client RPC and waits for its committed result.
 func (b *batcher) submit(ctx context.Context, op *api.LeaseOp) fsm.OpResult {
-	req := &batchReq{op: op, done: make(chan fsm.OpResult, 1)}
+	req := &batchReq{op: op, size: proto.Size(op), done: make(chan fsm.OpResult, 1)}
 	select {
 	case b.in <- req:
 	case <-ctx.Done():
@@ -46,6 +52,9 @@ func (b *batcher) submit(ctx context.Context, op *api.LeaseOp) fsm.OpResult {
 		// The entry may still commit; a retry with the same seq gets the
 		// recorded answer.
 		return fsm.OpResult{Err: ctx.Err()}
+	case <-b.s.shutdownCh:
+		// Queued after run() drained: nobody will answer it.
+		return fsm.OpResult{Err: fmt.Errorf("%w: %v", rpcerr.ErrUnavailable, ErrShutdown)}
 	}
 }
 
@@ -66,16 +75,37 @@ func (b *batcher) run() {
 			return
 		}
 		batch := []*batchReq{first}
+		bytes := first.size
+		var carry *batchReq
 	collect:
 		for len(batch) < b.s.cfg.MaxBatchOps {
 			select {
 			case r := <-b.in:
+				if bytes+r.size > maxEntryBytes {
+					carry = r
+					break collect
+				}
 				batch = append(batch, r)
+				bytes += r.size
 			default:
 				break collect
 			}
 		}
 		b.apply(batch)
+		if carry != nil {
+			// Over the byte budget: it starts the next entry.
+			b.requeue(carry)
+		}
+	}
+}
+
+// requeue puts a request back at the head of the next batch.
+func (b *batcher) requeue(r *batchReq) {
+	select {
+	case b.sem <- struct{}{}:
+		b.apply([]*batchReq{r})
+	case <-b.s.shutdownCh:
+		r.done <- fsm.OpResult{Err: fmt.Errorf("%w: %v", rpcerr.ErrUnavailable, ErrShutdown)}
 	}
 }
 

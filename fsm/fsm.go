@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"sort"
 	"sync"
+	"time"
 
 	"github.com/hashicorp/raft"
 	"github.com/ration-dev/ration/api"
@@ -178,16 +179,26 @@ func (s *state) applyPolicies(t int64, cmd *api.ApplyPoliciesCommand) (*Result, 
 		}
 		ps = append(ps, p)
 	}
+	// First pass: refuse the whole command, changing nothing, if any policy
+	// would start fresh budgets while leases granted under its previous
+	// definition are live. Fresh budgets next to live old leases would let
+	// both be spent: the bound would hold for neither.
+	for _, p := range ps {
+		old, existed := s.policies[p.Name]
+		if existed && sameKeying(old, p) {
+			continue
+		}
+		if n, until := s.liveLeases(p.Name); n > 0 {
+			return nil, fmt.Errorf("%w: policy %q: %d leases granted under its previous definition are live until cluster time %s; "+
+				"a policy whose key, algorithm or start changes, or that was deleted, can be applied again once they have expired",
+				rpcerr.ErrPrecondition, p.Name, n, time.Duration(until))
+		}
+	}
 	for _, p := range ps {
 		old, existed := s.policies[p.Name]
 		s.policies[p.Name] = p
-		if !existed {
-			continue
-		}
-		if !sameKeying(old, p) {
-			// Different key attributes or algorithm: the old budgets mean
-			// nothing under the new layout. Clients' renewals fail and they
-			// stop by their deadlines (docs/design.md, "replacing a policy").
+		if !existed || !sameKeying(old, p) {
+			// No live leases (checked above): drop the idle old budgets.
 			delete(s.keys, p.Name)
 			continue
 		}
@@ -212,13 +223,35 @@ func sameKeying(a, b policy.Policy) bool {
 	return true
 }
 
+// deletePolicy removes a policy. Its keys with live leases stay (draining):
+// they grant and renew nothing more, and expire removes them once their
+// leases have expired; until then the name cannot be re-created with fresh
+// budgets.
 func (s *state) deletePolicy(name string) (*Result, error) {
 	if _, ok := s.policies[name]; !ok {
 		return nil, fmt.Errorf("%w: policy %q", rpcerr.ErrNotFound, name)
 	}
 	delete(s.policies, name)
-	delete(s.keys, name)
+	for _, ck := range sortedKeys(s.keys[name]) {
+		if s.keys[name][ck].ledger.LeaseCount() == 0 {
+			delete(s.keys[name], ck)
+		}
+	}
+	if len(s.keys[name]) == 0 {
+		delete(s.keys, name)
+	}
 	return &Result{}, nil
+}
+
+// liveLeases counts a policy's leases and the latest expiry among them.
+func (s *state) liveLeases(name string) (n int, until int64) {
+	for _, kl := range s.keys[name] {
+		for _, le := range kl.ledger.Leases() {
+			n++
+			until = max(until, le.Current.ExpiresNanos)
+		}
+	}
+	return n, until
 }
 
 func sortedKeys[V any](m map[string]V) []string {
@@ -232,36 +265,64 @@ func sortedKeys[V any](m map[string]V) []string {
 
 // checkCaller applies the idempotency rules. It returns the recorded
 // response when this is a retry of the client's latest request.
-func (s *state) checkCaller(t int64, c *api.Caller, kind uint32) ([]byte, error) {
+// checkCaller applies the idempotency rules. It returns the recorded
+// response when this is a retry of the client's latest request, and newer
+// when the caller is a newer incarnation than the recorded one (whose
+// leases the caller must revoke once the request is known to be valid).
+func (s *state) checkCaller(c *api.Caller, kind uint32, n int) (dup []byte, newer bool, err error) {
+	dup, newer, err = s.checkCallerOnly(c, kind)
+	if err != nil || dup != nil {
+		return dup, newer, err
+	}
+	return nil, newer, checkKeys(n)
+}
+
+func (s *state) checkCallerOnly(c *api.Caller, kind uint32) ([]byte, bool, error) {
 	if c == nil || c.GetClientId() == "" {
-		return nil, fmt.Errorf("%w: caller.client_id is empty", rpcerr.ErrInvalid)
+		return nil, false, fmt.Errorf("%w: caller.client_id is empty", rpcerr.ErrInvalid)
 	}
 	if len(c.GetClientId()) > MaxClientIDLen {
-		return nil, fmt.Errorf("%w: caller.client_id is %d bytes, more than %d", rpcerr.ErrInvalid, len(c.GetClientId()), MaxClientIDLen)
+		return nil, false, fmt.Errorf("%w: caller.client_id is %d bytes, more than %d", rpcerr.ErrInvalid, len(c.GetClientId()), MaxClientIDLen)
 	}
 	if c.GetSeq() == 0 {
-		return nil, fmt.Errorf("%w: caller.seq must be at least 1", rpcerr.ErrInvalid)
+		return nil, false, fmt.Errorf("%w: caller.seq must be at least 1", rpcerr.ErrInvalid)
 	}
 	rec, ok := s.clients[c.GetClientId()]
 	if !ok {
-		return nil, nil
+		return nil, false, nil
 	}
 	switch {
 	case c.GetIncarnation() < rec.incarnation:
-		return nil, fmt.Errorf("%w: client %q incarnation %d is older than %d", rpcerr.ErrStale, c.GetClientId(), c.GetIncarnation(), rec.incarnation)
+		return nil, false, fmt.Errorf("%w: client %q incarnation %d is older than %d; a restarted process must use a larger incarnation", rpcerr.ErrStale, c.GetClientId(), c.GetIncarnation(), rec.incarnation)
 	case c.GetIncarnation() > rec.incarnation:
-		// A new process under this client ID: its predecessor is gone, so
-		// its leases are released (without credit: its tokens are lost).
-		s.revoke(t, c.GetClientId(), c.GetIncarnation())
-		return nil, nil
+		return nil, true, nil
 	case c.GetSeq() == rec.seq:
 		if kind != rec.kind {
-			return nil, fmt.Errorf("%w: client %q reused seq %d for a different call", rpcerr.ErrStale, c.GetClientId(), c.GetSeq())
+			return nil, false, fmt.Errorf("%w: client %q reused seq %d for a different call; use a seq greater than %d", rpcerr.ErrStale, c.GetClientId(), c.GetSeq(), rec.seq)
 		}
-		rec.lastSeen = t
-		return rec.response, nil
+		return rec.response, false, nil
 	case c.GetSeq() < rec.seq:
-		return nil, fmt.Errorf("%w: client %q seq %d is older than %d", rpcerr.ErrStale, c.GetClientId(), c.GetSeq(), rec.seq)
+		return nil, false, fmt.Errorf("%w: client %q seq %d is older than %d; use a seq greater than %d", rpcerr.ErrStale, c.GetClientId(), c.GetSeq(), rec.seq, rec.seq)
+	}
+	return nil, false, nil
+}
+
+// begin runs the checks every lease op starts with. A retry returns the
+// recorded answer (and refreshes the record's age). A valid request from a
+// newer incarnation of the client releases the older incarnations' leases
+// (without credit: their tokens are lost): a client ID belongs to one live
+// process, so a newer incarnation means the older process is gone.
+func (s *state) begin(t int64, c *api.Caller, kind uint32, n int) ([]byte, error) {
+	dup, newer, err := s.checkCaller(c, kind, n)
+	if err != nil {
+		return nil, err
+	}
+	if dup != nil {
+		s.clients[c.GetClientId()].lastSeen = t
+		return dup, nil
+	}
+	if newer {
+		s.revoke(t, c.GetClientId(), c.GetIncarnation())
 	}
 	return nil, nil
 }
@@ -310,7 +371,7 @@ func keyError(err error) *api.KeyError {
 func (s *state) resolve(t int64, k *api.Key, create bool) (policy.Policy, string, *keyLedger, error) {
 	p, ok := s.policies[k.GetPolicy()]
 	if !ok {
-		return p, "", nil, fmt.Errorf("%w: policy %q", rpcerr.ErrNotFound, k.GetPolicy())
+		return p, "", nil, fmt.Errorf("%w: policy %q (apply it with rationctl policy apply)", rpcerr.ErrNotFound, k.GetPolicy())
 	}
 	if err := p.Leasable(); err != nil {
 		return p, "", nil, fmt.Errorf("policy %q: %w", p.Name, err)
@@ -368,33 +429,46 @@ func checkKeys(n int) error {
 }
 
 func leaseErr(p policy.Policy, ck string, err error) error {
-	if errors.Is(err, lease.ErrTooManyLeases) {
+	switch {
+	case errors.Is(err, lease.ErrTooManyLeases):
 		return fmt.Errorf("policy %q key %q: max_leases_per_key=%d reached: %w", p.Name, ck, p.MaxLeasesPerKey, err)
+	case errors.Is(err, lease.ErrLeaseNotFound), errors.Is(err, lease.ErrLeaseExpired):
+		return fmt.Errorf("%w; acquire a new lease", err)
 	}
 	return err
 }
 
 func (s *state) acquire(t int64, req *api.AcquireRequest) (*api.LeaseResponse, error) {
 	c := req.GetCaller()
-	if dup, err := s.checkCaller(t, c, kindLease); err != nil || dup != nil {
+	if dup, err := s.begin(t, c, kindLease, len(req.GetKeys())); err != nil || dup != nil {
 		return unmarshalLease(dup, err)
 	}
-	if err := checkKeys(len(req.GetKeys())); err != nil {
-		return nil, err
-	}
 	resp := &api.LeaseResponse{ClusterTimeNanos: t, Leases: make([]*api.KeyLease, len(req.GetKeys()))}
+	seen := map[string]bool{}
 	for i, k := range req.GetKeys() {
-		resp.Leases[i] = s.acquireKey(t, c, k)
+		resp.Leases[i] = s.acquireKey(t, c, k, seen)
 	}
 	s.record(t, c, kindLease, resp)
 	return resp, nil
 }
 
-func (s *state) acquireKey(t int64, c *api.Caller, k *api.AcquireKey) *api.KeyLease {
+func (s *state) acquireKey(t int64, c *api.Caller, k *api.AcquireKey, seen map[string]bool) *api.KeyLease {
+	// Check what the ledger would refuse before resolve creates a key, so a
+	// bad request cannot use up max_keys.
+	if d := k.GetDemand(); d.GetRateMilliPerSec() < 0 || d.GetBurstMilli() < 0 {
+		return &api.KeyLease{Error: keyError(fmt.Errorf("%w: demands must not be negative", rpcerr.ErrInvalid))}
+	}
+	if _, _, _, err := s.resolve(t, k.GetKey(), false); err != nil && !errors.Is(err, lease.ErrLeaseNotFound) {
+		return &api.KeyLease{Error: keyError(err)}
+	}
 	p, ck, kl, err := s.resolve(t, k.GetKey(), true)
 	if err != nil {
 		return &api.KeyLease{Error: keyError(err)}
 	}
+	if seen[p.Name+"\x00"+ck] {
+		return &api.KeyLease{Error: keyError(fmt.Errorf("%w: key %s/%s is listed twice in one request", rpcerr.ErrInvalid, p.Name, ck))}
+	}
+	seen[p.Name+"\x00"+ck] = true
 	g, err := kl.ledger.Grant(t, lease.GrantRequest{
 		ClientID: c.GetClientId(), Incarnation: c.GetIncarnation(), Seq: c.GetSeq(),
 		Weight:                p.Weight(c.GetClientId()),
@@ -410,11 +484,8 @@ func (s *state) acquireKey(t int64, c *api.Caller, k *api.AcquireKey) *api.KeyLe
 
 func (s *state) renew(t int64, req *api.RenewRequest) (*api.LeaseResponse, error) {
 	c := req.GetCaller()
-	if dup, err := s.checkCaller(t, c, kindLease); err != nil || dup != nil {
+	if dup, err := s.begin(t, c, kindLease, len(req.GetKeys())); err != nil || dup != nil {
 		return unmarshalLease(dup, err)
-	}
-	if err := checkKeys(len(req.GetKeys())); err != nil {
-		return nil, err
 	}
 	resp := &api.LeaseResponse{ClusterTimeNanos: t, Leases: make([]*api.KeyLease, len(req.GetKeys()))}
 	for i, k := range req.GetKeys() {
@@ -444,7 +515,7 @@ func (s *state) renewKey(t int64, c *api.Caller, k *api.RenewKey) *api.KeyLease 
 
 func (s *state) release(t int64, req *api.ReleaseRequest) (*api.ReleaseResponse, error) {
 	c := req.GetCaller()
-	if dup, err := s.checkCaller(t, c, kindRelease); err != nil || dup != nil {
+	if dup, err := s.begin(t, c, kindRelease, len(req.GetKeys())); err != nil || dup != nil {
 		if err != nil {
 			return nil, err
 		}
@@ -453,9 +524,6 @@ func (s *state) release(t int64, req *api.ReleaseRequest) (*api.ReleaseResponse,
 			panic(fmt.Sprintf("fsm: recorded response: %v", err))
 		}
 		return out, nil
-	}
-	if err := checkKeys(len(req.GetKeys())); err != nil {
-		return nil, err
 	}
 	resp := &api.ReleaseResponse{ClusterTimeNanos: t, Results: make([]*api.ReleaseResult, len(req.GetKeys()))}
 	for i, k := range req.GetKeys() {
@@ -505,7 +573,8 @@ func (s *state) expire(t, through, retention int64) (*Result, error) {
 			}
 			res.Expired += len(gone)
 			leases := l.Leases()
-			if len(leases) == 0 && l.PoolMilli() >= l.Config().CapacityMilli {
+			_, live := s.policies[pn]
+			if len(leases) == 0 && (!live || l.PoolMilli() >= l.Config().CapacityMilli) {
 				delete(keys, ck)
 				continue
 			}

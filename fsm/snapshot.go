@@ -230,6 +230,20 @@ func importState(r io.Reader) (*state, error) {
 			if err := proto.Unmarshal(buf, c); err != nil {
 				return nil, fmt.Errorf("%w: client: %v", errSnapshot, err)
 			}
+			// A recorded answer that does not decode would panic Apply at the
+			// client's next retry: refuse it here instead.
+			var probe proto.Message
+			switch c.GetResponseKind() {
+			case kindLease:
+				probe = &api.LeaseResponse{}
+			case kindRelease:
+				probe = &api.ReleaseResponse{}
+			default:
+				return nil, fmt.Errorf("%w: client %q: unknown response kind %d", errSnapshot, c.GetClientId(), c.GetResponseKind())
+			}
+			if err := proto.Unmarshal(c.GetResponse(), probe); err != nil {
+				return nil, fmt.Errorf("%w: client %q: recorded response: %v", errSnapshot, c.GetClientId(), err)
+			}
 			st.clients[c.GetClientId()] = &clientRecord{
 				incarnation: c.GetIncarnation(), seq: c.GetSeq(), kind: c.GetResponseKind(),
 				response: c.GetResponse(), lastSeen: c.GetLastSeenNanos(),

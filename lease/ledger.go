@@ -566,6 +566,10 @@ func (l *Ledger) Renew(nowNanos int64, req RenewRequest) (Grant, error) {
 	}
 	i, ok := l.find(req.ClientID, req.Incarnation)
 	if !ok || l.s.Leases[i].ID != req.LeaseID {
+		if req.LeaseID > 0 && req.LeaseID < LeaseID(l.s.NextID) {
+			// It existed: expired (and removed), released or replaced.
+			return Grant{}, fmt.Errorf("%w: lease %d of %s incarnation %d is gone (expired, released or replaced)", ErrLeaseExpired, req.LeaseID, req.ClientID, req.Incarnation)
+		}
 		return Grant{}, fmt.Errorf("%w: %s incarnation %d lease %d", ErrLeaseNotFound, req.ClientID, req.Incarnation, req.LeaseID)
 	}
 	if err := checkTime(nowNanos); err != nil {
@@ -663,6 +667,25 @@ func (l *Ledger) ExpireThrough(nowNanos, throughNanos int64) ([]LeaseID, error) 
 	return gone, nil
 }
 
+// overcommitted reports whether leases granted under a budget larger than
+// the current one may still be held: before OvercommitUntilNanos, or while
+// a lease that expired by then has not been removed by Expire yet.
+func (l *Ledger) overcommitted() bool {
+	s := &l.s
+	if s.OvercommitUntilNanos == 0 {
+		return false
+	}
+	if s.OvercommitUntilNanos > s.NowNanos {
+		return true
+	}
+	for i := range s.Leases {
+		if s.Leases[i].Current.ExpiresNanos <= s.OvercommitUntilNanos {
+			return true
+		}
+	}
+	return false
+}
+
 // Reconfigure changes the budget at cluster time now (a policy update).
 // Leases already granted keep their terms until they are renewed or expire:
 // held capacity is honoured, so if the budget shrank, the old budget bounds
@@ -719,7 +742,7 @@ func (l *Ledger) CheckInvariants() error {
 		return fmt.Errorf("pool credited to %d, after now %d", s.PoolNanos, s.NowNanos)
 	}
 	hr, hc := l.heldExcept(-1, s.NowNanos)
-	if s.OvercommitUntilNanos > s.NowNanos {
+	if l.overcommitted() {
 		// Leases from before a Reconfigure are honoured until they expire;
 		// rule (a) holds against the budget they were granted under.
 		return l.checkLeases()
