@@ -7,7 +7,7 @@ BENCH_COUNT ?= 10
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
-demo: build ## the main job: a local 3-node cluster with a demo workload (stop it with make cluster-stop)
+demo: build ## the main job: a local 3-node cluster; 4 replicas offer 3x a quota for 15s, checked against B + r·W (stop it with make cluster-stop)
 	scripts/demo.sh
 
 test: ## everything CI runs: vet, then every test (property tests, negative controls, golden tests)

@@ -102,6 +102,8 @@ type Client struct {
 	limiters map[string]*Limiter
 	seq      uint64
 
+	rpcStats rpcStats // the loop's RPCs, for metrics (metrics.go)
+
 	wake   chan struct{}
 	closed atomic.Bool
 	stop   chan struct{}
@@ -224,7 +226,8 @@ func (c *Client) caller(seq uint64) *api.Caller {
 func call[T any](c *Client, abort <-chan struct{}, giveUp int64, send func(ctx context.Context, conn *grpc.ClientConn) (T, error)) (T, error) {
 	backoff := c.cfg.RenewRetryMin
 	for {
-		i := int(c.next.Load()) % len(c.conns)
+		n := c.next.Load()
+		i := int(n % int64(len(c.conns)))
 		ctx, cancel := context.WithTimeout(context.Background(), c.cfg.RequestTimeout)
 		resp, err := send(ctx, c.conns[i])
 		cancel()
@@ -233,7 +236,10 @@ func call[T any](c *Client, abort <-chan struct{}, giveUp int64, send func(ctx c
 		}
 		switch status.Code(err) {
 		case codes.Unavailable, codes.DeadlineExceeded, codes.Canceled, codes.Unknown, codes.ResourceExhausted:
-			c.next.CompareAndSwap(int64(i), int64(i+1))
+			// Compare with the counter as loaded, not with i: once the
+			// counter has wrapped past len(conns) the two differ, and the
+			// client would stay on a dead server forever.
+			c.next.CompareAndSwap(n, n+1)
 		default:
 			return resp, err
 		}

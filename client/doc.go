@@ -23,8 +23,11 @@
 //
 // One background goroutine per Client acquires keys without a usable lease
 // and renews the ones due, each group in one RPC (keys due soon ride along).
-// It reports each key's demand: an EWMA of the cost offered per second,
-// rejected cost included, so fair shares follow real load. A request is
+// It reports each key's demand: the cost offered per second, rejected cost
+// included, smoothed by an EWMA when it rises and followed at once when it
+// falls, so fair shares follow real load and an idle replica's share goes
+// to the busy ones within one report (plus the lease duration for which a
+// reduced share stays held). A request is
 // retried unchanged, with the same sequence number (the cluster answers a
 // retry from its record instead of granting twice), with exponential backoff
 // and full jitter, across servers; servers forward to the leader.

@@ -32,6 +32,8 @@ const (
 	// FallbackAllowed: the cluster is unreachable and the policy is
 	// fail-open; admitted by the local fallback limit.
 	FallbackAllowed
+
+	numReasons = int(FallbackAllowed) + 1
 )
 
 func (r Reason) String() string {
@@ -101,6 +103,11 @@ type Limiter struct {
 	first     chan struct{} // closed at the first grant (or a refusal)
 	firstOnce sync.Once
 	offered   atomic.Int64 // milli-cost offered since the last demand report
+	// Decision counts for metrics (metrics.go): one atomic add per decision,
+	// next to offered (the same cache line as the hot path's other add).
+	decisions [numReasons]atomic.Int64 // by Reason
+	shadowed  atomic.Int64             // decisions with Shadow set
+	nearLimit atomic.Int64             // admissions leaving < 10% of the cap
 	waiters   atomic.Int64
 	lastErr   atomic.Pointer[error]
 	retryAt   atomic.Int64 // local time before which the loop does not retry
@@ -108,6 +115,7 @@ type Limiter struct {
 	// Owned by the background loop.
 	reportedAt int64
 	ewma       int64
+	measured   bool // ewma holds at least one measurement
 	fails      int
 }
 
@@ -146,7 +154,7 @@ func (l *Limiter) allow(costMilli int64, waitFirst bool) Decision {
 			t = l.cur.Load()
 		}
 		if t == nil {
-			return Decision{Reason: NoLease, RetryAfter: l.c.cfg.FirstLeaseWait}
+			return l.count(Decision{Reason: NoLease, RetryAfter: l.c.cfg.FirstLeaseWait})
 		}
 	}
 	now := l.c.clock.Now()
@@ -155,13 +163,16 @@ func (l *Limiter) allow(costMilli int64, waitFirst bool) Decision {
 		now = l.c.clock.Precise()
 	}
 	if now >= t.deadline || l.c.closed.Load() {
-		return l.unusable(t, costMilli)
+		return l.count(l.unusable(t, costMilli))
 	}
 	d := t.bucket.AllowN(now, costMilli)
 	out := Decision{Allowed: d.Allowed, RemainingMilli: d.RemainingMilli, RetryAfter: d.RetryAfter}
 	switch d.Reason {
 	case lease.ReasonOK:
 		out.Reason = Allowed
+		if d.RemainingMilli < t.capMilli/10 {
+			l.nearLimit.Add(1)
+		}
 	case lease.ReasonExceedsCapacity:
 		out.Reason = ExceedsCapacity
 	default:
@@ -169,15 +180,30 @@ func (l *Limiter) allow(costMilli int64, waitFirst bool) Decision {
 	}
 	if t.shadow && !d.Allowed {
 		out.Allowed, out.Shadow, out.Reason = true, true, ShadowDenied
+		l.shadowed.Add(1)
 	}
+	l.decisions[out.Reason].Add(1)
 	return out
+}
+
+// count records a decision of the slow paths for metrics.
+func (l *Limiter) count(d Decision) Decision {
+	l.decisions[d.Reason].Add(1)
+	if d.Shadow {
+		l.shadowed.Add(1)
+	}
+	return d
 }
 
 // unusable decides when the lease has run out: fail-open admits from the
 // local fallback limit, fail-closed denies as Unavailable.
 func (l *Limiter) unusable(t *terms, costMilli int64) Decision {
 	if t.fallback != nil && !l.c.closed.Load() {
-		d := t.fallback.AllowN(l.c.clock.Now(), costMilli)
+		// The precise clock, not the coarse one: this path is cold, and a
+		// lagging reading taken while the fallback bucket is full would
+		// let it count the lag again after its first admission, g + f·(W
+		// + lag) in a window instead of g + f·W.
+		d := t.fallback.AllowN(l.c.clock.Precise(), costMilli)
 		if d.Allowed {
 			return Decision{Allowed: true, RemainingMilli: d.RemainingMilli, Reason: FallbackAllowed}
 		}

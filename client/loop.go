@@ -91,8 +91,11 @@ func (c *Client) round() time.Duration {
 }
 
 // demand turns the cost offered since the last report into a rate demand:
-// an EWMA (half-life one report) of offered milli-tokens per second,
-// including rejected demand, with 25% headroom.
+// offered milli-tokens per second, including rejected demand, with 25%
+// headroom. A rise is smoothed (an EWMA, half-life one report); a fall is
+// reported at once, so a client that went quiet gives its share back
+// within one report instead of after several halvings (the first
+// measurement seeds the average rather than being halved against zero).
 func (l *Limiter) demand(now int64) *api.Demand {
 	offered := l.offered.Swap(0)
 	last := l.reportedAt
@@ -101,7 +104,11 @@ func (l *Limiter) demand(now int64) *api.Demand {
 		return &api.Demand{RateMilliPerSec: unknownDemand, BurstMilli: unknownDemand}
 	}
 	rate := lease.MulDiv(offered, lease.NanosPerSecond, now-last)
-	l.ewma = (l.ewma + rate) / 2
+	if !l.measured || rate < l.ewma {
+		l.ewma, l.measured = rate, true
+	} else {
+		l.ewma = (l.ewma + rate) / 2
+	}
 	d := max(l.ewma+l.ewma/4, lease.MilliPerToken)
 	return &api.Demand{RateMilliPerSec: d, BurstMilli: d}
 }
@@ -125,7 +132,9 @@ func (c *Client) acquire(ls []*Limiter) {
 	resp, err := call(c, c.stop, tSend+int64(c.cfg.RequestTimeout)*3, func(ctx context.Context, conn *grpc.ClientConn) (*api.LeaseResponse, error) {
 		return api.NewLeasesClient(conn).Acquire(ctx, req)
 	})
+	c.rpcStats.observe(opAcquire, c.clock.Precise()-tSend)
 	if err != nil || len(resp.GetLeases()) != len(ls) {
+		c.rpcStats.fail(opAcquire, err)
 		c.log.Warn("acquire failed", "keys", len(ls), "err", err)
 		for _, l := range ls {
 			c.backoffKey(l, err)
@@ -135,6 +144,7 @@ func (c *Client) acquire(ls []*Limiter) {
 	for i, kl := range resp.GetLeases() {
 		l := ls[i]
 		if e := kl.GetError(); e != nil {
+			c.rpcStats.fail(opAcquire, errorFrom(e))
 			c.backoffKey(l, errorFrom(e))
 			if codes.Code(e.GetCode()) != codes.Unavailable {
 				l.firstOnce.Do(func() { close(l.first) }) // do not make callers wait for a refusal
@@ -201,7 +211,9 @@ func (c *Client) renew(ls []*Limiter) {
 	resp, err := call(c, c.stop, giveUp, func(ctx context.Context, conn *grpc.ClientConn) (*api.LeaseResponse, error) {
 		return api.NewLeasesClient(conn).Renew(ctx, req)
 	})
+	c.rpcStats.observe(opRenew, c.clock.Precise()-tSend)
 	if err != nil || len(resp.GetLeases()) != len(ls) {
+		c.rpcStats.fail(opRenew, err)
 		c.log.Warn("renew failed", "keys", len(ls), "err", err)
 		for _, l := range ls {
 			c.backoffKey(l, err)
@@ -218,6 +230,7 @@ func (c *Client) renew(ls []*Limiter) {
 	for i, kl := range resp.GetLeases() {
 		l, old := ls[i], sent[i]
 		if e := kl.GetError(); e != nil {
+			c.rpcStats.fail(opRenew, errorFrom(e))
 			// The coordinator no longer holds this lease: stop using it now
 			// (its capacity may be granted again) and acquire afresh.
 			nt := *old

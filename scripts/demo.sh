@@ -1,34 +1,42 @@
 #!/usr/bin/env bash
-# The main job: a local three-node cluster with a small demo workload.
-# Starts the cluster (scripts/cluster.sh), takes leases for a few replicas
-# and tenants as client replicas would, shows the cluster's view of them,
-# and replays the example trace through `rationctl simulate`.
-# Stop the cluster afterwards with: make cluster-stop
+# The main job: a local three-node cluster holding a global quota under load.
+#
+# Starts the cluster (scripts/cluster.sh; a new cluster gets
+# examples/cluster-policies.yaml), then runs `rationctl loadgen`: four client
+# replicas, each a real client.Client admitting locally from its own lease,
+# together offering three times the per-tenant quota (4 × 37.5 requests/s
+# against r = 50/s, B = 100) for DEMO_DURATION (15s). loadgen prints what each
+# replica offered and admitted every second, then checks every window of the
+# recorded admissions against B + r·W, and exits 1 if one broke it. Last,
+# `rationctl leases` shows the cluster's view of the replicas' leases.
+# The cluster keeps running; stop it with: make cluster-stop
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ctl=./bin/rationctl
 export RATION_SERVERS=127.0.0.1:7400,127.0.0.1:7401,127.0.0.1:7402
+duration=${DEMO_DURATION:-15s}
 
 scripts/cluster.sh start
+# (Re)apply the example policies: a cluster started again from its data
+# may hold older versions of them.
+$ctl policy apply -f examples/cluster-policies.yaml
+
 echo
-echo "== rationctl status"
-$ctl status
+echo "== rationctl loadgen: 4 replicas offer 3× the per-tenant quota for $duration"
+echo "   Each replica admits locally from its lease; together they must stay within B + r·W."
+echo "   The first replica to ask gets the whole budget; the others reach their fair share"
+echo "   about one lease duration (4s) later, when the first one's reduced share is no"
+echo "   longer held (docs/design.md §6, slow convergence of shares)."
 echo
-echo "== rationctl policy list"
-$ctl policy list
+status=0
+# --keep-leases: exit without releasing, so the leases below are still live.
+$ctl loadgen --policy per-tenant --key tenant=acme --replicas 4 --rate 37.5 --duration "$duration" --keep-leases || status=$?
+
 echo
-echo "== three replicas take leases on the tenants' budgets"
-for replica in replica-a replica-b replica-c; do
-  for tenant in acme globex; do
-    $ctl lease acquire --policy per-tenant --key "tenant=$tenant" --client "$replica-$tenant" --rate 20 --burst 40
-  done
-done
-$ctl lease acquire --policy db-writes --client replica-a-db --rate 400 --burst 800
-echo
-echo "== rationctl leases"
+echo "== rationctl leases (the replicas' leases, until they expire)"
 $ctl leases
 echo
-echo "== what the example policies would have done to the example trace"
-$ctl simulate --policy examples/policies.yaml --trace examples/trace.csv --group-by tenant
-echo
-echo "The cluster is still running: try ./bin/rationctl status, or stop it with make cluster-stop."
+echo "The cluster is still running: try ./bin/rationctl status, or run the load again with"
+echo "  RATION_SERVERS=$RATION_SERVERS ./bin/rationctl loadgen --policy per-tenant --key tenant=acme --replicas 4 --rate 37.5 --duration 15s"
+echo "Stop it with: make cluster-stop"
+exit $status

@@ -9,6 +9,7 @@
 //	members    the gossip members
 //	policy     apply -f FILE | get NAME | list | delete NAME
 //	leases     who holds which lease, and each key's pool
+//	loadgen    run simulated client replicas against a policy and check the quota bound
 //	snapshot   save FILE | restore FILE
 //	leader     transfer [ID]
 //	server     remove ID
@@ -59,6 +60,7 @@ var commands = []command{
 	group("policy", "apply -f FILE | get NAME | list | delete NAME: manage the stored policies", policyVerbs),
 	single(leasesVerb),
 	group("lease", "acquire --policy P [--key A=V,...]: take a lease as a client would (for trying a policy out)", leaseVerbs),
+	loadgenCommand(),
 	group("snapshot", "save FILE | restore FILE: save or restore the cluster state", snapshotVerbs),
 	group("leader", "transfer [ID]: hand leadership to another server", leaderVerbs),
 	group("server", "remove ID: remove a server from the Raft configuration", serverVerbs),

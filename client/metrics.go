@@ -1,0 +1,271 @@
+package client
+
+import (
+	"sort"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/ration-dev/ration/lease"
+)
+
+// Metrics. The hot path only counts: each decision is one atomic add on its
+// Limiter's counter for its Reason (plus one for a shadow or near-limit
+// decision); nothing allocates or locks. A Collector reads the counters,
+// the current lease terms and the background loop's RPC statistics when
+// Prometheus scrapes, and aggregates them per policy.
+//
+//	prometheus.MustRegister(client.NewCollector(c))
+//
+// A decision is one AllowN, one attempt of WaitN, or one layer AllowAll
+// charged.
+//
+// Series (all prefixed ration_client_):
+//
+//	decisions_total{policy,reason}           counter: decisions, by Reason
+//	shadow_denials_total{policy}             counter: decisions a shadow policy would have denied
+//	near_limit_decisions_total{policy}       counter: admissions that left the local bucket below 10% of its cap
+//	leases{policy}                           gauge: keys holding a usable lease
+//	lease_rate_tokens_per_second{policy}     gauge: sum of the leases' rate shares
+//	lease_cap_tokens{policy}                 gauge: sum of the leases' local caps
+//	lease_time_to_expiry_seconds{policy}     gauge: the soonest a lease of the policy expires unless renewed
+//	renewal_duration_seconds{op}             histogram: acquire and renew RPCs, retries included
+//	renewal_errors_total{op,code}            counter: failed RPCs and per-key refusals, by gRPC code
+//
+// The lease gauges are one series per policy; WithKeyLabel makes them one
+// per key (label key, the canonical key: the raw key attribute values),
+// which can be many series.
+
+// Collector is a prometheus.Collector over one Client. Register it with
+// any registry; several Collectors over one Client see the same counts.
+type Collector struct {
+	c       *Client
+	perKey  bool
+	descs   []*prometheus.Desc
+	dec     *prometheus.Desc
+	shadow  *prometheus.Desc
+	near    *prometheus.Desc
+	leases  *prometheus.Desc
+	rate    *prometheus.Desc
+	capTok  *prometheus.Desc
+	expiry  *prometheus.Desc
+	latency *prometheus.Desc
+	errs    *prometheus.Desc
+}
+
+// CollectorOption configures NewCollector.
+type CollectorOption func(*collectorOptions)
+
+type collectorOptions struct {
+	perKey      bool
+	constLabels prometheus.Labels
+}
+
+// WithKeyLabel reports the lease gauges per key, with label key holding
+// the canonical key (the key attribute values, joined by "/"), instead of
+// aggregated per policy. Key values may be sensitive and many: opt in.
+func WithKeyLabel() CollectorOption {
+	return func(o *collectorOptions) { o.perKey = true }
+}
+
+// WithConstLabels adds labels to every series, e.g. to tell apart several
+// Clients in one process.
+func WithConstLabels(l prometheus.Labels) CollectorOption {
+	return func(o *collectorOptions) { o.constLabels = l }
+}
+
+// NewCollector returns a Collector over c's limiters and background loop.
+func NewCollector(c *Client, opts ...CollectorOption) *Collector {
+	var o collectorOptions
+	for _, f := range opts {
+		f(&o)
+	}
+	name := func(n string) string { return prometheus.BuildFQName("ration", "client", n) }
+	desc := func(n, help string, labels ...string) *prometheus.Desc {
+		return prometheus.NewDesc(name(n), help, labels, o.constLabels)
+	}
+	leaseLabels := []string{"policy"}
+	if o.perKey {
+		leaseLabels = append(leaseLabels, "key")
+	}
+	col := &Collector{c: c, perKey: o.perKey,
+		dec:     desc("decisions_total", "Admission decisions, by policy and reason.", "policy", "reason"),
+		shadow:  desc("shadow_denials_total", "Decisions a shadow policy would have denied (they were allowed).", "policy"),
+		near:    desc("near_limit_decisions_total", "Admissions that left the local bucket below 10% of its cap.", "policy"),
+		leases:  desc("leases", "Keys holding a usable lease.", leaseLabels...),
+		rate:    desc("lease_rate_tokens_per_second", "Rate share of the usable leases, summed.", leaseLabels...),
+		capTok:  desc("lease_cap_tokens", "Local cap of the usable leases, summed.", leaseLabels...),
+		expiry:  desc("lease_time_to_expiry_seconds", "Time until the soonest usable lease expires unless renewed.", leaseLabels...),
+		latency: desc("renewal_duration_seconds", "Duration of the background loop's acquire and renew RPCs, retries included.", "op"),
+		errs:    desc("renewal_errors_total", "Failed acquire and renew RPCs and per-key refusals, by gRPC code.", "op", "code"),
+	}
+	col.descs = []*prometheus.Desc{col.dec, col.shadow, col.near, col.leases, col.rate, col.capTok, col.expiry, col.latency, col.errs}
+	return col
+}
+
+// Describe implements prometheus.Collector.
+func (col *Collector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range col.descs {
+		ch <- d
+	}
+}
+
+type policyCounts struct {
+	decisions         [numReasons]int64
+	shadowed, nearLim int64
+}
+
+type leaseAgg struct {
+	n                   int
+	rateMilli, capMilli int64
+	minExpiry           int64
+	policy, key         string
+}
+
+// Collect implements prometheus.Collector.
+func (col *Collector) Collect(ch chan<- prometheus.Metric) {
+	c := col.c
+	now := c.clock.Precise()
+	counts := map[string]*policyCounts{}
+	leases := map[string]*leaseAgg{}
+	for _, l := range c.snapshot() {
+		pc := counts[l.policy]
+		if pc == nil {
+			pc = &policyCounts{}
+			counts[l.policy] = pc
+		}
+		for r := range pc.decisions {
+			pc.decisions[r] += l.decisions[r].Load()
+		}
+		pc.shadowed += l.shadowed.Load()
+		pc.nearLim += l.nearLimit.Load()
+
+		t := l.cur.Load()
+		if t == nil || t.expiredAck || now >= t.deadline {
+			continue
+		}
+		id, key := l.policy, ""
+		if col.perKey {
+			key = t.canonical
+			id = l.policy + "\x00" + key
+		}
+		a := leases[id]
+		if a == nil {
+			a = &leaseAgg{policy: l.policy, key: key, minExpiry: t.deadline - now}
+			leases[id] = a
+		}
+		a.n++
+		a.rateMilli += t.rateMilli
+		a.capMilli += t.capMilli
+		a.minExpiry = min(a.minExpiry, t.deadline-now)
+	}
+
+	for _, p := range sortedKeys(counts) {
+		pc := counts[p]
+		for r, n := range pc.decisions {
+			ch <- prometheus.MustNewConstMetric(col.dec, prometheus.CounterValue, float64(n), p, Reason(r).String())
+		}
+		ch <- prometheus.MustNewConstMetric(col.shadow, prometheus.CounterValue, float64(pc.shadowed), p)
+		ch <- prometheus.MustNewConstMetric(col.near, prometheus.CounterValue, float64(pc.nearLim), p)
+	}
+	for _, id := range sortedKeys(leases) {
+		a := leases[id]
+		labels := []string{a.policy}
+		if col.perKey {
+			labels = append(labels, a.key)
+		}
+		ch <- prometheus.MustNewConstMetric(col.leases, prometheus.GaugeValue, float64(a.n), labels...)
+		ch <- prometheus.MustNewConstMetric(col.rate, prometheus.GaugeValue, tokens(a.rateMilli), labels...)
+		ch <- prometheus.MustNewConstMetric(col.capTok, prometheus.GaugeValue, tokens(a.capMilli), labels...)
+		ch <- prometheus.MustNewConstMetric(col.expiry, prometheus.GaugeValue, time.Duration(a.minExpiry).Seconds(), labels...)
+	}
+
+	for op := range numOps {
+		s := &c.rpcStats.ops[op]
+		var count uint64
+		buckets := make(map[float64]uint64, len(latencyBuckets))
+		for i, ub := range latencyBuckets {
+			count += s.buckets[i].Load()
+			buckets[ub] = count
+		}
+		count += s.buckets[len(latencyBuckets)].Load()
+		ch <- prometheus.MustNewConstHistogram(col.latency, count, time.Duration(s.sumNanos.Load()).Seconds(), buckets, op.String())
+		for code := range s.errors {
+			if n := s.errors[code].Load(); n > 0 {
+				ch <- prometheus.MustNewConstMetric(col.errs, prometheus.CounterValue, float64(n), op.String(), codes.Code(code).String())
+			}
+		}
+	}
+}
+
+func tokens(milli int64) float64 { return float64(milli) / lease.MilliPerToken }
+
+func sortedKeys[V any](m map[string]V) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// rpcOp is a kind of lease RPC the background loop sends.
+type rpcOp int
+
+const (
+	opAcquire rpcOp = iota
+	opRenew
+	numOps
+)
+
+func (o rpcOp) String() string {
+	if o == opAcquire {
+		return "acquire"
+	}
+	return "renew"
+}
+
+// latencyBuckets are the upper bounds, in seconds, of the renewal
+// duration histogram.
+var latencyBuckets = [...]float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10}
+
+// numCodes covers the gRPC codes (OK..Unauthenticated).
+const numCodes = int(codes.Unauthenticated) + 1
+
+// rpcStats counts the background loop's lease RPCs; written by the loop,
+// read by Collectors.
+type rpcStats struct {
+	ops [numOps]struct {
+		buckets  [len(latencyBuckets) + 1]atomic.Uint64 // per bucket, not cumulative; last is +Inf
+		sumNanos atomic.Int64
+		errors   [numCodes]atomic.Uint64 // by gRPC code
+	}
+}
+
+// observe records one RPC's duration (retries included).
+func (s *rpcStats) observe(op rpcOp, nanos int64) {
+	o := &s.ops[op]
+	sec := time.Duration(nanos).Seconds()
+	i := 0
+	for i < len(latencyBuckets) && sec > latencyBuckets[i] {
+		i++
+	}
+	o.buckets[i].Add(1)
+	o.sumNanos.Add(nanos)
+}
+
+// fail records a failed RPC or a per-key refusal; a nil err (a malformed
+// answer) counts as Internal.
+func (s *rpcStats) fail(op rpcOp, err error) {
+	code := codes.Internal
+	if err != nil {
+		code = status.Code(err)
+	}
+	if int(code) >= numCodes {
+		code = codes.Unknown
+	}
+	s.ops[op].errors[code].Add(1)
+}
