@@ -94,9 +94,19 @@ type AtomicBucket struct {
 	minDelta atomic.Int64
 	rate     atomic.Int64
 	capacity atomic.Int64
+	// credited is every milli-token ever put into level (start, refills,
+	// refunds) minus every one taken out other than by admission (clamps,
+	// drains), so credited - level is what admissions consumed. It is
+	// written only off the admission fast path.
+	credited atomic.Int64
 	mu       sync.Mutex // serializes SetRate and SetCapacity
-	_        [cacheLine - 32]byte
+	_        [cacheLine - 40]byte
 }
+
+// ConsumedMilli returns the milli-tokens admissions have taken from the
+// bucket since it was created: the client reports demand from it without
+// counting on the hot path. Under concurrent use it is a close estimate.
+func (b *AtomicBucket) ConsumedMilli() int64 { return b.credited.Load() - b.level.Load() }
 
 // NewAtomicBucket returns a bucket whose clock starts at startNanos, which
 // must be in [0, MaxTimeNanos]. The hot-path methods do not check their times:
@@ -115,6 +125,7 @@ func NewAtomicBucket(cfg BucketConfig, startNanos int64) (*AtomicBucket, error) 
 	b.capacity.Store(cfg.CapacityMilli)
 	if cfg.StartFull {
 		b.level.Store(cfg.CapacityMilli)
+		b.credited.Store(cfg.CapacityMilli)
 	}
 	return b, nil
 }
@@ -237,6 +248,7 @@ func (b *AtomicBucket) addMinted(minted int64) {
 			return // already at or above the capacity
 		}
 		if b.level.CompareAndSwap(lvl, newLvl) {
+			b.credited.Add(newLvl - lvl)
 			break
 		}
 	}
@@ -252,7 +264,11 @@ func (b *AtomicBucket) addMinted(minted int64) {
 func (b *AtomicBucket) clampLevel(capm int64) {
 	for {
 		lvl := b.level.Load()
-		if lvl <= capm || b.level.CompareAndSwap(lvl, capm) {
+		if lvl <= capm {
+			return
+		}
+		if b.level.CompareAndSwap(lvl, capm) {
+			b.credited.Add(capm - lvl)
 			return
 		}
 	}
@@ -321,7 +337,9 @@ func (b *AtomicBucket) SetCapacity(nowNanos, capMilli int64) {
 // afterwards from the time already credited; to stop it (releasing a lease),
 // SetRate(now, 0) before draining.
 func (b *AtomicBucket) Drain() int64 {
-	return b.level.Swap(0)
+	n := b.level.Swap(0)
+	b.credited.Add(-n)
+	return n
 }
 
 // NewAtomicBucketWithLevel returns a bucket that starts at levelMilli
@@ -332,7 +350,9 @@ func NewAtomicBucketWithLevel(cfg BucketConfig, startNanos, levelMilli int64) (*
 	if err != nil {
 		return nil, err
 	}
-	b.level.Store(max(0, min(levelMilli, cfg.CapacityMilli)))
+	lvl := max(0, min(levelMilli, cfg.CapacityMilli))
+	b.level.Store(lvl)
+	b.credited.Store(lvl)
 	return b, nil
 }
 
@@ -345,7 +365,11 @@ func (b *AtomicBucket) Refund(costMilli int64) {
 	for {
 		cur := b.level.Load()
 		next := min(b.capacity.Load(), satAdd(cur, costMilli))
-		if next <= cur || b.level.CompareAndSwap(cur, next) {
+		if next <= cur {
+			return
+		}
+		if b.level.CompareAndSwap(cur, next) {
+			b.credited.Add(next - cur)
 			return
 		}
 	}
