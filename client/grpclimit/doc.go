@@ -1,0 +1,85 @@
+// Package grpclimit limits a gRPC server's calls with ration: unary and
+// stream server interceptors that admit each call locally from the
+// replica's leases (client.Client), before the handler runs.
+//
+//	lim, err := grpclimit.New(grpclimit.Config{
+//		Client: c, // a *client.Client
+//		Layers: []grpclimit.Layer{
+//			{Policy: "per-tenant", Key: grpclimit.PrincipalKey("tenant")},
+//			{Policy: "global"},
+//		},
+//		Cost:   grpclimit.CostTable(map[string]int64{"/inventory.V1/BulkWrite": 10}, 1),
+//		Bypass: []string{"/grpc.health.v1.Health/*"},
+//	})
+//	prometheus.MustRegister(lim)
+//	srv := grpc.NewServer(
+//		grpc.ChainUnaryInterceptor(auth, lim.UnaryServerInterceptor()),
+//		grpc.ChainStreamInterceptor(authStream, lim.StreamServerInterceptor()))
+//
+// # Who is calling
+//
+// The principal handed to each layer's KeyFunc comes from the context the
+// application's auth interceptor returned (WithPrincipal), else from the
+// subject of a TLS client certificate the handshake verified. Metadata the
+// caller wrote is never read: an "x-tenant" header names whoever the
+// caller wants to be, so it counts only once the application has checked
+// it and said so with WithPrincipal. Chain the auth interceptor first.
+//
+// # Refusals
+//
+// Limited and ExceedsCapacity answer RESOURCE_EXHAUSTED with a
+// google.rpc.QuotaFailure (violation subject: the policy's name; the
+// description says the cost, never the budget's level or anyone else's
+// state) and, for Limited, a google.rpc.RetryInfo whose delay is the
+// limiter's RetryAfter rounded up to the millisecond. There is no
+// RetryInfo when no wait admits the call: ExceedsCapacity, or a bucket
+// that does not refill (RetryAfter lease.RetryNever). NoLease and Unavailable (a
+// fail-closed policy without a usable lease) answer UNAVAILABLE with
+// RetryInfo. client/retry's interceptor honours RetryInfo.
+//
+// A call costs Config.Cost (default 1); a cost <= 0 is free and not
+// checked. The first call on a new key may wait up to the client's
+// FirstLeaseWait for its first lease. The Interceptor keeps every
+// (policy, key) limiter it has used, as the Client does.
+//
+// # Shadow
+//
+// A policy configured shadow: true in the cluster never refuses once the
+// client holds its lease; its would-be denials count as outcome "shadow".
+// Before the first lease the client cannot know the policy is shadow, so
+// such a call answers as NoLease would (UNAVAILABLE). Layer.Shadow makes a
+// layer advisory whatever the policy: it is charged only for calls the
+// other layers admitted, never refuses, and counts its would-be denials.
+//
+// # Streams
+//
+// A stream is checked once, when it starts, at Config.Cost: a refused
+// stream ends at once with the refusal's status and the handler never
+// runs. Set Config.MessageCost to charge each received message as well;
+// a refused message fails its RecvMsg with the refusal's status (the
+// message is dropped), which the handler usually returns.
+//
+// # Layers
+//
+// Layers are charged all or nothing (Client.AllowAll): a call refused by
+// one layer is refunded in the others. With one layer per call the
+// refusal names its policy exactly. With several, Client.AllowAll does not
+// yet say which layer refused, nor which non-final shadow layer would
+// have: the QuotaFailure then lists every layer of the call, and the
+// metrics count the refusal under the policy label "a+b" (the call's
+// policies joined by "+"). An allowed call counts "allowed" for each
+// layer, except the last, whose outcome is "shadow" when its decision
+// carries Shadow.
+//
+// # Metrics
+//
+// The Interceptor is a prometheus.Collector of one series,
+//
+//	ration_grpc_server_decisions_total{policy,method,outcome}
+//
+// with outcome allowed, limited (Limited and ExceedsCapacity), shadow (a
+// shadow policy would have refused) or unavailable (NoLease, Unavailable).
+// Keys and principals are never labels. Calls on the Bypass list and free
+// calls are not counted. client.NewCollector has the per-policy lease
+// and decision series.
+package grpclimit

@@ -1,0 +1,337 @@
+package grpclimit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
+
+	"github.com/ration-dev/ration/client"
+)
+
+// KeyFunc names the budget a call is charged to under one layer's policy,
+// from the call's context, full method name ("/pkg.Service/Method") and
+// principal ("" when anonymous). Only the policy's key attributes count.
+// A nil result skips the layer for this call; an empty, non-nil Key is
+// the policy's one budget (a policy without key attributes).
+type KeyFunc func(ctx context.Context, fullMethod, principal string) client.Key
+
+// PrincipalKey keys the layer by principal: Key{attr: principal}. Every
+// anonymous caller shares the one budget of the empty value; reject
+// unauthenticated calls in the auth interceptor if they should not.
+func PrincipalKey(attr string) KeyFunc {
+	return func(_ context.Context, _, principal string) client.Key {
+		return client.Key{attr: principal}
+	}
+}
+
+// MethodKey keys the layer by method: Key{attr: fullMethod}.
+func MethodKey(attr string) KeyFunc {
+	return func(_ context.Context, fullMethod, _ string) client.Key {
+		return client.Key{attr: fullMethod}
+	}
+}
+
+// StaticKey charges every call to the one budget k.
+func StaticKey(k client.Key) KeyFunc {
+	return func(context.Context, string, string) client.Key { return k }
+}
+
+// CostFunc is what a call costs, in tokens. A cost <= 0 makes the call
+// free: it is not checked.
+type CostFunc func(ctx context.Context, fullMethod string) int64
+
+// ConstCost makes every call cost n.
+func ConstCost(n int64) CostFunc {
+	return func(context.Context, string) int64 { return n }
+}
+
+// CostTable prices calls by full method name, and others at def.
+func CostTable(table map[string]int64, def int64) CostFunc {
+	t := make(map[string]int64, len(table))
+	for k, v := range table {
+		t[k] = v
+	}
+	return func(_ context.Context, fullMethod string) int64 {
+		if c, ok := t[fullMethod]; ok {
+			return c
+		}
+		return def
+	}
+}
+
+// Layer is one policy a call is charged under.
+type Layer struct {
+	// Policy is the ration policy's name; it is also the QuotaFailure
+	// violation's subject and the metrics' policy label.
+	Policy string
+	// Key names the budget (nil: the policy's one budget, client.Key{}).
+	Key KeyFunc
+	// Shadow makes the layer advisory whatever the policy says: it is
+	// charged only for calls the other layers admitted, never refuses
+	// (not even before the first lease, when the client cannot yet know a
+	// policy is shadow: NoLease), and counts its would-be refusals as
+	// outcome "shadow". A policy configured shadow: true in the cluster
+	// never refuses either, once its lease is held.
+	Shadow bool
+}
+
+// Config configures the interceptors.
+type Config struct {
+	// Client admits; it must outlive the server.
+	Client *client.Client
+	// Layers are charged all or nothing (Client.AllowAll), in order.
+	Layers []Layer
+	// Cost prices a call (default: 1 token).
+	Cost CostFunc
+	// Bypass lists full method names never checked, such as
+	// "/grpc.health.v1.Health/Check"; "/pkg.Service/*" matches a whole
+	// service.
+	Bypass []string
+	// Principal names the caller (default DefaultPrincipal: the auth
+	// interceptor's WithPrincipal, else a verified TLS client
+	// certificate's subject). It must not trust caller-written metadata.
+	Principal func(ctx context.Context) string
+	// MessageCost, if set, prices each message a stream receives; it is
+	// charged (under the same layers) after the message arrives, and a
+	// refusal fails that RecvMsg with the refusal's status. A cost <= 0
+	// is free. Without it a stream is checked once, at its start.
+	MessageCost func(ctx context.Context, fullMethod string, msg any) int64
+	// MethodLabel maps a full method name to the metrics' method label
+	// (default: the name itself). Set it if the server has an
+	// UnknownServiceHandler, whose callers choose the names.
+	MethodLabel func(fullMethod string) string
+}
+
+// Interceptor holds the unary and stream server interceptors of one
+// Config, and their metrics: it is a prometheus.Collector.
+type Interceptor struct {
+	cfg      Config
+	exact    map[string]bool
+	services []string // "/pkg.Service/" prefixes from Bypass
+	limiters sync.Map // limiterKey -> *client.Limiter
+	metrics  *prometheus.CounterVec
+}
+
+// New checks cfg and returns its interceptors.
+func New(cfg Config) (*Interceptor, error) {
+	if cfg.Client == nil {
+		return nil, errors.New("grpclimit: Config.Client is nil")
+	}
+	if len(cfg.Layers) == 0 {
+		return nil, errors.New("grpclimit: Config.Layers is empty")
+	}
+	for i, l := range cfg.Layers {
+		if l.Policy == "" {
+			return nil, fmt.Errorf("grpclimit: layer %d has no policy", i)
+		}
+	}
+	cfg.Layers = append([]Layer(nil), cfg.Layers...)
+	if cfg.Cost == nil {
+		cfg.Cost = ConstCost(1)
+	}
+	if cfg.Principal == nil {
+		cfg.Principal = DefaultPrincipal
+	}
+	if cfg.MethodLabel == nil {
+		cfg.MethodLabel = func(m string) string { return m }
+	}
+	g := &Interceptor{cfg: cfg, exact: map[string]bool{}}
+	for _, m := range cfg.Bypass {
+		if svc, ok := strings.CutSuffix(m, "/*"); ok {
+			g.services = append(g.services, svc+"/")
+		} else {
+			g.exact[m] = true
+		}
+	}
+	g.metrics = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: "ration", Subsystem: "grpc_server", Name: "decisions_total",
+		Help: "Calls checked by the ration gRPC interceptors, by policy, method and outcome (allowed, limited, shadow, unavailable).",
+	}, []string{"policy", "method", "outcome"})
+	return g, nil
+}
+
+// Describe implements prometheus.Collector.
+func (g *Interceptor) Describe(ch chan<- *prometheus.Desc) { g.metrics.Describe(ch) }
+
+// Collect implements prometheus.Collector.
+func (g *Interceptor) Collect(ch chan<- prometheus.Metric) { g.metrics.Collect(ch) }
+
+func (g *Interceptor) bypassed(fullMethod string) bool {
+	if g.exact[fullMethod] {
+		return true
+	}
+	for _, p := range g.services {
+		if strings.HasPrefix(fullMethod, p) {
+			return true
+		}
+	}
+	return false
+}
+
+// UnaryServerInterceptor checks each call before its handler runs.
+func (g *Interceptor) UnaryServerInterceptor() grpc.UnaryServerInterceptor {
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		if !g.bypassed(info.FullMethod) {
+			if err := g.check(ctx, info.FullMethod, g.cfg.Cost(ctx, info.FullMethod)); err != nil {
+				return nil, err
+			}
+		}
+		return handler(ctx, req)
+	}
+}
+
+// StreamServerInterceptor checks each stream once, when it starts, at
+// Config.Cost; with Config.MessageCost each received message is checked
+// too.
+func (g *Interceptor) StreamServerInterceptor() grpc.StreamServerInterceptor {
+	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+		if g.bypassed(info.FullMethod) {
+			return handler(srv, ss)
+		}
+		ctx := ss.Context()
+		if err := g.check(ctx, info.FullMethod, g.cfg.Cost(ctx, info.FullMethod)); err != nil {
+			return err
+		}
+		if g.cfg.MessageCost != nil {
+			ss = &meteredStream{ServerStream: ss, g: g, method: info.FullMethod}
+		}
+		return handler(srv, ss)
+	}
+}
+
+type meteredStream struct {
+	grpc.ServerStream
+	g      *Interceptor
+	method string
+}
+
+func (s *meteredStream) RecvMsg(m any) error {
+	if err := s.ServerStream.RecvMsg(m); err != nil {
+		return err
+	}
+	ctx := s.Context()
+	return s.g.check(ctx, s.method, s.g.cfg.MessageCost(ctx, s.method, m))
+}
+
+// check charges cost under every layer that applies, and returns the
+// refusal's status error, or nil.
+func (g *Interceptor) check(ctx context.Context, fullMethod string, cost int64) error {
+	if cost <= 0 {
+		return nil
+	}
+	principal := g.cfg.Principal(ctx)
+	var lims, shadowLims []*client.Limiter
+	var policies, shadowPolicies []string
+	for _, l := range g.cfg.Layers {
+		key := client.Key{}
+		if l.Key != nil {
+			if key = l.Key(ctx, fullMethod, principal); key == nil {
+				continue
+			}
+		}
+		if l.Shadow {
+			shadowLims = append(shadowLims, g.limiter(l.Policy, key))
+			shadowPolicies = append(shadowPolicies, l.Policy)
+			continue
+		}
+		lims = append(lims, g.limiter(l.Policy, key))
+		policies = append(policies, l.Policy)
+	}
+	method := g.cfg.MethodLabel(fullMethod)
+	if len(lims) > 0 {
+		var d client.Decision
+		refusing := -1 // the refusing layer's index, if known
+		if len(lims) == 1 {
+			d, refusing = lims[0].AllowN(cost), 0
+		} else {
+			// AllowAll does not say which layer refused (nor which shadow
+			// layer would have): see the package documentation.
+			d = g.cfg.Client.AllowAll(cost, lims...)
+		}
+		out := outcome(d)
+		switch {
+		case d.Allowed:
+			for i, p := range policies {
+				o := "allowed"
+				if i == len(policies)-1 {
+					o = out // the decision returned is the last layer's
+				}
+				g.metrics.WithLabelValues(p, method, o).Inc()
+			}
+		case refusing >= 0:
+			g.metrics.WithLabelValues(policies[refusing], method, out).Inc()
+			return refusal(d, policies[refusing:refusing+1], cost)
+		default:
+			g.metrics.WithLabelValues(strings.Join(policies, "+"), method, out).Inc()
+			return refusal(d, policies, cost)
+		}
+	}
+	// Shadow layers see only calls the others admitted, and never refuse.
+	for i, l := range shadowLims {
+		o := "shadow"
+		if d := l.AllowN(cost); d.Allowed && !d.Shadow {
+			o = "allowed"
+		}
+		g.metrics.WithLabelValues(shadowPolicies[i], method, o).Inc()
+	}
+	return nil
+}
+
+func outcome(d client.Decision) string {
+	switch {
+	case d.Allowed && d.Shadow:
+		return "shadow"
+	case d.Allowed:
+		return "allowed"
+	case d.Reason == client.NoLease || d.Reason == client.Unavailable:
+		return "unavailable"
+	}
+	return "limited"
+}
+
+// limiter returns the client's limiter for policy and key, from a cache:
+// Client.Limiter takes the client's lock.
+func (g *Interceptor) limiter(policy string, key client.Key) *client.Limiter {
+	id := limiterKey(policy, key)
+	if l, ok := g.limiters.Load(id); ok {
+		return l.(*client.Limiter)
+	}
+	l, _ := g.limiters.LoadOrStore(id, g.cfg.Client.Limiter(policy, key))
+	return l.(*client.Limiter)
+}
+
+// limiterKey is an unambiguous string for (policy, key): each part is
+// length-prefixed, attributes sorted by name.
+func limiterKey(policy string, key client.Key) string {
+	var b strings.Builder
+	part := func(s string) {
+		b.WriteString(strconv.Itoa(len(s)))
+		b.WriteByte(':')
+		b.WriteString(s)
+	}
+	part(policy)
+	if len(key) == 1 {
+		for k, v := range key {
+			part(k)
+			part(v)
+		}
+		return b.String()
+	}
+	names := make([]string, 0, len(key))
+	for k := range key {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	for _, k := range names {
+		part(k)
+		part(key[k])
+	}
+	return b.String()
+}

@@ -1,0 +1,77 @@
+package grpclimit
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/protoadapt"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/ration-dev/ration/client"
+	"github.com/ration-dev/ration/lease"
+)
+
+// RetryDelay is the RetryInfo delay for a limiter's RetryAfter: rounded up
+// to a whole millisecond, at least 1ms. ok is false when no wait admits
+// the call (lease.RetryNever).
+func RetryDelay(retryAfter time.Duration) (delay time.Duration, ok bool) {
+	if retryAfter >= lease.RetryNever-time.Millisecond {
+		return 0, false
+	}
+	if retryAfter <= 0 {
+		return time.Millisecond, true
+	}
+	return (retryAfter + time.Millisecond - 1).Truncate(time.Millisecond), true
+}
+
+// refusal builds the status error for a refused decision under policies
+// (one, or all of the call's layers when the refusing one is not known).
+//
+//	Limited, ExceedsCapacity: RESOURCE_EXHAUSTED with QuotaFailure (one
+//	  violation per policy) and RetryInfo (none for ExceedsCapacity: no
+//	  wait admits the call).
+//	NoLease, Unavailable: UNAVAILABLE with RetryInfo.
+//
+// Nothing in it tells the budget's level or any other caller's state.
+func refusal(d client.Decision, policies []string, cost int64) error {
+	names := strings.Join(policies, ", ")
+	var code codes.Code
+	var msg string
+	var details []protoadapt.MessageV1
+	switch d.Reason {
+	case client.NoLease, client.Unavailable:
+		code = codes.Unavailable
+		msg = fmt.Sprintf("rate limiter unavailable: no usable lease for policy %s (fail-closed)", names)
+	default:
+		code = codes.ResourceExhausted
+		var desc string
+		if d.Reason == client.ExceedsCapacity {
+			desc = fmt.Sprintf("cost %d exceeds the most this policy can admit at once", cost)
+			msg = fmt.Sprintf("rate limited: cost %d exceeds the capacity of policy %s", cost, names)
+		} else {
+			desc = fmt.Sprintf("cost %d exceeds the quota available now", cost)
+			msg = fmt.Sprintf("rate limited by policy %s", names)
+		}
+		if len(policies) > 1 {
+			desc = fmt.Sprintf("cost %d exceeds the quota available now under one of the call's policies", cost)
+			msg = fmt.Sprintf("rate limited by one of the policies %s", names)
+		}
+		qf := &errdetails.QuotaFailure{}
+		for _, p := range policies {
+			qf.Violations = append(qf.Violations, &errdetails.QuotaFailure_Violation{Subject: p, Description: desc})
+		}
+		details = append(details, qf)
+	}
+	if delay, ok := RetryDelay(d.RetryAfter); ok && d.Reason != client.ExceedsCapacity {
+		details = append(details, &errdetails.RetryInfo{RetryDelay: durationpb.New(delay)})
+	}
+	st := status.New(code, msg)
+	if withDetails, err := st.WithDetails(details...); err == nil {
+		st = withDetails
+	}
+	return st.Err()
+}

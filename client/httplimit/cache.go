@@ -1,0 +1,101 @@
+package httplimit
+
+import (
+	"hash/maphash"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/ration-dev/ration/client"
+)
+
+const cacheShards = 16
+
+// limiterCache remembers the *client.Limiter of each policy and key seen
+// recently, so a request does not take the Client's lock to find its
+// limiters. It is bounded: each shard keeps two generations of at most
+// perGen entries; when the current one fills up it becomes the old one
+// and the old one is dropped. An entry used in the old generation moves to
+// the current one, so busy keys stay and idle ones age out.
+//
+// Dropping an entry only forgets it here: the Client keeps its Limiter
+// (and its lease, until it expires), and a later request finds it again
+// through Client.Limiter.
+type limiterCache struct {
+	c      *client.Client
+	perGen int
+	seed   maphash.Seed
+	shards [cacheShards]cacheShard
+}
+
+type cacheShard struct {
+	mu       sync.Mutex
+	cur, old map[string]*client.Limiter
+}
+
+func newLimiterCache(c *client.Client, size int) *limiterCache {
+	lc := &limiterCache{c: c, perGen: max(size/(2*cacheShards), 1), seed: maphash.MakeSeed()}
+	for i := range lc.shards {
+		lc.shards[i].cur = map[string]*client.Limiter{}
+	}
+	return lc
+}
+
+func (lc *limiterCache) get(policy string, key client.Key) *client.Limiter {
+	id := cacheID(policy, key)
+	s := &lc.shards[maphash.String(lc.seed, id)%cacheShards]
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if l, ok := s.cur[id]; ok {
+		return l
+	}
+	l, ok := s.old[id]
+	if ok {
+		delete(s.old, id)
+	} else {
+		l = lc.c.Limiter(policy, key)
+	}
+	if len(s.cur) >= lc.perGen {
+		s.old, s.cur = s.cur, make(map[string]*client.Limiter, lc.perGen)
+	}
+	s.cur[id] = l
+	return l
+}
+
+func (lc *limiterCache) len() int {
+	n := 0
+	for i := range lc.shards {
+		s := &lc.shards[i]
+		s.mu.Lock()
+		n += len(s.cur) + len(s.old)
+		s.mu.Unlock()
+	}
+	return n
+}
+
+// cacheID is an unambiguous name for a policy and key: every part is
+// length-prefixed, attributes sorted by name.
+func cacheID(policy string, key client.Key) string {
+	var names [4]string
+	ns := names[:0]
+	for n := range key {
+		ns = append(ns, n)
+	}
+	sort.Strings(ns)
+	var b strings.Builder
+	part := func(s string) {
+		b.WriteString(strconv.Itoa(len(s)))
+		b.WriteByte(':')
+		b.WriteString(s)
+	}
+	part(policy)
+	for _, n := range ns {
+		part(n)
+		part(key[n])
+	}
+	return b.String()
+}
+
+// canonical is a key's string form for the in-flight limiter.
+func canonical(key client.Key) string { return cacheID("", key) }

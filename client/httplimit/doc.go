@@ -1,0 +1,103 @@
+// Package httplimit puts ration in front of an HTTP API: net/http
+// middleware that charges each request to one or more cluster policies,
+// all or none, and answers refusals the way clients can act on.
+//
+//	mw, err := httplimit.New(httplimit.Config{
+//		Client: c, // a *client.Client
+//		Layers: []httplimit.Layer{
+//			{Policy: "api-tenant-route", Key: httplimit.ByCallerAndRoute("route"), Rate: 5, Burst: 10},
+//			{Policy: "api-tenant", Rate: 20, Burst: 40}, // Key defaults to ByCaller
+//		},
+//		Route:     httplimit.MuxRoute(mux),
+//		Cost:      httplimit.CostByRoute(map[string]int64{"POST /v1/reports": 5}, 1),
+//		AllowList: []func(*http.Request) bool{httplimit.PathIs("/healthz")},
+//	})
+//	handler := authenticate(mw.Wrap(mux)) // authenticate calls httplimit.WithPrincipal
+//
+// docs/api-gateway.md explains the choices: keys, layers, costs, shadow
+// rollout, fail-open or closed, and what clients should do with a 429 or
+// 503.
+//
+// # Who is charged
+//
+// Config.Identity names the caller. The default is the authenticated
+// principal that the application's own authentication middleware stored
+// in the request context with WithPrincipal: nothing the caller sends
+// (a tenant header, X-Forwarded-For) changes it. ClientIP keys by address
+// instead, for unauthenticated routes, and only as an explicit choice; it
+// honours X-Forwarded-For only from trusted proxies (the rightmost
+// untrusted hop). Each Layer then builds its policy's key from the caller
+// and the route pattern: ByCaller, ByCallerAndRoute, Global, or your own.
+// Config.AllowList predicates exempt requests (health checks, internal
+// callers) from every layer.
+//
+// # Admission
+//
+// The layers are charged in order with client.Client.AllowAll: a request
+// is admitted only if every layer admits it, and a layer's refusal refunds
+// the layers charged before it. Admission is local, from the replica's
+// leases (package client). The limiters are cached per policy and key, in
+// a bounded cache.
+//
+// # Responses
+//
+// A quota refusal (client.Limited, client.ExceedsCapacity) is 429 Too
+// Many Requests with:
+//
+//	Retry-After: 3                                    whole seconds, rounded up, plus 0 or 1 s of jitter
+//	RateLimit-Policy: "api-tenant-route";q=10;w=2     the refusing policy: quota (burst), window (burst/rate)
+//	RateLimit: "api-tenant-route";r=0;t=2             remaining tokens on this replica; seconds until the cost fits
+//	Cache-Control: no-store
+//	Content-Type: application/problem+json
+//
+//	{"type":"https://ration.dev/problems/quota-exceeded","title":"Quota exceeded","status":429,
+//	 "detail":"The quota of policy \"api-tenant-route\" does not cover this request's cost of 5 now; retry after 2 s.",
+//	 "policy":"api-tenant-route"}
+//
+// RateLimit-Policy and RateLimit follow draft-ietf-httpapi-ratelimit-headers
+// as RFC 9651 Structured Field Lists. Retry-After is never earlier than t,
+// which is never earlier than the limiter's RetryAfter. The body (RFC 9457)
+// names the refusing policy and nothing of any other caller's state. A
+// cost more than a policy's burst gets no Retry-After: it can never pass.
+// RateLimit-Policy needs Layer.Rate and Layer.Burst (copies of the
+// policy's); without them it is left out.
+//
+// When the limiter cannot decide (client.NoLease: the first lease has not
+// arrived; client.Unavailable: the lease ran out and the policy is
+// fail-closed) the answer is 503 Service Unavailable with Retry-After and
+// problem type ProblemCapacityReduced: the service is degraded, the
+// caller's quota is not spent. A fail-open policy admits from its local
+// fallback rate instead, and never gives 503.
+//
+// A policy with shadow: true never refuses, and the middleware adds no
+// headers for it; Config.Shadow makes the middleware itself a dry run.
+// Either way would-be refusals are counted. Admitted responses carry
+// RateLimit fields only with Config.SuccessHeaders.
+//
+// Config.InFlight adds a per-caller concurrency limit (package inflight),
+// acquired before the layers are charged and released when the handler
+// returns or panics; refusals are 429 with ProblemConcurrencyExceeded.
+//
+// # Metrics
+//
+// With Config.Registerer:
+//
+//	ration_http_requests_total{policy,route,outcome}   counter: outcome is allowed, limited, unavailable,
+//	                                                   shadow_limited, shadow_unavailable, concurrency_limited
+//	                                                   or shadow_concurrency_limited (policy "inflight")
+//	ration_http_near_limit_total{policy,route}         counter: admissions leaving the last layer below 20% of its Burst
+//
+// route is the route pattern, never the raw path nor any key value. An
+// admitted request counts once per layer. Allow-listed requests are not
+// counted. The client's own Collector (client.NewCollector) has the
+// per-policy decisions and lease state.
+//
+// # Limitations
+//
+// Client.AllowAll returns one decision: the refusing layer's, or the last
+// layer's when all admit. So a shadow policy's would-be refusal, the
+// near-limit count and the success headers are seen for the last layer
+// only, and finding which of several layers refused takes a probe of each
+// (refuser). The remaining count r is this replica's lease, not the
+// cluster's total.
+package httplimit

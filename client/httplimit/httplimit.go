@@ -1,0 +1,329 @@
+package httplimit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/ration-dev/ration/client"
+	"github.com/ration-dev/ration/client/inflight"
+)
+
+// Layer is one policy a request must pass.
+type Layer struct {
+	// Policy is the cluster policy's name.
+	Policy string
+	// Key builds the policy's key from the request and its caller; it must
+	// give every key attribute the policy names. Default: ByCaller.
+	Key func(r *http.Request, id Identity) (client.Key, error)
+	// Rate and Burst repeat the policy's rate (tokens per second) and
+	// burst, for the RateLimit-Policy field (q = Burst, w = Burst/Rate
+	// seconds rounded up, the time an empty bucket takes to refill) and
+	// the near-limit metric. Zero leaves RateLimit-Policy out.
+	Rate  float64
+	Burst int64
+}
+
+// Config configures a Middleware.
+type Config struct {
+	// Client admits from the cluster's leases. Required.
+	Client *client.Client
+	// Layers are the policies a request must pass, all or none, charged in
+	// order (Client.AllowAll): e.g. per tenant and route, then per tenant,
+	// then global. A request refused by a later layer is refunded to the
+	// earlier ones. Required unless InFlight is set.
+	Layers []Layer
+	// Identity says who a request is charged to. Default:
+	// Principal("tenant"), the authenticated principal the application's
+	// authentication middleware stored with WithPrincipal.
+	Identity KeyFunc
+	// Route names a request's route pattern, for costs, keys and metric
+	// labels. It must return a bounded set of patterns, never the raw
+	// path. Default: r.Pattern (set by http.ServeMux for a handler it
+	// routed to; see MuxRoute for a limiter wrapped around a mux).
+	Route func(*http.Request) string
+	// Cost is what a request costs. Default: Cost(1).
+	Cost CostFunc
+	// AllowList holds predicates for requests that are never limited nor
+	// counted (health checks, internal callers): PathIs, PeerIn, or any
+	// function that looks only at what the caller cannot forge.
+	AllowList []func(*http.Request) bool
+	// InFlight, if set, also limits how many of a caller's requests run at
+	// once on this replica, acquired (waiting in its queue) before the
+	// layers are charged and released when the handler returns or panics.
+	InFlight *inflight.Limiter
+	// InFlightKey names a request's in-flight key. Default: the caller
+	// (Identity.Key).
+	InFlightKey func(r *http.Request, id Identity) (string, error)
+	// Shadow runs the middleware as a dry run: it decides as usual and
+	// counts what it would refuse, but lets every request through and
+	// adds no RateLimit or Retry-After fields. Admitted requests are still
+	// charged. (A policy with shadow: true in the cluster is always
+	// observe-only, whatever this says.)
+	Shadow bool
+	// SuccessHeaders adds RateLimit-Policy and RateLimit to admitted
+	// responses, describing the last layer (the decision Client.AllowAll
+	// returns). Default off. Order the layers so the last one is the
+	// caller's own budget if you turn this on: a shared layer's remaining
+	// quota says how busy everyone else is.
+	SuccessHeaders bool
+	// Registerer receives the middleware's metrics (see the package
+	// documentation); nil registers none. Middlewares sharing a registry
+	// share the series.
+	Registerer prometheus.Registerer
+	// MaxCachedLimiters bounds the cache of limiters by policy and key
+	// (default 65536).
+	MaxCachedLimiters int
+	// OnError writes the response when a key cannot be made (Identity,
+	// Layer.Key or InFlightKey failed). Default: 500 with a problem+json
+	// body of type ProblemKeyUnavailable, the error itself not disclosed.
+	OnError func(w http.ResponseWriter, r *http.Request, err error)
+}
+
+// Middleware limits HTTP requests with ration. Build one with New and wrap
+// handlers with Wrap; it is safe for concurrent use.
+type Middleware struct {
+	cfg     Config
+	cache   *limiterCache
+	probe   *client.Limiter // always refuses; see refuser
+	probeD  client.Decision
+	metrics *metrics
+}
+
+// New validates cfg and returns a Middleware.
+func New(cfg Config) (*Middleware, error) {
+	if cfg.Client == nil {
+		return nil, errors.New("httplimit: Config.Client is nil")
+	}
+	if len(cfg.Layers) == 0 && cfg.InFlight == nil {
+		return nil, errors.New("httplimit: no Layers and no InFlight: nothing to limit")
+	}
+	cfg.Layers = append([]Layer(nil), cfg.Layers...)
+	for i := range cfg.Layers {
+		l := &cfg.Layers[i]
+		if l.Policy == "" {
+			return nil, fmt.Errorf("httplimit: layer %d has no Policy", i)
+		}
+		if l.Rate < 0 || l.Burst < 0 {
+			return nil, fmt.Errorf("httplimit: layer %d (%s): negative Rate or Burst", i, l.Policy)
+		}
+		if l.Key == nil {
+			l.Key = ByCaller()
+		}
+	}
+	if cfg.Identity == nil {
+		cfg.Identity = Principal("tenant")
+	}
+	if cfg.Route == nil {
+		cfg.Route = func(r *http.Request) string { return r.Pattern }
+	}
+	if cfg.Cost == nil {
+		cfg.Cost = Cost(1)
+	}
+	if cfg.InFlightKey == nil {
+		cfg.InFlightKey = func(_ *http.Request, id Identity) (string, error) { return canonical(id.Key), nil }
+	}
+	if cfg.MaxCachedLimiters <= 0 {
+		cfg.MaxCachedLimiters = 65536
+	}
+	if cfg.OnError == nil {
+		cfg.OnError = func(w http.ResponseWriter, _ *http.Request, _ error) {
+			writeProblem(w, http.StatusInternalServerError, problem{Type: ProblemKeyUnavailable, Title: "Rate limit key unavailable",
+				Detail: "The server could not tell whose quota this request is charged to."})
+		}
+	}
+	m := &Middleware{cfg: cfg, cache: newLimiterCache(cfg.Client, cfg.MaxCachedLimiters)}
+	if len(cfg.Layers) > 1 {
+		var err error
+		if m.probe, m.probeD, err = newProbe(); err != nil {
+			return nil, err
+		}
+	}
+	var err error
+	if m.metrics, err = newMetrics(cfg.Registerer); err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
+// newProbe returns a limiter that refuses everything and touches nothing:
+// one of a closed Client that never had a lease (and never dials), whose
+// refusal (NoLease after a FirstLeaseWait of 1ns, already spent here) no
+// real layer gives unless its own Client waits exactly 1ns. See refuser.
+func newProbe() (*client.Limiter, client.Decision, error) {
+	pc, err := client.New(context.Background(), client.Config{Servers: []string{"127.0.0.1:1"}, ClientID: "httplimit-probe", FirstLeaseWait: time.Nanosecond})
+	if err != nil {
+		return nil, client.Decision{}, err
+	}
+	_ = pc.Close()
+	p := pc.Limiter("httplimit-probe", nil)
+	d := p.AllowN(1)
+	if d.Allowed {
+		return nil, client.Decision{}, errors.New("httplimit: internal: the probe limiter admits")
+	}
+	return p, d, nil
+}
+
+// Wrap returns next behind the limiter.
+func (m *Middleware) Wrap(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { m.serve(w, r, next) })
+}
+
+// outcome labels of ration_http_requests_total.
+const (
+	outAllowed           = "allowed"
+	outLimited           = "limited"
+	outShadowLimited     = "shadow_limited"
+	outUnavailable       = "unavailable"
+	outShadowUnavailable = "shadow_unavailable"
+	outConcurrency       = "concurrency_limited"
+	outShadowConcurrency = "shadow_concurrency_limited"
+)
+
+// inflightPolicy is the policy label of the in-flight limiter's outcomes.
+const inflightPolicy = "inflight"
+
+func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Handler) {
+	for _, bypass := range m.cfg.AllowList {
+		if bypass(r) {
+			next.ServeHTTP(w, r)
+			return
+		}
+	}
+	route := m.cfg.Route(r)
+	cost := m.cfg.Cost(r, route)
+	key, err := m.cfg.Identity(r)
+	if err != nil {
+		m.cfg.OnError(w, r, err)
+		return
+	}
+	id := Identity{Key: key, Route: route}
+
+	var buf [8]*client.Limiter
+	lims := buf[:0]
+	if cost >= 1 {
+		for _, layer := range m.cfg.Layers {
+			k, err := layer.Key(r, id)
+			if err != nil {
+				m.cfg.OnError(w, r, err)
+				return
+			}
+			lims = append(lims, m.cache.get(layer.Policy, k))
+		}
+	}
+
+	if m.cfg.InFlight != nil {
+		ik, err := m.cfg.InFlightKey(r, id)
+		if err != nil {
+			m.cfg.OnError(w, r, err)
+			return
+		}
+		release, err := m.cfg.InFlight.Acquire(r.Context(), ik)
+		switch {
+		case err == nil:
+			defer func() {
+				release()
+				if p := recover(); p != nil {
+					panic(p)
+				}
+			}()
+		case m.cfg.Shadow:
+			m.metrics.count(inflightPolicy, route, outShadowConcurrency)
+		default:
+			m.metrics.count(inflightPolicy, route, outConcurrency)
+			m.rejectConcurrency(w)
+			return
+		}
+	}
+
+	if len(lims) == 0 {
+		next.ServeHTTP(w, r)
+		return
+	}
+	d := m.cfg.Client.AllowAll(cost, lims...)
+	if d.Allowed {
+		m.admitted(w, route, d)
+		next.ServeHTTP(w, r)
+		return
+	}
+	i := m.refuser(cost, d, lims)
+	policy := "unknown"
+	if i >= 0 {
+		policy = m.cfg.Layers[i].Policy
+	}
+	unavailable := d.Reason == client.NoLease || d.Reason == client.Unavailable
+	switch {
+	case m.cfg.Shadow && unavailable:
+		m.metrics.count(policy, route, outShadowUnavailable)
+		next.ServeHTTP(w, r)
+	case m.cfg.Shadow:
+		m.metrics.count(policy, route, outShadowLimited)
+		next.ServeHTTP(w, r)
+	case unavailable:
+		m.metrics.count(policy, route, outUnavailable)
+		m.rejectUnavailable(w, d)
+	default:
+		if i < 0 {
+			// The state changed between the refusal and the probes: name
+			// the last layer, the one AllowAll reaches last.
+			i = len(lims) - 1
+		}
+		m.metrics.count(policy, route, outLimited)
+		m.rejectQuota(w, m.cfg.Layers[i], cost, d)
+	}
+}
+
+// admitted counts an admission and adds the success headers if asked to.
+func (m *Middleware) admitted(w http.ResponseWriter, route string, d client.Decision) {
+	last := len(m.cfg.Layers) - 1
+	for i, layer := range m.cfg.Layers {
+		if i == last && d.Shadow {
+			// A shadow policy in the cluster would have refused (seen only
+			// for the last layer: AllowAll returns its decision).
+			m.metrics.count(layer.Policy, route, outShadowLimited)
+			continue
+		}
+		m.metrics.count(layer.Policy, route, outAllowed)
+	}
+	layer := m.cfg.Layers[last]
+	if d.Reason == client.Allowed && layer.Burst > 0 && d.RemainingMilli < layer.Burst*1000/5 {
+		m.metrics.nearLimit(layer.Policy, route)
+	}
+	if m.cfg.SuccessHeaders && !m.cfg.Shadow && !d.Shadow && d.Reason == client.Allowed {
+		setPolicyField(w.Header(), layer)
+		w.Header().Set("RateLimit", rateLimitField(layer.Policy, d.RemainingMilli, refillSeconds(layer, d.RemainingMilli), true))
+	}
+}
+
+// refuser finds which layer refused: Client.AllowAll returns the refusing
+// layer's decision but not its index. Each layer j is probed with
+// AllowAll(cost, layer j, probe): the probe limiter always refuses, so the
+// call charges nothing net (layer j is refunded when the probe refuses)
+// and answers layer j's own refusal if it refuses, else the probe's. The
+// first layer refusing for the same reason as the request is the one.
+// Probes happen only when a request with several layers is refused; they
+// are counted in the Client's decision metrics and offered demand like
+// any decision. It returns -1 if no layer refuses any more (the state
+// changed since), or if it cannot tell a layer's refusal from the probe's.
+//
+// TODO: drop the probes once Client.AllowAll reports the deciding layer's
+// index (requested of the client package).
+func (m *Middleware) refuser(cost int64, d client.Decision, lims []*client.Limiter) int {
+	if len(lims) == 1 {
+		return 0
+	}
+	if d.Reason == m.probeD.Reason && d.RetryAfter == m.probeD.RetryAfter {
+		return -1
+	}
+	for j, l := range lims {
+		p := m.cfg.Client.AllowAll(cost, l, m.probe)
+		if p.Reason == d.Reason && !(p.Reason == m.probeD.Reason && p.RetryAfter == m.probeD.RetryAfter) {
+			return j
+		}
+	}
+	return -1
+}

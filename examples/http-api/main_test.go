@@ -1,0 +1,107 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/ration-dev/ration/client"
+	"github.com/ration-dev/ration/client/httplimit"
+	"github.com/ration-dev/ration/internal/testcluster"
+)
+
+// TestExample runs the example service against an in-process cluster with
+// the example's own policies.yaml.
+func TestExample(t *testing.T) {
+	policies, err := os.ReadFile("policies.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := testcluster.New(t, 1, testcluster.WithPolicies(string(policies)))
+	c.WaitForLeader(t)
+	cl, err := client.New(context.Background(), client.Config{Servers: []string{c.Config(0).GRPCAddr}, ClientID: "example-test",
+		FirstLeaseWait: testcluster.DefaultWait})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cl.Close() })
+	reg := prometheus.NewRegistry()
+	h, err := newHandler(cl, reg, reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(h)
+	defer srv.Close()
+
+	call := func(method, path, key string) (*http.Response, string) {
+		t.Helper()
+		req, _ := http.NewRequest(method, srv.URL+path, nil)
+		if key != "" {
+			req.Header.Set("X-API-Key", key)
+		}
+		req.Header.Set("X-Forwarded-For", "198.51.100.7") // ignored: keys come from the API key
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp, string(b)
+	}
+
+	if resp, _ := call("GET", "/v1/items", ""); resp.StatusCode != 401 {
+		t.Fatalf("no key: %d, want 401", resp.StatusCode)
+	}
+	if resp, _ := call("GET", "/v1/items", "acme-secret-kez"); resp.StatusCode != 401 {
+		t.Fatalf("wrong key: %d, want 401", resp.StatusCode)
+	}
+	// A report costs 5 of api-tenant-route's burst of 10: two pass.
+	for i := range 2 {
+		if resp, body := call("POST", "/v1/reports", "acme-secret-key"); resp.StatusCode != 200 || !strings.Contains(body, `"acme"`) {
+			t.Fatalf("report %d: %d %s", i, resp.StatusCode, body)
+		}
+	}
+	resp, body := call("POST", "/v1/reports", "acme-secret-key")
+	if resp.StatusCode != http.StatusTooManyRequests {
+		t.Fatalf("third report: %d %s, want 429", resp.StatusCode, body)
+	}
+	var p map[string]any
+	if err := json.Unmarshal([]byte(body), &p); err != nil || p["type"] != httplimit.ProblemQuotaExceeded || p["policy"] != "api-tenant-route" {
+		t.Fatalf("body %s (%v)", body, err)
+	}
+	if got := resp.Header.Get("RateLimit-Policy"); got != `"api-tenant-route";q=10;w=2` {
+		t.Errorf("RateLimit-Policy %q", got)
+	}
+	if !strings.HasPrefix(resp.Header.Get("RateLimit"), `"api-tenant-route";r=0;t=`) || resp.Header.Get("Retry-After") == "" {
+		t.Errorf("RateLimit %q, Retry-After %q", resp.Header.Get("RateLimit"), resp.Header.Get("Retry-After"))
+	}
+	// The cheap route has its own per-route budget; the other tenant all of its own.
+	if resp, body := call("GET", "/v1/items", "acme-secret-key"); resp.StatusCode != 200 {
+		t.Fatalf("acme items: %d %s", resp.StatusCode, body)
+	}
+	if resp, body := call("POST", "/v1/reports", "globex-secret-key"); resp.StatusCode != 200 || !strings.Contains(body, `"globex"`) {
+		t.Fatalf("globex report: %d %s", resp.StatusCode, body)
+	}
+	// Allow-listed, unauthenticated.
+	for _, path := range []string{"/healthz", "/metrics"} {
+		if resp, _ := call("GET", path, ""); resp.StatusCode != 200 {
+			t.Fatalf("%s: %d", path, resp.StatusCode)
+		}
+	}
+	_, metrics := call("GET", "/metrics", "")
+	for _, want := range []string{
+		`ration_http_requests_total{outcome="limited",policy="api-tenant-route",route="POST /v1/reports"} 1`,
+		`ration_http_requests_total{outcome="allowed",policy="api-tenant",route="POST /v1/reports"} 3`,
+	} {
+		if !strings.Contains(metrics, want) {
+			t.Errorf("metrics lack %s", want)
+		}
+	}
+}
