@@ -183,13 +183,22 @@ func (c *Client) poke() {
 func (c *Client) AllowAll(cost int64, layers ...*Limiter) Decision {
 	costMilli := cost * lease.MilliPerToken
 	var d Decision
-	for i, l := range layers {
-		d = l.allow(costMilli, true)
+	// Refunds go to exactly the buckets charged: a layer that admitted
+	// without charging (a shadow policy that would have refused) gets
+	// nothing back, and a fallback charge goes back to the fallback bucket.
+	var buf [8]*lease.AtomicBucket
+	charged := buf[:0]
+	for _, l := range layers {
+		var b *lease.AtomicBucket
+		d, b = l.allow(costMilli, true)
 		if !d.Allowed {
-			for _, prev := range layers[:i] {
-				prev.refund(costMilli)
+			for _, prev := range charged {
+				prev.Refund(costMilli)
 			}
 			return d
+		}
+		if b != nil {
+			charged = append(charged, b)
 		}
 	}
 	return d

@@ -111,6 +111,10 @@ type Limiter struct {
 	waiters   atomic.Int64
 	lastErr   atomic.Pointer[error]
 	retryAt   atomic.Int64 // local time before which the loop does not retry
+	// firstUntil is when the first-lease wait ends (local time; 0 before
+	// the first call): calls before the first grant wait until then, later
+	// ones not at all.
+	firstUntil atomic.Int64
 
 	// Owned by the background loop.
 	reportedAt int64
@@ -142,19 +146,25 @@ func (l *Limiter) Allow() bool { return l.AllowN(1).Allowed }
 // cost tokens may be spent now. The common case is one atomic clock read
 // and one lock-free bucket operation: no RPC, no allocation, no mutex.
 func (l *Limiter) AllowN(cost int64) Decision {
-	return l.allow(cost*lease.MilliPerToken, true)
+	d, _ := l.allow(cost*lease.MilliPerToken, true)
+	return d
 }
 
-func (l *Limiter) allow(costMilli int64, waitFirst bool) Decision {
+// allow decides, and returns the bucket it charged (nil if it charged
+// none: a refusal, or a shadow policy admitting what it would refuse), so
+// that AllowAll refunds exactly what was taken, where it was taken.
+func (l *Limiter) allow(costMilli int64, waitFirst bool) (Decision, *lease.AtomicBucket) {
 	l.offered.Add(costMilli)
 	t := l.cur.Load()
 	if t == nil {
 		if waitFirst && l.c.cfg.FirstLeaseWait > 0 {
-			l.awaitFirst(l.c.cfg.FirstLeaseWait)
-			t = l.cur.Load()
+			if wait := l.firstWait(); wait > 0 {
+				l.awaitFirst(wait)
+				t = l.cur.Load()
+			}
 		}
 		if t == nil {
-			return l.count(Decision{Reason: NoLease, RetryAfter: l.c.cfg.FirstLeaseWait})
+			return l.count(Decision{Reason: NoLease, RetryAfter: l.c.cfg.FirstLeaseWait}), nil
 		}
 	}
 	now := l.c.clock.Now()
@@ -163,13 +173,16 @@ func (l *Limiter) allow(costMilli int64, waitFirst bool) Decision {
 		now = l.c.clock.Precise()
 	}
 	if now >= t.deadline || l.c.closed.Load() {
-		return l.count(l.unusable(t, costMilli))
+		d, charged := l.unusable(t, costMilli)
+		return l.count(d), charged
 	}
 	d := t.bucket.AllowN(now, costMilli)
 	out := Decision{Allowed: d.Allowed, RemainingMilli: d.RemainingMilli, RetryAfter: d.RetryAfter}
+	var charged *lease.AtomicBucket
 	switch d.Reason {
 	case lease.ReasonOK:
 		out.Reason = Allowed
+		charged = t.bucket
 		if d.RemainingMilli < t.capMilli/10 {
 			l.nearLimit.Add(1)
 		}
@@ -183,7 +196,20 @@ func (l *Limiter) allow(costMilli int64, waitFirst bool) Decision {
 		l.shadowed.Add(1)
 	}
 	l.decisions[out.Reason].Add(1)
-	return out
+	return out, charged
+}
+
+// firstWait returns how much longer a call before the first grant waits:
+// the first call starts a FirstLeaseWait-long wait, calls during it wait
+// for what is left, later calls not at all.
+func (l *Limiter) firstWait() time.Duration {
+	now := l.c.clock.Precise()
+	until := l.firstUntil.Load()
+	if until == 0 {
+		l.firstUntil.CompareAndSwap(0, now+int64(l.c.cfg.FirstLeaseWait))
+		until = l.firstUntil.Load()
+	}
+	return time.Duration(until - now)
 }
 
 // count records a decision of the slow paths for metrics.
@@ -197,7 +223,7 @@ func (l *Limiter) count(d Decision) Decision {
 
 // unusable decides when the lease has run out: fail-open admits from the
 // local fallback limit, fail-closed denies as Unavailable.
-func (l *Limiter) unusable(t *terms, costMilli int64) Decision {
+func (l *Limiter) unusable(t *terms, costMilli int64) (Decision, *lease.AtomicBucket) {
 	if t.fallback != nil && !l.c.closed.Load() {
 		// The precise clock, not the coarse one: this path is cold, and a
 		// lagging reading taken while the fallback bucket is full would
@@ -205,15 +231,15 @@ func (l *Limiter) unusable(t *terms, costMilli int64) Decision {
 		// + lag) in a window instead of g + f·W.
 		d := t.fallback.AllowN(l.c.clock.Precise(), costMilli)
 		if d.Allowed {
-			return Decision{Allowed: true, RemainingMilli: d.RemainingMilli, Reason: FallbackAllowed}
+			return Decision{Allowed: true, RemainingMilli: d.RemainingMilli, Reason: FallbackAllowed}, t.fallback
 		}
-		return Decision{RemainingMilli: d.RemainingMilli, RetryAfter: d.RetryAfter, Reason: Limited}
+		return Decision{RemainingMilli: d.RemainingMilli, RetryAfter: d.RetryAfter, Reason: Limited}, nil
 	}
 	out := Decision{Reason: Unavailable, RetryAfter: l.c.cfg.RenewRetryMax}
 	if t.shadow {
 		out.Allowed, out.Shadow = true, true
 	}
-	return out
+	return out, nil
 }
 
 func (l *Limiter) awaitFirst(d time.Duration) {
@@ -258,12 +284,5 @@ func (l *Limiter) WaitN(ctx context.Context, cost int64) error {
 			return ctx.Err()
 		case <-tm.C:
 		}
-	}
-}
-
-// refund gives back milli-tokens an AllowAll took from this layer.
-func (l *Limiter) refund(costMilli int64) {
-	if t := l.cur.Load(); t != nil {
-		t.bucket.Refund(costMilli)
 	}
 }

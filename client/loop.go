@@ -8,6 +8,7 @@ import (
 	"github.com/ration-dev/ration/lease"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 )
 
 // maxSleep bounds how long the loop sleeps, so new keys and retries are
@@ -215,13 +216,24 @@ func (c *Client) renew(ls []*Limiter) {
 	if err != nil || len(resp.GetLeases()) != len(ls) {
 		c.rpcStats.fail(opRenew, err)
 		c.log.Warn("renew failed", "keys", len(ls), "err", err)
+		// Aborted: the cluster refuses this caller outright, above all
+		// because a newer incarnation of this ClientID has spoken, which
+		// released these leases (their capacity may already be someone
+		// else's). Stop using them now, not at their deadlines.
+		superseded := status.Code(err) == codes.Aborted
 		for _, l := range ls {
 			c.backoffKey(l, err)
-			// Try again soon, but never past the deadline: round() turns an
-			// expired lease into an acquire.
 			if t := l.cur.Load(); t != nil {
 				nt := *t
-				nt.renewAt = l.retryAt.Load()
+				if superseded {
+					nt.expiredAck = true
+					nt.deadline = min(nt.deadline, c.clock.Precise())
+					nt.guardFrom = min(nt.guardFrom, nt.deadline)
+				} else {
+					// Try again soon, but never past the deadline: round()
+					// turns an expired lease into an acquire.
+					nt.renewAt = l.retryAt.Load()
+				}
 				l.cur.CompareAndSwap(t, &nt)
 			}
 		}

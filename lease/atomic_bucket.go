@@ -99,9 +99,24 @@ type AtomicBucket struct {
 	// drains), so credited - level is what admissions consumed. It is
 	// written only off the admission fast path.
 	credited atomic.Int64
-	mu       sync.Mutex // serializes SetRate and SetCapacity
-	_        [cacheLine - 40]byte
+	// precise, if set, reads a clock that never lags (see SetPreciseClock).
+	precise func() int64
+	mu      sync.Mutex // serializes SetRate and SetCapacity
+	_       [cacheLine - 48]byte
 }
+
+// SetPreciseClock gives the bucket a precise reading of the same clock its
+// callers pass (coarsely) to AllowN. Call it before first use.
+//
+// Why: a coarse clock lags real time by a varying amount. Time a bucket
+// spends full mints nothing, so when a refill finds the bucket full (or
+// filling up) it marks the refill as done up to now; if "now" is a lagging
+// reading, the time between it and real now is minted again later, when the
+// lag shrinks: up to min(cap, rate·lag) extra in some window. Anchoring that
+// mark at the precise reading closes the gap. It costs one precise clock
+// read when the bucket is full, never on the admission fast path of a busy
+// bucket.
+func (b *AtomicBucket) SetPreciseClock(now func() int64) { b.precise = now }
 
 // ConsumedMilli returns the milli-tokens admissions have taken from the
 // bucket since it was created: the client reports demand from it without
@@ -211,6 +226,10 @@ func (b *AtomicBucket) refillTo(nowNanos int64) {
 			}
 		} else {
 			newLvl = lvl
+		}
+		if newLast == nowNanos && b.precise != nil {
+			// Full (or filled up): anchor at real now, not a lagging reading.
+			newLast = max(newLast, b.precise())
 		}
 		if newLast == last {
 			return // nothing minted (rate changed under us, or rate 0)

@@ -29,3 +29,27 @@ func TestAtomicBucketConsumed(t *testing.T) {
 		t.Fatalf("after draining %d: ConsumedMilli = %d, want %d", drained, got, admitted)
 	}
 }
+
+// TestPreciseClockClosesCoarseLagGap: a refill that finds the bucket full
+// under a lagging reading must not let the lag be minted again later.
+func TestPreciseClockClosesCoarseLagGap(t *testing.T) {
+	for _, anchored := range []bool{false, true} {
+		real := int64(10 * NanosPerSecond)
+		b, _ := NewAtomicBucket(BucketConfig{CapacityMilli: 1_000, RateMilliPerSec: 1_000, StartFull: true}, 0)
+		if anchored {
+			b.SetPreciseClock(func() int64 { return real })
+		}
+		coarse := real - NanosPerSecond // the coarse clock lags 1 s
+		if !b.AllowN(coarse, 1_000).Allowed {
+			t.Fatal("full bucket refused")
+		}
+		real += NanosPerSecond / 2 // half a second later the lag is gone
+		lvl := b.LevelMilli(real)
+		switch {
+		case anchored && lvl > 500:
+			t.Fatalf("anchored: %d milli-tokens after 0.5 s at 1/s", lvl)
+		case !anchored && lvl <= 500:
+			t.Fatalf("unanchored bucket did not show the gap (%d): the test no longer exercises it", lvl)
+		}
+	}
+}

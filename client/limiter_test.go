@@ -1,0 +1,285 @@
+package client_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ration-dev/ration/client"
+	"github.com/ration-dev/ration/internal/testcluster"
+)
+
+// Policies whose buckets barely refill (rate 0.001/s: a client's bucket
+// then mints 1/(1+ρ) = 0 milli-tokens per second, so levels change only by
+// admissions and refunds), and two slow ones for WaitN.
+const apiPolicies = `
+policies:
+  - name: outer
+    algorithm: token-bucket
+    rate: 0.001
+    burst: 100
+    key: [tenant]
+    lease: {duration: 30s, renew_after: 500ms}
+  - name: inner
+    algorithm: token-bucket
+    rate: 0.001
+    burst: 1
+    key: [tenant]
+    lease: {duration: 30s, renew_after: 500ms}
+  - name: roomy
+    algorithm: token-bucket
+    rate: 0.001
+    burst: 100
+    key: [tenant]
+    lease: {duration: 30s, renew_after: 500ms}
+  - name: shadow-inner
+    algorithm: token-bucket
+    rate: 0.001
+    burst: 1
+    key: [tenant]
+    lease: {duration: 30s, renew_after: 500ms}
+    shadow: true
+  - name: slow
+    algorithm: token-bucket
+    rate: 1
+    burst: 1
+    key: [tenant]
+    lease: {duration: 30s, renew_after: 500ms}
+  - name: glacial
+    algorithm: token-bucket
+    rate: 0.01
+    burst: 1
+    key: [tenant]
+    lease: {duration: 30s, renew_after: 500ms}
+`
+
+// TestAllowAllRefundsEarlierLayers: AllowAll charges every layer or none.
+// When the second layer refuses, the first is refunded: its level after
+// the failed AllowAll is what it was before. When both have room, both are
+// charged. A shadow layer that would have refused charged nothing, so a
+// later refusal must not "refund" it either.
+func TestAllowAllRefundsEarlierLayers(t *testing.T) {
+	c := startCluster(t, apiPolicies)
+	cl := newClient(t, client.Config{Servers: servers(c), ClientID: "layers"})
+	key := client.Key{"tenant": "acme"}
+	outer, inner, roomy, shadow := cl.Limiter("outer", key), cl.Limiter("inner", key), cl.Limiter("roomy", key), cl.Limiter("shadow-inner", key)
+	for _, l := range []*client.Limiter{outer, inner, roomy, shadow} {
+		if d := waitLease(t, nil, l); !d.Allowed {
+			t.Fatalf("first admission: %+v", d)
+		}
+	}
+	// inner and shadow-inner (burst 1) are now empty; outer and roomy hold 99.
+	before := outer.AllowN(1)
+	if !before.Allowed {
+		t.Fatalf("outer: %+v", before)
+	}
+	d := cl.AllowAll(1, outer, inner)
+	if d.Allowed || d.Reason != client.Limited {
+		t.Fatalf("AllowAll with an empty second layer: %+v, want refused as Limited", d)
+	}
+	after := outer.AllowN(1)
+	if !after.Allowed || after.RemainingMilli != before.RemainingMilli-1000 {
+		t.Fatalf("outer after the failed AllowAll: %+v; before it %+v: the refused AllowAll changed its level", after, before)
+	}
+
+	r0 := roomy.AllowN(1)
+	o0 := outer.AllowN(1)
+	if d := cl.AllowAll(2, outer, roomy); !d.Allowed {
+		t.Fatalf("AllowAll with room in both layers: %+v", d)
+	}
+	o1, r1 := outer.AllowN(1), roomy.AllowN(1)
+	if o1.RemainingMilli != o0.RemainingMilli-3000 || r1.RemainingMilli != r0.RemainingMilli-3000 {
+		t.Fatalf("AllowAll(2) charged outer %d and roomy %d milli-tokens, want 2000 each",
+			o0.RemainingMilli-o1.RemainingMilli-1000, r0.RemainingMilli-r1.RemainingMilli-1000)
+	}
+
+	// shadow-inner is empty: it would refuse, so it admits as ShadowDenied
+	// without charging. inner then refuses; nothing may be refunded into
+	// shadow-inner's bucket.
+	if d := shadow.AllowN(1); !d.Allowed || d.Reason != client.ShadowDenied {
+		t.Fatalf("empty shadow layer: %+v, want ShadowDenied", d)
+	}
+	if d := cl.AllowAll(1, shadow, inner); d.Allowed {
+		t.Fatalf("AllowAll(shadow, empty inner): %+v, want refused", d)
+	}
+	if d := shadow.AllowN(1); d.Reason != client.ShadowDenied || d.RemainingMilli != 0 {
+		t.Fatalf("shadow layer after the refused AllowAll: %+v, want still empty (ShadowDenied): a refund minted a token it never charged", d)
+	}
+}
+
+// TestWaitN: WaitN waits when the predicted wait fits the context's
+// deadline; fails at once with ErrWouldExceedDeadline when it does not;
+// and at most MaxWaiters callers wait per limiter (ErrTooManyWaiters).
+func TestWaitN(t *testing.T) {
+	c := startCluster(t, apiPolicies)
+	cl := newClient(t, client.Config{Servers: servers(c), ClientID: "waiter", MaxWaiters: 2})
+	slow := cl.Limiter("slow", client.Key{"tenant": "acme"}) // 1 token/s, burst 1
+	waitLease(t, nil, slow)                                  // takes the one token
+
+	// The next token is about 1s away: a 10s deadline fits.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	start := time.Now()
+	err := slow.WaitN(ctx, 1)
+	cancel()
+	waited := time.Since(start)
+	if err != nil {
+		t.Fatalf("WaitN with a deadline that fits: %v", err)
+	}
+	if waited < 300*time.Millisecond {
+		t.Fatalf("WaitN returned after %v: the bucket was empty, it should have waited for the next token (~1s)", waited)
+	}
+	t.Logf("WaitN waited %v for a token", waited)
+
+	// Empty again, the next token ~1s away: a 400ms deadline does not fit.
+	ctx, cancel = context.WithTimeout(context.Background(), 400*time.Millisecond)
+	start = time.Now()
+	err = slow.WaitN(ctx, 1)
+	cancel()
+	if !errors.Is(err, client.ErrWouldExceedDeadline) {
+		t.Fatalf("WaitN with a deadline that does not fit: %v, want ErrWouldExceedDeadline", err)
+	}
+	if took := time.Since(start); took > 200*time.Millisecond {
+		t.Fatalf("ErrWouldExceedDeadline after %v, want at once (well before the 400ms deadline)", took)
+	} else {
+		t.Logf("ErrWouldExceedDeadline after %v", took)
+	}
+
+	// MaxWaiters = 2: two callers wait (no deadline, a token is ~100s
+	// away); a third is refused with ErrTooManyWaiters.
+	glacial := cl.Limiter("glacial", client.Key{"tenant": "acme"})
+	waitLease(t, nil, glacial)
+	wctx, wcancel := context.WithCancel(context.Background())
+	defer wcancel()
+	errs := make(chan error, 2)
+	var wg sync.WaitGroup
+	for range 2 {
+		wg.Add(1)
+		go func() { defer wg.Done(); errs <- glacial.WaitN(wctx, 1) }()
+	}
+	third := func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Millisecond*500)
+		defer cancel()
+		return glacial.WaitN(ctx, 1) // if it gets a slot, the wait does not fit: it returns at once
+	}
+	testcluster.WaitFor(t, testcluster.DefaultWait, func() error {
+		if err := third(); !errors.Is(err, client.ErrTooManyWaiters) {
+			return fmt.Errorf("third caller: %v", err)
+		}
+		return nil
+	})
+	wcancel()
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if !errors.Is(err, context.Canceled) {
+			t.Errorf("waiter: %v, want context.Canceled", err)
+		}
+	}
+	// The slots are free again.
+	if err := third(); !errors.Is(err, client.ErrWouldExceedDeadline) {
+		t.Fatalf("after the waiters left: %v, want ErrWouldExceedDeadline (a slot, but too long a wait)", err)
+	}
+}
+
+// TestFirstLease: while the cluster cannot answer (every connection is
+// held open but not relayed) the first AllowN on a new key waits
+// FirstLeaseWait and answers NoLease; later calls answer NoLease at once;
+// once the connections go through, the first call after the grant is
+// admitted. With a reachable cluster the very first call waits for the
+// grant and is admitted.
+func TestFirstLease(t *testing.T) {
+	c := startCluster(t, shiftPolicy)
+	ps, addrs := proxies(t, c)
+	for _, p := range ps {
+		p.Hold()
+	}
+	const wait = 300 * time.Millisecond
+	cl := newClient(t, client.Config{Servers: addrs, ClientID: "first", FirstLeaseWait: wait})
+	lim := cl.Limiter("shared", client.Key{"tenant": "acme"})
+	start := time.Now()
+	d := lim.AllowN(1)
+	took := time.Since(start)
+	if d.Allowed || d.Reason != client.NoLease {
+		t.Fatalf("first call with the cluster unreachable: %+v, want NoLease", d)
+	}
+	if took < wait-5*time.Millisecond || took > wait+time.Second {
+		t.Fatalf("first call answered after %v, want about FirstLeaseWait = %v", took, wait)
+	}
+	start = time.Now()
+	d = lim.AllowN(1)
+	if took := time.Since(start); d.Reason != client.NoLease || took > wait/2 {
+		t.Fatalf("second call: %+v after %v, want NoLease at once (only the first call waits)", d, took)
+	}
+	for _, p := range ps {
+		p.Release()
+	}
+	var first client.Decision
+	testcluster.WaitFor(t, testcluster.DefaultWait, func() error {
+		first = lim.AllowN(1)
+		if first.Reason == client.NoLease {
+			return fmt.Errorf("no lease yet")
+		}
+		return nil
+	})
+	if !first.Allowed || first.Reason != client.Allowed {
+		t.Fatalf("first call after the grant: %+v, want Allowed", first)
+	}
+
+	direct := newClient(t, client.Config{Servers: servers(c), ClientID: "direct", FirstLeaseWait: 10 * time.Second})
+	start = time.Now()
+	d = direct.Limiter("shared", client.Key{"tenant": "other"}).AllowN(1)
+	if !d.Allowed || d.Reason != client.Allowed {
+		t.Fatalf("first call with a reachable cluster: %+v, want Allowed", d)
+	}
+	t.Logf("first call with a reachable cluster admitted after %v", time.Since(start))
+}
+
+// TestNewIncarnationRevokesOld: a second client with the same ClientID and
+// a larger incarnation (a restarted process) makes the cluster drop the
+// old incarnation's lease as soon as it speaks, long before that lease's
+// expiry (30s away). The old incarnation, if it is in fact still running,
+// learns it was superseded at its next renewal and stops admitting.
+func TestNewIncarnationRevokesOld(t *testing.T) {
+	c := startCluster(t, apiPolicies)
+	key := client.Key{"tenant": "acme"}
+	old := newClient(t, client.Config{Servers: servers(c), ClientID: "dup", Incarnation: 100, Logger: testLogger(t, "old")})
+	oldLim := old.Limiter("roomy", key)
+	waitLease(t, nil, oldLim)
+	resp, err := listLeases(c, t, "roomy")
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := leaseOf(resp, "dup")
+	if l == nil || l.GetIncarnation() != 100 {
+		t.Fatalf("old incarnation's lease: %v", resp.GetLeases())
+	}
+	if in := time.Duration(l.GetExpiresInNanos()); in < 20*time.Second {
+		t.Fatalf("old lease expires in %v, want ~30s", in)
+	}
+
+	start := time.Now()
+	newer := newClient(t, client.Config{Servers: servers(c), ClientID: "dup", Incarnation: 200})
+	newLim := newer.Limiter("roomy", key)
+	waitLease(t, nil, newLim)
+	resp, err = listLeases(c, t, "roomy")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(resp.GetLeases()) != 1 || resp.GetLeases()[0].GetIncarnation() != 200 {
+		t.Fatalf("after the new incarnation's first grant: leases %v, want only incarnation 200's", resp.GetLeases())
+	}
+	t.Logf("old incarnation's lease gone %v after the new client started (its expiry was %v away)", time.Since(start), time.Duration(l.GetExpiresInNanos()))
+
+	// The old process, still running, hears at its next renewal (<= 500ms)
+	// that it was superseded, and must stop admitting.
+	testcluster.WaitFor(t, 5*time.Second, func() error {
+		if d := oldLim.AllowN(1); d.Allowed || d.Reason != client.Unavailable {
+			return fmt.Errorf("old incarnation still decides %+v (last error %v)", d, oldLim.Err())
+		}
+		return nil
+	})
+	t.Logf("old incarnation stopped admitting: %v", oldLim.Err())
+}
