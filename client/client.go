@@ -106,8 +106,11 @@ type Client struct {
 
 	wake   chan struct{}
 	closed atomic.Bool
-	stop   chan struct{}
-	done   chan struct{}
+	// countAllowed makes the hot path count allowed decisions (one atomic
+	// add each); a metrics collector turns it on.
+	countAllowed atomic.Bool
+	stop         chan struct{}
+	done         chan struct{}
 }
 
 // New connects (lazily) to the servers and starts the background loop.

@@ -102,9 +102,17 @@ type Limiter struct {
 	cur       atomic.Pointer[terms]
 	first     chan struct{} // closed at the first grant (or a refusal)
 	firstOnce sync.Once
-	offered   atomic.Int64 // milli-cost offered since the last demand report
-	// Decision counts for metrics (metrics.go): one atomic add per decision,
-	// next to offered (the same cache line as the hot path's other add).
+	// unmet is the cost offered but not taken from the lease's bucket
+	// (refused, no lease, unavailable, fallback) since the last demand
+	// report. Admitted cost is not counted on the fast path: the loop reads
+	// it from the bucket (AtomicBucket.ConsumedMilli).
+	unmet atomic.Int64
+	// maxRefused is the largest cost refused as exceeding the local cap:
+	// the next demand asks for a burst that fits it.
+	maxRefused atomic.Int64
+	// Decision counts for metrics (metrics.go). Allowed decisions are
+	// counted only once a collector is attached (Client.countAllowed): one
+	// more atomic add on the fast path.
 	decisions [numReasons]atomic.Int64 // by Reason
 	shadowed  atomic.Int64             // decisions with Shadow set
 	nearLimit atomic.Int64             // admissions leaving < 10% of the cap
@@ -117,10 +125,12 @@ type Limiter struct {
 	firstUntil atomic.Int64
 
 	// Owned by the background loop.
-	reportedAt int64
-	ewma       int64
-	measured   bool // ewma holds at least one measurement
-	fails      int
+	lastBucket   *lease.AtomicBucket // the bucket lastConsumed was read from
+	lastConsumed int64
+	reportedAt   int64
+	ewma         int64
+	measured     bool // ewma holds at least one measurement
+	fails        int
 }
 
 // Err returns the last error the background loop saw for this key (a
@@ -146,7 +156,23 @@ func (l *Limiter) Allow() bool { return l.AllowN(1).Allowed }
 // cost tokens may be spent now. The common case is one atomic clock read
 // and one lock-free bucket operation: no RPC, no allocation, no mutex.
 func (l *Limiter) AllowN(cost int64) Decision {
-	d, _ := l.allow(cost*lease.MilliPerToken, true)
+	costMilli := cost * lease.MilliPerToken
+	// The fast path, inlined here: a live lease, away from its deadline,
+	// with the tokens in the bucket. Everything else goes through allow.
+	if t := l.cur.Load(); t != nil {
+		if now := l.c.clock.Now(); now < t.guardFrom && !l.c.closed.Load() {
+			if rem, ok := t.bucket.TakeN(now, costMilli); ok {
+				if rem < t.capMilli/10 {
+					l.nearLimit.Add(1)
+				}
+				if l.c.countAllowed.Load() {
+					l.decisions[Allowed].Add(1)
+				}
+				return Decision{Allowed: true, RemainingMilli: rem, Reason: Allowed}
+			}
+		}
+	}
+	d, _ := l.allow(costMilli, true)
 	return d
 }
 
@@ -154,7 +180,6 @@ func (l *Limiter) AllowN(cost int64) Decision {
 // none: a refusal, or a shadow policy admitting what it would refuse), so
 // that AllowAll refunds exactly what was taken, where it was taken.
 func (l *Limiter) allow(costMilli int64, waitFirst bool) (Decision, *lease.AtomicBucket) {
-	l.offered.Add(costMilli)
 	t := l.cur.Load()
 	if t == nil {
 		if waitFirst && l.c.cfg.FirstLeaseWait > 0 {
@@ -164,6 +189,7 @@ func (l *Limiter) allow(costMilli int64, waitFirst bool) (Decision, *lease.Atomi
 			}
 		}
 		if t == nil {
+			l.unmet.Add(costMilli)
 			return l.count(Decision{Reason: NoLease, RetryAfter: l.c.cfg.FirstLeaseWait}), nil
 		}
 	}
@@ -173,10 +199,32 @@ func (l *Limiter) allow(costMilli int64, waitFirst bool) (Decision, *lease.Atomi
 		now = l.c.clock.Precise()
 	}
 	if now >= t.deadline || l.c.closed.Load() {
+		l.unmet.Add(costMilli)
 		d, charged := l.unusable(t, costMilli)
 		return l.count(d), charged
 	}
-	d := t.bucket.AllowN(now, costMilli)
+	rem, ok := t.bucket.TakeN(now, costMilli)
+	if ok && rem >= t.capMilli/10 {
+		// The fast path: no accounting unless a metrics collector asked.
+		if l.c.countAllowed.Load() {
+			l.decisions[Allowed].Add(1)
+		}
+		return Decision{Allowed: true, RemainingMilli: rem, Reason: Allowed}, t.bucket
+	}
+	var d lease.Decision
+	if ok {
+		d = lease.Decision{Allowed: true, Reason: lease.ReasonOK, RemainingMilli: rem}
+	} else {
+		// Charged nothing: the full decision (reason, retry-after), which
+		// may admit if tokens arrived meanwhile.
+		d = t.bucket.AllowN(now, costMilli)
+	}
+	if !d.Allowed {
+		l.unmet.Add(costMilli)
+		if d.Reason == lease.ReasonExceedsCapacity && costMilli > l.maxRefused.Load() {
+			l.maxRefused.Store(costMilli)
+		}
+	}
 	out := Decision{Allowed: d.Allowed, RemainingMilli: d.RemainingMilli, RetryAfter: d.RetryAfter}
 	var charged *lease.AtomicBucket
 	switch d.Reason {
@@ -195,7 +243,9 @@ func (l *Limiter) allow(costMilli int64, waitFirst bool) (Decision, *lease.Atomi
 		out.Allowed, out.Shadow, out.Reason = true, true, ShadowDenied
 		l.shadowed.Add(1)
 	}
-	l.decisions[out.Reason].Add(1)
+	if out.Reason != Allowed || l.c.countAllowed.Load() {
+		l.decisions[out.Reason].Add(1)
+	}
 	return out, charged
 }
 

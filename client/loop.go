@@ -98,7 +98,18 @@ func (c *Client) round() time.Duration {
 // within one report instead of after several halvings (the first
 // measurement seeds the average rather than being halved against zero).
 func (l *Limiter) demand(now int64) *api.Demand {
-	offered := l.offered.Swap(0)
+	// Offered = what the lease's bucket admitted since the last report plus
+	// what was refused or admitted elsewhere (unmet).
+	offered := l.unmet.Swap(0)
+	if t := l.cur.Load(); t != nil {
+		c := t.bucket.ConsumedMilli()
+		if t.bucket == l.lastBucket {
+			offered += max(c-l.lastConsumed, 0)
+		} else {
+			offered += c
+		}
+		l.lastBucket, l.lastConsumed = t.bucket, c
+	}
 	last := l.reportedAt
 	l.reportedAt = now
 	if last == 0 || now <= last {
@@ -111,7 +122,11 @@ func (l *Limiter) demand(now int64) *api.Demand {
 		l.ewma = (l.ewma + rate) / 2
 	}
 	d := max(l.ewma+l.ewma/4, lease.MilliPerToken)
-	return &api.Demand{RateMilliPerSec: d, BurstMilli: d}
+	// Burst: one second of the rate demand, and room for twice the largest
+	// cost the local cap has refused, so costly requests fit again after a
+	// quiet spell shrank the cap.
+	burst := max(d, 2*l.maxRefused.Swap(0))
+	return &api.Demand{RateMilliPerSec: d, BurstMilli: burst}
 }
 
 func (c *Client) backoffKey(l *Limiter, err error) {
@@ -174,6 +189,9 @@ func (l *Limiter) install(tSend int64, g *api.Grant) {
 		l.c.log.Error("bad grant", "key", l.id, "err", err)
 		return
 	}
+	// The hot path passes coarse readings; a full bucket anchors its refill
+	// at the precise clock so the coarse clock's lag is never minted twice.
+	b.SetPreciseClock(l.c.clock.Precise)
 	t := &terms{leaseID: g.GetLeaseId(), bucket: b, capMilli: g.GetCapMilli(), rateMilli: g.GetRateMilliPerSec(),
 		ttlNanos: g.GetTtlNanos(), driftPPM: drift, shadow: g.GetShadow(), canonical: g.GetCanonicalKey()}
 	t.setTimes(tSend, deadline, g.GetRenewAfterNanos())

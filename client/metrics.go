@@ -79,6 +79,7 @@ func WithConstLabels(l prometheus.Labels) CollectorOption {
 
 // NewCollector returns a Collector over c's limiters and background loop.
 func NewCollector(c *Client, opts ...CollectorOption) *Collector {
+	c.countAllowed.Store(true) // allowed decisions are counted from now on
 	var o collectorOptions
 	for _, f := range opts {
 		f(&o)

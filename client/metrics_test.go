@@ -37,6 +37,8 @@ func grant(l *Limiter, id uint64, rate, capTokens int64, shadow bool, key string
 
 func TestCollectorCounts(t *testing.T) {
 	c := offlineClient(t)
+	// Attach first: allowed decisions are counted only once a collector is.
+	col := NewCollector(c)
 	acme := c.Limiter("writes", Key{"tenant": "acme"})
 	if d := acme.AllowN(1); d.Reason != NoLease {
 		t.Fatalf("before the grant: %+v", d)
@@ -70,7 +72,6 @@ func TestCollectorCounts(t *testing.T) {
 	c.rpcStats.fail(opAcquire, status.Error(codes.NotFound, "no policy"))
 	c.rpcStats.fail(opAcquire, nil)
 
-	col := NewCollector(c)
 	want := `
 # HELP ration_client_decisions_total Admission decisions, by policy and reason.
 # TYPE ration_client_decisions_total counter
@@ -208,6 +209,13 @@ func TestCountingDoesNotAllocate(t *testing.T) {
 	grant(l, 1, 1_000_000_000, 1_000_000_000, false, "acme")
 	if n := testing.AllocsPerRun(1000, func() { l.AllowN(1) }); n != 0 {
 		t.Fatalf("AllowN allocates %v times per call", n)
+	}
+	if got := l.decisions[Allowed].Load(); got != 0 {
+		t.Fatalf("counted %d admissions with no collector attached; the fast path should not count", got)
+	}
+	NewCollector(c) // attaching a collector turns counting on
+	if n := testing.AllocsPerRun(1000, func() { l.AllowN(1) }); n != 0 {
+		t.Fatalf("AllowN allocates %v times per call while counting", n)
 	}
 	if got := l.decisions[Allowed].Load(); got < 1000 {
 		t.Fatalf("counted %d admissions, want >= 1000", got)

@@ -393,3 +393,21 @@ func (b *AtomicBucket) Refund(costMilli int64) {
 		}
 	}
 }
+
+// TakeN is AllowN's fast path without the Decision: it charges costMilli if
+// the bucket holds it at nowNanos and reports the level left. A false ok
+// charged nothing; call AllowN for the full decision (reason, retry-after).
+func (b *AtomicBucket) TakeN(nowNanos, costMilli int64) (remainingMilli int64, ok bool) {
+	if nowNanos > b.last.Load() {
+		b.refillTo(nowNanos)
+	}
+	for {
+		lvl := b.level.Load()
+		if lvl < costMilli || costMilli <= 0 {
+			return lvl, false
+		}
+		if b.level.CompareAndSwap(lvl, lvl-costMilli) {
+			return lvl - costMilli, true
+		}
+	}
+}
