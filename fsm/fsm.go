@@ -440,16 +440,8 @@ func leaseErr(p policy.Policy, ck string, err error) error {
 
 func (s *state) acquire(t int64, req *api.AcquireRequest) (*api.LeaseResponse, error) {
 	c := req.GetCaller()
-	if dup, err := s.begin(t, c, kindLease, len(req.GetKeys())); err != nil || dup != nil {
-		return unmarshalLease(dup, err)
-	}
-	resp := &api.LeaseResponse{ClusterTimeNanos: t, Leases: make([]*api.KeyLease, len(req.GetKeys()))}
 	seen := map[string]bool{}
-	for i, k := range req.GetKeys() {
-		resp.Leases[i] = s.acquireKey(t, c, k, seen)
-	}
-	s.record(t, c, kindLease, resp)
-	return resp, nil
+	return s.leaseOp(t, c, len(req.GetKeys()), func(i int) *api.KeyLease { return s.acquireKey(t, c, req.GetKeys()[i], seen) })
 }
 
 func (s *state) acquireKey(t int64, c *api.Caller, k *api.AcquireKey, seen map[string]bool) *api.KeyLease {
@@ -476,23 +468,34 @@ func (s *state) acquireKey(t int64, c *api.Caller, k *api.AcquireKey, seen map[s
 		DemandBurstMilli:      k.GetDemand().GetBurstMilli(),
 		TTLNanos:              p.LeaseDurationNanos,
 	})
+	return keyLease(p, ck, g, err)
+}
+
+// keyLease is one key's answer to an acquire or renewal.
+func keyLease(p policy.Policy, ck string, g lease.Grant, err error) *api.KeyLease {
 	if err != nil {
 		return &api.KeyLease{Error: keyError(leaseErr(p, ck, err))}
 	}
 	return &api.KeyLease{Grant: grantProto(p, ck, g)}
 }
 
-func (s *state) renew(t int64, req *api.RenewRequest) (*api.LeaseResponse, error) {
-	c := req.GetCaller()
-	if dup, err := s.begin(t, c, kindLease, len(req.GetKeys())); err != nil || dup != nil {
+// leaseOp runs the shared shape of Acquire and Renew: idempotency checks,
+// one answer per key, and the record for retries.
+func (s *state) leaseOp(t int64, c *api.Caller, n int, perKey func(i int) *api.KeyLease) (*api.LeaseResponse, error) {
+	if dup, err := s.begin(t, c, kindLease, n); err != nil || dup != nil {
 		return unmarshalLease(dup, err)
 	}
-	resp := &api.LeaseResponse{ClusterTimeNanos: t, Leases: make([]*api.KeyLease, len(req.GetKeys()))}
-	for i, k := range req.GetKeys() {
-		resp.Leases[i] = s.renewKey(t, c, k)
+	resp := &api.LeaseResponse{ClusterTimeNanos: t, Leases: make([]*api.KeyLease, n)}
+	for i := range n {
+		resp.Leases[i] = perKey(i)
 	}
 	s.record(t, c, kindLease, resp)
 	return resp, nil
+}
+
+func (s *state) renew(t int64, req *api.RenewRequest) (*api.LeaseResponse, error) {
+	c := req.GetCaller()
+	return s.leaseOp(t, c, len(req.GetKeys()), func(i int) *api.KeyLease { return s.renewKey(t, c, req.GetKeys()[i]) })
 }
 
 func (s *state) renewKey(t int64, c *api.Caller, k *api.RenewKey) *api.KeyLease {
@@ -507,10 +510,7 @@ func (s *state) renewKey(t int64, c *api.Caller, k *api.RenewKey) *api.KeyLease 
 		DemandBurstMilli:      k.GetDemand().GetBurstMilli(),
 		TTLNanos:              p.LeaseDurationNanos,
 	})
-	if err != nil {
-		return &api.KeyLease{Error: keyError(leaseErr(p, ck, err))}
-	}
-	return &api.KeyLease{Grant: grantProto(p, ck, g)}
+	return keyLease(p, ck, g, err)
 }
 
 func (s *state) release(t int64, req *api.ReleaseRequest) (*api.ReleaseResponse, error) {

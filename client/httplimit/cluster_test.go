@@ -1,6 +1,7 @@
 package httplimit_test
 
 import (
+	"github.com/ration-dev/ration/internal/sfv"
 	"net/http"
 	"net/netip"
 	"strings"
@@ -118,15 +119,15 @@ func testQuotaExceeded(t *testing.T, cl *client.Client) {
 	}
 
 	pol := oneItem(t, rec, "RateLimit-Policy")
-	if pol.Value != "quota" {
-		t.Errorf("RateLimit-Policy names %#v, want the String \"quota\"", pol.Value)
+	if pol.Item.Kind != sfv.String || pol.Item.Str != "quota" {
+		t.Errorf("RateLimit-Policy names %#v, want the String \"quota\"", pol.Item)
 	}
 	if q, w := intParam(t, pol, "RateLimit-Policy", "q"), intParam(t, pol, "RateLimit-Policy", "w"); q != 2 || w != 200 {
 		t.Errorf("RateLimit-Policy q=%d w=%d, want q=2 w=200 (burst 2 at 0.01/s)", q, w)
 	}
 	rl := oneItem(t, rec, "RateLimit")
-	if rl.Value != "quota" {
-		t.Errorf("RateLimit names %#v", rl.Value)
+	if rl.Item.Kind != sfv.String || rl.Item.Str != "quota" {
+		t.Errorf("RateLimit names %#v", rl.Item)
 	}
 	r, tt := intParam(t, rl, "RateLimit", "r"), intParam(t, rl, "RateLimit", "t")
 	if r != 0 {
@@ -176,7 +177,7 @@ func testRefund(t *testing.T, cl *client.Client) {
 	for range 3 {
 		rec := do(h, "GET", "/", asPrincipal("acme"))
 		body := problemBody(t, rec, http.StatusTooManyRequests, httplimit.ProblemQuotaExceeded)
-		if body["policy"] != "refund-b" || oneItem(t, rec, "RateLimit").Value != "refund-b" {
+		if body["policy"] != "refund-b" || oneItem(t, rec, "RateLimit").Item.Str != "refund-b" {
 			t.Fatalf("refused by %v / %v, want refund-b", body["policy"], rec.Header().Get("RateLimit"))
 		}
 	}
@@ -332,7 +333,7 @@ func testSuccessHeaders(t *testing.T, cl *client.Client) {
 		t.Fatalf("%d %s", rec.Code, rec.Body)
 	}
 	pol := oneItem(t, rec, "RateLimit-Policy")
-	if pol.Value != "headers" || intParam(t, pol, "RateLimit-Policy", "q") != 10 || intParam(t, pol, "RateLimit-Policy", "w") != 5 {
+	if pol.Item.Str != "headers" || intParam(t, pol, "RateLimit-Policy", "q") != 10 || intParam(t, pol, "RateLimit-Policy", "w") != 5 {
 		t.Errorf("RateLimit-Policy %q", rec.Header().Get("RateLimit-Policy"))
 	}
 	rl := oneItem(t, rec, "RateLimit")

@@ -3,6 +3,7 @@ package httplimit_test
 import (
 	"context"
 	"encoding/json"
+	"github.com/ration-dev/ration/internal/sfv"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -137,13 +138,13 @@ func retryAfterSeconds(t *testing.T, rec *httptest.ResponseRecorder) int64 {
 }
 
 // oneItem parses a header as an RFC 9651 List and returns its only item.
-func oneItem(t *testing.T, rec *httptest.ResponseRecorder, field string) sfMember {
+func oneItem(t *testing.T, rec *httptest.ResponseRecorder, field string) sfv.Member {
 	t.Helper()
 	vs := rec.Header().Values(field)
 	if len(vs) != 1 {
 		t.Fatalf("%s: %d field lines %q, want 1", field, len(vs), vs)
 	}
-	list, err := parseSFList(vs[0])
+	list, err := sfv.ParseList(vs)
 	if err != nil {
 		t.Fatalf("%s: %q is not a Structured Field List: %v", field, vs[0], err)
 	}
@@ -153,14 +154,13 @@ func oneItem(t *testing.T, rec *httptest.ResponseRecorder, field string) sfMembe
 	return list[0]
 }
 
-func intParam(t *testing.T, m sfMember, field, key string) int64 {
+func intParam(t *testing.T, m sfv.Member, field, key string) int64 {
 	t.Helper()
-	v, ok := m.param(key)
-	n, isInt := v.(int64)
-	if !ok || !isInt || n < 0 {
+	v, ok := m.Param(key)
+	if !ok || v.Kind != sfv.Integer || v.Int < 0 {
 		t.Fatalf("%s: parameter %s = %#v, want a non-negative Integer", field, key, v)
 	}
-	return n
+	return v.Int
 }
 
 // limitingHeaders are the fields that would change a client's behaviour.

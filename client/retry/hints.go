@@ -1,6 +1,7 @@
 package retry
 
 import (
+	"github.com/ration-dev/ration/internal/sfv"
 	"math"
 	"net/http"
 	"strings"
@@ -33,7 +34,7 @@ func ParseRetryAfter(v string, now time.Time) (wait time.Duration, ok bool) {
 	}
 	digits := true
 	for i := 0; i < len(v); i++ {
-		if !isDigit(v[i]) {
+		if v[i] < '0' || v[i] > '9' {
 			digits = false
 			break
 		}
@@ -70,22 +71,22 @@ func RateLimitReset(lines []string) (wait time.Duration, ok bool) {
 	if len(lines) == 0 {
 		return 0, false
 	}
-	members, err := parseSFList(lines)
+	members, err := sfv.ParseList(lines)
 	if err != nil {
 		return 0, false
 	}
 	for _, m := range members {
-		if m.isList {
+		if m.IsList {
 			continue
 		}
-		if r, has := m.param("r"); has && (r.kind != sfInteger || r.i != 0) {
+		if r, has := m.Param("r"); has && (r.Kind != sfv.Integer || r.Int != 0) {
 			continue
 		}
-		t, has := m.param("t")
-		if !has || t.kind != sfInteger || t.i < 0 {
+		t, has := m.Param("t")
+		if !has || t.Kind != sfv.Integer || t.Int < 0 {
 			continue
 		}
-		wait, ok = max(wait, clampSeconds(t.i)), true
+		wait, ok = max(wait, clampSeconds(t.Int)), true
 	}
 	return wait, ok
 }

@@ -1,4 +1,8 @@
-package retry
+// Package sfv parses RFC 9651 Structured Field Lists: enough to read the
+// IETF RateLimit and RateLimit-Policy fields. One parser serves the retry
+// helpers (reading a server's hints) and the middleware's tests (checking
+// what it emits).
+package sfv
 
 import (
 	"encoding/base64"
@@ -13,78 +17,80 @@ import (
 // field is never refused), and a field that fails to parse is ignored as a
 // whole, as §4.2 requires.
 
-type sfKind uint8
+type Kind uint8
 
 const (
-	sfInteger sfKind = iota + 1
-	sfDecimal
-	sfString
-	sfToken
-	sfBytes
-	sfBoolean
-	sfDate
-	sfDisplayString
+	Integer Kind = iota + 1
+	Decimal
+	String
+	Token
+	Bytes
+	Boolean
+	Date
+	DisplayString
 )
 
-type sfItem struct {
-	kind sfKind
-	i    int64 // integer, date
-	f    float64
-	s    string // string, token, display string
-	b    []byte
-	bl   bool
+type Item struct {
+	Kind  Kind
+	Int   int64 // Integer, Date
+	Float float64
+	Str   string // String, Token, DisplayString
+	Bytes []byte
+	Bool  bool
 }
 
-type sfParam struct {
-	key string
-	val sfItem
+type Param struct {
+	Key   string
+	Value Item
 }
 
-type sfMember struct {
-	item   sfItem   // for an item
-	inner  []sfItem // for an inner list (its items' parameters are dropped)
-	isList bool
-	params []sfParam
+type Member struct {
+	Item   Item   // for an item
+	Inner  []Item // for an inner list (its items' parameters are dropped)
+	IsList bool
+	Params []Param
 }
 
-func (m sfMember) param(key string) (sfItem, bool) {
+// Param returns the member's parameter key (the last one wins, RFC 9651
+// §4.2.3.2).
+func (m Member) Param(key string) (Item, bool) {
 	// The last occurrence of a key wins (§4.2.3.2 overwrites).
-	var out sfItem
+	var out Item
 	found := false
-	for _, p := range m.params {
-		if p.key == key {
-			out, found = p.val, true
+	for _, p := range m.Params {
+		if p.Key == key {
+			out, found = p.Value, true
 		}
 	}
 	return out, found
 }
 
-var errSF = errors.New("invalid structured field")
+var ErrInvalid = errors.New("invalid structured field")
 
-type sfParser struct {
+type parser struct {
 	s   string
 	pos int
 }
 
-func (p *sfParser) eof() bool  { return p.pos >= len(p.s) }
-func (p *sfParser) peek() byte { return p.s[p.pos] }
+func (p *parser) eof() bool  { return p.pos >= len(p.s) }
+func (p *parser) peek() byte { return p.s[p.pos] }
 
-func (p *sfParser) skipSP() {
+func (p *parser) skipSP() {
 	for !p.eof() && p.peek() == ' ' {
 		p.pos++
 	}
 }
 
-func (p *sfParser) skipOWS() {
+func (p *parser) skipOWS() {
 	for !p.eof() && (p.peek() == ' ' || p.peek() == '\t') {
 		p.pos++
 	}
 }
 
-// parseSFList parses the field's lines (combined as one with ", ").
-func parseSFList(lines []string) ([]sfMember, error) {
-	p := &sfParser{s: strings.Trim(strings.Join(lines, ", "), " \t")}
-	var out []sfMember
+// ParseList parses the field's lines (combined as one with ", ").
+func ParseList(lines []string) ([]Member, error) {
+	p := &parser{s: strings.Trim(strings.Join(lines, ", "), " \t")}
+	var out []Member
 	for !p.eof() {
 		m, err := p.member()
 		if err != nil {
@@ -96,26 +102,26 @@ func parseSFList(lines []string) ([]sfMember, error) {
 			return out, nil
 		}
 		if p.peek() != ',' {
-			return nil, errSF
+			return nil, ErrInvalid
 		}
 		p.pos++
 		p.skipOWS()
 		if p.eof() {
-			return nil, errSF // trailing comma
+			return nil, ErrInvalid // trailing comma
 		}
 	}
 	return out, nil
 }
 
-func (p *sfParser) member() (sfMember, error) {
-	var m sfMember
+func (p *parser) member() (Member, error) {
+	var m Member
 	if p.peek() == '(' {
 		p.pos++
-		m.isList = true
+		m.IsList = true
 		for {
 			p.skipSP()
 			if p.eof() {
-				return m, errSF
+				return m, ErrInvalid
 			}
 			if p.peek() == ')' {
 				p.pos++
@@ -128,9 +134,9 @@ func (p *sfParser) member() (sfMember, error) {
 			if _, err := p.params(); err != nil {
 				return m, err
 			}
-			m.inner = append(m.inner, it)
+			m.Inner = append(m.Inner, it)
 			if p.eof() || (p.peek() != ' ' && p.peek() != ')') {
-				return m, errSF
+				return m, ErrInvalid
 			}
 		}
 	} else {
@@ -138,15 +144,15 @@ func (p *sfParser) member() (sfMember, error) {
 		if err != nil {
 			return m, err
 		}
-		m.item = it
+		m.Item = it
 	}
 	ps, err := p.params()
-	m.params = ps
+	m.Params = ps
 	return m, err
 }
 
-func (p *sfParser) params() ([]sfParam, error) {
-	var out []sfParam
+func (p *parser) params() ([]Param, error) {
+	var out []Param
 	for !p.eof() && p.peek() == ';' {
 		p.pos++
 		p.skipSP()
@@ -154,14 +160,14 @@ func (p *sfParser) params() ([]sfParam, error) {
 		if err != nil {
 			return nil, err
 		}
-		v := sfItem{kind: sfBoolean, bl: true}
+		v := Item{Kind: Boolean, Bool: true}
 		if !p.eof() && p.peek() == '=' {
 			p.pos++
 			if v, err = p.bareItem(); err != nil {
 				return nil, err
 			}
 		}
-		out = append(out, sfParam{key: k, val: v})
+		out = append(out, Param{Key: k, Value: v})
 	}
 	return out, nil
 }
@@ -174,9 +180,9 @@ func isTChar(c byte) bool {
 	return isAlpha(c) || isDigit(c) || strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0
 }
 
-func (p *sfParser) key() (string, error) {
+func (p *parser) key() (string, error) {
 	if p.eof() || !(isLCAlpha(p.peek()) || p.peek() == '*') {
-		return "", errSF
+		return "", ErrInvalid
 	}
 	start := p.pos
 	for !p.eof() {
@@ -189,65 +195,65 @@ func (p *sfParser) key() (string, error) {
 	return p.s[start:p.pos], nil
 }
 
-func (p *sfParser) bareItem() (sfItem, error) {
+func (p *parser) bareItem() (Item, error) {
 	if p.eof() {
-		return sfItem{}, errSF
+		return Item{}, ErrInvalid
 	}
 	switch c := p.peek(); {
 	case c == '-' || isDigit(c):
 		return p.number()
 	case c == '"':
 		s, err := p.str()
-		return sfItem{kind: sfString, s: s}, err
+		return Item{Kind: String, Str: s}, err
 	case c == '*' || isAlpha(c):
 		start := p.pos
 		p.pos++
 		for !p.eof() && (isTChar(p.peek()) || p.peek() == ':' || p.peek() == '/') {
 			p.pos++
 		}
-		return sfItem{kind: sfToken, s: p.s[start:p.pos]}, nil
+		return Item{Kind: Token, Str: p.s[start:p.pos]}, nil
 	case c == ':':
 		p.pos++
 		end := strings.IndexByte(p.s[p.pos:], ':')
 		if end < 0 {
-			return sfItem{}, errSF
+			return Item{}, ErrInvalid
 		}
 		raw := p.s[p.pos : p.pos+end]
 		p.pos += end + 1
 		b, err := base64.StdEncoding.DecodeString(raw)
 		if err != nil {
-			return sfItem{}, errSF
+			return Item{}, ErrInvalid
 		}
-		return sfItem{kind: sfBytes, b: b}, nil
+		return Item{Kind: Bytes, Bytes: b}, nil
 	case c == '?':
 		p.pos++
 		if p.eof() || (p.peek() != '0' && p.peek() != '1') {
-			return sfItem{}, errSF
+			return Item{}, ErrInvalid
 		}
 		v := p.peek() == '1'
 		p.pos++
-		return sfItem{kind: sfBoolean, bl: v}, nil
+		return Item{Kind: Boolean, Bool: v}, nil
 	case c == '@':
 		p.pos++
 		it, err := p.number()
-		if err != nil || it.kind != sfInteger {
-			return sfItem{}, errSF
+		if err != nil || it.Kind != Integer {
+			return Item{}, ErrInvalid
 		}
-		return sfItem{kind: sfDate, i: it.i}, nil
+		return Item{Kind: Date, Int: it.Int}, nil
 	case c == '%':
 		p.pos++
 		if p.eof() || p.peek() != '"' {
-			return sfItem{}, errSF
+			return Item{}, ErrInvalid
 		}
 		s, err := p.displayString()
-		return sfItem{kind: sfDisplayString, s: s}, err
+		return Item{Kind: DisplayString, Str: s}, err
 	}
-	return sfItem{}, errSF
+	return Item{}, ErrInvalid
 }
 
 // number parses an Integer (at most 15 digits) or a Decimal (at most 12
 // integer and 1-3 fractional digits).
-func (p *sfParser) number() (sfItem, error) {
+func (p *parser) number() (Item, error) {
 	start := p.pos
 	if p.peek() == '-' {
 		p.pos++
@@ -258,20 +264,20 @@ func (p *sfParser) number() (sfItem, error) {
 	}
 	intDigits := p.pos - digitsStart
 	if intDigits == 0 {
-		return sfItem{}, errSF
+		return Item{}, ErrInvalid
 	}
 	if p.eof() || p.peek() != '.' {
 		if intDigits > 15 {
-			return sfItem{}, errSF
+			return Item{}, ErrInvalid
 		}
 		v, err := strconv.ParseInt(p.s[start:p.pos], 10, 64)
 		if err != nil {
-			return sfItem{}, errSF
+			return Item{}, ErrInvalid
 		}
-		return sfItem{kind: sfInteger, i: v}, nil
+		return Item{Kind: Integer, Int: v}, nil
 	}
 	if intDigits > 12 {
-		return sfItem{}, errSF
+		return Item{}, ErrInvalid
 	}
 	p.pos++
 	fracStart := p.pos
@@ -279,16 +285,16 @@ func (p *sfParser) number() (sfItem, error) {
 		p.pos++
 	}
 	if n := p.pos - fracStart; n < 1 || n > 3 {
-		return sfItem{}, errSF
+		return Item{}, ErrInvalid
 	}
 	v, err := strconv.ParseFloat(p.s[start:p.pos], 64)
 	if err != nil {
-		return sfItem{}, errSF
+		return Item{}, ErrInvalid
 	}
-	return sfItem{kind: sfDecimal, f: v}, nil
+	return Item{Kind: Decimal, Float: v}, nil
 }
 
-func (p *sfParser) str() (string, error) {
+func (p *parser) str() (string, error) {
 	p.pos++ // opening quote
 	var b strings.Builder
 	for !p.eof() {
@@ -297,22 +303,22 @@ func (p *sfParser) str() (string, error) {
 		switch {
 		case c == '\\':
 			if p.eof() || (p.peek() != '"' && p.peek() != '\\') {
-				return "", errSF
+				return "", ErrInvalid
 			}
 			b.WriteByte(p.peek())
 			p.pos++
 		case c == '"':
 			return b.String(), nil
 		case c < 0x20 || c > 0x7e:
-			return "", errSF
+			return "", ErrInvalid
 		default:
 			b.WriteByte(c)
 		}
 	}
-	return "", errSF
+	return "", ErrInvalid
 }
 
-func (p *sfParser) displayString() (string, error) {
+func (p *parser) displayString() (string, error) {
 	p.pos++ // opening quote
 	var b []byte
 	for !p.eof() {
@@ -321,28 +327,28 @@ func (p *sfParser) displayString() (string, error) {
 		switch {
 		case c == '%':
 			if p.pos+2 > len(p.s) {
-				return "", errSF
+				return "", ErrInvalid
 			}
 			h := p.s[p.pos : p.pos+2]
 			if strings.ToLower(h) != h {
-				return "", errSF
+				return "", ErrInvalid
 			}
 			v, err := strconv.ParseUint(h, 16, 8)
 			if err != nil {
-				return "", errSF
+				return "", ErrInvalid
 			}
 			b = append(b, byte(v))
 			p.pos += 2
 		case c == '"':
 			if !utf8.Valid(b) {
-				return "", errSF
+				return "", ErrInvalid
 			}
 			return string(b), nil
 		case c < 0x20 || c > 0x7e:
-			return "", errSF
+			return "", ErrInvalid
 		default:
 			b = append(b, c)
 		}
 	}
-	return "", errSF
+	return "", ErrInvalid
 }
