@@ -3,6 +3,7 @@ package coordinator_test
 // Regression tests from the adversarial review of the coordinator.
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -64,7 +65,20 @@ func TestReviewRestartAfterBudgetCut(t *testing.T) {
 	if _, err := c.Admin(0).ApplyPolicies(ctx, &api.ApplyPoliciesRequest{Yaml: strings.Replace(reviewPolicy, "rate: 10", "rate: 5", 1)}); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(1200 * time.Millisecond) // a's lease is past its expiry
+	// Wait until, on the leader's clock, a's lease is past its expiry (the
+	// Expire entry that would remove it is an hour away).
+	c.WaitFor(t, testcluster.DefaultWait, func() error {
+		r, err := c.Admin(0).ListLeases(rpcCtx(t), &api.ListLeasesRequest{Policy: "rv"})
+		if err != nil {
+			return err
+		}
+		for _, l := range r.GetLeases() {
+			if l.GetClientId() == "a" && l.GetExpiresInNanos() > 0 {
+				return fmt.Errorf("a's lease expires in %v", time.Duration(l.GetExpiresInNanos()))
+			}
+		}
+		return nil
+	})
 	if _, err := c.Client(0).Acquire(ctx, acquireReq(caller("b", 1, 1), key("rv", "acme"))); err != nil {
 		t.Fatal(err)
 	}
