@@ -183,7 +183,36 @@ func (c *Client) poke() {
 // AllowAll admits cost on every limiter or on none: it charges the layers
 // in order and, at the first refusal, refunds the layers already charged.
 // The returned decision is the refusing layer's (or the last layer's).
+// AllowAllLayers also says which layer refused.
 func (c *Client) AllowAll(cost int64, layers ...*Limiter) Decision {
+	d, _ := c.allowAll(cost, layers, nil)
+	return d
+}
+
+// AllowAllLayers is AllowAll that also returns the index in layers of the
+// layer that refused, or -1 when every layer admitted. The decision is the
+// refusing layer's (or the last layer's), so its Shadow flag describes
+// that layer only: a shadow policy of an earlier layer that would have
+// refused is not visible in it (see AllowAllDetail for per-layer
+// decisions). With no layers it returns, like AllowAll, the zero
+// Decision, and -1.
+func (c *Client) AllowAllLayers(cost int64, layers ...*Limiter) (d Decision, refused int) {
+	return c.allowAll(cost, layers, nil)
+}
+
+// AllowAllDetail is AllowAllLayers that also records each evaluated
+// layer's own decision: decisions[i] is layer i's, for every i up to and
+// including the refusing layer (all of them when all admitted); later
+// entries are left untouched, as are layers beyond len(decisions). A layer
+// with Decision.Shadow set admitted only because its policy is shadow. The
+// caller provides the slice, so nothing is allocated. It returns the
+// refusing layer's index, or -1 when every layer admitted.
+func (c *Client) AllowAllDetail(cost int64, layers []*Limiter, decisions []Decision) (refused int) {
+	_, refused = c.allowAll(cost, layers, decisions)
+	return refused
+}
+
+func (c *Client) allowAll(cost int64, layers []*Limiter, decisions []Decision) (Decision, int) {
 	costMilli := cost * lease.MilliPerToken
 	var d Decision
 	// Refunds go to exactly the buckets charged: a layer that admitted
@@ -191,20 +220,23 @@ func (c *Client) AllowAll(cost int64, layers ...*Limiter) Decision {
 	// nothing back, and a fallback charge goes back to the fallback bucket.
 	var buf [8]*lease.AtomicBucket
 	charged := buf[:0]
-	for _, l := range layers {
+	for i, l := range layers {
 		var b *lease.AtomicBucket
 		d, b = l.allow(costMilli, true)
+		if i < len(decisions) {
+			decisions[i] = d
+		}
 		if !d.Allowed {
 			for _, prev := range charged {
 				prev.Refund(costMilli)
 			}
-			return d
+			return d, i
 		}
 		if b != nil {
 			charged = append(charged, b)
 		}
 	}
-	return d
+	return d, -1
 }
 
 // Close stops admitting (every later decision is Unavailable), then

@@ -283,3 +283,78 @@ func TestNewIncarnationRevokesOld(t *testing.T) {
 	})
 	t.Logf("old incarnation stopped admitting: %v", oldLim.Err())
 }
+
+// TestAllowAllLayers: AllowAllLayers returns -1 when every layer admits
+// and the refusing layer's index otherwise, with the layers before it
+// refunded; AllowAllDetail fills each evaluated layer's own decision, so a
+// shadow-denied layer that is not the last one is visible. Neither
+// allocates.
+func TestAllowAllLayers(t *testing.T) {
+	c := startCluster(t, apiPolicies)
+	cl := newClient(t, client.Config{Servers: servers(c), ClientID: "layers-index"})
+	key := client.Key{"tenant": "idx"}
+	outer, inner, roomy, shadow := cl.Limiter("outer", key), cl.Limiter("inner", key), cl.Limiter("roomy", key), cl.Limiter("shadow-inner", key)
+	for _, l := range []*client.Limiter{outer, inner, roomy, shadow} {
+		if d := waitLease(t, nil, l); !d.Allowed {
+			t.Fatalf("first admission: %+v", d)
+		}
+	}
+	// inner and shadow-inner (burst 1) are now empty; outer and roomy hold 99.
+	if d, i := cl.AllowAllLayers(1, outer, roomy); !d.Allowed || i != -1 {
+		t.Fatalf("AllowAllLayers(outer, roomy) = %+v, %d; want admitted, -1", d, i)
+	}
+	if _, i := cl.AllowAllLayers(1); i != -1 {
+		t.Fatalf("AllowAllLayers() refused by layer %d, want -1", i)
+	}
+
+	o0, r0 := outer.AllowN(1), roomy.AllowN(1)
+	d, i := cl.AllowAllLayers(1, outer, roomy, inner)
+	if d.Allowed || d.Reason != client.Limited || i != 2 {
+		t.Fatalf("AllowAllLayers(outer, roomy, empty inner) = %+v, %d; want refused as Limited by layer 2", d, i)
+	}
+	o1, r1 := outer.AllowN(1), roomy.AllowN(1)
+	if o1.RemainingMilli != o0.RemainingMilli-1000 || r1.RemainingMilli != r0.RemainingMilli-1000 {
+		t.Fatalf("the refused AllowAllLayers changed outer by %d and roomy by %d milli-tokens, want 0",
+			o0.RemainingMilli-o1.RemainingMilli-1000, r0.RemainingMilli-r1.RemainingMilli-1000)
+	}
+	if d, i := cl.AllowAllLayers(1, inner, outer); d.Allowed || i != 0 {
+		t.Fatalf("AllowAllLayers(empty inner, outer) = %+v, %d; want refused by layer 0", d, i)
+	}
+
+	// AllowAllDetail: the empty shadow layer admits as ShadowDenied, seen
+	// in its own entry even when a later layer decides.
+	var decs [3]client.Decision
+	if i := cl.AllowAllDetail(1, []*client.Limiter{shadow, outer}, decs[:]); i != -1 {
+		t.Fatalf("AllowAllDetail(shadow, outer) = %d, want -1", i)
+	}
+	if !decs[0].Allowed || !decs[0].Shadow || decs[0].Reason != client.ShadowDenied || !decs[1].Allowed || decs[1].Shadow {
+		t.Fatalf("AllowAllDetail(shadow, outer) decisions %+v, want [ShadowDenied, Allowed]", decs[:2])
+	}
+	decs = [3]client.Decision{}
+	o0 = outer.AllowN(1)
+	if i := cl.AllowAllDetail(1, []*client.Limiter{shadow, inner, outer}, decs[:]); i != 1 {
+		t.Fatalf("AllowAllDetail(shadow, empty inner, outer) = %d, want 1", i)
+	}
+	if !decs[0].Shadow || decs[1].Allowed || decs[1].Reason != client.Limited || decs[2] != (client.Decision{}) {
+		t.Fatalf("AllowAllDetail(shadow, empty inner, outer) decisions %+v, want [ShadowDenied, Limited, untouched]", decs)
+	}
+	if o1 := outer.AllowN(1); o1.RemainingMilli != o0.RemainingMilli-1000 {
+		t.Fatalf("outer was charged by a refusal before it: %+v, before %+v", o1, o0)
+	}
+	// A short slice records only the layers it has room for.
+	var one [1]client.Decision
+	if i := cl.AllowAllDetail(1, []*client.Limiter{outer, inner}, one[:]); i != 1 || !one[0].Allowed {
+		t.Fatalf("AllowAllDetail with a 1-entry slice = %d, %+v; want 1, outer's admission", i, one[0])
+	}
+
+	lims := []*client.Limiter{outer, roomy, inner}
+	if n := testing.AllocsPerRun(1000, func() { cl.AllowAllLayers(1, lims...) }); n != 0 {
+		t.Errorf("AllowAllLayers allocates %v times per call, want 0", n)
+	}
+	if n := testing.AllocsPerRun(1000, func() { cl.AllowAllDetail(1, lims, decs[:]) }); n != 0 {
+		t.Errorf("AllowAllDetail allocates %v times per call, want 0", n)
+	}
+	if n := testing.AllocsPerRun(1000, func() { cl.AllowAll(1, lims...) }); n != 0 {
+		t.Errorf("AllowAll allocates %v times per call, want 0", n)
+	}
+}

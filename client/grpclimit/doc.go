@@ -61,15 +61,13 @@
 //
 // # Layers
 //
-// Layers are charged all or nothing (Client.AllowAll): a call refused by
-// one layer is refunded in the others. With one layer per call the
-// refusal names its policy exactly. With several, Client.AllowAll does not
-// yet say which layer refused, nor which non-final shadow layer would
-// have: the QuotaFailure then lists every layer of the call, and the
-// metrics count the refusal under the policy label "a+b" (the call's
-// policies joined by "+"). An allowed call counts "allowed" for each
-// layer, except the last, whose outcome is "shadow" when its decision
-// carries Shadow.
+// Layers are charged all or nothing (Client.AllowAllDetail): a call
+// refused by one layer is refunded in the others. The refusal names the
+// refusing layer's policy (the only QuotaFailure violation), and the
+// metrics count it under that policy. An allowed call counts for each
+// layer: "allowed", or "shadow" when that layer's policy is shadow in the
+// cluster and would have refused. A refused call also counts "shadow" for
+// each earlier layer whose shadow policy would have refused.
 //
 // # Metrics
 //

@@ -86,7 +86,7 @@ type Layer struct {
 type Config struct {
 	// Client admits; it must outlive the server.
 	Client *client.Client
-	// Layers are charged all or nothing (Client.AllowAll), in order.
+	// Layers are charged all or nothing (Client.AllowAllDetail), in order.
 	Layers []Layer
 	// Cost prices a call (default: 1 token).
 	Cost CostFunc
@@ -246,31 +246,30 @@ func (g *Interceptor) check(ctx context.Context, fullMethod string, cost int64) 
 	}
 	method := g.cfg.MethodLabel(fullMethod)
 	if len(lims) > 0 {
-		var d client.Decision
-		refusing := -1 // the refusing layer's index, if known
-		if len(lims) == 1 {
-			d, refusing = lims[0].AllowN(cost), 0
-		} else {
-			// AllowAll does not say which layer refused (nor which shadow
-			// layer would have): see the package documentation.
-			d = g.cfg.Client.AllowAll(cost, lims...)
+		// Each layer's own decision: the refusing layer is named
+		// exactly, and every layer's shadow outcome is seen.
+		var dbuf [8]client.Decision
+		decs := dbuf[:]
+		if len(lims) > len(dbuf) {
+			decs = make([]client.Decision, len(lims))
 		}
-		out := outcome(d)
-		switch {
-		case d.Allowed:
+		decs = decs[:len(lims)]
+		refusing := g.cfg.Client.AllowAllDetail(cost, lims, decs)
+		if refusing < 0 {
 			for i, p := range policies {
-				o := "allowed"
-				if i == len(policies)-1 {
-					o = out // the decision returned is the last layer's
-				}
-				g.metrics.WithLabelValues(p, method, o).Inc()
+				g.metrics.WithLabelValues(p, method, outcome(decs[i])).Inc()
 			}
-		case refusing >= 0:
-			g.metrics.WithLabelValues(policies[refusing], method, out).Inc()
-			return refusal(d, policies[refusing:refusing+1], cost)
-		default:
-			g.metrics.WithLabelValues(strings.Join(policies, "+"), method, out).Inc()
-			return refusal(d, policies, cost)
+		} else {
+			// The layers before the refusing one admitted: count only
+			// their shadow policies' would-be refusals.
+			for i, d := range decs[:refusing] {
+				if d.Shadow {
+					g.metrics.WithLabelValues(policies[i], method, "shadow").Inc()
+				}
+			}
+			d := decs[refusing]
+			g.metrics.WithLabelValues(policies[refusing], method, outcome(d)).Inc()
+			return refusal(d, policies[refusing], cost)
 		}
 	}
 	// Shadow layers see only calls the others admitted, and never refuse.

@@ -451,8 +451,8 @@ func TestStream(t *testing.T) {
 }
 
 // TestLayers: layers are charged all or nothing; a refused call is
-// refunded in the other layers; the refusal lists the call's policies
-// (AllowAll does not say which refused) and counts under "a+b".
+// refunded in the other layers; the refusal names only the refusing
+// policy, in QuotaFailure and in the metric label.
 func TestLayers(t *testing.T) {
 	_, cl := startRation(t, client.Config{})
 	g := newInterceptor(t, grpclimit.Config{Client: cl, Layers: []grpclimit.Layer{
@@ -472,8 +472,8 @@ func TestLayers(t *testing.T) {
 	for i := 0; i < 5; i++ {
 		err := s.unary(as("acme"))
 		st, _, qf := details(t, err)
-		if st.Code() != codes.ResourceExhausted || len(qf.GetViolations()) != 2 ||
-			qf.GetViolations()[0].GetSubject() != "roomy" || qf.GetViolations()[1].GetSubject() != "tight" {
+		if st.Code() != codes.ResourceExhausted || len(qf.GetViolations()) != 1 ||
+			qf.GetViolations()[0].GetSubject() != "tight" {
 			t.Fatalf("refused by tight: %v, QuotaFailure %v", err, qf)
 		}
 	}
@@ -482,7 +482,56 @@ func TestLayers(t *testing.T) {
 		t.Errorf("roomy went from %d to %d milli-tokens over 5 refused calls and one AllowN(1): refused calls were charged",
 			before.RemainingMilli, after.RemainingMilli)
 	}
-	if a, l := s.count(t, "roomy", unaryMethod, "allowed"), s.count(t, "roomy+tight", unaryMethod, "limited"); a != 3 || l != 5 {
-		t.Errorf("roomy allowed %v, roomy+tight limited %v; want 3 and 5", a, l)
+	if a, l := s.count(t, "roomy", unaryMethod, "allowed"), s.count(t, "tight", unaryMethod, "limited"); a != 3 || l != 5 {
+		t.Errorf("roomy allowed %v, tight limited %v; want 3 and 5", a, l)
+	}
+	if n := s.count(t, "roomy+tight", unaryMethod, "limited") + s.count(t, "roomy", unaryMethod, "limited"); n != 0 {
+		t.Errorf("refusals by tight counted under another policy label: %v", n)
+	}
+}
+
+// TestLayersShadowThenRefusal: layers shadowed (shadow in the cluster,
+// burst 2), tight (burst 3), roomy. The first layer's would-be refusals
+// count as "shadow" although it is not the last layer; the fourth call is
+// refused by the middle layer, named alone; the last layer is not charged
+// for it.
+func TestLayersShadowThenRefusal(t *testing.T) {
+	_, cl := startRation(t, client.Config{})
+	g := newInterceptor(t, grpclimit.Config{Client: cl, Layers: []grpclimit.Layer{
+		{Policy: "shadowed", Key: grpclimit.PrincipalKey("tenant")},
+		{Policy: "tight", Key: grpclimit.PrincipalKey("tenant")},
+		{Policy: "roomy", Key: grpclimit.PrincipalKey("tenant")},
+	}})
+	s := serve(t, g, true)
+	warm(t, cl, "shadowed", "globex")
+	warm(t, cl, "tight", "globex")
+	roomy := warm(t, cl, "roomy", "globex")
+	for i := 0; i < 3; i++ {
+		if err := s.unary(as("globex")); err != nil {
+			t.Fatalf("call %d: %v", i, err)
+		}
+	}
+	err := s.unary(as("globex"))
+	st, _, qf := details(t, err)
+	if st.Code() != codes.ResourceExhausted || len(qf.GetViolations()) != 1 || qf.GetViolations()[0].GetSubject() != "tight" {
+		t.Fatalf("refused by tight: %v, QuotaFailure %v", err, qf)
+	}
+	for _, c := range []struct {
+		policy, outcome string
+		want            float64
+	}{
+		{"shadowed", "allowed", 2},
+		{"shadowed", "shadow", 2}, // the third call, and the refused fourth
+		{"tight", "allowed", 3},
+		{"tight", "limited", 1},
+		{"roomy", "allowed", 3},
+		{"roomy", "limited", 0},
+	} {
+		if n := s.count(t, c.policy, unaryMethod, c.outcome); n != c.want {
+			t.Errorf("%s{%s} = %v, want %v", c.outcome, c.policy, n, c.want)
+		}
+	}
+	if d := roomy.AllowN(1); !d.Allowed || d.RemainingMilli != 996000 {
+		t.Errorf("roomy after 3 admitted calls and one refused by tight: AllowN(1) = %+v, want 996000 left", d)
 	}
 }

@@ -2,7 +2,6 @@ package grpclimit
 
 import (
 	"fmt"
-	"strings"
 	"time"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
@@ -28,42 +27,34 @@ func RetryDelay(retryAfter time.Duration) (delay time.Duration, ok bool) {
 	return (retryAfter + time.Millisecond - 1).Truncate(time.Millisecond), true
 }
 
-// refusal builds the status error for a refused decision under policies
-// (one, or all of the call's layers when the refusing one is not known).
+// refusal builds the status error for a decision refused by policy (the
+// refusing layer's).
 //
 //	Limited, ExceedsCapacity: RESOURCE_EXHAUSTED with QuotaFailure (one
-//	  violation per policy) and RetryInfo (none for ExceedsCapacity: no
+//	  violation, the policy) and RetryInfo (none for ExceedsCapacity: no
 //	  wait admits the call).
 //	NoLease, Unavailable: UNAVAILABLE with RetryInfo.
 //
 // Nothing in it tells the budget's level or any other caller's state.
-func refusal(d client.Decision, policies []string, cost int64) error {
-	names := strings.Join(policies, ", ")
+func refusal(d client.Decision, policy string, cost int64) error {
 	var code codes.Code
 	var msg string
 	var details []protoadapt.MessageV1
 	switch d.Reason {
 	case client.NoLease, client.Unavailable:
 		code = codes.Unavailable
-		msg = fmt.Sprintf("rate limiter unavailable: no usable lease for policy %s (fail-closed)", names)
+		msg = fmt.Sprintf("rate limiter unavailable: no usable lease for policy %s (fail-closed)", policy)
 	default:
 		code = codes.ResourceExhausted
 		var desc string
 		if d.Reason == client.ExceedsCapacity {
 			desc = fmt.Sprintf("cost %d exceeds the most this policy can admit at once", cost)
-			msg = fmt.Sprintf("rate limited: cost %d exceeds the capacity of policy %s", cost, names)
+			msg = fmt.Sprintf("rate limited: cost %d exceeds the capacity of policy %s", cost, policy)
 		} else {
 			desc = fmt.Sprintf("cost %d exceeds the quota available now", cost)
-			msg = fmt.Sprintf("rate limited by policy %s", names)
+			msg = fmt.Sprintf("rate limited by policy %s", policy)
 		}
-		if len(policies) > 1 {
-			desc = fmt.Sprintf("cost %d exceeds the quota available now under one of the call's policies", cost)
-			msg = fmt.Sprintf("rate limited by one of the policies %s", names)
-		}
-		qf := &errdetails.QuotaFailure{}
-		for _, p := range policies {
-			qf.Violations = append(qf.Violations, &errdetails.QuotaFailure_Violation{Subject: p, Description: desc})
-		}
+		qf := &errdetails.QuotaFailure{Violations: []*errdetails.QuotaFailure_Violation{{Subject: policy, Description: desc}}}
 		details = append(details, qf)
 	}
 	if delay, ok := RetryDelay(d.RetryAfter); ok && d.Reason != client.ExceedsCapacity {

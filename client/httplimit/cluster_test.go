@@ -82,6 +82,7 @@ func TestWithCluster(t *testing.T) {
 	t.Run("QuotaExceeded429", func(t *testing.T) { testQuotaExceeded(t, cl) })
 	t.Run("LaterLayerRefundsEarlier", func(t *testing.T) { testRefund(t, cl) })
 	t.Run("ShadowPolicyNeverRejects", func(t *testing.T) { testShadowPolicy(t, cl) })
+	t.Run("MiddleLayerRefusesAfterShadowLayer", func(t *testing.T) { testShadowThenRefusal(t, cl) })
 	t.Run("ForgedHeadersDoNotChangeKey", func(t *testing.T) { testForgedHeaders(t, cl) })
 	t.Run("WeightedRoutes", func(t *testing.T) { testWeightedRoutes(t, cl) })
 	t.Run("SuccessHeaders", func(t *testing.T) { testSuccessHeaders(t, cl) })
@@ -226,6 +227,50 @@ func testShadowPolicy(t *testing.T, cl *client.Client) {
 	}
 	if n := metric(t, reg, "ration_http_requests_total", map[string]string{"policy": "shadowed", "route": "", "outcome": "shadow_limited"}); n != 4 {
 		t.Errorf("shadow_limited = %v, want 4", n)
+	}
+}
+
+// testShadowThenRefusal: layers shadowed (burst 1, shadow), refund-b
+// (burst 2), refund-a (burst 5). The first layer's would-be refusals are
+// counted although it is not the last layer, and the third request is
+// refused by the middle layer, which the 429 and the metric name.
+func testShadowThenRefusal(t *testing.T, cl *client.Client) {
+	reg := prometheus.NewRegistry()
+	mw := mustNew(t, httplimit.Config{Client: cl, Registerer: reg,
+		Layers: []httplimit.Layer{
+			{Policy: "shadowed", Rate: 0.001, Burst: 1},
+			{Policy: "refund-b", Rate: 0.001, Burst: 2},
+			{Policy: "refund-a", Rate: 0.001, Burst: 5},
+		}})
+	h := mw.Wrap(okHandler)
+	for i := range 2 {
+		if rec := do(h, "GET", "/", asPrincipal("umbrella")); rec.Code != 200 {
+			t.Fatalf("request %d: %d %s", i, rec.Code, rec.Body)
+		}
+	}
+	rec := do(h, "GET", "/", asPrincipal("umbrella"))
+	body := problemBody(t, rec, http.StatusTooManyRequests, httplimit.ProblemQuotaExceeded)
+	if body["policy"] != "refund-b" || oneItem(t, rec, "RateLimit").Item.Str != "refund-b" {
+		t.Fatalf("refused by %v / %v, want refund-b", body["policy"], rec.Header().Get("RateLimit"))
+	}
+	for _, c := range []struct {
+		policy, outcome string
+		want            float64
+	}{
+		{"shadowed", "allowed", 1},
+		{"shadowed", "shadow_limited", 2}, // the second request, and the refused third
+		{"refund-b", "allowed", 2},
+		{"refund-b", "limited", 1},
+		{"refund-a", "allowed", 2},
+		{"refund-a", "limited", 0},
+	} {
+		if n := metric(t, reg, "ration_http_requests_total", map[string]string{"policy": c.policy, "route": "", "outcome": c.outcome}); n != c.want {
+			t.Errorf("%s{%s} = %v, want %v", c.outcome, c.policy, n, c.want)
+		}
+	}
+	// refund-a was refunded: it still holds 3 of its 5 tokens.
+	if d := cl.Limiter("refund-a", client.Key{"tenant": "umbrella"}).AllowN(3); !d.Allowed || d.RemainingMilli != 0 {
+		t.Errorf("refund-a after 2 admissions and a refusal by refund-b: AllowN(3) = %+v, want allowed leaving 0", d)
 	}
 }
 

@@ -33,9 +33,10 @@
 //
 // # Admission
 //
-// The layers are charged in order with client.Client.AllowAll: a request
-// is admitted only if every layer admits it, and a layer's refusal refunds
-// the layers charged before it. Admission is local, from the replica's
+// The layers are charged in order with client.Client.AllowAllDetail: a
+// request is admitted only if every layer admits it, and a layer's refusal
+// refunds the layers charged before it; the refusal names the refusing
+// layer's policy. Admission is local, from the replica's
 // leases (package client). The limiters are cached per policy and key, in
 // a bounded cache.
 //
@@ -88,16 +89,16 @@
 //	ration_http_near_limit_total{policy,route}         counter: admissions leaving the last layer below 20% of its Burst
 //
 // route is the route pattern, never the raw path nor any key value. An
-// admitted request counts once per layer. Allow-listed requests are not
+// admitted request counts once per layer (shadow_limited for a layer whose
+// shadow policy would have refused); a refused one counts under the
+// refusing policy, plus shadow_limited for each earlier layer whose shadow
+// policy would have refused. Allow-listed requests are not
 // counted. The client's own Collector (client.NewCollector) has the
 // per-policy decisions and lease state.
 //
 // # Limitations
 //
-// Client.AllowAll returns one decision: the refusing layer's, or the last
-// layer's when all admit. So a shadow policy's would-be refusal, the
-// near-limit count and the success headers are seen for the last layer
-// only, and finding which of several layers refused takes a probe of each
-// (refuser). The remaining count r is this replica's lease, not the
+// The near-limit count and the success headers describe the last layer
+// only. The remaining count r is this replica's lease, not the
 // cluster's total.
 package httplimit

@@ -1,11 +1,9 @@
 package httplimit
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"net/http"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -33,9 +31,9 @@ type Config struct {
 	// Client admits from the cluster's leases. Required.
 	Client *client.Client
 	// Layers are the policies a request must pass, all or none, charged in
-	// order (Client.AllowAll): e.g. per tenant and route, then per tenant,
-	// then global. A request refused by a later layer is refunded to the
-	// earlier ones. Required unless InFlight is set.
+	// order (Client.AllowAllDetail): e.g. per tenant and route, then per
+	// tenant, then global. A request refused by a later layer is refunded
+	// to the earlier ones. Required unless InFlight is set.
 	Layers []Layer
 	// Identity says who a request is charged to. Default:
 	// Principal("tenant"), the authenticated principal the application's
@@ -66,8 +64,8 @@ type Config struct {
 	// observe-only, whatever this says.)
 	Shadow bool
 	// SuccessHeaders adds RateLimit-Policy and RateLimit to admitted
-	// responses, describing the last layer (the decision Client.AllowAll
-	// returns). Default off. Order the layers so the last one is the
+	// responses, describing the last layer (its own decision). Default
+	// off. Order the layers so the last one is the
 	// caller's own budget if you turn this on: a shared layer's remaining
 	// quota says how busy everyone else is.
 	SuccessHeaders bool
@@ -89,8 +87,6 @@ type Config struct {
 type Middleware struct {
 	cfg     Config
 	cache   *limiterCache
-	probe   *client.Limiter // always refuses; see refuser
-	probeD  client.Decision
 	metrics *metrics
 }
 
@@ -137,35 +133,11 @@ func New(cfg Config) (*Middleware, error) {
 		}
 	}
 	m := &Middleware{cfg: cfg, cache: newLimiterCache(cfg.Client, cfg.MaxCachedLimiters)}
-	if len(cfg.Layers) > 1 {
-		var err error
-		if m.probe, m.probeD, err = newProbe(); err != nil {
-			return nil, err
-		}
-	}
 	var err error
 	if m.metrics, err = newMetrics(cfg.Registerer); err != nil {
 		return nil, err
 	}
 	return m, nil
-}
-
-// newProbe returns a limiter that refuses everything and touches nothing:
-// one of a closed Client that never had a lease (and never dials), whose
-// refusal (NoLease after a FirstLeaseWait of 1ns, already spent here) no
-// real layer gives unless its own Client waits exactly 1ns. See refuser.
-func newProbe() (*client.Limiter, client.Decision, error) {
-	pc, err := client.New(context.Background(), client.Config{Servers: []string{"127.0.0.1:1"}, ClientID: "httplimit-probe", FirstLeaseWait: time.Nanosecond})
-	if err != nil {
-		return nil, client.Decision{}, err
-	}
-	_ = pc.Close()
-	p := pc.Limiter("httplimit-probe", nil)
-	d := p.AllowN(1)
-	if d.Allowed {
-		return nil, client.Decision{}, errors.New("httplimit: internal: the probe limiter admits")
-	}
-	return p, d, nil
 }
 
 // Wrap returns next behind the limiter.
@@ -244,17 +216,29 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		next.ServeHTTP(w, r)
 		return
 	}
-	d := m.cfg.Client.AllowAll(cost, lims...)
-	if d.Allowed {
-		m.admitted(w, route, d)
+	// Each layer's own decision: the refusing layer is named exactly, and
+	// a shadow policy's would-be refusal is seen in whichever layer.
+	var dbuf [8]client.Decision
+	decs := dbuf[:]
+	if len(lims) > len(dbuf) {
+		decs = make([]client.Decision, len(lims))
+	}
+	decs = decs[:len(lims)]
+	i := m.cfg.Client.AllowAllDetail(cost, lims, decs)
+	if i < 0 {
+		m.admitted(w, route, decs)
 		next.ServeHTTP(w, r)
 		return
 	}
-	i := m.refuser(cost, d, lims)
-	policy := "unknown"
-	if i >= 0 {
-		policy = m.cfg.Layers[i].Policy
+	// The layers before the refusing one admitted: count their shadow
+	// policies' would-be refusals.
+	for j, dj := range decs[:i] {
+		if dj.Shadow {
+			m.metrics.count(m.cfg.Layers[j].Policy, route, outShadowLimited)
+		}
 	}
+	d := decs[i]
+	policy := m.cfg.Layers[i].Policy
 	unavailable := d.Reason == client.NoLease || d.Reason == client.Unavailable
 	switch {
 	case m.cfg.Shadow && unavailable:
@@ -267,29 +251,24 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		m.metrics.count(policy, route, outUnavailable)
 		m.rejectUnavailable(w, d)
 	default:
-		if i < 0 {
-			// The state changed between the refusal and the probes: name
-			// the last layer, the one AllowAll reaches last.
-			i = len(lims) - 1
-		}
 		m.metrics.count(policy, route, outLimited)
 		m.rejectQuota(w, m.cfg.Layers[i], cost, d)
 	}
 }
 
-// admitted counts an admission and adds the success headers if asked to.
-func (m *Middleware) admitted(w http.ResponseWriter, route string, d client.Decision) {
-	last := len(m.cfg.Layers) - 1
+// admitted counts an admission, once per layer (shadow_limited for a
+// layer whose shadow policy would have refused), and adds the success
+// headers if asked to. decs holds every layer's decision.
+func (m *Middleware) admitted(w http.ResponseWriter, route string, decs []client.Decision) {
 	for i, layer := range m.cfg.Layers {
-		if i == last && d.Shadow {
-			// A shadow policy in the cluster would have refused (seen only
-			// for the last layer: AllowAll returns its decision).
+		if decs[i].Shadow {
 			m.metrics.count(layer.Policy, route, outShadowLimited)
 			continue
 		}
 		m.metrics.count(layer.Policy, route, outAllowed)
 	}
-	layer := m.cfg.Layers[last]
+	last := len(m.cfg.Layers) - 1
+	layer, d := m.cfg.Layers[last], decs[last]
 	if d.Reason == client.Allowed && layer.Burst > 0 && d.RemainingMilli < layer.Burst*1000/5 {
 		m.metrics.nearLimit(layer.Policy, route)
 	}
@@ -297,33 +276,4 @@ func (m *Middleware) admitted(w http.ResponseWriter, route string, d client.Deci
 		setPolicyField(w.Header(), layer)
 		w.Header().Set("RateLimit", rateLimitField(layer.Policy, d.RemainingMilli, refillSeconds(layer, d.RemainingMilli), true))
 	}
-}
-
-// refuser finds which layer refused: Client.AllowAll returns the refusing
-// layer's decision but not its index. Each layer j is probed with
-// AllowAll(cost, layer j, probe): the probe limiter always refuses, so the
-// call charges nothing net (layer j is refunded when the probe refuses)
-// and answers layer j's own refusal if it refuses, else the probe's. The
-// first layer refusing for the same reason as the request is the one.
-// Probes happen only when a request with several layers is refused; they
-// are counted in the Client's decision metrics and offered demand like
-// any decision. It returns -1 if no layer refuses any more (the state
-// changed since), or if it cannot tell a layer's refusal from the probe's.
-//
-// TODO: drop the probes once Client.AllowAll reports the deciding layer's
-// index (requested of the client package).
-func (m *Middleware) refuser(cost int64, d client.Decision, lims []*client.Limiter) int {
-	if len(lims) == 1 {
-		return 0
-	}
-	if d.Reason == m.probeD.Reason && d.RetryAfter == m.probeD.RetryAfter {
-		return -1
-	}
-	for j, l := range lims {
-		p := m.cfg.Client.AllowAll(cost, l, m.probe)
-		if p.Reason == d.Reason && !(p.Reason == m.probeD.Reason && p.RetryAfter == m.probeD.RetryAfter) {
-			return j
-		}
-	}
-	return -1
 }
