@@ -1,7 +1,8 @@
 package client
 
 import (
-	"sort"
+	"maps"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -204,14 +205,8 @@ func (col *Collector) Collect(ch chan<- prometheus.Metric) {
 
 func tokens(milli int64) float64 { return float64(milli) / lease.MilliPerToken }
 
-func sortedKeys[V any](m map[string]V) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	sort.Strings(out)
-	return out
-}
+// sortedKeys returns m's keys in order, for deterministic iteration.
+func sortedKeys[V any](m map[string]V) []string { return slices.Sorted(maps.Keys(m)) }
 
 // rpcOp is a kind of lease RPC the background loop sends.
 type rpcOp int

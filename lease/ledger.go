@@ -653,18 +653,24 @@ func (l *Ledger) ExpireThrough(nowNanos, throughNanos int64) ([]LeaseID, error) 
 		return nil, err
 	}
 	throughNanos = min(throughNanos, nowNanos)
-	var gone []LeaseID
+	return l.removeLeases(func(le *Lease) bool { return le.Current.ExpiresNanos <= throughNanos }), nil
+}
+
+// removeLeases frees, without credit, every lease gone says to, keeping
+// the holder order, and returns their IDs (Expire and Revoke).
+func (l *Ledger) removeLeases(gone func(*Lease) bool) []LeaseID {
+	var ids []LeaseID
 	kept := l.s.Leases[:0]
-	for _, le := range l.s.Leases {
-		if le.Current.ExpiresNanos <= throughNanos {
-			gone = append(gone, le.ID)
+	for i := range l.s.Leases {
+		if gone(&l.s.Leases[i]) {
+			ids = append(ids, l.s.Leases[i].ID)
 			continue
 		}
-		kept = append(kept, le)
+		kept = append(kept, l.s.Leases[i])
 	}
 	l.s.Leases = kept
 	l.repricePool()
-	return gone, nil
+	return ids
 }
 
 // overcommitted reports whether leases granted under a budget larger than
@@ -719,18 +725,7 @@ func (l *Ledger) Revoke(nowNanos int64, clientID string, incarnation uint64) ([]
 	if err := l.advance(nowNanos); err != nil {
 		return nil, err
 	}
-	var gone []LeaseID
-	kept := l.s.Leases[:0]
-	for _, le := range l.s.Leases {
-		if le.ClientID == clientID && le.Incarnation < incarnation {
-			gone = append(gone, le.ID)
-			continue
-		}
-		kept = append(kept, le)
-	}
-	l.s.Leases = kept
-	l.repricePool()
-	return gone, nil
+	return l.removeLeases(func(le *Lease) bool { return le.ClientID == clientID && le.Incarnation < incarnation }), nil
 }
 
 // CheckInvariants verifies rules (a) and the structural invariants at the
