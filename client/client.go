@@ -6,8 +6,8 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
-	"net/url"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -139,16 +139,27 @@ func (c *Client) closeConns() {
 	}
 }
 
-func limiterID(policy string, k Key) string {
-	names := make([]string, 0, len(k))
-	for n := range k {
-		names = append(names, n)
+// LimiterID is an unambiguous name for a policy and key: every part is
+// length-prefixed and attributes are sorted by name, so no value can be
+// mistaken for a separator. Client.Limiter keys its limiters by it, and the
+// middlewares key their caches by it.
+func LimiterID(policy string, key Key) string {
+	var names [4]string
+	ns := names[:0]
+	for n := range key {
+		ns = append(ns, n)
 	}
-	sort.Strings(names)
+	sort.Strings(ns)
 	var b strings.Builder
-	b.WriteString(url.PathEscape(policy))
-	for _, n := range names {
-		b.WriteString("/" + url.PathEscape(n) + "=" + url.PathEscape(k[n]))
+	part := func(s string) {
+		b.WriteString(strconv.Itoa(len(s)))
+		b.WriteByte(':')
+		b.WriteString(s)
+	}
+	part(policy)
+	for _, n := range ns {
+		part(n)
+		part(key[n])
 	}
 	return b.String()
 }
@@ -157,7 +168,7 @@ func limiterID(policy string, k Key) string {
 // starting its first acquire at once) on first use. Call it once per key
 // and keep the result: it is cheap to use, not to look up.
 func (c *Client) Limiter(policy string, key Key) *Limiter {
-	id := limiterID(policy, key)
+	id := LimiterID(policy, key)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if l, ok := c.limiters[id]; ok {

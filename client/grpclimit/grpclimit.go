@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sort"
-	"strconv"
 	"strings"
 	"sync"
 
@@ -115,7 +113,7 @@ type Interceptor struct {
 	cfg      Config
 	exact    map[string]bool
 	services []string // "/pkg.Service/" prefixes from Bypass
-	limiters sync.Map // limiterKey -> *client.Limiter
+	limiters sync.Map // client.LimiterID -> *client.Limiter
 	metrics  *prometheus.CounterVec
 }
 
@@ -298,39 +296,10 @@ func outcome(d client.Decision) string {
 // limiter returns the client's limiter for policy and key, from a cache:
 // Client.Limiter takes the client's lock.
 func (g *Interceptor) limiter(policy string, key client.Key) *client.Limiter {
-	id := limiterKey(policy, key)
+	id := client.LimiterID(policy, key)
 	if l, ok := g.limiters.Load(id); ok {
 		return l.(*client.Limiter)
 	}
 	l, _ := g.limiters.LoadOrStore(id, g.cfg.Client.Limiter(policy, key))
 	return l.(*client.Limiter)
-}
-
-// limiterKey is an unambiguous string for (policy, key): each part is
-// length-prefixed, attributes sorted by name.
-func limiterKey(policy string, key client.Key) string {
-	var b strings.Builder
-	part := func(s string) {
-		b.WriteString(strconv.Itoa(len(s)))
-		b.WriteByte(':')
-		b.WriteString(s)
-	}
-	part(policy)
-	if len(key) == 1 {
-		for k, v := range key {
-			part(k)
-			part(v)
-		}
-		return b.String()
-	}
-	names := make([]string, 0, len(key))
-	for k := range key {
-		names = append(names, k)
-	}
-	sort.Strings(names)
-	for _, k := range names {
-		part(k)
-		part(key[k])
-	}
-	return b.String()
 }

@@ -2,9 +2,6 @@ package httplimit
 
 import (
 	"hash/maphash"
-	"sort"
-	"strconv"
-	"strings"
 	"sync"
 
 	"github.com/ration-dev/ration/client"
@@ -43,7 +40,7 @@ func newLimiterCache(c *client.Client, size int) *limiterCache {
 }
 
 func (lc *limiterCache) get(policy string, key client.Key) *client.Limiter {
-	id := cacheID(policy, key)
+	id := client.LimiterID(policy, key)
 	s := &lc.shards[maphash.String(lc.seed, id)%cacheShards]
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -74,28 +71,5 @@ func (lc *limiterCache) len() int {
 	return n
 }
 
-// cacheID is an unambiguous name for a policy and key: every part is
-// length-prefixed, attributes sorted by name.
-func cacheID(policy string, key client.Key) string {
-	var names [4]string
-	ns := names[:0]
-	for n := range key {
-		ns = append(ns, n)
-	}
-	sort.Strings(ns)
-	var b strings.Builder
-	part := func(s string) {
-		b.WriteString(strconv.Itoa(len(s)))
-		b.WriteByte(':')
-		b.WriteString(s)
-	}
-	part(policy)
-	for _, n := range ns {
-		part(n)
-		part(key[n])
-	}
-	return b.String()
-}
-
 // canonical is a key's string form for the in-flight limiter.
-func canonical(key client.Key) string { return cacheID("", key) }
+func canonical(key client.Key) string { return client.LimiterID("", key) }

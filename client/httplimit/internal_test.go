@@ -59,7 +59,7 @@ func TestLimiterCacheBounded(t *testing.T) {
 	if again := lc.get("p", client.Key{"tenant": "t0"}); again != first {
 		t.Fatal("a different limiter for the same key")
 	}
-	if cacheID("p", client.Key{"a": "b=c"}) == cacheID("p", client.Key{"a=b": "c"}) {
+	if client.LimiterID("p", client.Key{"a": "b=c"}) == client.LimiterID("p", client.Key{"a=b": "c"}) {
 		t.Fatal("ambiguous cache IDs")
 	}
 }
