@@ -671,65 +671,68 @@ func (p *parser) scalar(id *Error, kv keyVal, field string) (string, bool) {
 	return v.Value, true
 }
 
+// milliValue reads field as a number in milli-units and reports the
+// problems decimal and integer share; whole requires whole units.
+func (p *parser) milliValue(id *Error, kv keyVal, field string, maxUnits int64, whole bool) (string, int64, bool) {
+	s, ok := p.scalar(id, kv, field)
+	if !ok {
+		return s, 0, false
+	}
+	v, err := ParseMilli(s)
+	msg := ""
+	switch {
+	case errors.Is(err, ErrExponent):
+		msg = fmt.Sprintf("%q %v; write the number out, like 1000", s, err)
+	case errors.Is(err, ErrTooLarge):
+		msg = fmt.Sprintf("%q is more than the maximum %d", s, maxUnits)
+	case errors.Is(err, ErrTooPrecise) && whole, err == nil && whole && v%1000 != 0:
+		msg = fmt.Sprintf("%q is not a whole number", s)
+	case err != nil:
+		msg = fmt.Sprintf("%q %v", s, err)
+	}
+	if msg != "" {
+		p.fail(id, kv, field, msg)
+		return s, 0, false
+	}
+	return s, v, true
+}
+
+// fail reports a problem with a field's value and what would be valid.
+func (p *parser) fail(id *Error, kv keyVal, field, msg string) {
+	p.add(p.errAt(id, kv, field, msg+"; "+wantFor(field)))
+}
+
 // decimal parses a positive number of units into milli-units.
 func (p *parser) decimal(id *Error, kv keyVal, field string, maxUnits int64, whole bool) (int64, bool) {
-	s, ok := p.scalar(id, kv, field)
+	s, v, ok := p.milliValue(id, kv, field, maxUnits, whole)
 	if !ok {
 		return 0, false
 	}
-	fail := func(msg string) (int64, bool) {
-		p.add(p.errAt(id, kv, field, msg))
-		return 0, false
-	}
-	w := wantFor(field)
-	v, err := ParseMilli(s)
+	msg := ""
 	switch {
-	case errors.Is(err, ErrExponent):
-		return fail(fmt.Sprintf("%q %v; write the number out, like 1000; %s", s, err, w))
-	case errors.Is(err, ErrTooLarge):
-		return fail(fmt.Sprintf("%q is more than the maximum %d; %s", s, maxUnits, w))
-	case errors.Is(err, ErrTooPrecise) && whole:
-		return fail(fmt.Sprintf("%q is not a whole number; %s", s, w))
-	case err != nil:
-		return fail(fmt.Sprintf("%q %v; %s", s, err, w))
 	case v == 0:
-		return fail(fmt.Sprintf("%q is zero; it must be greater than 0; %s", s, w))
-	case whole && v%1000 != 0:
-		return fail(fmt.Sprintf("%q is not a whole number; %s", s, w))
+		msg = fmt.Sprintf("%q is zero; it must be greater than 0", s)
 	case v > maxUnits*1000:
-		return fail(fmt.Sprintf("%q is more than the maximum %d; %s", s, maxUnits, w))
+		msg = fmt.Sprintf("%q is more than the maximum %d", s, maxUnits)
 	case field == fBurst && v < 1000:
-		return fail(fmt.Sprintf("%q is less than 1, so no request could ever fit (the smallest request costs 1); %s", s, w))
+		msg = fmt.Sprintf("%q is less than 1, so no request could ever fit (the smallest request costs 1)", s)
+	}
+	if msg != "" {
+		p.fail(id, kv, field, msg)
+		return 0, false
 	}
 	return v, true
 }
 
 // integer parses a whole number in [lo, hi].
 func (p *parser) integer(id *Error, kv keyVal, field string, lo, hi int64) (int64, bool) {
-	s, ok := p.scalar(id, kv, field)
+	s, v, ok := p.milliValue(id, kv, field, hi, true)
 	if !ok {
 		return 0, false
 	}
-	fail := func(msg string) (int64, bool) {
-		p.add(p.errAt(id, kv, field, msg))
-		return 0, false
-	}
-	w := wantFor(field)
-	v, err := ParseMilli(s)
-	switch {
-	case errors.Is(err, ErrExponent):
-		return fail(fmt.Sprintf("%q %v; write the number out, like 1000; %s", s, err, w))
-	case errors.Is(err, ErrTooLarge):
-		return fail(fmt.Sprintf("%q is more than the maximum %d; %s", s, hi, w))
-	case errors.Is(err, ErrTooPrecise):
-		return fail(fmt.Sprintf("%q is not a whole number; %s", s, w))
-	case err != nil:
-		return fail(fmt.Sprintf("%q %v; %s", s, err, w))
-	case v%1000 != 0:
-		return fail(fmt.Sprintf("%q is not a whole number; %s", s, w))
-	}
 	if msg := intRangeProblem(v/1000, lo, hi); msg != "" {
-		return fail(fmt.Sprintf("%q %s; %s", s, msg, w))
+		p.fail(id, kv, field, fmt.Sprintf("%q %s", s, msg))
+		return 0, false
 	}
 	return v / 1000, true
 }
