@@ -1,7 +1,6 @@
 package lease
 
 import (
-	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -201,7 +200,7 @@ func TestAtomicBucketConcurrentAdvancingClock(t *testing.T) {
 	var wg sync.WaitGroup
 	for g := range G {
 		wg.Go(func() {
-			rng := rand.New(rand.NewPCG(uint64(g), 42))
+			rng := newScript(uint64(g), 42)
 			var mine int64
 			stale := start
 			for range iters {
@@ -264,7 +263,7 @@ func TestAtomicBucketConcurrentFrozenClock(t *testing.T) {
 		var wg sync.WaitGroup
 		for g := range G {
 			wg.Go(func() {
-				rng := rand.New(rand.NewPCG(uint64(g), 7))
+				rng := newScript(uint64(g), 7)
 				var mine int64
 				for {
 					cost := 1 + rng.Int64N(2500)
@@ -305,13 +304,13 @@ func TestAtomicBucketConcurrentSetters(t *testing.T) {
 	var wg sync.WaitGroup
 	for g := range 4 {
 		wg.Go(func() {
-			rng := rand.New(rand.NewPCG(uint64(g), 1))
+			rng := newScript(uint64(g), 1)
 			for !stop.Load() {
 				b.AllowN(clock.Add(rng.Int64N(500)), 1+rng.Int64N(1500))
 			}
 		})
 	}
-	rng := rand.New(rand.NewPCG(99, 1))
+	rng := newScript(99, 1)
 	for range 2000 {
 		now := clock.Add(100)
 		switch rng.IntN(3) {
@@ -493,3 +492,23 @@ func TestAtomicBucketAllocs(t *testing.T) {
 	}
 	_ = sink
 }
+
+// script is a seeded, deterministic sequence of numbers for the concurrency
+// tests (splitmix64): each goroutine replays the same choices every run.
+type script struct{ state uint64 }
+
+func newScript(seed, stream uint64) *script { return &script{state: seed*0x9E3779B97F4A7C15 + stream} }
+
+func (s *script) next() uint64 {
+	s.state += 0x9E3779B97F4A7C15
+	z := s.state
+	z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9
+	z = (z ^ (z >> 27)) * 0x94D049BB133111EB
+	return z ^ (z >> 31)
+}
+
+// Int64N returns a number in [0, n).
+func (s *script) Int64N(n int64) int64 { return int64(s.next() % uint64(n)) }
+
+// IntN returns a number in [0, n).
+func (s *script) IntN(n int) int { return int(s.next() % uint64(n)) }
