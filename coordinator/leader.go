@@ -9,6 +9,7 @@ import (
 	"github.com/hashicorp/raft"
 	"github.com/ration-dev/ration/api"
 	"github.com/ration-dev/ration/fsm"
+	"github.com/ration-dev/ration/internal/policy"
 	"github.com/ration-dev/ration/internal/rpcerr"
 	"github.com/ration-dev/ration/lease"
 	"google.golang.org/protobuf/proto"
@@ -265,16 +266,16 @@ func (s *Server) establish(stop chan struct{}) (term uint64, margin, inheritedUn
 	}
 	base := s.fsm.ClusterTime()
 	s.clock.takeOver(base, term)
-	margin, inheritedUntil = s.inheritedMargin(base)
+	margin, inheritedUntil = inheritedMargin(s.fsm.Policies(), base)
 	return term, margin, inheritedUntil, true
 }
 
 // inheritedMargin: leases granted under the previous leader are expired a
 // margin late, ρ·D for the largest ρ and D of any policy, until the new
 // leader's clock has passed every expiry they could have.
-func (s *Server) inheritedMargin(base int64) (margin, until int64) {
+func inheritedMargin(policies []policy.Policy, base int64) (margin, until int64) {
 	var maxD, maxRho int64
-	for _, p := range s.fsm.Policies() {
+	for _, p := range policies {
 		maxD = max(maxD, p.LeaseDurationNanos)
 		maxRho = max(maxRho, p.DriftPPM)
 	}

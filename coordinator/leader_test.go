@@ -3,6 +3,8 @@ package coordinator
 import (
 	"testing"
 	"time"
+
+	"github.com/ration-dev/ration/internal/policy"
 )
 
 func TestClusterClockStartsFromBase(t *testing.T) {
@@ -63,5 +65,25 @@ func TestClusterClockReadiness(t *testing.T) {
 	c.takeOver(200, 6)
 	if !c.readyFor(6) || c.readyFor(4) {
 		t.Fatal("readiness did not follow the new term")
+	}
+}
+
+// A new leader expires inherited leases ρ·D late (largest ρ and D of any
+// policy), until its clock has passed every expiry they could have.
+func TestInheritedMargin(t *testing.T) {
+	ps := []policy.Policy{
+		{LeaseDurationNanos: int64(5 * time.Second), DriftPPM: 1000},
+		{LeaseDurationNanos: int64(10 * time.Second), DriftPPM: 100},
+	}
+	margin, until := inheritedMargin(ps, int64(time.Hour))
+	// ρ = 1000 ppm of D = 10 s is 10 ms, plus 1 ns of rounding up.
+	if want := int64(10*time.Millisecond) + 1; margin != want {
+		t.Fatalf("margin %d, want %d", margin, want)
+	}
+	if want := int64(time.Hour) + int64(10*time.Second) + margin; until != want {
+		t.Fatalf("until %d, want %d", until, want)
+	}
+	if m, u := inheritedMargin(nil, 7); m != 1 || u != 8 {
+		t.Fatalf("no policies: margin %d until %d", m, u)
 	}
 }

@@ -445,9 +445,7 @@ func (s *state) acquireKey(t int64, c *api.Caller, k *api.AcquireKey, seen map[s
 	if d := k.GetDemand(); d.GetRateMilliPerSec() < 0 || d.GetBurstMilli() < 0 {
 		return &api.KeyLease{Error: keyError(fmt.Errorf("%w: demands must not be negative", rpcerr.ErrInvalid))}
 	}
-	if _, _, _, err := s.resolve(t, k.GetKey(), false); err != nil && !errors.Is(err, lease.ErrLeaseNotFound) {
-		return &api.KeyLease{Error: keyError(err)}
-	}
+	// (resolve itself checks the policy and key before it creates a key.)
 	p, ck, kl, err := s.resolve(t, k.GetKey(), true)
 	if err != nil {
 		return &api.KeyLease{Error: keyError(err)}

@@ -365,3 +365,15 @@ func TestDeterministicReplicas(t *testing.T) {
 		}
 	})
 }
+
+// The expire command's expire_through_nanos holds leases inside the margin.
+func TestExpireThroughMargin(t *testing.T) {
+	h := newHarness(t)
+	h.batch(sec, acquire(caller("a", 1, 1), tenant("acme"))) // expires at 6 s
+	if r := h.apply(CmdExpire, 7*sec, &api.ExpireCommand{ExpireThroughNanos: 5 * sec}); r.Expired != 0 {
+		t.Fatalf("expired %d leases inside the margin", r.Expired)
+	}
+	if r := h.apply(CmdExpire, 8*sec, &api.ExpireCommand{ExpireThroughNanos: 6 * sec}); r.Expired != 1 {
+		t.Fatalf("expired %d, want the lease once the cut-off reaches its expiry", r.Expired)
+	}
+}

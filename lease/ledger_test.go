@@ -316,3 +316,26 @@ func TestRevokeOlderIncarnations(t *testing.T) {
 		t.Fatal("revoked twice")
 	}
 }
+
+// ExpireThrough advances the pool to now but removes only leases expired by
+// the cut-off: a new leader's margin for leases it inherited.
+func TestExpireThroughKeepsLeasesInsideTheMargin(t *testing.T) {
+	l := newTestLedger(t, 10_000, 100_000)
+	grant(t, l, 0, "a", 1, 1_000, 1_000) // expires at 10 s
+	gone, err := l.ExpireThrough(11*sec, 9*sec)
+	if err != nil || len(gone) != 0 {
+		t.Fatalf("expired %v, %v before the cut-off reached the expiry", gone, err)
+	}
+	if l.NowNanos() != 11*sec {
+		t.Fatalf("ledger time %d, want 11 s", l.NowNanos())
+	}
+	mustInv(t, l)
+	if gone, _ := l.ExpireThrough(12*sec, 10*sec); len(gone) != 1 {
+		t.Fatalf("lease not expired once the cut-off reached its expiry: %v", gone)
+	}
+	// A cut-off later than now is capped at now.
+	grant(t, l, 12*sec, "b", 1, 1_000, 1_000) // expires at 22 s
+	if gone, _ := l.ExpireThrough(13*sec, 30*sec); len(gone) != 0 {
+		t.Fatalf("a cut-off beyond now expired %v", gone)
+	}
+}
