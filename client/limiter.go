@@ -203,22 +203,9 @@ func (l *Limiter) allow(costMilli int64, waitFirst bool) (Decision, *lease.Atomi
 		d, charged := l.unusable(t, costMilli)
 		return l.count(d), charged
 	}
-	rem, ok := t.bucket.TakeN(now, costMilli)
-	if ok && rem >= t.capMilli/10 {
-		// The fast path: no accounting unless a metrics collector asked.
-		if l.c.countAllowed.Load() {
-			l.decisions[Allowed].Add(1)
-		}
-		return Decision{Allowed: true, RemainingMilli: rem, Reason: Allowed}, t.bucket
-	}
-	var d lease.Decision
-	if ok {
-		d = lease.Decision{Allowed: true, Reason: lease.ReasonOK, RemainingMilli: rem}
-	} else {
-		// Charged nothing: the full decision (reason, retry-after), which
-		// may admit if tokens arrived meanwhile.
-		d = t.bucket.AllowN(now, costMilli)
-	}
+	// The slow path (AllowN has already tried the fast one): the full
+	// decision, with reason and retry-after.
+	d := t.bucket.AllowN(now, costMilli)
 	if !d.Allowed {
 		l.unmet.Add(costMilli)
 		if d.Reason == lease.ReasonExceedsCapacity && costMilli > l.maxRefused.Load() {
