@@ -74,29 +74,34 @@ func (b *batcher) run() {
 			b.drain()
 			return
 		}
-		batch := []*batchReq{first}
-		bytes := first.size
-		var carry *batchReq
-	collect:
-		for len(batch) < b.s.cfg.MaxBatchOps {
-			select {
-			case r := <-b.in:
-				if bytes+r.size > maxEntryBytes {
-					carry = r
-					break collect
-				}
-				batch = append(batch, r)
-				bytes += r.size
-			default:
-				break collect
-			}
-		}
+		batch, carry := collect(first, b.in, b.s.cfg.MaxBatchOps, maxEntryBytes)
 		b.apply(batch)
 		if carry != nil {
 			// Over the byte budget: it starts the next entry.
 			b.requeue(carry)
 		}
 	}
+}
+
+// collect takes first and whatever else is queued, up to maxOps requests
+// and maxBytes encoded bytes. A request that would go over the byte budget
+// is returned as carry, to start the next entry.
+func collect(first *batchReq, in <-chan *batchReq, maxOps, maxBytes int) (batch []*batchReq, carry *batchReq) {
+	batch = []*batchReq{first}
+	bytes := first.size
+	for len(batch) < maxOps {
+		select {
+		case r := <-in:
+			if bytes+r.size > maxBytes {
+				return batch, r
+			}
+			batch = append(batch, r)
+			bytes += r.size
+		default:
+			return batch, nil
+		}
+	}
+	return batch, nil
 }
 
 // requeue puts a request back at the head of the next batch.
