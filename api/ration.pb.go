@@ -1055,8 +1055,14 @@ type StatusResponse struct {
 	Policies         uint64                 `protobuf:"varint,8,opt,name=policies,proto3" json:"policies,omitempty"`
 	Keys             uint64                 `protobuf:"varint,9,opt,name=keys,proto3" json:"keys,omitempty"`
 	Leases           uint64                 `protobuf:"varint,10,opt,name=leases,proto3" json:"leases,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// The answering server's state machine: the Raft index of the last
+	// command it applied (0 after a snapshot restore until the next one) and
+	// the SHA-256 of its whole state at that index. Servers at the same index
+	// must report the same hash.
+	FsmIndex       uint64 `protobuf:"varint,11,opt,name=fsm_index,json=fsmIndex,proto3" json:"fsm_index,omitempty"`
+	FsmStateSha256 string `protobuf:"bytes,12,opt,name=fsm_state_sha256,json=fsmStateSha256,proto3" json:"fsm_state_sha256,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *StatusResponse) Reset() {
@@ -1157,6 +1163,20 @@ func (x *StatusResponse) GetLeases() uint64 {
 		return x.Leases
 	}
 	return 0
+}
+
+func (x *StatusResponse) GetFsmIndex() uint64 {
+	if x != nil {
+		return x.FsmIndex
+	}
+	return 0
+}
+
+func (x *StatusResponse) GetFsmStateSha256() string {
+	if x != nil {
+		return x.FsmStateSha256
+	}
+	return ""
 }
 
 type MembersRequest struct {
@@ -2384,7 +2404,7 @@ const file_ration_proto_rawDesc = "" +
 	"\fgrpc_address\x18\x03 \x01(\tR\vgrpcAddress\x12\x1a\n" +
 	"\bsuffrage\x18\x04 \x01(\tR\bsuffrage\x12\x14\n" +
 	"\x05state\x18\x05 \x01(\tR\x05state\x12\x18\n" +
-	"\ahealthy\x18\x06 \x01(\bR\ahealthy\"\xce\x02\n" +
+	"\ahealthy\x18\x06 \x01(\bR\ahealthy\"\x95\x03\n" +
 	"\x0eStatusResponse\x12\x16\n" +
 	"\x06leader\x18\x01 \x01(\tR\x06leader\x12\x12\n" +
 	"\x04term\x18\x02 \x01(\x04R\x04term\x12!\n" +
@@ -2397,7 +2417,9 @@ const file_ration_proto_rawDesc = "" +
 	"\bpolicies\x18\b \x01(\x04R\bpolicies\x12\x12\n" +
 	"\x04keys\x18\t \x01(\x04R\x04keys\x12\x16\n" +
 	"\x06leases\x18\n" +
-	" \x01(\x04R\x06leases\"\x10\n" +
+	" \x01(\x04R\x06leases\x12\x1b\n" +
+	"\tfsm_index\x18\v \x01(\x04R\bfsmIndex\x12(\n" +
+	"\x10fsm_state_sha256\x18\f \x01(\tR\x0efsmStateSha256\"\x10\n" +
 	"\x0eMembersRequest\"\xb8\x01\n" +
 	"\x06Member\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +

@@ -54,6 +54,24 @@ type Config struct {
 	Logger *slog.Logger
 	// DialOptions are added to every connection (TLS goes here).
 	DialOptions []grpc.DialOption
+	// OnGrant, if set, is called by the background loop each time a grant
+	// (a new lease or a renewal) is put to use, with the lease's terms. It
+	// must return quickly. The jepsen-like tests record acknowledged grants
+	// with it; applications can log or export them.
+	OnGrant func(GrantInfo)
+}
+
+// GrantInfo describes one acknowledged grant the client put to use.
+type GrantInfo struct {
+	Policy, CanonicalKey string
+	LeaseID              uint64
+	Renewal              bool // false: a new lease
+	RateMilliPerSec      int64
+	CapMilli             int64
+	StartMilli           int64 // tokens a new lease started with
+	// UsableFor is how long from the callback the client may still admit
+	// from this lease (its deadline, by the client's clock).
+	UsableFor time.Duration
 }
 
 func (c *Config) setDefaults() error {

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/ration-dev/ration/api"
+	"github.com/ration-dev/ration/internal/faults"
 	"github.com/ration-dev/ration/lease"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -149,6 +150,7 @@ func (c *Client) acquire(ls []*Limiter) {
 		return api.NewLeasesClient(conn).Acquire(ctx, req)
 	})
 	c.rpcStats.observe(opAcquire, c.clock.Precise()-tSend)
+	tSend = c.leaseStart(tSend)
 	if err != nil || len(resp.GetLeases()) != len(ls) {
 		c.rpcStats.fail(opAcquire, err)
 		c.log.Warn("acquire failed", "keys", len(ls), "err", err)
@@ -169,6 +171,17 @@ func (c *Client) acquire(ls []*Limiter) {
 		}
 		l.install(tSend, kl.GetGrant())
 	}
+}
+
+// leaseStart is the time a grant's lease is timed from: tSend, when the
+// request was sent, since the coordinator may have committed the grant at
+// any moment after that. Only a test build breaks this rule
+// (faults.TimeFromReceipt times it from the answer's arrival instead).
+func (c *Client) leaseStart(tSend int64) int64 {
+	if faults.Active(faults.TimeFromReceipt) {
+		return c.clock.Precise()
+	}
+	return tSend
 }
 
 // install publishes a new lease's terms (a grant answered to a request sent
@@ -202,6 +215,7 @@ func (l *Limiter) install(tSend int64, g *api.Grant) {
 	}
 	l.cur.Store(t)
 	l.firstOnce.Do(func() { close(l.first) })
+	l.c.notifyGrant(l, g, false, deadline-now)
 }
 
 // setTimes derives the renewal time and the guard band from the deadline.
@@ -231,6 +245,7 @@ func (c *Client) renew(ls []*Limiter) {
 		return api.NewLeasesClient(conn).Renew(ctx, req)
 	})
 	c.rpcStats.observe(opRenew, c.clock.Precise()-tSend)
+	tSend = c.leaseStart(tSend)
 	if err != nil || len(resp.GetLeases()) != len(ls) {
 		c.rpcStats.fail(opRenew, err)
 		c.log.Warn("renew failed", "keys", len(ls), "err", err)
@@ -298,7 +313,21 @@ func (l *Limiter) applyRenewal(tSend int64, old *terms, g *api.Grant) {
 	nt.capMilli, nt.rateMilli, nt.ttlNanos, nt.driftPPM, nt.shadow = g.GetCapMilli(), g.GetRateMilliPerSec(), g.GetTtlNanos(), drift, g.GetShadow()
 	nt.setTimes(tSend, newDeadline, g.GetRenewAfterNanos())
 	l.fails = 0
-	l.cur.CompareAndSwap(old, &nt)
+	if l.cur.CompareAndSwap(old, &nt) {
+		l.c.notifyGrant(l, g, true, newDeadline-now)
+	}
+}
+
+// notifyGrant tells Config.OnGrant about a grant now in use.
+func (c *Client) notifyGrant(l *Limiter, g *api.Grant, renewal bool, usable int64) {
+	if c.cfg.OnGrant == nil {
+		return
+	}
+	c.cfg.OnGrant(GrantInfo{
+		Policy: l.policy, CanonicalKey: g.GetCanonicalKey(), LeaseID: g.GetLeaseId(), Renewal: renewal,
+		RateMilliPerSec: g.GetRateMilliPerSec(), CapMilli: g.GetCapMilli(), StartMilli: g.GetStartMilli(),
+		UsableFor: time.Duration(usable),
+	})
 }
 
 // releaseAll returns every lease with its unspent tokens (Close).

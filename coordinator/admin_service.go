@@ -40,6 +40,7 @@ func (a *adminService) Status(ctx context.Context, _ *api.StatusRequest) (*api.S
 	}
 	p, k, l, _ := s.fsm.Counts()
 	resp.Policies, resp.Keys, resp.Leases = uint64(p), uint64(k), uint64(l)
+	resp.FsmIndex, resp.FsmStateSha256 = a.s.fsm.StateHash()
 	gossip := map[string]memberInfo{}
 	for _, m := range s.members.members() {
 		if m.ok {

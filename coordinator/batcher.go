@@ -6,6 +6,7 @@ import (
 
 	"github.com/ration-dev/ration/api"
 	"github.com/ration-dev/ration/fsm"
+	"github.com/ration-dev/ration/internal/faults"
 	"github.com/ration-dev/ration/internal/rpcerr"
 	"google.golang.org/protobuf/proto"
 )
@@ -129,6 +130,10 @@ func (b *batcher) apply(batch []*batchReq) {
 	cmd := &api.LeaseBatchCommand{Ops: make([]*api.LeaseOp, len(batch))}
 	for i, r := range batch {
 		cmd.Ops[i] = r.op
+	}
+	if faults.Active(faults.AckBeforeCommit) {
+		b.applyBeforeCommit(batch, cmd)
+		return
 	}
 	fail := func(err error) {
 		for _, r := range batch {

@@ -8,6 +8,7 @@ import (
 	"net"
 	"time"
 
+	"github.com/ration-dev/ration/internal/coarseclock"
 	"github.com/ration-dev/ration/internal/policy"
 )
 
@@ -72,6 +73,11 @@ type Config struct {
 	// Policies, if set, are applied by the first leader of a cluster that
 	// has none (rationd dev, --config).
 	Policies *policy.File
+
+	// Clock is the monotonic clock cluster time is read from (default: a
+	// coarseclock at 1ms; only its Precise reading is used). The
+	// jepsen-like tests give it a rate error (coarseclock.SetRate).
+	Clock *coarseclock.Clock
 
 	// Seams for mTLS (next step): nil means plain TCP.
 	RaftTLS *tls.Config

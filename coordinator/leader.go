@@ -9,6 +9,7 @@ import (
 	"github.com/hashicorp/raft"
 	"github.com/ration-dev/ration/api"
 	"github.com/ration-dev/ration/fsm"
+	"github.com/ration-dev/ration/internal/coarseclock"
 	"github.com/ration-dev/ration/internal/policy"
 	"github.com/ration-dev/ration/internal/rpcerr"
 	"github.com/ration-dev/ration/lease"
@@ -17,8 +18,8 @@ import (
 
 // clusterClock stamps cluster time into commands on the leader: the last
 // committed cluster time when it took over, plus its monotonic time since.
-// It never goes backwards and ignores wall-clock jumps (time.Since uses the
-// monotonic reading). The time of an election is not counted, so cluster
+// It never goes backwards and ignores wall-clock jumps (Config.Clock reads
+// Go's monotonic clock). The time of an election is not counted, so cluster
 // time lags real time after a leader change: reclaims come later, never
 // earlier.
 //
@@ -30,8 +31,9 @@ import (
 // the clock is ready for the current term.
 type clusterClock struct {
 	mu    sync.Mutex
+	src   *coarseclock.Clock // the monotonic source (Config.Clock)
 	base  int64
-	start time.Time
+	start int64 // src.Precise() at takeOver
 	last  int64
 	term  uint64
 	ready bool
@@ -40,7 +42,10 @@ type clusterClock struct {
 func (c *clusterClock) takeOver(base int64, term uint64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.base, c.start = base, time.Now()
+	if c.src == nil {
+		c.src = coarseclock.Default()
+	}
+	c.base, c.start = base, c.src.Precise()
 	c.last = max(c.last, base)
 	c.term, c.ready = term, true
 }
@@ -62,7 +67,7 @@ func (c *clusterClock) readyFor(term uint64) bool {
 }
 
 func (c *clusterClock) nowLocked() int64 {
-	t := c.base + time.Since(c.start).Nanoseconds()
+	t := c.base + (c.src.Precise() - c.start)
 	if t < c.last {
 		t = c.last
 	}

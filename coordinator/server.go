@@ -65,6 +65,7 @@ func New(cfg Config) (*Server, error) {
 	}
 	logger = logger.With("server", cfg.ID)
 	s := &Server{cfg: cfg, log: logger, fsm: fsm.New(logger.With("component", "fsm")), shutdownCh: make(chan struct{})}
+	s.clock.src = cfg.Clock // nil: takeOver uses coarseclock.Default()
 	ok := false
 	defer func() {
 		if !ok {

@@ -83,6 +83,9 @@ type FSM struct {
 	mu  sync.RWMutex
 	st  *state
 	log *slog.Logger
+	// index is the Raft index of the last command applied (0 after a
+	// restore until the next one): StateHash reports it with the hash.
+	index uint64
 }
 
 var _ raft.FSM = (*FSM)(nil)
@@ -108,6 +111,7 @@ func (f *FSM) Apply(l *raft.Log) any {
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.index = l.Index
 	// Cluster time never goes backwards, whatever the leader stamped.
 	t := max(env.ClusterTimeNanos, f.st.clusterTime)
 	f.st.clusterTime = t
@@ -389,6 +393,7 @@ func (s *state) resolve(t int64, k *api.Key, create bool) (policy.Policy, string
 	if err != nil {
 		return p, ck, nil, fmt.Errorf("policy %q: %w", p.Name, err)
 	}
+	l = withFault(l)
 	if s.keys[p.Name] == nil {
 		s.keys[p.Name] = map[string]*keyLedger{}
 	}
@@ -607,6 +612,7 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 	}
 	f.mu.Lock()
 	f.st = st
+	f.index = 0
 	f.mu.Unlock()
 	return nil
 }

@@ -377,3 +377,29 @@ func TestExpireThroughMargin(t *testing.T) {
 		t.Fatalf("expired %d, want the lease once the cut-off reaches its expiry", r.Expired)
 	}
 }
+
+func TestStateHashFollowsStateAndSurvivesSnapshot(t *testing.T) {
+	_, empty := New(nil).StateHash()
+	a, b := newHarness(t), newHarness(t)
+	for _, h := range []*harness{a, b} {
+		h.batch(sec, acquire(caller("a", 1, 1), tenant("acme")))
+	}
+	ia, ha := a.f.StateHash()
+	ib, hb := b.f.StateHash()
+	if ia != a.index || ia != ib || ha != hb || ha == empty {
+		t.Fatalf("same log: (%d, %s) vs (%d, %s); empty %s", ia, ha, ib, hb, empty)
+	}
+	// One more command on one side changes its hash.
+	b.batch(2*sec, acquire(caller("b", 1, 1), tenant("acme")))
+	if _, hb2 := b.f.StateHash(); hb2 == ha {
+		t.Fatal("a new lease did not change the state hash")
+	}
+	// A restored copy hashes the same, with index 0 until its next command.
+	c := New(nil)
+	if err := c.Restore(nopCloser{bytes.NewReader(snapshotBytes(t, a.f))}); err != nil {
+		t.Fatal(err)
+	}
+	if ic, hc := c.StateHash(); hc != ha || ic != 0 {
+		t.Fatalf("restored: (%d, %s), want (0, %s)", ic, hc, ha)
+	}
+}

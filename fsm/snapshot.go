@@ -168,7 +168,11 @@ func importLedger(ls *api.LedgerSnapshot) (*lease.Ledger, error) {
 		}
 		st.Leases = append(st.Leases, le)
 	}
-	return lease.NewLedgerFromState(st)
+	l, err := lease.NewLedgerFromState(st)
+	if err != nil {
+		return nil, err
+	}
+	return withFault(l), nil
 }
 
 var errSnapshot = errors.New("corrupt snapshot")

@@ -8,8 +8,10 @@ import (
 	"log/slog"
 	"net"
 	"strings"
+	"time"
 
 	"github.com/ration-dev/ration/coordinator"
+	"github.com/ration-dev/ration/internal/faults"
 	"github.com/ration-dev/ration/internal/policy"
 )
 
@@ -21,6 +23,29 @@ type options struct {
 	bootstrapExpect                int
 	configPath                     string
 	logLevel, logFormat            string
+
+	// Raft snapshot tuning (0 keeps coordinator.DefaultConfig's value).
+	snapshotThreshold, trailingLogs uint64
+	snapshotInterval                time.Duration
+
+	// Test builds only (-tags ration_faults): negative-control faults and
+	// the clock control file (internal/faults).
+	faults       stringList
+	clockControl string
+}
+
+// stringList is a repeatable, comma-separated string flag.
+type stringList []string
+
+func (l *stringList) String() string { return strings.Join(*l, ",") }
+
+func (l *stringList) Set(v string) error {
+	for _, s := range strings.Split(v, ",") {
+		if s = strings.TrimSpace(s); s != "" {
+			*l = append(*l, s)
+		}
+	}
+	return nil
 }
 
 // addrList is a flag holding HOST:PORT addresses, comma-separated and/or
@@ -56,6 +81,17 @@ func serverFlags(name string, o *options) *flag.FlagSet {
 		"policy `FILE` the first leader of a cluster that has no policies applies (token-bucket policies only)")
 	fs.StringVar(&o.logLevel, "log-level", o.logLevel, "log `LEVEL`: debug, info, warn or error")
 	fs.StringVar(&o.logFormat, "log-format", o.logFormat, "log `FORMAT`: text or json")
+	fs.Uint64Var(&o.snapshotThreshold, "raft-snapshot-threshold", o.snapshotThreshold,
+		"snapshot after `N` new log entries (0: the default, 8192)")
+	fs.Uint64Var(&o.trailingLogs, "raft-trailing-logs", o.trailingLogs,
+		"log entries to keep after a snapshot, for followers that lag (`N`; 0: the default, 10240)")
+	fs.DurationVar(&o.snapshotInterval, "raft-snapshot-interval", o.snapshotInterval,
+		"how often to check whether a snapshot is due (`D`; 0: the default, 30s)")
+	if faults.Enabled {
+		fs.Var(&o.faults, "fault", fmt.Sprintf("TEST BUILD ONLY: turn on a broken `VARIANT` (repeatable): %v", faults.All))
+		fs.StringVar(&o.clockControl, "clock-control", o.clockControl,
+			"TEST BUILD ONLY: poll `FILE` for clock faults (rate_ppm=N, wall_offset_ns=N)")
+	}
 	return fs
 }
 
@@ -139,5 +175,14 @@ func (o options) config(logger *slog.Logger, policies *policy.File) coordinator.
 	cfg.BootstrapExpect = o.bootstrapExpect
 	cfg.Logger = logger
 	cfg.Policies = policies
+	if o.snapshotThreshold > 0 {
+		cfg.SnapshotThreshold = o.snapshotThreshold
+	}
+	if o.trailingLogs > 0 {
+		cfg.TrailingLogs = o.trailingLogs
+	}
+	if o.snapshotInterval > 0 {
+		cfg.SnapshotInterval = o.snapshotInterval
+	}
 	return cfg
 }

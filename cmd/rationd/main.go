@@ -35,6 +35,8 @@ import (
 	"time"
 
 	"github.com/ration-dev/ration/coordinator"
+	"github.com/ration-dev/ration/internal/coarseclock"
+	"github.com/ration-dev/ration/internal/faults"
 	"github.com/ration-dev/ration/internal/policy"
 )
 
@@ -158,6 +160,21 @@ func serve(prog string, o options, policies *policy.File, stderr io.Writer, sign
 	cfg := o.config(logger, policies)
 	if err := cfg.Validate(); err != nil {
 		return fail(2, err)
+	}
+	if err := faults.Set(o.faults...); err != nil {
+		return fail(2, fmt.Errorf("--fault: %w", err))
+	}
+	if len(o.faults) > 0 {
+		logger.Warn("TEST BUILD: running with broken variants", "faults", o.faults.String())
+	}
+	if o.clockControl != "" {
+		cfg.Clock = coarseclock.New(0)
+		defer cfg.Clock.Stop()
+		stop := make(chan struct{})
+		defer close(stop)
+		if err := faults.WatchClock(o.clockControl, cfg.Clock, logger, stop); err != nil {
+			return fail(2, fmt.Errorf("--clock-control: %w", err))
+		}
 	}
 	srv, err := start(cfg, logger, signals)
 	if err != nil {

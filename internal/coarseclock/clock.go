@@ -27,6 +27,7 @@ type Clock struct {
 	_   [cacheLine - 8]byte
 
 	start      time.Time
+	rate       atomic.Pointer[rateChange] // nil: the clock runs at the real rate
 	resolution time.Duration
 	permanent  bool // the Default clock: Stop is a no-op
 	stopOnce   sync.Once
@@ -73,7 +74,7 @@ func (c *Clock) run(t *time.Ticker) {
 			// not jump with wall-clock changes. The max keeps Now
 			// non-decreasing even if the platform's monotonic clock ever
 			// stepped back.
-			if v := int64(time.Since(c.start)); v > last {
+			if v := c.elapsed(); v > last {
 				last = v
 				c.now.Store(v)
 			}
@@ -104,4 +105,49 @@ func (c *Clock) Stop() {
 // Precise reads the monotonic clock now, on the same base as Now: Now() is
 // always <= Precise(). It costs a real clock read (~30 ns); use it where a
 // lagging reading would be unsafe, such as a lease's deadline.
-func (c *Clock) Precise() int64 { return int64(time.Since(c.start)) }
+func (c *Clock) Precise() int64 {
+	if c.rate.Load() == nil {
+		return int64(time.Since(c.start))
+	}
+	return max(c.elapsed(), c.now.Load())
+}
+
+// rateChange is the clock's reading and the real elapsed time at the moment
+// SetRate took effect, and the rate error from then on.
+type rateChange struct{ realAt, clockAt, ppm int64 }
+
+// elapsed is the clock's reading now: the real elapsed time, or, after
+// SetRate, the reading at the change plus the real time since, scaled.
+func (c *Clock) elapsed() int64 {
+	real := int64(time.Since(c.start))
+	r := c.rate.Load()
+	if r == nil {
+		return real
+	}
+	return r.clockAt + scale(real-r.realAt, r.ppm)
+}
+
+// scale returns d·(10^6 + ppm)/10^6 without overflowing for any d up to
+// centuries.
+func scale(d, ppm int64) int64 {
+	const m = 1_000_000
+	return d/m*(m+ppm) + d%m*(m+ppm)/m
+}
+
+// SetRate is a test seam for clock faults: from now on the clock advances
+// ppm parts per million faster (ppm > 0) or slower (ppm < 0) than real
+// time; 0 restores the real rate (from the current reading, so the clock
+// never jumps). ppm must be in (−10^6, 10^6]. Readings stay non-decreasing.
+// Production code never calls it; the jepsen-like tests drive it through
+// binaries built with -tags ration_faults (internal/faults).
+func (c *Clock) SetRate(ppm int64) {
+	if ppm <= -1_000_000 || ppm > 1_000_000 {
+		panic("coarseclock: SetRate ppm out of range")
+	}
+	real := int64(time.Since(c.start))
+	cur := real
+	if r := c.rate.Load(); r != nil {
+		cur = r.clockAt + scale(real-r.realAt, r.ppm)
+	}
+	c.rate.Store(&rateChange{realAt: real, clockAt: max(cur, c.now.Load()), ppm: ppm})
+}

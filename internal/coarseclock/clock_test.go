@@ -1,6 +1,7 @@
 package coarseclock
 
 import (
+	"math/big"
 	"runtime"
 	"sync"
 	"testing"
@@ -136,4 +137,48 @@ func BenchmarkClock(b *testing.B) {
 			sinkInt64 = c.Now()
 		}
 	})
+}
+
+func TestSetRateScalesElapsedTime(t *testing.T) {
+	c := New(time.Millisecond)
+	defer c.Stop()
+	// A clock 50% fast: over a real interval of at least 20ms (measured
+	// on the real monotonic clock around the readings), it must advance
+	// by about 1.5 times as much, and never less than real time.
+	c.SetRate(500_000)
+	// The real time between the two readings lies between the inner and
+	// the outer brackets, however the test is scheduled.
+	t0 := time.Now()
+	a := c.Precise()
+	t1 := time.Now()
+	for time.Since(t1) < 20*time.Millisecond {
+		runtime.Gosched()
+	}
+	t2 := time.Now()
+	b := c.Precise()
+	t3 := time.Now()
+	d := time.Duration(b - a)
+	lo, hi := t2.Sub(t1)*3/2-time.Microsecond, t3.Sub(t0)*3/2+time.Microsecond
+	if d < lo || d > hi {
+		t.Fatalf("50%% fast clock advanced %v, want within [%v, %v]", d, lo, hi)
+	}
+	// Back to the real rate: no jump, still non-decreasing.
+	c.SetRate(0)
+	if p := c.Precise(); p < b {
+		t.Fatalf("reading went back from %d to %d after SetRate(0)", b, p)
+	}
+	if c.Now() > c.Precise() {
+		t.Fatal("Now ahead of Precise")
+	}
+}
+
+func TestScaleMatchesExactArithmetic(t *testing.T) {
+	for _, d := range []int64{0, 1, 999_999, 1_000_000, 1_234_567_891, 3_600_000_000_000_000} {
+		for _, ppm := range []int64{-999_999, -1000, 0, 1000, 1_000_000} {
+			want := new(big.Int).Div(new(big.Int).Mul(big.NewInt(d), big.NewInt(1_000_000+ppm)), big.NewInt(1_000_000))
+			if got := scale(d, ppm); got != want.Int64() {
+				t.Errorf("scale(%d, %d) = %d, want %s", d, ppm, got, want)
+			}
+		}
+	}
 }

@@ -1,0 +1,17 @@
+//go:build ration_faults
+
+package fsm
+
+import (
+	"github.com/ration-dev/ration/internal/faults"
+	"github.com/ration-dev/ration/lease"
+)
+
+// withFault breaks a ledger as faults.StartFullNoDebit says (test builds
+// only; see internal/faults).
+func withFault(l *lease.Ledger) *lease.Ledger {
+	if faults.Active(faults.StartFullNoDebit) {
+		lease.InjectFault(l, lease.FaultStartFullNoDebit)
+	}
+	return l
+}

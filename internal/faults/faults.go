@@ -1,0 +1,40 @@
+// Package faults holds the deliberately broken behaviours and the clock
+// control that the jepsen-like tests use as negative controls and clock
+// nemeses. They exist only in binaries built with -tags ration_faults: in a
+// normal build Enabled is false, Active is always false (the compiler drops
+// the broken branches), and Set and WatchClock refuse to run.
+//
+// Faults are process-wide and set once at startup, before the server or
+// client they affect starts.
+package faults
+
+import "fmt"
+
+// Fault names one broken variant.
+type Fault string
+
+const (
+	// AckBeforeCommit: the leader applies a lease batch to its own state
+	// machine and answers at once, then proposes it to Raft; an entry that
+	// never commits (leader isolated or killed) leaves grants the cluster
+	// does not know about.
+	AckBeforeCommit Fault = "ack-before-commit"
+	// StartFullNoDebit: new leases start with a full bucket that the pool
+	// is never debited for (lease.FaultStartFullNoDebit).
+	StartFullNoDebit Fault = "start-full-no-debit"
+	// TimeFromReceipt: the client times its lease from when the answer
+	// arrived instead of from when it sent the request.
+	TimeFromReceipt Fault = "time-from-receipt"
+)
+
+// All lists every fault, for flag help and validation.
+var All = []Fault{AckBeforeCommit, StartFullNoDebit, TimeFromReceipt}
+
+func parse(name string) (Fault, error) {
+	for _, f := range All {
+		if string(f) == name {
+			return f, nil
+		}
+	}
+	return "", fmt.Errorf("unknown fault %q; want one of %v", name, All)
+}

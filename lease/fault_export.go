@@ -1,0 +1,8 @@
+//go:build ration_faults
+
+package lease
+
+// InjectFault switches a ledger to a broken variant. It exists only in
+// builds with -tags ration_faults, for the jepsen-like tests' negative
+// controls (internal/faults).
+func InjectFault(l *Ledger, f Fault) { l.injectFault(f) }
