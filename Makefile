@@ -2,7 +2,7 @@
 GO ?= go
 BENCH_COUNT ?= 10
 
-.PHONY: help demo test test-race build cluster cluster-stop bench fmt vet lint clean
+.PHONY: help demo test test-race build cluster cluster-stop bench bench-compare fmt vet lint clean jepsen-deps jepsen-quick jepsen
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -12,7 +12,9 @@ demo: build ## the main job: a local 3-node cluster; 4 replicas offer 3x a quota
 
 test: ## everything CI runs: vet, then every test (property tests, negative controls, golden tests)
 	$(GO) vet ./...
+	$(GO) vet -tags jepsen,ration_faults ./...
 	$(GO) test -count=1 ./...
+	$(GO) test -count=1 -tags ration_faults ./internal/faults
 
 test-race: ## the tests under the race detector
 	$(GO) test -race -count=1 ./...
@@ -30,6 +32,9 @@ bench: ## hot-path benchmarks vs golang.org/x/time/rate, summarised by benchstat
 	$(GO) test ./lease -run '^$$' -bench 'BenchmarkAllow' -benchmem -count $(BENCH_COUNT) | tee bench.out
 	$(GO) run golang.org/x/perf/cmd/benchstat@v0.0.0-20260908200009-22c9c6c9d4da bench.out
 
+bench-compare: ## ration side by side with Redis GCRA, Gubernator and x/time/rate (6-8 min; installs redis-server); writes bench/results/
+	bench/compare.sh
+
 fmt: ## gofmt every file
 	gofmt -w $$(git ls-files '*.go')
 
@@ -38,3 +43,13 @@ vet: ## go vet
 
 clean: ## remove build output
 	rm -rf bin bench.out
+
+jepsen-deps: ## install what the jepsen-like tests need (iproute2, iptables) when missing; needs root
+	@command -v ip >/dev/null && command -v iptables-restore >/dev/null || \
+		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq iproute2 iptables)
+
+jepsen-quick: jepsen-deps ## jepsen-like tests: every nemesis once, the clock-beyond-rho run and the negative controls (root, ~6 min)
+	$(GO) test -tags jepsen -count=1 -v -timeout 30m ./jepsen-like-tests -run 'TestQuick|TestClockBeyondRho|TestNegativeControls'
+
+jepsen: jepsen-deps ## long randomized jepsen-like run: make jepsen SEED=42 DURATION=10m (reports in /tmp/ration-jepsen)
+	SEED=$(SEED) DURATION=$(DURATION) $(GO) test -tags jepsen -count=1 -v -timeout 0 ./jepsen-like-tests -run 'TestLong'

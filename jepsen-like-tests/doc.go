@@ -1,0 +1,40 @@
+//go:build jepsen && linux
+
+// Package jepsen is ration's fault suite: real rationd and client-replica
+// processes, each in its own network namespace, under 3x load while
+// nemeses kill, pause, partition, skew clocks, degrade the network and
+// change membership; checkers then read the recorded history.
+//
+// # Layout
+//
+//	netns.go, topology.go  the network: namespaces joined by a bridge in a
+//	                       hub namespace; partitions are iptables DROP rules
+//	                       inside each host (Block), loss uses iptables'
+//	                       statistic match (this kernel has no netem)
+//	harness.go             processes (rationd, replica), clock and rate
+//	                       control files, leader watcher, teardown
+//	nemesis.go             the nemeses and Mix
+//	run.go                 Execute: a scenario, then every checker, the
+//	                       report folder and summary.json
+//	history.go, checker.go the history and timeline formats; the bound,
+//	                       utilization and recovery checkers
+//	report.go, svg.go      summary.json and the rate picture
+//	proxy.go               a response-delaying TCP proxy (for the
+//	                       time-from-receipt negative control)
+//	replica/               the client replica program
+//
+// Every process reads CLOCK_MONOTONIC, which all processes on the host
+// share, so histories merge onto one time line. Binaries are built with
+// -tags ration_faults, which adds the --fault and --clock-control flags
+// (internal/faults); a run without faults behaves like a normal build.
+//
+// # Running
+//
+//	make jepsen-quick                  every nemesis once, plus the runs that must be caught
+//	make jepsen SEED=42 DURATION=10m   a long randomized run
+//
+// Each run writes a folder under $RATION_JEPSEN_REPORTS (default
+// /tmp/ration-jepsen): histories, grants, timeline.jsonl, config.txt,
+// every process's log, summary.json and rate.svg. A failure prints the
+// folder and the seed; the same seed replays the same nemesis choices.
+package jepsen

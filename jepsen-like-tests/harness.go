@@ -1,0 +1,549 @@
+//go:build jepsen && linux
+
+package jepsen
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/ration-dev/ration/api"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+)
+
+// Ports every process uses inside its own namespace (each host has its own
+// address, so they never clash).
+const (
+	grpcPort   = 7400
+	raftPort   = 7500
+	gossipPort = 7600
+)
+
+// PolicySpec is the one policy a run puts under load, in whole tokens.
+type PolicySpec struct {
+	Rate, Burst       int64
+	Lease, RenewAfter time.Duration
+}
+
+func (p PolicySpec) yaml() string {
+	return fmt.Sprintf(`policies:
+  - name: jepsen
+    algorithm: token-bucket
+    rate: %d
+    burst: %d
+    key: [tenant]
+    charge: cost
+    lease:
+      duration: %s
+      renew_after: %s
+`, p.Rate, p.Burst, p.Lease, p.RenewAfter)
+}
+
+func (p PolicySpec) bound() BoundSpec {
+	return BoundSpec{CapacityMilli: p.Burst * 1000, RateMilliPerSec: p.Rate * 1000}
+}
+
+// RunConfig is one run's configuration; with its seed it reproduces the run.
+type RunConfig struct {
+	Name     string
+	Seed     int64
+	Servers  []string // n1 n2 n3
+	Replicas []string // c1 ...
+	// RatePerReplica is requests/s offered by each replica; with CostMix
+	// (whole tokens) it sets the offered load.
+	RatePerReplica float64
+	CostMix        string
+	Policy         PolicySpec
+	// ServerFaults and ClientFaults are negative-control variants
+	// (internal/faults) every server or replica runs with.
+	ServerFaults, ClientFaults []string
+	// DelayedReplica, if set, reaches the servers through proxies in the
+	// harness that delay every answer by ResponseDelay.
+	DelayedReplica string
+	ResponseDelay  time.Duration
+	// Snapshot churn: a tiny threshold so followers install snapshots.
+	SnapshotThreshold, TrailingLogs uint64
+}
+
+// offeredTokensPerSec is the mean offered load.
+func (c RunConfig) offeredTokensPerSec() float64 {
+	var sum, weights float64
+	for _, part := range strings.Split(c.CostMix, ",") {
+		var cost, w float64
+		fmt.Sscanf(part, "%g:%g", &cost, &w)
+		sum += cost * w
+		weights += w
+	}
+	return c.RatePerReplica * float64(len(c.Replicas)) * sum / weights
+}
+
+// proc is one OS process of the run, in its host's namespace.
+type proc struct {
+	name, path string
+	args       []string
+	cmd        *exec.Cmd
+	done       chan struct{}
+	err        error
+	logf       *os.File
+	restarts   int
+}
+
+// Env is a live run: the network, the processes, the timeline.
+type Env struct {
+	t    testing.TB
+	cfg  RunConfig
+	dir  string
+	bin  string
+	net  *Net
+	tl   *TimelineWriter
+	mu   sync.Mutex
+	proc map[string]*proc
+	// conns to each server's gRPC API from the harness.
+	conns map[string]*grpc.ClientConn
+
+	grantCheck *grantCheck // set by the kill-all nemesis
+	// proxied: replicas that reach the servers through delay proxies.
+	proxied map[string][]*delayProxy
+
+	stopWatch chan struct{}
+	watchDone chan struct{}
+	leader    string
+}
+
+// binaries builds rationd, rationctl and the replica once per test binary,
+// statically, with -tags ration_faults (the faults stay off unless a run
+// asks for them).
+var binaries = sync.OnceValues(func() (string, error) {
+	dir, err := os.MkdirTemp("", "ration-jepsen-bin-")
+	if err != nil {
+		return "", err
+	}
+	root, err := filepath.Abs("..")
+	if err != nil {
+		return "", err
+	}
+	cmd := exec.Command("go", "build", "-tags", "ration_faults", "-o", dir+"/", "./cmd/rationd", "./cmd/rationctl", "./jepsen-like-tests/replica")
+	cmd.Dir = root
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("go build: %v\n%s", err, out)
+	}
+	return dir, nil
+})
+
+// reportRoot is where run folders go: $RATION_JEPSEN_REPORTS or
+// /tmp/ration-jepsen.
+func reportRoot() string {
+	if d := os.Getenv("RATION_JEPSEN_REPORTS"); d != "" {
+		return d
+	}
+	return filepath.Join(os.TempDir(), "ration-jepsen")
+}
+
+// newEnv builds the binaries, makes the run folder and the network, and
+// starts the servers and replicas. Everything is torn down by t.Cleanup.
+func newEnv(t testing.TB, cfg RunConfig) *Env {
+	t.Helper()
+	bin, err := binaries()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(reportRoot(), fmt.Sprintf("%s-%s-seed%d", time.Now().UTC().Format("20060102T150405"), cfg.Name, cfg.Seed))
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	e := &Env{t: t, cfg: cfg, dir: dir, bin: bin, proc: map[string]*proc{}, conns: map[string]*grpc.ClientConn{}}
+	t.Logf("run %s seed %d: report folder %s", cfg.Name, cfg.Seed, dir)
+	if err := os.WriteFile(filepath.Join(dir, "config.txt"), []byte(fmt.Sprintf("%+v\n\n%s", cfg, cfg.Policy.yaml())), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "policies.yaml"), []byte(cfg.Policy.yaml()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if e.tl, err = NewTimelineWriter(filepath.Join(dir, "timeline.jsonl")); err != nil {
+		t.Fatal(err)
+	}
+	hosts := append(append([]string{}, cfg.Servers...), cfg.Replicas...)
+	hosts = append(hosts, "n4") // a spare host for the membership nemesis
+	prefix := fmt.Sprintf("j%d", cfg.Seed%1000)
+	if e.net, err = NewNet(prefix, hosts); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(e.teardown)
+	for _, s := range cfg.Servers {
+		e.startServer(s, len(cfg.Servers))
+	}
+	e.stopWatch, e.watchDone = make(chan struct{}), make(chan struct{})
+	go e.watchLeader()
+	e.waitFor(60*time.Second, "a leader with the policy applied", func() error {
+		l := e.currentLeader()
+		if l == "" {
+			return errors.New("no leader")
+		}
+		st, err := e.status(l)
+		if err != nil {
+			return err
+		}
+		if st.GetPolicies() == 0 {
+			return errors.New("policy not applied yet")
+		}
+		return nil
+	})
+	if cfg.DelayedReplica != "" {
+		e.proxied = map[string][]*delayProxy{}
+		for i, srv := range cfg.Servers {
+			p, err := newDelayProxy(fmt.Sprintf("%s:%d", e.net.HarnessIP(), 8400+i), e.addr(srv, grpcPort), cfg.ResponseDelay)
+			if err != nil {
+				t.Fatal(err)
+			}
+			e.proxied[cfg.DelayedReplica] = append(e.proxied[cfg.DelayedReplica], p)
+		}
+	}
+	for i, r := range cfg.Replicas {
+		e.startReplica(r, int64(i+1))
+	}
+	return e
+}
+
+func (e *Env) ip(host string) string {
+	h, ok := e.net.Host(host)
+	if !ok {
+		e.t.Fatalf("no host %q", host)
+	}
+	return h.IP
+}
+
+func (e *Env) addr(host string, port int) string { return fmt.Sprintf("%s:%d", e.ip(host), port) }
+
+func (e *Env) serverAddrs() string {
+	var a []string
+	for _, s := range e.cfg.Servers {
+		a = append(a, e.addr(s, grpcPort))
+	}
+	return strings.Join(a, ",")
+}
+
+func (e *Env) serverArgs(name string, bootstrapExpect int) []string {
+	var join []string
+	for _, s := range e.cfg.Servers {
+		if s != name {
+			join = append(join, e.addr(s, gossipPort))
+		}
+	}
+	args := []string{
+		"--id", name, "--data-dir", filepath.Join(e.dir, "data-"+name),
+		"--raft-addr", e.addr(name, raftPort), "--grpc-addr", e.addr(name, grpcPort), "--gossip-addr", e.addr(name, gossipPort),
+		"--join", strings.Join(join, ","), "--bootstrap-expect", fmt.Sprint(bootstrapExpect),
+		"--config", filepath.Join(e.dir, "policies.yaml"),
+		"--clock-control", filepath.Join(e.dir, "clock-"+name),
+		"--log-format", "text", "--log-level", "info",
+	}
+	if e.cfg.SnapshotThreshold > 0 {
+		args = append(args, "--raft-snapshot-threshold", fmt.Sprint(e.cfg.SnapshotThreshold),
+			"--raft-trailing-logs", fmt.Sprint(e.cfg.TrailingLogs), "--raft-snapshot-interval", "500ms")
+	}
+	for _, f := range e.cfg.ServerFaults {
+		args = append(args, "--fault", f)
+	}
+	return args
+}
+
+func (e *Env) startServer(name string, bootstrapExpect int) {
+	e.start(name, filepath.Join(e.bin, "rationd"), e.serverArgs(name, bootstrapExpect))
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.conns[name] == nil {
+		conn, err := grpc.NewClient(e.addr(name, grpcPort), grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		e.conns[name] = conn
+	}
+}
+
+func (e *Env) startReplica(name string, seed int64) {
+	servers := e.serverAddrs()
+	if ps := e.proxied[name]; len(ps) > 0 {
+		var a []string
+		for _, p := range ps {
+			a = append(a, p.Addr())
+		}
+		servers = strings.Join(a, ",")
+	}
+	args := []string{
+		"--servers", servers, "--id", name, "--policy", "jepsen", "--key", "tenant=t1",
+		"--rate", fmt.Sprint(e.cfg.RatePerReplica), "--cost-mix", e.cfg.CostMix,
+		"--duration", "1h", "--dir", e.dir, "--seed", fmt.Sprint(e.cfg.Seed*100 + seed),
+		"--rate-file", filepath.Join(e.dir, "rate-"+name),
+		"--clock-control", filepath.Join(e.dir, "clock-"+name),
+	}
+	if len(e.cfg.ClientFaults) > 0 {
+		args = append(args, "--fault", strings.Join(e.cfg.ClientFaults, ","))
+	}
+	e.start(name, filepath.Join(e.bin, "replica"), args)
+}
+
+// start runs path in host name's namespace, logging to <name>.log.
+func (e *Env) start(name, path string, args []string) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	p := e.proc[name]
+	if p == nil {
+		p = &proc{name: name, path: path, args: args}
+		e.proc[name] = p
+	} else {
+		p.restarts++
+	}
+	cmd, err := e.net.Command(name, path, args...)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	logf, err := os.OpenFile(filepath.Join(e.dir, name+".log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	fmt.Fprintf(logf, "=== start %d: %s %s\n", p.restarts, path, strings.Join(args, " "))
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		e.t.Fatalf("start %s: %v", name, err)
+	}
+	p.cmd, p.logf, p.done = cmd, logf, make(chan struct{})
+	go func(p *proc, cmd *exec.Cmd, done chan struct{}) {
+		err := cmd.Wait()
+		e.mu.Lock()
+		p.err = err
+		e.mu.Unlock()
+		close(done)
+	}(p, cmd, p.done)
+}
+
+func (e *Env) get(name string) *proc {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	p := e.proc[name]
+	if p == nil {
+		e.t.Fatalf("no process %q", name)
+	}
+	return p
+}
+
+// signal sends sig to name's process.
+func (e *Env) signal(name string, sig syscall.Signal) {
+	p := e.get(name)
+	if err := p.cmd.Process.Signal(sig); err != nil && !errors.Is(err, os.ErrProcessDone) {
+		e.t.Errorf("signal %v to %s: %v", sig, name, err)
+	}
+}
+
+// kill sends SIGKILL and waits until the process is gone.
+func (e *Env) kill(name string) {
+	p := e.get(name)
+	e.signal(name, syscall.SIGCONT) // a stopped process dies only once continued on some kernels
+	e.signal(name, syscall.SIGKILL)
+	select {
+	case <-p.done:
+	case <-time.After(30 * time.Second):
+		e.t.Fatalf("%s did not die after SIGKILL", name)
+	}
+}
+
+// stop sends SIGTERM and waits for a clean exit.
+func (e *Env) stop(name string) error {
+	p := e.get(name)
+	e.signal(name, syscall.SIGCONT)
+	e.signal(name, syscall.SIGTERM)
+	select {
+	case <-p.done:
+		e.mu.Lock()
+		defer e.mu.Unlock()
+		return p.err
+	case <-time.After(30 * time.Second):
+		e.kill(name)
+		return fmt.Errorf("%s did not stop within 30s of SIGTERM", name)
+	}
+}
+
+func (e *Env) restart(name string) {
+	p := e.get(name)
+	e.start(name, p.path, p.args)
+}
+
+// setClock writes name's clock control file (read every 10ms).
+func (e *Env) setClock(name string, ratePPM, wallOffset int64) {
+	body := fmt.Sprintf("rate_ppm=%d\nwall_offset_ns=%d\n", ratePPM, wallOffset)
+	tmp := filepath.Join(e.dir, "clock-"+name+".tmp")
+	if err := os.WriteFile(tmp, []byte(body), 0o644); err != nil {
+		e.t.Fatal(err)
+	}
+	if err := os.Rename(tmp, filepath.Join(e.dir, "clock-"+name)); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+// setRate changes a replica's offered rate (read every 100ms).
+func (e *Env) setRate(name string, rate float64) {
+	tmp := filepath.Join(e.dir, "rate-"+name+".tmp")
+	if err := os.WriteFile(tmp, []byte(fmt.Sprint(rate)), 0o644); err != nil {
+		e.t.Fatal(err)
+	}
+	if err := os.Rename(tmp, filepath.Join(e.dir, "rate-"+name)); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+func (e *Env) admin(name string) api.AdminClient {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return api.NewAdminClient(e.conns[name])
+}
+
+func (e *Env) status(name string) (*api.StatusResponse, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	defer cancel()
+	return e.admin(name).Status(ctx, &api.StatusRequest{})
+}
+
+// servers returns the servers currently part of the run (n4 while added).
+func (e *Env) servers() []string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	var out []string
+	for name := range e.conns {
+		out = append(out, name)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// currentLeader asks every server and returns the one that says it leads
+// with the highest term ("" if none answers so).
+func (e *Env) currentLeader() string {
+	best, bestTerm := "", uint64(0)
+	for _, s := range e.servers() {
+		st, err := e.status(s)
+		if err != nil {
+			continue
+		}
+		for _, ss := range st.GetServers() {
+			if ss.GetId() == s && ss.GetState() == "leader" && st.GetTerm() >= bestTerm {
+				best, bestTerm = s, st.GetTerm()
+			}
+		}
+	}
+	return best
+}
+
+// watchLeader records leader changes on the timeline every 100ms.
+func (e *Env) watchLeader() {
+	defer close(e.watchDone)
+	t := time.NewTicker(100 * time.Millisecond)
+	defer t.Stop()
+	for {
+		select {
+		case <-e.stopWatch:
+			return
+		case <-t.C:
+		}
+		l := e.currentLeader()
+		e.mu.Lock()
+		changed := l != e.leader
+		e.leader = l
+		e.mu.Unlock()
+		if changed {
+			_ = e.tl.Emit(KindLeader, l, "")
+		}
+	}
+}
+
+// waitFor polls cond every 50ms until it returns nil or within passes.
+func (e *Env) waitFor(within time.Duration, what string, cond func() error) {
+	e.t.Helper()
+	if err := e.poll(within, cond); err != nil {
+		e.t.Fatalf("waiting for %s: %v (report: %s)", what, err, e.dir)
+	}
+}
+
+func (e *Env) poll(within time.Duration, cond func() error) error {
+	deadline := time.Now().Add(within)
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		err := cond()
+		if err == nil {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return err
+		}
+		<-tick.C
+	}
+}
+
+// hold keeps a fault in force for d: the fault's duration, not a wait for
+// some condition.
+func hold(d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	<-t.C
+}
+
+func (e *Env) teardown() {
+	if e.stopWatch != nil {
+		select {
+		case <-e.stopWatch:
+		default:
+			close(e.stopWatch)
+			<-e.watchDone
+		}
+	}
+	e.mu.Lock()
+	procs := make([]*proc, 0, len(e.proc))
+	for _, p := range e.proc {
+		procs = append(procs, p)
+	}
+	conns := e.conns
+	e.conns = map[string]*grpc.ClientConn{}
+	e.mu.Unlock()
+	for _, c := range conns {
+		c.Close()
+	}
+	for _, ps := range e.proxied {
+		for _, p := range ps {
+			p.Close()
+		}
+	}
+	for _, p := range procs {
+		if p.cmd != nil && p.cmd.Process != nil {
+			_ = p.cmd.Process.Signal(syscall.SIGCONT)
+			_ = p.cmd.Process.Kill()
+			<-p.done
+		}
+		if p.logf != nil {
+			p.logf.Close()
+		}
+	}
+	if e.net != nil {
+		if err := e.net.Close(); err != nil {
+			e.t.Errorf("network teardown: %v", err)
+		}
+	}
+	if e.tl != nil {
+		e.tl.Close()
+	}
+	// The data directories are large and not part of the report.
+	matches, _ := filepath.Glob(filepath.Join(e.dir, "data-*"))
+	for _, m := range matches {
+		os.RemoveAll(m)
+	}
+}

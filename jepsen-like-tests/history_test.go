@@ -1,0 +1,197 @@
+//go:build jepsen && linux
+
+package jepsen
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"unsafe"
+)
+
+func writeFile(t *testing.T, dir, name, content string) string {
+	t.Helper()
+	p := filepath.Join(dir, name)
+	if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestHistoryReadMergesAndDropsPartialLastLine(t *testing.T) {
+	dir := t.TempDir()
+	writeFile(t, dir, "history-a.csv", HistoryHeader+"\n"+
+		"300,a,api,k1,1000\n"+
+		"100,a,api,k1,500\n"+
+		"200,a,api,k2,1") // died mid-line: "1" may be the start of "1000"
+	writeFile(t, dir, "history-b.csv", HistoryHeader+"\n"+
+		"100,b,api,,2000\n"+ // empty key is allowed
+		"250,b,api,k1,750\n")
+	writeFile(t, dir, "history-c.csv", "t_mono_ns,rep") // died while writing the header
+	writeFile(t, dir, "history-d.csv", "")              // died before writing anything
+	writeFile(t, dir, "other.csv", "not,a,history\n")   // not matched by the glob
+
+	recs, err := ReadHistories(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []Record{
+		{100, "a", "api", "k1", 500},
+		{100, "b", "api", "", 2000}, // tie: file a before file b
+		{250, "b", "api", "k1", 750},
+		{300, "a", "api", "k1", 1000},
+	}
+	if !slices.Equal(recs, want) {
+		t.Fatalf("records\n got %v\nwant %v", recs, want)
+	}
+}
+
+func TestHistoryRejectsMalformedLines(t *testing.T) {
+	good := "100,a,api,k1,1000\n"
+	for name, tc := range map[string]struct {
+		content  string
+		wantLine int
+	}{
+		"bad middle line":   {HistoryHeader + "\n" + good + "100,a,api,k1\n" + good, 3},
+		"non-number time":   {HistoryHeader + "\n" + "x,a,api,k1,1000\n" + good, 2},
+		"zero cost":         {HistoryHeader + "\n" + good + good + "100,a,api,k1,0\n", 4},
+		"negative cost":     {HistoryHeader + "\n" + "100,a,api,k1,-5\n", 2},
+		"six fields":        {HistoryHeader + "\n" + "100,a,api,k1,1000,7\n" + good, 2},
+		"empty replica":     {HistoryHeader + "\n" + "100,,api,k1,1000\n", 2},
+		"blank middle line": {HistoryHeader + "\n" + good + "\n" + good, 3},
+		"crlf":              {HistoryHeader + "\n" + "100,a,api,k1,1000\r\n", 2},
+		"wrong header":      {"t,replica,policy,key,cost\n" + good, 1},
+		"too long line":     {HistoryHeader + "\n" + strings.Repeat("9", maxLineBytes+10) + "\n", 2},
+	} {
+		t.Run(name, func(t *testing.T) {
+			dir := t.TempDir()
+			writeFile(t, dir, "history-ok.csv", HistoryHeader+"\n"+good)
+			writeFile(t, dir, "history-x.csv", tc.content)
+			_, err := ReadHistories(dir)
+			if err == nil {
+				t.Fatal("malformed history accepted")
+			}
+			want := fmt.Sprintf("history-x.csv:%d:", tc.wantLine)
+			if !strings.Contains(err.Error(), want) {
+				t.Fatalf("error %q does not name %q", err, want)
+			}
+		})
+	}
+}
+
+func TestHistoryReadsLargeFile(t *testing.T) {
+	dir := t.TempDir()
+	var b strings.Builder
+	b.WriteString(HistoryHeader + "\n")
+	const n = 100_000
+	for i := range n {
+		fmt.Fprintf(&b, "%d,r%d,api,k%d,1000\n", n-i, i%3, i%7)
+	}
+	writeFile(t, dir, "history-big.csv", b.String())
+	recs, err := ReadHistories(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(recs) != n || recs[0].TMonoNanos != 1 || recs[n-1].TMonoNanos != n {
+		t.Fatalf("got %d records, first %v last %v", len(recs), recs[0], recs[len(recs)-1])
+	}
+	// Interned: equal strings share storage.
+	if a, c := recs[0].Replica, recs[3].Replica; a != c || unsafe.StringData(a) != unsafe.StringData(c) {
+		t.Fatalf("replica strings not shared: %q %q", a, c)
+	}
+}
+
+func TestTimelineRoundTripConcurrent(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "timeline.jsonl")
+	w, err := NewTimelineWriter(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const writers, each = 8, 50
+	var wg sync.WaitGroup
+	for g := range writers {
+		wg.Go(func() {
+			for i := range each {
+				if err := w.Emit(KindPhase, fmt.Sprintf("g%d", g), fmt.Sprintf("i=%d \"quoted\"\n", i)); err != nil {
+					t.Error(err)
+				}
+			}
+		})
+	}
+	wg.Wait()
+
+	// Everything emitted is on disk before Close.
+	events, err := ReadTimeline(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(events) != writers*each {
+		t.Fatalf("read %d events, emitted %d", len(events), writers*each)
+	}
+	seen := map[string]bool{}
+	for i, e := range events {
+		if i > 0 && e.T < events[i-1].T {
+			t.Fatalf("event %d at %d before event %d at %d", i, e.T, i-1, events[i-1].T)
+		}
+		seen[e.Name+"/"+e.Detail] = true
+	}
+	if len(seen) != writers*each {
+		t.Fatalf("%d distinct events, want %d", len(seen), writers*each)
+	}
+
+	if err := w.EmitEvent(Event{T: 42, Kind: KindLeader, Name: "", Detail: "none"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Emit("nemesis-begin", "x", ""); err == nil {
+		t.Fatal("unknown kind emitted")
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Emit(KindPhase, "end", ""); err == nil {
+		t.Fatal("Emit after Close succeeded")
+	}
+	events, err = ReadTimeline(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if last := events[len(events)-1]; last != (Event{T: 42, Kind: KindLeader, Name: "", Detail: "none"}) {
+		t.Fatalf("last event %+v", last)
+	}
+}
+
+func TestTimelineToleratesPartialLastLineOnly(t *testing.T) {
+	dir := t.TempDir()
+	ok := `{"t":1,"kind":"nemesis-start","name":"partition","detail":"n1|n2,n3"}` + "\n" +
+		`{"t":2,"kind":"leader","name":"n2","detail":"","extra":"ignored"}` + "\n"
+	p := writeFile(t, dir, "ok.jsonl", ok+`{"t":3,"kind":"nemesis-e`)
+	events, err := ReadTimeline(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(events) != 2 || events[0].Name != "partition" || events[1].Name != "n2" {
+		t.Fatalf("events %+v", events)
+	}
+	for name, bad := range map[string]string{
+		"broken json":  ok + "{\"t\":3,\n" + ok,
+		"unknown kind": ok + `{"t":3,"kind":"nemesis","name":"x","detail":""}` + "\n",
+		"two objects":  ok + `{"t":3,"kind":"phase","name":"x","detail":""}{}` + "\n",
+	} {
+		p := writeFile(t, dir, "bad.jsonl", bad)
+		if _, err := ReadTimeline(p); err == nil || !strings.Contains(err.Error(), "bad.jsonl:3:") {
+			t.Errorf("%s: error %v, want one naming bad.jsonl:3", name, err)
+		}
+	}
+}
+
+func TestTimelineMonoNowAdvances(t *testing.T) {
+	a := MonoNow()
+	b := MonoNow()
+	if a <= 0 || b < a {
+		t.Fatalf("MonoNow went %d then %d", a, b)
+	}
+}

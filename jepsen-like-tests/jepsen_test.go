@@ -1,0 +1,158 @@
+//go:build jepsen && linux
+
+package jepsen
+
+import (
+	"math/rand/v2"
+	"os"
+	"strconv"
+	"testing"
+	"time"
+)
+
+// The suite runs as root (network namespaces, iptables). `make
+// jepsen-quick` runs every nemesis once plus the expected-violation runs;
+// `make jepsen SEED=… DURATION=…` runs TestLong.
+
+func TestMain(m *testing.M) {
+	if os.Geteuid() != 0 {
+		println("jepsen-like-tests need root (network namespaces and iptables)")
+		os.Exit(1)
+	}
+	if err := Sweep(); err != nil { // leftovers of a crashed earlier run
+		println("sweep:", err.Error())
+	}
+	os.Exit(m.Run())
+}
+
+// baseConfig: r = 800 tokens/s, B = 80; four replicas each offering
+// 353 requests/s of mean cost 1.7 tokens, three times r in all.
+func baseConfig(name string, seed int64) RunConfig {
+	return RunConfig{
+		Name: name, Seed: seed,
+		Servers:        []string{"n1", "n2", "n3"},
+		Replicas:       []string{"c1", "c2", "c3", "c4"},
+		RatePerReplica: 353,
+		CostMix:        "1:6,2:3,5:1",
+		Policy:         PolicySpec{Rate: 800, Burst: 80, Lease: 5 * time.Second, RenewAfter: time.Second},
+	}
+}
+
+func seedFromEnv(def int64) int64 {
+	if s := os.Getenv("SEED"); s != "" {
+		if v, err := strconv.ParseInt(s, 10, 64); err == nil {
+			return v
+		}
+	}
+	return def
+}
+
+func requirePass(t *testing.T, e *Env, s Summary) {
+	t.Helper()
+	if !s.Pass {
+		t.Fatalf("run %s failed; seed %d; report %s", s.Name, s.Seed, e.dir)
+	}
+}
+
+// TestQuick: every nemesis once, in order, under 3× load, with snapshot
+// churn throughout; then one mixture.
+func TestQuick(t *testing.T) {
+	cfg := baseConfig("quick", seedFromEnv(1))
+	cfg.SnapshotThreshold, cfg.TrailingLogs = 64, 16
+	e := newEnv(t, cfg)
+	s := Execute(e, Scenario{
+		Config: cfg, Warmup: 5 * time.Second,
+		Nemeses: []Nemesis{
+			KillLeader, KillFollower, PauseLeader, PauseClient,
+			PartitionLeader, PartitionMajority, PartitionBridge, PartitionRing, CutClient,
+			ClockWithinRho, WallClockJumps, DegradedNetwork, Membership, KillAll, Mix(2),
+		},
+	})
+	requirePass(t, e, s)
+}
+
+// TestClockBeyondRho: a replica whose clock runs 50% slow (ρ is 0.1%) and
+// is then cut off keeps admitting past the moment the cluster reclaimed
+// its share. The bound must be reported broken.
+func TestClockBeyondRho(t *testing.T) {
+	cfg := baseConfig("clock-beyond-rho", seedFromEnv(2))
+	e := newEnv(t, cfg)
+	slowCut := Nemesis{"clock-beyond-rho-and-cut", func(e *Env, _ *rand.Rand) string {
+		e.setClock("c1", -500_000, 0)
+		hold(2 * time.Second) // renew at least once on the slow clock
+		e.block(ClientCut("c1", e.cfg.Servers))
+		hold(e.cfg.Policy.Lease*2 + time.Second)
+		e.heal()
+		e.setClock("c1", 0, 0)
+		return "c1's clock 50% slow, then c1 cut from every server"
+	}}
+	s := Execute(e, Scenario{Config: cfg, Warmup: 3 * time.Second, Nemeses: []Nemesis{slowCut, slowCut, slowCut},
+		Controls: "clock rate error beyond ρ", ExpectViolation: true})
+	requirePass(t, e, s)
+}
+
+// The negative controls: binaries built with -tags ration_faults, run with
+// a broken variant switched on, each under the faults that expose it. Each
+// must be caught.
+func TestNegativeControls(t *testing.T) {
+	t.Run("ack-before-commit", func(t *testing.T) {
+		cfg := baseConfig("nc-ack-before-commit", seedFromEnv(3))
+		cfg.ServerFaults = []string{"ack-before-commit"}
+		e := newEnv(t, cfg)
+		s := Execute(e, Scenario{Config: cfg, Warmup: 3 * time.Second,
+			Nemeses:  []Nemesis{PartitionLeaderWithClients, KillLeader, PartitionLeaderWithClients, PauseLeader, PartitionLeaderWithClients},
+			Controls: "leader answers grants before commit", ExpectViolation: true})
+		requirePass(t, e, s)
+	})
+	t.Run("start-full-no-debit", func(t *testing.T) {
+		cfg := baseConfig("nc-start-full-no-debit", seedFromEnv(4))
+		cfg.ServerFaults = []string{"start-full-no-debit"}
+		e := newEnv(t, cfg)
+		s := Execute(e, Scenario{Config: cfg, Warmup: 3 * time.Second,
+			Nemeses:  []Nemesis{PauseClient, PauseClient, CutClient},
+			Controls: "new leases start full without debiting the pool", ExpectViolation: true})
+		requirePass(t, e, s)
+	})
+	t.Run("time-from-receipt", func(t *testing.T) {
+		cfg := baseConfig("nc-time-from-receipt", seedFromEnv(5))
+		cfg.ClientFaults = []string{"time-from-receipt"}
+		cfg.DelayedReplica, cfg.ResponseDelay = "c1", 1500*time.Millisecond
+		e := newEnv(t, cfg)
+		cut := Nemesis{"cut-delayed-client", func(e *Env, _ *rand.Rand) string {
+			for _, p := range e.proxied["c1"] {
+				p.Cut()
+			}
+			hold(e.cfg.Policy.Lease + 3*time.Second)
+			for _, p := range e.proxied["c1"] {
+				p.Uncut()
+			}
+			return "c1 (answers delayed 1.5s) cut from every server"
+		}}
+		s := Execute(e, Scenario{Config: cfg, Warmup: 4 * time.Second, Nemeses: []Nemesis{cut, cut, cut},
+			Controls: "client times its lease from receipt", ExpectViolation: true})
+		requirePass(t, e, s)
+	})
+}
+
+// TestLong is `make jepsen SEED=… DURATION=…`: random nemeses and random
+// mixtures until DURATION has passed.
+func TestLong(t *testing.T) {
+	d, err := time.ParseDuration(os.Getenv("DURATION"))
+	if err != nil {
+		t.Skip("set DURATION (e.g. 10m) for a long randomized run: make jepsen SEED=… DURATION=…")
+	}
+	seed := seedFromEnv(time.Now().UnixNano() % 1_000_000)
+	cfg := baseConfig("long", seed)
+	cfg.SnapshotThreshold, cfg.TrailingLogs = 64, 16
+	rng := rand.New(rand.NewPCG(uint64(seed), 1))
+	all := []Nemesis{KillLeader, KillFollower, PauseLeader, PauseClient, PartitionLeader, PartitionMajority,
+		PartitionBridge, PartitionRing, CutClient, ClockWithinRho, WallClockJumps, DegradedNetwork, KillAll, Mix(2), Mix(3)}
+	// Each nemesis with its settling takes roughly 10s.
+	var plan []Nemesis
+	for range int(d / (10 * time.Second)) {
+		plan = append(plan, all[rng.IntN(len(all))])
+	}
+	e := newEnv(t, cfg)
+	s := Execute(e, Scenario{Config: cfg, Warmup: 5 * time.Second, Nemeses: plan})
+	requirePass(t, e, s)
+}

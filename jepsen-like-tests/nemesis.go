@@ -1,0 +1,327 @@
+//go:build jepsen && linux
+
+package jepsen
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"slices"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/ration-dev/ration/api"
+)
+
+// Nemesis is one fault: Run applies it, holds it, and heals it. The
+// runner records its interval on the timeline and then waits for the
+// cluster to settle before the next one.
+type Nemesis struct {
+	Name string
+	Run  func(e *Env, rng *rand.Rand) string // returns a detail for the timeline
+}
+
+// faultHold is how long a timed fault stays in force; pauses and cuts of a
+// client last longer than its lease instead.
+const faultHold = 4 * time.Second
+
+func (e *Env) followers() []string {
+	l := e.currentLeader()
+	var out []string
+	for _, s := range e.cfg.Servers {
+		if s != l {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// mustLeader waits for a leader (the previous fault may still be settling).
+func (e *Env) mustLeader() string {
+	var l string
+	e.waitFor(30*time.Second, "a leader", func() error {
+		if l = e.currentLeader(); l == "" {
+			return fmt.Errorf("no leader")
+		}
+		return nil
+	})
+	return l
+}
+
+func shuffled(rng *rand.Rand, xs []string) []string {
+	out := slices.Clone(xs)
+	rng.Shuffle(len(out), func(i, j int) { out[i], out[j] = out[j], out[i] })
+	return out
+}
+
+func (e *Env) block(pairs [][2]string) {
+	if err := e.net.Block(pairs); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+func (e *Env) heal() {
+	if err := e.net.HealAll(); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+// The nemeses of the suite. Each runs alone in the quick run; Mix runs
+// several at once.
+var (
+	KillLeader = Nemesis{"kill-leader", func(e *Env, _ *rand.Rand) string {
+		l := e.mustLeader()
+		e.kill(l)
+		hold(2 * time.Second)
+		e.restart(l)
+		return "kill -9 " + l + ", restarted after 2s"
+	}}
+	KillFollower = Nemesis{"kill-follower", func(e *Env, rng *rand.Rand) string {
+		e.mustLeader()
+		f := shuffled(rng, e.followers())[0]
+		e.kill(f)
+		hold(faultHold)
+		e.restart(f)
+		return "kill -9 " + f + ", restarted after 4s"
+	}}
+	KillAll = Nemesis{"kill-all", func(e *Env, _ *rand.Rand) string {
+		e.mustLeader()
+		e.grantCheck = &grantCheck{killedAt: MonoNow()}
+		for _, s := range e.cfg.Servers {
+			e.kill(s)
+		}
+		hold(time.Second)
+		for _, s := range e.cfg.Servers {
+			e.restart(s)
+		}
+		e.grantCheck.snapshot(e)
+		return "kill -9 every server, restarted after 1s"
+	}}
+	PauseLeader = Nemesis{"pause-leader", func(e *Env, _ *rand.Rand) string {
+		l := e.mustLeader()
+		e.signal(l, syscall.SIGSTOP)
+		hold(3 * time.Second) // > the 1s election timeout
+		e.signal(l, syscall.SIGCONT)
+		return "SIGSTOP " + l + " for 3s"
+	}}
+	PauseClient = Nemesis{"pause-client", func(e *Env, rng *rand.Rand) string {
+		c := shuffled(rng, e.cfg.Replicas)[0]
+		d := e.cfg.Policy.Lease + time.Second
+		e.signal(c, syscall.SIGSTOP)
+		hold(d)
+		e.signal(c, syscall.SIGCONT)
+		return fmt.Sprintf("SIGSTOP %s for %v (longer than its lease)", c, d)
+	}}
+	PartitionLeader = Nemesis{"partition-leader", func(e *Env, _ *rand.Rand) string {
+		l := e.mustLeader()
+		e.block(Isolate(l, e.cfg.Servers))
+		hold(faultHold)
+		e.heal()
+		return l + " cut from the other servers (clients reach all)"
+	}}
+	PartitionMajority = Nemesis{"partition-majority-minority", func(e *Env, rng *rand.Rand) string {
+		s := shuffled(rng, e.cfg.Servers)
+		c := shuffled(rng, e.cfg.Replicas)
+		minority := []string{s[0], c[0]}
+		majority := append(slices.Clone(s[1:]), c[1:]...)
+		e.block(Split(minority, majority))
+		hold(faultHold)
+		e.heal()
+		return fmt.Sprintf("%v | %v", minority, majority)
+	}}
+	PartitionBridge = Nemesis{"partition-bridge", func(e *Env, rng *rand.Rand) string {
+		p := Bridge(shuffled(rng, e.cfg.Servers))
+		e.block(p)
+		hold(faultHold)
+		e.heal()
+		return fmt.Sprintf("cut %v", p)
+	}}
+	PartitionRing = Nemesis{"partition-majorities-ring", func(e *Env, rng *rand.Rand) string {
+		p := MajoritiesRing(shuffled(rng, e.cfg.Servers))
+		e.block(p)
+		hold(faultHold)
+		e.heal()
+		return fmt.Sprintf("cut %v", p)
+	}}
+	CutClient = Nemesis{"client-cut", func(e *Env, rng *rand.Rand) string {
+		c := shuffled(rng, e.cfg.Replicas)[0]
+		d := e.cfg.Policy.Lease + 2*time.Second
+		e.block(ClientCut(c, e.cfg.Servers))
+		hold(d)
+		e.heal()
+		return fmt.Sprintf("%s cut from every server for %v", c, d)
+	}}
+	ClockWithinRho = Nemesis{"clock-rate-within-rho", func(e *Env, _ *rand.Rand) string {
+		// ρ is 1000 ppm (the policy default): every process runs 900 ppm
+		// fast or slow, alternately.
+		all := append(slices.Clone(e.cfg.Servers), e.cfg.Replicas...)
+		for i, p := range all {
+			e.setClock(p, int64(900*(1-2*(i%2))), 0)
+		}
+		hold(6 * time.Second)
+		for _, p := range all {
+			e.setClock(p, 0, 0)
+		}
+		return "±900 ppm on every server and replica (ρ = 1000 ppm)"
+	}}
+	WallClockJumps = Nemesis{"wall-clock-jumps", func(e *Env, _ *rand.Rand) string {
+		all := append(slices.Clone(e.cfg.Servers), e.cfg.Replicas...)
+		for i, p := range all {
+			e.setClock(p, 0, int64(5*time.Minute)*int64(1-2*(i%2)))
+		}
+		hold(faultHold)
+		for _, p := range all {
+			e.setClock(p, 0, 0)
+		}
+		return "wall clocks jump ±5 minutes on every process"
+	}}
+	Membership = Nemesis{"membership", func(e *Env, _ *rand.Rand) string {
+		e.mustLeader()
+		e.startServer("n4", 0)
+		e.waitFor(60*time.Second, "n4 to become a voter", func() error { return e.hasVoter("n4", true) })
+		l := e.mustLeader()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if l == "n4" {
+			if _, err := e.admin(l).LeaderTransfer(ctx, &api.LeaderTransferRequest{}); err != nil {
+				e.t.Logf("leader transfer away from n4: %v", err)
+			}
+			l = e.mustLeader()
+		}
+		e.kill("n4")
+		if _, err := e.admin(l).RemoveServer(ctx, &api.RemoveServerRequest{Id: "n4"}); err != nil {
+			e.t.Logf("remove n4: %v (retrying through the condition wait)", err)
+		}
+		e.waitFor(60*time.Second, "n4 to leave the configuration", func() error {
+			if err := e.hasVoter("n4", false); err != nil {
+				if l := e.currentLeader(); l != "" && l != "n4" {
+					c, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+					defer cancel()
+					e.admin(l).RemoveServer(c, &api.RemoveServerRequest{Id: "n4"})
+				}
+				return err
+			}
+			return nil
+		})
+		e.mu.Lock()
+		if c := e.conns["n4"]; c != nil {
+			c.Close()
+			delete(e.conns, "n4")
+		}
+		e.mu.Unlock()
+		return "added n4 as a voter, then killed and removed it"
+	}}
+	DegradedNetwork = Nemesis{"degraded-network", func(e *Env, _ *rand.Rand) string {
+		all := append(slices.Clone(e.cfg.Servers), e.cfg.Replicas...)
+		for _, h := range all {
+			if err := e.net.Loss(h, 15); err != nil {
+				e.t.Fatal(err)
+			}
+		}
+		hold(6 * time.Second)
+		e.heal()
+		return "15% inbound packet loss on every host (iptables statistic; this kernel has no netem)"
+	}}
+)
+
+// Mix runs several nemeses at once, each on its own goroutine, chosen by
+// the seed from those that can overlap safely.
+func Mix(k int) Nemesis {
+	return Nemesis{fmt.Sprintf("mix-%d", k), func(e *Env, rng *rand.Rand) string {
+		pool := []Nemesis{KillFollower, PauseClient, ClockWithinRho, PartitionLeader, CutClient}
+		picked := shuffled(rng, []string{"0", "1", "2", "3", "4"})[:k]
+		var names []string
+		done := make(chan string, k)
+		for _, p := range picked {
+			n := pool[p[0]-'0']
+			names = append(names, n.Name)
+			sub := rand.New(rand.NewPCG(rng.Uint64(), rng.Uint64()))
+			go func() { done <- n.Name + ": " + n.Run(e, sub) }()
+		}
+		var details []string
+		for range picked {
+			details = append(details, <-done)
+		}
+		return strings.Join(details, "; ")
+	}}
+}
+
+// hasVoter reports (as nil) whether id's voter status matches want, as the
+// leader's status shows it.
+func (e *Env) hasVoter(id string, want bool) error {
+	l := e.currentLeader()
+	if l == "" {
+		return fmt.Errorf("no leader")
+	}
+	st, err := e.status(l)
+	if err != nil {
+		return err
+	}
+	has := false
+	for _, s := range st.GetServers() {
+		if s.GetId() == id && s.GetSuffrage() == "voter" {
+			has = true
+		}
+	}
+	if has != want {
+		return fmt.Errorf("%s voter = %v, want %v", id, has, want)
+	}
+	return nil
+}
+
+// runNemesis records the fault's interval and then waits for the cluster
+// to settle: a leader, and every replica admitting again.
+func (e *Env) runNemesis(n Nemesis, rng *rand.Rand) {
+	e.t.Logf("nemesis %s", n.Name)
+	_ = e.tl.Emit(KindNemesisStart, n.Name, "")
+	detail := n.Run(e, rng)
+	_ = e.tl.Emit(KindNemesisEnd, n.Name, detail)
+	e.settle()
+}
+
+// settle waits until there is a leader and every replica's history grew.
+func (e *Env) settle() {
+	sizes := e.historySizes()
+	e.waitFor(60*time.Second, "the cluster to settle (a leader, every replica admitting)", func() error {
+		if e.currentLeader() == "" {
+			return fmt.Errorf("no leader")
+		}
+		now := e.historySizes()
+		for _, r := range e.cfg.Replicas {
+			if now[r] <= sizes[r] {
+				return fmt.Errorf("replica %s has admitted nothing since the fault ended", r)
+			}
+		}
+		return nil
+	})
+}
+
+func (e *Env) historySizes() map[string]int64 {
+	out := map[string]int64{}
+	for _, r := range e.cfg.Replicas {
+		if st, err := os.Stat(fmt.Sprintf("%s/history-%s.csv", e.dir, r)); err == nil {
+			out[r] = st.Size()
+		}
+	}
+	return out
+}
+
+// PartitionLeaderWithClients cuts the leader and two replicas off from the
+// other servers and replicas: those replicas can reach only the old leader.
+var PartitionLeaderWithClients = Nemesis{"partition-leader-with-clients", func(e *Env, _ *rand.Rand) string {
+	l := e.mustLeader()
+	var others []string
+	for _, s := range e.cfg.Servers {
+		if s != l {
+			others = append(others, s)
+		}
+	}
+	minority := []string{l, e.cfg.Replicas[0], e.cfg.Replicas[1]}
+	majority := append(others, e.cfg.Replicas[2:]...)
+	e.block(Split(minority, majority))
+	hold(e.cfg.Policy.Lease + 2*time.Second)
+	e.heal()
+	return fmt.Sprintf("%v | %v", minority, majority)
+}}

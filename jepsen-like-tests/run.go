@@ -1,0 +1,316 @@
+//go:build jepsen && linux
+
+package jepsen
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/ration-dev/ration/api"
+)
+
+// Liveness: after the last fault heals, the admitted rate must reach
+// recoveryFrac of r within recoveryLimit, and every replica must admit.
+const (
+	recoveryFrac  = 0.9
+	recoveryLimit = 10 * time.Second
+	// tailAfterHeal is how long load runs after the last fault.
+	tailAfterHeal = 12 * time.Second
+)
+
+// grantCheck is the state of "no acknowledged grant lost": the leases the
+// cluster holds right after every server was killed and restarted.
+type grantCheck struct {
+	killedAt, queriedAt int64
+	leases              map[string]map[uint64]bool // client -> lease IDs
+	err                 error
+}
+
+func (g *grantCheck) snapshot(e *Env) {
+	e.waitFor(60*time.Second, "a leader after the all-server restart", func() error {
+		l := e.currentLeader()
+		if l == "" {
+			return errors.New("no leader")
+		}
+		at := MonoNow()
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		resp, err := e.admin(l).ListLeases(ctx, &api.ListLeasesRequest{Policy: "jepsen"})
+		if err != nil {
+			return err
+		}
+		g.queriedAt = at
+		g.leases = map[string]map[uint64]bool{}
+		for _, li := range resp.GetLeases() {
+			if g.leases[li.GetClientId()] == nil {
+				g.leases[li.GetClientId()] = map[uint64]bool{}
+			}
+			g.leases[li.GetClientId()][li.GetLeaseId()] = true
+		}
+		return nil
+	})
+}
+
+// verify: every grant acknowledged before the kill whose client-side
+// deadline is after the query must be in the restarted cluster's ledger.
+func (g *grantCheck) verify(dir string) CheckerResult {
+	res := CheckerResult{Name: "no-acknowledged-grant-lost", Expected: ExpectPass}
+	grants, err := readGrants(dir)
+	if err != nil {
+		res.Detail = err.Error()
+		return res
+	}
+	live := map[[2]string]bool{}
+	var lost []string
+	for _, gr := range grants {
+		if gr.t >= g.killedAt || gr.deadline <= g.queriedAt {
+			continue
+		}
+		k := [2]string{gr.replica, strconv.FormatUint(gr.leaseID, 10)}
+		if live[k] {
+			continue
+		}
+		live[k] = true
+		if !g.leases[gr.replica][gr.leaseID] {
+			lost = append(lost, fmt.Sprintf("%s lease %d (usable until %.3fs after the query)", gr.replica, gr.leaseID, float64(gr.deadline-g.queriedAt)/1e9))
+		}
+	}
+	res.OK = len(lost) == 0 && len(live) > 0
+	switch {
+	case len(lost) > 0:
+		res.Detail = fmt.Sprintf("%d of %d live acknowledged leases missing after the restart: %s", len(lost), len(live), strings.Join(lost, "; "))
+	case len(live) == 0:
+		res.Detail = "no acknowledged lease was still live at the query: nothing was checked"
+	default:
+		res.Detail = fmt.Sprintf("all %d acknowledged leases still live %.2fs after the kill are in the ledger", len(live), float64(g.queriedAt-g.killedAt)/1e9)
+	}
+	return res
+}
+
+type grantRec struct {
+	t, deadline int64
+	replica     string
+	leaseID     uint64
+}
+
+// readGrants reads grants-*.csv (written by the replica program).
+func readGrants(dir string) ([]grantRec, error) {
+	files, _ := filepath.Glob(filepath.Join(dir, "grants-*.csv"))
+	var out []grantRec
+	for _, f := range files {
+		fh, err := os.Open(f)
+		if err != nil {
+			return nil, err
+		}
+		sc := bufio.NewScanner(fh)
+		n := 0
+		for sc.Scan() {
+			n++
+			if n == 1 {
+				continue // header
+			}
+			p := strings.Split(sc.Text(), ",")
+			if len(p) != 9 {
+				continue // a partial last line
+			}
+			t, err1 := strconv.ParseInt(p[0], 10, 64)
+			id, err2 := strconv.ParseUint(p[4], 10, 64)
+			d, err3 := strconv.ParseInt(p[6], 10, 64)
+			if err := errors.Join(err1, err2, err3); err != nil {
+				fh.Close()
+				return nil, fmt.Errorf("%s:%d: %v", f, n, err)
+			}
+			out = append(out, grantRec{t: t, deadline: d, replica: p[1], leaseID: id})
+		}
+		fh.Close()
+	}
+	return out, nil
+}
+
+// Scenario is a run: its configuration, its nemeses in order, and what the
+// checkers are expected to say.
+type Scenario struct {
+	Config   RunConfig
+	Warmup   time.Duration // load before the first fault
+	Nemeses  []Nemesis
+	Controls string // "" for a normal run; otherwise what must be caught
+	// ExpectViolation: the run breaks the bound on purpose (a negative
+	// control or a clock beyond ρ); the test passes only if a checker
+	// reports it.
+	ExpectViolation bool
+}
+
+// Execute runs the scenario and its checkers, writes the report folder,
+// and returns the summary.
+func Execute(e *Env, sc Scenario) Summary {
+	t := e.t
+	rng := rand.New(rand.NewPCG(uint64(sc.Config.Seed), 0x6a657073))
+	start := MonoNow()
+	_ = e.tl.Emit(KindPhase, "start", fmt.Sprintf("seed %d", sc.Config.Seed))
+	if sc.Config.SnapshotThreshold > 0 {
+		_ = e.tl.Emit(KindPhase, "snapshot-churn", fmt.Sprintf("snapshot every %d entries, %d trailing", sc.Config.SnapshotThreshold, sc.Config.TrailingLogs))
+	}
+	hold(sc.Warmup)
+	for _, n := range sc.Nemeses {
+		e.runNemesis(n, rng)
+	}
+	e.heal()
+	healAt := MonoNow()
+	_ = e.tl.Emit(KindPhase, "heal", "every fault healed")
+	hold(tailAfterHeal)
+	endLoad := MonoNow()
+	_ = e.tl.Emit(KindPhase, "end", "replicas stopped")
+	for _, r := range sc.Config.Replicas {
+		if err := e.stop(r); err != nil {
+			t.Errorf("replica %s: %v", r, err)
+		}
+	}
+	conv := e.checkConvergence()
+	end := MonoNow()
+
+	recs, err := ReadHistories(e.dir)
+	if err != nil {
+		t.Fatalf("reading histories: %v (report: %s)", err, e.dir)
+	}
+	spec := sc.Config.Policy.bound()
+	br := CheckBound(recs, spec, DefaultWindows(time.Duration(endLoad-start)))
+	boundExpect := ExpectPass
+	if sc.ExpectViolation {
+		boundExpect = ExpectFail
+	}
+	checkers := []CheckerResult{{Name: "bound", OK: br.OK, Expected: boundExpect, Detail: br.Describe()}}
+	if e.grantCheck != nil {
+		checkers = append(checkers, e.grantCheck.verify(e.dir))
+	}
+	checkers = append(checkers, conv)
+	rec, ok := Recovery(recs, spec.RateMilliPerSec, healAt, endLoad, recoveryFrac)
+	live := CheckerResult{Name: "liveness", Expected: ExpectPass}
+	admitting := ReplicasAdmitting(recs, healAt+int64(rec), endLoad)
+	var missing []string
+	for _, r := range sc.Config.Replicas {
+		if !admitting[r] {
+			missing = append(missing, r)
+		}
+	}
+	live.OK = ok && rec <= recoveryLimit && len(missing) == 0
+	live.Detail = fmt.Sprintf("admitted rate reached %.0f%% of r %.2fs after the last heal (limit %v); replicas not admitting after that: %v",
+		recoveryFrac*100, rec.Seconds(), recoveryLimit, missing)
+	if !ok {
+		live.Detail = fmt.Sprintf("admitted rate never reached %.0f%% of r in the %v after the last heal", recoveryFrac*100, tailAfterHeal)
+	}
+	checkers = append(checkers, live)
+
+	first := start
+	if len(recs) > 0 {
+		first = recs[0].TMonoNanos
+	}
+	s := Summary{
+		Name: sc.Config.Name, Seed: sc.Config.Seed, StartMono: start, EndMono: end,
+		Bound: spec, Windows: br.Windows, Utilization: Utilization(recs, spec.RateMilliPerSec, first, endLoad),
+		Checkers: checkers,
+		Extra: map[string]any{
+			"offered_tokens_per_sec": sc.Config.offeredTokensPerSec(),
+			"admissions":             len(recs),
+			"recovery_after_heal_s":  rec.Seconds(),
+			"snapshot_installs":      e.countLog("Installed remote snapshot"),
+			"controls":               sc.Controls,
+		},
+	}
+	if sc.ExpectViolation {
+		// A negative control passes when some checker caught it: the
+		// bound is marked expected-fail above; a control the bound misses
+		// but another checker catches still counts, and says which.
+		var caught []string
+		for _, c := range checkers {
+			if !c.OK {
+				caught = append(caught, c.Name)
+			}
+		}
+		s.Pass = len(caught) > 0
+		s.Extra["caught_by"] = caught
+	} else {
+		s.Pass = AllAsExpected(checkers)
+	}
+	if err := WriteSummary(e.dir, s); err != nil {
+		t.Error(err)
+	}
+	events, _ := ReadTimeline(filepath.Join(e.dir, "timeline.jsonl"))
+	if f, err := os.Create(filepath.Join(e.dir, "rate.svg")); err == nil {
+		if err := RenderSVG(f, fmt.Sprintf("%s (seed %d): admitted tokens/s vs r = %d/s", sc.Config.Name, sc.Config.Seed, sc.Config.Policy.Rate),
+			recs, events, spec.RateMilliPerSec, start, endLoad); err != nil {
+			t.Error(err)
+		}
+		f.Close()
+	}
+	for _, c := range checkers {
+		t.Logf("checker %-28s ok=%-5v expected=%s  %s", c.Name, c.OK, c.Expected, c.Detail)
+	}
+	t.Logf("utilization %.3f of B + r·T; %d admissions; report %s", s.Utilization, len(recs), e.dir)
+	return s
+}
+
+// checkConvergence re-applies the policies (a fresh command every server
+// applies) and waits until every server reports the same state hash at the
+// same applied index.
+func (e *Env) checkConvergence() CheckerResult {
+	res := CheckerResult{Name: "convergence", Expected: ExpectPass}
+	_ = e.poll(30*time.Second, func() error {
+		l := e.currentLeader()
+		if l == "" {
+			return errors.New("no leader")
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_, err := e.admin(l).ApplyPolicies(ctx, &api.ApplyPoliciesRequest{Yaml: e.cfg.Policy.yaml()})
+		return err
+	})
+	var last string
+	err := e.poll(30*time.Second, func() error {
+		var idx uint64
+		var sha string
+		var parts []string
+		for _, s := range e.cfg.Servers {
+			st, err := e.status(s)
+			if err != nil {
+				return fmt.Errorf("%s: %v", s, err)
+			}
+			parts = append(parts, fmt.Sprintf("%s@%d:%.12s", s, st.GetFsmIndex(), st.GetFsmStateSha256()))
+			if idx == 0 {
+				idx, sha = st.GetFsmIndex(), st.GetFsmStateSha256()
+			}
+			if st.GetFsmIndex() == 0 || st.GetFsmIndex() != idx || st.GetFsmStateSha256() != sha {
+				last = strings.Join(parts, " ")
+				return fmt.Errorf("servers differ: %s", last)
+			}
+		}
+		last = strings.Join(parts, " ")
+		return nil
+	})
+	res.OK = err == nil
+	if err != nil {
+		res.Detail = err.Error()
+	} else {
+		res.Detail = "every server has the same state hash at the same index: " + last
+	}
+	return res
+}
+
+// countLog counts lines containing s across the servers' logs.
+func (e *Env) countLog(s string) int {
+	n := 0
+	for _, srv := range append(e.cfg.Servers, "n4") {
+		b, err := os.ReadFile(filepath.Join(e.dir, srv+".log"))
+		if err == nil {
+			n += strings.Count(string(b), s)
+		}
+	}
+	return n
+}
