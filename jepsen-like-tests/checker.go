@@ -19,6 +19,7 @@ import (
 	"math"
 	"math/big"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/ration-dev/ration/internal/quotacheck"
@@ -68,16 +69,30 @@ type WindowResult struct {
 	// nothing was admitted.
 	FromNanos int64 `json:"from_ns"`
 	ToNanos   int64 `json:"to_ns"`
-	OK        bool  `json:"ok"`
+	// CertainMilli is, over the windows of this length that look over the
+	// allowance, the most admitted by requests whose whole decision
+	// interval [t_mono_ns, t_after_ns] lies inside the window: what was
+	// certainly admitted there. OK compares it, not WorstMilli.
+	CertainMilli int64 `json:"certain_milli"`
+	OK           bool  `json:"ok"`
 }
 
 // BoundResult is the verdict on one policy+key's history.
 type BoundResult struct {
 	OK      bool
 	Windows []WindowResult
-	// Violation is quotacheck's exact check over windows of every length:
-	// the worst one, or nil when the bound held.
+	// Violation is quotacheck's exact check over windows of every length,
+	// on start times: the worst-looking window, or nil.
 	Violation *quotacheck.Violation
+	// Certain is the exact check over decision intervals: a window where
+	// what was certainly admitted exceeds the bound, or nil. OK needs it
+	// nil.
+	Certain *CertainExcess
+	// Uncertain describes apparent excesses that vanish when only requests
+	// certainly inside the window are counted.
+	Uncertain []string
+	// MaxGapNanos is the widest decision interval in the history.
+	MaxGapNanos int64
 }
 
 // Failed returns the fixed-length windows that broke the bound.
@@ -95,25 +110,108 @@ func (r BoundResult) Failed() []WindowResult {
 // windows, the worst closed window [t, t+W] found exactly, and quotacheck's
 // check over all lengths. OK only if everything passes. recs need not be
 // sorted and are not modified.
+//
+// Timestamps: a replica reads the clock just before and just after each
+// decision, so an admission happened somewhere in [TMonoNanos,
+// TAfterNanos]; a process descheduled between the two readings widens the
+// interval. The search for the worst windows uses TMonoNanos; a window over
+// its allowance then counts only the requests whose whole interval lies in
+// it, and the bound is broken only if that certain amount is over. This
+// never reports an excess that the timestamps cannot prove. It can miss a
+// certain excess only where the worst-looking window of a length is an
+// artefact and a different window of the same length holds the real one:
+// every window over the allowance is re-checked for the fixed lengths, and
+// only the single worst one for quotacheck's any-length search.
 func CheckBound(recs []Record, b BoundSpec, windows []time.Duration) BoundResult {
-	adm := make([]quotacheck.Admission, len(recs))
-	for i, r := range recs {
+	sorted := slices.Clone(recs)
+	slices.SortStableFunc(sorted, func(a, c Record) int { return cmp.Compare(a.TMonoNanos, c.TMonoNanos) })
+	adm := make([]quotacheck.Admission, len(sorted))
+	var maxGap int64
+	for i, r := range sorted {
 		adm[i] = r.Admission()
+		maxGap = max(maxGap, r.after()-r.TMonoNanos)
 	}
-	sortAdmissions(adm)
 
-	res := BoundResult{OK: true, Windows: make([]WindowResult, 0, len(windows))}
+	res := BoundResult{OK: true, Windows: make([]WindowResult, 0, len(windows)), MaxGapNanos: maxGap}
 	for _, w := range windows {
 		wr := worstWindow(adm, w)
 		wr.AllowedMilli = b.AllowedMilli(w)
-		wr.OK = wr.WorstMilli <= wr.AllowedMilli
+		wr.CertainMilli = wr.WorstMilli
+		if wr.WorstMilli > wr.AllowedMilli {
+			wr.CertainMilli, wr.FromNanos, wr.ToNanos = worstCertain(sorted, w, wr.AllowedMilli, maxGap)
+			if wr.CertainMilli <= wr.AllowedMilli {
+				res.Uncertain = append(res.Uncertain, fmt.Sprintf("%v: %d milli looked admitted against %d allowed, at most %d certainly",
+					w, wr.WorstMilli, wr.AllowedMilli, wr.CertainMilli))
+			}
+		}
+		wr.OK = wr.CertainMilli <= wr.AllowedMilli
 		res.OK = res.OK && wr.OK
 		res.Windows = append(res.Windows, wr)
 	}
 	// Already sorted, so the Violation's First/Last index adm as sorted here.
 	res.Violation = quotacheck.Check(adm, b.quotacheckBound())
-	res.OK = res.OK && res.Violation == nil
+	ce, err := certainViolation(sorted, b)
+	switch {
+	case err != nil:
+		// Too long to check exactly in int64: fall back to start times.
+		res.Uncertain = append(res.Uncertain, err.Error())
+		res.OK = res.OK && res.Violation == nil
+	case ce != nil:
+		res.Certain = ce
+		res.OK = false
+	case res.Violation != nil:
+		res.Uncertain = append(res.Uncertain, fmt.Sprintf("any length: %v, but no window certainly over", res.Violation))
+	}
 	return res
+}
+
+// after is the end of r's decision interval.
+func (r Record) after() int64 { return max(r.TAfterNanos, r.TMonoNanos) }
+
+// certainIn sums the requests of sorted (by TMonoNanos) whose whole
+// interval lies in [from, to].
+func certainIn(sorted []Record, from, to int64) int64 {
+	i, _ := slices.BinarySearchFunc(sorted, from, func(r Record, t int64) int { return cmp.Compare(r.TMonoNanos, t) })
+	var sum int64
+	for ; i < len(sorted) && sorted[i].TMonoNanos <= to; i++ {
+		if sorted[i].after() <= to {
+			sum += sorted[i].CostMilli
+		}
+	}
+	return sum
+}
+
+// worstCertain slides windows [t_i, t_i+w] over sorted and, for each one
+// over allowed by start times, counts only the requests certainly inside;
+// it returns the largest such count and its window.
+func worstCertain(sorted []Record, w time.Duration, allowed, maxGap int64) (worst, from, to int64) {
+	var sum int64
+	j := 0
+	for i := range sorted {
+		if i > 0 {
+			sum -= sorted[i-1].CostMilli
+		}
+		end := sorted[i].TMonoNanos + int64(w)
+		for j < len(sorted) && sorted[j].TMonoNanos <= end {
+			sum += sorted[j].CostMilli
+			j++
+		}
+		if sum <= allowed || sum <= worst {
+			continue
+		}
+		// Only requests that started within maxGap of the right edge can
+		// end after it.
+		c := sum
+		for k := j - 1; k >= i && sorted[k].TMonoNanos >= end-maxGap; k-- {
+			if sorted[k].after() > end {
+				c -= sorted[k].CostMilli
+			}
+		}
+		if c > worst {
+			worst, from, to = c, sorted[i].TMonoNanos, end
+		}
+	}
+	return worst, from, to
 }
 
 func sortAdmissions(adm []quotacheck.Admission) {
@@ -294,14 +392,21 @@ func (r BoundResult) Describe() string {
 				worst = max(worst, float64(w.WorstMilli)/float64(w.AllowedMilli))
 			}
 		}
-		return fmt.Sprintf("bound held; fullest fixed window at %.1f%% of its allowance", 100*worst)
+		msg := fmt.Sprintf("bound held; fullest fixed window at %.1f%% of its allowance", 100*worst)
+		if len(r.Uncertain) > 0 {
+			msg += fmt.Sprintf("; within timestamp uncertainty (widest decision interval %v): %s",
+				time.Duration(r.MaxGapNanos), strings.Join(r.Uncertain, "; "))
+		}
+		return msg
 	}
 	s := "bound broken"
 	for _, w := range r.Failed() {
-		s += fmt.Sprintf("; %v window [%d, %d] ns admitted %d > %d milli", w.Window, w.FromNanos, w.ToNanos, w.WorstMilli, w.AllowedMilli)
+		s += fmt.Sprintf("; %v window [%d, %d] ns certainly admitted %d > %d milli", w.Window, w.FromNanos, w.ToNanos, w.CertainMilli, w.AllowedMilli)
 	}
-	if r.Violation != nil {
-		s += "; " + r.Violation.Error()
+	if r.Certain != nil {
+		s += fmt.Sprintf("; certainly %d milli-tokens admitted in [%d, %d] ns (window %v), bound allows %d",
+			r.Certain.AdmittedMilli, r.Certain.FromNanos, r.Certain.ToNanos, time.Duration(r.Certain.ToNanos-r.Certain.FromNanos), r.Certain.AllowedMilli)
 	}
+	s += fmt.Sprintf("; widest decision interval %v", time.Duration(r.MaxGapNanos))
 	return s
 }

@@ -3,6 +3,7 @@
 package jepsen
 
 import (
+	"cmp"
 	"math/rand/v2"
 	"slices"
 	"testing"
@@ -323,4 +324,75 @@ func TestReplicasAdmitting(t *testing.T) {
 	if len(got) != 2 || !got["a"] || !got["b"] || got["c"] {
 		t.Fatalf("replicas %v, want a and b (c is at the open end)", got)
 	}
+}
+
+// An excess that only the decision intervals' width makes: the request
+// that tips the window over started inside it but may have been admitted
+// after it ended. It must not be reported; the same request with a
+// narrow interval must.
+func TestCheckBoundCountsOnlyCertainAdmissions(t *testing.T) {
+	const ms = int64(time.Millisecond)
+	b := BoundSpec{CapacityMilli: 2000, RateMilliPerSec: 10_000}
+	mk := func(lastAfter int64) []Record {
+		return []Record{
+			{TMonoNanos: 0, TAfterNanos: 0, CostMilli: 1000, Replica: "a"},
+			{TMonoNanos: 10 * ms, TAfterNanos: 10 * ms, CostMilli: 1000, Replica: "a"},
+			{TMonoNanos: 90 * ms, TAfterNanos: lastAfter, CostMilli: 1000, Replica: "b"},
+		}
+	}
+	windows := []time.Duration{100 * time.Millisecond}
+	if r := CheckBound(mk(90*ms), b, windows); r.OK || r.Certain == nil || r.Certain.AdmittedMilli != 3000 {
+		t.Fatalf("a certain excess was not reported: %s", r.Describe())
+	}
+	r := CheckBound(mk(300*ms), b, windows)
+	if !r.OK || r.Certain != nil || r.Violation == nil || len(r.Uncertain) == 0 || r.MaxGapNanos != 210*ms {
+		t.Fatalf("an excess within the timestamps' uncertainty was reported: %s", r.Describe())
+	}
+}
+
+// certainViolation against its definition, on random bracketed histories.
+func TestCertainViolationMatchesBruteForce(t *testing.T) {
+	const ms = int64(time.Millisecond)
+	rng := rand.New(rand.NewPCG(7, 9))
+	for iter := range 400 {
+		n := 1 + rng.IntN(25)
+		recs := make([]Record, n)
+		for i := range recs {
+			st := rng.Int64N(100) * ms
+			gap := int64(0)
+			if rng.IntN(3) == 0 {
+				gap = rng.Int64N(40) * ms
+			}
+			recs[i] = Record{TMonoNanos: st, TAfterNanos: st + gap, CostMilli: 1000 * (1 + rng.Int64N(3)), Replica: "r"}
+		}
+		b := BoundSpec{CapacityMilli: 1000 * (1 + rng.Int64N(6)), RateMilliPerSec: 1000 * rng.Int64N(40)}
+		want := false
+		for _, a := range recs {
+			for _, e := range recs {
+				from, to := a.TMonoNanos, e.after()
+				if to < from {
+					continue
+				}
+				if certainIn(sortedByStart(recs), from, to) > b.AllowedMilli(time.Duration(to-from)) {
+					want = true
+				}
+			}
+		}
+		got, err := certainViolation(recs, b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if (got != nil) != want {
+			t.Fatalf("iteration %d: certainViolation = %+v, brute force says violated=%v; recs %+v bound %+v", iter, got, want, recs, b)
+		}
+		if got != nil && got.AdmittedMilli <= got.AllowedMilli {
+			t.Fatalf("iteration %d: reported window is not over: %+v", iter, got)
+		}
+	}
+}
+
+func sortedByStart(recs []Record) []Record {
+	s := slices.Clone(recs)
+	slices.SortStableFunc(s, func(x, y Record) int { return cmp.Compare(x.TMonoNanos, y.TMonoNanos) })
+	return s
 }

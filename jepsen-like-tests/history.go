@@ -29,8 +29,15 @@ import (
 	"github.com/ration-dev/ration/internal/quotacheck"
 )
 
-// HistoryHeader is the first line of every history-<replica>.csv.
+// HistoryHeader is the first line of a history-<replica>.csv whose records
+// carry one time each.
 const HistoryHeader = "t_mono_ns,replica,policy,key,cost_milli"
+
+// HistoryHeaderBracketed is the header of a file whose records also carry
+// t_after_ns, the clock read just after the decision returned: the
+// admission happened somewhere in [t_mono_ns, t_after_ns]. The replica
+// program writes this form.
+const HistoryHeaderBracketed = HistoryHeader + ",t_after_ns"
 
 // HistoryGlob matches the per-replica history files inside a run directory.
 const HistoryGlob = "history-*.csv"
@@ -46,6 +53,9 @@ type Record struct {
 	Policy     string
 	Key        string
 	CostMilli  int64 // > 0
+	// TAfterNanos is the end of the interval the admission happened in
+	// (>= TMonoNanos); equal to TMonoNanos when the file has no such column.
+	TAfterNanos int64
 }
 
 // Admission converts r for internal/quotacheck; Who is the replica.
@@ -81,14 +91,19 @@ func readHistoryFile(name string, recs []Record, intern map[string]string) ([]Re
 		return nil, err
 	}
 	defer f.Close()
+	bracketed := false
 	err = eachLine(f, func(n int, line []byte) error {
 		if n == 1 {
-			if string(line) != HistoryHeader {
-				return fmt.Errorf("%s:%d: header is %q, want %q", name, n, line, HistoryHeader)
+			switch string(line) {
+			case HistoryHeader:
+			case HistoryHeaderBracketed:
+				bracketed = true
+			default:
+				return fmt.Errorf("%s:%d: header is %q, want %q or %q", name, n, line, HistoryHeader, HistoryHeaderBracketed)
 			}
 			return nil
 		}
-		r, err := parseRecord(line, intern)
+		r, err := parseRecord(line, intern, bracketed)
 		if err != nil {
 			return fmt.Errorf("%s:%d: %w", name, n, err)
 		}
@@ -101,7 +116,19 @@ func readHistoryFile(name string, recs []Record, intern map[string]string) ([]Re
 	return recs, nil
 }
 
-func parseRecord(line []byte, intern map[string]string) (Record, error) {
+func parseRecord(line []byte, intern map[string]string, bracketed bool) (Record, error) {
+	after := int64(-1)
+	if bracketed {
+		c := bytes.LastIndexByte(line, ',')
+		if c < 0 {
+			return Record{}, fmt.Errorf("malformed record %q: want 6 comma-separated fields", line)
+		}
+		v, err := strconv.ParseInt(string(line[c+1:]), 10, 64)
+		if err != nil {
+			return Record{}, fmt.Errorf("malformed t_after_ns in %q: %w", line, err)
+		}
+		after, line = v, line[:c]
+	}
 	var field [5][]byte
 	rest := line
 	for i := range field {
@@ -132,12 +159,18 @@ func parseRecord(line []byte, intern map[string]string) (Record, error) {
 	if len(field[1]) == 0 || len(field[2]) == 0 {
 		return Record{}, fmt.Errorf("malformed record %q: empty replica or policy", line)
 	}
+	if after < 0 {
+		after = t
+	} else if after < t {
+		return Record{}, fmt.Errorf("t_after_ns %d before t_mono_ns %d in %q", after, t, line)
+	}
 	return Record{
-		TMonoNanos: t,
-		Replica:    internBytes(intern, field[1]),
-		Policy:     internBytes(intern, field[2]),
-		Key:        internBytes(intern, field[3]),
-		CostMilli:  cost,
+		TMonoNanos:  t,
+		TAfterNanos: after,
+		Replica:     internBytes(intern, field[1]),
+		Policy:      internBytes(intern, field[2]),
+		Key:         internBytes(intern, field[3]),
+		CostMilli:   cost,
 	}, nil
 }
 

@@ -40,10 +40,10 @@ func TestHistoryReadMergesAndDropsPartialLastLine(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := []Record{
-		{100, "a", "api", "k1", 500},
-		{100, "b", "api", "", 2000}, // tie: file a before file b
-		{250, "b", "api", "k1", 750},
-		{300, "a", "api", "k1", 1000},
+		{100, "a", "api", "k1", 500, 100},
+		{100, "b", "api", "", 2000, 100}, // tie: file a before file b
+		{250, "b", "api", "k1", 750, 250},
+		{300, "a", "api", "k1", 1000, 300},
 	}
 	if !slices.Equal(recs, want) {
 		t.Fatalf("records\n got %v\nwant %v", recs, want)
@@ -193,5 +193,21 @@ func TestTimelineMonoNowAdvances(t *testing.T) {
 	b := MonoNow()
 	if a <= 0 || b < a {
 		t.Fatalf("MonoNow went %d then %d", a, b)
+	}
+}
+
+func TestReadHistoriesBracketed(t *testing.T) {
+	dir := t.TempDir()
+	writeFile(t, dir, "history-a.csv", HistoryHeaderBracketed+"\n100,a,api,k1,500,130\n200,a,api,k1,500,200\n")
+	recs, err := ReadHistories(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(recs) != 2 || recs[0].TAfterNanos != 130 || recs[1].TAfterNanos != 200 {
+		t.Fatalf("records %+v", recs)
+	}
+	writeFile(t, dir, "history-b.csv", HistoryHeaderBracketed+"\n100,b,api,k1,500,99\n100,b,api,k1,500,100\n")
+	if _, err := ReadHistories(dir); err == nil || !strings.Contains(err.Error(), "history-b.csv:2") {
+		t.Fatalf("an interval ending before it starts was accepted: %v", err)
 	}
 }

@@ -65,7 +65,7 @@ func TestQuick(t *testing.T) {
 		Nemeses: []Nemesis{
 			KillLeader, KillFollower, PauseLeader, PauseClient,
 			PartitionLeader, PartitionMajority, PartitionBridge, PartitionRing, CutClient,
-			ClockWithinRho, WallClockJumps, DegradedNetwork, Membership, KillAll, Mix(2),
+			ClockWithinRho, WallClockJumps, DegradedNetwork, Membership, KillAll, RestartReplicas, Mix(2),
 		},
 	})
 	requirePass(t, e, s)
@@ -105,11 +105,17 @@ func TestNegativeControls(t *testing.T) {
 		requirePass(t, e, s)
 	})
 	t.Run("start-full-no-debit", func(t *testing.T) {
+		// Free tokens per new lease are at most its cap, about B/4, so
+		// the control needs many new leases in a short time and a burst
+		// large against r: B = 400 tokens, r = 100/s, and an offered
+		// load (about 40× r) that spends a new lease's burst at once.
 		cfg := baseConfig("nc-start-full-no-debit", seedFromEnv(4))
 		cfg.ServerFaults = []string{"start-full-no-debit"}
+		cfg.Policy = PolicySpec{Rate: 100, Burst: 400, Lease: 5 * time.Second, RenewAfter: time.Second}
+		cfg.RatePerReplica = 600
 		e := newEnv(t, cfg)
-		s := Execute(e, Scenario{Config: cfg, Warmup: 3 * time.Second,
-			Nemeses:  []Nemesis{PauseClient, PauseClient, CutClient},
+		s := Execute(e, Scenario{Config: cfg, Warmup: 6 * time.Second,
+			Nemeses:  []Nemesis{RestartReplicas, RestartReplicas},
 			Controls: "new leases start full without debiting the pool", ExpectViolation: true})
 		requirePass(t, e, s)
 	})

@@ -325,3 +325,19 @@ var PartitionLeaderWithClients = Nemesis{"partition-leader-with-clients", func(e
 	e.heal()
 	return fmt.Sprintf("%v | %v", minority, majority)
 }}
+
+// RestartReplicas stops every replica gracefully (it flushes its history
+// and releases its leases) and starts it again as a new incarnation, one
+// after another, twice: eight new leases within a couple of seconds.
+var RestartReplicas = Nemesis{"restart-replicas", func(e *Env, _ *rand.Rand) string {
+	for range 2 {
+		for _, r := range e.cfg.Replicas {
+			if err := e.stop(r); err != nil {
+				e.t.Errorf("stopping %s: %v", r, err)
+			}
+			e.restart(r)
+			hold(500 * time.Millisecond) // let the new incarnation spend
+		}
+	}
+	return "each replica stopped (SIGTERM) and restarted as a new incarnation, twice, 0.5s apart"
+}}

@@ -6,13 +6,15 @@
 //
 // It writes two CSV files, flushed every 20ms and on exit:
 //
-//	history-<id>.csv  t_mono_ns,replica,policy,key,cost_milli   one line per admission
+//	history-<id>.csv  t_mono_ns,replica,policy,key,cost_milli,t_after_ns   one line per admission
 //	grants-<id>.csv   t_mono_ns,replica,policy,key,lease_id,renewal,deadline_mono_ns,rate_milli,cap_milli
 //
 // t_mono_ns is CLOCK_MONOTONIC, which every process on the host shares, so
 // the histories of all replicas merge onto one time line. An admission is
-// stamped with the clock read just before AllowN: the decision happened at
-// or after that instant. A kill -9 loses at most the last 20ms of records;
+// stamped with the clock read just before AllowN and just after it: the
+// decision happened in between (a process descheduled there widens the
+// interval; the checker counts a request in a window only if its whole
+// interval lies inside). A kill -9 loses at most the last 20ms of records;
 // the suite never kills replicas (it pauses them with SIGSTOP), and SIGTERM
 // flushes everything and releases the leases.
 //
@@ -142,7 +144,7 @@ func run(args []string, stderr io.Writer) int {
 		}
 	}
 
-	hist, err := newCSV(fmt.Sprintf("%s/history-%s.csv", o.dir, o.id), "t_mono_ns,replica,policy,key,cost_milli")
+	hist, err := newCSV(fmt.Sprintf("%s/history-%s.csv", o.dir, o.id), "t_mono_ns,replica,policy,key,cost_milli,t_after_ns")
 	if err != nil {
 		fmt.Fprintf(stderr, "replica: %v\n", err)
 		return 1
@@ -218,9 +220,11 @@ loop:
 			offeredTotal++
 			cost := draw()
 			t := monoNow()
-			if d := lim.AllowN(cost / 1000); d.Allowed && !d.Shadow {
+			d := lim.AllowN(cost / 1000)
+			after := monoNow()
+			if d.Allowed && !d.Shadow {
 				admitted++
-				hist.line(fmt.Sprintf("%d,%s,%s,%s,%d", t, o.id, o.policy, keyField, cost))
+				hist.line(fmt.Sprintf("%d,%s,%s,%s,%d,%d", t, o.id, o.policy, keyField, cost, after))
 			}
 		}
 		if now-lastFlush >= int64(20*time.Millisecond) {
