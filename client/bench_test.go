@@ -25,19 +25,27 @@ import (
 // The policy's rate and burst are far above what a benchmark consumes, so
 // every call must be admitted from the lease (Reason Allowed); any other
 // decision fails the benchmark, so the fast path, and only it, is measured.
-// x/time/rate gets the same rate and burst.
+// x/time/rate gets the same rate and burst. The "rationAllow" sub-benchmarks
+// measure Limiter.Allow, the bool API (every call must be admitted): most of
+// AllowN's cost on amd64 is the caller copying the returned Decision, see
+// BENCHMARKS.md.
 //
 // Each top-level benchmark starts its own cluster and client once, outside
 // the timed region, and runs the ration and xrate sub-benchmarks against
-// them with b.Run, so the harness's b.N probing never starts a cluster. A
-// run of one top-level benchmark takes a few seconds, well inside the
-// lease's renew_after (duration/3 = 20s): no renewal happens while timing,
-// so the grant stays the first one (the whole policy, asked for with the
-// "unknown demand" of a new key). The cluster idles in the background
-// (Raft heartbeats, gossip) during both sub-benchmarks alike.
+// them with b.Run, so the harness's b.N probing never starts a cluster.
+// With -count, go test repeats each sub-benchmark within that one run, so a
+// run lasts longer than the lease's renew_after (duration/3 = 20s) and
+// renewals happen while timing; each ration sub-benchmark therefore has its
+// own key, acquired when it starts (see benchLimiter), so its renewals
+// report its own demand. The cluster idles in the background (Raft
+// heartbeats, gossip) during every sub-benchmark alike.
 
+// The rate is the largest a policy may have (lease.MaxRateMilliPerSec): at
+// 10^8 tokens/s a path of a few ns/op, such as Allow's, spends tokens faster
+// than they are minted, the more so under RunParallel, where the coarse
+// clock ticks late. The fast path's cost does not depend on the rate.
 const (
-	benchRateTokens  = 100_000_000   // tokens per second
+	benchRateTokens  = 1_000_000_000 // tokens per second
 	benchBurstTokens = 1_000_000_000 // tokens
 )
 
@@ -51,10 +59,9 @@ policies:
     lease: {duration: 60s, drift_ppm: 1000}
 `, benchRateTokens, benchBurstTokens)
 
-// startBenchLimiter starts a cluster and a client, and returns the limiter
-// of one key once it admits from its lease. Cleanups (client first, then
-// the cluster) run when b's benchmark, sub-benchmarks included, ends.
-func startBenchLimiter(b *testing.B) *client.Limiter {
+// startBenchClient starts a cluster and a client. Cleanups (client first,
+// then the cluster) run when b's benchmark, sub-benchmarks included, ends.
+func startBenchClient(b *testing.B) *client.Client {
 	b.Helper()
 	c := testcluster.New(b, 3, testcluster.WithPolicies(benchPolicy), testcluster.WithLogLevel(slog.LevelError))
 	c.WaitForLeader(b)
@@ -67,7 +74,19 @@ func startBenchLimiter(b *testing.B) *client.Limiter {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { _ = cl.Close() })
-	lim := cl.Limiter("bench", client.Key{"tenant": "hot"})
+	return cl
+}
+
+// benchLimiter returns the limiter of tenant's key once it admits from its
+// lease (the first call for a tenant acquires it). Each ration
+// sub-benchmark takes its own key when it starts: with -count, go test
+// repeats a sub-benchmark within one run of its parent, past the lease's
+// first renewal, and a key that sat idle while another sub-benchmark ran
+// would then report no demand and be renewed with a trickle of the rate.
+// The caller resets its timer afterwards (b.Loop does).
+func benchLimiter(b *testing.B, cl *client.Client, tenant string) *client.Limiter {
+	b.Helper()
+	lim := cl.Limiter("bench", client.Key{"tenant": tenant})
 	testcluster.WaitFor(b, testcluster.DefaultWait, func() error {
 		if d := lim.AllowN(1); d.Reason != client.Allowed {
 			return fmt.Errorf("not admitting from a lease yet: %+v (err %v)", d, lim.Err())
@@ -90,12 +109,26 @@ func failIfDenied(b *testing.B, denied int64) {
 
 // BenchmarkLimiterAllowN: one goroutine.
 func BenchmarkLimiterAllowN(b *testing.B) {
-	lim := startBenchLimiter(b)
+	cl := startBenchClient(b)
 	b.Run("ration", func(b *testing.B) {
+		lim := benchLimiter(b, cl, "allown")
 		b.ReportAllocs()
 		var denied int64
 		for b.Loop() {
 			if lim.AllowN(1).Reason != client.Allowed {
+				denied++
+			}
+		}
+		failIfDenied(b, denied)
+	})
+	// Allow, the bool API: the same decision without a Decision to copy
+	// (x/time/rate's side is its Allow, a bool, too).
+	b.Run("rationAllow", func(b *testing.B) {
+		lim := benchLimiter(b, cl, "allow")
+		b.ReportAllocs()
+		var denied int64
+		for b.Loop() {
+			if !lim.Allow() {
 				denied++
 			}
 		}
@@ -117,14 +150,32 @@ func BenchmarkLimiterAllowN(b *testing.B) {
 // BenchmarkLimiterAllowNParallel: b.RunParallel, GOMAXPROCS goroutines on
 // the one key (one limiter).
 func BenchmarkLimiterAllowNParallel(b *testing.B) {
-	lim := startBenchLimiter(b)
+	cl := startBenchClient(b)
 	b.Run("ration", func(b *testing.B) {
+		lim := benchLimiter(b, cl, "allown-parallel")
+		b.ResetTimer()
 		b.ReportAllocs()
 		var denied atomic.Int64
 		b.RunParallel(func(pb *testing.PB) {
 			var n int64
 			for pb.Next() {
 				if lim.AllowN(1).Reason != client.Allowed {
+					n++
+				}
+			}
+			denied.Add(n)
+		})
+		failIfDenied(b, denied.Load())
+	})
+	b.Run("rationAllow", func(b *testing.B) {
+		lim := benchLimiter(b, cl, "allow-parallel")
+		b.ResetTimer()
+		b.ReportAllocs()
+		var denied atomic.Int64
+		b.RunParallel(func(pb *testing.PB) {
+			var n int64
+			for pb.Next() {
+				if !lim.Allow() {
 					n++
 				}
 			}
@@ -155,8 +206,9 @@ func BenchmarkLimiterAllowNParallel(b *testing.B) {
 // the last goroutine's end gives decisions/s (every decision must be an
 // admission). ns/op is wall time per decision, i.e. 1e9 / decisions/s.
 func BenchmarkLimiterAllowNThroughput(b *testing.B) {
-	lim := startBenchLimiter(b)
+	cl := startBenchClient(b)
 	b.Run("ration", func(b *testing.B) {
+		lim := benchLimiter(b, cl, "throughput")
 		hammer(b, func() bool { return lim.AllowN(1).Reason == client.Allowed })
 	})
 	b.Run("xrate", func(b *testing.B) {

@@ -33,8 +33,13 @@ type Config struct {
 	// ClientID names this replica; unique among live replicas.
 	ClientID string
 	// Incarnation distinguishes this process from earlier ones with the same
-	// ClientID; 0 means the current time in nanoseconds. The cluster
-	// releases an older incarnation's leases when a newer one appears.
+	// ClientID; 0 means the wall-clock time in nanoseconds. The cluster
+	// releases an older incarnation's leases when a newer one appears, and
+	// refuses an older one (a paused process that woke up late). The
+	// default relies on the wall clock moving forward between restarts: a
+	// process restarted after its host's clock was stepped back by more
+	// than the previous process's age is refused until the clock catches
+	// up. Where that matters, pass a counter kept on disk instead.
 	Incarnation uint64
 	// FirstLeaseWait is how long the first AllowN on a new key waits for
 	// its first grant before answering NoLease (default 50ms; 0 with

@@ -149,25 +149,70 @@ var ErrTooManyWaiters = errors.New("ration: too many waiters on this limiter")
 // the context's deadline.
 var ErrWouldExceedDeadline = errors.New("ration: wait would exceed the context deadline")
 
-// Allow is AllowN(1).
-func (l *Limiter) Allow() bool { return l.AllowN(1).Allowed }
+// Allow is AllowN(1).Allowed, with the same decision, accounting and
+// metrics. Its fast path returns the bool alone: a caller that only needs
+// the verdict does not pay for copying a Decision (see AllowN).
+func (l *Limiter) Allow() bool {
+	if t := l.cur.Load(); t != nil {
+		c := l.c
+		if now := c.clock.Now(); now < t.guardFrom && !c.closed.Load() {
+			if rem, ok := t.bucket.TryTakeN(now, lease.MilliPerToken); ok {
+				if (rem+1)*10 <= t.capMilli || c.countAllowed.Load() {
+					l.countAdmitted(t, rem)
+				}
+				return true
+			}
+		}
+	}
+	return l.allowN(lease.MilliPerToken).Allowed
+}
 
 // AllowN decides, without blocking (but see Config.FirstLeaseWait), whether
 // cost tokens may be spent now. The common case is one atomic clock read
 // and one lock-free bucket operation: no RPC, no allocation, no mutex.
+//
+// The fast path makes no call: a live lease, away from its deadline (the
+// coarse clock below the precomputed guard band), tokens in the bucket with
+// no refill due, nothing to count. A refill (at most once per coarse-clock
+// tick), a refusal and anything near the deadline go through allowN, which
+// decides exactly as the full path always has.
 func (l *Limiter) AllowN(cost int64) Decision {
 	costMilli := cost * lease.MilliPerToken
-	// The fast path, inlined here: a live lease, away from its deadline,
-	// with the tokens in the bucket. Everything else goes through allow.
+	if t := l.cur.Load(); t != nil {
+		c := l.c
+		if now := c.clock.Now(); now < t.guardFrom && !c.closed.Load() {
+			if rem, ok := t.bucket.TryTakeN(now, costMilli); ok {
+				// (rem+1)*10 <= cap is rem < cap/10 without the division;
+				// rem <= lease.MaxCapacityMilli, so it cannot overflow.
+				if (rem+1)*10 <= t.capMilli || c.countAllowed.Load() {
+					l.countAdmitted(t, rem)
+				}
+				return Decision{Allowed: true, RemainingMilli: rem, Reason: Allowed}
+			}
+		}
+	}
+	return l.allowN(costMilli)
+}
+
+// countAdmitted counts an admission from the lease's bucket for metrics:
+// near the limit (< 10% of the cap left), and allowed if a collector is
+// attached.
+func (l *Limiter) countAdmitted(t *terms, rem int64) {
+	if rem < t.capMilli/10 {
+		l.nearLimit.Add(1)
+	}
+	if l.c.countAllowed.Load() {
+		l.decisions[Allowed].Add(1)
+	}
+}
+
+// allowN is AllowN past its first try: the fast path again, now with a
+// refill (TakeN), then the full decision.
+func (l *Limiter) allowN(costMilli int64) Decision {
 	if t := l.cur.Load(); t != nil {
 		if now := l.c.clock.Now(); now < t.guardFrom && !l.c.closed.Load() {
 			if rem, ok := t.bucket.TakeN(now, costMilli); ok {
-				if rem < t.capMilli/10 {
-					l.nearLimit.Add(1)
-				}
-				if l.c.countAllowed.Load() {
-					l.decisions[Allowed].Add(1)
-				}
+				l.countAdmitted(t, rem)
 				return Decision{Allowed: true, RemainingMilli: rem, Reason: Allowed}
 			}
 		}

@@ -411,3 +411,18 @@ func (b *AtomicBucket) TakeN(nowNanos, costMilli int64) (remainingMilli int64, o
 		}
 	}
 }
+
+// TryTakeN is TakeN's common case alone, small enough for the compiler to
+// inline into a caller's fast path: when nowNanos mints nothing (it is not
+// after the time already credited) and the level covers costMilli, it
+// charges it with two loads and one CAS and returns the level left. In any
+// other case (a refill is due, the level is short, a concurrent CAS won, a
+// non-positive cost) it charges nothing and returns ok false: the caller
+// then decides with TakeN or AllowN, which refill.
+func (b *AtomicBucket) TryTakeN(nowNanos, costMilli int64) (remainingMilli int64, ok bool) {
+	lvl := b.level.Load()
+	if nowNanos <= b.last.Load() && lvl >= costMilli && costMilli > 0 && b.level.CompareAndSwap(lvl, lvl-costMilli) {
+		return lvl - costMilli, true
+	}
+	return 0, false
+}
