@@ -514,8 +514,12 @@ type Snapshot struct {
 	Policies         []*PolicySpec          `protobuf:"bytes,2,rep,name=policies,proto3" json:"policies,omitempty"`
 	Ledgers          []*LedgerSnapshot      `protobuf:"bytes,3,rep,name=ledgers,proto3" json:"ledgers,omitempty"`
 	Clients          []*ClientRecord        `protobuf:"bytes,4,rep,name=clients,proto3" json:"clients,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// applied_digest chains SHA-256 over every command applied (index and
+	// bytes): servers that applied the same log hold the same digest, and a
+	// server that applied anything else never converges back.
+	AppliedDigest []byte `protobuf:"bytes,5,opt,name=applied_digest,json=appliedDigest,proto3" json:"applied_digest,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Snapshot) Reset() {
@@ -572,6 +576,13 @@ func (x *Snapshot) GetLedgers() []*LedgerSnapshot {
 func (x *Snapshot) GetClients() []*ClientRecord {
 	if x != nil {
 		return x.Clients
+	}
+	return nil
+}
+
+func (x *Snapshot) GetAppliedDigest() []byte {
+	if x != nil {
+		return x.AppliedDigest
 	}
 	return nil
 }
@@ -1072,12 +1083,13 @@ const file_command_proto_rawDesc = "" +
 	"\x03ops\x18\x01 \x03(\v2\x12.ration.v1.LeaseOpR\x03ops\"w\n" +
 	"\rExpireCommand\x124\n" +
 	"\x16client_retention_nanos\x18\x01 \x01(\x03R\x14clientRetentionNanos\x120\n" +
-	"\x14expire_through_nanos\x18\x02 \x01(\x03R\x12expireThroughNanos\"\xd3\x01\n" +
+	"\x14expire_through_nanos\x18\x02 \x01(\x03R\x12expireThroughNanos\"\xfa\x01\n" +
 	"\bSnapshot\x12,\n" +
 	"\x12cluster_time_nanos\x18\x01 \x01(\x03R\x10clusterTimeNanos\x121\n" +
 	"\bpolicies\x18\x02 \x03(\v2\x15.ration.v1.PolicySpecR\bpolicies\x123\n" +
 	"\aledgers\x18\x03 \x03(\v2\x19.ration.v1.LedgerSnapshotR\aledgers\x121\n" +
-	"\aclients\x18\x04 \x03(\v2\x17.ration.v1.ClientRecordR\aclients\"\xbb\x05\n" +
+	"\aclients\x18\x04 \x03(\v2\x17.ration.v1.ClientRecordR\aclients\x12%\n" +
+	"\x0eapplied_digest\x18\x05 \x01(\fR\rappliedDigest\"\xbb\x05\n" +
 	"\x0eLedgerSnapshot\x12\x16\n" +
 	"\x06policy\x18\x01 \x01(\tR\x06policy\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\tR\x03key\x12\x1d\n" +

@@ -1,6 +1,8 @@
 package fsm
 
 import (
+	"crypto/sha256"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -65,9 +67,11 @@ type keyLedger struct {
 // state is everything the FSM replicates.
 type state struct {
 	clusterTime int64
-	policies    map[string]policy.Policy
-	keys        map[string]map[string]*keyLedger // policy -> canonical key -> ledger
-	clients     map[string]*clientRecord
+	// digest chains every applied command (see chainDigest).
+	digest   []byte
+	policies map[string]policy.Policy
+	keys     map[string]map[string]*keyLedger // policy -> canonical key -> ledger
+	clients  map[string]*clientRecord
 }
 
 func newState() *state {
@@ -89,6 +93,22 @@ type FSM struct {
 }
 
 var _ raft.FSM = (*FSM)(nil)
+
+// chainDigest is SHA-256(prev ‖ index ‖ data): the digest of every command
+// a state machine applied, in order. It is replicated state (snapshots
+// carry it), so replicas that applied the same log agree on it, and one
+// that applied an entry the log does not hold (such as the test-only
+// faults.AckBeforeCommit, which applies before committing) differs for
+// good. StateHash covers it.
+func chainDigest(prev []byte, index uint64, data []byte) []byte {
+	h := sha256.New()
+	h.Write(prev)
+	var idx [8]byte
+	binary.BigEndian.PutUint64(idx[:], index)
+	h.Write(idx[:])
+	h.Write(data)
+	return h.Sum(prev[:0:0])
+}
 
 // New returns an empty FSM. A nil logger discards.
 func New(logger *slog.Logger) *FSM {
@@ -112,6 +132,7 @@ func (f *FSM) Apply(l *raft.Log) any {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.index = l.Index
+	f.st.digest = chainDigest(f.st.digest, l.Index, l.Data)
 	// Cluster time never goes backwards, whatever the leader stamped.
 	t := max(env.ClusterTimeNanos, f.st.clusterTime)
 	f.st.clusterTime = t

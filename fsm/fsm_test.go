@@ -403,3 +403,27 @@ func TestStateHashFollowsStateAndSurvivesSnapshot(t *testing.T) {
 		t.Fatalf("restored: (%d, %s), want (0, %s)", ic, hc, ha)
 	}
 }
+
+// An entry applied outside the log (as faults.AckBeforeCommit does) leaves
+// a state hash that later common entries never bring back.
+func TestStateHashRemembersAnEntryOutsideTheLog(t *testing.T) {
+	a, b := newHarness(t), newHarness(t)
+	op := acquire(caller("a", 1, 1), tenant("acme"))
+	data, err := Encode(CmdLeaseBatch, sec, &api.LeaseBatchCommand{Ops: []*api.LeaseOp{op}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.f.Apply(&raft.Log{Type: raft.LogCommand, Index: 0, Data: data}) // applied before commit
+	for _, h := range []*harness{a, b} {
+		h.batch(sec, op) // the committed copy: answered from the idempotency record on a
+		h.batch(3*sec, acquire(caller("b", 1, 1), tenant("acme")))
+	}
+	ia, ha := a.f.StateHash()
+	ib, hb := b.f.StateHash()
+	if ia != ib {
+		t.Fatalf("indexes differ: %d vs %d", ia, ib)
+	}
+	if ha == hb {
+		t.Fatal("a state machine that applied an extra entry hashes like the others")
+	}
+}

@@ -90,7 +90,7 @@ func writeSnapshot(w io.Writer, d snapshotData) error {
 // export copies the state into protobuf messages, in sorted order so equal
 // states give byte-identical snapshots.
 func (s *state) export() snapshotData {
-	d := snapshotData{header: &api.Snapshot{ClusterTimeNanos: s.clusterTime}}
+	d := snapshotData{header: &api.Snapshot{ClusterTimeNanos: s.clusterTime, AppliedDigest: append([]byte(nil), s.digest...)}}
 	for _, name := range sortedKeys(s.policies) {
 		d.header.Policies = append(d.header.Policies, s.policies[name].ToProto())
 	}
@@ -208,6 +208,7 @@ func importState(r io.Reader) (*state, error) {
 				return nil, fmt.Errorf("%w: header: %v", errSnapshot, err)
 			}
 			st.clusterTime = h.GetClusterTimeNanos()
+			st.digest = h.GetAppliedDigest()
 			for _, spec := range h.GetPolicies() {
 				p, err := policy.FromProto(spec)
 				if err != nil {
