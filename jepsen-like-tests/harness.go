@@ -33,6 +33,9 @@ const (
 type PolicySpec struct {
 	Rate, Burst       int64
 	Lease, RenewAfter time.Duration
+	// FallbackRate > 0 makes the policy fail-open with this fallback rate
+	// (tokens/s per replica).
+	FallbackRate int64
 }
 
 func (p PolicySpec) yaml() string {
@@ -46,11 +49,28 @@ func (p PolicySpec) yaml() string {
     lease:
       duration: %s
       renew_after: %s
-`, p.Rate, p.Burst, p.Lease, p.RenewAfter)
+%s`, p.Rate, p.Burst, p.Lease, p.RenewAfter, p.failure())
 }
 
-func (p PolicySpec) bound() BoundSpec {
-	return BoundSpec{CapacityMilli: p.Burst * 1000, RateMilliPerSec: p.Rate * 1000}
+func (p PolicySpec) failure() string {
+	if p.FallbackRate == 0 {
+		return ""
+	}
+	return fmt.Sprintf("    failure: fail-open\n    fallback_rate: %d\n", p.FallbackRate)
+}
+
+// bound is B + r·W, plus, for a fail-open policy, docs/design.md's term
+// ε_open = Σ (gᵢ + fᵢ·W) over the replicas: each replica's fallback bucket
+// has rate fᵢ = fallback_rate and burst gᵢ = max(fᵢ·1s, 1 token), so the
+// burst part is a named slack and the rate part raises r.
+func (p PolicySpec) bound(replicas int) BoundSpec {
+	b := BoundSpec{CapacityMilli: p.Burst * 1000, RateMilliPerSec: p.Rate * 1000}
+	if p.FallbackRate > 0 {
+		n := int64(replicas)
+		b.Slack = map[string]int64{"fail-open burst Σgᵢ": n * max(p.FallbackRate, 1) * 1000}
+		b.RateMilliPerSec += n * p.FallbackRate * 1000
+	}
+	return b
 }
 
 // RunConfig is one run's configuration; with its seed it reproduces the run.
@@ -474,9 +494,13 @@ func (e *Env) waitFor(within time.Duration, what string, cond func() error) {
 	}
 }
 
-func (e *Env) poll(within time.Duration, cond func() error) error {
+func (e *Env) poll(within time.Duration, cond func() error) error { return pollUntil(within, cond) }
+
+// pollUntil checks cond every 20ms until it returns nil, or returns its
+// last error once within has passed.
+func pollUntil(within time.Duration, cond func() error) error {
 	deadline := time.Now().Add(within)
-	tick := time.NewTicker(50 * time.Millisecond)
+	tick := time.NewTicker(20 * time.Millisecond)
 	defer tick.Stop()
 	for {
 		err := cond()

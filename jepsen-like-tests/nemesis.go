@@ -341,3 +341,27 @@ var RestartReplicas = Nemesis{"restart-replicas", func(e *Env, _ *rand.Rand) str
 	}
 	return "each replica stopped (SIGTERM) and restarted as a new incarnation, twice, 0.5s apart"
 }}
+
+// PartitionFirstServerLeader makes the first server (the one every replica
+// sends to first) the leader, then cuts it off from the other servers while
+// the replicas still reach it: their requests keep arriving at a leader
+// that cannot commit until it steps down.
+var PartitionFirstServerLeader = Nemesis{"partition-leader-clients-talk-to", func(e *Env, _ *rand.Rand) string {
+	first := e.cfg.Servers[0]
+	e.waitFor(60*time.Second, first+" to lead", func() error {
+		l := e.currentLeader()
+		if l == first {
+			return nil
+		}
+		if l != "" {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			e.admin(l).LeaderTransfer(ctx, &api.LeaderTransferRequest{Id: first})
+		}
+		return fmt.Errorf("leader is %q", l)
+	})
+	e.block(Isolate(first, e.cfg.Servers))
+	hold(faultHold)
+	e.heal()
+	return first + " (leader, first in every replica's server list) cut from the other servers"
+}}

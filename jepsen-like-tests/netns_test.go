@@ -172,16 +172,8 @@ func expectCut(t *testing.T, n *Net, from, addr string) {
 // waitFor polls cond until it returns nil or the deadline passes.
 func waitFor(t *testing.T, within time.Duration, what string, cond func() error) {
 	t.Helper()
-	deadline := time.Now().Add(within)
-	for {
-		err := cond()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %v: %v", what, within, err)
-		}
-		time.Sleep(10 * time.Millisecond) // poll interval, not synchronisation
+	if err := pollUntil(within, cond); err != nil {
+		t.Fatalf("%s: not within %v: %v", what, within, err)
 	}
 }
 

@@ -180,7 +180,7 @@ func Execute(e *Env, sc Scenario) Summary {
 	if err != nil {
 		t.Fatalf("reading histories: %v (report: %s)", err, e.dir)
 	}
-	spec := sc.Config.Policy.bound()
+	spec := sc.Config.Policy.bound(len(sc.Config.Replicas))
 	br := CheckBound(recs, spec, DefaultWindows(time.Duration(endLoad-start)))
 	boundExpect := ExpectPass
 	if sc.ExpectViolation {
@@ -191,7 +191,10 @@ func Execute(e *Env, sc Scenario) Summary {
 		checkers = append(checkers, e.grantCheck.verify(e.dir))
 	}
 	checkers = append(checkers, conv)
-	rec, ok := Recovery(recs, spec.RateMilliPerSec, healAt, endLoad, recoveryFrac)
+	// Utilization and recovery are against the policy's r, not the rate a
+	// relaxation's term adds to the bound.
+	r := sc.Config.Policy.Rate * 1000
+	rec, ok := Recovery(recs, r, healAt, endLoad, recoveryFrac)
 	live := CheckerResult{Name: "liveness", Expected: ExpectPass}
 	admitting := ReplicasAdmitting(recs, healAt+int64(rec), endLoad)
 	var missing []string
@@ -214,7 +217,7 @@ func Execute(e *Env, sc Scenario) Summary {
 	}
 	s := Summary{
 		Name: sc.Config.Name, Seed: sc.Config.Seed, StartMono: start, EndMono: end,
-		Bound: spec, Windows: br.Windows, Utilization: Utilization(recs, spec.RateMilliPerSec, first, endLoad),
+		Bound: spec, Windows: br.Windows, Utilization: Utilization(recs, r, first, endLoad),
 		Checkers: checkers,
 		Extra: map[string]any{
 			"offered_tokens_per_sec": sc.Config.offeredTokensPerSec(),
@@ -245,7 +248,7 @@ func Execute(e *Env, sc Scenario) Summary {
 	events, _ := ReadTimeline(filepath.Join(e.dir, "timeline.jsonl"))
 	if f, err := os.Create(filepath.Join(e.dir, "rate.svg")); err == nil {
 		if err := RenderSVG(f, fmt.Sprintf("%s (seed %d): admitted tokens/s vs r = %d/s", sc.Config.Name, sc.Config.Seed, sc.Config.Policy.Rate),
-			recs, events, spec.RateMilliPerSec, start, endLoad); err != nil {
+			recs, events, r, start, endLoad); err != nil {
 			t.Error(err)
 		}
 		f.Close()
