@@ -10,11 +10,12 @@ help: ## list the targets
 demo: build ## the main job: a local 3-node cluster; 4 replicas offer 3x a quota for 15s, checked against B + r·W (stop it with make cluster-stop)
 	scripts/demo.sh
 
-test: ## everything CI runs: vet, then every test (property tests, negative controls, golden tests)
+test: ## everything CI runs: vet, every test (property tests, negative controls, golden tests, real clusters), then jepsen-quick
 	$(GO) vet ./...
 	$(GO) vet -tags jepsen,ration_faults ./...
 	$(GO) test -count=1 ./...
 	$(GO) test -count=1 -tags ration_faults ./internal/faults
+	$(MAKE) jepsen-quick
 
 test-race: ## the tests under the race detector
 	$(GO) test -race -count=1 ./...
@@ -48,8 +49,8 @@ jepsen-deps: ## install what the jepsen-like tests need (iproute2, iptables) whe
 	@command -v ip >/dev/null && command -v iptables-restore >/dev/null || \
 		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq iproute2 iptables)
 
-jepsen-quick: jepsen-deps ## jepsen-like tests: every nemesis once, the clock-beyond-rho run and the negative controls (root, ~6 min)
-	$(GO) test -tags jepsen -count=1 -v -timeout 30m ./jepsen-like-tests -run 'TestQuick|TestClockBeyondRho|TestNegativeControls'
+jepsen-quick: jepsen-deps ## jepsen-like tests: every nemesis once, fail-open, clocks beyond rho and the negative controls (root, ~10 min)
+	$(GO) test -tags jepsen -count=1 -v -timeout 30m ./jepsen-like-tests -run 'TestQuick|TestFailOpen|TestClockBeyondRho|TestNegativeControls'
 
 jepsen: jepsen-deps ## long randomized jepsen-like run: make jepsen SEED=42 DURATION=10m (reports in /tmp/ration-jepsen)
 	SEED=$(SEED) DURATION=$(DURATION) $(GO) test -tags jepsen -count=1 -v -timeout 0 ./jepsen-like-tests -run 'TestLong'
