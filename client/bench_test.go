@@ -26,9 +26,8 @@ import (
 // every call must be admitted from the lease (Reason Allowed); any other
 // decision fails the benchmark, so the fast path, and only it, is measured.
 // x/time/rate gets the same rate and burst. The "rationAllow" sub-benchmarks
-// measure Limiter.Allow, the bool API (every call must be admitted): most of
-// AllowN's cost on amd64 is the caller copying the returned Decision, see
-// BENCHMARKS.md.
+// measure Limiter.Allow, the bool API (every call must be admitted), which
+// builds no Decision; see BENCHMARKS.md for how the two compare.
 //
 // Each top-level benchmark starts its own cluster and client once, outside
 // the timed region, and runs the ration and xrate sub-benchmarks against

@@ -56,15 +56,30 @@ func (r Reason) String() string {
 	return fmt.Sprintf("reason(%d)", uint8(r))
 }
 
-// Decision is the outcome of one admission.
+// Decision is the outcome of one admission. Read its fields directly:
+// d.Allowed, d.Reason, d.Shadow (promoted from Verdict), d.RemainingMilli,
+// d.RetryAfter.
+//
+// It is shaped for the hot path: the Go compiler keeps a struct in
+// registers only if it has at most 4 fields (and at most 32 bytes), so the
+// three small fields are grouped in an embedded Verdict. With 5 top-level
+// fields, every caller of AllowN spilled the result to its stack and copied
+// it back, which cost more than the admission itself (see BENCHMARKS.md,
+// "Client hot path"). A composite literal must name the Verdict:
+// Decision{Verdict: Verdict{Allowed: true, Reason: Allowed}}.
 type Decision struct {
-	Allowed bool
+	Verdict
 	// RemainingMilli is the local bucket's level after the decision.
 	RemainingMilli int64
 	// RetryAfter is the earliest wait after which the same cost could be
 	// admitted locally (0 when allowed; lease.RetryNever if never).
 	RetryAfter time.Duration
-	Reason     Reason
+}
+
+// Verdict is the part of a Decision that says what happened.
+type Verdict struct {
+	Allowed bool
+	Reason  Reason
 	// Shadow is set when a shadow policy would have denied the request.
 	Shadow bool
 }
@@ -150,8 +165,8 @@ var ErrTooManyWaiters = errors.New("ration: too many waiters on this limiter")
 var ErrWouldExceedDeadline = errors.New("ration: wait would exceed the context deadline")
 
 // Allow is AllowN(1).Allowed, with the same decision, accounting and
-// metrics. Its fast path returns the bool alone: a caller that only needs
-// the verdict does not pay for copying a Decision (see AllowN).
+// metrics. Its fast path returns the bool alone, without building a
+// Decision.
 func (l *Limiter) Allow() bool {
 	if t := l.cur.Load(); t != nil {
 		c := l.c
@@ -187,7 +202,7 @@ func (l *Limiter) AllowN(cost int64) Decision {
 				if (rem+1)*10 <= t.capMilli || c.countAllowed.Load() {
 					l.countAdmitted(t, rem)
 				}
-				return Decision{Allowed: true, RemainingMilli: rem, Reason: Allowed}
+				return Decision{Verdict: Verdict{Allowed: true, Reason: Allowed}, RemainingMilli: rem}
 			}
 		}
 	}
@@ -213,7 +228,7 @@ func (l *Limiter) allowN(costMilli int64) Decision {
 		if now := l.c.clock.Now(); now < t.guardFrom && !l.c.closed.Load() {
 			if rem, ok := t.bucket.TakeN(now, costMilli); ok {
 				l.countAdmitted(t, rem)
-				return Decision{Allowed: true, RemainingMilli: rem, Reason: Allowed}
+				return Decision{Verdict: Verdict{Allowed: true, Reason: Allowed}, RemainingMilli: rem}
 			}
 		}
 	}
@@ -235,7 +250,7 @@ func (l *Limiter) allow(costMilli int64, waitFirst bool) (Decision, *lease.Atomi
 		}
 		if t == nil {
 			l.unmet.Add(costMilli)
-			return l.count(Decision{Reason: NoLease, RetryAfter: l.c.cfg.FirstLeaseWait}), nil
+			return l.count(Decision{Verdict: Verdict{Reason: NoLease}, RetryAfter: l.c.cfg.FirstLeaseWait}), nil
 		}
 	}
 	now := l.c.clock.Now()
@@ -257,7 +272,7 @@ func (l *Limiter) allow(costMilli int64, waitFirst bool) (Decision, *lease.Atomi
 			l.maxRefused.Store(costMilli)
 		}
 	}
-	out := Decision{Allowed: d.Allowed, RemainingMilli: d.RemainingMilli, RetryAfter: d.RetryAfter}
+	out := Decision{Verdict: Verdict{Allowed: d.Allowed}, RemainingMilli: d.RemainingMilli, RetryAfter: d.RetryAfter}
 	var charged *lease.AtomicBucket
 	switch d.Reason {
 	case lease.ReasonOK:
@@ -313,11 +328,11 @@ func (l *Limiter) unusable(t *terms, costMilli int64) (Decision, *lease.AtomicBu
 		// + lag) in a window instead of g + f·W.
 		d := t.fallback.AllowN(l.c.clock.Precise(), costMilli)
 		if d.Allowed {
-			return Decision{Allowed: true, RemainingMilli: d.RemainingMilli, Reason: FallbackAllowed}, t.fallback
+			return Decision{Verdict: Verdict{Allowed: true, Reason: FallbackAllowed}, RemainingMilli: d.RemainingMilli}, t.fallback
 		}
-		return Decision{RemainingMilli: d.RemainingMilli, RetryAfter: d.RetryAfter, Reason: Limited}, nil
+		return Decision{Verdict: Verdict{Reason: Limited}, RemainingMilli: d.RemainingMilli, RetryAfter: d.RetryAfter}, nil
 	}
-	out := Decision{Reason: Unavailable, RetryAfter: l.c.cfg.RenewRetryMax}
+	out := Decision{Verdict: Verdict{Reason: Unavailable}, RetryAfter: l.c.cfg.RenewRetryMax}
 	if t.shadow {
 		out.Allowed, out.Shadow = true, true
 	}

@@ -336,8 +336,14 @@ func TestRunLoadPaces(t *testing.T) {
 		shifts: []shift{{2, 500 * time.Millisecond, 0}}}
 	var calls [2]atomic.Int64
 	allow := []func(int64) client.Decision{
-		func(int64) client.Decision { calls[0].Add(1); return client.Decision{Allowed: true} },
-		func(int64) client.Decision { calls[1].Add(1); return client.Decision{Reason: client.Limited} },
+		func(int64) client.Decision {
+			calls[0].Add(1)
+			return client.Decision{Verdict: client.Verdict{Allowed: true}}
+		},
+		func(int64) client.Decision {
+			calls[1].Add(1)
+			return client.Decision{Verdict: client.Verdict{Reason: client.Limited}}
+		},
 	}
 	var rows []secondRow
 	start := time.Now()
