@@ -53,6 +53,14 @@ type Config struct {
 	RenewRetryMin, RenewRetryMax time.Duration
 	// MaxWaiters bounds WaitN callers per limiter (default 64).
 	MaxWaiters int
+	// IdleTimeout is how long a limiter may go without being offered any
+	// cost (AllowN, Allow, WaitN, AllowAll) before the background loop
+	// evicts it: releases its lease with the unspent tokens, stops renewing
+	// it and forgets it (default 5 minutes; negative: never evict). The
+	// loop looks for offered cost at each round (at least every 100ms), so
+	// eviction comes up to a round later than IdleTimeout, never earlier.
+	// A *Limiter held across its eviction keeps working (see Limiter).
+	IdleTimeout time.Duration
 	// Clock is the coarse clock of the hot path (default: 1ms, shared).
 	Clock *coarseclock.Clock
 	// Logger receives the background loop's logs (default: discard).
@@ -104,6 +112,9 @@ func (c *Config) setDefaults() error {
 	if c.MaxWaiters <= 0 {
 		c.MaxWaiters = 64
 	}
+	if c.IdleTimeout == 0 {
+		c.IdleTimeout = 5 * time.Minute
+	}
 	if c.Clock == nil {
 		c.Clock = coarseclock.Default()
 	}
@@ -124,6 +135,10 @@ type Client struct {
 	mu       sync.Mutex
 	limiters map[string]*Limiter
 	seq      uint64
+	// evicted keeps, per policy, the counts of the limiters evicted so far
+	// (their decisions, and how many), so that metrics counters never go
+	// backwards when a limiter is forgotten.
+	evictedCounts map[string]*policyCounts
 
 	rpcStats rpcStats // the loop's RPCs, for metrics (metrics.go)
 
@@ -190,6 +205,10 @@ func LimiterID(policy string, key Key) string {
 // Limiter returns the limiter for a policy and key, creating it (and
 // starting its first acquire at once) on first use. Call it once per key
 // and keep the result: it is cheap to use, not to look up.
+//
+// A limiter nothing is offered on for Config.IdleTimeout is evicted; a
+// later call returns a new one, and an evicted one still held keeps
+// working by handing its calls to the new one.
 func (c *Client) Limiter(policy string, key Key) *Limiter {
 	id := LimiterID(policy, key)
 	c.mu.Lock()
@@ -201,7 +220,24 @@ func (c *Client) Limiter(policy string, key Key) *Limiter {
 	for k, v := range key {
 		attrs[k] = v
 	}
-	l := &Limiter{c: c, policy: policy, attrs: attrs, id: id, first: make(chan struct{})}
+	return c.addLimiterLocked(id, policy, attrs)
+}
+
+// liveLimiter returns the registered limiter for id, registering a new one
+// (which shares attrs: they are never modified) if there is none.
+func (c *Client) liveLimiter(id, policy string, attrs map[string]string) *Limiter {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if l, ok := c.limiters[id]; ok {
+		return l
+	}
+	return c.addLimiterLocked(id, policy, attrs)
+}
+
+// addLimiterLocked registers a new limiter and wakes the loop to acquire
+// its first lease. c.mu must be held.
+func (c *Client) addLimiterLocked(id, policy string, attrs map[string]string) *Limiter {
+	l := &Limiter{c: c, policy: policy, attrs: attrs, id: id, first: make(chan struct{}), activeAt: c.clock.Precise()}
 	c.limiters[id] = l
 	c.poke()
 	return l

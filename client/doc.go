@@ -39,6 +39,19 @@
 // of it) under fail-open, which adds Σ(gᵢ + fᵢ·W) to the bound. Shadow
 // policies compute every decision but always allow, setting Shadow.
 //
+// Limiters are evicted when idle: one nothing was offered on (its demand
+// accounting saw no cost, and no WaitN waits on it) for Config.IdleTimeout
+// (5 minutes by default; negative disables it) is removed by the loop,
+// which releases the leases of that round's idle limiters with their
+// unspent tokens in one RPC (the code Close releases with) and stops
+// renewing them. So many short-lived keys (tenants, routes) cost memory
+// and renewals only while they are in use. The hot path is unchanged:
+// idleness is read by the loop from counters it keeps anyway. A *Limiter
+// held across its eviction keeps working: its next call, on the slow
+// path, goes to the Client's live limiter for the same key (created if
+// there is none, waiting up to FirstLeaseWait for a lease like any new
+// key), and so do its later calls.
+//
 // A new process is a new incarnation (Config.Incarnation defaults to the
 // start time in nanoseconds): the cluster releases the previous
 // incarnation's leases as soon as this one speaks.

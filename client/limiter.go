@@ -108,6 +108,15 @@ type terms struct {
 
 // Limiter admits work for one key of one policy from this replica's lease.
 // It is safe for concurrent use. Get one with Client.Limiter.
+//
+// A limiter nothing was offered on for Config.IdleTimeout is evicted by
+// the background loop: its lease is released with the unspent tokens and
+// the Client forgets it. Keeping the *Limiter is still safe: its next call
+// misses the fast path and hands itself, and every later call, to the
+// Client's live limiter for the same key (Client.Limiter's, created if
+// there is none), which acquires a lease afresh: that first call waits up
+// to Config.FirstLeaseWait, as on a new key. Its decisions are then
+// counted on the live limiter.
 type Limiter struct {
 	c      *Client
 	policy string
@@ -138,6 +147,11 @@ type Limiter struct {
 	// the first call): calls before the first grant wait until then, later
 	// ones not at all.
 	firstUntil atomic.Int64
+	// evicted is set (under Client.mu, before the loop unpublishes cur)
+	// when the loop evicts the limiter; successor is the live limiter for
+	// the same key that its calls go to since.
+	evicted   atomic.Bool
+	successor atomic.Pointer[Limiter]
 
 	// Owned by the background loop.
 	lastBucket   *lease.AtomicBucket // the bucket lastConsumed was read from
@@ -146,11 +160,23 @@ type Limiter struct {
 	ewma         int64
 	measured     bool // ewma holds at least one measurement
 	fails        int
+	// activeAt is the last time (local) the loop saw cost offered, or the
+	// limiter's creation: the idle clock of eviction. The seen* fields are
+	// the demand accounting as evictIdle last read it.
+	activeAt     int64
+	seenUnmet    int64
+	seenBucket   *lease.AtomicBucket
+	seenConsumed int64
 }
 
 // Err returns the last error the background loop saw for this key (a
 // refusal such as an unknown policy, or a failed RPC), or nil.
 func (l *Limiter) Err() error {
+	if l.evicted.Load() {
+		if s := l.successor.Load(); s != nil {
+			return s.Err()
+		}
+	}
 	if e := l.lastErr.Load(); e != nil {
 		return *e
 	}
@@ -231,9 +257,25 @@ func (l *Limiter) allowN(costMilli int64) Decision {
 				return Decision{Verdict: Verdict{Allowed: true, Reason: Allowed}, RemainingMilli: rem}
 			}
 		}
+	} else if l.evicted.Load() {
+		return l.live().allowN(costMilli)
 	}
 	d, _ := l.allow(costMilli, true)
 	return d
+}
+
+// live returns the limiter an evicted limiter's calls go to: the Client's
+// registered one for the same key, registered anew if there is none (its
+// first call then waits for a lease as on a new key). It is looked up
+// again once that one is evicted in turn, so a held limiter never leads
+// down a chain of evicted ones.
+func (l *Limiter) live() *Limiter {
+	if s := l.successor.Load(); s != nil && !s.evicted.Load() {
+		return s
+	}
+	s := l.c.liveLimiter(l.id, l.policy, l.attrs)
+	l.successor.Store(s)
+	return s
 }
 
 // allow decides, and returns the bucket it charged (nil if it charged
@@ -242,11 +284,18 @@ func (l *Limiter) allowN(costMilli int64) Decision {
 func (l *Limiter) allow(costMilli int64, waitFirst bool) (Decision, *lease.AtomicBucket) {
 	t := l.cur.Load()
 	if t == nil {
+		if l.evicted.Load() {
+			return l.live().allow(costMilli, waitFirst)
+		}
 		if waitFirst && l.c.cfg.FirstLeaseWait > 0 {
 			if wait := l.firstWait(); wait > 0 {
 				l.awaitFirst(wait)
 				t = l.cur.Load()
 			}
+		}
+		if t == nil && l.evicted.Load() {
+			// Evicted during the wait (which eviction cuts short).
+			return l.live().allow(costMilli, waitFirst)
 		}
 		if t == nil {
 			l.unmet.Add(costMilli)

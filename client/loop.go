@@ -56,6 +56,7 @@ func (c *Client) snapshot() []*Limiter {
 // each group in one batched RPC, and returns how long to sleep.
 func (c *Client) round() time.Duration {
 	now := c.clock.Precise()
+	c.evictIdle(now)
 	wakeAt := now + int64(maxSleep)
 	var acquire, renew []*Limiter
 	for _, l := range c.snapshot() {
@@ -102,6 +103,7 @@ func (l *Limiter) demand(now int64) *api.Demand {
 	// Offered = what the lease's bucket admitted since the last report plus
 	// what was refused or admitted elsewhere (unmet).
 	offered := l.unmet.Swap(0)
+	l.seenUnmet = 0 // so that evictIdle sees any cost offered from now on
 	if t := l.cur.Load(); t != nil {
 		c := t.bucket.ConsumedMilli()
 		if t.bucket == l.lastBucket {
@@ -110,6 +112,9 @@ func (l *Limiter) demand(now int64) *api.Demand {
 			offered += c
 		}
 		l.lastBucket, l.lastConsumed = t.bucket, c
+	}
+	if offered > 0 {
+		l.activeAt = now
 	}
 	last := l.reportedAt
 	l.reportedAt = now
@@ -330,17 +335,90 @@ func (c *Client) notifyGrant(l *Limiter, g *api.Grant, renewal bool, usable int6
 	})
 }
 
+// offeredSinceSeen says whether cost was offered on l since the loop last
+// looked, from the demand accounting: the unmet cost and what the lease's
+// bucket admitted (its consumed count, which a refund takes back) changed,
+// or a WaitN caller waits. A demand report resetting unmet, or a new
+// lease, reads as an offer once: that only delays an eviction.
+func (l *Limiter) offeredSinceSeen() bool {
+	unmet := l.unmet.Load()
+	var b *lease.AtomicBucket
+	var consumed int64
+	if t := l.cur.Load(); t != nil {
+		b, consumed = t.bucket, t.bucket.ConsumedMilli()
+	}
+	changed := unmet != l.seenUnmet || b != l.seenBucket || consumed != l.seenConsumed
+	l.seenUnmet, l.seenBucket, l.seenConsumed = unmet, b, consumed
+	return changed || l.waiters.Load() > 0
+}
+
+// evictIdle evicts the limiters nothing was offered on for IdleTimeout:
+// the Client forgets them (calls on a held one go to a live limiter, see
+// Limiter), and their leases are released with the unspent tokens in one
+// RPC. A release that fails is not retried: the lease then expires at
+// the cluster at its deadline, as a crashed client's would.
+func (c *Client) evictIdle(now int64) {
+	if c.cfg.IdleTimeout < 0 {
+		return
+	}
+	var idle []*Limiter
+	for _, l := range c.snapshot() {
+		if l.offeredSinceSeen() {
+			l.activeAt = now
+		} else if now-l.activeAt >= int64(c.cfg.IdleTimeout) {
+			idle = append(idle, l)
+		}
+	}
+	if len(idle) == 0 {
+		return
+	}
+	c.mu.Lock()
+	for _, l := range idle {
+		delete(c.limiters, l.id)
+		// Before cur is unpublished: a caller that misses the fast path
+		// because cur is nil then sees evicted and goes to a live limiter.
+		l.evicted.Store(true)
+		c.foldEvictedLocked(l)
+	}
+	c.mu.Unlock()
+	held := make([]*terms, len(idle))
+	for i, l := range idle {
+		held[i] = l.cur.Swap(nil)
+		l.firstOnce.Do(func() { close(l.first) }) // end first-lease waits: they go to the live limiter
+	}
+	if err := c.release(c.stop, now, idle, held); err != nil {
+		c.log.Warn("release of evicted limiters failed", "keys", len(idle), "err", err)
+	}
+	c.log.Debug("evicted idle limiters", "keys", len(idle))
+}
+
 // releaseAll returns every lease with its unspent tokens (Close).
 func (c *Client) releaseAll() error {
 	now := c.clock.Precise()
+	ls := c.snapshot()
+	held := make([]*terms, len(ls))
+	for i, l := range ls {
+		held[i] = l.cur.Load()
+	}
+	return c.release(nil, now+2*int64(c.cfg.RequestTimeout), ls, held)
+}
+
+// release returns the leases ls hold (held[i] is ls[i]'s terms, nil if
+// none) with their unspent tokens, in one RPC retried until giveUp (local
+// time) or abort. Each bucket stops minting before it is drained, so a
+// caller still holding the terms cannot take tokens minted after the
+// release.
+func (c *Client) release(abort <-chan struct{}, giveUp int64, ls []*Limiter, held []*terms) error {
+	now := c.clock.Precise()
 	req := &api.ReleaseRequest{Caller: c.caller(c.nextSeq())}
-	for _, l := range c.snapshot() {
-		t := l.cur.Load()
+	for i, l := range ls {
+		t := held[i]
 		if t == nil || t.expiredAck {
 			continue
 		}
 		unspent := int64(0)
 		if now < t.deadline {
+			t.bucket.SetRate(now, 0)
 			unspent = t.bucket.Drain()
 		}
 		req.Keys = append(req.Keys, &api.ReleaseKey{Key: &api.Key{Policy: l.policy, Attributes: l.attrs}, LeaseId: t.leaseID, UnspentMilli: unspent})
@@ -348,7 +426,7 @@ func (c *Client) releaseAll() error {
 	if len(req.Keys) == 0 {
 		return nil
 	}
-	_, err := call(c, nil, now+2*int64(c.cfg.RequestTimeout), func(ctx context.Context, conn *grpc.ClientConn) (*api.ReleaseResponse, error) {
+	_, err := call(c, abort, giveUp, func(ctx context.Context, conn *grpc.ClientConn) (*api.ReleaseResponse, error) {
 		return api.NewLeasesClient(conn).Release(ctx, req)
 	})
 	return err

@@ -29,6 +29,8 @@ import (
 //	decisions_total{policy,reason}           counter: decisions, by Reason
 //	shadow_denials_total{policy}             counter: decisions a shadow policy would have denied
 //	near_limit_decisions_total{policy}       counter: admissions that left the local bucket below 10% of its cap
+//	limiters{policy}                         gauge: live limiters (keys the Client tracks)
+//	limiter_evictions_total{policy}          counter: limiters evicted as idle (Config.IdleTimeout)
 //	leases{policy}                           gauge: keys holding a usable lease
 //	lease_rate_tokens_per_second{policy}     gauge: sum of the leases' rate shares
 //	lease_cap_tokens{policy}                 gauge: sum of the leases' local caps
@@ -36,7 +38,8 @@ import (
 //	renewal_duration_seconds{op}             histogram: acquire and renew RPCs, retries included
 //	renewal_errors_total{op,code}            counter: failed RPCs and per-key refusals, by gRPC code
 //
-// The lease gauges are one series per policy; WithKeyLabel makes them one
+// The decision counters include the decisions of evicted limiters. The
+// lease gauges are one series per policy; WithKeyLabel makes them one
 // per key (label key, the canonical key: the raw key attribute values),
 // which can be many series.
 
@@ -49,6 +52,8 @@ type Collector struct {
 	dec     *prometheus.Desc
 	shadow  *prometheus.Desc
 	near    *prometheus.Desc
+	lims    *prometheus.Desc
+	evicts  *prometheus.Desc
 	leases  *prometheus.Desc
 	rate    *prometheus.Desc
 	capTok  *prometheus.Desc
@@ -97,6 +102,8 @@ func NewCollector(c *Client, opts ...CollectorOption) *Collector {
 		dec:     desc("decisions_total", "Admission decisions, by policy and reason.", "policy", "reason"),
 		shadow:  desc("shadow_denials_total", "Decisions a shadow policy would have denied (they were allowed).", "policy"),
 		near:    desc("near_limit_decisions_total", "Admissions that left the local bucket below 10% of its cap.", "policy"),
+		lims:    desc("limiters", "Live limiters: keys the client tracks.", "policy"),
+		evicts:  desc("limiter_evictions_total", "Limiters evicted after IdleTimeout without demand.", "policy"),
 		leases:  desc("leases", "Keys holding a usable lease.", leaseLabels...),
 		rate:    desc("lease_rate_tokens_per_second", "Rate share of the usable leases, summed.", leaseLabels...),
 		capTok:  desc("lease_cap_tokens", "Local cap of the usable leases, summed.", leaseLabels...),
@@ -104,7 +111,7 @@ func NewCollector(c *Client, opts ...CollectorOption) *Collector {
 		latency: desc("renewal_duration_seconds", "Duration of the background loop's acquire and renew RPCs, retries included.", "op"),
 		errs:    desc("renewal_errors_total", "Failed acquire and renew RPCs and per-key refusals, by gRPC code.", "op", "code"),
 	}
-	col.descs = []*prometheus.Desc{col.dec, col.shadow, col.near, col.leases, col.rate, col.capTok, col.expiry, col.latency, col.errs}
+	col.descs = []*prometheus.Desc{col.dec, col.shadow, col.near, col.lims, col.evicts, col.leases, col.rate, col.capTok, col.expiry, col.latency, col.errs}
 	return col
 }
 
@@ -118,6 +125,50 @@ func (col *Collector) Describe(ch chan<- *prometheus.Desc) {
 type policyCounts struct {
 	decisions         [numReasons]int64
 	shadowed, nearLim int64
+	limiters          int64 // live ones (Collect only)
+	evictions         int64
+}
+
+// add adds l's counters.
+func (pc *policyCounts) add(l *Limiter) {
+	for r := range pc.decisions {
+		pc.decisions[r] += l.decisions[r].Load()
+	}
+	pc.shadowed += l.shadowed.Load()
+	pc.nearLim += l.nearLimit.Load()
+}
+
+// foldEvictedLocked keeps an evicted limiter's counts, so the counters a
+// Collector reports do not go back when it is forgotten. c.mu must be held.
+func (c *Client) foldEvictedLocked(l *Limiter) {
+	if c.evictedCounts == nil {
+		c.evictedCounts = map[string]*policyCounts{}
+	}
+	pc := c.evictedCounts[l.policy]
+	if pc == nil {
+		pc = &policyCounts{}
+		c.evictedCounts[l.policy] = pc
+	}
+	pc.add(l)
+	pc.evictions++
+}
+
+// snapshotWithEvicted is snapshot plus a copy of the evicted limiters'
+// counts per policy, taken together so no limiter is counted twice or not
+// at all.
+func (c *Client) snapshotWithEvicted() ([]*Limiter, map[string]*policyCounts) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := make([]*Limiter, 0, len(c.limiters))
+	for _, l := range c.limiters {
+		out = append(out, l)
+	}
+	counts := make(map[string]*policyCounts, len(c.evictedCounts))
+	for p, pc := range c.evictedCounts {
+		cp := *pc
+		counts[p] = &cp
+	}
+	return out, counts
 }
 
 type leaseAgg struct {
@@ -131,19 +182,16 @@ type leaseAgg struct {
 func (col *Collector) Collect(ch chan<- prometheus.Metric) {
 	c := col.c
 	now := c.clock.Precise()
-	counts := map[string]*policyCounts{}
+	live, counts := c.snapshotWithEvicted()
 	leases := map[string]*leaseAgg{}
-	for _, l := range c.snapshot() {
+	for _, l := range live {
 		pc := counts[l.policy]
 		if pc == nil {
 			pc = &policyCounts{}
 			counts[l.policy] = pc
 		}
-		for r := range pc.decisions {
-			pc.decisions[r] += l.decisions[r].Load()
-		}
-		pc.shadowed += l.shadowed.Load()
-		pc.nearLim += l.nearLimit.Load()
+		pc.add(l)
+		pc.limiters++
 
 		t := l.cur.Load()
 		if t == nil || t.expiredAck || now >= t.deadline {
@@ -172,6 +220,8 @@ func (col *Collector) Collect(ch chan<- prometheus.Metric) {
 		}
 		ch <- prometheus.MustNewConstMetric(col.shadow, prometheus.CounterValue, float64(pc.shadowed), p)
 		ch <- prometheus.MustNewConstMetric(col.near, prometheus.CounterValue, float64(pc.nearLim), p)
+		ch <- prometheus.MustNewConstMetric(col.lims, prometheus.GaugeValue, float64(pc.limiters), p)
+		ch <- prometheus.MustNewConstMetric(col.evicts, prometheus.CounterValue, float64(pc.evictions), p)
 	}
 	for _, id := range sortedKeys(leases) {
 		a := leases[id]

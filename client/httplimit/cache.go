@@ -17,8 +17,10 @@ const cacheShards = 16
 // the current one, so busy keys stay and idle ones age out.
 //
 // Dropping an entry only forgets it here: the Client keeps its Limiter
-// (and its lease, until it expires), and a later request finds it again
-// through Client.Limiter.
+// (and its lease) until nothing was offered on it for its
+// Config.IdleTimeout, and a later request finds it again through
+// Client.Limiter. An entry the Client has evicted meanwhile keeps working
+// (client.Limiter hands its calls to the live limiter for its key).
 type limiterCache struct {
 	c      *client.Client
 	perGen int
