@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/ration-dev/ration/api"
+	"github.com/ration-dev/ration/internal/testcluster"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 )
@@ -496,23 +497,8 @@ func (e *Env) waitFor(within time.Duration, what string, cond func() error) {
 
 func (e *Env) poll(within time.Duration, cond func() error) error { return pollUntil(within, cond) }
 
-// pollUntil checks cond every 20ms until it returns nil, or returns its
-// last error once within has passed.
-func pollUntil(within time.Duration, cond func() error) error {
-	deadline := time.Now().Add(within)
-	tick := time.NewTicker(20 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		err := cond()
-		if err == nil {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return err
-		}
-		<-tick.C
-	}
-}
+// pollUntil is testcluster.Poll: cond every 15ms until nil or within.
+var pollUntil = testcluster.Poll
 
 // hold keeps a fault in force for d: the fault's duration, not a wait for
 // some condition.

@@ -17,12 +17,15 @@ import (
 // test with cond's last error if timeout passes first.
 func WaitFor(t testing.TB, timeout time.Duration, cond func() error) {
 	t.Helper()
-	if err := poll(timeout, cond); err != nil {
+	if err := Poll(timeout, cond); err != nil {
 		t.Fatalf("gave up after %v: %v", timeout, err)
 	}
 }
 
-func poll(timeout time.Duration, cond func() error) error {
+// Poll checks cond every pollInterval until it returns nil, or returns
+// cond's last error once timeout has passed. It never sleeps past a
+// result: it is how tests wait on a condition.
+func Poll(timeout time.Duration, cond func() error) error {
 	deadline := time.Now().Add(timeout)
 	tick := time.NewTicker(pollInterval)
 	defer tick.Stop()
