@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/ration-dev/ration/api"
+	"github.com/ration-dev/ration/internal/costmix"
 	"github.com/ration-dev/ration/internal/testcluster"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
@@ -98,14 +99,11 @@ type RunConfig struct {
 
 // offeredTokensPerSec is the mean offered load.
 func (c RunConfig) offeredTokensPerSec() float64 {
-	var sum, weights float64
-	for _, part := range strings.Split(c.CostMix, ",") {
-		var cost, w float64
-		fmt.Sscanf(part, "%g:%g", &cost, &w)
-		sum += cost * w
-		weights += w
+	mix, err := costmix.Parse(c.CostMix)
+	if err != nil {
+		return 0 // the replicas refuse to start with it, which fails the run
 	}
-	return c.RatePerReplica * float64(len(c.Replicas)) * sum / weights
+	return c.RatePerReplica * float64(len(c.Replicas)) * mix.Mean()
 }
 
 // proc is one OS process of the run, in its host's namespace.

@@ -15,6 +15,7 @@ import (
 
 	"github.com/ration-dev/ration/api"
 	"github.com/ration-dev/ration/client"
+	"github.com/ration-dev/ration/internal/costmix"
 	"github.com/ration-dev/ration/internal/policy"
 	"github.com/ration-dev/ration/internal/quotacheck"
 )
@@ -41,7 +42,7 @@ type loadgenConfig struct {
 	keepLeases                  bool
 
 	attrs  map[string]string
-	mix    []costWeight
+	mix    costmix.Mix
 	shifts []shift
 }
 
@@ -148,60 +149,13 @@ func (c *loadgenConfig) spec() loadSpec {
 	return loadSpec{replicas: c.replicas, rate: c.rate, shifts: c.shifts, mix: c.mix, duration: c.duration}
 }
 
-// costWeight is one entry of --cost-mix.
-type costWeight struct {
-	cost, weight int64
-}
-
-// parseCostMix parses "C:W[,C:W]" (C alone means weight 1).
-func parseCostMix(s string) ([]costWeight, error) {
-	bad := func(why string) error {
-		return fmt.Errorf("--cost-mix %q: %s; want COST:WEIGHT[,COST:WEIGHT], e.g. 1:70,2:20,5:10", s, why)
+// parseCostMix parses --cost-mix (internal/costmix).
+func parseCostMix(s string) (costmix.Mix, error) {
+	m, err := costmix.Parse(s)
+	if err != nil {
+		return nil, fmt.Errorf("--cost-mix %w", err)
 	}
-	if strings.TrimSpace(s) == "" {
-		return nil, bad("empty")
-	}
-	var out []costWeight
-	seen := map[int64]bool{}
-	for _, part := range strings.Split(s, ",") {
-		cs, ws, hasWeight := strings.Cut(strings.TrimSpace(part), ":")
-		cost, err := parsePositive(cs)
-		if err != nil {
-			return nil, bad(fmt.Sprintf("cost %q is not a positive integer", cs))
-		}
-		weight := int64(1)
-		if hasWeight {
-			if weight, err = parsePositive(ws); err != nil {
-				return nil, bad(fmt.Sprintf("weight %q is not a positive integer", ws))
-			}
-		}
-		if seen[cost] {
-			return nil, bad(fmt.Sprintf("cost %d given twice", cost))
-		}
-		seen[cost] = true
-		out = append(out, costWeight{cost, weight})
-	}
-	return out, nil
-}
-
-// parsePositive parses a positive integer small enough to be a cost or a
-// weight (at most 10^9).
-func parsePositive(s string) (int64, error) {
-	v, err := strconv.ParseInt(s, 10, 64)
-	if err != nil || v <= 0 || v > 1e9 {
-		return 0, fmt.Errorf("not a positive integer")
-	}
-	return v, nil
-}
-
-// meanCost is the expected cost of a request under mix.
-func meanCost(mix []costWeight) float64 {
-	var sum, weights float64
-	for _, cw := range mix {
-		sum += float64(cw.cost * cw.weight)
-		weights += float64(cw.weight)
-	}
-	return sum / weights
+	return m, nil
 }
 
 // shift is one --shift: replica (1-based) offers rate requests/s from at.
@@ -231,7 +185,7 @@ func parseShifts(s string, replicas int, duration time.Duration) ([]shift, error
 		if !ok1 || !ok2 {
 			return nil, bad("malformed")
 		}
-		r, err := parsePositive(rs)
+		r, err := costmix.ParsePositive(rs)
 		if err != nil || r > int64(replicas) {
 			return nil, bad(fmt.Sprintf("replica %q is not one of 1..%d", rs, replicas))
 		}
@@ -317,7 +271,7 @@ func runLoadgen(ctx context.Context, o *invocation, cfg *loadgenConfig) error {
 		Replicas: cfg.replicas, RequestsPerSec: cfg.rate, DurationNanos: int64(cfg.duration),
 	}
 	for _, cw := range cfg.mix {
-		rep.CostMix = append(rep.CostMix, costWeightJSON{Cost: cw.cost, Weight: cw.weight})
+		rep.CostMix = append(rep.CostMix, costWeightJSON{Cost: cw.Cost, Weight: cw.Weight})
 	}
 	var live func(secondRow)
 	if !o.json {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/ration-dev/ration/client"
+	"github.com/ration-dev/ration/internal/costmix"
 	"github.com/ration-dev/ration/internal/quotacheck"
 	"github.com/ration-dev/ration/lease"
 )
@@ -272,7 +273,7 @@ func convergence(run *loadRun, cfg *loadgenConfig, at time.Duration, r int64, T 
 			continue
 		}
 		cj.Remaining = append(cj.Remaining, i+1)
-		offered += rate * meanCost(cfg.mix) * 1000
+		offered += rate * cfg.mix.Mean() * 1000
 		h = append(h, rr.hist...)
 	}
 	sort.SliceStable(h, func(i, j int) bool { return h[i].at < h[j].at })
@@ -304,17 +305,17 @@ func secs(ns int64) string {
 
 func formatRate(r float64) string { return strconv.FormatFloat(r, 'f', -1, 64) }
 
-func costMixText(mix []costWeight) string {
+func costMixText(mix costmix.Mix) string {
 	if len(mix) == 1 {
-		return fmt.Sprintf("cost %d", mix[0].cost)
+		return fmt.Sprintf("cost %d", mix[0].Cost)
 	}
 	var parts []string
 	var total int64
 	for _, cw := range mix {
-		total += cw.weight
+		total += cw.Weight
 	}
 	for _, cw := range mix {
-		parts = append(parts, fmt.Sprintf("%d (%.0f%%)", cw.cost, 100*float64(cw.weight)/float64(total)))
+		parts = append(parts, fmt.Sprintf("%d (%.0f%%)", cw.Cost, 100*float64(cw.Weight)/float64(total)))
 	}
 	return "costs " + strings.Join(parts, ", ")
 }
@@ -327,7 +328,7 @@ func writeLoadgenHeader(w io.Writer, rep *loadgenReport, cfg *loadgenConfig) {
 	if key == "" {
 		key = "(one global budget)"
 	}
-	mc := meanCost(cfg.mix)
+	mc := cfg.mix.Mean()
 	perRep := cfg.rate * mc
 	total := perRep * float64(cfg.replicas)
 	fmt.Fprintf(w, "loadgen: %d replicas (loadgen-1..loadgen-%d) on policy %s, key %s: r = %s tokens/s, B = %s\n",

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/ration-dev/ration/client"
+	"github.com/ration-dev/ration/internal/costmix"
 )
 
 // loadSpec is what loadgen offers: replicas × rate requests/s, changed by
@@ -18,7 +19,7 @@ type loadSpec struct {
 	replicas int
 	rate     float64
 	shifts   []shift
-	mix      []costWeight
+	mix      costmix.Mix
 	duration time.Duration
 }
 
@@ -116,25 +117,6 @@ type secondRow struct {
 func interval(maxRate float64) time.Duration {
 	d := time.Duration(float64(time.Second) / maxRate)
 	return min(max(d, time.Millisecond), 100*time.Millisecond)
-}
-
-// drawCost picks a cost from mix.
-func drawCost(mix []costWeight, rng *rand.Rand) int64 {
-	if len(mix) == 1 {
-		return mix[0].cost
-	}
-	var total int64
-	for _, cw := range mix {
-		total += cw.weight
-	}
-	n := rng.Int64N(total)
-	for _, cw := range mix {
-		if n < cw.weight {
-			return cw.cost
-		}
-		n -= cw.weight
-	}
-	return mix[len(mix)-1].cost
 }
 
 // runLoad runs spec: replica i calls allow[i] for each request. live, if
@@ -238,7 +220,7 @@ func (r *replicaRun) drive(ctx context.Context, start time.Time, spec loadSpec, 
 		el := time.Since(start)
 		due := min(requestsDue(segs, el), total)
 		for ; r.requests < due; r.requests++ {
-			cost := drawCost(spec.mix, rng)
+			cost := spec.mix.Draw(rng)
 			d := allow(cost)
 			at := time.Since(start)
 			slot := min(int(at/time.Second), last)

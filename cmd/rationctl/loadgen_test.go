@@ -12,45 +12,13 @@ import (
 	"time"
 
 	"github.com/ration-dev/ration/client"
+	"github.com/ration-dev/ration/internal/costmix"
 	"github.com/ration-dev/ration/internal/testcluster"
 )
 
-func TestParseCostMix(t *testing.T) {
-	for _, c := range []struct {
-		in   string
-		want []costWeight
-	}{
-		{"1", []costWeight{{1, 1}}},
-		{"1:70,2:20,5:10", []costWeight{{1, 70}, {2, 20}, {5, 10}}},
-		{" 3 , 4:2", []costWeight{{3, 1}, {4, 2}}},
-	} {
-		got, err := parseCostMix(c.in)
-		if err != nil || !reflect.DeepEqual(got, c.want) {
-			t.Errorf("parseCostMix(%q) = %v, %v; want %v", c.in, got, err, c.want)
-		}
-	}
-	for _, bad := range []string{"", "0", "-1:2", "1:0", "1:x", "a", "1:70,1:30", "1,", "1.5:2", "1:2:3"} {
-		if got, err := parseCostMix(bad); err == nil {
-			t.Errorf("parseCostMix(%q) = %v, want an error", bad, got)
-		}
-	}
-	if m := meanCost([]costWeight{{1, 70}, {2, 20}, {5, 10}}); m < 1.6-1e-9 || m > 1.6+1e-9 {
-		t.Errorf("meanCost = %v, want 1.6", m)
-	}
-}
-
-func TestDrawCostFollowsWeights(t *testing.T) {
-	mix := []costWeight{{1, 70}, {2, 20}, {5, 10}}
-	rng := rand.New(rand.NewPCG(1, 2))
-	n := map[int64]int{}
-	for range 100_000 {
-		n[drawCost(mix, rng)]++
-	}
-	for _, cw := range mix {
-		got := float64(n[cw.cost]) / 100_000
-		if want := float64(cw.weight) / 100; got < want-0.01 || got > want+0.01 {
-			t.Errorf("cost %d drawn %.3f of the time, want %.2f", cw.cost, got, want)
-		}
+func TestParseCostMixNamesTheFlag(t *testing.T) {
+	if _, err := parseCostMix("1:0"); err == nil || !strings.HasPrefix(err.Error(), "--cost-mix ") {
+		t.Fatalf("parseCostMix(\"1:0\") = %v, want an error naming --cost-mix", err)
 	}
 }
 
@@ -275,7 +243,7 @@ func fakeRun(spec loadSpec, hs ...[]admission) *loadRun {
 func TestAnalyze(t *testing.T) {
 	const ms = int64(time.Millisecond)
 	// r = 10/s, B = 5, T = 2s: B + r·T = 25 tokens.
-	cfg := &loadgenConfig{replicas: 2, rate: 10, duration: 2 * time.Second, mix: []costWeight{{1, 1}},
+	cfg := &loadgenConfig{replicas: 2, rate: 10, duration: 2 * time.Second, mix: costmix.Mix{{Cost: 1, Weight: 1}},
 		shifts: []shift{{2, time.Second, 0}}}
 	var h1, h2 []admission
 	for i := range 10 {
@@ -332,7 +300,7 @@ func TestAnalyze(t *testing.T) {
 }
 
 func TestRunLoadPaces(t *testing.T) {
-	spec := loadSpec{replicas: 2, rate: 200, mix: []costWeight{{2, 1}}, duration: 1500 * time.Millisecond,
+	spec := loadSpec{replicas: 2, rate: 200, mix: costmix.Mix{{Cost: 2, Weight: 1}}, duration: 1500 * time.Millisecond,
 		shifts: []shift{{2, 500 * time.Millisecond, 0}}}
 	var calls [2]atomic.Int64
 	allow := []func(int64) client.Decision{
@@ -373,7 +341,7 @@ func TestRunLoadPaces(t *testing.T) {
 	// Cancelling ends the run early.
 	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 	defer cancel()
-	run = runLoad(ctx, loadSpec{replicas: 1, rate: 100, mix: []costWeight{{1, 1}}, duration: time.Minute},
+	run = runLoad(ctx, loadSpec{replicas: 1, rate: 100, mix: costmix.Mix{{Cost: 1, Weight: 1}}, duration: time.Minute},
 		allow[:1], nil)
 	if run.elapsed > 2*time.Second || run.reps[0].requests > 100 {
 		t.Errorf("cancelled run went on for %v, %d requests", run.elapsed, run.reps[0].requests)

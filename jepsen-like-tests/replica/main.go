@@ -48,6 +48,7 @@ import (
 
 	"github.com/ration-dev/ration/client"
 	"github.com/ration-dev/ration/internal/coarseclock"
+	"github.com/ration-dev/ration/internal/costmix"
 	"github.com/ration-dev/ration/internal/faults"
 	"golang.org/x/sys/unix"
 )
@@ -67,24 +68,6 @@ func monoNow() int64 {
 		panic(err) // cannot fail on Linux
 	}
 	return ts.Nano()
-}
-
-type costWeight struct{ costMilli, weight int64 }
-
-func parseMix(s string) ([]costWeight, int64, error) {
-	var mix []costWeight
-	var total int64
-	for _, part := range strings.Split(s, ",") {
-		c, w, ok := strings.Cut(strings.TrimSpace(part), ":")
-		cost, err1 := strconv.ParseInt(c, 10, 64)
-		weight, err2 := strconv.ParseInt(w, 10, 64)
-		if !ok || err1 != nil || err2 != nil || cost <= 0 || weight <= 0 {
-			return nil, 0, fmt.Errorf("--cost-mix %q: want COST:WEIGHT[,COST:WEIGHT], positive integers", s)
-		}
-		mix = append(mix, costWeight{cost * 1000, weight})
-		total += weight
-	}
-	return mix, total, nil
 }
 
 func run(args []string, stderr io.Writer) int {
@@ -108,7 +91,7 @@ func run(args []string, stderr io.Writer) int {
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
-	mix, totalWeight, err := parseMix(o.costMix)
+	mix, err := costmix.Parse(o.costMix)
 	if err != nil || o.servers == "" || o.id == "" || o.policy == "" || o.rate < 0 {
 		fmt.Fprintf(stderr, "replica: --servers, --id and --policy are required, --rate >= 0; %v\n", err)
 		return 2
@@ -175,16 +158,6 @@ func run(args []string, stderr io.Writer) int {
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
 	rng := rand.New(rand.NewPCG(o.seed, 0x5eed))
-	draw := func() int64 {
-		n := rng.Int64N(totalWeight)
-		for _, m := range mix {
-			if n < m.weight {
-				return m.costMilli
-			}
-			n -= m.weight
-		}
-		return mix[len(mix)-1].costMilli
-	}
 	rate := o.rate
 	start := monoNow()
 	end := start + int64(o.duration)
@@ -218,13 +191,13 @@ loop:
 		for offered+1 <= due {
 			offered++
 			offeredTotal++
-			cost := draw()
+			cost := mix.Draw(rng) // whole tokens
 			t := monoNow()
-			d := lim.AllowN(cost / 1000)
+			d := lim.AllowN(cost)
 			after := monoNow()
 			if d.Allowed && !d.Shadow {
 				admitted++
-				hist.line(fmt.Sprintf("%d,%s,%s,%s,%d,%d", t, o.id, o.policy, keyField, cost, after))
+				hist.line(fmt.Sprintf("%d,%s,%s,%s,%d,%d", t, o.id, o.policy, keyField, cost*1000, after))
 			}
 		}
 		if now-lastFlush >= int64(20*time.Millisecond) {
