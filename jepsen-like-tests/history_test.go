@@ -211,3 +211,16 @@ func TestReadHistoriesBracketed(t *testing.T) {
 		t.Fatalf("an interval ending before it starts was accepted: %v", err)
 	}
 }
+
+func TestReadGrants(t *testing.T) {
+	dir := t.TempDir()
+	writeFile(t, dir, "grants-a.csv", grantsHeader+"\n100,a,p,k,7,false,5000,1000,2000\n200,a,p,k,7,true,6")
+	g, err := readGrants(dir)
+	if err != nil || len(g) != 1 || g[0].leaseID != 7 || g[0].deadline != 5000 {
+		t.Fatalf("readGrants = %+v, %v; want one grant (the partial last line dropped)", g, err)
+	}
+	writeFile(t, dir, "grants-b.csv", grantsHeader+"\n100,b,p,k,x,false,5000,1000,2000\n100,b,p,k,1,false,5000,1000,2000\n")
+	if _, err := readGrants(dir); err == nil || !strings.Contains(err.Error(), "grants-b.csv:2") {
+		t.Fatalf("a malformed middle line was accepted: %v", err)
+	}
+}

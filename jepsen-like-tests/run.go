@@ -3,7 +3,6 @@
 package jepsen
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -101,36 +100,47 @@ type grantRec struct {
 	leaseID     uint64
 }
 
-// readGrants reads grants-*.csv (written by the replica program).
+// grantsHeader is the first line of grants-<replica>.csv (replica/main.go).
+const grantsHeader = "t_mono_ns,replica,policy,key,lease_id,renewal,deadline_mono_ns,rate_milli,cap_milli"
+
+// readGrants reads grants-*.csv with the history files' rules: a partial
+// last line (a process killed mid-write) is dropped, any other malformed
+// line is an error naming file and line.
 func readGrants(dir string) ([]grantRec, error) {
-	files, _ := filepath.Glob(filepath.Join(dir, "grants-*.csv"))
+	files, err := filepath.Glob(filepath.Join(dir, "grants-*.csv"))
+	if err != nil {
+		return nil, err
+	}
 	var out []grantRec
 	for _, f := range files {
 		fh, err := os.Open(f)
 		if err != nil {
 			return nil, err
 		}
-		sc := bufio.NewScanner(fh)
-		n := 0
-		for sc.Scan() {
-			n++
+		err = eachLine(fh, func(n int, line []byte) error {
 			if n == 1 {
-				continue // header
+				if string(line) != grantsHeader {
+					return &lineError{n: n, err: fmt.Errorf("header is %q, want %q", line, grantsHeader)}
+				}
+				return nil
 			}
-			p := strings.Split(sc.Text(), ",")
+			p := strings.Split(string(line), ",")
 			if len(p) != 9 {
-				continue // a partial last line
+				return &lineError{n: n, err: fmt.Errorf("%d fields, want 9", len(p))}
 			}
 			t, err1 := strconv.ParseInt(p[0], 10, 64)
 			id, err2 := strconv.ParseUint(p[4], 10, 64)
 			d, err3 := strconv.ParseInt(p[6], 10, 64)
 			if err := errors.Join(err1, err2, err3); err != nil {
-				fh.Close()
-				return nil, fmt.Errorf("%s:%d: %v", f, n, err)
+				return &lineError{n: n, err: err}
 			}
 			out = append(out, grantRec{t: t, deadline: d, replica: p[1], leaseID: id})
-		}
+			return nil
+		})
 		fh.Close()
+		if err != nil {
+			return nil, errOrPath(err, f)
+		}
 	}
 	return out, nil
 }
