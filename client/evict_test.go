@@ -40,28 +40,8 @@ func evictionClient(t *testing.T, c *testcluster.Cluster, id string, idle time.D
 // the series is absent).
 func metric(t *testing.T, col prometheus.Collector, name, policy string) float64 {
 	t.Helper()
-	reg := prometheus.NewPedanticRegistry()
-	reg.MustRegister(col)
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			for _, lp := range m.GetLabel() {
-				if lp.GetName() == "policy" && lp.GetValue() == policy {
-					if g := m.GetGauge(); g != nil {
-						return g.GetValue()
-					}
-					return m.GetCounter().GetValue()
-				}
-			}
-		}
-	}
-	return 0
+	v, _ := client.LookupMetric(t, col, name, "policy", policy)
+	return v
 }
 
 // clusterLease returns clientID's lease on the tenants policy for tenant,

@@ -273,8 +273,19 @@ func renewals(c *Client) uint64 {
 }
 
 // value gathers col and returns the value of the one series of name with
-// label = v.
+// label = v; it fails the test if there is none.
 func value(t *testing.T, col prometheus.Collector, name, label, v string) float64 {
+	t.Helper()
+	x, ok := lookupMetric(t, col, name, label, v)
+	if !ok {
+		t.Fatalf("no series %s{%s=%q}", name, label, v)
+	}
+	return x
+}
+
+// lookupMetric gathers col and returns the value of the series of name
+// with label = v (a counter's or a gauge's), and whether there is one.
+func lookupMetric(t *testing.T, col prometheus.Collector, name, label, v string) (float64, bool) {
 	t.Helper()
 	reg := prometheus.NewPedanticRegistry()
 	reg.MustRegister(col)
@@ -290,13 +301,12 @@ func value(t *testing.T, col prometheus.Collector, name, label, v string) float6
 			for _, lp := range m.GetLabel() {
 				if lp.GetName() == label && lp.GetValue() == v {
 					if cnt := m.GetCounter(); cnt != nil {
-						return cnt.GetValue()
+						return cnt.GetValue(), true
 					}
-					return m.GetGauge().GetValue()
+					return m.GetGauge().GetValue(), true
 				}
 			}
 		}
 	}
-	t.Fatalf("no series %s{%s=%q}", name, label, v)
-	return 0
+	return 0, false
 }
