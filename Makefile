@@ -2,7 +2,7 @@
 GO ?= go
 BENCH_COUNT ?= 10
 
-.PHONY: help demo test test-race build cluster cluster-stop bench bench-compare fmt vet lint clean jepsen-deps jepsen-quick jepsen
+.PHONY: help demo test test-race build cluster cluster-stop bench bench-compare tools fmt vet lint clean jepsen-deps jepsen-quick jepsen
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -35,6 +35,11 @@ bench: ## hot-path benchmarks vs golang.org/x/time/rate, summarised by benchstat
 
 bench-compare: ## ration side by side with Redis GCRA, Gubernator and x/time/rate (6-8 min; installs redis-server); writes bench/results/
 	bench/compare.sh
+
+tools: ## install protoc (Debian protobuf-compiler) and the pinned protoc plugins, for go generate ./api
+	@command -v protoc >/dev/null || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq protobuf-compiler)
+	$(GO) install google.golang.org/protobuf/cmd/protoc-gen-go@v1.36.12
+	$(GO) install google.golang.org/grpc/cmd/protoc-gen-go-grpc@v1.5.1
 
 fmt: ## gofmt every file
 	gofmt -w $$(git ls-files '*.go')

@@ -518,6 +518,11 @@ type Snapshot struct {
 	// bytes): servers that applied the same log hold the same digest, and a
 	// server that applied anything else never converges back.
 	AppliedDigest []byte `protobuf:"bytes,5,opt,name=applied_digest,json=appliedDigest,proto3" json:"applied_digest,omitempty"`
+	// features: the replicated feature switches (FeatureXxx bits in fsm).
+	Features uint64 `protobuf:"varint,6,opt,name=features,proto3" json:"features,omitempty"`
+	// retired: deleted (or re-keyed) policies whose budgets are remembered
+	// until they could be no emptier than fresh ones.
+	Retired       []*RetiredPolicy `protobuf:"bytes,7,rep,name=retired,proto3" json:"retired,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -587,6 +592,128 @@ func (x *Snapshot) GetAppliedDigest() []byte {
 	return nil
 }
 
+func (x *Snapshot) GetFeatures() uint64 {
+	if x != nil {
+		return x.Features
+	}
+	return 0
+}
+
+func (x *Snapshot) GetRetired() []*RetiredPolicy {
+	if x != nil {
+		return x.Retired
+	}
+	return nil
+}
+
+// SetFeaturesCommand turns on replicated feature switches (bits are only
+// ever added). The leader proposes it once every voter supports them.
+type SetFeaturesCommand struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Features      uint64                 `protobuf:"varint,1,opt,name=features,proto3" json:"features,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetFeaturesCommand) Reset() {
+	*x = SetFeaturesCommand{}
+	mi := &file_command_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetFeaturesCommand) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetFeaturesCommand) ProtoMessage() {}
+
+func (x *SetFeaturesCommand) ProtoReflect() protoreflect.Message {
+	mi := &file_command_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetFeaturesCommand.ProtoReflect.Descriptor instead.
+func (*SetFeaturesCommand) Descriptor() ([]byte, []int) {
+	return file_command_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *SetFeaturesCommand) GetFeatures() uint64 {
+	if x != nil {
+		return x.Features
+	}
+	return 0
+}
+
+// RetiredPolicy is a deleted or re-keyed policy's definition and the
+// ledgers of its keys, kept so that re-creating it cannot refill them.
+type RetiredPolicy struct {
+	state          protoimpl.MessageState `protogen:"open.v1"`
+	Spec           *PolicySpec            `protobuf:"bytes,1,opt,name=spec,proto3" json:"spec,omitempty"`
+	Ledgers        []*LedgerSnapshot      `protobuf:"bytes,2,rep,name=ledgers,proto3" json:"ledgers,omitempty"`
+	RetiredAtNanos int64                  `protobuf:"varint,3,opt,name=retired_at_nanos,json=retiredAtNanos,proto3" json:"retired_at_nanos,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *RetiredPolicy) Reset() {
+	*x = RetiredPolicy{}
+	mi := &file_command_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RetiredPolicy) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RetiredPolicy) ProtoMessage() {}
+
+func (x *RetiredPolicy) ProtoReflect() protoreflect.Message {
+	mi := &file_command_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RetiredPolicy.ProtoReflect.Descriptor instead.
+func (*RetiredPolicy) Descriptor() ([]byte, []int) {
+	return file_command_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *RetiredPolicy) GetSpec() *PolicySpec {
+	if x != nil {
+		return x.Spec
+	}
+	return nil
+}
+
+func (x *RetiredPolicy) GetLedgers() []*LedgerSnapshot {
+	if x != nil {
+		return x.Ledgers
+	}
+	return nil
+}
+
+func (x *RetiredPolicy) GetRetiredAtNanos() int64 {
+	if x != nil {
+		return x.RetiredAtNanos
+	}
+	return 0
+}
+
 type LedgerSnapshot struct {
 	state                protoimpl.MessageState `protogen:"open.v1"`
 	Policy               string                 `protobuf:"bytes,1,opt,name=policy,proto3" json:"policy,omitempty"`
@@ -614,7 +741,7 @@ type LedgerSnapshot struct {
 
 func (x *LedgerSnapshot) Reset() {
 	*x = LedgerSnapshot{}
-	mi := &file_command_proto_msgTypes[7]
+	mi := &file_command_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -626,7 +753,7 @@ func (x *LedgerSnapshot) String() string {
 func (*LedgerSnapshot) ProtoMessage() {}
 
 func (x *LedgerSnapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[7]
+	mi := &file_command_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -639,7 +766,7 @@ func (x *LedgerSnapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LedgerSnapshot.ProtoReflect.Descriptor instead.
 func (*LedgerSnapshot) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{7}
+	return file_command_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *LedgerSnapshot) GetPolicy() string {
@@ -780,13 +907,15 @@ type ShareSnapshot struct {
 	RateMilliPerSec int64                  `protobuf:"varint,1,opt,name=rate_milli_per_sec,json=rateMilliPerSec,proto3" json:"rate_milli_per_sec,omitempty"`
 	CapMilli        int64                  `protobuf:"varint,2,opt,name=cap_milli,json=capMilli,proto3" json:"cap_milli,omitempty"`
 	ExpiresNanos    int64                  `protobuf:"varint,3,opt,name=expires_nanos,json=expiresNanos,proto3" json:"expires_nanos,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// version of these terms (0: restored from a snapshot older than versions).
+	Version       uint64 `protobuf:"varint,4,opt,name=version,proto3" json:"version,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ShareSnapshot) Reset() {
 	*x = ShareSnapshot{}
-	mi := &file_command_proto_msgTypes[8]
+	mi := &file_command_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -798,7 +927,7 @@ func (x *ShareSnapshot) String() string {
 func (*ShareSnapshot) ProtoMessage() {}
 
 func (x *ShareSnapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[8]
+	mi := &file_command_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -811,7 +940,7 @@ func (x *ShareSnapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShareSnapshot.ProtoReflect.Descriptor instead.
 func (*ShareSnapshot) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{8}
+	return file_command_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ShareSnapshot) GetRateMilliPerSec() int64 {
@@ -835,6 +964,13 @@ func (x *ShareSnapshot) GetExpiresNanos() int64 {
 	return 0
 }
 
+func (x *ShareSnapshot) GetVersion() uint64 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
 type LeaseSnapshot struct {
 	state                 protoimpl.MessageState `protogen:"open.v1"`
 	Id                    uint64                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
@@ -847,13 +983,17 @@ type LeaseSnapshot struct {
 	Current               *ShareSnapshot         `protobuf:"bytes,8,opt,name=current,proto3" json:"current,omitempty"`
 	Superseded            []*ShareSnapshot       `protobuf:"bytes,9,rep,name=superseded,proto3" json:"superseded,omitempty"`
 	StartMilli            int64                  `protobuf:"varint,10,opt,name=start_milli,json=startMilli,proto3" json:"start_milli,omitempty"`
-	unknownFields         protoimpl.UnknownFields
-	sizeCache             protoimpl.SizeCache
+	// replaced: the held terms of leases this holder's later grants replaced
+	// while they were live; counted in full (summed) until they expire.
+	Replaced           []*ShareSnapshot `protobuf:"bytes,11,rep,name=replaced,proto3" json:"replaced,omitempty"`
+	DemandMaxCostMilli int64            `protobuf:"varint,12,opt,name=demand_max_cost_milli,json=demandMaxCostMilli,proto3" json:"demand_max_cost_milli,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
 }
 
 func (x *LeaseSnapshot) Reset() {
 	*x = LeaseSnapshot{}
-	mi := &file_command_proto_msgTypes[9]
+	mi := &file_command_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -865,7 +1005,7 @@ func (x *LeaseSnapshot) String() string {
 func (*LeaseSnapshot) ProtoMessage() {}
 
 func (x *LeaseSnapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[9]
+	mi := &file_command_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -878,7 +1018,7 @@ func (x *LeaseSnapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseSnapshot.ProtoReflect.Descriptor instead.
 func (*LeaseSnapshot) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{9}
+	return file_command_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *LeaseSnapshot) GetId() uint64 {
@@ -951,6 +1091,20 @@ func (x *LeaseSnapshot) GetStartMilli() int64 {
 	return 0
 }
 
+func (x *LeaseSnapshot) GetReplaced() []*ShareSnapshot {
+	if x != nil {
+		return x.Replaced
+	}
+	return nil
+}
+
+func (x *LeaseSnapshot) GetDemandMaxCostMilli() int64 {
+	if x != nil {
+		return x.DemandMaxCostMilli
+	}
+	return 0
+}
+
 // ClientRecord is the idempotency record of one client ID: its latest
 // incarnation and sequence number and the answer it got.
 type ClientRecord struct {
@@ -967,7 +1121,7 @@ type ClientRecord struct {
 
 func (x *ClientRecord) Reset() {
 	*x = ClientRecord{}
-	mi := &file_command_proto_msgTypes[10]
+	mi := &file_command_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -979,7 +1133,7 @@ func (x *ClientRecord) String() string {
 func (*ClientRecord) ProtoMessage() {}
 
 func (x *ClientRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[10]
+	mi := &file_command_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -992,7 +1146,7 @@ func (x *ClientRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClientRecord.ProtoReflect.Descriptor instead.
 func (*ClientRecord) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{10}
+	return file_command_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ClientRecord) GetClientId() string {
@@ -1083,13 +1237,21 @@ const file_command_proto_rawDesc = "" +
 	"\x03ops\x18\x01 \x03(\v2\x12.ration.v1.LeaseOpR\x03ops\"w\n" +
 	"\rExpireCommand\x124\n" +
 	"\x16client_retention_nanos\x18\x01 \x01(\x03R\x14clientRetentionNanos\x120\n" +
-	"\x14expire_through_nanos\x18\x02 \x01(\x03R\x12expireThroughNanos\"\xfa\x01\n" +
+	"\x14expire_through_nanos\x18\x02 \x01(\x03R\x12expireThroughNanos\"\xca\x02\n" +
 	"\bSnapshot\x12,\n" +
 	"\x12cluster_time_nanos\x18\x01 \x01(\x03R\x10clusterTimeNanos\x121\n" +
 	"\bpolicies\x18\x02 \x03(\v2\x15.ration.v1.PolicySpecR\bpolicies\x123\n" +
 	"\aledgers\x18\x03 \x03(\v2\x19.ration.v1.LedgerSnapshotR\aledgers\x121\n" +
 	"\aclients\x18\x04 \x03(\v2\x17.ration.v1.ClientRecordR\aclients\x12%\n" +
-	"\x0eapplied_digest\x18\x05 \x01(\fR\rappliedDigest\"\xbb\x05\n" +
+	"\x0eapplied_digest\x18\x05 \x01(\fR\rappliedDigest\x12\x1a\n" +
+	"\bfeatures\x18\x06 \x01(\x04R\bfeatures\x122\n" +
+	"\aretired\x18\a \x03(\v2\x18.ration.v1.RetiredPolicyR\aretired\"0\n" +
+	"\x12SetFeaturesCommand\x12\x1a\n" +
+	"\bfeatures\x18\x01 \x01(\x04R\bfeatures\"\x99\x01\n" +
+	"\rRetiredPolicy\x12)\n" +
+	"\x04spec\x18\x01 \x01(\v2\x15.ration.v1.PolicySpecR\x04spec\x123\n" +
+	"\aledgers\x18\x02 \x03(\v2\x19.ration.v1.LedgerSnapshotR\aledgers\x12(\n" +
+	"\x10retired_at_nanos\x18\x03 \x01(\x03R\x0eretiredAtNanos\"\xbb\x05\n" +
 	"\x0eLedgerSnapshot\x12\x16\n" +
 	"\x06policy\x18\x01 \x01(\tR\x06policy\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\tR\x03key\x12\x1d\n" +
@@ -1114,11 +1276,12 @@ const file_command_proto_rawDesc = "" +
 	"\n" +
 	"max_leases\x18\x11 \x01(\x03R\tmaxLeases\x124\n" +
 	"\x16overcommit_until_nanos\x18\x12 \x01(\x03R\x14overcommitUntilNanos\x12\x1b\n" +
-	"\tdrift_ppm\x18\x13 \x01(\x03R\bdriftPpm\"~\n" +
+	"\tdrift_ppm\x18\x13 \x01(\x03R\bdriftPpm\"\x98\x01\n" +
 	"\rShareSnapshot\x12+\n" +
 	"\x12rate_milli_per_sec\x18\x01 \x01(\x03R\x0frateMilliPerSec\x12\x1b\n" +
 	"\tcap_milli\x18\x02 \x01(\x03R\bcapMilli\x12#\n" +
-	"\rexpires_nanos\x18\x03 \x01(\x03R\fexpiresNanos\"\x8a\x03\n" +
+	"\rexpires_nanos\x18\x03 \x01(\x03R\fexpiresNanos\x12\x18\n" +
+	"\aversion\x18\x04 \x01(\x04R\aversion\"\xf3\x03\n" +
 	"\rLeaseSnapshot\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x1b\n" +
 	"\tclient_id\x18\x02 \x01(\tR\bclientId\x12 \n" +
@@ -1133,7 +1296,9 @@ const file_command_proto_rawDesc = "" +
 	"superseded\x12\x1f\n" +
 	"\vstart_milli\x18\n" +
 	" \x01(\x03R\n" +
-	"startMilli\"\xc8\x01\n" +
+	"startMilli\x124\n" +
+	"\breplaced\x18\v \x03(\v2\x18.ration.v1.ShareSnapshotR\breplaced\x121\n" +
+	"\x15demand_max_cost_milli\x18\f \x01(\x03R\x12demandMaxCostMilli\"\xc8\x01\n" +
 	"\fClientRecord\x12\x1b\n" +
 	"\tclient_id\x18\x01 \x01(\tR\bclientId\x12 \n" +
 	"\vincarnation\x18\x02 \x01(\x04R\vincarnation\x12\x10\n" +
@@ -1154,7 +1319,7 @@ func file_command_proto_rawDescGZIP() []byte {
 	return file_command_proto_rawDescData
 }
 
-var file_command_proto_msgTypes = make([]protoimpl.MessageInfo, 12)
+var file_command_proto_msgTypes = make([]protoimpl.MessageInfo, 14)
 var file_command_proto_goTypes = []any{
 	(*PolicySpec)(nil),           // 0: ration.v1.PolicySpec
 	(*ApplyPoliciesCommand)(nil), // 1: ration.v1.ApplyPoliciesCommand
@@ -1163,33 +1328,39 @@ var file_command_proto_goTypes = []any{
 	(*LeaseBatchCommand)(nil),    // 4: ration.v1.LeaseBatchCommand
 	(*ExpireCommand)(nil),        // 5: ration.v1.ExpireCommand
 	(*Snapshot)(nil),             // 6: ration.v1.Snapshot
-	(*LedgerSnapshot)(nil),       // 7: ration.v1.LedgerSnapshot
-	(*ShareSnapshot)(nil),        // 8: ration.v1.ShareSnapshot
-	(*LeaseSnapshot)(nil),        // 9: ration.v1.LeaseSnapshot
-	(*ClientRecord)(nil),         // 10: ration.v1.ClientRecord
-	nil,                          // 11: ration.v1.PolicySpec.ClientWeightsEntry
-	(*AcquireRequest)(nil),       // 12: ration.v1.AcquireRequest
-	(*RenewRequest)(nil),         // 13: ration.v1.RenewRequest
-	(*ReleaseRequest)(nil),       // 14: ration.v1.ReleaseRequest
+	(*SetFeaturesCommand)(nil),   // 7: ration.v1.SetFeaturesCommand
+	(*RetiredPolicy)(nil),        // 8: ration.v1.RetiredPolicy
+	(*LedgerSnapshot)(nil),       // 9: ration.v1.LedgerSnapshot
+	(*ShareSnapshot)(nil),        // 10: ration.v1.ShareSnapshot
+	(*LeaseSnapshot)(nil),        // 11: ration.v1.LeaseSnapshot
+	(*ClientRecord)(nil),         // 12: ration.v1.ClientRecord
+	nil,                          // 13: ration.v1.PolicySpec.ClientWeightsEntry
+	(*AcquireRequest)(nil),       // 14: ration.v1.AcquireRequest
+	(*RenewRequest)(nil),         // 15: ration.v1.RenewRequest
+	(*ReleaseRequest)(nil),       // 16: ration.v1.ReleaseRequest
 }
 var file_command_proto_depIdxs = []int32{
-	11, // 0: ration.v1.PolicySpec.client_weights:type_name -> ration.v1.PolicySpec.ClientWeightsEntry
+	13, // 0: ration.v1.PolicySpec.client_weights:type_name -> ration.v1.PolicySpec.ClientWeightsEntry
 	0,  // 1: ration.v1.ApplyPoliciesCommand.policies:type_name -> ration.v1.PolicySpec
-	12, // 2: ration.v1.LeaseOp.acquire:type_name -> ration.v1.AcquireRequest
-	13, // 3: ration.v1.LeaseOp.renew:type_name -> ration.v1.RenewRequest
-	14, // 4: ration.v1.LeaseOp.release:type_name -> ration.v1.ReleaseRequest
+	14, // 2: ration.v1.LeaseOp.acquire:type_name -> ration.v1.AcquireRequest
+	15, // 3: ration.v1.LeaseOp.renew:type_name -> ration.v1.RenewRequest
+	16, // 4: ration.v1.LeaseOp.release:type_name -> ration.v1.ReleaseRequest
 	3,  // 5: ration.v1.LeaseBatchCommand.ops:type_name -> ration.v1.LeaseOp
 	0,  // 6: ration.v1.Snapshot.policies:type_name -> ration.v1.PolicySpec
-	7,  // 7: ration.v1.Snapshot.ledgers:type_name -> ration.v1.LedgerSnapshot
-	10, // 8: ration.v1.Snapshot.clients:type_name -> ration.v1.ClientRecord
-	9,  // 9: ration.v1.LedgerSnapshot.leases:type_name -> ration.v1.LeaseSnapshot
-	8,  // 10: ration.v1.LeaseSnapshot.current:type_name -> ration.v1.ShareSnapshot
-	8,  // 11: ration.v1.LeaseSnapshot.superseded:type_name -> ration.v1.ShareSnapshot
-	12, // [12:12] is the sub-list for method output_type
-	12, // [12:12] is the sub-list for method input_type
-	12, // [12:12] is the sub-list for extension type_name
-	12, // [12:12] is the sub-list for extension extendee
-	0,  // [0:12] is the sub-list for field type_name
+	9,  // 7: ration.v1.Snapshot.ledgers:type_name -> ration.v1.LedgerSnapshot
+	12, // 8: ration.v1.Snapshot.clients:type_name -> ration.v1.ClientRecord
+	8,  // 9: ration.v1.Snapshot.retired:type_name -> ration.v1.RetiredPolicy
+	0,  // 10: ration.v1.RetiredPolicy.spec:type_name -> ration.v1.PolicySpec
+	9,  // 11: ration.v1.RetiredPolicy.ledgers:type_name -> ration.v1.LedgerSnapshot
+	11, // 12: ration.v1.LedgerSnapshot.leases:type_name -> ration.v1.LeaseSnapshot
+	10, // 13: ration.v1.LeaseSnapshot.current:type_name -> ration.v1.ShareSnapshot
+	10, // 14: ration.v1.LeaseSnapshot.superseded:type_name -> ration.v1.ShareSnapshot
+	10, // 15: ration.v1.LeaseSnapshot.replaced:type_name -> ration.v1.ShareSnapshot
+	16, // [16:16] is the sub-list for method output_type
+	16, // [16:16] is the sub-list for method input_type
+	16, // [16:16] is the sub-list for extension type_name
+	16, // [16:16] is the sub-list for extension extendee
+	0,  // [0:16] is the sub-list for field type_name
 }
 
 func init() { file_command_proto_init() }
@@ -1209,7 +1380,7 @@ func file_command_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_command_proto_rawDesc), len(file_command_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   12,
+			NumMessages:   14,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

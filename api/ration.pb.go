@@ -148,8 +148,12 @@ type Demand struct {
 	state           protoimpl.MessageState `protogen:"open.v1"`
 	RateMilliPerSec int64                  `protobuf:"varint,1,opt,name=rate_milli_per_sec,json=rateMilliPerSec,proto3" json:"rate_milli_per_sec,omitempty"`
 	BurstMilli      int64                  `protobuf:"varint,2,opt,name=burst_milli,json=burstMilli,proto3" json:"burst_milli,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// max_cost_milli: the largest single cost the client was asked to admit
+	// on this key recently; the coordinator keeps the client's cap at least
+	// this where the budget allows, instead of a sliver no request fits.
+	MaxCostMilli  int64 `protobuf:"varint,3,opt,name=max_cost_milli,json=maxCostMilli,proto3" json:"max_cost_milli,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Demand) Reset() {
@@ -192,6 +196,13 @@ func (x *Demand) GetRateMilliPerSec() int64 {
 func (x *Demand) GetBurstMilli() int64 {
 	if x != nil {
 		return x.BurstMilli
+	}
+	return 0
+}
+
+func (x *Demand) GetMaxCostMilli() int64 {
+	if x != nil {
+		return x.MaxCostMilli
 	}
 	return 0
 }
@@ -301,10 +312,13 @@ func (x *AcquireRequest) GetKeys() []*AcquireKey {
 }
 
 type RenewKey struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Key           *Key                   `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
-	LeaseId       uint64                 `protobuf:"varint,2,opt,name=lease_id,json=leaseId,proto3" json:"lease_id,omitempty"`
-	Demand        *Demand                `protobuf:"bytes,3,opt,name=demand,proto3" json:"demand,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Key     *Key                   `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	LeaseId uint64                 `protobuf:"varint,2,opt,name=lease_id,json=leaseId,proto3" json:"lease_id,omitempty"`
+	Demand  *Demand                `protobuf:"bytes,3,opt,name=demand,proto3" json:"demand,omitempty"`
+	// acked_version: the Grant.version of the terms the client has installed
+	// (and admits under) when it sends this renewal; 0: none known.
+	AckedVersion  uint64 `protobuf:"varint,4,opt,name=acked_version,json=ackedVersion,proto3" json:"acked_version,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -358,6 +372,13 @@ func (x *RenewKey) GetDemand() *Demand {
 		return x.Demand
 	}
 	return nil
+}
+
+func (x *RenewKey) GetAckedVersion() uint64 {
+	if x != nil {
+		return x.AckedVersion
+	}
+	return 0
 }
 
 type RenewRequest struct {
@@ -600,7 +621,13 @@ type Grant struct {
 	FallbackRateMilliPerSec int64  `protobuf:"varint,9,opt,name=fallback_rate_milli_per_sec,json=fallbackRateMilliPerSec,proto3" json:"fallback_rate_milli_per_sec,omitempty"`
 	Shadow                  bool   `protobuf:"varint,10,opt,name=shadow,proto3" json:"shadow,omitempty"`
 	// canonical_key is the coordinator's name for the key (policy/values).
-	CanonicalKey  string `protobuf:"bytes,11,opt,name=canonical_key,json=canonicalKey,proto3" json:"canonical_key,omitempty"`
+	CanonicalKey string `protobuf:"bytes,11,opt,name=canonical_key,json=canonicalKey,proto3" json:"canonical_key,omitempty"`
+	// version numbers the terms of this lease: it grows with every grant and
+	// renewal the lease gets. A renewal acknowledges the version installed.
+	Version uint64 `protobuf:"varint,12,opt,name=version,proto3" json:"version,omitempty"`
+	// key_attributes are the policy's key attribute names: the client maps
+	// every key with the same values of these to one limiter.
+	KeyAttributes []string `protobuf:"bytes,13,rep,name=key_attributes,json=keyAttributes,proto3" json:"key_attributes,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -710,6 +737,20 @@ func (x *Grant) GetCanonicalKey() string {
 		return x.CanonicalKey
 	}
 	return ""
+}
+
+func (x *Grant) GetVersion() uint64 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
+func (x *Grant) GetKeyAttributes() []string {
+	if x != nil {
+		return x.KeyAttributes
+	}
+	return nil
 }
 
 type KeyLease struct {
@@ -2341,22 +2382,24 @@ const file_ration_proto_rawDesc = "" +
 	"attributes\x1a=\n" +
 	"\x0fAttributesEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"V\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"|\n" +
 	"\x06Demand\x12+\n" +
 	"\x12rate_milli_per_sec\x18\x01 \x01(\x03R\x0frateMilliPerSec\x12\x1f\n" +
 	"\vburst_milli\x18\x02 \x01(\x03R\n" +
-	"burstMilli\"Y\n" +
+	"burstMilli\x12$\n" +
+	"\x0emax_cost_milli\x18\x03 \x01(\x03R\fmaxCostMilli\"Y\n" +
 	"\n" +
 	"AcquireKey\x12 \n" +
 	"\x03key\x18\x01 \x01(\v2\x0e.ration.v1.KeyR\x03key\x12)\n" +
 	"\x06demand\x18\x02 \x01(\v2\x11.ration.v1.DemandR\x06demand\"f\n" +
 	"\x0eAcquireRequest\x12)\n" +
 	"\x06caller\x18\x01 \x01(\v2\x11.ration.v1.CallerR\x06caller\x12)\n" +
-	"\x04keys\x18\x02 \x03(\v2\x15.ration.v1.AcquireKeyR\x04keys\"r\n" +
+	"\x04keys\x18\x02 \x03(\v2\x15.ration.v1.AcquireKeyR\x04keys\"\x97\x01\n" +
 	"\bRenewKey\x12 \n" +
 	"\x03key\x18\x01 \x01(\v2\x0e.ration.v1.KeyR\x03key\x12\x19\n" +
 	"\blease_id\x18\x02 \x01(\x04R\aleaseId\x12)\n" +
-	"\x06demand\x18\x03 \x01(\v2\x11.ration.v1.DemandR\x06demand\"b\n" +
+	"\x06demand\x18\x03 \x01(\v2\x11.ration.v1.DemandR\x06demand\x12#\n" +
+	"\racked_version\x18\x04 \x01(\x04R\fackedVersion\"b\n" +
 	"\fRenewRequest\x12)\n" +
 	"\x06caller\x18\x01 \x01(\v2\x11.ration.v1.CallerR\x06caller\x12'\n" +
 	"\x04keys\x18\x02 \x03(\v2\x13.ration.v1.RenewKeyR\x04keys\"n\n" +
@@ -2370,7 +2413,7 @@ const file_ration_proto_rawDesc = "" +
 	"\x04keys\x18\x02 \x03(\v2\x15.ration.v1.ReleaseKeyR\x04keys\"8\n" +
 	"\bKeyError\x12\x12\n" +
 	"\x04code\x18\x01 \x01(\rR\x04code\x12\x18\n" +
-	"\amessage\x18\x02 \x01(\tR\amessage\"\x91\x03\n" +
+	"\amessage\x18\x02 \x01(\tR\amessage\"\xd2\x03\n" +
 	"\x05Grant\x12\x19\n" +
 	"\blease_id\x18\x01 \x01(\x04R\aleaseId\x12+\n" +
 	"\x12rate_milli_per_sec\x18\x02 \x01(\x03R\x0frateMilliPerSec\x12\x1b\n" +
@@ -2384,7 +2427,9 @@ const file_ration_proto_rawDesc = "" +
 	"\x1bfallback_rate_milli_per_sec\x18\t \x01(\x03R\x17fallbackRateMilliPerSec\x12\x16\n" +
 	"\x06shadow\x18\n" +
 	" \x01(\bR\x06shadow\x12#\n" +
-	"\rcanonical_key\x18\v \x01(\tR\fcanonicalKey\"]\n" +
+	"\rcanonical_key\x18\v \x01(\tR\fcanonicalKey\x12\x18\n" +
+	"\aversion\x18\f \x01(\x04R\aversion\x12%\n" +
+	"\x0ekey_attributes\x18\r \x03(\tR\rkeyAttributes\"]\n" +
 	"\bKeyLease\x12&\n" +
 	"\x05grant\x18\x01 \x01(\v2\x10.ration.v1.GrantR\x05grant\x12)\n" +
 	"\x05error\x18\x02 \x01(\v2\x13.ration.v1.KeyErrorR\x05error\"j\n" +
