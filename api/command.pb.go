@@ -659,8 +659,17 @@ type RetiredPolicy struct {
 	Spec           *PolicySpec            `protobuf:"bytes,1,opt,name=spec,proto3" json:"spec,omitempty"`
 	Ledgers        []*LedgerSnapshot      `protobuf:"bytes,2,rep,name=ledgers,proto3" json:"ledgers,omitempty"`
 	RetiredAtNanos int64                  `protobuf:"varint,3,opt,name=retired_at_nanos,json=retiredAtNanos,proto3" json:"retired_at_nanos,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// name: the policy's name (spec is unset when only a floor remains).
+	Name string `protobuf:"bytes,40,opt,name=name,proto3" json:"name,omitempty"`
+	// The floor: new keys of the name start with at most
+	// floor_capacity_milli - ceil(floor_rate_milli_per_sec * (floor_full_at_nanos - now)),
+	// until floor_full_at_nanos (0: no floor). It bounds the budgets of an
+	// earlier keying that cannot be mapped onto the new keys.
+	FloorCapacityMilli   int64 `protobuf:"varint,41,opt,name=floor_capacity_milli,json=floorCapacityMilli,proto3" json:"floor_capacity_milli,omitempty"`
+	FloorRateMilliPerSec int64 `protobuf:"varint,42,opt,name=floor_rate_milli_per_sec,json=floorRateMilliPerSec,proto3" json:"floor_rate_milli_per_sec,omitempty"`
+	FloorFullAtNanos     int64 `protobuf:"varint,43,opt,name=floor_full_at_nanos,json=floorFullAtNanos,proto3" json:"floor_full_at_nanos,omitempty"`
+	unknownFields        protoimpl.UnknownFields
+	sizeCache            protoimpl.SizeCache
 }
 
 func (x *RetiredPolicy) Reset() {
@@ -710,6 +719,34 @@ func (x *RetiredPolicy) GetLedgers() []*LedgerSnapshot {
 func (x *RetiredPolicy) GetRetiredAtNanos() int64 {
 	if x != nil {
 		return x.RetiredAtNanos
+	}
+	return 0
+}
+
+func (x *RetiredPolicy) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *RetiredPolicy) GetFloorCapacityMilli() int64 {
+	if x != nil {
+		return x.FloorCapacityMilli
+	}
+	return 0
+}
+
+func (x *RetiredPolicy) GetFloorRateMilliPerSec() int64 {
+	if x != nil {
+		return x.FloorRateMilliPerSec
+	}
+	return 0
+}
+
+func (x *RetiredPolicy) GetFloorFullAtNanos() int64 {
+	if x != nil {
+		return x.FloorFullAtNanos
 	}
 	return 0
 }
@@ -1247,11 +1284,15 @@ const file_command_proto_rawDesc = "" +
 	"\bfeatures\x18\x06 \x01(\x04R\bfeatures\x122\n" +
 	"\aretired\x18\a \x03(\v2\x18.ration.v1.RetiredPolicyR\aretired\"0\n" +
 	"\x12SetFeaturesCommand\x12\x1a\n" +
-	"\bfeatures\x18\x01 \x01(\x04R\bfeatures\"\x99\x01\n" +
+	"\bfeatures\x18\x01 \x01(\x04R\bfeatures\"\xc6\x02\n" +
 	"\rRetiredPolicy\x12)\n" +
 	"\x04spec\x18\x01 \x01(\v2\x15.ration.v1.PolicySpecR\x04spec\x123\n" +
 	"\aledgers\x18\x02 \x03(\v2\x19.ration.v1.LedgerSnapshotR\aledgers\x12(\n" +
-	"\x10retired_at_nanos\x18\x03 \x01(\x03R\x0eretiredAtNanos\"\xbb\x05\n" +
+	"\x10retired_at_nanos\x18\x03 \x01(\x03R\x0eretiredAtNanos\x12\x12\n" +
+	"\x04name\x18( \x01(\tR\x04name\x120\n" +
+	"\x14floor_capacity_milli\x18) \x01(\x03R\x12floorCapacityMilli\x126\n" +
+	"\x18floor_rate_milli_per_sec\x18* \x01(\x03R\x14floorRateMilliPerSec\x12-\n" +
+	"\x13floor_full_at_nanos\x18+ \x01(\x03R\x10floorFullAtNanos\"\xbb\x05\n" +
 	"\x0eLedgerSnapshot\x12\x16\n" +
 	"\x06policy\x18\x01 \x01(\tR\x06policy\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\tR\x03key\x12\x1d\n" +

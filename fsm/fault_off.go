@@ -6,3 +6,6 @@ import "github.com/ration-dev/ration/lease"
 
 // withFault is the identity in a normal build (see fault_on.go).
 func withFault(l *lease.Ledger) *lease.Ledger { return l }
+
+// stateFault is faultNone in a normal build (see fault_on.go).
+func stateFault() fault { return faultNone }

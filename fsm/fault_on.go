@@ -15,3 +15,12 @@ func withFault(l *lease.Ledger) *lease.Ledger {
 	}
 	return l
 }
+
+// stateFault breaks the state machine as faults.ForgetRetired says (test
+// builds only): read when an FSM is created.
+func stateFault() fault {
+	if faults.Active(faults.ForgetRetired) {
+		return faultForgetRetired
+	}
+	return faultNone
+}

@@ -10,7 +10,6 @@ import (
 	"maps"
 	"slices"
 	"sync"
-	"time"
 
 	"github.com/hashicorp/raft"
 	"github.com/ration-dev/ration/api"
@@ -70,8 +69,13 @@ type state struct {
 	// digest chains every applied command (see chainDigest).
 	digest   []byte
 	policies map[string]policy.Policy
-	keys     map[string]map[string]*keyLedger // policy -> canonical key -> ledger
+	keys     map[string]map[string]*keyLedger // live policy -> canonical key -> ledger
 	clients  map[string]*clientRecord
+	// retired remembers budgets that outlived their definitions: deleted
+	// policies' ledgers, and floors left by keying changes (retire.go).
+	retired map[string]*retiredPolicy
+	// fault is a negative control's broken rule (not replicated).
+	fault fault
 }
 
 func newState() *state {
@@ -79,6 +83,8 @@ func newState() *state {
 		policies: map[string]policy.Policy{},
 		keys:     map[string]map[string]*keyLedger{},
 		clients:  map[string]*clientRecord{},
+		retired:  map[string]*retiredPolicy{},
+		fault:    stateFault(),
 	}
 }
 
@@ -159,7 +165,7 @@ func (f *FSM) dispatch(env Envelope, t int64) (*Result, error) {
 		if err != nil {
 			return nil, err
 		}
-		return f.st.deletePolicy(cmd.GetName())
+		return f.st.deletePolicy(t, cmd.GetName())
 	case CmdLeaseBatch:
 		cmd, err := decodeBody[api.LeaseBatchCommand](env.Body)
 		if err != nil {
@@ -207,31 +213,20 @@ func (s *state) applyPolicies(t int64, cmd *api.ApplyPoliciesCommand) (*Result, 
 	}
 	// First pass: refuse the whole command, changing nothing, if any policy
 	// would start fresh budgets while leases granted under its previous
-	// definition are live. Fresh budgets next to live old leases would let
-	// both be spent: the bound would hold for neither.
+	// keying are live (checkChange).
+	seen := map[string]bool{}
 	for _, p := range ps {
-		old, existed := s.policies[p.Name]
-		if existed && sameKeying(old, p) {
-			continue
+		if seen[p.Name] {
+			return nil, fmt.Errorf("%w: policy %q is listed twice in one command", rpcerr.ErrInvalid, p.Name)
 		}
-		if n, until := s.liveLeases(p.Name); n > 0 {
-			return nil, fmt.Errorf("%w: policy %q: %d leases granted under its previous definition are live until cluster time %s; "+
-				"a policy whose key, algorithm or start changes, or that was deleted, can be applied again once they have expired",
-				rpcerr.ErrPrecondition, p.Name, n, time.Duration(until))
+		seen[p.Name] = true
+		if err := s.checkChange(p); err != nil {
+			return nil, err
 		}
 	}
 	for _, p := range ps {
-		old, existed := s.policies[p.Name]
-		s.policies[p.Name] = p
-		if !existed || !sameKeying(old, p) {
-			// No live leases (checked above): drop the idle old budgets.
-			delete(s.keys, p.Name)
-			continue
-		}
-		for _, ck := range sortedKeys(s.keys[p.Name]) {
-			if err := s.keys[p.Name][ck].ledger.Reconfigure(t, ledgerConfig(p)); err != nil {
-				return nil, fmt.Errorf("reconfigure %s/%s: %w", p.Name, ck, err)
-			}
+		if err := s.install(t, p); err != nil {
+			return nil, err
 		}
 	}
 	return &Result{}, nil
@@ -249,35 +244,18 @@ func sameKeying(a, b policy.Policy) bool {
 	return true
 }
 
-// deletePolicy removes a policy. Its keys with live leases stay (draining):
-// they grant and renew nothing more, and expire removes them once their
-// leases have expired; until then the name cannot be re-created with fresh
-// budgets.
-func (s *state) deletePolicy(name string) (*Result, error) {
-	if _, ok := s.policies[name]; !ok {
+// deletePolicy removes a policy. Its budgets are retired, not dropped
+// (retire.go): they grant and renew nothing more, are kept until they are
+// indistinguishable from fresh ones, and come back if the policy is
+// re-created with the same keying.
+func (s *state) deletePolicy(t int64, name string) (*Result, error) {
+	p, ok := s.policies[name]
+	if !ok {
 		return nil, fmt.Errorf("%w: policy %q", rpcerr.ErrNotFound, name)
 	}
 	delete(s.policies, name)
-	for _, ck := range sortedKeys(s.keys[name]) {
-		if s.keys[name][ck].ledger.LeaseCount() == 0 {
-			delete(s.keys[name], ck)
-		}
-	}
-	if len(s.keys[name]) == 0 {
-		delete(s.keys, name)
-	}
+	s.retire(t, p)
 	return &Result{}, nil
-}
-
-// liveLeases counts a policy's leases and the latest expiry among them.
-func (s *state) liveLeases(name string) (n int, until int64) {
-	for _, kl := range s.keys[name] {
-		for _, le := range kl.ledger.Leases() {
-			n++
-			until = max(until, le.Current.ExpiresNanos)
-		}
-	}
-	return n, until
 }
 
 // sortedKeys returns m's keys in order, for deterministic iteration.
@@ -355,6 +333,14 @@ func (s *state) revoke(t int64, clientID string, incarnation uint64) {
 			_, _ = s.keys[pn][ck].ledger.Revoke(t, clientID, incarnation)
 		}
 	}
+	for _, pn := range sortedKeys(s.retired) {
+		keys := s.retired[pn].keys
+		for _, ck := range sortedKeys(keys) {
+			if l := keys[ck].ledger; l.LeaseCount() > 0 {
+				_, _ = l.Revoke(t, clientID, incarnation)
+			}
+		}
+	}
 }
 
 func (s *state) record(t int64, c *api.Caller, kind uint32, resp proto.Message) {
@@ -410,7 +396,8 @@ func (s *state) resolve(t int64, k *api.Key, create bool) (policy.Policy, string
 	if int64(len(s.keys[p.Name])) >= p.MaxKeys {
 		return p, ck, nil, fmt.Errorf("%w: policy %q already tracks max_keys=%d keys", rpcerr.ErrResourceExhausted, p.Name, p.MaxKeys)
 	}
-	l, err := lease.NewLedger(ledgerConfig(p), t)
+	pool, _ := s.startPool(t, p)
+	l, err := lease.NewLedgerWithPool(ledgerConfig(p), t, pool)
 	if err != nil {
 		return p, ck, nil, fmt.Errorf("policy %q: %w", p.Name, err)
 	}
@@ -576,9 +563,10 @@ func unmarshalLease(dup []byte, err error) (*api.LeaseResponse, error) {
 	return out, nil
 }
 
-// expire removes due leases in every ledger, collects ledgers that are
-// indistinguishable from fresh ones (no leases, pool full), and forgets
-// idempotency records of clients with no leases not seen for retention.
+// expire removes due leases in every ledger (retired ones included),
+// collects ledgers that are indistinguishable from fresh ones (no leases,
+// pool full) and floors that have lapsed, and forgets idempotency records
+// of clients with no leases not seen for retention.
 func (s *state) expire(t, through, retention int64) (*Result, error) {
 	res := &Result{}
 	active := map[string]bool{}
@@ -592,8 +580,7 @@ func (s *state) expire(t, through, retention int64) (*Result, error) {
 			}
 			res.Expired += len(gone)
 			leases := l.Leases()
-			_, live := s.policies[pn]
-			if len(leases) == 0 && (!live || l.PoolMilli() >= l.Config().CapacityMilli) {
+			if len(leases) == 0 && l.PoolMilli() >= l.Config().CapacityMilli {
 				delete(keys, ck)
 				continue
 			}
@@ -604,6 +591,9 @@ func (s *state) expire(t, through, retention int64) (*Result, error) {
 		if len(keys) == 0 {
 			delete(s.keys, pn)
 		}
+	}
+	if err := s.expireRetired(t, through, res, active); err != nil {
+		return nil, err
 	}
 	if retention > 0 {
 		for _, id := range sortedKeys(s.clients) {
@@ -632,6 +622,7 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 		return fmt.Errorf("fsm: restore: %w", err)
 	}
 	f.mu.Lock()
+	st.fault = f.st.fault
 	f.st = st
 	f.index = 0
 	f.mu.Unlock()

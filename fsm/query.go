@@ -19,15 +19,22 @@ func (f *FSM) ClusterTime() int64 {
 }
 
 // Counts returns how many policies, keys and leases the state holds, and
-// how many clients have idempotency records.
+// how many clients have idempotency records. Keys and leases include those
+// of deleted policies' retired budgets.
 func (f *FSM) Counts() (policies, keys, leases, clients int) {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
-	for _, ks := range f.st.keys {
+	count := func(ks map[string]*keyLedger) {
 		keys += len(ks)
 		for _, kl := range ks {
 			leases += kl.ledger.LeaseCount()
 		}
+	}
+	for _, ks := range f.st.keys {
+		count(ks)
+	}
+	for _, r := range f.st.retired {
+		count(r.keys)
 	}
 	return len(f.st.policies), keys, leases, len(f.st.clients)
 }
@@ -63,8 +70,9 @@ func (f *FSM) PolicyUsage(name string) (keys, leases int) {
 }
 
 // NextDue returns the earliest cluster time at which an expire command would
-// change something: a lease expiry, or an idle key's pool becoming full (and
-// so collectable). ok is false when nothing is pending.
+// change something: a lease expiry, an idle key's pool becoming full (and
+// so collectable, retired keys included), or a floor lapsing. ok is false
+// when nothing is pending.
 func (f *FSM) NextDue() (due int64, ok bool) {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
@@ -73,7 +81,7 @@ func (f *FSM) NextDue() (due int64, ok bool) {
 			due, ok = t, true
 		}
 	}
-	for _, ks := range f.st.keys {
+	ledgers := func(ks map[string]*keyLedger) {
 		for _, kl := range ks {
 			l := kl.ledger
 			if e, has := l.NextExpiry(); has {
@@ -83,26 +91,48 @@ func (f *FSM) NextDue() (due int64, ok bool) {
 			consider(l.PoolFullAt())
 		}
 	}
+	for _, ks := range f.st.keys {
+		ledgers(ks)
+	}
+	for _, r := range f.st.retired {
+		ledgers(r.keys)
+		if r.fl.fullAt > 0 {
+			consider(r.fl.fullAt)
+		}
+	}
 	return due, ok
 }
 
 // Leases lists leases and keys, optionally filtered by policy and canonical
-// key, sorted by policy, key and holder. Times to expiry count from nowNanos
-// (the leader's clock), or from the last applied entry if that is later.
+// key, sorted by policy, key and holder. A deleted policy's retired keys
+// are listed under its name (it is not in Policies) until they are
+// collected; the floor a keying change left is not listed. Times to expiry
+// count from nowNanos (the leader's clock), or from the last applied entry
+// if that is later.
 func (f *FSM) Leases(policyName, key string, nowNanos int64) *api.ListLeasesResponse {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
 	now := max(f.st.clusterTime, nowNanos)
 	out := &api.ListLeasesResponse{ClusterTimeNanos: now}
-	for _, pn := range sortedKeys(f.st.keys) {
+	// A name is either live (keys) or deleted (a retired spec), never both.
+	byName := map[string]map[string]*keyLedger{}
+	for pn, ks := range f.st.keys {
+		byName[pn] = ks
+	}
+	for pn, r := range f.st.retired {
+		if r.spec != nil {
+			byName[pn] = r.keys
+		}
+	}
+	for _, pn := range sortedKeys(byName) {
 		if policyName != "" && pn != policyName {
 			continue
 		}
-		for _, ck := range sortedKeys(f.st.keys[pn]) {
+		for _, ck := range sortedKeys(byName[pn]) {
 			if key != "" && ck != key {
 				continue
 			}
-			l := f.st.keys[pn][ck].ledger
+			l := byName[pn][ck].ledger
 			cfg := l.Config()
 			out.Keys = append(out.Keys, &api.KeyInfo{
 				Policy: pn, Key: ck, PoolMilli: l.PoolMilli(),

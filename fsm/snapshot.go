@@ -23,7 +23,10 @@ const (
 	frameHeader byte = 1 // api.Snapshot without ledgers or clients
 	frameLedger byte = 2 // api.LedgerSnapshot
 	frameClient byte = 3 // api.ClientRecord
-	frameEnd    byte = 0xff
+	// frameRetired is a retired ledger (api.LedgerSnapshot whose policy
+	// names a header's RetiredPolicy). Older servers refuse the frame kind.
+	frameRetired byte = 4
+	frameEnd     byte = 0xff
 )
 
 // maxFrame bounds one frame so a corrupt length cannot allocate wildly.
@@ -32,6 +35,7 @@ const maxFrame = 64 << 20
 type snapshotData struct {
 	header  *api.Snapshot
 	ledgers []*api.LedgerSnapshot
+	retired []*api.LedgerSnapshot
 	clients []*api.ClientRecord
 }
 
@@ -76,6 +80,11 @@ func writeSnapshot(w io.Writer, d snapshotData) error {
 			return err
 		}
 	}
+	for _, l := range d.retired {
+		if err := frame(frameRetired, l); err != nil {
+			return err
+		}
+	}
 	for _, c := range d.clients {
 		if err := frame(frameClient, c); err != nil {
 			return err
@@ -97,6 +106,20 @@ func (s *state) export() snapshotData {
 	for _, pn := range sortedKeys(s.keys) {
 		for _, ck := range sortedKeys(s.keys[pn]) {
 			d.ledgers = append(d.ledgers, exportLedger(pn, ck, s.keys[pn][ck].ledger.State()))
+		}
+	}
+	for _, name := range sortedKeys(s.retired) {
+		r := s.retired[name]
+		rp := &api.RetiredPolicy{
+			Name: name, RetiredAtNanos: r.at,
+			FloorCapacityMilli: r.fl.capMilli, FloorRateMilliPerSec: r.fl.rateMilliPerSec, FloorFullAtNanos: r.fl.fullAt,
+		}
+		if r.spec != nil {
+			rp.Spec = r.spec.ToProto()
+		}
+		d.header.Retired = append(d.header.Retired, rp)
+		for _, ck := range sortedKeys(r.keys) {
+			d.retired = append(d.retired, exportLedger(name, ck, r.keys[ck].ledger.State()))
 		}
 	}
 	for _, id := range sortedKeys(s.clients) {
@@ -216,6 +239,9 @@ func importState(r io.Reader) (*state, error) {
 				}
 				st.policies[p.Name] = p
 			}
+			if err := importRetired(st, h.GetRetired()); err != nil {
+				return nil, err
+			}
 			sawHeader = true
 		case frameLedger:
 			ls := &api.LedgerSnapshot{}
@@ -230,6 +256,14 @@ func importState(r io.Reader) (*state, error) {
 				st.keys[ls.GetPolicy()] = map[string]*keyLedger{}
 			}
 			st.keys[ls.GetPolicy()][ls.GetKey()] = &keyLedger{ledger: l}
+		case frameRetired:
+			ls := &api.LedgerSnapshot{}
+			if err := proto.Unmarshal(buf, ls); err != nil {
+				return nil, fmt.Errorf("%w: retired ledger: %v", errSnapshot, err)
+			}
+			if err := addRetiredLedger(st, ls); err != nil {
+				return nil, err
+			}
 		case frameClient:
 			c := &api.ClientRecord{}
 			if err := proto.Unmarshal(buf, c); err != nil {
@@ -261,4 +295,64 @@ func importState(r io.Reader) (*state, error) {
 		return nil, fmt.Errorf("%w: no header frame", errSnapshot)
 	}
 	return st, nil
+}
+
+// importRetired reads the header's retired policies (their ledgers come in
+// frameRetired frames, or inline).
+func importRetired(st *state, rps []*api.RetiredPolicy) error {
+	for _, rp := range rps {
+		name := rp.GetName()
+		if name == "" {
+			return fmt.Errorf("%w: a retired policy has no name", errSnapshot)
+		}
+		if st.retired[name] != nil {
+			return fmt.Errorf("%w: retired policy %q is listed twice", errSnapshot, name)
+		}
+		r := &retiredPolicy{at: rp.GetRetiredAtNanos(), fl: floor{
+			capMilli: rp.GetFloorCapacityMilli(), rateMilliPerSec: rp.GetFloorRateMilliPerSec(), fullAt: rp.GetFloorFullAtNanos(),
+		}}
+		if r.fl.capMilli < 0 || r.fl.rateMilliPerSec < 0 || r.fl.fullAt < 0 {
+			return fmt.Errorf("%w: retired policy %q has a negative floor", errSnapshot, name)
+		}
+		if rp.GetSpec() != nil {
+			p, err := policy.FromProto(rp.GetSpec())
+			if err != nil {
+				return fmt.Errorf("%w: retired policy %q: %v", errSnapshot, name, err)
+			}
+			if p.Name != name {
+				return fmt.Errorf("%w: retired policy %q holds the definition of %q", errSnapshot, name, p.Name)
+			}
+			if _, live := st.policies[name]; live {
+				// A re-created policy takes its retired budgets back.
+				return fmt.Errorf("%w: policy %q is both live and retired", errSnapshot, name)
+			}
+			r.spec, r.keys = &p, map[string]*keyLedger{}
+		}
+		st.retired[name] = r
+		for _, ls := range rp.GetLedgers() {
+			if ls.GetPolicy() == "" {
+				ls.Policy = name
+			}
+			if err := addRetiredLedger(st, ls); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+func addRetiredLedger(st *state, ls *api.LedgerSnapshot) error {
+	r := st.retired[ls.GetPolicy()]
+	if r == nil || r.spec == nil {
+		return fmt.Errorf("%w: retired ledger %s/%s belongs to no deleted policy", errSnapshot, ls.GetPolicy(), ls.GetKey())
+	}
+	if r.keys[ls.GetKey()] != nil {
+		return fmt.Errorf("%w: retired ledger %s/%s is listed twice", errSnapshot, ls.GetPolicy(), ls.GetKey())
+	}
+	l, err := importLedger(ls)
+	if err != nil {
+		return fmt.Errorf("%w: retired ledger %s/%s: %v", errSnapshot, ls.GetPolicy(), ls.GetKey(), err)
+	}
+	r.keys[ls.GetKey()] = &keyLedger{ledger: l}
+	return nil
 }

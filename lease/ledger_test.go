@@ -339,3 +339,26 @@ func TestExpireThroughKeepsLeasesInsideTheMargin(t *testing.T) {
 		t.Fatalf("a cut-off beyond now expired %v", gone)
 	}
 }
+
+func TestNewLedgerWithPool(t *testing.T) {
+	cfg := LedgerConfig{RateMilliPerSec: 10_000, CapacityMilli: 20_000, StartFull: true}
+	for _, c := range []struct{ pool, want int64 }{{-5, 0}, {0, 0}, {7_000, 7_000}, {20_000, 20_000}, {1 << 50, 20_000}} {
+		l, err := NewLedgerWithPool(cfg, 5, c.pool)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if l.PoolMilli() != c.want {
+			t.Errorf("pool %d: starts at %d, want %d", c.pool, l.PoolMilli(), c.want)
+		}
+		if err := l.CheckInvariants(); err != nil {
+			t.Errorf("pool %d: %v", c.pool, err)
+		}
+		// It mints from there like any ledger: full after (B - pool)/r.
+		if got, want := l.PoolFullAt(), 5+NanosToMint(10_000, 20_000-c.want); got != want {
+			t.Errorf("pool %d: full at %d, want %d", c.pool, got, want)
+		}
+	}
+	if _, err := NewLedgerWithPool(LedgerConfig{RateMilliPerSec: -1, CapacityMilli: 1}, 0, 0); err == nil {
+		t.Error("an invalid config was accepted")
+	}
+}

@@ -25,10 +25,14 @@ const (
 	// TimeFromReceipt: the client times its lease from when the answer
 	// arrived instead of from when it sent the request.
 	TimeFromReceipt Fault = "time-from-receipt"
+	// ForgetRetired: the state machine drops a deleted policy's idle
+	// budgets at once and starts a re-created or re-keyed policy's keys
+	// fresh, as it did before budgets outlived their policies.
+	ForgetRetired Fault = "forget-retired"
 )
 
 // All lists every fault, for flag help and validation.
-var All = []Fault{AckBeforeCommit, StartFullNoDebit, TimeFromReceipt}
+var All = []Fault{AckBeforeCommit, StartFullNoDebit, TimeFromReceipt, ForgetRetired}
 
 func parse(name string) (Fault, error) {
 	for _, f := range All {

@@ -1,0 +1,16 @@
+package fsm
+
+// fault names a deliberately broken state-machine rule. Faults exist only
+// so that negative-control tests can prove the checkers catch real bugs:
+// tests in this package set one on a state, and builds with -tags
+// ration_faults set one from internal/faults (fault_on.go).
+type fault uint8
+
+const (
+	faultNone fault = iota
+	// faultForgetRetired is the rule before budgets outlived their
+	// policies: deleting a policy drops its idle budgets at once, and a
+	// re-created or re-keyed policy starts every key fresh (full), as if
+	// no budget had existed before.
+	faultForgetRetired
+)

@@ -1,0 +1,247 @@
+package fsm
+
+import (
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/ration-dev/ration/internal/policy"
+	"github.com/ration-dev/ration/internal/rpcerr"
+	"github.com/ration-dev/ration/lease"
+)
+
+// Budget lifetime (docs/design.md §3.5). A policy's budgets outlive its
+// definition: deleting a policy retires its keys' ledgers instead of
+// dropping them, and re-creating the policy with the same keying
+// resurrects them (leases and pool levels included), so delete-and-apply
+// refills nothing. A keying change (key attributes, algorithm or start)
+// cannot map old keys to new ones: it is refused while old leases are
+// live, and after that the old ledgers are folded into the name's floor,
+// a bound on the tokens any new key of the name starts with, until every
+// old budget would have refilled. A retired ledger is collected once it is
+// indistinguishable from a fresh one (no leases, pool full).
+
+// retiredPolicy is what the state remembers of a name's earlier budgets.
+type retiredPolicy struct {
+	// spec is the deleted definition and keys its keys' ledgers (spec nil:
+	// none, only a floor). A name has a spec here only while it is not live.
+	spec *policy.Policy
+	keys map[string]*keyLedger
+	at   int64 // cluster time of the delete
+	fl   floor
+}
+
+// floor bounds the pool a new key starts with: at cluster time t at most
+// capMilli - ceil(rate·(fullAt - t)), until fullAt (0: no floor). Folded
+// from leaseless ledgers whose pools are below full: each ledger i would
+// hold at least B_i - ceil(r_i·(F_i - t)) at t, where F_i is when its pool
+// fills, and the floor takes the smallest B, the largest r and the latest
+// F, so it is below every one of them.
+type floor struct {
+	capMilli, rateMilliPerSec, fullAt int64
+}
+
+func (f floor) active(t int64) bool { return f.fullAt > t }
+
+// levelAt is the most tokens a new key may start with at t under the floor
+// (math.MaxInt64 once it has lapsed).
+func (f floor) levelAt(t int64) int64 {
+	if !f.active(t) {
+		return math.MaxInt64
+	}
+	// +1 rounds the product up (a ceiling, or one more).
+	missing := lease.MulDiv(f.rateMilliPerSec, f.fullAt-t, lease.NanosPerSecond)
+	if missing < math.MaxInt64 {
+		missing++
+	}
+	return max(0, f.capMilli-missing)
+}
+
+// fold lowers the floor to cover l, a leaseless ledger, from t on.
+func (f *floor) fold(t int64, l *lease.Ledger) {
+	full := l.PoolFullAt()
+	if full <= t {
+		return // full: indistinguishable from a fresh budget
+	}
+	cfg := l.Config()
+	if f.fullAt <= t {
+		*f = floor{capMilli: cfg.CapacityMilli, rateMilliPerSec: cfg.RateMilliPerSec, fullAt: full}
+		return
+	}
+	f.capMilli = min(f.capMilli, cfg.CapacityMilli)
+	f.rateMilliPerSec = max(f.rateMilliPerSec, cfg.RateMilliPerSec)
+	f.fullAt = max(f.fullAt, full)
+}
+
+// fresh reports whether l is indistinguishable from a fresh budget at t (no
+// leases, pool full), so forgetting it lets nothing more through.
+func fresh(t int64, l *lease.Ledger) bool {
+	return l.LeaseCount() == 0 && l.PoolFullAt() <= t
+}
+
+func (s *state) retiredOf(name string) *retiredPolicy {
+	r := s.retired[name]
+	if r == nil {
+		r = &retiredPolicy{}
+		s.retired[name] = r
+	}
+	return r
+}
+
+// tidy forgets what no longer bounds anything.
+func (s *state) tidy(t int64, name string) {
+	r := s.retired[name]
+	if r == nil {
+		return
+	}
+	if len(r.keys) == 0 {
+		r.spec, r.keys, r.at = nil, nil, 0
+	}
+	if !r.fl.active(t) {
+		r.fl = floor{}
+	}
+	if r.spec == nil && r.fl == (floor{}) {
+		delete(s.retired, name)
+	}
+}
+
+// checkChange refuses a policy whose budgets cannot carry over while
+// leases granted under the old keying are live: fresh budgets next to live
+// old leases would let both be spent.
+func (s *state) checkChange(p policy.Policy) error {
+	var keys map[string]*keyLedger
+	if old, live := s.policies[p.Name]; live {
+		if sameKeying(old, p) {
+			return nil
+		}
+		keys = s.keys[p.Name]
+	} else if r := s.retired[p.Name]; r != nil && r.spec != nil {
+		if sameKeying(*r.spec, p) && s.fault != faultForgetRetired {
+			return nil // resurrected with its leases
+		}
+		keys = r.keys
+	}
+	if n, until := liveLeases(keys); n > 0 {
+		return fmt.Errorf("%w: policy %q: %d leases granted under its previous keying are live until cluster time %s; "+
+			"a policy whose key, algorithm or start changes can be applied once they have expired",
+			rpcerr.ErrPrecondition, p.Name, n, time.Duration(until))
+	}
+	return nil
+}
+
+// install stores p (checkChange passed): reconfigures or resurrects the
+// budgets it keeps, and folds those it cannot keep into the floor.
+func (s *state) install(t int64, p policy.Policy) error {
+	old, live := s.policies[p.Name]
+	s.policies[p.Name] = p
+	var keep map[string]*keyLedger
+	switch r := s.retired[p.Name]; {
+	case live && sameKeying(old, p):
+		keep = s.keys[p.Name]
+	case live:
+		// Re-keyed; no leases (checkChange). A live name has no retired spec.
+		s.foldAll(t, p.Name, s.keys[p.Name])
+		delete(s.keys, p.Name)
+	case r != nil && r.spec != nil:
+		if sameKeying(*r.spec, p) && s.fault != faultForgetRetired {
+			keep = r.keys
+			s.keys[p.Name] = keep
+		} else {
+			s.foldAll(t, p.Name, r.keys)
+		}
+		r.keys = nil
+	}
+	s.tidy(t, p.Name)
+	for _, ck := range sortedKeys(keep) {
+		if err := keep[ck].ledger.Reconfigure(t, ledgerConfig(p)); err != nil {
+			return fmt.Errorf("reconfigure %s/%s: %w", p.Name, ck, err)
+		}
+	}
+	return nil
+}
+
+func (s *state) foldAll(t int64, name string, keys map[string]*keyLedger) {
+	if s.fault == faultForgetRetired {
+		return // the old rule: the old budgets are forgotten
+	}
+	r := s.retiredOf(name)
+	for _, ck := range sortedKeys(keys) {
+		r.fl.fold(t, keys[ck].ledger)
+	}
+	s.tidy(t, name)
+}
+
+// startPool is the pool a new key of p starts with at t: what p says
+// (B or 0), but no more than the name's floor.
+func (s *state) startPool(t int64, p policy.Policy) (pool int64, floored bool) {
+	pool = 0
+	if p.StartFull {
+		pool = p.BurstMilli
+	}
+	if r := s.retired[p.Name]; r != nil && r.fl.active(t) && s.fault != faultForgetRetired {
+		if lv := r.fl.levelAt(t); lv < pool {
+			return lv, true
+		}
+	}
+	return pool, false
+}
+
+// retire moves a deleted policy's ledgers into the retired set, dropping at
+// once those indistinguishable from fresh budgets.
+func (s *state) retire(t int64, p policy.Policy) {
+	keys := s.keys[p.Name]
+	delete(s.keys, p.Name)
+	kept := map[string]*keyLedger{}
+	for _, ck := range sortedKeys(keys) {
+		l := keys[ck].ledger
+		if l.LeaseCount() == 0 && (s.fault == faultForgetRetired || fresh(t, l)) {
+			continue
+		}
+		kept[ck] = keys[ck]
+	}
+	if len(kept) == 0 {
+		return
+	}
+	r := s.retiredOf(p.Name)
+	r.spec, r.keys, r.at = &p, kept, t
+}
+
+// expireRetired expires the retired ledgers' due leases and collects the
+// ledgers and floors that bound nothing any more; it adds the clients that
+// still hold leases to active.
+func (s *state) expireRetired(t, through int64, res *Result, active map[string]bool) error {
+	for _, name := range sortedKeys(s.retired) {
+		r := s.retired[name]
+		for _, ck := range sortedKeys(r.keys) {
+			l := r.keys[ck].ledger
+			if l.LeaseCount() > 0 {
+				gone, err := l.ExpireThrough(t, through)
+				if err != nil {
+					return err
+				}
+				res.Expired += len(gone)
+			}
+			if l.LeaseCount() == 0 && (s.fault == faultForgetRetired || fresh(t, l)) {
+				delete(r.keys, ck)
+				continue
+			}
+			for _, le := range l.Leases() {
+				active[le.ClientID] = true
+			}
+		}
+		s.tidy(t, name)
+	}
+	return nil
+}
+
+// liveLeases counts the leases of a set of ledgers and the latest expiry
+// among them.
+func liveLeases(keys map[string]*keyLedger) (n int, until int64) {
+	for _, kl := range keys {
+		for _, le := range kl.ledger.Leases() {
+			n++
+			until = max(until, le.Current.ExpiresNanos)
+		}
+	}
+	return n, until
+}
