@@ -80,7 +80,13 @@ number of keys and leases. The output can be edited and applied again.`,
 		name:     "policy delete",
 		synopsis: "NAME",
 		summary:  "delete a stored policy",
-		args:     []string{"NAME"},
+		help: `Deletes policy NAME: its keys grant and renew nothing more. Their budgets
+are kept, listed by ` + "`rationctl leases`" + ` under the deleted name, until each
+has no leases and its tokens are back at the burst; applying NAME again
+with the same key, algorithm and start takes them back as they are (leases
+included), so deleting and re-applying refills nothing (docs/policy.md,
+"Changing a policy").`,
+		args: []string{"NAME"},
 		run: func(ctx context.Context, o *invocation) error {
 			r, err := o.admin().DeletePolicy(ctx, &api.DeletePolicyRequest{Name: o.args[0]})
 			if err != nil {
