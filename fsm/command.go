@@ -15,7 +15,8 @@ type CommandType uint8
 const (
 	// CmdApplyPolicies stores validated policies (api.ApplyPoliciesCommand).
 	CmdApplyPolicies CommandType = 1
-	// CmdDeletePolicy removes a policy and its keys (api.DeletePolicyCommand).
+	// CmdDeletePolicy removes a policy and retires its keys' budgets
+	// (api.DeletePolicyCommand; retire.go).
 	CmdDeletePolicy CommandType = 2
 	// CmdLeaseBatch applies coalesced client RPCs (api.LeaseBatchCommand).
 	CmdLeaseBatch CommandType = 3

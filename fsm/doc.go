@@ -4,7 +4,8 @@
 // # Design
 //
 // What it owns: the stored policies, one lease.Ledger per (policy, canonical
-// key), and one idempotency record per client ID (its latest incarnation and
+// key), the retired budgets of deleted and re-keyed policies (retire.go),
+// and one idempotency record per client ID (its latest incarnation and
 // sequence number and the answer it got).
 //
 // Entries are a type-tagged envelope (command.go): one type byte, the
