@@ -25,10 +25,15 @@ const (
 	// TimeFromReceipt: the client times its lease from when the answer
 	// arrived instead of from when it sent the request.
 	TimeFromReceipt Fault = "time-from-receipt"
+	// ClockResumeOwnReading: a server that wins leadership back resumes
+	// its cluster clock from its own last reading in an earlier term
+	// instead of from the committed cluster time; after an idle spell it
+	// reclaims the leases another leader granted in between at once.
+	ClockResumeOwnReading Fault = "clock-resume-own-reading"
 )
 
 // All lists every fault, for flag help and validation.
-var All = []Fault{AckBeforeCommit, StartFullNoDebit, TimeFromReceipt}
+var All = []Fault{AckBeforeCommit, StartFullNoDebit, TimeFromReceipt, ClockResumeOwnReading}
 
 func parse(name string) (Fault, error) {
 	for _, f := range All {
