@@ -365,3 +365,98 @@ var PartitionFirstServerLeader = Nemesis{"partition-leader-clients-talk-to", fun
 	e.heal()
 	return first + " (leader, first in every replica's server list) cut from the other servers"
 }}
+
+// transferLeader moves leadership to `to` and waits until it leads,
+// asking again while another server leads (a transfer can fail under
+// load, or an election can intervene).
+func (e *Env) transferLeader(to string) {
+	e.waitFor(60*time.Second, to+" to lead", func() error {
+		l := e.currentLeader()
+		if l == to {
+			return nil
+		}
+		if l != "" {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			e.admin(l).LeaderTransfer(ctx, &api.LeaderTransferRequest{Id: to})
+		}
+		return fmt.Errorf("leader is %q", l)
+	})
+}
+
+// IdleTransferReturn is issue 11's break 1 under load. Every replica
+// stops (SIGSTOP), so nothing commits but the expiries of their leases,
+// while leader A's clock reads on (its expire loop) until it is more than
+// D + 2s past the committed cluster time. Leadership moves to B, which
+// continues from the committed time; one replica resumes and B grants it a
+// lease; leadership moves back to A, and the other replicas resume at full
+// load. A's clock must continue from the committed cluster time, not from
+// its own last reading, or it reclaims the live lease at once and grants
+// its share again (the clock-resume-own-reading control).
+var IdleTransferReturn = Nemesis{"idle-transfer-grant-return", func(e *Env, rng *rand.Rand) string {
+	a := e.mustLeader()
+	for _, r := range e.cfg.Replicas {
+		e.signal(r, syscall.SIGSTOP)
+	}
+	spell := e.cfg.Policy.Lease + 2*time.Second
+	var readA, committed int64
+	// Leases expire (one D), then the spell; a housekeeping expire (every
+	// 10s) restarts the spell, so allow for two.
+	e.waitFor(2*spell+30*time.Second, fmt.Sprintf("%s's clock to read %v past the committed cluster time", a, spell), func() error {
+		if l := e.currentLeader(); l != "" && l != a {
+			a = l // an election: idle on the new leader instead
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		list, err := e.admin(a).ListLeases(ctx, &api.ListLeasesRequest{Policy: "jepsen"})
+		if err != nil {
+			return err
+		}
+		// Status after ListLeases: the gap is never overstated.
+		st, err := e.status(a)
+		if err != nil {
+			return err
+		}
+		if st.GetLeader() != a {
+			return fmt.Errorf("%s does not lead", a)
+		}
+		readA, committed = list.GetClusterTimeNanos(), st.GetClusterTimeNanos()
+		if gap := time.Duration(readA - committed); gap <= spell || len(list.GetLeases()) > 0 {
+			return fmt.Errorf("%s's clock %v past the committed time, %d leases", a, gap, len(list.GetLeases()))
+		}
+		return nil
+	})
+	gap := time.Duration(readA - committed)
+	b := shuffled(rng, e.followers())[0]
+	e.transferLeader(b)
+	first := shuffled(rng, e.cfg.Replicas)[0]
+	e.signal(first, syscall.SIGCONT)
+	var expiry int64
+	e.waitFor(30*time.Second, first+" to be granted a lease by "+b, func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		list, err := e.admin(b).ListLeases(ctx, &api.ListLeasesRequest{Policy: "jepsen"})
+		if err != nil {
+			return err
+		}
+		for _, l := range list.GetLeases() {
+			if l.GetClientId() == first && l.GetExpiresNanos() > committed {
+				expiry = l.GetExpiresNanos()
+				return nil
+			}
+		}
+		return fmt.Errorf("no lease for %s yet", first)
+	})
+	e.transferLeader(a)
+	for _, r := range e.cfg.Replicas {
+		if r != first {
+			e.signal(r, syscall.SIGCONT)
+		}
+	}
+	shows := "ahead of"
+	if readA <= expiry {
+		shows = "NOT ahead of (the old bug would not show)"
+	}
+	return fmt.Sprintf("replicas stopped; %s idle until its clock read %.1fs past the committed time; leader → %s, which granted %s a lease; leader back to %s (its last reading %.1fs %s that lease's expiry); replicas resumed",
+		a, gap.Seconds(), b, first, a, time.Duration(readA-expiry).Seconds(), shows)
+}}
