@@ -208,8 +208,9 @@ func TestNegativeControls(t *testing.T) {
 	})
 	t.Run("clock-resume-own-reading", func(t *testing.T) {
 		// A leader back after an idle spell resumes from its own last
-		// reading: it reclaims the lease the other leader granted at
-		// once, and grants its share again while the replica still uses it.
+		// reading: it reclaims the leases the other leader granted at
+		// once, and grants their shares again while the replicas still
+		// use them.
 		cfg := baseConfig("nc-clock-resume-own-reading", seedFromEnv(8))
 		cfg.ServerFaults = []string{"clock-resume-own-reading"}
 		e := newEnv(t, cfg)
