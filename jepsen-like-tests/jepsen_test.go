@@ -233,7 +233,7 @@ func TestLong(t *testing.T) {
 	cfg.SnapshotThreshold, cfg.TrailingLogs = 64, 16
 	rng := rand.New(rand.NewPCG(uint64(seed), 1))
 	all := []Nemesis{KillLeader, KillFollower, PauseLeader, PauseClient, PartitionLeader, PartitionMajority,
-		PartitionBridge, PartitionRing, CutClient, ClockWithinRho, WallClockJumps, DegradedNetwork, KillAll, Mix(2), Mix(3)}
+		PartitionBridge, PartitionRing, CutClient, IdleTransferReturn, ClockWithinRho, WallClockJumps, DegradedNetwork, KillAll, Mix(2), Mix(3)}
 	// Each nemesis with its settling takes roughly 10s.
 	var plan []Nemesis
 	for range int(d / (10 * time.Second)) {
