@@ -10,6 +10,7 @@ import (
 	"github.com/ration-dev/ration/api"
 	"github.com/ration-dev/ration/fsm"
 	"github.com/ration-dev/ration/internal/coarseclock"
+	"github.com/ration-dev/ration/internal/faults"
 	"github.com/ration-dev/ration/internal/policy"
 	"github.com/ration-dev/ration/internal/rpcerr"
 	"github.com/ration-dev/ration/lease"
@@ -18,10 +19,20 @@ import (
 
 // clusterClock stamps cluster time into commands on the leader: the last
 // committed cluster time when it took over, plus its monotonic time since.
-// It never goes backwards and ignores wall-clock jumps (Config.Clock reads
-// Go's monotonic clock). The time of an election is not counted, so cluster
-// time lags real time after a leader change: reclaims come later, never
-// earlier.
+// Within a term it never goes backwards and it ignores wall-clock jumps
+// (Config.Clock reads Go's monotonic clock). The time of an election is not
+// counted, so cluster time lags real time after a leader change: reclaims
+// come later, never earlier.
+//
+// Each term starts from the committed cluster time, never from this
+// server's own readings in an earlier term. A leader reads its clock while
+// nothing commits (the expire loop, ListLeases), so after an idle spell its
+// last reading can be far past the committed time. Another leader then
+// continues from the committed time and grants leases against it; resuming
+// from the old reading on winning leadership back would reclaim those live
+// leases at once and grant their shares again. Readings that were never
+// committed were seen by nobody that leases depend on: every answer to a
+// client is computed from committed state.
 //
 // The clock is valid only in the Raft term it was taken over in, after the
 // leader loop's barrier. Before that (a new leader still applying earlier
@@ -39,6 +50,8 @@ type clusterClock struct {
 	ready bool
 }
 
+// takeOver starts the clock for term from base, the cluster time of the
+// last entry applied after the term's barrier.
 func (c *clusterClock) takeOver(base int64, term uint64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -46,7 +59,12 @@ func (c *clusterClock) takeOver(base int64, term uint64) {
 		c.src = coarseclock.Default()
 	}
 	c.base, c.start = base, c.src.Precise()
-	c.last = max(c.last, base)
+	if faults.Active(faults.ClockResumeOwnReading) {
+		// The negative control: resume from this server's own last reading.
+		c.last = max(c.last, base)
+	} else {
+		c.last = base
+	}
 	c.term, c.ready = term, true
 }
 

@@ -5,7 +5,9 @@ package jepsen
 import (
 	"math/rand/v2"
 	"os"
+	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 )
@@ -54,20 +56,45 @@ func requirePass(t *testing.T, e *Env, s Summary) {
 	}
 }
 
+// quickNemeses: the quick run's sequence, every nemesis once, then one
+// mixture.
+var quickNemeses = []Nemesis{
+	KillLeader, KillFollower, PauseLeader, PauseClient,
+	PartitionLeader, PartitionMajority, PartitionBridge, PartitionRing, CutClient, IdleTransferReturn,
+	ClockWithinRho, WallClockJumps, DegradedNetwork, Membership, KillAll, RestartReplicas, Mix(2),
+}
+
 // TestQuick: every nemesis once, in order, under 3× load, with snapshot
 // churn throughout; then one mixture.
 func TestQuick(t *testing.T) {
 	cfg := baseConfig("quick", seedFromEnv(1))
 	cfg.SnapshotThreshold, cfg.TrailingLogs = 64, 16
 	e := newEnv(t, cfg)
-	s := Execute(e, Scenario{
-		Config: cfg, Warmup: 5 * time.Second,
-		Nemeses: []Nemesis{
-			KillLeader, KillFollower, PauseLeader, PauseClient,
-			PartitionLeader, PartitionMajority, PartitionBridge, PartitionRing, CutClient,
-			ClockWithinRho, WallClockJumps, DegradedNetwork, Membership, KillAll, RestartReplicas, Mix(2),
-		},
-	})
+	s := Execute(e, Scenario{Config: cfg, Warmup: 5 * time.Second, Nemeses: quickNemeses})
+	requirePass(t, e, s)
+}
+
+// TestNemesis runs only the quick run's nemeses named in NEMESES (comma
+// separated, each may repeat), in that order, under the quick run's
+// configuration: `NEMESES=idle-transfer-grant-return,idle-transfer-grant-return
+// go test -tags jepsen -run TestNemesis ./jepsen-like-tests`.
+func TestNemesis(t *testing.T) {
+	names := os.Getenv("NEMESES")
+	if names == "" {
+		t.Skip("set NEMESES to the names of quick-run nemeses to run only those")
+	}
+	var plan []Nemesis
+	for _, name := range strings.Split(names, ",") {
+		i := slices.IndexFunc(quickNemeses, func(n Nemesis) bool { return n.Name == name })
+		if i < 0 {
+			t.Fatalf("no quick-run nemesis %q", name)
+		}
+		plan = append(plan, quickNemeses[i])
+	}
+	cfg := baseConfig("nemesis", seedFromEnv(1))
+	cfg.SnapshotThreshold, cfg.TrailingLogs = 64, 16
+	e := newEnv(t, cfg)
+	s := Execute(e, Scenario{Config: cfg, Warmup: 5 * time.Second, Nemeses: plan})
 	requirePass(t, e, s)
 }
 
@@ -179,6 +206,19 @@ func TestNegativeControls(t *testing.T) {
 			Controls: "client times its lease from receipt", ExpectViolation: true})
 		requirePass(t, e, s)
 	})
+	t.Run("clock-resume-own-reading", func(t *testing.T) {
+		// A leader back after an idle spell resumes from its own last
+		// reading: it reclaims the leases the other leader granted at
+		// once, and grants their shares again while the replicas still
+		// use them.
+		cfg := baseConfig("nc-clock-resume-own-reading", seedFromEnv(8))
+		cfg.ServerFaults = []string{"clock-resume-own-reading"}
+		e := newEnv(t, cfg)
+		s := Execute(e, Scenario{Config: cfg, Warmup: 3 * time.Second,
+			Nemeses:  []Nemesis{IdleTransferReturn, IdleTransferReturn},
+			Controls: "a returning leader resumes its clock from its own last reading", ExpectViolation: true})
+		requirePass(t, e, s)
+	})
 }
 
 // TestLong is `make jepsen SEED=… DURATION=…`: random nemeses and random
@@ -193,7 +233,7 @@ func TestLong(t *testing.T) {
 	cfg.SnapshotThreshold, cfg.TrailingLogs = 64, 16
 	rng := rand.New(rand.NewPCG(uint64(seed), 1))
 	all := []Nemesis{KillLeader, KillFollower, PauseLeader, PauseClient, PartitionLeader, PartitionMajority,
-		PartitionBridge, PartitionRing, CutClient, ClockWithinRho, WallClockJumps, DegradedNetwork, KillAll, Mix(2), Mix(3)}
+		PartitionBridge, PartitionRing, CutClient, IdleTransferReturn, ClockWithinRho, WallClockJumps, DegradedNetwork, KillAll, Mix(2), Mix(3)}
 	// Each nemesis with its settling takes roughly 10s.
 	var plan []Nemesis
 	for range int(d / (10 * time.Second)) {

@@ -365,3 +365,107 @@ var PartitionFirstServerLeader = Nemesis{"partition-leader-clients-talk-to", fun
 	e.heal()
 	return first + " (leader, first in every replica's server list) cut from the other servers"
 }}
+
+// transferLeader moves leadership to `to` and waits until it leads,
+// asking again while another server leads (a transfer can fail under
+// load, or an election can intervene).
+func (e *Env) transferLeader(to string) {
+	e.waitFor(60*time.Second, to+" to lead", func() error {
+		l := e.currentLeader()
+		if l == to {
+			return nil
+		}
+		if l != "" {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			e.admin(l).LeaderTransfer(ctx, &api.LeaderTransferRequest{Id: to})
+		}
+		return fmt.Errorf("leader is %q", l)
+	})
+}
+
+// IdleTransferReturn is issue 11's break 1 under load. Every replica
+// stops (SIGSTOP), so nothing commits but the expiries of their leases,
+// while leader A's clock reads on (its expire loop) until it is more than
+// D + 3s past the committed cluster time. Leadership moves to B, which
+// continues from the committed time; the replicas resume (spread over one
+// renew interval) and B grants them leases, until they hold at least r/2 between them (their demand
+// estimates recover from the stop within a renewal or two); leadership
+// moves straight back to A, under full load. A's clock must continue from
+// the committed cluster time, not from its own last reading: resuming from
+// that, it finds every lease B granted expired, reclaims them at once, and
+// grants the first replica to renew (refused, it asks anew) all of r and
+// B while the others still admit under their leases until their own next
+// renewal (the clock-resume-own-reading control).
+var IdleTransferReturn = Nemesis{"idle-transfer-grant-return", func(e *Env, rng *rand.Rand) string {
+	a := e.mustLeader()
+	for _, r := range e.cfg.Replicas {
+		e.signal(r, syscall.SIGSTOP)
+	}
+	spell := e.cfg.Policy.Lease + 3*time.Second
+	var readA, committed int64
+	// Leases expire (one D), then the spell; a housekeeping expire (every
+	// 10s) restarts the spell, so allow for two.
+	e.waitFor(2*spell+30*time.Second, fmt.Sprintf("%s's clock to read %v past the committed cluster time", a, spell), func() error {
+		if l := e.currentLeader(); l != "" && l != a {
+			a = l // an election: idle on the new leader instead
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		list, err := e.admin(a).ListLeases(ctx, &api.ListLeasesRequest{Policy: "jepsen"})
+		if err != nil {
+			return err
+		}
+		// Status after ListLeases: the gap is never overstated.
+		st, err := e.status(a)
+		if err != nil {
+			return err
+		}
+		if st.GetLeader() != a {
+			return fmt.Errorf("%s does not lead", a)
+		}
+		readA, committed = list.GetClusterTimeNanos(), st.GetClusterTimeNanos()
+		if gap := time.Duration(readA - committed); gap <= spell || len(list.GetLeases()) > 0 {
+			return fmt.Errorf("%s's clock %v past the committed time, %d leases", a, gap, len(list.GetLeases()))
+		}
+		return nil
+	})
+	gap := time.Duration(readA - committed)
+	b := shuffled(rng, e.followers())[0]
+	e.transferLeader(b)
+	// Resumed one by one, a fraction of the renew interval apart, so their
+	// renewals do not all fall in the same instant.
+	for i, r := range e.cfg.Replicas {
+		if i > 0 {
+			hold(e.cfg.Policy.RenewAfter / time.Duration(len(e.cfg.Replicas)))
+		}
+		e.signal(r, syscall.SIGCONT)
+	}
+	var lastExpiry, held int64
+	e.waitFor(30*time.Second, "every replica to hold a lease from "+b+", r/2 between them", func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		list, err := e.admin(b).ListLeases(ctx, &api.ListLeasesRequest{Policy: "jepsen"})
+		if err != nil {
+			return err
+		}
+		holders := map[string]bool{}
+		lastExpiry, held = 0, 0
+		for _, l := range list.GetLeases() {
+			holders[l.GetClientId()] = true
+			lastExpiry = max(lastExpiry, l.GetExpiresNanos())
+			held += l.GetRateMilliPerSec()
+		}
+		if len(holders) < len(e.cfg.Replicas) || 2*held < e.cfg.Policy.Rate*1000 {
+			return fmt.Errorf("%d replicas hold leases, %d milli-tokens/s between them", len(holders), held)
+		}
+		return nil
+	})
+	e.transferLeader(a)
+	shows := "ahead of"
+	if readA <= lastExpiry {
+		shows = "NOT ahead of (the old bug would not show)"
+	}
+	return fmt.Sprintf("replicas stopped; %s idle until its clock read %.1fs past the committed time; leader → %s, replicas resumed and granted %d tokens/s; leader back to %s (its last reading %.1fs %s their leases' expiry)",
+		a, gap.Seconds(), b, held/1000, a, time.Duration(readA-lastExpiry).Seconds(), shows)
+}}

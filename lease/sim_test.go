@@ -2,7 +2,10 @@ package lease
 
 // A discrete-event model of the lease protocol, driven by rapid, in real
 // time: one coordinator ledger whose cluster clock is a succession of leader
-// clocks, each drifting within ±ρ, with elections that freeze cluster time;
+// clocks on a few servers, each drifting within ±ρ, with elections that
+// freeze cluster time and may hand leadership back to an earlier leader,
+// and idle spells longer than D in which nothing commits while the leader's
+// clock reads on; each term continues from the committed cluster time;
 // several clients whose clocks drift within ±ρ; message delays, lost
 // responses, request timeouts, crashes, releases and expiries (proposed at
 // random times, or promptly at NextExpiry). Every admission is recorded at
@@ -106,7 +109,33 @@ type sim struct {
 	segStart, segBase    int64
 	leaderSkew           int64
 	pauseStart, pauseEnd int64
+
+	// The servers that take turns leading, the current and the previous
+	// leader, and the cluster time of the last entry committed (every
+	// coordinator operation commits one, whatever its result). A new term
+	// starts from committed, never from the new leader's own last reading
+	// (clockResumesOwnReading is the negative control that does).
+	servers                []simServer
+	leader, prevLeader     int
+	committed              int64
+	clockResumesOwnReading bool
 }
+
+// simServer is one server's clock: it runs at (1 + skew/1e6) × real time
+// while the server leads, and last is its latest reading (a leader reads
+// its clock while nothing commits: the expire loop, ListLeases).
+type simServer struct {
+	skew, last int64
+}
+
+// faultClockResumeOwnReading is a fault of the model, not of the ledger: a
+// server that wins leadership back resumes its clock from its own last
+// reading (coordinator's old clusterClock.takeOver) instead of from the
+// committed cluster time.
+const faultClockResumeOwnReading Fault = 255
+
+// commit records that an entry commits now (a coordinator operation).
+func (s *sim) commit() { s.committed = max(s.committed, s.cluster(s.now)) }
 
 // cluster returns the cluster time at real time t.
 func (s *sim) cluster(t int64) int64 {
@@ -131,16 +160,36 @@ func (s *sim) realAt(c int64) int64 {
 func (s *sim) inElection(t int64) bool { return t >= s.pauseStart && t < s.pauseEnd }
 
 // elect starts an election now: cluster time freezes for a while, then a
-// new leader continues it from the last value with its own clock rate.
+// leader (often the previous one, coming back) continues it from the
+// committed cluster time with its own clock rate. The old leader's last
+// reading is where its clock stood when it lost leadership, which after an
+// idle spell is past the committed time.
 func (s *sim) elect() {
 	if s.now < s.pauseEnd {
 		return
 	}
-	frozen := s.cluster(s.now)
+	old := &s.servers[s.leader]
+	old.last = max(old.last, s.cluster(s.now))
 	s.pauseStart = s.now
 	s.pauseEnd = s.now + rapid.Int64Range(1, 2*s.p.timeout).Draw(s.t, "electionLength")
-	s.segStart, s.segBase = s.pauseEnd, frozen
-	s.leaderSkew = rapid.Int64Range(-s.p.rhoPPM, s.p.rhoPPM).Draw(s.t, "leaderSkew")
+	next := rapid.OneOf(rapid.Just(s.prevLeader), rapid.IntRange(0, len(s.servers)-1)).Draw(s.t, "leader")
+	s.prevLeader, s.leader = s.leader, next
+	base := s.committed
+	if s.clockResumesOwnReading {
+		base = max(base, s.servers[next].last)
+	}
+	s.segStart, s.segBase = s.pauseEnd, base
+	s.leaderSkew = s.servers[next].skew
+}
+
+// idle is an idle spell longer than D: clients send nothing (what is in
+// flight still lands, and due expiries commit), the leader's clock reads
+// on, and then leadership may move.
+func (s *sim) idle() {
+	s.deliverUntil(s.now + rapid.Int64Range(s.p.ttl+1, 3*s.p.ttl).Draw(s.t, "idleSpell"))
+	if rapid.Bool().Draw(s.t, "electAfterIdle") {
+		s.elect()
+	}
 }
 
 func newSim(t *rapid.T, p simParams, fault Fault) *sim {
@@ -148,9 +197,16 @@ func newSim(t *rapid.T, p simParams, fault Fault) *sim {
 	if err != nil {
 		t.Fatalf("NewLedger: %v", err)
 	}
+	clockFault := fault == faultClockResumeOwnReading
+	if clockFault {
+		fault = FaultNone // the ledger is correct; the clock is not
+	}
 	l.injectFault(fault)
-	s := &sim{prompt: rapid.Bool().Draw(t, "prompt"), saturate: rapid.Bool().Draw(t, "saturate"), t: t, p: p, ledger: l, checkInv: fault == FaultNone}
-	s.leaderSkew = rapid.Int64Range(-p.rhoPPM, p.rhoPPM).Draw(t, "leaderSkew")
+	s := &sim{prompt: rapid.Bool().Draw(t, "prompt"), saturate: rapid.Bool().Draw(t, "saturate"), t: t, p: p, ledger: l, checkInv: fault == FaultNone, clockResumesOwnReading: clockFault}
+	for i := range rapid.IntRange(1, 3).Draw(t, "servers") {
+		s.servers = append(s.servers, simServer{skew: rapid.Int64Range(-p.rhoPPM, p.rhoPPM).Draw(t, fmt.Sprintf("leaderSkew%d", i))})
+	}
+	s.leaderSkew = s.servers[0].skew
 	for i := 0; i < p.clients; i++ {
 		s.clients = append(s.clients, &simClient{
 			id:      fmt.Sprintf("c%d", i),
@@ -226,6 +282,7 @@ func (s *sim) deliver(m *simMsg) {
 		} else {
 			g, err = s.ledger.Renew(s.cluster(s.now), m.renew)
 		}
+		s.commit()
 		s.invariants("grant/renew")
 		if err != nil && !errors.Is(err, ErrLeaseNotFound) && !errors.Is(err, ErrLeaseExpired) && !errors.Is(err, ErrStaleGrant) {
 			s.t.Fatalf("unexpected ledger error: %v", err)
@@ -236,6 +293,7 @@ func (s *sim) deliver(m *simMsg) {
 		s.send(&simMsg{at: s.now + m.respDelay, kind: msgResponse, cl: m.cl, inc: m.inc, req: m.req, ok: err == nil, resp: g, forRenew: m.kind == msgRenew})
 	case msgRelease:
 		_, err := s.ledger.Release(s.cluster(s.now), m.release)
+		s.commit()
 		s.invariants("release")
 		if err != nil && !errors.Is(err, ErrLeaseNotFound) {
 			s.t.Fatalf("unexpected release error: %v", err)
@@ -415,6 +473,7 @@ func (s *sim) expire() {
 	if _, err := s.ledger.Expire(s.cluster(s.now)); err != nil {
 		s.t.Fatalf("expire: %v", err)
 	}
+	s.commit()
 	s.invariants("expire")
 }
 
@@ -439,7 +498,7 @@ func runSim(t *rapid.T, fault Fault) ([]quotacheck.Admission, quotacheck.Bound) 
 		dt := rapid.OneOf(rapid.Just(int64(0)), rapid.Int64Range(0, p.timeout), rapid.Int64Range(0, p.ttl/20), rapid.Int64Range(0, 2*p.ttl)).Draw(t, "dt")
 		s.deliverUntil(s.now + dt)
 		ci := rapid.IntRange(0, p.clients-1).Draw(t, "client")
-		a := rapid.IntRange(0, 15).Draw(t, "action")
+		a := rapid.IntRange(0, 16).Draw(t, "action")
 		switch {
 		case a < 4:
 			s.request(ci)
@@ -457,8 +516,10 @@ func runSim(t *rapid.T, fault Fault) ([]quotacheck.Admission, quotacheck.Bound) 
 			s.crash(ci)
 		case a < 15:
 			s.expire()
-		default:
+		case a < 16:
 			s.elect()
+		default:
+			s.idle()
 		}
 	}
 	// Let everything in flight land (after any election), and spend what
@@ -518,6 +579,7 @@ func TestNegativeControls(t *testing.T) {
 	}{
 		{"start full without debit", FaultStartFullNoDebit},
 		{"forget superseded shares", FaultForgetSuperseded},
+		{"clock resumes from its own reading", faultClockResumeOwnReading},
 	} {
 		t.Run(c.name, func(t *testing.T) { negativeControl(t, c.fault) })
 	}

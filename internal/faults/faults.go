@@ -29,10 +29,15 @@ const (
 	// budgets at once and starts a re-created or re-keyed policy's keys
 	// fresh, as it did before budgets outlived their policies.
 	ForgetRetired Fault = "forget-retired"
+	// ClockResumeOwnReading: a server that wins leadership back resumes
+	// its cluster clock from its own last reading in an earlier term
+	// instead of from the committed cluster time; after an idle spell it
+	// reclaims the leases another leader granted in between at once.
+	ClockResumeOwnReading Fault = "clock-resume-own-reading"
 )
 
 // All lists every fault, for flag help and validation.
-var All = []Fault{AckBeforeCommit, StartFullNoDebit, TimeFromReceipt, ForgetRetired}
+var All = []Fault{AckBeforeCommit, StartFullNoDebit, TimeFromReceipt, ForgetRetired, ClockResumeOwnReading}
 
 func parse(name string) (Fault, error) {
 	for _, f := range All {
