@@ -78,6 +78,13 @@ type Share struct {
 	RateMilliPerSec int64 // r_i: what the client may mint per second
 	CapMilli        int64 // b_i: the most its local bucket may hold
 	ExpiresNanos    int64 // cluster time at which the coordinator reclaims
+	// Version numbers the terms of one lease: 1 at its grant, one more at
+	// each renewal. A renewal acknowledges the version its client has
+	// installed, and superseded versions strictly older than that are then
+	// dropped (see Renew). 0 means unversioned: terms from before the
+	// versions feature was switched on, or restored from an older
+	// snapshot. An unversioned superseded version is never dropped early.
+	Version uint64
 }
 
 // Lease is one client incarnation's slice of the budget.
@@ -98,7 +105,8 @@ type Lease struct {
 	Current Share
 	// Superseded holds earlier terms a renewal reduced. They stay held until
 	// their own expiry, because the client may not have heard of the
-	// reduction yet (rule b). Ordered by expiry; never longer than a few.
+	// reduction yet (rule b), or until a renewal acknowledging a newer
+	// version commits. Ordered by expiry; never longer than a few.
 	Superseded []Share
 }
 
@@ -392,6 +400,10 @@ type GrantRequest struct {
 	DemandRateMilliPerSec int64
 	DemandBurstMilli      int64
 	TTLNanos              int64 // D: the lease's duration
+	// Versioned numbers the new lease's terms (version 1). The fsm sets it
+	// when its acknowledgements feature switch is on; off, terms stay
+	// unversioned (0) as an older server would leave them.
+	Versioned bool
 }
 
 // RenewRequest extends a lease and reports fresh demands.
@@ -403,6 +415,17 @@ type RenewRequest struct {
 	DemandRateMilliPerSec int64
 	DemandBurstMilli      int64
 	TTLNanos              int64
+	// Versioned numbers the renewed terms (the current version plus one)
+	// and applies AckedVersion. The fsm sets it when its acknowledgements
+	// feature switch is on; off, the renewal is what an older server would
+	// apply: no versions, acknowledgements ignored.
+	Versioned bool
+	// AckedVersion is the version of the terms the client has installed
+	// (applied their rate and cap) before it sent this renewal; 0 if none
+	// known. Superseded versions strictly older than it are dropped at
+	// this renewal. A version above the lease's current one cannot have
+	// been installed (it was never granted) and is ignored.
+	AckedVersion uint64
 }
 
 // ReleaseRequest returns a lease. The client sends it only after it has
@@ -427,6 +450,14 @@ type Grant struct {
 	// client may use the lease until ClientDeadline(send, TTLNanos, ρ).
 	TTLNanos    int64
 	BurnedMilli int64 // pool tokens destroyed to make room for this cap
+	// Version of these terms (0 when unversioned).
+	Version uint64
+	// RenewSoon (renewals only) says the key's shares are still
+	// converging around this lease: it holds a reduced share that an
+	// acknowledgement would free, or it gets less than its fair share
+	// while others hold more. The client should renew early (see
+	// docs/design.md §3.2).
+	RenewSoon bool
 }
 
 func validateHolder(clientID string, ttl int64) error {
@@ -532,6 +563,9 @@ func (l *Ledger) Grant(nowNanos int64, req GrantRequest) (Grant, error) {
 	l.s.NextID++
 	cur := &l.s.Leases[i]
 	cur.Current = Share{RateMilliPerSec: rate, CapMilli: capMilli, ExpiresNanos: nowNanos + req.TTLNanos}
+	if req.Versioned {
+		cur.Current.Version = 1
+	}
 	// Rule (c): the bucket's starting tokens come out of the pool.
 	start := min(capMilli, l.s.PoolMilli)
 	var burned int64
@@ -547,6 +581,7 @@ func (l *Ledger) Grant(nowNanos int64, req GrantRequest) (Grant, error) {
 	return Grant{
 		LeaseID: cur.ID, RateMilliPerSec: rate, CapMilli: capMilli, StartMilli: start,
 		ExpiresNanos: cur.Current.ExpiresNanos, TTLNanos: req.TTLNanos, BurnedMilli: burned,
+		Version: cur.Current.Version,
 	}, nil
 }
 
@@ -594,13 +629,92 @@ func (l *Ledger) Renew(nowNanos int64, req RenewRequest) (Grant, error) {
 		cur.Superseded = append(cur.Superseded, old)
 	}
 	cur.Current = Share{RateMilliPerSec: rate, CapMilli: capMilli, ExpiresNanos: max(old.ExpiresNanos, nowNanos+req.TTLNanos)}
+	if req.Versioned {
+		cur.Current.Version = old.Version + 1
+		// The client may have installed only a version that was granted:
+		// an acknowledgement above the latest one is ignored.
+		if req.AckedVersion <= old.Version {
+			cur.Superseded = dropAcknowledged(cur.Superseded, req.AckedVersion, l.fault)
+		}
+	}
 	cur.Superseded = pruneShares(cur.Superseded, cur.Current, nowNanos)
 	burned := l.capPool()
 	l.repricePool()
 	return Grant{
 		LeaseID: cur.ID, RateMilliPerSec: rate, CapMilli: capMilli,
 		ExpiresNanos: cur.Current.ExpiresNanos, TTLNanos: cur.Current.ExpiresNanos - nowNanos, BurnedMilli: burned,
+		Version: cur.Current.Version, RenewSoon: l.converging(i),
 	}, nil
+}
+
+// dropAcknowledged drops the superseded versions a renewal acknowledging
+// version acked frees: those strictly older than acked. The client
+// installed version acked (applied its rate and cap to its bucket) before
+// it sent the renewal, so from then on it mints and stores within acked's
+// terms and never again under an older version; the renewal commits after
+// that, so the older versions were held for as long as they were used. The
+// acknowledged version itself stays held (the client uses it until it
+// installs this renewal's answer), and so does every newer one (a delayed
+// renewal carries an old acknowledgement: the client may be using a
+// version granted since). Unversioned (0) terms are never dropped early.
+func dropAcknowledged(ss []Share, acked uint64, fault Fault) []Share {
+	if acked == 0 {
+		return ss
+	}
+	out := ss[:0]
+	for _, s := range ss {
+		drop := s.Version != 0 && s.Version < acked
+		switch fault {
+		case FaultAckDropsAcked:
+			drop = s.Version != 0 && s.Version <= acked // the deliberate bug: the version in use
+		case FaultAckDropsNewer:
+			drop = s.Version != 0 && s.Version != acked // the deliberate bug: versions granted since
+		}
+		if !drop {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// converging reports whether lease i should renew early because the key's
+// shares are still moving around it (Grant.RenewSoon):
+//   - it holds a versioned superseded version above its current terms: its
+//     next renewal's acknowledgement frees it for the others;
+//   - another lease holds such a version and lease i gets less than it
+//     asks for: it waits for that share;
+//   - its rate is below its weighted equal split of r (capped by its
+//     demand), a lower bound of its max-min fair share, by more than 1/32:
+//     others hold more than their fair shares until they renew.
+//
+// None holds once every lease holds its fair share and has acknowledged
+// it, so a steady state renews at the policy's normal interval.
+func (l *Ledger) converging(i int) bool {
+	cfg := l.s.Config
+	me := &l.s.Leases[i]
+	for _, s := range me.Superseded {
+		if s.Version != 0 {
+			return true
+		}
+	}
+	wantRate := min(me.DemandRateMilliPerSec, cfg.RateMilliPerSec)
+	wantCap := min(me.DemandBurstMilli, cfg.CapacityMilli)
+	short := me.Current.RateMilliPerSec < wantRate || me.Current.CapMilli < wantCap
+	var sumW int64
+	for j := range l.s.Leases {
+		le := &l.s.Leases[j]
+		sumW += max(le.Weight, 1)
+		if j == i || !short {
+			continue
+		}
+		for _, s := range le.Superseded {
+			if s.Version != 0 {
+				return true
+			}
+		}
+	}
+	floor := min(wantRate, MulDiv(cfg.RateMilliPerSec, max(me.Weight, 1), sumW))
+	return me.Current.RateMilliPerSec < floor-floor/32
 }
 
 // ReleaseResult reports what a release returned to the pool.

@@ -9,6 +9,13 @@ package lease
 // real time, and the whole history is checked against B + r·W over every
 // window by internal/quotacheck. An oracle also checks, at each admission,
 // that the coordinator still holds the terms the client admits under.
+//
+// Clients acknowledge, in each renewal, the version of the terms they have
+// installed; renewals may be delayed past the client's timeout (so a later
+// one overtakes them, carrying an older acknowledgement) and duplicated
+// (applied twice). The acknowledgements feature can be off (an older
+// server's rule), and a restore from an older snapshot can strip every
+// version.
 
 import (
 	"errors"
@@ -67,6 +74,7 @@ type simLease struct {
 	id       LeaseID
 	bucket   *TokenBucket // on the client's local clock
 	deadline int64        // local
+	version  uint64       // of the terms installed in bucket
 }
 
 type simClient struct {
@@ -97,6 +105,10 @@ type sim struct {
 	checkInv bool
 	prompt   bool // Expire proposed at NextExpiry
 	saturate bool // every client drains its bucket at every step
+	// versioned is the fsm's acknowledgements feature switch: renewals
+	// and grants are applied with versions and acknowledgements only
+	// while it is on.
+	versioned bool
 
 	// The cluster clock: the current leader's term started at real time
 	// segStart with cluster time segBase, and its clock runs at
@@ -149,7 +161,8 @@ func newSim(t *rapid.T, p simParams, fault Fault) *sim {
 		t.Fatalf("NewLedger: %v", err)
 	}
 	l.injectFault(fault)
-	s := &sim{prompt: rapid.Bool().Draw(t, "prompt"), saturate: rapid.Bool().Draw(t, "saturate"), t: t, p: p, ledger: l, checkInv: fault == FaultNone}
+	s := &sim{prompt: rapid.Bool().Draw(t, "prompt"), saturate: rapid.Bool().Draw(t, "saturate"), t: t, p: p, ledger: l, checkInv: fault == FaultNone,
+		versioned: rapid.IntRange(0, 4).Draw(t, "versioned") > 0}
 	s.leaderSkew = rapid.Int64Range(-p.rhoPPM, p.rhoPPM).Draw(t, "leaderSkew")
 	for i := 0; i < p.clients; i++ {
 		s.clients = append(s.clients, &simClient{
@@ -222,9 +235,13 @@ func (s *sim) deliver(m *simMsg) {
 		var g Grant
 		var err error
 		if m.kind == msgGrant {
-			g, err = s.ledger.Grant(s.cluster(s.now), m.grant)
+			req := m.grant
+			req.Versioned = s.versioned
+			g, err = s.ledger.Grant(s.cluster(s.now), req)
 		} else {
-			g, err = s.ledger.Renew(s.cluster(s.now), m.renew)
+			req := m.renew
+			req.Versioned = s.versioned
+			g, err = s.ledger.Renew(s.cluster(s.now), req)
 		}
 		s.invariants("grant/renew")
 		if err != nil && !errors.Is(err, ErrLeaseNotFound) && !errors.Is(err, ErrLeaseExpired) && !errors.Is(err, ErrStaleGrant) {
@@ -266,7 +283,7 @@ func (s *sim) deliver(m *simMsg) {
 			if err != nil {
 				s.t.Fatalf("client bucket: %v", err)
 			}
-			c.lease = &simLease{id: m.resp.LeaseID, bucket: b, deadline: deadline}
+			c.lease = &simLease{id: m.resp.LeaseID, bucket: b, deadline: deadline, version: m.resp.Version}
 			return
 		}
 		if c.lease == nil || c.lease.id != m.resp.LeaseID {
@@ -287,6 +304,9 @@ func (s *sim) deliver(m *simMsg) {
 		must(s.t, le.bucket.SetRate(local, mint))
 		must(s.t, le.bucket.SetCapacity(local, m.resp.CapMilli))
 		le.deadline = newDeadline
+		// Installed: the bucket mints and stores within these terms from
+		// now on, so later renewals acknowledge them.
+		le.version = m.resp.Version
 	}
 }
 
@@ -331,7 +351,15 @@ func (s *sim) request(ci int) {
 		m.grant = GrantRequest{ClientID: c.id, Incarnation: c.inc, Seq: c.grantSeq, Weight: w, DemandRateMilliPerSec: rate, DemandBurstMilli: burst, TTLNanos: ttl}
 	} else {
 		m.kind = msgRenew
-		m.renew = RenewRequest{ClientID: c.id, Incarnation: c.inc, LeaseID: c.lease.id, Weight: w, DemandRateMilliPerSec: rate, DemandBurstMilli: burst, TTLNanos: ttl}
+		m.renew = RenewRequest{ClientID: c.id, Incarnation: c.inc, LeaseID: c.lease.id, Weight: w, DemandRateMilliPerSec: rate, DemandBurstMilli: burst, TTLNanos: ttl,
+			AckedVersion: c.lease.version}
+		if rapid.IntRange(0, 7).Draw(s.t, "duplicate") == 0 {
+			// The network delivers it twice (the ledger applies both; the
+			// fsm would answer the second from its record, a milder case).
+			dup := *m
+			dup.at = s.now + rapid.Int64Range(0, 2*s.p.timeout).Draw(s.t, "dupDelay")
+			s.send(&dup)
+		}
 	}
 	s.send(m)
 	s.send(&simMsg{at: s.now + s.p.timeout, kind: msgTimeout, cl: ci, inc: c.inc, req: c.reqNo})
@@ -408,6 +436,20 @@ func (s *sim) crash(ci int) {
 	c.grantSeq = 0
 }
 
+// restoreOld replaces the ledger's state by what a snapshot written by a
+// server without versions holds: every version 0, the acknowledgements
+// feature off (until switchOn). Clients keep the versions they installed.
+func (s *sim) restoreOld() {
+	for i := range s.ledger.s.Leases {
+		le := &s.ledger.s.Leases[i]
+		le.Current.Version = 0
+		for j := range le.Superseded {
+			le.Superseded[j].Version = 0
+		}
+	}
+	s.versioned = false
+}
+
 func (s *sim) expire() {
 	if s.inElection(s.now) {
 		return
@@ -439,7 +481,7 @@ func runSim(t *rapid.T, fault Fault) ([]quotacheck.Admission, quotacheck.Bound) 
 		dt := rapid.OneOf(rapid.Just(int64(0)), rapid.Int64Range(0, p.timeout), rapid.Int64Range(0, p.ttl/20), rapid.Int64Range(0, 2*p.ttl)).Draw(t, "dt")
 		s.deliverUntil(s.now + dt)
 		ci := rapid.IntRange(0, p.clients-1).Draw(t, "client")
-		a := rapid.IntRange(0, 15).Draw(t, "action")
+		a := rapid.IntRange(0, 16).Draw(t, "action")
 		switch {
 		case a < 4:
 			s.request(ci)
@@ -457,8 +499,14 @@ func runSim(t *rapid.T, fault Fault) ([]quotacheck.Admission, quotacheck.Bound) 
 			s.crash(ci)
 		case a < 15:
 			s.expire()
-		default:
+		case a < 16:
 			s.elect()
+		default:
+			if rapid.Bool().Draw(t, "restoreOld") {
+				s.restoreOld()
+			} else {
+				s.versioned = true // the leader turns the switch on
+			}
 		}
 	}
 	// Let everything in flight land (after any election), and spend what
@@ -518,6 +566,8 @@ func TestNegativeControls(t *testing.T) {
 	}{
 		{"start full without debit", FaultStartFullNoDebit},
 		{"forget superseded shares", FaultForgetSuperseded},
+		{"acknowledgement drops the acknowledged version", FaultAckDropsAcked},
+		{"acknowledgement drops newer versions", FaultAckDropsNewer},
 	} {
 		t.Run(c.name, func(t *testing.T) { negativeControl(t, c.fault) })
 	}
