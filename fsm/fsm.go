@@ -72,6 +72,8 @@ type state struct {
 	policies map[string]policy.Policy
 	keys     map[string]map[string]*keyLedger // policy -> canonical key -> ledger
 	clients  map[string]*clientRecord
+	// features holds the switches turned on (FeatureXxx bits).
+	features uint64
 }
 
 func newState() *state {
@@ -176,6 +178,16 @@ func (f *FSM) dispatch(env Envelope, t int64) (*Result, error) {
 			through = t
 		}
 		return f.st.expire(t, through, cmd.GetClientRetentionNanos())
+	case CmdSetFeatures:
+		cmd, err := decodeBody[api.SetFeaturesCommand](env.Body)
+		if err != nil {
+			return nil, err
+		}
+		if unknown := cmd.GetFeatures() &^ KnownFeatures; unknown != 0 {
+			panic(fmt.Sprintf("fsm: feature switches %#x are unknown to this server, which is older than the log; upgrade it", unknown))
+		}
+		f.st.features |= cmd.GetFeatures()
+		return &Result{}, nil
 	}
 	if env.Type&IgnorableFlag != 0 {
 		f.log.Warn("skipping unknown ignorable command", "type", uint8(env.Type))
@@ -423,14 +435,35 @@ func (s *state) resolve(t int64, k *api.Key, create bool) (policy.Policy, string
 	return p, ck, kl, nil
 }
 
-func grantProto(p policy.Policy, ck string, g lease.Grant) *api.Grant {
+// Early renewal: while a key's shares converge, answers ask for renewal
+// after renew_after/EarlyRenewDivisor, but never sooner than
+// MinEarlyRenewNanos (nor later than renew_after), so a key cannot turn
+// into a renewal storm.
+const (
+	EarlyRenewDivisor  = 4
+	MinEarlyRenewNanos = int64(50 * time.Millisecond)
+)
+
+// renewAfter is the renew_after_nanos of an answer: the policy's, or the
+// early one when soon (acknowledgements on, and a new lease or a renewal
+// the ledger says is converging).
+func renewAfter(p policy.Policy, g lease.Grant, soon bool) int64 {
+	ra := min(p.RenewAfterNanos, g.TTLNanos)
+	if soon {
+		ra = min(ra, max(ra/EarlyRenewDivisor, MinEarlyRenewNanos))
+	}
+	return ra
+}
+
+func grantProto(p policy.Policy, ck string, g lease.Grant, soon bool) *api.Grant {
 	return &api.Grant{
 		LeaseId:                 uint64(g.LeaseID),
 		RateMilliPerSec:         g.RateMilliPerSec,
 		CapMilli:                g.CapMilli,
 		StartMilli:              g.StartMilli,
 		TtlNanos:                g.TTLNanos,
-		RenewAfterNanos:         min(p.RenewAfterNanos, g.TTLNanos),
+		Version:                 g.Version,
+		RenewAfterNanos:         renewAfter(p, g, soon),
 		DriftPpm:                p.DriftPPM,
 		FailureMode:             string(p.Failure),
 		FallbackRateMilliPerSec: p.FallbackRateMilliPerSec,
@@ -486,16 +519,22 @@ func (s *state) acquireKey(t int64, c *api.Caller, k *api.AcquireKey, seen map[s
 		DemandRateMilliPerSec: k.GetDemand().GetRateMilliPerSec(),
 		DemandBurstMilli:      k.GetDemand().GetBurstMilli(),
 		TTLNanos:              p.LeaseDurationNanos,
+		Versioned:             s.acks(),
 	})
-	return keyLease(p, ck, g, err)
+	// A new lease renews early once: the shares of its key just changed.
+	return keyLease(p, ck, g, err, s.acks())
 }
 
-// keyLease is one key's answer to an acquire or renewal.
-func keyLease(p policy.Policy, ck string, g lease.Grant, err error) *api.KeyLease {
+// acks reports whether the acknowledgements switch is on.
+func (s *state) acks() bool { return s.features&FeatureAcks != 0 }
+
+// keyLease is one key's answer to an acquire or renewal; soon asks for an
+// early renewal.
+func keyLease(p policy.Policy, ck string, g lease.Grant, err error, soon bool) *api.KeyLease {
 	if err != nil {
 		return &api.KeyLease{Error: keyError(leaseErr(p, ck, err))}
 	}
-	return &api.KeyLease{Grant: grantProto(p, ck, g)}
+	return &api.KeyLease{Grant: grantProto(p, ck, g, soon)}
 }
 
 // leaseOp runs the shared shape of Acquire and Renew: idempotency checks,
@@ -528,8 +567,10 @@ func (s *state) renewKey(t int64, c *api.Caller, k *api.RenewKey) *api.KeyLease 
 		DemandRateMilliPerSec: k.GetDemand().GetRateMilliPerSec(),
 		DemandBurstMilli:      k.GetDemand().GetBurstMilli(),
 		TTLNanos:              p.LeaseDurationNanos,
+		Versioned:             s.acks(),
+		AckedVersion:          k.GetAckedVersion(),
 	})
-	return keyLease(p, ck, g, err)
+	return keyLease(p, ck, g, err, s.acks() && g.RenewSoon)
 }
 
 func (s *state) release(t int64, req *api.ReleaseRequest) (*api.ReleaseResponse, error) {
