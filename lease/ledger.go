@@ -165,7 +165,9 @@ type LedgerState struct {
 //
 //	(a) Σ held r_i <= r, and pool + Σ held b_i <= B.
 //	(b) A share a renewal reduces stays held at its old value until the
-//	    superseded version's expiry.
+//	    superseded version's expiry, or until a renewal acknowledging a
+//	    newer version commits (only versions strictly older than the
+//	    acknowledged one are dropped; unversioned ones never early).
 //	(c) A new lease's bucket starts with tokens debited from the pool.
 //	(d) A renewal never adds tokens to a client's bucket.
 //	(e) A release credits back at most min(unspent, b_i) and frees r_i, b_i.
@@ -587,8 +589,10 @@ func (l *Ledger) Grant(nowNanos int64, req GrantRequest) (Grant, error) {
 
 // Renew extends a live lease and re-divides the budget with its fresh
 // demands. A reduced rate or cap keeps the old value held until the old
-// expiry (rule b); a renewal never adds tokens (rule d). The expiry never
-// moves earlier.
+// expiry or its acknowledgement (rule b, dropAcknowledged); a renewal never
+// adds tokens (rule d). The expiry never moves earlier. With Versioned, the
+// new terms get the next version and the answer says whether the key's
+// shares are still converging (Grant.RenewSoon).
 func (l *Ledger) Renew(nowNanos int64, req RenewRequest) (Grant, error) {
 	if err := validateHolder(req.ClientID, req.TTLNanos); err != nil {
 		return Grant{}, err
