@@ -28,20 +28,20 @@ func (s *Server) supportedFeatures() uint64 {
 // enableFeatures proposes the switches every voter supports and that are
 // still off (leader only).
 func (s *Server) enableFeatures() {
-	want := s.supportedFeatures() &^ s.fsm.Features()
-	if want == 0 || !s.IsLeader() {
+	missing := fsm.KnownFeatures &^ s.fsm.Features()
+	if missing == 0 || !s.IsLeader() {
 		return
 	}
 	f := s.raft.GetConfiguration()
 	if f.Error() != nil {
 		return
 	}
-	all := votersSupport(raft.ServerID(s.cfg.ID), f.Configuration(), s.members.members())
-	if want&all == 0 {
-		s.log.Debug("feature switches wait for every voter to support them", "features", want, "voters_support", all)
+	all := s.supportedFeatures() & votersSupport(raft.ServerID(s.cfg.ID), f.Configuration(), s.members.members())
+	want := missing & all
+	if want == 0 {
+		s.log.Debug("feature switches wait for every voter to support them", "off", missing, "voters_support", all)
 		return
 	}
-	want &= all
 	if _, _, err := s.propose(fsm.CmdSetFeatures, &api.SetFeaturesCommand{Features: want}); err != nil {
 		s.log.Warn("turning on feature switches", "features", want, "err", err)
 		return

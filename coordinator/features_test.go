@@ -83,7 +83,7 @@ func TestFeatureSwitchWaitsForEveryVoter(t *testing.T) {
 			}
 		}))
 	waiting := c.Watch("feature switches wait for every voter")
-	leader := c.WaitForStableLeader(t)
+	leader := c.WaitForStableLeader(t) // it may be s2 itself
 	// The leader has seen every voter's gossip and decided, several
 	// times, to wait.
 	testcluster.WaitFor(t, testcluster.DefaultWait, func() error {
@@ -91,7 +91,7 @@ func TestFeatureSwitchWaitsForEveryVoter(t *testing.T) {
 			return nil // wrongly on: the checks below say so
 		}
 		if n := waiting.Count(leader.ID()); n < 3 {
-			return fmt.Errorf("the leader has decided %d times", n)
+			return fmt.Errorf("the leader (%s) has decided %d times", leader.ID(), n)
 		}
 		return nil
 	})
