@@ -136,6 +136,18 @@ func TestNewcomerShareArrivesWithinTwoRenewIntervals(t *testing.T) {
 	if gs[0].RenewAfter >= convergeRenewAfter {
 		t.Errorf("the newcomer's first grant asks for renewal after %v, want an early renewal", gs[0].RenewAfter)
 	}
+	// The first client's reducing answer asks for the acknowledgement at
+	// once (fsm.MinEarlyRenewNanos), not after a renew interval.
+	acked := false
+	for _, g := range first.all() {
+		t.Logf("  first: %7v renewal=%v version=%d rate=%d cap=%d renew-after=%v", g.at.Round(time.Millisecond), g.Renewal, g.Version, g.RateMilliPerSec, g.CapMilli, g.RenewAfter)
+		if g.Renewal && g.RateMilliPerSec < 100_000 && g.RenewAfter == time.Duration(fsm.MinEarlyRenewNanos) {
+			acked = true
+		}
+	}
+	if !acked {
+		t.Error("the first client's share was cut without asking for an early acknowledgement")
+	}
 	// Back to the normal interval: once both hold their shares, the
 	// answers ask for the policy's renew_after again.
 	testcluster.WaitFor(t, testcluster.DefaultWait, func() error {

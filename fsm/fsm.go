@@ -435,27 +435,54 @@ func (s *state) resolve(t int64, k *api.Key, create bool) (policy.Policy, string
 	return p, ck, kl, nil
 }
 
-// Early renewal: while a key's shares converge, answers ask for renewal
-// after renew_after/EarlyRenewDivisor, but never sooner than
-// MinEarlyRenewNanos (nor later than renew_after), so a key cannot turn
-// into a renewal storm.
+// Early renewal. A lease that holds a superseded version an
+// acknowledgement would free is asked to renew after MinEarlyRenewNanos
+// (its client renews once it has installed the answer, acknowledging it).
+// A new lease, and one waiting for a share others still hold, renew after
+// renew_after/EarlyRenewDivisor, but never sooner than MinEarlyRenewNanos.
+// Neither is ever later than renew_after, and both stop once the key's
+// shares have converged, so a key cannot turn into a renewal storm.
 const (
-	EarlyRenewDivisor  = 4
+	EarlyRenewDivisor  = 8
 	MinEarlyRenewNanos = int64(50 * time.Millisecond)
 )
 
-// renewAfter is the renew_after_nanos of an answer: the policy's, or the
-// early one when soon (acknowledgements on, and a new lease or a renewal
-// the ledger says is converging).
-func renewAfter(p policy.Policy, g lease.Grant, soon bool) int64 {
+// renewSpeed says how soon an answer asks for the next renewal.
+type renewSpeed uint8
+
+const (
+	renewNormal renewSpeed = iota // the policy's renew_after
+	renewSoon                     // renew_after/EarlyRenewDivisor
+	ackSoon                       // MinEarlyRenewNanos
+)
+
+// speedOf is how soon a renewal's answer asks for the next one (normal
+// with the acknowledgements switch off).
+func speedOf(acks bool, g lease.Grant) renewSpeed {
+	switch {
+	case !acks:
+		return renewNormal
+	case g.AckSoon:
+		return ackSoon
+	case g.RenewSoon:
+		return renewSoon
+	}
+	return renewNormal
+}
+
+// renewAfter is the renew_after_nanos of an answer.
+func renewAfter(p policy.Policy, g lease.Grant, speed renewSpeed) int64 {
 	ra := min(p.RenewAfterNanos, g.TTLNanos)
-	if soon {
+	switch speed {
+	case renewSoon:
 		ra = min(ra, max(ra/EarlyRenewDivisor, MinEarlyRenewNanos))
+	case ackSoon:
+		ra = min(ra, MinEarlyRenewNanos)
 	}
 	return ra
 }
 
-func grantProto(p policy.Policy, ck string, g lease.Grant, soon bool) *api.Grant {
+func grantProto(p policy.Policy, ck string, g lease.Grant, speed renewSpeed) *api.Grant {
 	return &api.Grant{
 		LeaseId:                 uint64(g.LeaseID),
 		RateMilliPerSec:         g.RateMilliPerSec,
@@ -463,7 +490,7 @@ func grantProto(p policy.Policy, ck string, g lease.Grant, soon bool) *api.Grant
 		StartMilli:              g.StartMilli,
 		TtlNanos:                g.TTLNanos,
 		Version:                 g.Version,
-		RenewAfterNanos:         renewAfter(p, g, soon),
+		RenewAfterNanos:         renewAfter(p, g, speed),
 		DriftPpm:                p.DriftPPM,
 		FailureMode:             string(p.Failure),
 		FallbackRateMilliPerSec: p.FallbackRateMilliPerSec,
@@ -522,19 +549,23 @@ func (s *state) acquireKey(t int64, c *api.Caller, k *api.AcquireKey, seen map[s
 		Versioned:             s.acks(),
 	})
 	// A new lease renews early once: the shares of its key just changed.
-	return keyLease(p, ck, g, err, s.acks())
+	speed := renewNormal
+	if s.acks() {
+		speed = renewSoon
+	}
+	return keyLease(p, ck, g, err, speed)
 }
 
 // acks reports whether the acknowledgements switch is on.
 func (s *state) acks() bool { return s.features&FeatureAcks != 0 }
 
-// keyLease is one key's answer to an acquire or renewal; soon asks for an
-// early renewal.
-func keyLease(p policy.Policy, ck string, g lease.Grant, err error, soon bool) *api.KeyLease {
+// keyLease is one key's answer to an acquire or renewal; speed says how
+// soon to renew.
+func keyLease(p policy.Policy, ck string, g lease.Grant, err error, speed renewSpeed) *api.KeyLease {
 	if err != nil {
 		return &api.KeyLease{Error: keyError(leaseErr(p, ck, err))}
 	}
-	return &api.KeyLease{Grant: grantProto(p, ck, g, soon)}
+	return &api.KeyLease{Grant: grantProto(p, ck, g, speed)}
 }
 
 // leaseOp runs the shared shape of Acquire and Renew: idempotency checks,
@@ -570,7 +601,7 @@ func (s *state) renewKey(t int64, c *api.Caller, k *api.RenewKey) *api.KeyLease 
 		Versioned:             s.acks(),
 		AckedVersion:          k.GetAckedVersion(),
 	})
-	return keyLease(p, ck, g, err, s.acks() && g.RenewSoon)
+	return keyLease(p, ck, g, err, speedOf(s.acks(), g))
 }
 
 func (s *state) release(t int64, req *api.ReleaseRequest) (*api.ReleaseResponse, error) {

@@ -63,8 +63,8 @@ func converge(t *testing.T) (*Ledger, Grant, Grant) {
 
 func TestAckDropsOlderVersionsAtCommit(t *testing.T) {
 	l, a2, b := converge(t)
-	if !a2.RenewSoon {
-		t.Fatal("a holds a reduced share it could free: it should renew soon")
+	if !a2.AckSoon {
+		t.Fatal("a holds a reduced share it could free: it should acknowledge soon")
 	}
 	// a installed version 2 and acknowledges it: version 1 is freed now,
 	// not at its expiry 9 s later.
@@ -72,14 +72,14 @@ func TestAckDropsOlderVersionsAtCommit(t *testing.T) {
 	if r, c := heldOf(t, l, "a"); r != 5_000 || c != 50_000 {
 		t.Fatalf("held after the acknowledgement %d/%d, want 5000/50000", r, c)
 	}
-	if a3.RenewSoon {
+	if a3.RenewSoon || a3.AckSoon {
 		t.Fatalf("a holds its fair share and nothing superseded: %+v", a3)
 	}
 	b2 := vrenew(t, l, 1300*sec/1000, "b", b, 1<<40, 1<<40, b.Version)
 	if b2.RateMilliPerSec != 5_000 || b2.CapMilli != 50_000 {
 		t.Fatalf("the newcomer's share after the acknowledgement: %+v", b2)
 	}
-	if b2.RenewSoon {
+	if b2.RenewSoon || b2.AckSoon {
 		t.Fatalf("b holds its fair share: %+v", b2)
 	}
 }
@@ -133,7 +133,7 @@ func TestUnversionedTermsAreNeverDroppedEarly(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if a1.Version != 0 || a2.Version != 0 || a2.RenewSoon {
+	if a1.Version != 0 || a2.Version != 0 || a2.RenewSoon || a2.AckSoon {
 		t.Fatalf("feature off: versions %d, %d, renew soon %v; want 0, 0, false", a1.Version, a2.Version, a2.RenewSoon)
 	}
 	if r, _ := heldOf(t, l, "a"); r != 10_000 {
@@ -168,12 +168,12 @@ func TestRenewSoonWhileBelowFairShare(t *testing.T) {
 	}
 	// A lone lease at its full demand renews at the normal interval.
 	a2 := vrenew(t, l, sec/2, "a", a1, 1<<40, 1<<40, a1.Version)
-	if !a2.RenewSoon {
-		t.Fatalf("a was just reduced: %+v, want renew soon", a2)
+	if !a2.AckSoon || a2.RenewSoon {
+		t.Fatalf("a was just reduced: %+v, want acknowledge soon", a2)
 	}
 	l2 := newTestLedger(t, 10_000, 100_000)
 	c1 := vgrant(t, l2, 0, "c", 1<<40, 1<<40)
-	if c2 := vrenew(t, l2, sec, "c", c1, 1<<40, 1<<40, c1.Version); c2.RenewSoon {
+	if c2 := vrenew(t, l2, sec, "c", c1, 1<<40, 1<<40, c1.Version); c2.RenewSoon || c2.AckSoon {
 		t.Fatalf("a lone lease holding all it asks for: %+v", c2)
 	}
 	// A light user getting all it asks for is not short either.
@@ -183,10 +183,10 @@ func TestRenewSoonWhileBelowFairShare(t *testing.T) {
 	d2 := vrenew(t, l3, sec, "d", d1, 1<<40, 1<<40, d1.Version)
 	d3 := vrenew(t, l3, 2*sec, "d", d2, 1<<40, 1<<40, d2.Version)
 	e2 := vrenew(t, l3, 2*sec+1, "e", e1, 1_000, 10_000, e1.Version)
-	if e2.RateMilliPerSec != 1_000 || e2.RenewSoon {
+	if e2.RateMilliPerSec != 1_000 || e2.RenewSoon || e2.AckSoon {
 		t.Fatalf("light user %+v", e2)
 	}
-	if d4 := vrenew(t, l3, 3*sec, "d", d3, 1<<40, 1<<40, d3.Version); d4.RateMilliPerSec != 9_000 || d4.RenewSoon {
+	if d4 := vrenew(t, l3, 3*sec, "d", d3, 1<<40, 1<<40, d3.Version); d4.RateMilliPerSec != 9_000 || d4.RenewSoon || d4.AckSoon {
 		t.Fatalf("heavy user in steady state %+v", d4)
 	}
 }

@@ -454,11 +454,14 @@ type Grant struct {
 	BurnedMilli int64 // pool tokens destroyed to make room for this cap
 	// Version of these terms (0 when unversioned).
 	Version uint64
+	// AckSoon (renewals only): this lease holds a superseded version above
+	// its current terms, which the next renewal's acknowledgement of these
+	// terms frees. The client should renew as soon as it has installed
+	// them (docs/design.md §3.2).
+	AckSoon bool
 	// RenewSoon (renewals only) says the key's shares are still
-	// converging around this lease: it holds a reduced share that an
-	// acknowledgement would free, or it gets less than its fair share
-	// while others hold more. The client should renew early (see
-	// docs/design.md §3.2).
+	// converging around this lease: it gets less than its fair share while
+	// others hold more. The client should renew early.
 	RenewSoon bool
 }
 
@@ -647,7 +650,7 @@ func (l *Ledger) Renew(nowNanos int64, req RenewRequest) (Grant, error) {
 	return Grant{
 		LeaseID: cur.ID, RateMilliPerSec: rate, CapMilli: capMilli,
 		ExpiresNanos: cur.Current.ExpiresNanos, TTLNanos: cur.Current.ExpiresNanos - nowNanos, BurnedMilli: burned,
-		Version: cur.Current.Version, RenewSoon: l.converging(i),
+		Version: cur.Current.Version, AckSoon: l.holdsSuperseded(i), RenewSoon: l.converging(i),
 	}, nil
 }
 
@@ -681,26 +684,32 @@ func dropAcknowledged(ss []Share, acked uint64, fault Fault) []Share {
 	return out
 }
 
-// converging reports whether lease i should renew early because the key's
-// shares are still moving around it (Grant.RenewSoon):
-//   - it holds a versioned superseded version above its current terms: its
-//     next renewal's acknowledgement frees it for the others;
-//   - another lease holds such a version and lease i gets less than it
-//     asks for: it waits for that share;
-//   - its rate is below its weighted equal split of r (capped by its
-//     demand), a lower bound of its max-min fair share, by more than 1/32:
-//     others hold more than their fair shares until they renew.
-//
-// None holds once every lease holds its fair share and has acknowledged
-// it, so a steady state renews at the policy's normal interval.
-func (l *Ledger) converging(i int) bool {
-	cfg := l.s.Config
-	me := &l.s.Leases[i]
-	for _, s := range me.Superseded {
+// holdsSuperseded reports whether lease i holds a versioned superseded
+// version (after pruning: above its current terms, not expired), which an
+// acknowledgement of its current terms would free (Grant.AckSoon).
+func (l *Ledger) holdsSuperseded(i int) bool {
+	for _, s := range l.s.Leases[i].Superseded {
 		if s.Version != 0 {
 			return true
 		}
 	}
+	return false
+}
+
+// converging reports whether lease i should renew early because the key's
+// shares are still moving around it (Grant.RenewSoon):
+//   - another lease holds a versioned superseded version and lease i gets
+//     less than it asks for: it waits for that share;
+//   - its rate is below its weighted equal split of r (capped by its
+//     demand), a lower bound of its max-min fair share, by more than 1/32:
+//     others hold more than their fair shares until they renew.
+//
+// Neither holds, nor holdsSuperseded, once every lease holds its fair
+// share and has acknowledged it, so a steady state renews at the policy's
+// normal interval.
+func (l *Ledger) converging(i int) bool {
+	cfg := l.s.Config
+	me := &l.s.Leases[i]
 	wantRate := min(me.DemandRateMilliPerSec, cfg.RateMilliPerSec)
 	wantCap := min(me.DemandBurstMilli, cfg.CapacityMilli)
 	short := me.Current.RateMilliPerSec < wantRate || me.Current.CapMilli < wantCap
