@@ -85,6 +85,14 @@ type GrantInfo struct {
 	// UsableFor is how long from the callback the client may still admit
 	// from this lease (its deadline, by the client's clock).
 	UsableFor time.Duration
+	// RenewAfter is the interval, counted from the request's send, after
+	// which the client renews: the policy's renew_after, or shorter while
+	// the key's shares converge (the coordinator asks for an early
+	// renewal, docs/design.md §3.2).
+	RenewAfter time.Duration
+	// Version numbers these terms within the lease (0 from a cluster that
+	// does not number them); the next renewal acknowledges it.
+	Version uint64
 }
 
 func (c *Config) setDefaults() error {

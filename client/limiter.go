@@ -104,6 +104,11 @@ type terms struct {
 	fallback   *lease.AtomicBucket // fail-open local limit, nil if fail-closed
 	canonical  string
 	expiredAck bool // the loop saw the lease gone at the coordinator
+	// version is the Grant.version of the terms installed in bucket (its
+	// rate and cap were set before this terms was published); the next
+	// renewal acknowledges it, which lets the coordinator drop older
+	// versions at once (docs/design.md §3.4).
+	version uint64
 }
 
 // Limiter admits work for one key of one policy from this replica's lease.

@@ -211,7 +211,7 @@ func (l *Limiter) install(tSend int64, g *api.Grant) {
 	// at the precise clock so the coarse clock's lag is never minted twice.
 	b.SetPreciseClock(l.c.clock.Precise)
 	t := &terms{leaseID: g.GetLeaseId(), bucket: b, capMilli: g.GetCapMilli(), rateMilli: g.GetRateMilliPerSec(),
-		ttlNanos: g.GetTtlNanos(), driftPPM: drift, shadow: g.GetShadow(), canonical: g.GetCanonicalKey()}
+		ttlNanos: g.GetTtlNanos(), driftPPM: drift, shadow: g.GetShadow(), canonical: g.GetCanonicalKey(), version: g.GetVersion()}
 	t.setTimes(tSend, deadline, g.GetRenewAfterNanos())
 	if g.GetFailureMode() == "fail-open" && g.GetFallbackRateMilliPerSec() > 0 {
 		f := g.GetFallbackRateMilliPerSec()
@@ -223,11 +223,20 @@ func (l *Limiter) install(tSend int64, g *api.Grant) {
 	l.c.notifyGrant(l, g, false, deadline-now)
 }
 
+// minRenewAfter is the shortest renewal interval the client accepts from
+// an answer: an early renewal (the coordinator asks for one while a key's
+// shares converge) is bounded below by the coordinator already; this
+// bound keeps a bad answer (0, say) from turning the loop into a storm.
+const minRenewAfter = int64(10 * time.Millisecond)
+
 // setTimes derives the renewal time and the guard band from the deadline.
+// The answer's renew_after_nanos is honoured (between minRenewAfter and
+// half the usable span): an early one while the key's shares converge,
+// the policy's again once they have.
 func (t *terms) setTimes(tSend, deadline, renewAfter int64) {
 	t.deadline = deadline
 	span := deadline - tSend
-	t.renewAt = tSend + min(max(renewAfter, 0), span/2)
+	t.renewAt = tSend + min(max(renewAfter, minRenewAfter), span/2)
 	// The hot path trusts the coarse clock until the last quarter of the
 	// usable span (at least 100ms of it), then reads the precise clock.
 	guard := max(span/4, int64(100*time.Millisecond))
@@ -244,7 +253,12 @@ func (c *Client) renew(ls []*Limiter) {
 		t := l.cur.Load()
 		sent[i] = t
 		giveUp = max(giveUp, t.deadline)
-		req.Keys = append(req.Keys, &api.RenewKey{Key: &api.Key{Policy: l.policy, Attributes: l.attrs}, LeaseId: t.leaseID, Demand: l.demand(tSend)})
+		// AckedVersion: the terms installed now, before this send. The
+		// loop is the only writer of cur and installs an answer (bucket
+		// first, then cur) before it sends anything else, so from here on
+		// nothing admits under an older version.
+		req.Keys = append(req.Keys, &api.RenewKey{Key: &api.Key{Policy: l.policy, Attributes: l.attrs}, LeaseId: t.leaseID, Demand: l.demand(tSend),
+			AckedVersion: t.version})
 	}
 	resp, err := call(c, c.stop, giveUp, func(ctx context.Context, conn *grpc.ClientConn) (*api.LeaseResponse, error) {
 		return api.NewLeasesClient(conn).Renew(ctx, req)
@@ -316,6 +330,9 @@ func (l *Limiter) applyRenewal(tSend int64, old *terms, g *api.Grant) {
 	old.bucket.SetCapacity(now, g.GetCapMilli())
 	nt := *old
 	nt.capMilli, nt.rateMilli, nt.ttlNanos, nt.driftPPM, nt.shadow = g.GetCapMilli(), g.GetRateMilliPerSec(), g.GetTtlNanos(), drift, g.GetShadow()
+	// The bucket mints at the new rate and holds at most the new cap from
+	// here on: these terms are installed, and the next renewal says so.
+	nt.version = g.GetVersion()
 	nt.setTimes(tSend, newDeadline, g.GetRenewAfterNanos())
 	l.fails = 0
 	if l.cur.CompareAndSwap(old, &nt) {
@@ -331,7 +348,7 @@ func (c *Client) notifyGrant(l *Limiter, g *api.Grant, renewal bool, usable int6
 	c.cfg.OnGrant(GrantInfo{
 		Policy: l.policy, CanonicalKey: g.GetCanonicalKey(), LeaseID: g.GetLeaseId(), Renewal: renewal,
 		RateMilliPerSec: g.GetRateMilliPerSec(), CapMilli: g.GetCapMilli(), StartMilli: g.GetStartMilli(),
-		UsableFor: time.Duration(usable),
+		UsableFor: time.Duration(usable), RenewAfter: time.Duration(g.GetRenewAfterNanos()), Version: g.GetVersion(),
 	})
 }
 

@@ -35,7 +35,9 @@ var shiftBound = quotacheck.Bound{CapacityMilli: 50_000, RateMilliPerSec: 100_00
 // The fair shares must follow: within two renew intervals (the idle ones
 // report their new demand; the first report may still cover some of their
 // activity) plus one lease duration (a reduced share stays held until the
-// superseded terms expire, docs/design.md §3.2 rule b) the remaining client
+// superseded terms expire or, with acknowledgements on, until the next
+// renewal acknowledges the smaller terms, docs/design.md §3.2 rule b: this
+// allows for either) the remaining client
 // admits at >= 90% of r, measured over every 1s window after that. The
 // bound holds over the whole run.
 func TestDemandShift(t *testing.T) {

@@ -83,6 +83,7 @@ func (a *adminService) Members(ctx context.Context, _ *api.MembersRequest) (*api
 		if m.ok {
 			meta["id"], meta["raft"], meta["grpc"] = m.Meta.ID, m.Meta.RaftAddr, m.Meta.GRPCAddr
 			meta["bootstrap_expect"] = fmt.Sprint(m.Meta.Expect)
+			meta["features"] = fmt.Sprint(m.Meta.Features)
 		}
 		resp.Members = append(resp.Members, &api.Member{Name: m.Name, Address: m.Address, Status: m.Status, Meta: meta})
 	}

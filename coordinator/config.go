@@ -79,6 +79,12 @@ type Config struct {
 	// jepsen-like tests give it a rate error (coarseclock.SetRate).
 	Clock *coarseclock.Clock
 
+	// AdvertiseFeatures, if set, is read at start: the feature switches
+	// (fsm.FeatureXxx) this server gossips that it supports. nil means all
+	// it knows (fsm.KnownFeatures). Tests set fewer to stand in for a
+	// server that predates a switch.
+	AdvertiseFeatures *uint64
+
 	// Seams for mTLS (next step): nil means plain TCP.
 	RaftTLS *tls.Config
 	GRPCTLS *tls.Config

@@ -224,6 +224,7 @@ func (s *Server) leaderLoop(stop chan struct{}) {
 	defer reconcile.Stop()
 	lastExpire := time.Now()
 	s.reconcile()
+	s.enableFeatures()
 	for {
 		select {
 		case <-stop:
@@ -232,8 +233,10 @@ func (s *Server) leaderLoop(stop chan struct{}) {
 			return
 		case <-reconcile.C:
 			s.reconcile()
+			s.enableFeatures()
 		case <-s.members.nudge:
 			s.reconcile()
+			s.enableFeatures()
 		case <-expire.C:
 			if s.raft.CurrentTerm() != term {
 				// Leadership was lost and won back between two reads of

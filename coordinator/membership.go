@@ -27,6 +27,10 @@ type serverMeta struct {
 	// Leaving is gossiped just before a graceful leave, so peers can tell
 	// it from a crash (memberlist reports both as a departure).
 	Leaving bool `json:"leaving,omitempty"`
+	// Features are the feature switches (fsm.FeatureXxx bits) this server
+	// can apply. A server that predates them gossips none; the leader turns
+	// a switch on only once every voter gossips it (features.go).
+	Features uint64 `json:"features,omitempty"`
 }
 
 // memberInfo is one gossip member as the server sees it.

@@ -125,6 +125,7 @@ func New(cfg Config) (*Server, error) {
 
 	s.members, err = startMembership(cfg, serverMeta{
 		ID: cfg.ID, RaftAddr: cfg.RaftAddr, GRPCAddr: cfg.GRPCAddr, Expect: cfg.BootstrapExpect, HasState: hasState,
+		Features: s.supportedFeatures(),
 	}, logger)
 	if err != nil {
 		return nil, err

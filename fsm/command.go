@@ -22,6 +22,27 @@ const (
 	CmdLeaseBatch CommandType = 3
 	// CmdExpire expires due leases and collects idle keys (api.ExpireCommand).
 	CmdExpire CommandType = 4
+	// CmdSetFeatures turns on replicated feature switches
+	// (api.SetFeaturesCommand). Not ignorable: a server that does not know
+	// it cannot honour the switches, and must stop rather than apply later
+	// entries differently from the others.
+	CmdSetFeatures CommandType = 5
+)
+
+// Feature switches (Snapshot.features bits). A switch changes how entries
+// are applied, so every server must apply it at the same log index: it is
+// turned on by a CmdSetFeatures entry, which the leader proposes only once
+// every voter advertises support (coordinator), and never turned off.
+const (
+	// FeatureAcks: grants and renewals number their terms (Grant.version),
+	// a renewal's acked_version drops superseded versions strictly older
+	// than it, and answers ask for early renewal while shares converge.
+	// Off, acked_version is ignored and terms are unversioned, as on a
+	// server that predates it.
+	FeatureAcks uint64 = 1 << 0
+
+	// KnownFeatures is every switch this server can apply.
+	KnownFeatures = FeatureAcks
 )
 
 // IgnorableFlag marks a command type that older servers may skip. An
@@ -40,6 +61,8 @@ func (t CommandType) String() string {
 		return "lease-batch"
 	case CmdExpire:
 		return "expire"
+	case CmdSetFeatures:
+		return "set-features"
 	}
 	return fmt.Sprintf("command(%d)", uint8(t))
 }

@@ -10,6 +10,7 @@ import (
 	"maps"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/hashicorp/raft"
 	"github.com/ration-dev/ration/api"
@@ -76,6 +77,8 @@ type state struct {
 	retired map[string]*retiredPolicy
 	// fault is a negative control's broken rule (not replicated).
 	fault fault
+	// features holds the switches turned on (FeatureXxx bits).
+	features uint64
 }
 
 func newState() *state {
@@ -182,6 +185,16 @@ func (f *FSM) dispatch(env Envelope, t int64) (*Result, error) {
 			through = t
 		}
 		return f.st.expire(t, through, cmd.GetClientRetentionNanos())
+	case CmdSetFeatures:
+		cmd, err := decodeBody[api.SetFeaturesCommand](env.Body)
+		if err != nil {
+			return nil, err
+		}
+		if unknown := cmd.GetFeatures() &^ KnownFeatures; unknown != 0 {
+			panic(fmt.Sprintf("fsm: feature switches %#x are unknown to this server, which is older than the log; upgrade it", unknown))
+		}
+		f.st.features |= cmd.GetFeatures()
+		return &Result{}, nil
 	}
 	if env.Type&IgnorableFlag != 0 {
 		f.log.Warn("skipping unknown ignorable command", "type", uint8(env.Type))
@@ -410,14 +423,62 @@ func (s *state) resolve(t int64, k *api.Key, create bool) (policy.Policy, string
 	return p, ck, kl, nil
 }
 
-func grantProto(p policy.Policy, ck string, g lease.Grant) *api.Grant {
+// Early renewal. A lease that holds a superseded version an
+// acknowledgement would free is asked to renew after MinEarlyRenewNanos
+// (its client renews once it has installed the answer, acknowledging it).
+// A new lease, and one waiting for a share others still hold, renew after
+// renew_after/EarlyRenewDivisor, but never sooner than MinEarlyRenewNanos.
+// Neither is ever later than renew_after, and both stop once the key's
+// shares have converged, so a key cannot turn into a renewal storm.
+const (
+	EarlyRenewDivisor  = 8
+	MinEarlyRenewNanos = int64(50 * time.Millisecond)
+)
+
+// renewSpeed says how soon an answer asks for the next renewal.
+type renewSpeed uint8
+
+const (
+	renewNormal renewSpeed = iota // the policy's renew_after
+	renewSoon                     // renew_after/EarlyRenewDivisor
+	ackSoon                       // MinEarlyRenewNanos
+)
+
+// speedOf is how soon a renewal's answer asks for the next one (normal
+// with the acknowledgements switch off).
+func speedOf(acks bool, g lease.Grant) renewSpeed {
+	switch {
+	case !acks:
+		return renewNormal
+	case g.AckSoon:
+		return ackSoon
+	case g.RenewSoon:
+		return renewSoon
+	}
+	return renewNormal
+}
+
+// renewAfter is the renew_after_nanos of an answer.
+func renewAfter(p policy.Policy, g lease.Grant, speed renewSpeed) int64 {
+	ra := min(p.RenewAfterNanos, g.TTLNanos)
+	switch speed {
+	case renewSoon:
+		ra = min(ra, max(ra/EarlyRenewDivisor, MinEarlyRenewNanos))
+	case ackSoon:
+		ra = min(ra, MinEarlyRenewNanos)
+	}
+	return ra
+}
+
+func grantProto(p policy.Policy, ck string, g lease.Grant, speed renewSpeed) *api.Grant {
 	return &api.Grant{
 		LeaseId:                 uint64(g.LeaseID),
 		RateMilliPerSec:         g.RateMilliPerSec,
 		CapMilli:                g.CapMilli,
 		StartMilli:              g.StartMilli,
 		TtlNanos:                g.TTLNanos,
-		RenewAfterNanos:         min(p.RenewAfterNanos, g.TTLNanos),
+		Version:                 g.Version,
+		RenewAfterNanos:         renewAfter(p, g, speed),
 		DriftPpm:                p.DriftPPM,
 		FailureMode:             string(p.Failure),
 		FallbackRateMilliPerSec: p.FallbackRateMilliPerSec,
@@ -473,16 +534,26 @@ func (s *state) acquireKey(t int64, c *api.Caller, k *api.AcquireKey, seen map[s
 		DemandRateMilliPerSec: k.GetDemand().GetRateMilliPerSec(),
 		DemandBurstMilli:      k.GetDemand().GetBurstMilli(),
 		TTLNanos:              p.LeaseDurationNanos,
+		Versioned:             s.acks(),
 	})
-	return keyLease(p, ck, g, err)
+	// A new lease renews early once: the shares of its key just changed.
+	speed := renewNormal
+	if s.acks() {
+		speed = renewSoon
+	}
+	return keyLease(p, ck, g, err, speed)
 }
 
-// keyLease is one key's answer to an acquire or renewal.
-func keyLease(p policy.Policy, ck string, g lease.Grant, err error) *api.KeyLease {
+// acks reports whether the acknowledgements switch is on.
+func (s *state) acks() bool { return s.features&FeatureAcks != 0 }
+
+// keyLease is one key's answer to an acquire or renewal; speed says how
+// soon to renew.
+func keyLease(p policy.Policy, ck string, g lease.Grant, err error, speed renewSpeed) *api.KeyLease {
 	if err != nil {
 		return &api.KeyLease{Error: keyError(leaseErr(p, ck, err))}
 	}
-	return &api.KeyLease{Grant: grantProto(p, ck, g)}
+	return &api.KeyLease{Grant: grantProto(p, ck, g, speed)}
 }
 
 // leaseOp runs the shared shape of Acquire and Renew: idempotency checks,
@@ -515,8 +586,10 @@ func (s *state) renewKey(t int64, c *api.Caller, k *api.RenewKey) *api.KeyLease 
 		DemandRateMilliPerSec: k.GetDemand().GetRateMilliPerSec(),
 		DemandBurstMilli:      k.GetDemand().GetBurstMilli(),
 		TTLNanos:              p.LeaseDurationNanos,
+		Versioned:             s.acks(),
+		AckedVersion:          k.GetAckedVersion(),
 	})
-	return keyLease(p, ck, g, err)
+	return keyLease(p, ck, g, err, speedOf(s.acks(), g))
 }
 
 func (s *state) release(t int64, req *api.ReleaseRequest) (*api.ReleaseResponse, error) {

@@ -338,7 +338,11 @@ func TestDeterministicReplicas(t *testing.T) {
 			seq := uint64(i + 1)
 			var msg proto.Message
 			ct := CmdLeaseBatch
-			switch rapid.IntRange(0, 3).Draw(rt, "op") {
+			switch rapid.IntRange(0, 5).Draw(rt, "op") {
+			case 4:
+				ct, msg = CmdSetFeatures, &api.SetFeaturesCommand{Features: FeatureAcks}
+			case 5:
+				msg = &api.LeaseBatchCommand{Ops: []*api.LeaseOp{renewAck(caller(client, 1, seq), tenant("x"), rapid.Uint64Range(1, 5).Draw(rt, "id"), rapid.Uint64Range(0, 4).Draw(rt, "ack"))}}
 			case 0, 1:
 				msg = &api.LeaseBatchCommand{Ops: []*api.LeaseOp{acquire(caller(client, 1, seq), tenant(rapid.SampledFrom([]string{"x", "y"}).Draw(rt, "t")))}}
 			case 2:

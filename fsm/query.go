@@ -169,3 +169,10 @@ func (f *FSM) StateHash() (index uint64, sha string) {
 	}
 	return f.index, hex.EncodeToString(h.Sum(nil))
 }
+
+// Features returns the feature switches turned on (FeatureXxx bits).
+func (f *FSM) Features() uint64 {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	return f.st.features
+}

@@ -11,8 +11,10 @@ import (
 	"pgregory.net/rapid"
 )
 
-// Random histories with every command kind; after every entry the state
-// must snapshot, restore, and continue identically.
+// Random histories with every command kind (renewals acknowledging
+// versions, the acknowledgements switch turned on at random); after every
+// entry the state must snapshot, restore, and continue identically, and
+// every ledger's invariants hold (Restore checks them).
 // REVIEW_CUT=0 excludes budget cuts (finding 2) to look for other problems.
 func TestReviewRandomSnapshotRestore(t *testing.T) {
 	allowCut := !testing.Short()
@@ -21,6 +23,7 @@ func TestReviewRandomSnapshotRestore(t *testing.T) {
 		h.applyYAML(0, perTenantV1)
 		var at int64
 		leaseIDs := map[string]uint64{}
+		versions := map[string]uint64{}
 		seqs := map[string]uint64{}
 		incs := map[string]uint64{"a": 1, "b": 1, "c": 1}
 		n := rapid.IntRange(1, 80).Draw(rt, "n")
@@ -33,11 +36,17 @@ func TestReviewRandomSnapshotRestore(t *testing.T) {
 			dem := &api.Demand{RateMilliPerSec: rapid.Int64Range(0, 20_000).Draw(rt, "dr"), BurstMilli: rapid.Int64Range(0, 40_000).Draw(rt, "db")}
 			var ct CommandType = CmdLeaseBatch
 			var msg proto.Message
-			switch rapid.IntRange(0, 7).Draw(rt, "op") {
+			switch rapid.IntRange(0, 8).Draw(rt, "op") {
 			case 0, 1:
 				msg = &api.LeaseBatchCommand{Ops: []*api.LeaseOp{{Op: &api.LeaseOp_Acquire{Acquire: &api.AcquireRequest{Caller: c, Keys: []*api.AcquireKey{{Key: tenant(tn), Demand: dem}}}}}}}
 			case 2, 3:
-				msg = &api.LeaseBatchCommand{Ops: []*api.LeaseOp{{Op: &api.LeaseOp_Renew{Renew: &api.RenewRequest{Caller: c, Keys: []*api.RenewKey{{Key: tenant(tn), LeaseId: leaseIDs[cl+tn], Demand: dem}}}}}}}
+				// Acknowledging the version last granted, an older one, or
+				// one never granted.
+				ack := versions[cl+tn] - min(versions[cl+tn], rapid.Uint64Range(0, 2).Draw(rt, "ackBack"))
+				if rapid.IntRange(0, 9).Draw(rt, "ackFuture") == 0 {
+					ack += 5
+				}
+				msg = &api.LeaseBatchCommand{Ops: []*api.LeaseOp{{Op: &api.LeaseOp_Renew{Renew: &api.RenewRequest{Caller: c, Keys: []*api.RenewKey{{Key: tenant(tn), LeaseId: leaseIDs[cl+tn], Demand: dem, AckedVersion: ack}}}}}}}
 			case 4:
 				msg = &api.LeaseBatchCommand{Ops: []*api.LeaseOp{{Op: &api.LeaseOp_Release{Release: &api.ReleaseRequest{Caller: c, Keys: []*api.ReleaseKey{{Key: tenant(tn), LeaseId: leaseIDs[cl+tn], UnspentMilli: rapid.Int64Range(0, 30_000).Draw(rt, "u")}}}}}}}
 			case 5:
@@ -54,12 +63,16 @@ func TestReviewRandomSnapshotRestore(t *testing.T) {
 				rate := rapid.IntRange(5, 20).Draw(rt, "rate")
 				h.applyYAML(at, strings.Replace(perTenantV1, "rate: 10", fmt.Sprintf("rate: %d", rate), 1))
 				continue
+			case 8:
+				ct = CmdSetFeatures
+				msg = &api.SetFeaturesCommand{Features: FeatureAcks}
 			}
 			r := h.apply(ct, at, msg)
 			for _, op := range r.Ops {
 				for _, kl := range op.Lease.GetLeases() {
 					if g := kl.GetGrant(); g != nil {
 						leaseIDs[cl+strings.TrimPrefix(g.GetCanonicalKey(), "")] = g.GetLeaseId()
+						versions[cl+g.GetCanonicalKey()] = g.GetVersion()
 					}
 				}
 			}

@@ -17,7 +17,16 @@ import (
 // Snapshot stream: a magic line, then frames of [kind byte][uvarint length]
 // [protobuf], then an end frame. Frames let Persist write and Restore read
 // one ledger at a time.
-const snapshotMagic = "ration-fsm-snapshot-v1\n"
+//
+// A state with a feature switch on is written under snapshotMagicV2: a
+// server that predates the switches refuses it (not a snapshot it knows)
+// instead of restoring it without them and applying later entries
+// differently from the others. With no switch on, the v1 magic keeps
+// snapshots readable by older servers during a rolling upgrade.
+const (
+	snapshotMagic   = "ration-fsm-snapshot-v1\n"
+	snapshotMagicV2 = "ration-fsm-snapshot-v2\n"
+)
 
 const (
 	frameHeader byte = 1 // api.Snapshot without ledgers or clients
@@ -55,7 +64,11 @@ func (s *snapshot) Release() {}
 
 func writeSnapshot(w io.Writer, d snapshotData) error {
 	bw := bufio.NewWriter(w)
-	if _, err := bw.WriteString(snapshotMagic); err != nil {
+	magic := snapshotMagic
+	if d.header.GetFeatures() != 0 {
+		magic = snapshotMagicV2
+	}
+	if _, err := bw.WriteString(magic); err != nil {
 		return err
 	}
 	frame := func(kind byte, m proto.Message) error {
@@ -99,7 +112,7 @@ func writeSnapshot(w io.Writer, d snapshotData) error {
 // export copies the state into protobuf messages, in sorted order so equal
 // states give byte-identical snapshots.
 func (s *state) export() snapshotData {
-	d := snapshotData{header: &api.Snapshot{ClusterTimeNanos: s.clusterTime, AppliedDigest: append([]byte(nil), s.digest...)}}
+	d := snapshotData{header: &api.Snapshot{ClusterTimeNanos: s.clusterTime, AppliedDigest: append([]byte(nil), s.digest...), Features: s.features}}
 	for _, name := range sortedKeys(s.policies) {
 		d.header.Policies = append(d.header.Policies, s.policies[name].ToProto())
 	}
@@ -133,11 +146,11 @@ func (s *state) export() snapshotData {
 }
 
 func exportShare(s lease.Share) *api.ShareSnapshot {
-	return &api.ShareSnapshot{RateMilliPerSec: s.RateMilliPerSec, CapMilli: s.CapMilli, ExpiresNanos: s.ExpiresNanos}
+	return &api.ShareSnapshot{RateMilliPerSec: s.RateMilliPerSec, CapMilli: s.CapMilli, ExpiresNanos: s.ExpiresNanos, Version: s.Version}
 }
 
 func importShare(s *api.ShareSnapshot) lease.Share {
-	return lease.Share{RateMilliPerSec: s.GetRateMilliPerSec(), CapMilli: s.GetCapMilli(), ExpiresNanos: s.GetExpiresNanos()}
+	return lease.Share{RateMilliPerSec: s.GetRateMilliPerSec(), CapMilli: s.GetCapMilli(), ExpiresNanos: s.GetExpiresNanos(), Version: s.GetVersion()}
 }
 
 func exportLedger(pn, ck string, st lease.LedgerState) *api.LedgerSnapshot {
@@ -203,7 +216,7 @@ var errSnapshot = errors.New("corrupt snapshot")
 func importState(r io.Reader) (*state, error) {
 	br := bufio.NewReader(r)
 	magic := make([]byte, len(snapshotMagic))
-	if _, err := io.ReadFull(br, magic); err != nil || string(magic) != snapshotMagic {
+	if _, err := io.ReadFull(br, magic); err != nil || (string(magic) != snapshotMagic && string(magic) != snapshotMagicV2) {
 		return nil, fmt.Errorf("%w: not a ration FSM snapshot", errSnapshot)
 	}
 	st := newState()
@@ -232,6 +245,10 @@ func importState(r io.Reader) (*state, error) {
 			}
 			st.clusterTime = h.GetClusterTimeNanos()
 			st.digest = h.GetAppliedDigest()
+			if unknown := h.GetFeatures() &^ KnownFeatures; unknown != 0 {
+				return nil, fmt.Errorf("%w: feature switches %#x are unknown to this server; upgrade it", errSnapshot, unknown)
+			}
+			st.features = h.GetFeatures()
 			for _, spec := range h.GetPolicies() {
 				p, err := policy.FromProto(spec)
 				if err != nil {

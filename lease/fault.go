@@ -15,6 +15,15 @@ const (
 	// of holding it until the old expiry, breaking rule (b): the client may
 	// still be minting at the old rate.
 	FaultForgetSuperseded
+	// FaultAckDropsAcked drops the acknowledged version too at the commit
+	// of the acknowledging renewal, not only the older ones: the client
+	// still uses it until the renewal's answer arrives.
+	FaultAckDropsAcked
+	// FaultAckDropsNewer drops every superseded version but the
+	// acknowledged one, newer ones included: a delayed renewal carrying an
+	// old acknowledgement frees terms granted since, which the client may
+	// have installed.
+	FaultAckDropsNewer
 )
 
 // injectFault switches a ledger to a broken variant. It is unexported on

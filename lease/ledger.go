@@ -78,6 +78,13 @@ type Share struct {
 	RateMilliPerSec int64 // r_i: what the client may mint per second
 	CapMilli        int64 // b_i: the most its local bucket may hold
 	ExpiresNanos    int64 // cluster time at which the coordinator reclaims
+	// Version numbers the terms of one lease: 1 at its grant, one more at
+	// each renewal. A renewal acknowledges the version its client has
+	// installed, and superseded versions strictly older than that are then
+	// dropped (see Renew). 0 means unversioned: terms from before the
+	// versions feature was switched on, or restored from an older
+	// snapshot. An unversioned superseded version is never dropped early.
+	Version uint64
 }
 
 // Lease is one client incarnation's slice of the budget.
@@ -98,7 +105,8 @@ type Lease struct {
 	Current Share
 	// Superseded holds earlier terms a renewal reduced. They stay held until
 	// their own expiry, because the client may not have heard of the
-	// reduction yet (rule b). Ordered by expiry; never longer than a few.
+	// reduction yet (rule b), or until a renewal acknowledging a newer
+	// version commits. Ordered by expiry; never longer than a few.
 	Superseded []Share
 }
 
@@ -157,7 +165,9 @@ type LedgerState struct {
 //
 //	(a) Σ held r_i <= r, and pool + Σ held b_i <= B.
 //	(b) A share a renewal reduces stays held at its old value until the
-//	    superseded version's expiry.
+//	    superseded version's expiry, or until a renewal acknowledging a
+//	    newer version commits (only versions strictly older than the
+//	    acknowledged one are dropped; unversioned ones never early).
 //	(c) A new lease's bucket starts with tokens debited from the pool.
 //	(d) A renewal never adds tokens to a client's bucket.
 //	(e) A release credits back at most min(unspent, b_i) and frees r_i, b_i.
@@ -392,6 +402,10 @@ type GrantRequest struct {
 	DemandRateMilliPerSec int64
 	DemandBurstMilli      int64
 	TTLNanos              int64 // D: the lease's duration
+	// Versioned numbers the new lease's terms (version 1). The fsm sets it
+	// when its acknowledgements feature switch is on; off, terms stay
+	// unversioned (0) as an older server would leave them.
+	Versioned bool
 }
 
 // RenewRequest extends a lease and reports fresh demands.
@@ -403,6 +417,17 @@ type RenewRequest struct {
 	DemandRateMilliPerSec int64
 	DemandBurstMilli      int64
 	TTLNanos              int64
+	// Versioned numbers the renewed terms (the current version plus one)
+	// and applies AckedVersion. The fsm sets it when its acknowledgements
+	// feature switch is on; off, the renewal is what an older server would
+	// apply: no versions, acknowledgements ignored.
+	Versioned bool
+	// AckedVersion is the version of the terms the client has installed
+	// (applied their rate and cap) before it sent this renewal; 0 if none
+	// known. Superseded versions strictly older than it are dropped at
+	// this renewal. A version above the lease's current one cannot have
+	// been installed (it was never granted) and is ignored.
+	AckedVersion uint64
 }
 
 // ReleaseRequest returns a lease. The client sends it only after it has
@@ -427,6 +452,17 @@ type Grant struct {
 	// client may use the lease until ClientDeadline(send, TTLNanos, ρ).
 	TTLNanos    int64
 	BurnedMilli int64 // pool tokens destroyed to make room for this cap
+	// Version of these terms (0 when unversioned).
+	Version uint64
+	// AckSoon (renewals only): this lease holds a superseded version above
+	// its current terms, which the next renewal's acknowledgement of these
+	// terms frees. The client should renew as soon as it has installed
+	// them (docs/design.md §3.2).
+	AckSoon bool
+	// RenewSoon (renewals only) says the key's shares are still
+	// converging around this lease: it gets less than its fair share while
+	// others hold more. The client should renew early.
+	RenewSoon bool
 }
 
 func validateHolder(clientID string, ttl int64) error {
@@ -532,6 +568,9 @@ func (l *Ledger) Grant(nowNanos int64, req GrantRequest) (Grant, error) {
 	l.s.NextID++
 	cur := &l.s.Leases[i]
 	cur.Current = Share{RateMilliPerSec: rate, CapMilli: capMilli, ExpiresNanos: nowNanos + req.TTLNanos}
+	if req.Versioned {
+		cur.Current.Version = 1
+	}
 	// Rule (c): the bucket's starting tokens come out of the pool.
 	start := min(capMilli, l.s.PoolMilli)
 	var burned int64
@@ -547,13 +586,16 @@ func (l *Ledger) Grant(nowNanos int64, req GrantRequest) (Grant, error) {
 	return Grant{
 		LeaseID: cur.ID, RateMilliPerSec: rate, CapMilli: capMilli, StartMilli: start,
 		ExpiresNanos: cur.Current.ExpiresNanos, TTLNanos: req.TTLNanos, BurnedMilli: burned,
+		Version: cur.Current.Version,
 	}, nil
 }
 
 // Renew extends a live lease and re-divides the budget with its fresh
 // demands. A reduced rate or cap keeps the old value held until the old
-// expiry (rule b); a renewal never adds tokens (rule d). The expiry never
-// moves earlier.
+// expiry or its acknowledgement (rule b, dropAcknowledged); a renewal never
+// adds tokens (rule d). The expiry never moves earlier. With Versioned, the
+// new terms get the next version and the answer says whether the key's
+// shares are still converging (Grant.RenewSoon).
 func (l *Ledger) Renew(nowNanos int64, req RenewRequest) (Grant, error) {
 	if err := validateHolder(req.ClientID, req.TTLNanos); err != nil {
 		return Grant{}, err
@@ -594,13 +636,98 @@ func (l *Ledger) Renew(nowNanos int64, req RenewRequest) (Grant, error) {
 		cur.Superseded = append(cur.Superseded, old)
 	}
 	cur.Current = Share{RateMilliPerSec: rate, CapMilli: capMilli, ExpiresNanos: max(old.ExpiresNanos, nowNanos+req.TTLNanos)}
+	if req.Versioned {
+		cur.Current.Version = old.Version + 1
+		// The client may have installed only a version that was granted:
+		// an acknowledgement above the latest one is ignored.
+		if req.AckedVersion <= old.Version {
+			cur.Superseded = dropAcknowledged(cur.Superseded, req.AckedVersion, l.fault)
+		}
+	}
 	cur.Superseded = pruneShares(cur.Superseded, cur.Current, nowNanos)
 	burned := l.capPool()
 	l.repricePool()
 	return Grant{
 		LeaseID: cur.ID, RateMilliPerSec: rate, CapMilli: capMilli,
 		ExpiresNanos: cur.Current.ExpiresNanos, TTLNanos: cur.Current.ExpiresNanos - nowNanos, BurnedMilli: burned,
+		Version: cur.Current.Version, AckSoon: l.holdsSuperseded(i), RenewSoon: l.converging(i),
 	}, nil
+}
+
+// dropAcknowledged drops the superseded versions a renewal acknowledging
+// version acked frees: those strictly older than acked. The client
+// installed version acked (applied its rate and cap to its bucket) before
+// it sent the renewal, so from then on it mints and stores within acked's
+// terms and never again under an older version; the renewal commits after
+// that, so the older versions were held for as long as they were used. The
+// acknowledged version itself stays held (the client uses it until it
+// installs this renewal's answer), and so does every newer one (a delayed
+// renewal carries an old acknowledgement: the client may be using a
+// version granted since). Unversioned (0) terms are never dropped early.
+func dropAcknowledged(ss []Share, acked uint64, fault Fault) []Share {
+	if acked == 0 {
+		return ss
+	}
+	out := ss[:0]
+	for _, s := range ss {
+		drop := s.Version != 0 && s.Version < acked
+		switch fault {
+		case FaultAckDropsAcked:
+			drop = s.Version != 0 && s.Version <= acked // the deliberate bug: the version in use
+		case FaultAckDropsNewer:
+			drop = s.Version != 0 && s.Version != acked // the deliberate bug: versions granted since
+		}
+		if !drop {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// holdsSuperseded reports whether lease i holds a versioned superseded
+// version (after pruning: above its current terms, not expired), which an
+// acknowledgement of its current terms would free (Grant.AckSoon).
+func (l *Ledger) holdsSuperseded(i int) bool {
+	for _, s := range l.s.Leases[i].Superseded {
+		if s.Version != 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// converging reports whether lease i should renew early because the key's
+// shares are still moving around it (Grant.RenewSoon):
+//   - another lease holds a versioned superseded version and lease i gets
+//     less than it asks for: it waits for that share;
+//   - its rate is below its weighted equal split of r (capped by its
+//     demand), a lower bound of its max-min fair share, by more than 1/32:
+//     others hold more than their fair shares until they renew.
+//
+// Neither holds, nor holdsSuperseded, once every lease holds its fair
+// share and has acknowledged it, so a steady state renews at the policy's
+// normal interval.
+func (l *Ledger) converging(i int) bool {
+	cfg := l.s.Config
+	me := &l.s.Leases[i]
+	wantRate := min(me.DemandRateMilliPerSec, cfg.RateMilliPerSec)
+	wantCap := min(me.DemandBurstMilli, cfg.CapacityMilli)
+	short := me.Current.RateMilliPerSec < wantRate || me.Current.CapMilli < wantCap
+	var sumW int64
+	for j := range l.s.Leases {
+		le := &l.s.Leases[j]
+		sumW += max(le.Weight, 1)
+		if j == i || !short {
+			continue
+		}
+		for _, s := range le.Superseded {
+			if s.Version != 0 {
+				return true
+			}
+		}
+	}
+	floor := min(wantRate, MulDiv(cfg.RateMilliPerSec, max(me.Weight, 1), sumW))
+	return me.Current.RateMilliPerSec < floor-floor/32
 }
 
 // ReleaseResult reports what a release returned to the pool.

@@ -12,6 +12,13 @@ package lease
 // real time, and the whole history is checked against B + r·W over every
 // window by internal/quotacheck. An oracle also checks, at each admission,
 // that the coordinator still holds the terms the client admits under.
+//
+// Clients acknowledge, in each renewal, the version of the terms they have
+// installed; renewals may be delayed past the client's timeout (so a later
+// one overtakes them, carrying an older acknowledgement) and duplicated
+// (applied twice). The acknowledgements feature can be off (an older
+// server's rule), and a restore from an older snapshot can strip every
+// version.
 
 import (
 	"errors"
@@ -70,6 +77,7 @@ type simLease struct {
 	id       LeaseID
 	bucket   *TokenBucket // on the client's local clock
 	deadline int64        // local
+	version  uint64       // of the terms installed in bucket
 }
 
 type simClient struct {
@@ -100,6 +108,10 @@ type sim struct {
 	checkInv bool
 	prompt   bool // Expire proposed at NextExpiry
 	saturate bool // every client drains its bucket at every step
+	// versioned is the fsm's acknowledgements feature switch: renewals
+	// and grants are applied with versions and acknowledgements only
+	// while it is on.
+	versioned bool
 
 	// The cluster clock: the current leader's term started at real time
 	// segStart with cluster time segBase, and its clock runs at
@@ -202,7 +214,8 @@ func newSim(t *rapid.T, p simParams, fault Fault) *sim {
 		fault = FaultNone // the ledger is correct; the clock is not
 	}
 	l.injectFault(fault)
-	s := &sim{prompt: rapid.Bool().Draw(t, "prompt"), saturate: rapid.Bool().Draw(t, "saturate"), t: t, p: p, ledger: l, checkInv: fault == FaultNone, clockResumesOwnReading: clockFault}
+	s := &sim{prompt: rapid.Bool().Draw(t, "prompt"), saturate: rapid.Bool().Draw(t, "saturate"), t: t, p: p, ledger: l, checkInv: fault == FaultNone, clockResumesOwnReading: clockFault,
+		versioned: rapid.IntRange(0, 4).Draw(t, "versioned") > 0}
 	for i := range rapid.IntRange(1, 3).Draw(t, "servers") {
 		s.servers = append(s.servers, simServer{skew: rapid.Int64Range(-p.rhoPPM, p.rhoPPM).Draw(t, fmt.Sprintf("leaderSkew%d", i))})
 	}
@@ -278,9 +291,13 @@ func (s *sim) deliver(m *simMsg) {
 		var g Grant
 		var err error
 		if m.kind == msgGrant {
-			g, err = s.ledger.Grant(s.cluster(s.now), m.grant)
+			req := m.grant
+			req.Versioned = s.versioned
+			g, err = s.ledger.Grant(s.cluster(s.now), req)
 		} else {
-			g, err = s.ledger.Renew(s.cluster(s.now), m.renew)
+			req := m.renew
+			req.Versioned = s.versioned
+			g, err = s.ledger.Renew(s.cluster(s.now), req)
 		}
 		s.commit()
 		s.invariants("grant/renew")
@@ -324,7 +341,7 @@ func (s *sim) deliver(m *simMsg) {
 			if err != nil {
 				s.t.Fatalf("client bucket: %v", err)
 			}
-			c.lease = &simLease{id: m.resp.LeaseID, bucket: b, deadline: deadline}
+			c.lease = &simLease{id: m.resp.LeaseID, bucket: b, deadline: deadline, version: m.resp.Version}
 			return
 		}
 		if c.lease == nil || c.lease.id != m.resp.LeaseID {
@@ -345,6 +362,9 @@ func (s *sim) deliver(m *simMsg) {
 		must(s.t, le.bucket.SetRate(local, mint))
 		must(s.t, le.bucket.SetCapacity(local, m.resp.CapMilli))
 		le.deadline = newDeadline
+		// Installed: the bucket mints and stores within these terms from
+		// now on, so later renewals acknowledge them.
+		le.version = m.resp.Version
 	}
 }
 
@@ -389,7 +409,15 @@ func (s *sim) request(ci int) {
 		m.grant = GrantRequest{ClientID: c.id, Incarnation: c.inc, Seq: c.grantSeq, Weight: w, DemandRateMilliPerSec: rate, DemandBurstMilli: burst, TTLNanos: ttl}
 	} else {
 		m.kind = msgRenew
-		m.renew = RenewRequest{ClientID: c.id, Incarnation: c.inc, LeaseID: c.lease.id, Weight: w, DemandRateMilliPerSec: rate, DemandBurstMilli: burst, TTLNanos: ttl}
+		m.renew = RenewRequest{ClientID: c.id, Incarnation: c.inc, LeaseID: c.lease.id, Weight: w, DemandRateMilliPerSec: rate, DemandBurstMilli: burst, TTLNanos: ttl,
+			AckedVersion: c.lease.version}
+		if rapid.IntRange(0, 7).Draw(s.t, "duplicate") == 0 {
+			// The network delivers it twice (the ledger applies both; the
+			// fsm would answer the second from its record, a milder case).
+			dup := *m
+			dup.at = s.now + rapid.Int64Range(0, 2*s.p.timeout).Draw(s.t, "dupDelay")
+			s.send(&dup)
+		}
 	}
 	s.send(m)
 	s.send(&simMsg{at: s.now + s.p.timeout, kind: msgTimeout, cl: ci, inc: c.inc, req: c.reqNo})
@@ -466,6 +494,20 @@ func (s *sim) crash(ci int) {
 	c.grantSeq = 0
 }
 
+// restoreOld replaces the ledger's state by what a snapshot written by a
+// server without versions holds: every version 0, the acknowledgements
+// feature off (until switchOn). Clients keep the versions they installed.
+func (s *sim) restoreOld() {
+	for i := range s.ledger.s.Leases {
+		le := &s.ledger.s.Leases[i]
+		le.Current.Version = 0
+		for j := range le.Superseded {
+			le.Superseded[j].Version = 0
+		}
+	}
+	s.versioned = false
+}
+
 func (s *sim) expire() {
 	if s.inElection(s.now) {
 		return
@@ -498,7 +540,7 @@ func runSim(t *rapid.T, fault Fault) ([]quotacheck.Admission, quotacheck.Bound) 
 		dt := rapid.OneOf(rapid.Just(int64(0)), rapid.Int64Range(0, p.timeout), rapid.Int64Range(0, p.ttl/20), rapid.Int64Range(0, 2*p.ttl)).Draw(t, "dt")
 		s.deliverUntil(s.now + dt)
 		ci := rapid.IntRange(0, p.clients-1).Draw(t, "client")
-		a := rapid.IntRange(0, 16).Draw(t, "action")
+		a := rapid.IntRange(0, 17).Draw(t, "action")
 		switch {
 		case a < 4:
 			s.request(ci)
@@ -518,8 +560,14 @@ func runSim(t *rapid.T, fault Fault) ([]quotacheck.Admission, quotacheck.Bound) 
 			s.expire()
 		case a < 16:
 			s.elect()
-		default:
+		case a < 17:
 			s.idle()
+		default:
+			if rapid.Bool().Draw(t, "restoreOld") {
+				s.restoreOld()
+			} else {
+				s.versioned = true // the leader turns the switch on
+			}
 		}
 	}
 	// Let everything in flight land (after any election), and spend what
@@ -580,6 +628,8 @@ func TestNegativeControls(t *testing.T) {
 		{"start full without debit", FaultStartFullNoDebit},
 		{"forget superseded shares", FaultForgetSuperseded},
 		{"clock resumes from its own reading", faultClockResumeOwnReading},
+		{"acknowledgement drops the acknowledged version", FaultAckDropsAcked},
+		{"acknowledgement drops newer versions", FaultAckDropsNewer},
 	} {
 		t.Run(c.name, func(t *testing.T) { negativeControl(t, c.fault) })
 	}

@@ -25,8 +25,9 @@ echo
 echo "== rationctl loadgen: 4 replicas offer 3× the per-tenant quota for $duration"
 echo "   Each replica admits locally from its lease; together they must stay within B + r·W."
 echo "   The first replica to ask gets the whole budget; the others reach their fair share"
-echo "   about one lease duration (4s) later, when the first one's reduced share is no"
-echo "   longer held (docs/design.md §6, slow convergence of shares)."
+echo "   within about two renew intervals (1s): the first one's renewal acknowledges its"
+echo "   reduced share, which frees the rest at once, and the coordinator asks for early"
+echo "   renewals while shares converge (docs/design.md §3.2, §6)."
 echo
 status=0
 # --keep-leases: exit without releasing, so the leases below are still live.

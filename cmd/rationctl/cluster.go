@@ -53,7 +53,8 @@ var leasesVerb = verb{
 	help: `Lists the live leases (as the leader sees them): policy, key, client and
 incarnation, lease ID, the lease's rate and local cap, the tokens granted
 with it, the rate and cap held (what a renewal reduced stays held until the
-old terms expire), and the time to expiry in cluster time. Then each key's
+client's next renewal acknowledges the new terms, or the old terms expire),
+and the time to expiry in cluster time. Then each key's
 pool: the tokens leased to no one.
 
 Tokens and rates are shown with 3 decimals; --json gives the exact integer
