@@ -33,6 +33,7 @@ func startCluster(t *testing.T, yaml string) *testcluster.Cluster {
 	t.Helper()
 	c := testcluster.New(t, 3, testcluster.WithPolicies(yaml))
 	c.WaitForLeader(t)
+	c.WaitForFeatures(t)
 	return c
 }
 

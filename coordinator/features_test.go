@@ -138,7 +138,7 @@ func TestFeatureSwitchWaitsForEveryVoter(t *testing.T) {
 	c.Restart(2)
 	testcluster.WaitFor(t, testcluster.DefaultWait, func() error {
 		for _, s := range c.Servers() {
-			if s.FSM().Features() != fsm.FeatureAcks {
+			if s.FSM().Features() != fsm.KnownFeatures {
 				return fmt.Errorf("%s: features %#x", s.ID(), s.FSM().Features())
 			}
 		}

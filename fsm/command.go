@@ -40,9 +40,15 @@ const (
 	// Off, acked_version is ignored and terms are unversioned, as on a
 	// server that predates it.
 	FeatureAcks uint64 = 1 << 0
+	// FeatureRetire: a deleted policy's budgets are retired, not dropped,
+	// a re-created one resurrects them and a keying change leaves a floor
+	// (retire.go, docs/design.md §3.5). Off, policies are deleted and
+	// re-created as on a server that predates it (budgets dropped, new
+	// keys fresh), so a rolling upgrade cannot make servers disagree.
+	FeatureRetire uint64 = 1 << 1
 
 	// KnownFeatures is every switch this server can apply.
-	KnownFeatures = FeatureAcks
+	KnownFeatures = FeatureAcks | FeatureRetire
 )
 
 // IgnorableFlag marks a command type that older servers may skip. An

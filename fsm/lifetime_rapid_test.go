@@ -147,6 +147,7 @@ func (m *lifetimeModel) check() *quotacheck.Violation {
 func runLifetime(t *rapid.T, outer testing.TB, f fault) *lifetimeModel {
 	h := &harness{t: outer, f: New(nil)}
 	h.f.st.fault = f
+	h.enableFeatures(FeatureRetire)
 	m := &lifetimeModel{h: h, leases: map[string]*modelLease{}, seqs: map[string]uint64{},
 		regions: map[string]string{"a": "eu", "b": "us", "c": "eu"}}
 	cur := drawParams(t)

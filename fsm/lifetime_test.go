@@ -39,7 +39,7 @@ func withRegion(tn, rg string) *api.Key {
 // its budget back, lease and all: the lease renews, and a newcomer starts
 // with what the pool holds, not a fresh burst.
 func TestDeleteAndReapplyResurrectsLeases(t *testing.T) {
-	h := newHarness(t)
+	h := newRetireHarness(t)
 	h.applyYAML(0, perTenantV1)
 	a := grantOf(t, h.batch(sec, acquire(caller("a", 1, 1), tenant("acme")))) // all 20 tokens
 	if r := h.deletePolicy(2*sec, "per-tenant"); r.Err != nil {
@@ -72,7 +72,7 @@ func TestDeleteAndReapplyResurrectsLeases(t *testing.T) {
 func TestRecreateAfterReleaseStartsNoFuller(t *testing.T) {
 	for _, name := range []string{"release", "expire"} {
 		t.Run(name, func(t *testing.T) {
-			h := newHarness(t)
+			h := newRetireHarness(t)
 			h.applyYAML(0, perTenantV1)
 			a := grantOf(t, h.batch(sec, acquire(caller("a", 1, 1), tenant("acme"))))
 			at := 2 * sec
@@ -99,7 +99,7 @@ func TestRecreateAfterReleaseStartsNoFuller(t *testing.T) {
 // floor the old ledgers left until they would all have refilled, and the
 // floor is then collected.
 func TestRekeyStartsUnderFloor(t *testing.T) {
-	h := newHarness(t)
+	h := newRetireHarness(t)
 	h.applyYAML(0, perTenantV1)
 	a := grantOf(t, h.batch(sec, acquire(caller("a", 1, 1), tenant("acme"))))
 	h.batch(sec, releaseOp(caller("a", 1, 2), tenant("acme"), a.GetLeaseId()))
@@ -132,7 +132,7 @@ func TestReapplyKeepsPoolLevels(t *testing.T) {
 	for _, start := range []string{"full", "empty"} {
 		t.Run(start, func(t *testing.T) {
 			yaml := strings.Replace(perTenantV1, "burst: 20", "burst: 20\n    start: "+start, 1)
-			h := newHarness(t)
+			h := newRetireHarness(t)
 			h.applyYAML(0, yaml)
 			a := grantOf(t, h.batch(sec, acquire(caller("a", 1, 1), tenant("acme"))))
 			h.batch(sec, releaseOp(caller("a", 1, 2), tenant("acme"), a.GetLeaseId())) // pool 0 from here
@@ -151,7 +151,7 @@ func TestReapplyKeepsPoolLevels(t *testing.T) {
 // Retired budgets are collected once they are indistinguishable from
 // fresh ones: at once when idle and full, else when their pools fill.
 func TestRetiredBudgetsCollected(t *testing.T) {
-	h := newHarness(t)
+	h := newRetireHarness(t)
 	h.applyYAML(0, perTenantV1)
 	a := grantOf(t, h.batch(sec, acquire(caller("a", 1, 1), tenant("low"))))
 	h.batch(sec, releaseOp(caller("a", 1, 2), tenant("low"), a.GetLeaseId()))
@@ -178,7 +178,7 @@ func TestRetiredBudgetsCollected(t *testing.T) {
 // Retired budgets and floors are replicated state: they are in snapshots
 // and the state hash, and a restored copy continues identically.
 func TestRetiredSurvivesSnapshot(t *testing.T) {
-	a := newHarness(t)
+	a := newRetireHarness(t)
 	a.applyYAML(0, perTenantV1)
 	g := grantOf(t, a.batch(sec, acquire(caller("a", 1, 1), tenant("acme"))))
 	a.batch(sec, acquire(caller("b", 1, 1), tenant("zeta")))
@@ -221,10 +221,49 @@ func TestRetiredSurvivesSnapshot(t *testing.T) {
 
 // The state machine's second line behind the coordinator's parser.
 func TestApplyRefusesDuplicateNames(t *testing.T) {
-	h := newHarness(t)
+	h := newRetireHarness(t)
 	p := h.f.st.policies["per-tenant"].ToProto()
 	r := h.apply(CmdApplyPolicies, sec, &api.ApplyPoliciesCommand{Policies: []*api.PolicySpec{p, p}})
 	if code(r.Err) != codes.InvalidArgument {
 		t.Fatalf("a command naming a policy twice: %v, want InvalidArgument", r.Err)
+	}
+}
+
+// newRetireHarness is newHarness with budgets retired at delete
+// (FeatureRetire on, as the leader turns it on once every voter has it).
+func newRetireHarness(t testing.TB) *harness {
+	h := newHarness(t)
+	h.enableFeatures(FeatureRetire)
+	return h
+}
+
+// enableFeatures applies the switch entry a leader proposes.
+func (h *harness) enableFeatures(bits uint64) {
+	h.t.Helper()
+	if r := h.apply(CmdSetFeatures, 0, &api.SetFeaturesCommand{Features: bits}); r.Err != nil {
+		h.t.Fatalf("set features: %v", r.Err)
+	}
+}
+
+// With FeatureRetire off (a voter predates it), a delete drops the idle
+// budget and a re-created key starts fresh, exactly as such a server
+// applies the same entries; the switch turns the rule on at one index.
+func TestRetireWaitsForItsSwitch(t *testing.T) {
+	run := func(h *harness) *api.Grant {
+		h.applyYAML(0, perTenantV1)
+		a := grantOf(t, h.batch(sec, acquire(caller("a", 1, 1), tenant("acme"))))
+		h.batch(2*sec, releaseOp(caller("a", 1, 2), tenant("acme"), a.GetLeaseId()))
+		if r := h.deletePolicy(2*sec, "per-tenant"); r.Err != nil {
+			t.Fatal(r.Err)
+		}
+		h.applyYAML(2*sec, perTenantV1)
+		return grantOf(t, h.batch(2*sec, acquire(caller("b", 1, 1), tenant("acme"))))
+	}
+	off, on := newHarness(t), newRetireHarness(t)
+	if g := run(off); g.GetStartMilli() != g.GetCapMilli() {
+		t.Fatalf("switch off: the re-created key started with %d of %d milli-tokens, want fresh (the old rule)", g.GetStartMilli(), g.GetCapMilli())
+	}
+	if g := run(on); g.GetStartMilli() >= g.GetCapMilli() {
+		t.Fatalf("switch on: the re-created key started full (%d milli-tokens) after being drained", g.GetStartMilli())
 	}
 }

@@ -116,7 +116,7 @@ func (s *state) checkChange(p policy.Policy) error {
 		}
 		keys = s.keys[p.Name]
 	} else if r := s.retired[p.Name]; r != nil && r.spec != nil {
-		if sameKeying(*r.spec, p) && s.fault != faultForgetRetired {
+		if sameKeying(*r.spec, p) && !s.forgetRetired() {
 			return nil // resurrected with its leases
 		}
 		keys = r.keys
@@ -143,7 +143,7 @@ func (s *state) install(t int64, p policy.Policy) error {
 		s.foldAll(t, p.Name, s.keys[p.Name])
 		delete(s.keys, p.Name)
 	case r != nil && r.spec != nil:
-		if sameKeying(*r.spec, p) && s.fault != faultForgetRetired {
+		if sameKeying(*r.spec, p) && !s.forgetRetired() {
 			keep = r.keys
 			s.keys[p.Name] = keep
 		} else {
@@ -161,7 +161,7 @@ func (s *state) install(t int64, p policy.Policy) error {
 }
 
 func (s *state) foldAll(t int64, name string, keys map[string]*keyLedger) {
-	if s.fault == faultForgetRetired {
+	if s.forgetRetired() {
 		return // the old rule: the old budgets are forgotten
 	}
 	r := s.retiredOf(name)
@@ -178,7 +178,7 @@ func (s *state) startPool(t int64, p policy.Policy) (pool int64, floored bool) {
 	if p.StartFull {
 		pool = p.BurstMilli
 	}
-	if r := s.retired[p.Name]; r != nil && r.fl.active(t) && s.fault != faultForgetRetired {
+	if r := s.retired[p.Name]; r != nil && r.fl.active(t) && !s.forgetRetired() {
 		if lv := r.fl.levelAt(t); lv < pool {
 			return lv, true
 		}
@@ -194,7 +194,7 @@ func (s *state) retire(t int64, p policy.Policy) {
 	kept := map[string]*keyLedger{}
 	for _, ck := range sortedKeys(keys) {
 		l := keys[ck].ledger
-		if l.LeaseCount() == 0 && (s.fault == faultForgetRetired || fresh(t, l)) {
+		if l.LeaseCount() == 0 && (s.forgetRetired() || fresh(t, l)) {
 			continue
 		}
 		kept[ck] = keys[ck]
@@ -221,7 +221,7 @@ func (s *state) expireRetired(t, through int64, res *Result, active map[string]b
 				}
 				res.Expired += len(gone)
 			}
-			if l.LeaseCount() == 0 && (s.fault == faultForgetRetired || fresh(t, l)) {
+			if l.LeaseCount() == 0 && (s.forgetRetired() || fresh(t, l)) {
 				delete(r.keys, ck)
 				continue
 			}
@@ -244,4 +244,12 @@ func liveLeases(keys map[string]*keyLedger) (n int, until int64) {
 		}
 	}
 	return n, until
+}
+
+// forgetRetired reports whether budgets die with their definitions, as
+// before they were retired: until every voter supports FeatureRetire (a
+// server that predates it applies the old rule), and in the negative
+// control that restores that rule.
+func (s *state) forgetRetired() bool {
+	return s.fault == faultForgetRetired || s.features&FeatureRetire == 0
 }

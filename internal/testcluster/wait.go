@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"github.com/ration-dev/ration/fsm"
 	"slices"
 	"strconv"
 	"testing"
@@ -60,6 +61,22 @@ func (c *Cluster) WaitForLeader(t testing.TB) *coordinator.Server {
 		return c.checkPolicies(leader)
 	})
 	return leader
+}
+
+// WaitForFeatures waits until every live server has applied the feature
+// switches it knows (fsm.KnownFeatures): the leader turns them on once
+// every voter advertises them, shortly after the cluster forms. Tests of
+// a switched rule (acknowledgements, retired budgets) wait for it first.
+func (c *Cluster) WaitForFeatures(t testing.TB) {
+	t.Helper()
+	WaitFor(t, DefaultWait, func() error {
+		for _, s := range c.Servers() {
+			if got := s.FSM().Features(); got != fsm.KnownFeatures {
+				return fmt.Errorf("server %s has feature switches %#x of %#x", s.ID(), got, fsm.KnownFeatures)
+			}
+		}
+		return nil
+	})
 }
 
 func (c *Cluster) checkPolicies(s *coordinator.Server) error {
