@@ -436,6 +436,11 @@ func grantProto(p policy.Policy, ck string, g lease.Grant) *api.Grant {
 		FallbackRateMilliPerSec: p.FallbackRateMilliPerSec,
 		Shadow:                  p.Shadow,
 		CanonicalKey:            ck,
+		// The client maps every key with the same values of these to one
+		// limiter, so that it is one holder of one budget (break 2 of
+		// issue 11; docs/design.md §3.4).
+		KeyAttributes:    append([]string(nil), p.Key...),
+		KeyAttributesSet: true,
 	}
 }
 

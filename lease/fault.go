@@ -15,6 +15,10 @@ const (
 	// of holding it until the old expiry, breaking rule (b): the client may
 	// still be minting at the old rate.
 	FaultForgetSuperseded
+	// FaultForgetReplaced frees a replaced lease's terms at once when a
+	// grant replaces the same holder's live lease, breaking rule (h): a
+	// second user of the holder may still admit from the replaced bucket.
+	FaultForgetReplaced
 )
 
 // injectFault switches a ledger to a broken variant. It is unexported on
