@@ -120,8 +120,9 @@ type terms struct {
 type Limiter struct {
 	c      *Client
 	policy string
-	attrs  map[string]string
-	id     string
+	attrs  map[string]string // the key it was made for (never modified)
+	id     string            // LimiterID(policy, attrs)
+	regID  string            // the ID Client.limiters has it under (Client.mu)
 
 	cur       atomic.Pointer[terms]
 	first     chan struct{} // closed at the first grant (or a refusal)
@@ -150,8 +151,13 @@ type Limiter struct {
 	// evicted is set (under Client.mu, before the loop unpublishes cur)
 	// when the loop evicts the limiter; successor is the live limiter for
 	// the same key that its calls go to since.
-	evicted   atomic.Bool
-	successor atomic.Pointer[Limiter]
+	// An alias (keying.go) is evicted from the start, with its budget's
+	// limiter as successor; successorGen is the Client's keyingGen when
+	// successor was looked up, so a change of the key attributes makes it
+	// look again.
+	evicted      atomic.Bool
+	successor    atomic.Pointer[Limiter]
+	successorGen atomic.Uint64
 
 	// Owned by the background loop.
 	lastBucket   *lease.AtomicBucket // the bucket lastConsumed was read from
@@ -270,11 +276,12 @@ func (l *Limiter) allowN(costMilli int64) Decision {
 // again once that one is evicted in turn, so a held limiter never leads
 // down a chain of evicted ones.
 func (l *Limiter) live() *Limiter {
-	if s := l.successor.Load(); s != nil && !s.evicted.Load() {
+	if s := l.successor.Load(); s != nil && !s.evicted.Load() && l.successorGen.Load() == l.c.keyingGen.Load() {
 		return s
 	}
-	s := l.c.liveLimiter(l.id, l.policy, l.attrs)
+	s, gen := l.c.liveLimiter(l.policy, l.attrs)
 	l.successor.Store(s)
+	l.successorGen.Store(gen)
 	return s
 }
 
