@@ -298,6 +298,8 @@ func (c *Client) poke() {
 
 // AllowAll admits cost on every limiter or on none: it charges the layers
 // in order and, at the first refusal, refunds the layers already charged.
+// Costs outside [0, MaxCost] are refused as AllowN refuses them (a cost of
+// 0 charges nothing).
 // The returned decision is the refusing layer's (or the last layer's).
 // AllowAllLayers also says which layer refused.
 func (c *Client) AllowAll(cost int64, layers ...*Limiter) Decision {
@@ -329,6 +331,30 @@ func (c *Client) AllowAllDetail(cost int64, layers []*Limiter, decisions []Decis
 }
 
 func (c *Client) allowAll(cost int64, layers []*Limiter, decisions []Decision) (Decision, int) {
+	if len(layers) == 0 {
+		return Decision{}, -1
+	}
+	if cost < 0 || cost > MaxCost {
+		// Refused before any arithmetic on it (see AllowN), by the first
+		// layer; a shadow first layer lets a cost above MaxCost on to the
+		// next.
+		d := layers[0].rejectCost(cost)
+		if len(decisions) > 0 {
+			decisions[0] = d
+		}
+		if !d.Allowed {
+			return d, 0
+		}
+		for i, l := range layers[1:] {
+			if d = l.rejectCost(cost); i+1 < len(decisions) {
+				decisions[i+1] = d
+			}
+			if !d.Allowed {
+				return d, i + 1
+			}
+		}
+		return d, -1
+	}
 	costMilli := cost * lease.MilliPerToken
 	var d Decision
 	// Refunds go to exactly the buckets charged: a layer that admitted

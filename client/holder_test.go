@@ -104,3 +104,33 @@ func TestKeysOfOneBudgetShareOneBucket(t *testing.T) {
 		t.Fatalf("the cluster holds leases %v for the client, want one per tenant", perKey)
 	}
 }
+
+// TestCostThatWouldOverflowIsRefused is break 3 of issue 11 through the
+// public client: AllowN(18446744073709552) on a 10-token policy was
+// allowed (the cost times 1000 wraps to 1664 milli-tokens). Costs above
+// any burst are ExceedsCapacity, negative ones InvalidCost, and neither
+// spends a token.
+func TestCostThatWouldOverflowIsRefused(t *testing.T) {
+	c := startCluster(t, holderPolicies)
+	cl := newClient(t, client.Config{Servers: servers(c), ClientID: "costs"})
+	l := cl.Limiter("tenant-still", client.Key{"tenant": "a"})
+	if d := waitLease(t, nil, l); !d.Allowed || d.RemainingMilli != 9_000 {
+		t.Fatalf("first admission: %+v", d)
+	}
+	for _, cost := range []int64{18446744073709552, 18446744073709552 * 2, client.MaxCost + 1, 1 << 62} {
+		if d := l.AllowN(cost); d.Allowed || d.Reason != client.ExceedsCapacity {
+			t.Errorf("AllowN(%d) = %+v, want ExceedsCapacity", cost, d)
+		}
+		if d := cl.AllowAll(cost, l); d.Allowed || d.Reason != client.ExceedsCapacity {
+			t.Errorf("AllowAll(%d) = %+v, want ExceedsCapacity", cost, d)
+		}
+	}
+	for _, cost := range []int64{-1, -18446744073709552} {
+		if d := l.AllowN(cost); d.Allowed || d.Reason != client.InvalidCost {
+			t.Errorf("AllowN(%d) = %+v, want InvalidCost", cost, d)
+		}
+	}
+	if d := l.AllowN(9); !d.Allowed || d.RemainingMilli != 0 {
+		t.Fatalf("the 9 tokens left after the refusals: %+v", d)
+	}
+}
