@@ -147,9 +147,6 @@ type Client struct {
 	// canonicalIDLocked; the full key's LimiterID while the policy's key
 	// attributes are unknown).
 	limiters map[string]*Limiter
-	// aliases holds, by the full key's LimiterID, the limiters that hand
-	// their calls to their budget's limiter (keying.go).
-	aliases map[string]*Limiter
 	// keyings is what the Client learned of each policy's key attributes;
 	// keyingGen counts the changes, so aliases look their budget up again.
 	keyings   map[string]keying
@@ -242,17 +239,14 @@ func (c *Client) Limiter(policy string, key Key) *Limiter {
 		if sameAttrs(l.attrs, key) {
 			return l
 		}
-		full := LimiterID(policy, key)
-		if a, ok := c.aliases[full]; ok {
-			return a
-		}
-		// Another key of the same budget: an alias of its limiter.
-		a := &Limiter{c: c, policy: policy, attrs: copyKey(key), id: full, first: make(chan struct{}), activeAt: c.clock.Precise()}
+		// Another key of the same budget: a new alias of its limiter. The
+		// Client keeps no aliases (nothing to evict however many keys an
+		// Identity makes); keep the one returned, as for any limiter.
+		a := &Limiter{c: c, policy: policy, attrs: copyKey(key), id: LimiterID(policy, key), first: make(chan struct{}), activeAt: c.clock.Precise()}
 		a.firstOnce.Do(func() { close(a.first) })
 		a.successor.Store(l)
 		a.successorGen.Store(c.keyingGen.Load())
 		a.evicted.Store(true)
-		c.setAliasLocked(a)
 		return a
 	}
 	return c.addLimiterLocked(id, policy, copyKey(key))

@@ -22,8 +22,10 @@ import (
 //     budget ever both ask.
 //   - Once it knows them, Client.Limiter returns, for a key whose
 //     canonical key already has a limiter, that limiter if the key is the
-//     one it was made for, or else an alias: a *Limiter of its own that
-//     hands every call to the limiter of its budget. A limiter made before
+//     one it was made for, or else a new alias: a *Limiter of its own that
+//     hands every call to the limiter of its budget (the Client does not
+//     keep aliases, so keys with ever new extra attributes cost nothing
+//     once their callers drop them). A limiter made before
 //     the attributes were known, which turns out to share a budget with
 //     another, becomes such an alias too (its lease, if it had one, is
 //     released).
@@ -174,7 +176,6 @@ func (c *Client) learnKeying(l *Limiter, g *api.Grant) {
 			x.successorGen.Store(gen)
 			x.evicted.Store(true)
 			c.foldCountsLocked(x, false)
-			c.setAliasLocked(x)
 			merged = append(merged, x)
 			continue
 		}
@@ -194,24 +195,4 @@ func (c *Client) learnKeying(l *Limiter, g *api.Grant) {
 		c.log.Warn("release of merged limiters failed", "keys", len(merged), "err", err)
 	}
 	c.log.Debug("limiters merged into their budgets' limiters", "policy", l.policy, "keys", len(merged))
-}
-
-// setAliasLocked registers a as the alias for its own key, so that
-// Client.Limiter returns it again for that key. c.mu must be held.
-func (c *Client) setAliasLocked(a *Limiter) {
-	if c.aliases == nil {
-		c.aliases = map[string]*Limiter{}
-	}
-	c.aliases[a.id] = a
-}
-
-// dropAliasesLocked forgets the aliases of the evicted limiter l (their
-// held handles keep working: they look their budget up again). c.mu must
-// be held.
-func (c *Client) dropAliasesLocked(l *Limiter) {
-	for id, a := range c.aliases {
-		if a.successor.Load() == l {
-			delete(c.aliases, id)
-		}
-	}
 }

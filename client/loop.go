@@ -397,7 +397,6 @@ func (c *Client) evictIdle(now int64) {
 	c.mu.Lock()
 	for _, l := range idle {
 		delete(c.limiters, l.regID)
-		c.dropAliasesLocked(l)
 		// Before cur is unpublished: a caller that misses the fast path
 		// because cur is nil then sees evicted and goes to a live limiter.
 		l.evicted.Store(true)
