@@ -12,7 +12,7 @@ import (
 // TestCostsOutOfRange is break 3 of issue 11 on the admission entry
 // points: a cost is refused before any arithmetic on it, so none wraps
 // into an admission (AllowN(18446744073709552) on a 10-token lease was
-// allowed: ×1000 wraps to 1664 milli-tokens), and refused costs leave the
+// allowed: ×1000 wraps to 384 milli-tokens), and refused costs leave the
 // bucket and the demand accounting alone.
 func TestCostsOutOfRange(t *testing.T) {
 	c := offlineClient(t)

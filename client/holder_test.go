@@ -107,7 +107,7 @@ func TestKeysOfOneBudgetShareOneBucket(t *testing.T) {
 
 // TestCostThatWouldOverflowIsRefused is break 3 of issue 11 through the
 // public client: AllowN(18446744073709552) on a 10-token policy was
-// allowed (the cost times 1000 wraps to 1664 milli-tokens). Costs above
+// allowed (the cost times 1000 wraps to 384 milli-tokens). Costs above
 // any burst are ExceedsCapacity, negative ones InvalidCost, and neither
 // spends a token.
 func TestCostThatWouldOverflowIsRefused(t *testing.T) {

@@ -274,7 +274,7 @@ func (s *state) liveLeases(name string) (n int, until int64) {
 	for _, kl := range s.keys[name] {
 		for _, le := range kl.ledger.Leases() {
 			n++
-			until = max(until, le.Current.ExpiresNanos)
+			until = max(until, le.HoldUntil()) // replaced leases' terms included
 		}
 	}
 	return n, until

@@ -153,8 +153,10 @@ func (l *Lease) replacedAt(nowNanos int64) (rate, capMilli int64) {
 	return rate, capMilli
 }
 
-// holdUntil is the cluster time until which the lease holds anything: its
+// HoldUntil is the cluster time until which the lease holds anything: its
 // current expiry, or a replaced lease's if later. Expire removes it then.
+func (l *Lease) HoldUntil() int64 { return l.holdUntil() }
+
 func (l *Lease) holdUntil() int64 {
 	until := l.Current.ExpiresNanos
 	for _, s := range l.Replaced {
