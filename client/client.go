@@ -22,7 +22,17 @@ import (
 	"google.golang.org/grpc/status"
 )
 
-// Key is a budget's key attributes: only the policy's key attributes count.
+// Key is a budget's key: attribute names and values. Only the policy's key
+// attributes count: keys with the same values of those name one budget,
+// whatever else they hold, and the Client keeps one limiter, one lease and
+// one bucket for it. Client.Limiter returns, for every key of a budget,
+// limiters that admit from that one bucket (the limiter of the budget, or
+// an alias handing its calls to it). The Client learns which attributes
+// count from the cluster's first grant for the policy; until then it
+// acquires one key of the policy at a time, and a limiter made before then
+// that turns out to share its budget with another becomes an alias of it.
+// After a policy update that changes the key attributes, every limiter
+// admits from the budget its own key names under the new ones.
 type Key map[string]string
 
 // Config configures a Client.
@@ -140,9 +150,16 @@ type Client struct {
 	conns []*grpc.ClientConn
 	next  atomic.Int64 // index of the server to try first
 
-	mu       sync.Mutex
+	mu sync.Mutex
+	// limiters holds one limiter per budget, by canonical ID (see
+	// canonicalIDLocked; the full key's LimiterID while the policy's key
+	// attributes are unknown).
 	limiters map[string]*Limiter
-	seq      uint64
+	// keyings is what the Client learned of each policy's key attributes;
+	// keyingGen counts the changes, so aliases look their budget up again.
+	keyings   map[string]keying
+	keyingGen atomic.Uint64
+	seq       uint64
 	// evicted keeps, per policy, the counts of the limiters evicted so far
 	// (their decisions, and how many), so that metrics counters never go
 	// backwards when a limiter is forgotten.
@@ -187,8 +204,10 @@ func (c *Client) closeConns() {
 
 // LimiterID is an unambiguous name for a policy and key: every part is
 // length-prefixed and attributes are sorted by name, so no value can be
-// mistaken for a separator. Client.Limiter keys its limiters by it, and the
-// middlewares key their caches by it.
+// mistaken for a separator. Client.Limiter keys its limiters by it (by the
+// canonical key's, once the policy's key attributes are known), and the
+// middlewares key their caches by it (by the full key's: keys of one
+// budget are then several entries for limiters that share one bucket).
 func LimiterID(policy string, key Key) string {
 	var names [4]string
 	ns := names[:0]
@@ -217,35 +236,56 @@ func LimiterID(policy string, key Key) string {
 // A limiter nothing is offered on for Config.IdleTimeout is evicted; a
 // later call returns a new one, and an evicted one still held keeps
 // working by handing its calls to the new one.
+//
+// Keys that differ only in attributes the policy does not key on share one
+// budget, and their limiters one bucket (see Key).
 func (c *Client) Limiter(policy string, key Key) *Limiter {
-	id := LimiterID(policy, key)
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	id := c.canonicalIDLocked(policy, key)
 	if l, ok := c.limiters[id]; ok {
-		return l
+		if sameAttrs(l.attrs, key) {
+			return l
+		}
+		// Another key of the same budget: a new alias of its limiter. The
+		// Client keeps no aliases (nothing to evict however many keys an
+		// Identity makes); keep the one returned, as for any limiter.
+		a := &Limiter{c: c, policy: policy, attrs: copyKey(key), id: LimiterID(policy, key), first: make(chan struct{}), activeAt: c.clock.Precise()}
+		a.firstOnce.Do(func() { close(a.first) })
+		a.successor.Store(l)
+		a.successorGen.Store(c.keyingGen.Load())
+		a.evicted.Store(true)
+		return a
 	}
+	return c.addLimiterLocked(id, policy, copyKey(key))
+}
+
+func copyKey(key map[string]string) map[string]string {
 	attrs := make(map[string]string, len(key))
 	for k, v := range key {
 		attrs[k] = v
 	}
-	return c.addLimiterLocked(id, policy, attrs)
+	return attrs
 }
 
-// liveLimiter returns the registered limiter for id, registering a new one
-// (which shares attrs: they are never modified) if there is none.
-func (c *Client) liveLimiter(id, policy string, attrs map[string]string) *Limiter {
+// liveLimiter returns the registered limiter of the budget attrs names,
+// registering a new one (which shares attrs: they are never modified) if
+// there is none, and the keying generation it was looked up in.
+func (c *Client) liveLimiter(policy string, attrs map[string]string) (*Limiter, uint64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	gen := c.keyingGen.Load()
+	id := c.canonicalIDLocked(policy, attrs)
 	if l, ok := c.limiters[id]; ok {
-		return l
+		return l, gen
 	}
-	return c.addLimiterLocked(id, policy, attrs)
+	return c.addLimiterLocked(id, policy, attrs), gen
 }
 
-// addLimiterLocked registers a new limiter and wakes the loop to acquire
-// its first lease. c.mu must be held.
+// addLimiterLocked registers a new limiter under id and wakes the loop to
+// acquire its first lease. c.mu must be held.
 func (c *Client) addLimiterLocked(id, policy string, attrs map[string]string) *Limiter {
-	l := &Limiter{c: c, policy: policy, attrs: attrs, id: id, first: make(chan struct{}), activeAt: c.clock.Precise()}
+	l := &Limiter{c: c, policy: policy, attrs: attrs, id: LimiterID(policy, attrs), regID: id, first: make(chan struct{}), activeAt: c.clock.Precise()}
 	c.limiters[id] = l
 	c.poke()
 	return l
@@ -260,6 +300,8 @@ func (c *Client) poke() {
 
 // AllowAll admits cost on every limiter or on none: it charges the layers
 // in order and, at the first refusal, refunds the layers already charged.
+// Costs outside [0, MaxCost] are refused as AllowN refuses them (a cost of
+// 0 charges nothing).
 // The returned decision is the refusing layer's (or the last layer's).
 // AllowAllLayers also says which layer refused.
 func (c *Client) AllowAll(cost int64, layers ...*Limiter) Decision {
@@ -291,6 +333,30 @@ func (c *Client) AllowAllDetail(cost int64, layers []*Limiter, decisions []Decis
 }
 
 func (c *Client) allowAll(cost int64, layers []*Limiter, decisions []Decision) (Decision, int) {
+	if len(layers) == 0 {
+		return Decision{}, -1
+	}
+	if cost < 0 || cost > MaxCost {
+		// Refused before any arithmetic on it (see AllowN), by the first
+		// layer; a shadow first layer lets a cost above MaxCost on to the
+		// next.
+		d := layers[0].rejectCost(cost)
+		if len(decisions) > 0 {
+			decisions[0] = d
+		}
+		if !d.Allowed {
+			return d, 0
+		}
+		for i, l := range layers[1:] {
+			if d = l.rejectCost(cost); i+1 < len(decisions) {
+				decisions[i+1] = d
+			}
+			if !d.Allowed {
+				return d, i + 1
+			}
+		}
+		return d, -1
+	}
 	costMilli := cost * lease.MilliPerToken
 	var d Decision
 	// Refunds go to exactly the buckets charged: a layer that admitted

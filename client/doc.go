@@ -52,6 +52,12 @@
 // there is none, waiting up to FirstLeaseWait for a lease like any new
 // key), and so do its later calls.
 //
+// One limiter per budget: the cluster keys a budget by the policy's key
+// attributes only, so keys that differ in other attributes share one
+// limiter, one lease and one bucket here (see Key; docs/design.md §3.4
+// rule 7). Costs are checked before any arithmetic on them: above MaxCost
+// is ExceedsCapacity, negative is InvalidCost, 0 spends nothing.
+//
 // A new process is a new incarnation (Config.Incarnation defaults to the
 // start time in nanoseconds): the cluster releases the previous
 // incarnation's leases as soon as this one speaks.

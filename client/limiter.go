@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -32,9 +33,22 @@ const (
 	// FallbackAllowed: the cluster is unreachable and the policy is
 	// fail-open; admitted by the local fallback limit.
 	FallbackAllowed
+	// InvalidCost: the cost is negative, a caller's bug; nothing is
+	// charged and RetryAfter is lease.RetryNever (WaitN returns
+	// ErrInvalidCost). A shadow policy refuses it too: it is not a quota
+	// decision.
+	InvalidCost
 
-	numReasons = int(FallbackAllowed) + 1
+	numReasons = int(InvalidCost) + 1
 )
+
+// MaxCost is the largest cost any policy can admit, in tokens: the largest
+// burst (lease.MaxCapacityMilli). A larger cost is ExceedsCapacity on every
+// key, decided before any arithmetic on it, so no cost can overflow.
+const MaxCost = lease.MaxCapacityMilli / lease.MilliPerToken
+
+// ErrInvalidCost is returned by WaitN for a negative cost.
+var ErrInvalidCost = errors.New("ration: cost must not be negative")
 
 func (r Reason) String() string {
 	switch r {
@@ -52,6 +66,8 @@ func (r Reason) String() string {
 		return "shadow-denied"
 	case FallbackAllowed:
 		return "fallback-allowed"
+	case InvalidCost:
+		return "invalid-cost"
 	}
 	return fmt.Sprintf("reason(%d)", uint8(r))
 }
@@ -125,8 +141,9 @@ type terms struct {
 type Limiter struct {
 	c      *Client
 	policy string
-	attrs  map[string]string
-	id     string
+	attrs  map[string]string // the key it was made for (never modified)
+	id     string            // LimiterID(policy, attrs)
+	regID  string            // the ID Client.limiters has it under (Client.mu)
 
 	cur       atomic.Pointer[terms]
 	first     chan struct{} // closed at the first grant (or a refusal)
@@ -155,8 +172,13 @@ type Limiter struct {
 	// evicted is set (under Client.mu, before the loop unpublishes cur)
 	// when the loop evicts the limiter; successor is the live limiter for
 	// the same key that its calls go to since.
-	evicted   atomic.Bool
-	successor atomic.Pointer[Limiter]
+	// An alias (keying.go) is evicted from the start, with its budget's
+	// limiter as successor; successorGen is the Client's keyingGen when
+	// successor was looked up, so a change of the key attributes makes it
+	// look again.
+	evicted      atomic.Bool
+	successor    atomic.Pointer[Limiter]
+	successorGen atomic.Uint64
 
 	// Owned by the background loop.
 	lastBucket   *lease.AtomicBucket // the bucket lastConsumed was read from
@@ -217,14 +239,23 @@ func (l *Limiter) Allow() bool {
 // cost tokens may be spent now. The common case is one atomic clock read
 // and one lock-free bucket operation: no RPC, no allocation, no mutex.
 //
+// Costs: a cost above MaxCost (more than any policy's burst) is
+// ExceedsCapacity with lease.RetryNever, a negative one InvalidCost, both
+// without touching the lease or the demand it reports. A cost of 0 spends
+// nothing and is decided like any other on the lease's state: Allowed
+// while a lease (or a fail-open fallback) is usable, NoLease or
+// Unavailable otherwise, so it probes the lease without spending.
+//
 // The fast path makes no call: a live lease, away from its deadline (the
 // coarse clock below the precomputed guard band), tokens in the bucket with
 // no refill due, nothing to count. A refill (at most once per coarse-clock
 // tick), a refusal and anything near the deadline go through allowN, which
 // decides exactly as the full path always has.
 func (l *Limiter) AllowN(cost int64) Decision {
-	costMilli := cost * lease.MilliPerToken
-	if t := l.cur.Load(); t != nil {
+	// One compare keeps costs outside [1, MaxCost] (0, negative, too large)
+	// off the fast path, before the cost is multiplied.
+	if t := l.cur.Load(); t != nil && uint64(cost-1) < uint64(MaxCost) {
+		costMilli := cost * lease.MilliPerToken
 		c := l.c
 		if now := c.clock.Now(); now < t.guardFrom && !c.closed.Load() {
 			if rem, ok := t.bucket.TryTakeN(now, costMilli); ok {
@@ -237,7 +268,32 @@ func (l *Limiter) AllowN(cost int64) Decision {
 			}
 		}
 	}
-	return l.allowN(costMilli)
+	return l.allowCost(cost)
+}
+
+// allowCost is AllowN past its fast path: a cost outside [0, MaxCost] is
+// refused before any arithmetic on it; the others are decided by allowN.
+func (l *Limiter) allowCost(cost int64) Decision {
+	if cost < 0 || cost > MaxCost {
+		return l.rejectCost(cost)
+	}
+	return l.allowN(cost * lease.MilliPerToken)
+}
+
+// rejectCost decides a cost outside [0, MaxCost]: InvalidCost if negative,
+// ExceedsCapacity if too large (ShadowDenied on a shadow policy), counted
+// like any decision but neither charged nor reported as demand.
+func (l *Limiter) rejectCost(cost int64) Decision {
+	if l.evicted.Load() && l.cur.Load() == nil {
+		return l.live().rejectCost(cost)
+	}
+	d := Decision{Verdict: Verdict{Reason: ExceedsCapacity}, RetryAfter: lease.RetryNever}
+	if cost < 0 {
+		d.Reason = InvalidCost
+	} else if t := l.cur.Load(); t != nil && t.shadow {
+		d.Allowed, d.Shadow, d.Reason, d.RetryAfter = true, true, ShadowDenied, 0
+	}
+	return l.count(d)
 }
 
 // countAdmitted counts an admission from the lease's bucket for metrics:
@@ -253,7 +309,8 @@ func (l *Limiter) countAdmitted(t *terms, rem int64) {
 }
 
 // allowN is AllowN past its first try: the fast path again, now with a
-// refill (TakeN), then the full decision.
+// refill (TakeN), then the full decision. costMilli is in [0,
+// lease.MaxCapacityMilli] (allowCost checked the cost).
 func (l *Limiter) allowN(costMilli int64) Decision {
 	if t := l.cur.Load(); t != nil {
 		if now := l.c.clock.Now(); now < t.guardFrom && !l.c.closed.Load() {
@@ -275,11 +332,12 @@ func (l *Limiter) allowN(costMilli int64) Decision {
 // again once that one is evicted in turn, so a held limiter never leads
 // down a chain of evicted ones.
 func (l *Limiter) live() *Limiter {
-	if s := l.successor.Load(); s != nil && !s.evicted.Load() {
+	if s := l.successor.Load(); s != nil && !s.evicted.Load() && l.successorGen.Load() == l.c.keyingGen.Load() {
 		return s
 	}
-	s := l.c.liveLimiter(l.id, l.policy, l.attrs)
+	s, gen := l.c.liveLimiter(l.policy, l.attrs)
 	l.successor.Store(s)
+	l.successorGen.Store(gen)
 	return s
 }
 
@@ -303,7 +361,7 @@ func (l *Limiter) allow(costMilli int64, waitFirst bool) (Decision, *lease.Atomi
 			return l.live().allow(costMilli, waitFirst)
 		}
 		if t == nil {
-			l.unmet.Add(costMilli)
+			addSat(&l.unmet, costMilli)
 			return l.count(Decision{Verdict: Verdict{Reason: NoLease}, RetryAfter: l.c.cfg.FirstLeaseWait}), nil
 		}
 	}
@@ -313,15 +371,23 @@ func (l *Limiter) allow(costMilli int64, waitFirst bool) (Decision, *lease.Atomi
 		now = l.c.clock.Precise()
 	}
 	if now >= t.deadline || l.c.closed.Load() {
-		l.unmet.Add(costMilli)
+		addSat(&l.unmet, costMilli)
 		d, charged := l.unusable(t, costMilli)
 		return l.count(d), charged
+	}
+	if costMilli == 0 {
+		// Spends nothing: allowed while the lease is usable.
+		out := Decision{Verdict: Verdict{Allowed: true, Reason: Allowed}, RemainingMilli: t.bucket.LevelMilli(now)}
+		if l.c.countAllowed.Load() {
+			l.decisions[Allowed].Add(1)
+		}
+		return out, nil
 	}
 	// The slow path (AllowN has already tried the fast one): the full
 	// decision, with reason and retry-after.
 	d := t.bucket.AllowN(now, costMilli)
 	if !d.Allowed {
-		l.unmet.Add(costMilli)
+		addSat(&l.unmet, costMilli)
 		if d.Reason == lease.ReasonExceedsCapacity && costMilli > l.maxRefused.Load() {
 			l.maxRefused.Store(costMilli)
 		}
@@ -375,6 +441,9 @@ func (l *Limiter) count(d Decision) Decision {
 // unusable decides when the lease has run out: fail-open admits from the
 // local fallback limit, fail-closed denies as Unavailable.
 func (l *Limiter) unusable(t *terms, costMilli int64) (Decision, *lease.AtomicBucket) {
+	if t.fallback != nil && !l.c.closed.Load() && costMilli == 0 {
+		return Decision{Verdict: Verdict{Allowed: true, Reason: FallbackAllowed}, RemainingMilli: t.fallback.LevelMilli(l.c.clock.Precise())}, nil
+	}
 	if t.fallback != nil && !l.c.closed.Load() {
 		// The precise clock, not the coarse one: this path is cold, and a
 		// lagging reading taken while the fallback bucket is full would
@@ -409,8 +478,13 @@ func (l *Limiter) awaitFirst(d time.Duration) {
 // WaitN blocks until cost tokens are admitted, but only if the wait the
 // lease predicts fits ctx's deadline; otherwise it fails at once with
 // ErrWouldExceedDeadline. At most Config.MaxWaiters callers wait per
-// limiter.
+// limiter. A negative cost fails at once with ErrInvalidCost; a cost no
+// wait can admit (ExceedsCapacity, e.g. above MaxCost) fails at once too;
+// a cost of 0 waits only for a usable lease.
 func (l *Limiter) WaitN(ctx context.Context, cost int64) error {
+	if cost < 0 {
+		return fmt.Errorf("%w: %d on %s", ErrInvalidCost, cost, l.id)
+	}
 	if n := l.waiters.Add(1); n > int64(l.c.cfg.MaxWaiters) {
 		l.waiters.Add(-1)
 		return ErrTooManyWaiters
@@ -434,6 +508,22 @@ func (l *Limiter) WaitN(ctx context.Context, cost int64) error {
 			tm.Stop()
 			return ctx.Err()
 		case <-tm.C:
+		}
+	}
+}
+
+// addSat adds v (>= 0) to a, saturating at math.MaxInt64 instead of
+// wrapping: a burst of refused costs up to MaxCost each must not turn the
+// offered demand negative.
+func addSat(a *atomic.Int64, v int64) {
+	for {
+		old := a.Load()
+		n := old + v
+		if n < old {
+			n = math.MaxInt64
+		}
+		if a.CompareAndSwap(old, n) {
+			return
 		}
 	}
 }

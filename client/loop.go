@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"slices"
 	"time"
 
 	"github.com/ration-dev/ration/api"
@@ -80,11 +81,25 @@ func (c *Client) round() time.Duration {
 			}
 		}
 	}
-	for len(acquire) > 0 {
-		n := min(len(acquire), 1024)
-		c.acquire(acquire[:n])
-		acquire = acquire[n:]
+	// Two passes: a policy whose key attributes are unknown sends one key
+	// in the first (keying.go); its grant teaches them, and the keys held
+	// back go in the second, canonicalised. Any still held back wait for
+	// the next round.
+	for pass := 0; pass < 2 && len(acquire) > 0; pass++ {
+		var now []*Limiter
+		now, acquire = c.acquireable(acquire)
+		for len(now) > 0 {
+			n := min(len(now), 1024)
+			c.acquire(now[:n])
+			now = now[n:]
+		}
 	}
+	if len(acquire) > 0 {
+		wakeAt = min(wakeAt, c.clock.Precise()+int64(c.cfg.RenewRetryMin))
+	}
+	// An acquire's grant may have merged a limiter due for renewal into its
+	// budget's limiter (keying.go): it has no lease to renew any more.
+	renew = slices.DeleteFunc(renew, func(l *Limiter) bool { return l.cur.Load() == nil })
 	for len(renew) > 0 {
 		n := min(len(renew), 1024)
 		c.renew(renew[:n])
@@ -166,6 +181,11 @@ func (c *Client) acquire(ls []*Limiter) {
 	}
 	for i, kl := range resp.GetLeases() {
 		l := ls[i]
+		if l.evicted.Load() {
+			// Merged into its budget's limiter by an earlier grant of this
+			// answer: the lease stays unused, held until it expires.
+			continue
+		}
 		if e := kl.GetError(); e != nil {
 			c.rpcStats.fail(opAcquire, errorFrom(e))
 			c.backoffKey(l, errorFrom(e))
@@ -221,6 +241,7 @@ func (l *Limiter) install(tSend int64, g *api.Grant) {
 	l.cur.Store(t)
 	l.firstOnce.Do(func() { close(l.first) })
 	l.c.notifyGrant(l, g, false, deadline-now)
+	l.c.learnKeying(l, g)
 }
 
 // minRenewAfter is the shortest renewal interval the client accepts from
@@ -337,6 +358,7 @@ func (l *Limiter) applyRenewal(tSend int64, old *terms, g *api.Grant) {
 	l.fails = 0
 	if l.cur.CompareAndSwap(old, &nt) {
 		l.c.notifyGrant(l, g, true, newDeadline-now)
+		l.c.learnKeying(l, g)
 	}
 }
 
@@ -391,7 +413,7 @@ func (c *Client) evictIdle(now int64) {
 	}
 	c.mu.Lock()
 	for _, l := range idle {
-		delete(c.limiters, l.id)
+		delete(c.limiters, l.regID)
 		// Before cur is unpublished: a caller that misses the fast path
 		// because cur is nil then sees evicted and goes to a live limiter.
 		l.evicted.Store(true)

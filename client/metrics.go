@@ -29,7 +29,7 @@ import (
 //	decisions_total{policy,reason}           counter: decisions, by Reason
 //	shadow_denials_total{policy}             counter: decisions a shadow policy would have denied
 //	near_limit_decisions_total{policy}       counter: admissions that left the local bucket below 10% of its cap
-//	limiters{policy}                         gauge: live limiters (keys the Client tracks)
+//	limiters{policy}                         gauge: live limiters (budgets the Client tracks; aliases not counted)
 //	limiter_evictions_total{policy}          counter: limiters evicted as idle (Config.IdleTimeout)
 //	leases{policy}                           gauge: keys holding a usable lease
 //	lease_rate_tokens_per_second{policy}     gauge: sum of the leases' rate shares
@@ -140,7 +140,12 @@ func (pc *policyCounts) add(l *Limiter) {
 
 // foldEvictedLocked keeps an evicted limiter's counts, so the counters a
 // Collector reports do not go back when it is forgotten. c.mu must be held.
-func (c *Client) foldEvictedLocked(l *Limiter) {
+func (c *Client) foldEvictedLocked(l *Limiter) { c.foldCountsLocked(l, true) }
+
+// foldCountsLocked keeps a limiter's counts as foldEvictedLocked does,
+// counting an eviction only if evicted (not for one merged into its
+// budget's limiter). c.mu must be held.
+func (c *Client) foldCountsLocked(l *Limiter, evicted bool) {
 	if c.evictedCounts == nil {
 		c.evictedCounts = map[string]*policyCounts{}
 	}
@@ -150,7 +155,9 @@ func (c *Client) foldEvictedLocked(l *Limiter) {
 		c.evictedCounts[l.policy] = pc
 	}
 	pc.add(l)
-	pc.evictions++
+	if evicted {
+		pc.evictions++
+	}
 }
 
 // snapshotWithEvicted is snapshot plus a copy of the evicted limiters'

@@ -78,6 +78,7 @@ func TestCollectorCounts(t *testing.T) {
 ration_client_decisions_total{policy="reads",reason="allowed"} 1
 ration_client_decisions_total{policy="reads",reason="exceeds-capacity"} 0
 ration_client_decisions_total{policy="reads",reason="fallback-allowed"} 0
+ration_client_decisions_total{policy="reads",reason="invalid-cost"} 0
 ration_client_decisions_total{policy="reads",reason="limited"} 0
 ration_client_decisions_total{policy="reads",reason="no-lease"} 0
 ration_client_decisions_total{policy="reads",reason="shadow-denied"} 1
@@ -85,6 +86,7 @@ ration_client_decisions_total{policy="reads",reason="unavailable"} 0
 ration_client_decisions_total{policy="writes",reason="allowed"} 10
 ration_client_decisions_total{policy="writes",reason="exceeds-capacity"} 1
 ration_client_decisions_total{policy="writes",reason="fallback-allowed"} 0
+ration_client_decisions_total{policy="writes",reason="invalid-cost"} 0
 ration_client_decisions_total{policy="writes",reason="limited"} 1
 ration_client_decisions_total{policy="writes",reason="no-lease"} 1
 ration_client_decisions_total{policy="writes",reason="shadow-denied"} 0

@@ -271,6 +271,7 @@ func (s *state) deletePolicy(t int64, name string) (*Result, error) {
 	return &Result{}, nil
 }
 
+
 // sortedKeys returns m's keys in order, for deterministic iteration.
 func sortedKeys[V any](m map[string]V) []string { return slices.Sorted(maps.Keys(m)) }
 
@@ -484,7 +485,26 @@ func grantProto(p policy.Policy, ck string, g lease.Grant, speed renewSpeed) *ap
 		FallbackRateMilliPerSec: p.FallbackRateMilliPerSec,
 		Shadow:                  p.Shadow,
 		CanonicalKey:            ck,
+		// The client maps every key with the same values of these to one
+		// limiter, so that it is one holder of one budget (break 2 of
+		// issue 11; docs/design.md §3.4).
+		KeyAttributes:    append([]string(nil), p.Key...),
+		KeyAttributesSet: true,
 	}
+}
+
+// checkDemand bounds a key's reported demand (INVALID_ARGUMENT outside):
+// rates and bursts must not be negative (any larger value means "as much
+// as is fair" and is capped by the budget), and the largest cost must fit
+// in [0, lease.MaxCapacityMilli], as the client's costs do.
+func checkDemand(d *api.Demand) error {
+	if d.GetRateMilliPerSec() < 0 || d.GetBurstMilli() < 0 {
+		return fmt.Errorf("%w: demands must not be negative (rate %d, burst %d milli-tokens)", rpcerr.ErrInvalid, d.GetRateMilliPerSec(), d.GetBurstMilli())
+	}
+	if m := d.GetMaxCostMilli(); m < 0 || m > lease.MaxCapacityMilli {
+		return fmt.Errorf("%w: demand max_cost_milli %d is outside [0, %d]", rpcerr.ErrInvalid, m, lease.MaxCapacityMilli)
+	}
+	return nil
 }
 
 func checkKeys(n int) error {
@@ -516,8 +536,8 @@ func (s *state) acquire(t int64, req *api.AcquireRequest) (*api.LeaseResponse, e
 func (s *state) acquireKey(t int64, c *api.Caller, k *api.AcquireKey, seen map[string]bool) *api.KeyLease {
 	// Check what the ledger would refuse before resolve creates a key, so a
 	// bad request cannot use up max_keys.
-	if d := k.GetDemand(); d.GetRateMilliPerSec() < 0 || d.GetBurstMilli() < 0 {
-		return &api.KeyLease{Error: keyError(fmt.Errorf("%w: demands must not be negative", rpcerr.ErrInvalid))}
+	if err := checkDemand(k.GetDemand()); err != nil {
+		return &api.KeyLease{Error: keyError(err)}
 	}
 	// (resolve itself checks the policy and key before it creates a key.)
 	p, ck, kl, err := s.resolve(t, k.GetKey(), true)
@@ -576,6 +596,9 @@ func (s *state) renew(t int64, req *api.RenewRequest) (*api.LeaseResponse, error
 }
 
 func (s *state) renewKey(t int64, c *api.Caller, k *api.RenewKey) *api.KeyLease {
+	if err := checkDemand(k.GetDemand()); err != nil {
+		return &api.KeyLease{Error: keyError(err)}
+	}
 	p, ck, kl, err := s.resolve(t, k.GetKey(), false)
 	if err != nil {
 		return &api.KeyLease{Error: keyError(err)}

@@ -234,13 +234,13 @@ func (s *state) expireRetired(t, through int64, res *Result, active map[string]b
 	return nil
 }
 
-// liveLeases counts the leases of a set of ledgers and the latest expiry
-// among them.
+// liveLeases counts the leases of a set of ledgers and the latest time
+// any of them holds terms (replaced leases' terms included).
 func liveLeases(keys map[string]*keyLedger) (n int, until int64) {
 	for _, kl := range keys {
 		for _, le := range kl.ledger.Leases() {
 			n++
-			until = max(until, le.Current.ExpiresNanos)
+			until = max(until, le.HoldUntil())
 		}
 	}
 	return n, until

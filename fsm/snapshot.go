@@ -173,6 +173,9 @@ func exportLedger(pn, ck string, st lease.LedgerState) *api.LedgerSnapshot {
 		for _, sh := range le.Superseded {
 			ls.Superseded = append(ls.Superseded, exportShare(sh))
 		}
+		for _, sh := range le.Replaced {
+			ls.Replaced = append(ls.Replaced, exportShare(sh))
+		}
 		out.Leases = append(out.Leases, ls)
 	}
 	return out
@@ -201,6 +204,9 @@ func importLedger(ls *api.LedgerSnapshot) (*lease.Ledger, error) {
 		}
 		for _, sh := range l.GetSuperseded() {
 			le.Superseded = append(le.Superseded, importShare(sh))
+		}
+		for _, sh := range l.GetReplaced() {
+			le.Replaced = append(le.Replaced, importShare(sh))
 		}
 		st.Leases = append(st.Leases, le)
 	}

@@ -24,6 +24,10 @@ const (
 	// old acknowledgement frees terms granted since, which the client may
 	// have installed.
 	FaultAckDropsNewer
+	// FaultForgetReplaced frees a replaced lease's terms at once when a
+	// grant replaces the same holder's live lease, breaking rule (h): a
+	// second user of the holder may still admit from the replaced bucket.
+	FaultForgetReplaced
 )
 
 // injectFault switches a ledger to a broken variant. It is unexported on

@@ -108,17 +108,38 @@ type Lease struct {
 	// reduction yet (rule b), or until a renewal acknowledging a newer
 	// version commits. Ordered by expiry; never longer than a few.
 	Superseded []Share
+	// Replaced holds the held terms of this holder's earlier leases that a
+	// grant replaced while they were live (rule h): each entry is one
+	// replaced lease's held rate and cap (the maximum over its versions)
+	// until its expiry. They are counted in full, summed with each other
+	// and with this lease's own terms, because a replaced bucket may still
+	// be in use beside the new one (two users of one holder). At most
+	// MaxReplaced entries; older ones are merged (summed, later expiry).
+	Replaced []Share
 }
+
+// MaxReplaced bounds Lease.Replaced: a further replacement merges the two
+// oldest entries into one (rates and caps summed, the later expiry), which
+// holds at least as much for at least as long.
+const MaxReplaced = 4
 
 // HeldAt returns the rate and cap the ledger counts as in use by this lease
 // at cluster time now (see heldAt).
 func (l *Lease) HeldAt(nowNanos int64) (rate, capMilli int64) { return l.heldAt(nowNanos) }
 
 // heldAt returns the rate and cap the ledger must treat as in use by this
-// lease at time now: the maximum over the current terms and every superseded
-// version not yet expired. A client uses one version at a time, so the max,
-// not the sum, bounds what it can mint and store.
+// lease at time now: its own terms (ownHeldAt) plus its replaced leases'
+// (replacedAt).
 func (l *Lease) heldAt(nowNanos int64) (rate, capMilli int64) {
+	rate, capMilli = l.ownHeldAt(nowNanos)
+	rr, rc := l.replacedAt(nowNanos)
+	return satAdd(rate, rr), satAdd(capMilli, rc)
+}
+
+// ownHeldAt is the maximum over the current terms and every superseded
+// version not yet expired. A client uses one version at a time, so the max,
+// not the sum, bounds what it can mint and store from this lease.
+func (l *Lease) ownHeldAt(nowNanos int64) (rate, capMilli int64) {
 	rate, capMilli = l.Current.RateMilliPerSec, l.Current.CapMilli
 	for _, s := range l.Superseded {
 		if s.ExpiresNanos > nowNanos {
@@ -126,7 +147,30 @@ func (l *Lease) heldAt(nowNanos int64) (rate, capMilli int64) {
 			capMilli = max(capMilli, s.CapMilli)
 		}
 	}
+	return max(rate, 0), max(capMilli, 0)
+}
+
+// replacedAt sums the replaced leases' terms not yet expired (rule h).
+func (l *Lease) replacedAt(nowNanos int64) (rate, capMilli int64) {
+	for _, s := range l.Replaced {
+		if s.ExpiresNanos > nowNanos {
+			rate = satAdd(rate, max(s.RateMilliPerSec, 0))
+			capMilli = satAdd(capMilli, max(s.CapMilli, 0))
+		}
+	}
 	return rate, capMilli
+}
+
+// HoldUntil is the cluster time until which the lease holds anything: its
+// current expiry, or a replaced lease's if later. Expire removes it then.
+func (l *Lease) HoldUntil() int64 { return l.holdUntil() }
+
+func (l *Lease) holdUntil() int64 {
+	until := l.Current.ExpiresNanos
+	for _, s := range l.Replaced {
+		until = max(until, s.ExpiresNanos)
+	}
+	return until
 }
 
 // LedgerStats counts token flows since the ledger was created. They make
@@ -173,6 +217,9 @@ type LedgerState struct {
 //	(e) A release credits back at most min(unspent, b_i) and frees r_i, b_i.
 //	(f) An expiry frees r_i and b_i and returns no tokens.
 //	(g) The pool mints at r - Σ held r_i up to B - Σ held b_i.
+//	(h) A grant that replaces the same holder's live lease keeps the
+//	    replaced lease's held terms held until its expiry, summed with the
+//	    new lease's (a second user of the holder may still use them).
 type Ledger struct {
 	s     LedgerState
 	fault Fault
@@ -216,6 +263,7 @@ func cloneState(s LedgerState) LedgerState {
 	for i, le := range s.Leases {
 		out.Leases[i] = le
 		out.Leases[i].Superseded = append([]Share(nil), le.Superseded...)
+		out.Leases[i].Replaced = append([]Share(nil), le.Replaced...)
 	}
 	return out
 }
@@ -257,13 +305,14 @@ func (l *Ledger) PoolFullAt() int64 {
 	return max(l.s.NowNanos, satAdd(l.s.PoolNanos, wait))
 }
 
-// NextExpiry returns the earliest current expiry among live leases: the
+// NextExpiry returns the earliest time a live lease can be removed (its
+// current expiry, or a later one of its replaced leases' terms): the
 // cluster time at which the leader should propose Expire.
 func (l *Ledger) NextExpiry() (int64, bool) {
 	var next int64
 	found := false
 	for i := range l.s.Leases {
-		e := l.s.Leases[i].Current.ExpiresNanos
+		e := l.s.Leases[i].holdUntil()
 		if !found || e < next {
 			next, found = e, true
 		}
@@ -271,9 +320,14 @@ func (l *Ledger) NextExpiry() (int64, bool) {
 	return next, found
 }
 
+// heldExcept sums the held terms of every lease except lease skip's own
+// (its current and superseded versions); skip's replaced leases' terms are
+// counted, since terms(skip) must fit beside them. skip -1 counts all.
 func (l *Ledger) heldExcept(skip int, nowNanos int64) (rate, capMilli int64) {
 	for i := range l.s.Leases {
 		if i == skip {
+			r, c := l.s.Leases[i].replacedAt(nowNanos)
+			rate, capMilli = satAdd(rate, r), satAdd(capMilli, c)
 			continue
 		}
 		r, c := l.s.Leases[i].heldAt(nowNanos)
@@ -305,9 +359,11 @@ func (l *Ledger) advance(nowNanos int64) error {
 	}
 	var breaks []int64
 	for i := range l.s.Leases {
-		for _, s := range l.s.Leases[i].Superseded {
-			if s.ExpiresNanos > l.s.NowNanos && s.ExpiresNanos <= nowNanos {
-				breaks = append(breaks, s.ExpiresNanos)
+		for _, ss := range [][]Share{l.s.Leases[i].Superseded, l.s.Leases[i].Replaced} {
+			for _, s := range ss {
+				if s.ExpiresNanos > l.s.NowNanos && s.ExpiresNanos <= nowNanos {
+					breaks = append(breaks, s.ExpiresNanos)
+				}
 			}
 		}
 	}
@@ -321,8 +377,46 @@ func (l *Ledger) advance(nowNanos int64) error {
 	}
 	for i := range l.s.Leases {
 		l.s.Leases[i].Superseded = pruneShares(l.s.Leases[i].Superseded, l.s.Leases[i].Current, nowNanos)
+		l.s.Leases[i].Replaced = pruneExpired(l.s.Leases[i].Replaced, nowNanos)
 	}
 	return nil
+}
+
+// pruneExpired drops the replaced terms that have expired. (Unlike
+// superseded versions, none is ever dominated: they are summed.)
+func pruneExpired(ss []Share, nowNanos int64) []Share {
+	out := ss[:0]
+	for _, s := range ss {
+		if s.ExpiresNanos > nowNanos {
+			out = append(out, s)
+		}
+	}
+	if len(out) == 0 {
+		return nil
+	}
+	return out
+}
+
+// replacedTerms is what a grant replacing old at now keeps held (rule h):
+// old's live replaced entries, plus old's own held terms until its expiry
+// if it is still live. Over MaxReplaced entries, the oldest two merge.
+func replacedTerms(old *Lease, nowNanos int64) []Share {
+	out := append([]Share(nil), pruneExpired(append([]Share(nil), old.Replaced...), nowNanos)...)
+	if old.Current.ExpiresNanos > nowNanos {
+		if r, c := old.ownHeldAt(nowNanos); r > 0 || c > 0 {
+			out = append(out, Share{RateMilliPerSec: r, CapMilli: c, ExpiresNanos: old.Current.ExpiresNanos})
+		}
+	}
+	for len(out) > MaxReplaced {
+		a, b := out[0], out[1]
+		merged := Share{RateMilliPerSec: satAdd(a.RateMilliPerSec, b.RateMilliPerSec), CapMilli: satAdd(a.CapMilli, b.CapMilli),
+			ExpiresNanos: max(a.ExpiresNanos, b.ExpiresNanos)}
+		out = append([]Share{merged}, out[2:]...)
+	}
+	if len(out) == 0 {
+		return nil
+	}
+	return out
 }
 
 func (l *Ledger) mintTo(t, rate, capMilli int64) {
@@ -517,10 +611,13 @@ func (l *Ledger) terms(i int) (rate, capMilli int64, err error) {
 
 // Grant creates a lease for (ClientID, Incarnation) at cluster time now.
 //
-// If that holder already has a lease, the new grant replaces it and the old
-// one is freed without credit: a client asks for a grant only when it holds
-// no usable lease (its previous one ran out locally, or the grant's response
-// was lost), so the old lease's tokens are not in use.
+// If that holder already has a lease, the new grant replaces it, without
+// credit, and keeps the replaced lease's held terms held until its expiry
+// (rule h, in Lease.Replaced), counted in full beside the new lease's. A
+// well-behaved client asks for a grant only when it holds no usable lease
+// on the key, but a process with two users of one holder (two limiters
+// the client did not know share a budget) may still admit from the
+// replaced bucket: holding its terms keeps the bound even then.
 func (l *Ledger) Grant(nowNanos int64, req GrantRequest) (Grant, error) {
 	if err := validateHolder(req.ClientID, req.TTLNanos); err != nil {
 		return Grant{}, err
@@ -548,6 +645,9 @@ func (l *Ledger) Grant(nowNanos int64, req GrantRequest) (Grant, error) {
 	var replaced Lease
 	if exists {
 		replaced = l.s.Leases[i]
+		if l.fault != FaultForgetReplaced {
+			le.Replaced = replacedTerms(&replaced, nowNanos)
+		}
 		l.s.Leases[i] = le
 	} else {
 		l.s.Leases = append(l.s.Leases, Lease{})
@@ -582,6 +682,9 @@ func (l *Ledger) Grant(nowNanos int64, req GrantRequest) (Grant, error) {
 		burned = l.capPool()
 	}
 	cur.StartMilli = start
+	if exists {
+		l.markOvercommit(l.s.Config)
+	}
 	l.repricePool()
 	return Grant{
 		LeaseID: cur.ID, RateMilliPerSec: rate, CapMilli: capMilli, StartMilli: start,
@@ -755,7 +858,23 @@ func (l *Ledger) Release(nowNanos int64, req ReleaseRequest) (ReleaseResult, err
 		return ReleaseResult{}, err
 	}
 	credit := min(req.UnspentMilli, l.s.Leases[i].Current.CapMilli)
-	l.s.Leases = append(l.s.Leases[:i], l.s.Leases[i+1:]...)
+	if le := &l.s.Leases[i]; len(le.Replaced) > 0 && l.fault != FaultForgetReplaced {
+		// Rule (h) outlives the release: the replaced buckets may still be
+		// in use. The lease stays as a placeholder holding only them, under
+		// a fresh ID nobody holds (so it cannot be renewed or released),
+		// until Expire removes it at their expiry.
+		le.ID = l.s.NextID
+		l.s.NextID++
+		until := int64(0)
+		for _, r := range le.Replaced {
+			until = max(until, r.ExpiresNanos)
+		}
+		le.Current = Share{ExpiresNanos: until}
+		le.Superseded = nil
+		le.DemandRateMilliPerSec, le.DemandBurstMilli, le.StartMilli = 0, 0, 0
+	} else {
+		l.s.Leases = append(l.s.Leases[:i], l.s.Leases[i+1:]...)
+	}
 	l.s.PoolMilli += credit
 	l.s.Stats.CreditedMilli += credit
 	// The pool's capacity grew by at least the freed cap, so this burns
@@ -780,7 +899,9 @@ func (l *Ledger) ExpireThrough(nowNanos, throughNanos int64) ([]LeaseID, error) 
 		return nil, err
 	}
 	throughNanos = min(throughNanos, nowNanos)
-	return l.removeLeases(func(le *Lease) bool { return le.Current.ExpiresNanos <= throughNanos }), nil
+	// A lease whose replaced leases' terms outlive its own (the lease
+	// duration shrank) stays, holding them, until they expire too.
+	return l.removeLeases(func(le *Lease) bool { return le.holdUntil() <= throughNanos }), nil
 }
 
 // removeLeases frees, without credit, every lease gone says to, keeping
@@ -812,11 +933,27 @@ func (l *Ledger) overcommitted() bool {
 		return true
 	}
 	for i := range s.Leases {
-		if s.Leases[i].Current.ExpiresNanos <= s.OvercommitUntilNanos {
+		if s.Leases[i].holdUntil() <= s.OvercommitUntilNanos {
 			return true
 		}
 	}
 	return false
+}
+
+// markOvercommit records, when the leases hold more than cfg's budget,
+// that rule (a) holds only against the budget they were granted under
+// until the last of them has expired (OvercommitUntilNanos). Reconfigure
+// lowers the budget under held terms; a grant can carry a replaced
+// lease's terms held past a reduction that was waiting for their expiry
+// (replacedTerms keeps the largest version until the latest expiry).
+func (l *Ledger) markOvercommit(cfg LedgerConfig) {
+	hr, hc := l.heldExcept(-1, l.s.NowNanos)
+	if hr <= cfg.RateMilliPerSec && hc <= cfg.CapacityMilli {
+		return
+	}
+	for i := range l.s.Leases {
+		l.s.OvercommitUntilNanos = max(l.s.OvercommitUntilNanos, l.s.Leases[i].holdUntil())
+	}
 }
 
 // Reconfigure changes the budget at cluster time now (a policy update).
@@ -833,12 +970,7 @@ func (l *Ledger) Reconfigure(nowNanos int64, cfg LedgerConfig) error {
 	if err := l.advance(nowNanos); err != nil {
 		return err
 	}
-	hr, hc := l.heldExcept(-1, nowNanos)
-	if hr > cfg.RateMilliPerSec || hc > cfg.CapacityMilli {
-		for i := range l.s.Leases {
-			l.s.OvercommitUntilNanos = max(l.s.OvercommitUntilNanos, l.s.Leases[i].Current.ExpiresNanos)
-		}
-	}
+	l.markOvercommit(cfg)
 	l.s.Config = cfg
 	l.capPool()
 	l.repricePool()
@@ -894,10 +1026,13 @@ func (l *Ledger) checkLeases() error {
 		if le.ID == 0 || le.ID >= s.NextID {
 			return fmt.Errorf("lease %d has an ID outside [1, %d)", le.ID, s.NextID)
 		}
-		for _, sh := range append([]Share{le.Current}, le.Superseded...) {
+		for _, sh := range append(append([]Share{le.Current}, le.Superseded...), le.Replaced...) {
 			if sh.RateMilliPerSec < 0 || sh.RateMilliPerSec > MaxRateMilliPerSec || sh.CapMilli < 0 || sh.CapMilli > MaxCapacityMilli {
 				return fmt.Errorf("lease %d has terms outside the supported ranges: %+v", le.ID, sh)
 			}
+		}
+		if len(le.Replaced) > MaxReplaced {
+			return fmt.Errorf("lease %d holds %d replaced leases' terms, more than %d", le.ID, len(le.Replaced), MaxReplaced)
 		}
 		for _, sh := range le.Superseded {
 			if sh.ExpiresNanos > le.Current.ExpiresNanos {

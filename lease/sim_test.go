@@ -41,6 +41,11 @@ type simParams struct {
 	rhoPPM         int64
 	timeout        int64 // client request timeout, ns
 	clients        int
+	// careless: clients 0 and 1 are two users of one holder (one client
+	// ID and incarnation, one seq counter), as two limiters of one process
+	// that do not know they share a budget: both admit, and each acquires
+	// when its own lease is gone, replacing the other's (rule h).
+	careless bool
 }
 
 type msgKind uint8
@@ -90,6 +95,8 @@ type simClient struct {
 	pending   uint64 // outstanding request number, 0 if none
 	sendLocal int64  // local send time of the outstanding request
 	lease     *simLease
+	// twin is the other user of the same holder (careless), or nil.
+	twin *simClient
 }
 
 func (c *simClient) local(ref int64) int64 {
@@ -106,6 +113,7 @@ type sim struct {
 	seq      int
 	history  []quotacheck.Admission
 	checkInv bool
+	noOracle bool // only quotacheck judges (a negative control's variant)
 	prompt   bool // Expire proposed at NextExpiry
 	saturate bool // every client drains its bucket at every step
 	// versioned is the fsm's acknowledgements feature switch: renewals
@@ -227,6 +235,12 @@ func newSim(t *rapid.T, p simParams, fault Fault) *sim {
 			skewPPM: rapid.Int64Range(-p.rhoPPM, p.rhoPPM).Draw(t, fmt.Sprintf("skew%d", i)),
 			offset:  rapid.Int64Range(0, 1e12).Draw(t, fmt.Sprintf("offset%d", i)),
 		})
+	}
+	if p.careless && p.clients >= 2 {
+		// One process: one holder, one clock.
+		a, b := s.clients[0], s.clients[1]
+		b.id, b.skewPPM, b.offset = a.id, a.skewPPM, a.offset
+		a.twin, b.twin = b, a
 	}
 	return s
 }
@@ -404,6 +418,11 @@ func (s *sim) request(ci int) {
 	m := &simMsg{at: s.now + d1, cl: ci, inc: c.inc, req: c.reqNo, respDelay: d2, respLost: lost}
 	if c.lease == nil || c.local(s.now) >= c.lease.deadline {
 		c.lease = nil
+		if c.twin != nil {
+			// The users of one holder share its seq counter.
+			c.grantSeq = max(c.grantSeq, c.twin.grantSeq)
+			c.twin.grantSeq = c.grantSeq + 1
+		}
 		c.grantSeq++
 		m.kind = msgGrant
 		m.grant = GrantRequest{ClientID: c.id, Incarnation: c.inc, Seq: c.grantSeq, Weight: w, DemandRateMilliPerSec: rate, DemandBurstMilli: burst, TTLNanos: ttl}
@@ -450,9 +469,18 @@ func (s *sim) spend(ci int, greedy bool) {
 	}
 	d, err := c.lease.bucket.Admit(at, cost)
 	must(s.t, err)
-	if d.Allowed {
+	if d.Allowed && !s.noOracle {
 		// Oracle: the terms the client admits under must be live and held now.
 		i, ok := s.ledger.find(c.id, c.inc)
+		if ok && c.twin != nil && s.ledger.s.Leases[i].ID != c.lease.id {
+			// The other user's grant replaced this lease: its terms must
+			// still be held, in full, among the replaced ones (rule h).
+			if !s.heldAsReplaced(&s.ledger.s.Leases[i], c.lease.bucket.cfg) {
+				s.t.Fatalf("quota bound broken (oracle): %s admits from replaced lease %d whose terms are no longer held", c.id, c.lease.id)
+			}
+			s.history = append(s.history, quotacheck.Admission{AtNanos: s.now, CostMilli: cost, Who: c.id})
+			return
+		}
 		if !ok || s.ledger.s.Leases[i].ID != c.lease.id {
 			s.t.Fatalf("quota bound broken (oracle): %s admits from lease %d the coordinator no longer has", c.id, c.lease.id)
 		}
@@ -468,6 +496,18 @@ func (s *sim) spend(ci int, greedy bool) {
 	if d.Allowed {
 		s.history = append(s.history, quotacheck.Admission{AtNanos: s.now, CostMilli: cost, Who: c.id})
 	}
+}
+
+// heldAsReplaced reports whether le holds, among its replaced leases'
+// terms, one live entry covering a bucket of configuration bc.
+func (s *sim) heldAsReplaced(le *Lease, bc BucketConfig) bool {
+	now := s.cluster(s.now)
+	for _, r := range le.Replaced {
+		if r.ExpiresNanos > now && r.CapMilli >= bc.CapacityMilli && r.RateMilliPerSec >= bc.RateMilliPerSec {
+			return true
+		}
+	}
+	return false
 }
 
 func (s *sim) release(ci int) {
@@ -492,6 +532,10 @@ func (s *sim) crash(ci int) {
 	c.lease = nil
 	c.pending = 0
 	c.grantSeq = 0
+	if t := c.twin; t != nil {
+		// One process: both users restart with it.
+		t.inc, t.lease, t.pending, t.grantSeq = c.inc, nil, 0, 0
+	}
 }
 
 // restoreOld replaces the ledger's state by what a snapshot written by a
@@ -528,13 +572,20 @@ func drawParams(t *rapid.T) simParams {
 		rhoPPM:    rapid.OneOf(rapid.SampledFrom([]int64{0, 100, 1000, 50_000, MaxDriftPPM}), rapid.Int64Range(0, MaxDriftPPM)).Draw(t, "rho"),
 		timeout:   rapid.Int64Range(1e6, 5e8).Draw(t, "timeout"),
 		clients:   rapid.IntRange(1, 4).Draw(t, "clients"),
+		careless:  rapid.Bool().Draw(t, "careless"),
 	}
 }
 
 // runSim plays one generated history and returns it with its bound.
 func runSim(t *rapid.T, fault Fault) ([]quotacheck.Admission, quotacheck.Bound) {
+	return runSimOracle(t, fault, true)
+}
+
+// runSimOracle is runSim, with the oracle on or off.
+func runSimOracle(t *rapid.T, fault Fault, oracle bool) ([]quotacheck.Admission, quotacheck.Bound) {
 	p := drawParams(t)
 	s := newSim(t, p, fault)
+	s.noOracle = !oracle
 	steps := rapid.IntRange(50, 400).Draw(t, "steps")
 	for i := 0; i < steps; i++ {
 		dt := rapid.OneOf(rapid.Just(int64(0)), rapid.Int64Range(0, p.timeout), rapid.Int64Range(0, p.ttl/20), rapid.Int64Range(0, 2*p.ttl)).Draw(t, "dt")
@@ -622,16 +673,20 @@ func (r *failureRecorder) Log(...any)                {}
 // broken ledger must be caught by the very same property.
 func TestNegativeControls(t *testing.T) {
 	for _, c := range []struct {
-		name  string
-		fault Fault
+		name     string
+		fault    Fault
+		noOracle bool
 	}{
-		{"start full without debit", FaultStartFullNoDebit},
-		{"forget superseded shares", FaultForgetSuperseded},
-		{"clock resumes from its own reading", faultClockResumeOwnReading},
-		{"acknowledgement drops the acknowledged version", FaultAckDropsAcked},
-		{"acknowledgement drops newer versions", FaultAckDropsNewer},
+		{"start full without debit", FaultStartFullNoDebit, false},
+		{"forget superseded shares", FaultForgetSuperseded, false},
+		{"clock resumes from its own reading", faultClockResumeOwnReading, false},
+		{"acknowledgement drops the acknowledged version", FaultAckDropsAcked, false},
+		{"acknowledgement drops newer versions", FaultAckDropsNewer, false},
+		{"forget replaced leases", FaultForgetReplaced, false},
+		// The window check alone catches it too, not only the oracle.
+		{"forget replaced leases (bound only)", FaultForgetReplaced, true},
 	} {
-		t.Run(c.name, func(t *testing.T) { negativeControl(t, c.fault) })
+		t.Run(c.name, func(t *testing.T) { negativeControl(t, c.fault, !c.noOracle) })
 	}
 }
 
@@ -651,7 +706,7 @@ func withRapidFlags(t *testing.T, set map[string]string) {
 	}
 }
 
-func negativeControl(t *testing.T, fault Fault) {
+func negativeControl(t *testing.T, fault Fault, oracle bool) {
 	// A failure is the expected outcome here: keep rapid from saving it as
 	// a fail file that later runs would replay, search far harder than the
 	// default (the rarest fault needs ~800 histories on average, and the
@@ -662,7 +717,7 @@ func negativeControl(t *testing.T, fault Fault) {
 	go func() {
 		defer close(done)
 		rapid.Check(rec, func(t *rapid.T) {
-			h, b := runSim(t, fault)
+			h, b := runSimOracle(t, fault, oracle)
 			if v := quotacheck.Check(h, b); v != nil {
 				t.Fatalf("%v", v)
 			}

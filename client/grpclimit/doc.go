@@ -37,8 +37,10 @@
 // fail-closed policy without a usable lease) answer UNAVAILABLE with
 // RetryInfo. client/retry's interceptor honours RetryInfo.
 //
-// A call costs Config.Cost (default 1); a cost <= 0 is free and not
-// checked. The first call on a new key may wait up to the client's
+// A call costs Config.Cost (default 1); a cost of 0 is free and not
+// checked, a negative cost (a pricing bug) fails the call with INTERNAL,
+// and a cost above every policy's burst is RESOURCE_EXHAUSTED without
+// RetryInfo. The first call on a new key may wait up to the client's
 // FirstLeaseWait for its first lease. The Interceptor keeps every
 // (policy, key) limiter it has used, as the Client does.
 //

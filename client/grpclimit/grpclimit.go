@@ -9,6 +9,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/ration-dev/ration/client"
 )
@@ -41,8 +43,11 @@ func StaticKey(k client.Key) KeyFunc {
 	return func(context.Context, string, string) client.Key { return k }
 }
 
-// CostFunc is what a call costs, in tokens. A cost <= 0 makes the call
-// free: it is not checked.
+// CostFunc is what a call costs, in tokens. A cost of 0 makes the call
+// free: it is not checked. A negative cost (a pricing bug) fails the call
+// with INTERNAL, never lets it through free; a cost above every policy's
+// burst (above client.MaxCost at most) is RESOURCE_EXHAUSTED without
+// RetryInfo.
 type CostFunc func(ctx context.Context, fullMethod string) int64
 
 // ConstCost makes every call cost n.
@@ -98,8 +103,8 @@ type Config struct {
 	Principal func(ctx context.Context) string
 	// MessageCost, if set, prices each message a stream receives; it is
 	// charged (under the same layers) after the message arrives, and a
-	// refusal fails that RecvMsg with the refusal's status. A cost <= 0
-	// is free. Without it a stream is checked once, at its start.
+	// refusal fails that RecvMsg with the refusal's status. A cost of 0
+	// is free; a negative one fails the RecvMsg with INTERNAL. Without it a stream is checked once, at its start.
 	MessageCost func(ctx context.Context, fullMethod string, msg any) int64
 	// MethodLabel maps a full method name to the metrics' method label
 	// (default: the name itself). Set it if the server has an
@@ -221,7 +226,10 @@ func (s *meteredStream) RecvMsg(m any) error {
 // check charges cost under every layer that applies, and returns the
 // refusal's status error, or nil.
 func (g *Interceptor) check(ctx context.Context, fullMethod string, cost int64) error {
-	if cost <= 0 {
+	if cost < 0 {
+		return status.Errorf(codes.Internal, "rate limiter: the cost function priced %s at %d; a cost must not be negative", fullMethod, cost)
+	}
+	if cost == 0 {
 		return nil
 	}
 	principal := g.cfg.Principal(ctx)

@@ -90,8 +90,8 @@ func startRation(t *testing.T, cfg client.Config) (*testcluster.Cluster, *client
 }
 
 // warm waits until the client holds a lease on (policy, tenant), without
-// spending a token (a cost of 0 is refused without charging once a lease
-// is held: ExceedsCapacity; NoLease before).
+// spending a token (a cost of 0 spends nothing: Allowed once a lease is
+// held, NoLease before).
 func warm(t *testing.T, cl *client.Client, policy, tenant string) *client.Limiter {
 	t.Helper()
 	lim := cl.Limiter(policy, client.Key{"tenant": tenant})

@@ -77,8 +77,10 @@ type Config struct {
 	// (default 65536).
 	MaxCachedLimiters int
 	// OnError writes the response when a key cannot be made (Identity,
-	// Layer.Key or InFlightKey failed). Default: 500 with a problem+json
-	// body of type ProblemKeyUnavailable, the error itself not disclosed.
+	// Layer.Key or InFlightKey failed) or Cost returned a negative cost
+	// (err wraps ErrInvalidCost). Default: 500 with a problem+json body of
+	// type ProblemKeyUnavailable (ProblemCostInvalid for a cost), the error
+	// itself not disclosed.
 	OnError func(w http.ResponseWriter, r *http.Request, err error)
 }
 
@@ -127,7 +129,12 @@ func New(cfg Config) (*Middleware, error) {
 		cfg.MaxCachedLimiters = 65536
 	}
 	if cfg.OnError == nil {
-		cfg.OnError = func(w http.ResponseWriter, _ *http.Request, _ error) {
+		cfg.OnError = func(w http.ResponseWriter, _ *http.Request, err error) {
+			if errors.Is(err, ErrInvalidCost) {
+				writeProblem(w, http.StatusInternalServerError, problem{Type: ProblemCostInvalid, Title: "Rate limit cost invalid",
+					Detail: "The server could not price this request."})
+				return
+			}
 			writeProblem(w, http.StatusInternalServerError, problem{Type: ProblemKeyUnavailable, Title: "Rate limit key unavailable",
 				Detail: "The server could not tell whose quota this request is charged to."})
 		}
@@ -168,6 +175,12 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	}
 	route := m.cfg.Route(r)
 	cost := m.cfg.Cost(r, route)
+	if cost < 0 {
+		// A cost function's bug (Content-Length -1 of a request of unknown
+		// length, say): refused, never admitted free.
+		m.cfg.OnError(w, r, fmt.Errorf("%w: the cost function priced %s %s (route %q) at %d", ErrInvalidCost, r.Method, r.URL.Path, route, cost))
+		return
+	}
 	key, err := m.cfg.Identity(r)
 	if err != nil {
 		m.cfg.OnError(w, r, err)

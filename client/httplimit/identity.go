@@ -184,8 +184,16 @@ func Global() func(*http.Request, Identity) (client.Key, error) {
 }
 
 // Cost says what a request costs, in the policies' tokens, given its route
-// pattern. A cost below 1 admits the request without charging anything.
+// pattern. A cost of 0 admits the request without charging anything. A
+// negative cost is refused through Config.OnError (ErrInvalidCost; by
+// default 500, ProblemCostInvalid), never admitted free; a cost above
+// every policy's burst (above client.MaxCost at most) is a 429 without
+// Retry-After, like any cost a layer's burst cannot hold.
 type CostFunc func(r *http.Request, route string) int64
+
+// ErrInvalidCost is the error Config.OnError gets when Config.Cost priced
+// a request below 0.
+var ErrInvalidCost = errors.New("httplimit: negative request cost")
 
 // Cost is a constant cost.
 func Cost(n int64) CostFunc {

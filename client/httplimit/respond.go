@@ -28,6 +28,9 @@ const (
 	ProblemConcurrencyExceeded = "https://ration.dev/problems/concurrency-exceeded"
 	// ProblemKeyUnavailable (500): the default OnError's.
 	ProblemKeyUnavailable = "https://ration.dev/problems/rate-limit-key-unavailable"
+	// ProblemCostInvalid (500): the default OnError's when Config.Cost
+	// priced a request below 0.
+	ProblemCostInvalid = "https://ration.dev/problems/rate-limit-cost-invalid"
 )
 
 // problem is an RFC 9457 problem details object.
