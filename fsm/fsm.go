@@ -271,7 +271,6 @@ func (s *state) deletePolicy(t int64, name string) (*Result, error) {
 	return &Result{}, nil
 }
 
-
 // sortedKeys returns m's keys in order, for deterministic iteration.
 func sortedKeys[V any](m map[string]V) []string { return slices.Sorted(maps.Keys(m)) }
 
