@@ -15,6 +15,14 @@ const (
 	// of holding it until the old expiry, breaking rule (b): the client may
 	// still be minting at the old rate.
 	FaultForgetSuperseded
+	// FaultSliverShares divides the budget by plain fair shares, with no
+	// floor and no leftover: many replicas get caps below every cost, and an
+	// idle lease's cap shrinks below a returning request. It breaks no bound,
+	// only utilization, which the share simulations must catch.
+	FaultSliverShares
+	// FaultFloorOverHeld raises a cap to the lease's floor even where the
+	// others' held caps leave no room for it, breaking rule (a).
+	FaultFloorOverHeld
 )
 
 // injectFault switches a ledger to a broken variant. It is unexported on

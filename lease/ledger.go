@@ -91,6 +91,11 @@ type Lease struct {
 	// Demands last reported by the client, used for fair division.
 	DemandRateMilliPerSec int64
 	DemandBurstMilli      int64
+	// DemandMaxCostMilli is the largest single cost the client reported
+	// being asked to admit recently (0: unknown). Fair division keeps the
+	// lease's cap at least this, or at zero, never a sliver in between,
+	// while others hold the budget (see terms).
+	DemandMaxCostMilli int64
 	// StartMilli is the tokens debited from the pool into the client's
 	// bucket when the lease was granted.
 	StartMilli int64
@@ -388,9 +393,11 @@ type GrantRequest struct {
 	Seq uint64
 	// Weight scales the fair share (>= 1; 0 means 1).
 	Weight int64
-	// Demands: how much rate and burst the client expects to use.
+	// Demands: how much rate and burst the client expects to use, and the
+	// largest single cost it was asked to admit recently (0: unknown).
 	DemandRateMilliPerSec int64
 	DemandBurstMilli      int64
+	DemandMaxCostMilli    int64
 	TTLNanos              int64 // D: the lease's duration
 }
 
@@ -402,6 +409,7 @@ type RenewRequest struct {
 	Weight                int64
 	DemandRateMilliPerSec int64
 	DemandBurstMilli      int64
+	DemandMaxCostMilli    int64
 	TTLNanos              int64
 }
 
@@ -442,41 +450,70 @@ func validateHolder(clientID string, ttl int64) error {
 	return nil
 }
 
-func validateDemand(weight, rate, burst int64) error {
+func validateDemand(weight, rate, burst, maxCost int64) error {
 	if weight < 0 || weight > 1<<20 {
 		return fmt.Errorf("%w: weight %d is outside [0, %d]", ErrInvalidRequest, weight, 1<<20)
 	}
-	if rate < 0 || burst < 0 {
-		return fmt.Errorf("%w: demands must not be negative (rate %d, burst %d)", ErrInvalidRequest, rate, burst)
+	if rate < 0 || burst < 0 || maxCost < 0 {
+		return fmt.Errorf("%w: demands must not be negative (rate %d, burst %d, max cost %d)", ErrInvalidRequest, rate, burst, maxCost)
 	}
 	return nil
 }
 
-// terms computes the fair rate and cap for lease index i (which must already
-// carry its fresh demands), limited by what the other leases hold now.
+// terms computes the rate and cap for lease index i (which must already
+// carry its fresh demands): DivideBudget over every live lease's demands,
+// limited by what the other leases hold now. While others hold part of the
+// budget, a cap below the lease's floor (CapFloor: its largest recent cost)
+// would admit nothing it is asked for and keep that much from everyone
+// else, so the lease gets no cap and no rate instead, and asks again at its
+// next renewal.
 func (l *Ledger) terms(i int) (rate, capMilli int64, err error) {
 	cfg := l.s.Config
-	rateClaims := make([]Claim, len(l.s.Leases))
-	burstClaims := make([]Claim, len(l.s.Leases))
+	claims := make([]ShareClaim, len(l.s.Leases))
 	// Leases are sorted by holder, so slice order is the deterministic
-	// tie-break FairShares needs; no IDs are built on this hot path.
+	// tie-break the division needs; no IDs are built on this hot path.
 	for j := range l.s.Leases {
 		le := &l.s.Leases[j]
-		rateClaims[j] = Claim{Demand: min(le.DemandRateMilliPerSec, cfg.RateMilliPerSec), Weight: le.Weight}
-		burstClaims[j] = Claim{Demand: min(le.DemandBurstMilli, cfg.CapacityMilli), Weight: le.Weight}
+		c := ShareClaim{Weight: le.Weight, RateMilliPerSec: le.DemandRateMilliPerSec, BurstMilli: le.DemandBurstMilli, MaxCostMilli: le.DemandMaxCostMilli}
+		c.Incumbent = le.Current.CapMilli > 0 && le.Current.CapMilli >= CapFloor(c, cfg.CapacityMilli)
+		claims[j] = c
 	}
-	rs, err := FairShares(cfg.RateMilliPerSec, rateClaims)
-	if err != nil {
-		return 0, 0, err
+	var rs, bs []int64
+	if l.fault == FaultSliverShares {
+		rs, bs, err = fairSharesOnly(cfg, claims)
+	} else {
+		rs, bs, err = DivideBudget(cfg.RateMilliPerSec, cfg.CapacityMilli, claims)
 	}
-	bs, err := FairShares(cfg.CapacityMilli, burstClaims)
 	if err != nil {
 		return 0, 0, err
 	}
 	otherRate, otherCap := l.heldExcept(i, l.s.NowNanos)
 	rate = max(0, min(rs[i], cfg.RateMilliPerSec-otherRate))
 	capMilli = max(0, min(bs[i], cfg.CapacityMilli-otherCap))
+	if l.fault == FaultFloorOverHeld {
+		// The deliberate bug: a floor granted on top of what others hold.
+		capMilli = max(capMilli, CapFloor(claims[i], cfg.CapacityMilli))
+	}
+	if l.fault != FaultSliverShares && otherCap > 0 && capMilli < CapFloor(claims[i], cfg.CapacityMilli) {
+		return 0, 0, nil
+	}
 	return rate, capMilli, nil
+}
+
+// fairSharesOnly is the division before floors and leftovers (plain
+// weighted max-min fair shares of the demands), for FaultSliverShares.
+func fairSharesOnly(cfg LedgerConfig, cs []ShareClaim) (rates, caps []int64, err error) {
+	rc := make([]Claim, len(cs))
+	bc := make([]Claim, len(cs))
+	for j, c := range cs {
+		rc[j] = Claim{Demand: min(c.RateMilliPerSec, cfg.RateMilliPerSec), Weight: c.Weight}
+		bc[j] = Claim{Demand: min(c.BurstMilli, cfg.CapacityMilli), Weight: c.Weight}
+	}
+	if rates, err = FairShares(cfg.RateMilliPerSec, rc); err != nil {
+		return nil, nil, err
+	}
+	caps, err = FairShares(cfg.CapacityMilli, bc)
+	return rates, caps, err
 }
 
 // Grant creates a lease for (ClientID, Incarnation) at cluster time now.
@@ -489,7 +526,7 @@ func (l *Ledger) Grant(nowNanos int64, req GrantRequest) (Grant, error) {
 	if err := validateHolder(req.ClientID, req.TTLNanos); err != nil {
 		return Grant{}, err
 	}
-	if err := validateDemand(req.Weight, req.DemandRateMilliPerSec, req.DemandBurstMilli); err != nil {
+	if err := validateDemand(req.Weight, req.DemandRateMilliPerSec, req.DemandBurstMilli, req.DemandMaxCostMilli); err != nil {
 		return Grant{}, err
 	}
 	if nowNanos < l.s.NowNanos {
@@ -508,6 +545,7 @@ func (l *Ledger) Grant(nowNanos int64, req GrantRequest) (Grant, error) {
 	le := Lease{
 		ID: LeaseID(l.s.NextID), ClientID: req.ClientID, Incarnation: req.Incarnation, GrantSeq: req.Seq, Weight: req.Weight,
 		DemandRateMilliPerSec: req.DemandRateMilliPerSec, DemandBurstMilli: req.DemandBurstMilli,
+		DemandMaxCostMilli: req.DemandMaxCostMilli,
 	}
 	var replaced Lease
 	if exists {
@@ -558,7 +596,7 @@ func (l *Ledger) Renew(nowNanos int64, req RenewRequest) (Grant, error) {
 	if err := validateHolder(req.ClientID, req.TTLNanos); err != nil {
 		return Grant{}, err
 	}
-	if err := validateDemand(req.Weight, req.DemandRateMilliPerSec, req.DemandBurstMilli); err != nil {
+	if err := validateDemand(req.Weight, req.DemandRateMilliPerSec, req.DemandBurstMilli, req.DemandMaxCostMilli); err != nil {
 		return Grant{}, err
 	}
 	if nowNanos < l.s.NowNanos {
@@ -585,6 +623,7 @@ func (l *Ledger) Renew(nowNanos int64, req RenewRequest) (Grant, error) {
 	cur.Weight = req.Weight
 	cur.DemandRateMilliPerSec = req.DemandRateMilliPerSec
 	cur.DemandBurstMilli = req.DemandBurstMilli
+	cur.DemandMaxCostMilli = req.DemandMaxCostMilli
 	rate, capMilli, err := l.terms(i)
 	if err != nil {
 		return Grant{}, err

@@ -339,3 +339,28 @@ func TestExpireThroughKeepsLeasesInsideTheMargin(t *testing.T) {
 		t.Fatalf("a cut-off beyond now expired %v", gone)
 	}
 }
+
+// A cap the others' held caps squeeze below the lease's largest cost would
+// admit nothing and keep that much from everyone: the lease gets nothing
+// and asks again at its renewal.
+func TestNoCapBelowTheLargestCostWhileOthersHold(t *testing.T) {
+	l := newTestLedger(t, 10_000, 10_000)
+	grant(t, l, 0, "a", 1, 7_000, 7_000)
+	g, err := l.Grant(sec, GrantRequest{ClientID: "b", Incarnation: 1, Seq: 1, DemandRateMilliPerSec: 10_000, DemandBurstMilli: 10_000, DemandMaxCostMilli: 5_000, TTLNanos: 10 * sec})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustInv(t, l)
+	if g.CapMilli != 0 || g.RateMilliPerSec != 0 {
+		t.Fatalf("b got %+v: a sliver below its cost of 5000", g)
+	}
+	// A cost that fits what a leaves is granted.
+	g, err = l.Grant(sec, GrantRequest{ClientID: "c", Incarnation: 1, Seq: 1, DemandRateMilliPerSec: 10_000, DemandBurstMilli: 10_000, DemandMaxCostMilli: 2_000, TTLNanos: 10 * sec})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g.CapMilli < 2_000 || g.RateMilliPerSec == 0 {
+		t.Fatalf("c got %+v, want at least its cost of 2000", g)
+	}
+	mustInv(t, l)
+}

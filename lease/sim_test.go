@@ -303,10 +303,13 @@ func (s *sim) delays() (req, resp int64, lost bool) {
 	return req, resp, lost
 }
 
-func (s *sim) demands() (rate, burst, weight int64) {
+func (s *sim) demands() (rate, burst, maxCost, weight int64) {
 	// Mostly "everything": contention is where the protocol can go wrong.
-	rate = rapid.OneOf(rapid.Just(s.p.rate), rapid.Int64Range(0, 2*s.p.rate)).Draw(s.t, "demandRate")
-	burst = rapid.OneOf(rapid.Just(s.p.capacity), rapid.Int64Range(0, 2*s.p.capacity)).Draw(s.t, "demandBurst")
+	// Idle (zero) demands get leftovers; large costs make floors and
+	// subset divisions.
+	rate = rapid.OneOf(rapid.Just(s.p.rate), rapid.Just(int64(0)), rapid.Int64Range(0, 2*s.p.rate)).Draw(s.t, "demandRate")
+	burst = rapid.OneOf(rapid.Just(s.p.capacity), rapid.Just(int64(0)), rapid.Int64Range(0, 2*s.p.capacity)).Draw(s.t, "demandBurst")
+	maxCost = rapid.OneOf(rapid.Just(int64(0)), rapid.Int64Range(0, s.p.capacity)).Draw(s.t, "demandMaxCost")
 	weight = rapid.Int64Range(1, 3).Draw(s.t, "weight")
 	return
 }
@@ -321,17 +324,17 @@ func (s *sim) request(ci int) {
 	c.pending = c.reqNo
 	c.sendLocal = c.local(s.now)
 	d1, d2, lost := s.delays()
-	rate, burst, w := s.demands()
+	rate, burst, maxCost, w := s.demands()
 	ttl := rapid.OneOf(rapid.Just(s.p.ttl), rapid.Int64Range(s.p.ttl/10, s.p.ttl)).Draw(s.t, "reqTTL")
 	m := &simMsg{at: s.now + d1, cl: ci, inc: c.inc, req: c.reqNo, respDelay: d2, respLost: lost}
 	if c.lease == nil || c.local(s.now) >= c.lease.deadline {
 		c.lease = nil
 		c.grantSeq++
 		m.kind = msgGrant
-		m.grant = GrantRequest{ClientID: c.id, Incarnation: c.inc, Seq: c.grantSeq, Weight: w, DemandRateMilliPerSec: rate, DemandBurstMilli: burst, TTLNanos: ttl}
+		m.grant = GrantRequest{ClientID: c.id, Incarnation: c.inc, Seq: c.grantSeq, Weight: w, DemandRateMilliPerSec: rate, DemandBurstMilli: burst, DemandMaxCostMilli: maxCost, TTLNanos: ttl}
 	} else {
 		m.kind = msgRenew
-		m.renew = RenewRequest{ClientID: c.id, Incarnation: c.inc, LeaseID: c.lease.id, Weight: w, DemandRateMilliPerSec: rate, DemandBurstMilli: burst, TTLNanos: ttl}
+		m.renew = RenewRequest{ClientID: c.id, Incarnation: c.inc, LeaseID: c.lease.id, Weight: w, DemandRateMilliPerSec: rate, DemandBurstMilli: burst, DemandMaxCostMilli: maxCost, TTLNanos: ttl}
 	}
 	s.send(m)
 	s.send(&simMsg{at: s.now + s.p.timeout, kind: msgTimeout, cl: ci, inc: c.inc, req: c.reqNo})
@@ -518,6 +521,7 @@ func TestNegativeControls(t *testing.T) {
 	}{
 		{"start full without debit", FaultStartFullNoDebit},
 		{"forget superseded shares", FaultForgetSuperseded},
+		{"cap floor over held caps", FaultFloorOverHeld},
 	} {
 		t.Run(c.name, func(t *testing.T) { negativeControl(t, c.fault) })
 	}
