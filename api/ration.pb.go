@@ -628,8 +628,12 @@ type Grant struct {
 	// key_attributes are the policy's key attribute names: the client maps
 	// every key with the same values of these to one limiter.
 	KeyAttributes []string `protobuf:"bytes,13,rep,name=key_attributes,json=keyAttributes,proto3" json:"key_attributes,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// policy_burst_milli is the policy's burst B: a cost above it can never be
+	// admitted; a cost above this lease's cap but within B waits for a larger
+	// share (0: an older server that does not say).
+	PolicyBurstMilli int64 `protobuf:"varint,30,opt,name=policy_burst_milli,json=policyBurstMilli,proto3" json:"policy_burst_milli,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *Grant) Reset() {
@@ -751,6 +755,13 @@ func (x *Grant) GetKeyAttributes() []string {
 		return x.KeyAttributes
 	}
 	return nil
+}
+
+func (x *Grant) GetPolicyBurstMilli() int64 {
+	if x != nil {
+		return x.PolicyBurstMilli
+	}
+	return 0
 }
 
 type KeyLease struct {
@@ -2413,7 +2424,7 @@ const file_ration_proto_rawDesc = "" +
 	"\x04keys\x18\x02 \x03(\v2\x15.ration.v1.ReleaseKeyR\x04keys\"8\n" +
 	"\bKeyError\x12\x12\n" +
 	"\x04code\x18\x01 \x01(\rR\x04code\x12\x18\n" +
-	"\amessage\x18\x02 \x01(\tR\amessage\"\xd2\x03\n" +
+	"\amessage\x18\x02 \x01(\tR\amessage\"\x80\x04\n" +
 	"\x05Grant\x12\x19\n" +
 	"\blease_id\x18\x01 \x01(\x04R\aleaseId\x12+\n" +
 	"\x12rate_milli_per_sec\x18\x02 \x01(\x03R\x0frateMilliPerSec\x12\x1b\n" +
@@ -2429,7 +2440,8 @@ const file_ration_proto_rawDesc = "" +
 	" \x01(\bR\x06shadow\x12#\n" +
 	"\rcanonical_key\x18\v \x01(\tR\fcanonicalKey\x12\x18\n" +
 	"\aversion\x18\f \x01(\x04R\aversion\x12%\n" +
-	"\x0ekey_attributes\x18\r \x03(\tR\rkeyAttributes\"]\n" +
+	"\x0ekey_attributes\x18\r \x03(\tR\rkeyAttributes\x12,\n" +
+	"\x12policy_burst_milli\x18\x1e \x01(\x03R\x10policyBurstMilli\"]\n" +
 	"\bKeyLease\x12&\n" +
 	"\x05grant\x18\x01 \x01(\v2\x10.ration.v1.GrantR\x05grant\x12)\n" +
 	"\x05error\x18\x02 \x01(\v2\x13.ration.v1.KeyErrorR\x05error\"j\n" +

@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"math"
 	"time"
 
 	"github.com/ration-dev/ration/api"
@@ -93,12 +94,9 @@ func (c *Client) round() time.Duration {
 	return max(time.Duration(wakeAt-c.clock.Precise()), time.Millisecond)
 }
 
-// demand turns the cost offered since the last report into a rate demand:
-// offered milli-tokens per second, including rejected demand, with 25%
-// headroom. A rise is smoothed (an EWMA, half-life one report); a fall is
-// reported at once, so a client that went quiet gives its share back
-// within one report instead of after several halvings (the first
-// measurement seeds the average rather than being halved against zero).
+// demand reports the cost offered since the last report as a demand
+// (lease.DemandMeter: the offered rate with headroom, zero for an idle
+// limiter, a burst with room for twice the largest cost seen).
 func (l *Limiter) demand(now int64) *api.Demand {
 	// Offered = what the lease's bucket admitted since the last report plus
 	// what was refused or admitted elsewhere (unmet).
@@ -107,32 +105,28 @@ func (l *Limiter) demand(now int64) *api.Demand {
 	if t := l.cur.Load(); t != nil {
 		c := t.bucket.ConsumedMilli()
 		if t.bucket == l.lastBucket {
-			offered += max(c-l.lastConsumed, 0)
+			offered = satAdd(offered, max(c-l.lastConsumed, 0))
 		} else {
-			offered += c
+			offered = satAdd(offered, max(c, 0))
 		}
 		l.lastBucket, l.lastConsumed = t.bucket, c
 	}
 	if offered > 0 {
 		l.activeAt = now
 	}
-	last := l.reportedAt
-	l.reportedAt = now
-	if last == 0 || now <= last {
-		return &api.Demand{RateMilliPerSec: unknownDemand, BurstMilli: unknownDemand}
+	d := l.meter.Report(now, offered, l.maxCost.Swap(0))
+	if !d.Known {
+		return &api.Demand{RateMilliPerSec: unknownDemand, BurstMilli: unknownDemand, MaxCostMilli: d.MaxCostMilli}
 	}
-	rate := lease.MulDiv(offered, lease.NanosPerSecond, now-last)
-	if !l.measured || rate < l.ewma {
-		l.ewma, l.measured = rate, true
-	} else {
-		l.ewma = (l.ewma + rate) / 2
+	return &api.Demand{RateMilliPerSec: d.RateMilliPerSec, BurstMilli: d.BurstMilli, MaxCostMilli: d.MaxCostMilli}
+}
+
+// satAdd adds two non-negative int64s, saturating.
+func satAdd(a, b int64) int64 {
+	if s := a + b; s >= a {
+		return s
 	}
-	d := max(l.ewma+l.ewma/4, lease.MilliPerToken)
-	// Burst: one second of the rate demand, and room for twice the largest
-	// cost the local cap has refused, so costly requests fit again after a
-	// quiet spell shrank the cap.
-	burst := max(d, 2*l.maxRefused.Swap(0))
-	return &api.Demand{RateMilliPerSec: d, BurstMilli: burst}
+	return math.MaxInt64
 }
 
 func (c *Client) backoffKey(l *Limiter, err error) {
@@ -211,7 +205,8 @@ func (l *Limiter) install(tSend int64, g *api.Grant) {
 	// at the precise clock so the coarse clock's lag is never minted twice.
 	b.SetPreciseClock(l.c.clock.Precise)
 	t := &terms{leaseID: g.GetLeaseId(), bucket: b, capMilli: g.GetCapMilli(), rateMilli: g.GetRateMilliPerSec(),
-		ttlNanos: g.GetTtlNanos(), driftPPM: drift, shadow: g.GetShadow(), canonical: g.GetCanonicalKey()}
+		ttlNanos: g.GetTtlNanos(), driftPPM: drift, shadow: g.GetShadow(), canonical: g.GetCanonicalKey(),
+		policyBurst: g.GetPolicyBurstMilli()}
 	t.setTimes(tSend, deadline, g.GetRenewAfterNanos())
 	if g.GetFailureMode() == "fail-open" && g.GetFallbackRateMilliPerSec() > 0 {
 		f := g.GetFallbackRateMilliPerSec()
@@ -316,6 +311,7 @@ func (l *Limiter) applyRenewal(tSend int64, old *terms, g *api.Grant) {
 	old.bucket.SetCapacity(now, g.GetCapMilli())
 	nt := *old
 	nt.capMilli, nt.rateMilli, nt.ttlNanos, nt.driftPPM, nt.shadow = g.GetCapMilli(), g.GetRateMilliPerSec(), g.GetTtlNanos(), drift, g.GetShadow()
+	nt.policyBurst = g.GetPolicyBurstMilli()
 	nt.setTimes(tSend, newDeadline, g.GetRenewAfterNanos())
 	l.fails = 0
 	if l.cur.CompareAndSwap(old, &nt) {

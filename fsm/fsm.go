@@ -436,6 +436,7 @@ func grantProto(p policy.Policy, ck string, g lease.Grant) *api.Grant {
 		FallbackRateMilliPerSec: p.FallbackRateMilliPerSec,
 		Shadow:                  p.Shadow,
 		CanonicalKey:            ck,
+		PolicyBurstMilli:        p.BurstMilli,
 	}
 }
 
@@ -468,7 +469,7 @@ func (s *state) acquire(t int64, req *api.AcquireRequest) (*api.LeaseResponse, e
 func (s *state) acquireKey(t int64, c *api.Caller, k *api.AcquireKey, seen map[string]bool) *api.KeyLease {
 	// Check what the ledger would refuse before resolve creates a key, so a
 	// bad request cannot use up max_keys.
-	if d := k.GetDemand(); d.GetRateMilliPerSec() < 0 || d.GetBurstMilli() < 0 {
+	if d := k.GetDemand(); d.GetRateMilliPerSec() < 0 || d.GetBurstMilli() < 0 || d.GetMaxCostMilli() < 0 {
 		return &api.KeyLease{Error: keyError(fmt.Errorf("%w: demands must not be negative", rpcerr.ErrInvalid))}
 	}
 	// (resolve itself checks the policy and key before it creates a key.)
@@ -485,6 +486,7 @@ func (s *state) acquireKey(t int64, c *api.Caller, k *api.AcquireKey, seen map[s
 		Weight:                p.Weight(c.GetClientId()),
 		DemandRateMilliPerSec: k.GetDemand().GetRateMilliPerSec(),
 		DemandBurstMilli:      k.GetDemand().GetBurstMilli(),
+		DemandMaxCostMilli:    k.GetDemand().GetMaxCostMilli(),
 		TTLNanos:              p.LeaseDurationNanos,
 	})
 	return keyLease(p, ck, g, err)
@@ -527,6 +529,7 @@ func (s *state) renewKey(t int64, c *api.Caller, k *api.RenewKey) *api.KeyLease 
 		Weight:                p.Weight(c.GetClientId()),
 		DemandRateMilliPerSec: k.GetDemand().GetRateMilliPerSec(),
 		DemandBurstMilli:      k.GetDemand().GetBurstMilli(),
+		DemandMaxCostMilli:    k.GetDemand().GetMaxCostMilli(),
 		TTLNanos:              p.LeaseDurationNanos,
 	})
 	return keyLease(p, ck, g, err)

@@ -131,7 +131,7 @@ func exportLedger(pn, ck string, st lease.LedgerState) *api.LedgerSnapshot {
 	for _, le := range st.Leases {
 		ls := &api.LeaseSnapshot{
 			Id: uint64(le.ID), ClientId: le.ClientID, Incarnation: le.Incarnation, GrantSeq: le.GrantSeq,
-			Weight: le.Weight, DemandRateMilliPerSec: le.DemandRateMilliPerSec, DemandBurstMilli: le.DemandBurstMilli,
+			Weight: le.Weight, DemandRateMilliPerSec: le.DemandRateMilliPerSec, DemandBurstMilli: le.DemandBurstMilli, DemandMaxCostMilli: le.DemandMaxCostMilli,
 			Current: exportShare(le.Current), StartMilli: le.StartMilli,
 		}
 		for _, sh := range le.Superseded {
@@ -160,7 +160,7 @@ func importLedger(ls *api.LedgerSnapshot) (*lease.Ledger, error) {
 		le := lease.Lease{
 			ID: lease.LeaseID(l.GetId()), ClientID: l.GetClientId(), Incarnation: l.GetIncarnation(),
 			GrantSeq: l.GetGrantSeq(), Weight: l.GetWeight(),
-			DemandRateMilliPerSec: l.GetDemandRateMilliPerSec(), DemandBurstMilli: l.GetDemandBurstMilli(),
+			DemandRateMilliPerSec: l.GetDemandRateMilliPerSec(), DemandBurstMilli: l.GetDemandBurstMilli(), DemandMaxCostMilli: l.GetDemandMaxCostMilli(),
 			StartMilli: l.GetStartMilli(), Current: importShare(l.GetCurrent()),
 		}
 		for _, sh := range l.GetSuperseded() {
