@@ -127,7 +127,7 @@ func TestFairSharesProperties(t *testing.T) {
 	})
 }
 
-func sum(xs []int64) (s int64) {
+func sumOf(xs []int64) (s int64) {
 	for _, x := range xs {
 		s += x
 	}
@@ -155,8 +155,8 @@ func TestDivideBudgetLeasesFullCostCapsToASubset(t *testing.T) {
 			t.Fatalf("claim %d: rate %d cap %d: a sliver", j, rates[j], caps[j])
 		}
 	}
-	if members != 100 || sum(caps) != 100_000 || sum(rates) != 100_000 {
-		t.Fatalf("%d members, caps %d, rates %d; want 100 members holding all of r and B", members, sum(caps), sum(rates))
+	if members != 100 || sumOf(caps) != 100_000 || sumOf(rates) != 100_000 {
+		t.Fatalf("%d members, caps %d, rates %d; want 100 members holding all of r and B", members, sumOf(caps), sumOf(rates))
 	}
 	// Incumbents keep their places, whatever their position.
 	for j := range cs {
@@ -181,7 +181,7 @@ func TestDivideBudgetFloorsAreTheLargestCost(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if caps[0] != 6000 || caps[1] != 6000 || caps[2] != 0 || rates[2] != 0 || sum(rates) != 2000 {
+	if caps[0] != 6000 || caps[1] != 6000 || caps[2] != 0 || rates[2] != 0 || sumOf(rates) != 2000 {
 		t.Fatalf("rates %v caps %v", rates, caps)
 	}
 }
