@@ -632,8 +632,14 @@ type Grant struct {
 	// admitted; a cost above this lease's cap but within B waits for a larger
 	// share (0: an older server that does not say).
 	PolicyBurstMilli int64 `protobuf:"varint,30,opt,name=policy_burst_milli,json=policyBurstMilli,proto3" json:"policy_burst_milli,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// A policy with a rate per interval (rate: 1/m): the share is
+	// rate_milli_per_period milli-tokens per rate_period_nanos, exactly, and
+	// rate_milli_per_sec is that rounded down to a rate per second (what a
+	// client that does not know periods uses). 0: rate_milli_per_sec is exact.
+	RateMilliPerPeriod int64 `protobuf:"varint,31,opt,name=rate_milli_per_period,json=rateMilliPerPeriod,proto3" json:"rate_milli_per_period,omitempty"`
+	RatePeriodNanos    int64 `protobuf:"varint,32,opt,name=rate_period_nanos,json=ratePeriodNanos,proto3" json:"rate_period_nanos,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
 }
 
 func (x *Grant) Reset() {
@@ -760,6 +766,20 @@ func (x *Grant) GetKeyAttributes() []string {
 func (x *Grant) GetPolicyBurstMilli() int64 {
 	if x != nil {
 		return x.PolicyBurstMilli
+	}
+	return 0
+}
+
+func (x *Grant) GetRateMilliPerPeriod() int64 {
+	if x != nil {
+		return x.RateMilliPerPeriod
+	}
+	return 0
+}
+
+func (x *Grant) GetRatePeriodNanos() int64 {
+	if x != nil {
+		return x.RatePeriodNanos
 	}
 	return 0
 }
@@ -2424,7 +2444,7 @@ const file_ration_proto_rawDesc = "" +
 	"\x04keys\x18\x02 \x03(\v2\x15.ration.v1.ReleaseKeyR\x04keys\"8\n" +
 	"\bKeyError\x12\x12\n" +
 	"\x04code\x18\x01 \x01(\rR\x04code\x12\x18\n" +
-	"\amessage\x18\x02 \x01(\tR\amessage\"\x80\x04\n" +
+	"\amessage\x18\x02 \x01(\tR\amessage\"\xdf\x04\n" +
 	"\x05Grant\x12\x19\n" +
 	"\blease_id\x18\x01 \x01(\x04R\aleaseId\x12+\n" +
 	"\x12rate_milli_per_sec\x18\x02 \x01(\x03R\x0frateMilliPerSec\x12\x1b\n" +
@@ -2441,7 +2461,9 @@ const file_ration_proto_rawDesc = "" +
 	"\rcanonical_key\x18\v \x01(\tR\fcanonicalKey\x12\x18\n" +
 	"\aversion\x18\f \x01(\x04R\aversion\x12%\n" +
 	"\x0ekey_attributes\x18\r \x03(\tR\rkeyAttributes\x12,\n" +
-	"\x12policy_burst_milli\x18\x1e \x01(\x03R\x10policyBurstMilli\"]\n" +
+	"\x12policy_burst_milli\x18\x1e \x01(\x03R\x10policyBurstMilli\x121\n" +
+	"\x15rate_milli_per_period\x18\x1f \x01(\x03R\x12rateMilliPerPeriod\x12*\n" +
+	"\x11rate_period_nanos\x18  \x01(\x03R\x0fratePeriodNanos\"]\n" +
 	"\bKeyLease\x12&\n" +
 	"\x05grant\x18\x01 \x01(\v2\x10.ration.v1.GrantR\x05grant\x12)\n" +
 	"\x05error\x18\x02 \x01(\v2\x13.ration.v1.KeyErrorR\x05error\"j\n" +

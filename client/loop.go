@@ -194,8 +194,9 @@ func (l *Limiter) install(tSend int64, g *api.Grant) {
 	if now >= deadline {
 		return // answered too late to use: its tokens are lost, safely
 	}
+	rate, period := grantRate(g)
 	b, err := lease.NewAtomicBucketWithLevel(lease.BucketConfig{
-		CapacityMilli: g.GetCapMilli(), RateMilliPerSec: lease.ClientMintRate(g.GetRateMilliPerSec(), drift),
+		CapacityMilli: g.GetCapMilli(), RateMilliPerSec: rate, PeriodNanos: lease.ClientPeriodNanos(period, drift),
 	}, now, g.GetStartMilli())
 	if err != nil {
 		l.c.log.Error("bad grant", "key", l.id, "err", err)
@@ -216,6 +217,16 @@ func (l *Limiter) install(tSend int64, g *api.Grant) {
 	l.cur.Store(t)
 	l.firstOnce.Do(func() { close(l.first) })
 	l.c.notifyGrant(l, g, false, deadline-now)
+}
+
+// grantRate returns a grant's share and the period it is per (0: one
+// second). The bucket mints it over that period stretched by (1+ρ)
+// (lease.ClientPeriodNanos), so no share is rounded down.
+func grantRate(g *api.Grant) (rate, periodNanos int64) {
+	if p := g.GetRatePeriodNanos(); p > 0 {
+		return g.GetRateMilliPerPeriod(), p
+	}
+	return g.GetRateMilliPerSec(), 0
 }
 
 // setTimes derives the renewal time and the guard band from the deadline.
@@ -307,7 +318,13 @@ func (l *Limiter) applyRenewal(tSend int64, old *terms, g *api.Grant) {
 	if now > old.deadline {
 		old.bucket.SetRate(old.deadline, 0)
 	}
-	old.bucket.SetRate(now, lease.ClientMintRate(g.GetRateMilliPerSec(), drift))
+	rate, period := grantRate(g)
+	if per := lease.ClientPeriodNanos(period, drift); per != old.bucket.PeriodNanos() {
+		// The bucket's period is fixed (the policy's rate period or drift
+		// changed): restate the share over it, rounding down.
+		rate = lease.MulDiv(rate, old.bucket.PeriodNanos(), per)
+	}
+	old.bucket.SetRate(now, rate)
 	old.bucket.SetCapacity(now, g.GetCapMilli())
 	nt := *old
 	nt.capMilli, nt.rateMilli, nt.ttlNanos, nt.driftPPM, nt.shadow = g.GetCapMilli(), g.GetRateMilliPerSec(), g.GetTtlNanos(), drift, g.GetShadow()

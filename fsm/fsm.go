@@ -191,6 +191,7 @@ func ledgerConfig(p policy.Policy) lease.LedgerConfig {
 		StartFull:       p.StartFull,
 		MaxLeases:       int(p.MaxLeasesPerKey),
 		DriftPPM:        p.DriftPPM,
+		RatePeriodNanos: p.RatePeriodNanos,
 	}
 }
 
@@ -424,6 +425,17 @@ func (s *state) resolve(t int64, k *api.Key, create bool) (policy.Policy, string
 }
 
 func grantProto(p policy.Policy, ck string, g lease.Grant) *api.Grant {
+	out := grantFields(p, ck, g)
+	if p.RatePeriodNanos != 0 {
+		// The exact share per period, and for clients that do not know
+		// periods the share per second, rounded down (safe).
+		out.RateMilliPerPeriod, out.RatePeriodNanos = g.RateMilliPerSec, p.RatePeriodNanos
+		out.RateMilliPerSec = lease.MulDiv(g.RateMilliPerSec, lease.NanosPerSecond, p.RatePeriodNanos)
+	}
+	return out
+}
+
+func grantFields(p policy.Policy, ck string, g lease.Grant) *api.Grant {
 	return &api.Grant{
 		LeaseId:                 uint64(g.LeaseID),
 		RateMilliPerSec:         g.RateMilliPerSec,

@@ -124,7 +124,7 @@ func exportLedger(pn, ck string, st lease.LedgerState) *api.LedgerSnapshot {
 		PoolRateMilliPerSec: st.PoolRateMilliPerSec, InitialPoolMilli: st.InitialPoolMilli,
 		MintedMilli: st.Stats.MintedMilli, DebitedMilli: st.Stats.DebitedMilli,
 		CreditedMilli: st.Stats.CreditedMilli, BurnedMilli: st.Stats.BurnedMilli,
-		RateMilliPerSec: st.Config.RateMilliPerSec, CapacityMilli: st.Config.CapacityMilli,
+		RateMilliPerSec: st.Config.RateMilliPerSec, CapacityMilli: st.Config.CapacityMilli, RatePeriodNanos: st.Config.RatePeriodNanos,
 		StartFull: st.Config.StartFull, MaxLeases: int64(st.Config.MaxLeases), DriftPpm: st.Config.DriftPPM,
 		OvercommitUntilNanos: st.OvercommitUntilNanos,
 	}
@@ -147,6 +147,7 @@ func importLedger(ls *api.LedgerSnapshot) (*lease.Ledger, error) {
 		Config: lease.LedgerConfig{
 			RateMilliPerSec: ls.GetRateMilliPerSec(), CapacityMilli: ls.GetCapacityMilli(),
 			StartFull: ls.GetStartFull(), MaxLeases: int(ls.GetMaxLeases()), DriftPPM: ls.GetDriftPpm(),
+			RatePeriodNanos: ls.GetRatePeriodNanos(),
 		},
 		PoolMilli: ls.GetPoolMilli(), PoolNanos: ls.GetPoolNanos(), NowNanos: ls.GetNowNanos(),
 		NextID: lease.LeaseID(ls.GetNextId()), PoolRateMilliPerSec: ls.GetPoolRateMilliPerSec(),

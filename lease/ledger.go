@@ -49,12 +49,37 @@ type LedgerConfig struct {
 	// second, so even a cluster clock running ρ fast mints no more than
 	// r - Σ held r_i per real second (docs/design.md §4).
 	DriftPPM int64
+	// RatePeriodNanos is the period of every rate of this ledger: r, each
+	// lease's r_i and the pool's rate are milli-tokens per RatePeriodNanos
+	// (0: one second). A policy of one token a minute is r = 1000 per 60 s,
+	// exactly. At most MaxRatePeriodNanos.
+	RatePeriodNanos int64
 }
+
+// MaxRatePeriodNanos bounds a budget's rate period: one day.
+const MaxRatePeriodNanos = 24 * 3600 * NanosPerSecond
+
+// RatePeriod returns the period of the ledger's rates (one second if unset).
+func (c LedgerConfig) RatePeriod() int64 {
+	if c.RatePeriodNanos == 0 {
+		return NanosPerSecond
+	}
+	return c.RatePeriodNanos
+}
+
+// poolPeriod is the period over which the pool mints its rate: the rate
+// period stretched by (1+ρ) (ClientPeriodNanos), so that even a cluster
+// clock running ρ fast mints no more than r - Σ held r_i per period of
+// real time.
+func (c LedgerConfig) poolPeriod() int64 { return ClientPeriodNanos(c.RatePeriod(), c.DriftPPM) }
 
 // Validate reports parameters outside the supported ranges.
 func (c LedgerConfig) Validate() error {
 	if err := (BucketConfig{CapacityMilli: c.CapacityMilli, RateMilliPerSec: c.RateMilliPerSec}).Validate(); err != nil {
 		return err
+	}
+	if c.RatePeriodNanos < 0 || c.RatePeriodNanos > MaxRatePeriodNanos {
+		return fmt.Errorf("%w: rate period %d ns is outside [0, %d]", ErrInvalidConfig, c.RatePeriodNanos, MaxRatePeriodNanos)
 	}
 	if c.MaxLeases < 0 || c.MaxLeases > MaxLeasesLimit {
 		return fmt.Errorf("%w: max leases %d is outside [0, %d]", ErrInvalidConfig, c.MaxLeases, MaxLeasesLimit)
@@ -245,7 +270,7 @@ func (l *Ledger) PoolFullAt() int64 {
 	if l.s.PoolMilli >= capMilli {
 		return l.s.NowNanos
 	}
-	wait := NanosToMint(rate, capMilli-l.s.PoolMilli)
+	wait := NanosToMintPer(rate, l.s.Config.poolPeriod(), capMilli-l.s.PoolMilli)
 	if wait == int64(RetryNever) {
 		return math.MaxInt64
 	}
@@ -284,8 +309,10 @@ func (l *Ledger) poolTerms(nowNanos int64) (rate, capMilli int64) {
 	// After a Reconfigure lowers the budget, leases granted under the old one
 	// can hold more than the new budget until they expire; the pool then
 	// mints nothing and holds nothing.
-	unleased := max(0, l.s.Config.RateMilliPerSec-hr)
-	return MulDiv(unleased, PPM, PPM+l.s.Config.DriftPPM), max(0, l.s.Config.CapacityMilli-hc)
+	// The rate is minted over poolPeriod, the rate period stretched by
+	// (1+ρ): the drift factor applies to time, so nothing is rounded off
+	// the rate.
+	return max(0, l.s.Config.RateMilliPerSec-hr), max(0, l.s.Config.CapacityMilli-hc)
 }
 
 // advance moves the ledger to nowNanos, minting into the pool piece by piece:
@@ -326,7 +353,7 @@ func (l *Ledger) mintTo(t, rate, capMilli int64) {
 		// Cannot happen while the invariants hold; never mint over the cap.
 		capMilli = before
 	}
-	l.s.PoolMilli, l.s.PoolNanos = refill(l.s.PoolMilli, l.s.PoolNanos, t, rate, capMilli)
+	l.s.PoolMilli, l.s.PoolNanos = refill(l.s.PoolMilli, l.s.PoolNanos, t, rate, l.s.Config.poolPeriod(), capMilli)
 	l.s.Stats.MintedMilli += l.s.PoolMilli - before
 }
 
@@ -742,8 +769,29 @@ func (l *Ledger) Reconfigure(nowNanos int64, cfg LedgerConfig) error {
 		return err
 	}
 	cfg.StartFull = l.s.Config.StartFull
+	if oldP, newP := l.s.Config.RatePeriod(), cfg.RatePeriod(); oldP != newP {
+		for i := range l.s.Leases {
+			if r, _ := l.s.Leases[i].heldAt(math.MinInt64); ceilMulDiv(r, newP, oldP) > MaxRateMilliPerSec {
+				return fmt.Errorf("%w: lease %d's rate %d per %d ns cannot be restated per %d ns", ErrInvalidConfig, l.s.Leases[i].ID, r, oldP, newP)
+			}
+		}
+	}
 	if err := l.advance(nowNanos); err != nil {
 		return err
+	}
+	if oldP, newP := l.s.Config.RatePeriod(), cfg.RatePeriod(); oldP != newP {
+		// The rates' unit changes (a rate per minute becomes one per
+		// second, say): restate every lease's terms in the new unit,
+		// rounding up, so the held terms still cover what clients mint
+		// under the old ones; drop the pool's carried fraction.
+		for i := range l.s.Leases {
+			le := &l.s.Leases[i]
+			le.Current.RateMilliPerSec = ceilMulDiv(le.Current.RateMilliPerSec, newP, oldP)
+			for j := range le.Superseded {
+				le.Superseded[j].RateMilliPerSec = ceilMulDiv(le.Superseded[j].RateMilliPerSec, newP, oldP)
+			}
+		}
+		l.s.PoolNanos = nowNanos
 	}
 	hr, hc := l.heldExcept(-1, nowNanos)
 	if hr > cfg.RateMilliPerSec || hc > cfg.CapacityMilli {
