@@ -502,6 +502,10 @@ func (l *Ledger) terms(i int) (rate, capMilli int64, err error) {
 	for j := range l.s.Leases {
 		le := &l.s.Leases[j]
 		c := ShareClaim{Weight: le.Weight, RateMilliPerSec: le.DemandRateMilliPerSec, BurstMilli: le.DemandBurstMilli, MaxCostMilli: le.DemandMaxCostMilli}
+		if cfg.RatePeriodNanos != 0 {
+			// Demands are per second; the budget's rates per its period.
+			c.RateMilliPerSec = MulDiv(c.RateMilliPerSec, cfg.RatePeriodNanos, NanosPerSecond)
+		}
 		c.Incumbent = le.Current.CapMilli > 0 && le.Current.CapMilli >= CapFloor(c, cfg.CapacityMilli)
 		claims[j] = c
 	}

@@ -135,7 +135,10 @@ type number string
 // MarshalYAML implements yaml.Marshaler.
 func (n number) MarshalYAML() (any, error) {
 	tag := "!!int"
-	if strings.Contains(string(n), ".") {
+	switch {
+	case strings.Contains(string(n), "/"):
+		tag = "!!str" // a rate per interval, 1/m: a plain string
+	case strings.Contains(string(n), "."):
 		tag = "!!float"
 	}
 	return &yaml.Node{Kind: yaml.ScalarNode, Tag: tag, Value: string(n)}, nil
