@@ -68,3 +68,30 @@ func TestZeroShareReplicaWaitsForItsShare(t *testing.T) {
 	}
 	t.Logf("b's share arrived and admitted cost 5 after %v", time.Since(start))
 }
+
+// TestRatePerMinuteThroughTheCluster: rate: 1/m reaches the replica
+// exactly. After the one-token burst, the next token is a minute (and the
+// drift factor's 0.1%) away, not the 62.5 s of a rate rounded down to
+// 0.016/s.
+func TestRatePerMinuteThroughTheCluster(t *testing.T) {
+	c := startCluster(t, `
+policies:
+  - name: slow
+    algorithm: token-bucket
+    rate: 1/m
+    burst: 1
+    key: [tenant]
+`)
+	cl := newClient(t, client.Config{Servers: []string{c.Server(0).GRPCAddr()}, ClientID: "slow-replica", FirstLeaseWait: testcluster.DefaultWait})
+	lim := cl.Limiter("slow", client.Key{"tenant": "acme"})
+	if d := waitLease(t, nil, lim); !d.Allowed {
+		t.Fatalf("first call: %+v", d)
+	}
+	d := lim.AllowN(1)
+	if d.Allowed || d.Reason != client.Limited {
+		t.Fatalf("second call: %+v", d)
+	}
+	if d.RetryAfter < 55*time.Second || d.RetryAfter > 60060*time.Millisecond {
+		t.Fatalf("retry after %v, want just under a minute (1/m, exactly)", d.RetryAfter)
+	}
+}

@@ -157,6 +157,16 @@ func (p Policy) RateMilliPerSecFloor() int64 {
 	return lease.MulDiv(p.RateMilliPerSec, lease.NanosPerSecond, p.RatePeriodNanos)
 }
 
+// RateMilliPerSecCeil returns the rate per second, rounded up: for
+// checking admissions against B + r·W (exact for a rate per second).
+func (p Policy) RateMilliPerSecCeil() int64 {
+	if p.RatePeriodNanos == 0 {
+		return p.RateMilliPerSec
+	}
+	return lease.MulDiv(p.RateMilliPerSec, lease.NanosPerSecond, p.RatePeriodNanos) +
+		min(1, lease.MulDiv(p.RateMilliPerSec, lease.NanosPerSecond, 1)%p.RatePeriodNanos)
+}
+
 func (p Policy) windowConfig() lease.WindowConfig {
 	return lease.WindowConfig{LimitMilli: p.LimitMilli, WindowNanos: p.WindowNanos}
 }

@@ -104,3 +104,14 @@ func TestRatePerIntervalLimiter(t *testing.T) {
 		t.Fatalf("%d admissions in 10 minutes at 1/m", n)
 	}
 }
+
+func TestRatePerSecondRounding(t *testing.T) {
+	p := Policy{RateMilliPerSec: 1000, RatePeriodNanos: int64(time.Minute)}
+	if p.RateMilliPerSecFloor() != 16 || p.RateMilliPerSecCeil() != 17 {
+		t.Fatalf("1/m per second: floor %d ceil %d", p.RateMilliPerSecFloor(), p.RateMilliPerSecCeil())
+	}
+	p = Policy{RateMilliPerSec: 3000, RatePeriodNanos: int64(3 * time.Second)}
+	if p.RateMilliPerSecFloor() != 1000 || p.RateMilliPerSecCeil() != 1000 {
+		t.Fatalf("3/3s per second: floor %d ceil %d", p.RateMilliPerSecFloor(), p.RateMilliPerSecCeil())
+	}
+}
