@@ -75,9 +75,11 @@ func ClientPeriodNanos(periodNanos, driftPPM int64) int64 {
 	return int64(min(q, math.MaxInt64))
 }
 
-// ClientMintRate is the rate at which a client's local bucket mints for a
-// lease with rate share r_i: r_i/(1+ρ), rounded down, so that a client clock
-// running ρ fast still mints no more than r_i per real second.
+// ClientMintRate is r_i/(1+ρ) per second, rounded down: a safe mint rate
+// for a share r_i, which clients used before ClientPeriodNanos. Rounding
+// the rate loses up to a milli-token per second per lease (all of a share
+// below 1/(1+ρ) milli-tokens per second); clients now keep the rate and
+// stretch the period instead.
 func ClientMintRate(shareMilliPerSec, driftPPM int64) int64 {
 	return MulDiv(shareMilliPerSec, PPM, PPM+safeDrift(driftPPM))
 }
