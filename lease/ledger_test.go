@@ -364,3 +364,33 @@ func TestNoCapBelowTheLargestCostWhileOthersHold(t *testing.T) {
 	}
 	mustInv(t, l)
 }
+
+func TestNegativeMaxCostIsRefused(t *testing.T) {
+	l := newTestLedger(t, 1_000, 10_000)
+	if _, err := l.Grant(0, GrantRequest{ClientID: "a", Incarnation: 1, Seq: 1, DemandMaxCostMilli: -1, TTLNanos: sec}); !errors.Is(err, ErrInvalidRequest) {
+		t.Fatalf("grant with a negative max cost: %v", err)
+	}
+	g := grant(t, l, 0, "a", 2, 1_000, 1_000)
+	if _, err := l.Renew(sec, RenewRequest{ClientID: "a", Incarnation: 1, LeaseID: g.LeaseID, DemandMaxCostMilli: -5, TTLNanos: sec}); !errors.Is(err, ErrInvalidRequest) {
+		t.Fatalf("renew with a negative max cost: %v", err)
+	}
+	mustInv(t, l)
+}
+
+// A policy update that changes the rate period restates the leases' terms
+// in the new unit, rounding up, so what they hold still covers what their
+// clients mint.
+func TestReconfigureRestatesRatesPerPeriod(t *testing.T) {
+	l, _ := NewLedger(LedgerConfig{RateMilliPerSec: 1000, CapacityMilli: 1000, StartFull: true, RatePeriodNanos: 60 * sec}, 0)
+	g := grant(t, l, 0, "a", 1, 1<<40, 1<<40) // 1000 per minute
+	if g.RateMilliPerSec != 1000 {
+		t.Fatalf("grant %+v", g)
+	}
+	if err := l.Reconfigure(sec, LedgerConfig{RateMilliPerSec: 17, CapacityMilli: 1000}); err != nil {
+		t.Fatal(err)
+	}
+	if hr, _ := l.Held(); hr != 17 { // ceil(1000/60)
+		t.Fatalf("held %d per second after the restatement, want 17", hr)
+	}
+	mustInv(t, l)
+}

@@ -263,3 +263,61 @@ func TestShareSimOnePerMinute(t *testing.T) {
 		}
 	}
 }
+
+// idleReturn plays examples/http-api's tenant at the lease level: one
+// replica spends its burst of 10 in two costs of 5, goes idle for 30 s of
+// renewals, and comes back with two more. It returns how many of those two
+// its bucket admitted.
+func idleReturn(t *testing.T, fault Fault) int {
+	t.Helper()
+	const ttl, renew = 5 * sec, 5 * sec / 3
+	l, err := NewLedger(LedgerConfig{RateMilliPerSec: 5000, CapacityMilli: 10_000, StartFull: true, DriftPPM: 1000}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.injectFault(fault)
+	var m DemandMeter
+	d := m.Report(0, 0, 0)
+	g, err := l.Grant(0, GrantRequest{ClientID: "a", Incarnation: 1, Seq: 1, DemandRateMilliPerSec: unknownDemand, DemandBurstMilli: unknownDemand, TTLNanos: ttl})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := NewTokenBucketWithLevel(BucketConfig{CapacityMilli: g.CapMilli, RateMilliPerSec: g.RateMilliPerSec, PeriodNanos: ClientPeriodNanos(0, 1000)}, 0, g.StartMilli)
+	offered, maxCost := int64(0), int64(0)
+	for _, at := range []int64{1, 2} {
+		if dd, _ := b.Admit(at, 5000); !dd.Allowed {
+			t.Fatalf("first reports: %+v", dd)
+		}
+		offered, maxCost = offered+5000, 5000
+	}
+	for now := renew; now <= 30*sec+renew; now += renew {
+		d = m.Report(now, offered, maxCost)
+		offered, maxCost = 0, 0
+		g, err = l.Renew(now, RenewRequest{ClientID: "a", Incarnation: 1, LeaseID: g.LeaseID, DemandRateMilliPerSec: d.RateMilliPerSec,
+			DemandBurstMilli: d.BurstMilli, DemandMaxCostMilli: d.MaxCostMilli, TTLNanos: ttl})
+		if err != nil {
+			t.Fatal(err)
+		}
+		must2(t, b.SetRate(now, g.RateMilliPerSec))
+		must2(t, b.SetCapacity(now, g.CapMilli))
+	}
+	n := 0
+	for _, at := range []int64{32 * sec, 32*sec + 1} {
+		if dd, _ := b.Admit(at, 5000); dd.Allowed {
+			n++
+		}
+	}
+	return n
+}
+
+// TestIdleLeaseKeepsItsBurst: the idle replica reports zero demand, and
+// the budget nobody else claims stays with it; plain fair shares of its
+// (zero) demand would leave it nothing, the negative control.
+func TestIdleLeaseKeepsItsBurst(t *testing.T) {
+	if n := idleReturn(t, FaultNone); n != 2 {
+		t.Fatalf("back after 30 s idle: %d of two cost-5 requests admitted, want the whole burst", n)
+	}
+	if n := idleReturn(t, FaultSliverShares); n != 0 {
+		t.Fatalf("negative control: plain fair shares admitted %d after the idle spell", n)
+	}
+}
