@@ -3,10 +3,12 @@ package client_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
 	"github.com/ration-dev/ration/client"
+	"github.com/ration-dev/ration/internal/quotacheck"
 	"github.com/ration-dev/ration/internal/testcluster"
 	"github.com/ration-dev/ration/lease"
 )
@@ -93,5 +95,51 @@ policies:
 	}
 	if d.RetryAfter < 55*time.Second || d.RetryAfter > 60060*time.Millisecond {
 		t.Fatalf("retry after %v, want just under a minute (1/m, exactly)", d.RetryAfter)
+	}
+}
+
+// TestManyReplicasOnASmallBurst: 12 replicas on r = 12/s, B = 4: an even
+// split is a third of a token each, below every cost, and admitted
+// nothing once the first holder's lease was cut. Whole-token caps to a
+// subset keep admitting. The figure (share of r admitted in the steady
+// state) is logged, not asserted: this is a real cluster on a shared
+// machine.
+func TestManyReplicasOnASmallBurst(t *testing.T) {
+	if testing.Short() {
+		t.Skip("12 clients under load for several seconds")
+	}
+	c := startCluster(t, `
+policies:
+  - name: small
+    algorithm: token-bucket
+    rate: 12
+    burst: 4
+    key: [tenant]
+    lease: {duration: 2s, renew_after: 300ms}
+`)
+	servers := []string{c.Server(0).GRPCAddr(), c.Server(1).GRPCAddr(), c.Server(2).GRPCAddr()}
+	const replicas, dur, steadyFrom = 12, 8 * time.Second, 4 * time.Second
+	h := newHistory()
+	stop := make(chan struct{})
+	done := make(chan struct{}, replicas)
+	for i := range replicas {
+		cl := newClient(t, client.Config{Servers: servers, ClientID: fmt.Sprintf("replica-%02d", i)})
+		lim := cl.Limiter("small", client.Key{"tenant": "acme"})
+		go func() {
+			defer func() { done <- struct{}{} }()
+			load(h, fmt.Sprint(i), lim, 200*time.Millisecond, dur, stop) // 5/s each: 60/s offered
+		}()
+	}
+	for range replicas {
+		<-done
+	}
+	close(stop)
+	adm := h.snapshot()
+	checkBound(t, "12 replicas, r=12/s, B=4", adm, quotacheck.Bound{CapacityMilli: 4000, RateMilliPerSec: 12_000})
+	steady := admittedIn(adm, steadyFrom, dur)
+	t.Logf("admitted %.1f tokens/s from %v to %v = %.0f%% of r", float64(steady)/1000/(dur-steadyFrom).Seconds(), steadyFrom, dur,
+		100*float64(steady)/1000/(dur-steadyFrom).Seconds()/12)
+	if steady == 0 {
+		t.Fatal("nothing admitted in the steady state: the burst is split in slivers below every cost")
 	}
 }

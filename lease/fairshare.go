@@ -155,21 +155,6 @@ func CapFloor(c ShareClaim, capacityMilli int64) int64 {
 	return f
 }
 
-// memberFloor is the cap a member of a subset division gets at least:
-// twice its CapFloor (within its burst demand and B), unless the fewer
-// members that leaves would not claim all of r. A cap of exactly one cost
-// sits full, minting nothing, from each refill until the next request
-// comes; room for two keeps it minting (in the simulation of 1000
-// replicas each offering 10 requests a second, 100% of r instead of 91%).
-func memberFloor(c ShareClaim, capacityMilli int64) int64 {
-	f := CapFloor(c, capacityMilli)
-	f = min(satAdd(f, f), capacityMilli)
-	if c.BurstMilli > 0 {
-		f = max(min(f, c.BurstMilli), CapFloor(c, capacityMilli))
-	}
-	return f
-}
-
 // DivideBudget divides a key's rate r and burst B among leases' claims.
 // It is a pure function of its arguments (so every server computes the same
 // division), and Σ rates <= r, Σ caps <= B always.
@@ -178,12 +163,10 @@ func memberFloor(c ShareClaim, capacityMilli int64) int64 {
 //     demands.
 //  2. No slivers: if some demanding claim's fair cap is below its floor
 //     (CapFloor: B/n smaller than a request), B is instead leased as
-//     full-cost caps to a subset, each with room for two costs where the
-//     demand asks for it and the members still claim all of r
-//     (memberFloor), else for one. Candidates (claims with a burst demand)
+//     full-cost caps to a subset. Candidates (claims with a burst demand)
 //     are taken in order: incumbents first, then by rate demand, then by
 //     burst demand (both descending), then by position; a candidate joins
-//     if its member floor still fits in what the members' floors leave of B.
+//     if its floor still fits in what the members' floors leave of B.
 //     Members get their floor plus a fair share of the rest of B over their
 //     demands above the floor; the rate is divided among members only. The
 //     others get nothing (they ask again at each renewal, and get a place as
@@ -223,19 +206,8 @@ func DivideBudget(rateMilliPerSec, capacityMilli int64, cs []ShareClaim) (rates,
 		}
 	}
 	if sliver {
-		// Room for two costs per member, unless the fewer members that
-		// leaves would not claim all of r and one cost each would claim more.
-		if rates, caps, err = divideAmongSubset(rateMilliPerSec, capacityMilli, cs, rateClaims, burstClaims, true); err != nil {
+		if rates, caps, err = divideAmongSubset(rateMilliPerSec, capacityMilli, cs, rateClaims, burstClaims); err != nil {
 			return nil, nil, err
-		}
-		if got := sumShares(rates); got < rateMilliPerSec {
-			r1, c1, err := divideAmongSubset(rateMilliPerSec, capacityMilli, cs, rateClaims, burstClaims, false)
-			if err != nil {
-				return nil, nil, err
-			}
-			if sumShares(r1) > got {
-				rates, caps = r1, c1
-			}
 		}
 	}
 	if err := shareLeftover(rateMilliPerSec, rates, cs); err != nil {
@@ -248,7 +220,7 @@ func DivideBudget(rateMilliPerSec, capacityMilli int64, cs []ShareClaim) (rates,
 }
 
 // divideAmongSubset is step 2 of DivideBudget.
-func divideAmongSubset(rateMilliPerSec, capacityMilli int64, cs []ShareClaim, rateClaims, burstClaims []Claim, roomForTwo bool) (rates, caps []int64, err error) {
+func divideAmongSubset(rateMilliPerSec, capacityMilli int64, cs []ShareClaim, rateClaims, burstClaims []Claim) (rates, caps []int64, err error) {
 	n := len(cs)
 	order := make([]int, 0, n)
 	for j := range cs {
@@ -273,9 +245,6 @@ func divideAmongSubset(rateMilliPerSec, capacityMilli int64, cs []ShareClaim, ra
 	left := capacityMilli
 	for _, j := range order {
 		f := CapFloor(cs[j], capacityMilli)
-		if roomForTwo {
-			f = memberFloor(cs[j], capacityMilli)
-		}
 		if f <= left {
 			member[j], floors[j] = true, f
 			left -= f
@@ -301,13 +270,6 @@ func divideAmongSubset(rateMilliPerSec, capacityMilli int64, cs []ShareClaim, ra
 		return nil, nil, err
 	}
 	return rates, caps, nil
-}
-
-func sumShares(xs []int64) (s int64) {
-	for _, x := range xs {
-		s += x
-	}
-	return s
 }
 
 // shareLeftover is step 3 of DivideBudget: what of total the shares leave

@@ -45,6 +45,16 @@ type shareReplica struct {
 	meter             DemandMeter
 	offered, maxCost  int64
 	seq               uint64
+	rng               uint64 // xorshift state: offers come at jittered times
+}
+
+// nextGap returns the time to the replica's next offer: uniform in
+// [every/2, 3·every/2), so offers are not all in phase with refills.
+func (r *shareReplica) nextGap(every int64) int64 {
+	r.rng ^= r.rng << 13
+	r.rng ^= r.rng >> 7
+	r.rng ^= r.rng << 17
+	return every/2 + int64(r.rng%uint64(every))
 }
 
 type shareResult struct {
@@ -64,7 +74,7 @@ func (p shareSim) run(t *testing.T) shareResult {
 	rs := make([]*shareReplica, p.replicas)
 	for i := range rs {
 		// Replicas start, and so renew, spread over one renewal interval.
-		rs[i] = &shareReplica{id: fmt.Sprintf("r%04d", i), renewAt: int64(i) * p.renewEvery / int64(p.replicas), nextOffer: int64(i) * p.offerEvery / int64(p.replicas)}
+		rs[i] = &shareReplica{id: fmt.Sprintf("r%04d", i), renewAt: int64(i) * p.renewEvery / int64(p.replicas), nextOffer: int64(i) * p.offerEvery / int64(p.replicas), rng: uint64(i)*0x9E3779B97F4A7C15 + 1}
 	}
 	var hist []quotacheck.Admission
 	res := shareResult{byReplica: make([]int64, p.replicas)}
@@ -116,7 +126,7 @@ func (p shareSim) run(t *testing.T) shareResult {
 			if !p.active(i) || now < r.nextOffer {
 				continue
 			}
-			for ; r.nextOffer <= now; r.nextOffer += p.offerEvery {
+			for ; r.nextOffer <= now; r.nextOffer += r.nextGap(p.offerEvery) {
 				r.offered += p.cost
 				r.maxCost = max(r.maxCost, p.cost)
 				if now >= r.deadline {
@@ -167,7 +177,8 @@ func must2(t *testing.T, err error) {
 func everyone(int) bool { return true }
 
 // manyReplicas: 1000 replicas on r = 100/s, B = 100, every one offering
-// 10 requests of cost 1 per second; D = 5 s, renewals every D/3.
+// 10 requests of cost 1 per second (at jittered times); D = 5 s, renewals
+// every D/3.
 func manyReplicas(fault Fault) shareSim {
 	return shareSim{rate: 100_000, capacity: 100_000, ttl: 5 * sec, renewEvery: 5 * sec / 3, driftPPM: 1000, replicas: 1000,
 		active: everyone, offerEvery: sec / 10, cost: 1000, tick: 10 * 1e6, dur: 40 * sec, from: 15 * sec, fault: fault}
