@@ -32,7 +32,7 @@ type Demand struct {
 //     active ones (an idle lease keeps only what nobody else claims; see
 //     DivideBudget).
 //   - Burst: one second of the rate demand, and room for twice the largest
-//     cost seen while active, so costly requests fit.
+//     cost seen while active (at least one token), so costly requests fit.
 //   - Max cost: the largest cost seen since the limiter last went idle.
 //
 // Nothing overflows: every sum and product saturates.
@@ -58,7 +58,9 @@ func (m *DemandMeter) Report(nowNanos, offeredMilli, maxCostMilli int64) Demand 
 		return Demand{Known: true}
 	}
 	d := satAdd(m.ewma, m.ewma/4)
-	burst := max(d, satAdd(m.maxCost, m.maxCost))
+	// At least one token: every client cost is a whole token, and the
+	// largest cost is only seen off the fast path.
+	burst := max(d, satAdd(m.maxCost, m.maxCost), MilliPerToken)
 	return Demand{RateMilliPerSec: d, BurstMilli: burst, MaxCostMilli: m.maxCost, Known: true}
 }
 
