@@ -49,8 +49,14 @@ type PolicySpec struct {
 	Shadow                  bool             `protobuf:"varint,17,opt,name=shadow,proto3" json:"shadow,omitempty"`
 	MaxKeys                 int64            `protobuf:"varint,18,opt,name=max_keys,json=maxKeys,proto3" json:"max_keys,omitempty"`
 	MaxLeasesPerKey         int64            `protobuf:"varint,19,opt,name=max_leases_per_key,json=maxLeasesPerKey,proto3" json:"max_leases_per_key,omitempty"`
-	unknownFields           protoimpl.UnknownFields
-	sizeCache               protoimpl.SizeCache
+	// A rate per interval (rate: 1/m): rate_milli_per_period milli-tokens
+	// per rate_period_nanos, exactly. rate_milli_per_sec then holds that rate
+	// per second rounded down (what a server that does not know periods
+	// reads). 0: the rate is rate_milli_per_sec per second.
+	RatePeriodNanos    int64 `protobuf:"varint,45,opt,name=rate_period_nanos,json=ratePeriodNanos,proto3" json:"rate_period_nanos,omitempty"`
+	RateMilliPerPeriod int64 `protobuf:"varint,46,opt,name=rate_milli_per_period,json=rateMilliPerPeriod,proto3" json:"rate_milli_per_period,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
 }
 
 func (x *PolicySpec) Reset() {
@@ -212,6 +218,20 @@ func (x *PolicySpec) GetMaxKeys() int64 {
 func (x *PolicySpec) GetMaxLeasesPerKey() int64 {
 	if x != nil {
 		return x.MaxLeasesPerKey
+	}
+	return 0
+}
+
+func (x *PolicySpec) GetRatePeriodNanos() int64 {
+	if x != nil {
+		return x.RatePeriodNanos
+	}
+	return 0
+}
+
+func (x *PolicySpec) GetRateMilliPerPeriod() int64 {
+	if x != nil {
+		return x.RateMilliPerPeriod
 	}
 	return 0
 }
@@ -752,26 +772,29 @@ func (x *RetiredPolicy) GetFloorFullAtNanos() int64 {
 }
 
 type LedgerSnapshot struct {
-	state                protoimpl.MessageState `protogen:"open.v1"`
-	Policy               string                 `protobuf:"bytes,1,opt,name=policy,proto3" json:"policy,omitempty"`
-	Key                  string                 `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
-	PoolMilli            int64                  `protobuf:"varint,3,opt,name=pool_milli,json=poolMilli,proto3" json:"pool_milli,omitempty"`
-	PoolNanos            int64                  `protobuf:"varint,4,opt,name=pool_nanos,json=poolNanos,proto3" json:"pool_nanos,omitempty"`
-	NowNanos             int64                  `protobuf:"varint,5,opt,name=now_nanos,json=nowNanos,proto3" json:"now_nanos,omitempty"`
-	NextId               uint64                 `protobuf:"varint,6,opt,name=next_id,json=nextId,proto3" json:"next_id,omitempty"`
-	PoolRateMilliPerSec  int64                  `protobuf:"varint,7,opt,name=pool_rate_milli_per_sec,json=poolRateMilliPerSec,proto3" json:"pool_rate_milli_per_sec,omitempty"`
-	InitialPoolMilli     int64                  `protobuf:"varint,8,opt,name=initial_pool_milli,json=initialPoolMilli,proto3" json:"initial_pool_milli,omitempty"`
-	MintedMilli          int64                  `protobuf:"varint,9,opt,name=minted_milli,json=mintedMilli,proto3" json:"minted_milli,omitempty"`
-	DebitedMilli         int64                  `protobuf:"varint,10,opt,name=debited_milli,json=debitedMilli,proto3" json:"debited_milli,omitempty"`
-	CreditedMilli        int64                  `protobuf:"varint,11,opt,name=credited_milli,json=creditedMilli,proto3" json:"credited_milli,omitempty"`
-	BurnedMilli          int64                  `protobuf:"varint,12,opt,name=burned_milli,json=burnedMilli,proto3" json:"burned_milli,omitempty"`
-	Leases               []*LeaseSnapshot       `protobuf:"bytes,13,rep,name=leases,proto3" json:"leases,omitempty"`
-	RateMilliPerSec      int64                  `protobuf:"varint,14,opt,name=rate_milli_per_sec,json=rateMilliPerSec,proto3" json:"rate_milli_per_sec,omitempty"`
-	CapacityMilli        int64                  `protobuf:"varint,15,opt,name=capacity_milli,json=capacityMilli,proto3" json:"capacity_milli,omitempty"`
-	StartFull            bool                   `protobuf:"varint,16,opt,name=start_full,json=startFull,proto3" json:"start_full,omitempty"`
-	MaxLeases            int64                  `protobuf:"varint,17,opt,name=max_leases,json=maxLeases,proto3" json:"max_leases,omitempty"`
-	OvercommitUntilNanos int64                  `protobuf:"varint,18,opt,name=overcommit_until_nanos,json=overcommitUntilNanos,proto3" json:"overcommit_until_nanos,omitempty"`
-	DriftPpm             int64                  `protobuf:"varint,19,opt,name=drift_ppm,json=driftPpm,proto3" json:"drift_ppm,omitempty"`
+	state               protoimpl.MessageState `protogen:"open.v1"`
+	Policy              string                 `protobuf:"bytes,1,opt,name=policy,proto3" json:"policy,omitempty"`
+	Key                 string                 `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
+	PoolMilli           int64                  `protobuf:"varint,3,opt,name=pool_milli,json=poolMilli,proto3" json:"pool_milli,omitempty"`
+	PoolNanos           int64                  `protobuf:"varint,4,opt,name=pool_nanos,json=poolNanos,proto3" json:"pool_nanos,omitempty"`
+	NowNanos            int64                  `protobuf:"varint,5,opt,name=now_nanos,json=nowNanos,proto3" json:"now_nanos,omitempty"`
+	NextId              uint64                 `protobuf:"varint,6,opt,name=next_id,json=nextId,proto3" json:"next_id,omitempty"`
+	PoolRateMilliPerSec int64                  `protobuf:"varint,7,opt,name=pool_rate_milli_per_sec,json=poolRateMilliPerSec,proto3" json:"pool_rate_milli_per_sec,omitempty"`
+	InitialPoolMilli    int64                  `protobuf:"varint,8,opt,name=initial_pool_milli,json=initialPoolMilli,proto3" json:"initial_pool_milli,omitempty"`
+	MintedMilli         int64                  `protobuf:"varint,9,opt,name=minted_milli,json=mintedMilli,proto3" json:"minted_milli,omitempty"`
+	DebitedMilli        int64                  `protobuf:"varint,10,opt,name=debited_milli,json=debitedMilli,proto3" json:"debited_milli,omitempty"`
+	CreditedMilli       int64                  `protobuf:"varint,11,opt,name=credited_milli,json=creditedMilli,proto3" json:"credited_milli,omitempty"`
+	BurnedMilli         int64                  `protobuf:"varint,12,opt,name=burned_milli,json=burnedMilli,proto3" json:"burned_milli,omitempty"`
+	Leases              []*LeaseSnapshot       `protobuf:"bytes,13,rep,name=leases,proto3" json:"leases,omitempty"`
+	// rate_milli_per_sec: per rate_period_nanos if that is set (0: per second);
+	// every rate of the ledger and its leases is in that unit.
+	RateMilliPerSec      int64 `protobuf:"varint,14,opt,name=rate_milli_per_sec,json=rateMilliPerSec,proto3" json:"rate_milli_per_sec,omitempty"`
+	CapacityMilli        int64 `protobuf:"varint,15,opt,name=capacity_milli,json=capacityMilli,proto3" json:"capacity_milli,omitempty"`
+	StartFull            bool  `protobuf:"varint,16,opt,name=start_full,json=startFull,proto3" json:"start_full,omitempty"`
+	MaxLeases            int64 `protobuf:"varint,17,opt,name=max_leases,json=maxLeases,proto3" json:"max_leases,omitempty"`
+	OvercommitUntilNanos int64 `protobuf:"varint,18,opt,name=overcommit_until_nanos,json=overcommitUntilNanos,proto3" json:"overcommit_until_nanos,omitempty"`
+	DriftPpm             int64 `protobuf:"varint,19,opt,name=drift_ppm,json=driftPpm,proto3" json:"drift_ppm,omitempty"`
+	RatePeriodNanos      int64 `protobuf:"varint,47,opt,name=rate_period_nanos,json=ratePeriodNanos,proto3" json:"rate_period_nanos,omitempty"`
 	unknownFields        protoimpl.UnknownFields
 	sizeCache            protoimpl.SizeCache
 }
@@ -935,6 +958,13 @@ func (x *LedgerSnapshot) GetOvercommitUntilNanos() int64 {
 func (x *LedgerSnapshot) GetDriftPpm() int64 {
 	if x != nil {
 		return x.DriftPpm
+	}
+	return 0
+}
+
+func (x *LedgerSnapshot) GetRatePeriodNanos() int64 {
+	if x != nil {
+		return x.RatePeriodNanos
 	}
 	return 0
 }
@@ -1232,7 +1262,7 @@ var File_command_proto protoreflect.FileDescriptor
 
 const file_command_proto_rawDesc = "" +
 	"\n" +
-	"\rcommand.proto\x12\tration.v1\x1a\fration.proto\"\x8f\x06\n" +
+	"\rcommand.proto\x12\tration.v1\x1a\fration.proto\"\xee\x06\n" +
 	"\n" +
 	"PolicySpec\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1c\n" +
@@ -1257,7 +1287,9 @@ const file_command_proto_rawDesc = "" +
 	"\x1bfallback_rate_milli_per_sec\x18\x10 \x01(\x03R\x17fallbackRateMilliPerSec\x12\x16\n" +
 	"\x06shadow\x18\x11 \x01(\bR\x06shadow\x12\x19\n" +
 	"\bmax_keys\x18\x12 \x01(\x03R\amaxKeys\x12+\n" +
-	"\x12max_leases_per_key\x18\x13 \x01(\x03R\x0fmaxLeasesPerKey\x1a@\n" +
+	"\x12max_leases_per_key\x18\x13 \x01(\x03R\x0fmaxLeasesPerKey\x12*\n" +
+	"\x11rate_period_nanos\x18- \x01(\x03R\x0fratePeriodNanos\x121\n" +
+	"\x15rate_milli_per_period\x18. \x01(\x03R\x12rateMilliPerPeriod\x1a@\n" +
 	"\x12ClientWeightsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"I\n" +
@@ -1292,7 +1324,7 @@ const file_command_proto_rawDesc = "" +
 	"\x04name\x18( \x01(\tR\x04name\x120\n" +
 	"\x14floor_capacity_milli\x18) \x01(\x03R\x12floorCapacityMilli\x126\n" +
 	"\x18floor_rate_milli_per_sec\x18* \x01(\x03R\x14floorRateMilliPerSec\x12-\n" +
-	"\x13floor_full_at_nanos\x18+ \x01(\x03R\x10floorFullAtNanos\"\xbb\x05\n" +
+	"\x13floor_full_at_nanos\x18+ \x01(\x03R\x10floorFullAtNanos\"\xe7\x05\n" +
 	"\x0eLedgerSnapshot\x12\x16\n" +
 	"\x06policy\x18\x01 \x01(\tR\x06policy\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\tR\x03key\x12\x1d\n" +
@@ -1317,7 +1349,8 @@ const file_command_proto_rawDesc = "" +
 	"\n" +
 	"max_leases\x18\x11 \x01(\x03R\tmaxLeases\x124\n" +
 	"\x16overcommit_until_nanos\x18\x12 \x01(\x03R\x14overcommitUntilNanos\x12\x1b\n" +
-	"\tdrift_ppm\x18\x13 \x01(\x03R\bdriftPpm\"\x98\x01\n" +
+	"\tdrift_ppm\x18\x13 \x01(\x03R\bdriftPpm\x12*\n" +
+	"\x11rate_period_nanos\x18/ \x01(\x03R\x0fratePeriodNanos\"\x98\x01\n" +
 	"\rShareSnapshot\x12+\n" +
 	"\x12rate_milli_per_sec\x18\x01 \x01(\x03R\x0frateMilliPerSec\x12\x1b\n" +
 	"\tcap_milli\x18\x02 \x01(\x03R\bcapMilli\x12#\n" +

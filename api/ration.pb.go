@@ -632,8 +632,18 @@ type Grant struct {
 	// keyed on nothing). Servers older than it leave both unset, and the
 	// client then cannot tell which attributes count.
 	KeyAttributesSet bool `protobuf:"varint,20,opt,name=key_attributes_set,json=keyAttributesSet,proto3" json:"key_attributes_set,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// policy_burst_milli is the policy's burst B: a cost above it can never be
+	// admitted; a cost above this lease's cap but within B waits for a larger
+	// share (0: an older server that does not say).
+	PolicyBurstMilli int64 `protobuf:"varint,30,opt,name=policy_burst_milli,json=policyBurstMilli,proto3" json:"policy_burst_milli,omitempty"`
+	// A policy with a rate per interval (rate: 1/m): the share is
+	// rate_milli_per_period milli-tokens per rate_period_nanos, exactly, and
+	// rate_milli_per_sec is that rounded down to a rate per second (what a
+	// client that does not know periods uses). 0: rate_milli_per_sec is exact.
+	RateMilliPerPeriod int64 `protobuf:"varint,31,opt,name=rate_milli_per_period,json=rateMilliPerPeriod,proto3" json:"rate_milli_per_period,omitempty"`
+	RatePeriodNanos    int64 `protobuf:"varint,32,opt,name=rate_period_nanos,json=ratePeriodNanos,proto3" json:"rate_period_nanos,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
 }
 
 func (x *Grant) Reset() {
@@ -762,6 +772,27 @@ func (x *Grant) GetKeyAttributesSet() bool {
 		return x.KeyAttributesSet
 	}
 	return false
+}
+
+func (x *Grant) GetPolicyBurstMilli() int64 {
+	if x != nil {
+		return x.PolicyBurstMilli
+	}
+	return 0
+}
+
+func (x *Grant) GetRateMilliPerPeriod() int64 {
+	if x != nil {
+		return x.RateMilliPerPeriod
+	}
+	return 0
+}
+
+func (x *Grant) GetRatePeriodNanos() int64 {
+	if x != nil {
+		return x.RatePeriodNanos
+	}
+	return 0
 }
 
 type KeyLease struct {
@@ -2424,7 +2455,7 @@ const file_ration_proto_rawDesc = "" +
 	"\x04keys\x18\x02 \x03(\v2\x15.ration.v1.ReleaseKeyR\x04keys\"8\n" +
 	"\bKeyError\x12\x12\n" +
 	"\x04code\x18\x01 \x01(\rR\x04code\x12\x18\n" +
-	"\amessage\x18\x02 \x01(\tR\amessage\"\x80\x04\n" +
+	"\amessage\x18\x02 \x01(\tR\amessage\"\x8d\x05\n" +
 	"\x05Grant\x12\x19\n" +
 	"\blease_id\x18\x01 \x01(\x04R\aleaseId\x12+\n" +
 	"\x12rate_milli_per_sec\x18\x02 \x01(\x03R\x0frateMilliPerSec\x12\x1b\n" +
@@ -2441,7 +2472,10 @@ const file_ration_proto_rawDesc = "" +
 	"\rcanonical_key\x18\v \x01(\tR\fcanonicalKey\x12\x18\n" +
 	"\aversion\x18\f \x01(\x04R\aversion\x12%\n" +
 	"\x0ekey_attributes\x18\r \x03(\tR\rkeyAttributes\x12,\n" +
-	"\x12key_attributes_set\x18\x14 \x01(\bR\x10keyAttributesSet\"]\n" +
+	"\x12key_attributes_set\x18\x14 \x01(\bR\x10keyAttributesSet\x12,\n" +
+	"\x12policy_burst_milli\x18\x1e \x01(\x03R\x10policyBurstMilli\x121\n" +
+	"\x15rate_milli_per_period\x18\x1f \x01(\x03R\x12rateMilliPerPeriod\x12*\n" +
+	"\x11rate_period_nanos\x18  \x01(\x03R\x0fratePeriodNanos\"]\n" +
 	"\bKeyLease\x12&\n" +
 	"\x05grant\x18\x01 \x01(\v2\x10.ration.v1.GrantR\x05grant\x12)\n" +
 	"\x05error\x18\x02 \x01(\v2\x13.ration.v1.KeyErrorR\x05error\"j\n" +

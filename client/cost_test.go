@@ -47,8 +47,8 @@ func TestCostsOutOfRange(t *testing.T) {
 	if got := level(l); got != 10_000 {
 		t.Fatalf("level %d after refused costs, want 10000", got)
 	}
-	if l.unmet.Load() != 0 || l.maxRefused.Load() != 0 {
-		t.Fatalf("refused out-of-range costs counted as demand: unmet %d, max refused %d", l.unmet.Load(), l.maxRefused.Load())
+	if l.unmet.Load() != 0 || l.maxCost.Load() != 0 {
+		t.Fatalf("refused out-of-range costs counted as demand: unmet %d, max cost %d", l.unmet.Load(), l.maxCost.Load())
 	}
 	if got := l.decisions[ExceedsCapacity].Load() + l.decisions[InvalidCost].Load(); got != 25 { // AllowN, AllowAll and WaitN for each too large; AllowN and AllowAll for each negative
 		t.Fatalf("%d refusals counted, want 25", got)

@@ -18,10 +18,13 @@ type Reason uint8
 const (
 	// Allowed: admitted from the lease.
 	Allowed Reason = iota
-	// Limited: not enough tokens now; RetryAfter says when.
+	// Limited: not enough tokens now; RetryAfter says when. A cost above
+	// this replica's share but within the policy's burst is Limited too,
+	// with RetryAfter at the next renewal, which asks for a share it fits.
 	Limited
-	// ExceedsCapacity: the cost is more than this replica's local cap can
-	// ever hold; no wait admits it.
+	// ExceedsCapacity: the cost is more than the policy's burst; no wait
+	// admits it. (From a server that does not send the policy's burst: more
+	// than this replica's local cap.)
 	ExceedsCapacity
 	// NoLease: the first grant for this key has not arrived (yet).
 	NoLease
@@ -110,16 +113,19 @@ type terms struct {
 	// the precise clock instead of the coarse one.
 	deadline, guardFrom int64
 	// renewAt is when the background loop renews (local time).
-	renewAt    int64
-	capMilli   int64
-	rateMilli  int64 // the share r_i (the bucket mints r_i/(1+ρ))
-	ttlNanos   int64
-	driftPPM   int64
-	shadow     bool
-	failOpen   bool
-	fallback   *lease.AtomicBucket // fail-open local limit, nil if fail-closed
-	canonical  string
-	expiredAck bool // the loop saw the lease gone at the coordinator
+	renewAt   int64
+	capMilli  int64
+	rateMilli int64 // the share r_i (the bucket mints r_i/(1+ρ))
+	// policyBurst is the policy's burst B (0 if the server did not say):
+	// a cost within it may be admitted once the share grows.
+	policyBurst int64
+	ttlNanos    int64
+	driftPPM    int64
+	shadow      bool
+	failOpen    bool
+	fallback    *lease.AtomicBucket // fail-open local limit, nil if fail-closed
+	canonical   string
+	expiredAck  bool // the loop saw the lease gone at the coordinator
 	// version is the Grant.version of the terms installed in bucket (its
 	// rate and cap were set before this terms was published); the next
 	// renewal acknowledges it, which lets the coordinator drop older
@@ -153,9 +159,10 @@ type Limiter struct {
 	// report. Admitted cost is not counted on the fast path: the loop reads
 	// it from the bucket (AtomicBucket.ConsumedMilli).
 	unmet atomic.Int64
-	// maxRefused is the largest cost refused as exceeding the local cap:
-	// the next demand asks for a burst that fits it.
-	maxRefused atomic.Int64
+	// maxCost is the largest cost the slow path saw since the last demand
+	// report (every refusal takes it): the next demand asks for a cap that
+	// fits it.
+	maxCost atomic.Int64
 	// Decision counts for metrics (metrics.go). Allowed decisions are
 	// counted only once a collector is attached (Client.countAllowed): one
 	// more atomic add on the fast path.
@@ -183,9 +190,7 @@ type Limiter struct {
 	// Owned by the background loop.
 	lastBucket   *lease.AtomicBucket // the bucket lastConsumed was read from
 	lastConsumed int64
-	reportedAt   int64
-	ewma         int64
-	measured     bool // ewma holds at least one measurement
+	meter        lease.DemandMeter
 	fails        int
 	// activeAt is the last time (local) the loop saw cost offered, or the
 	// limiter's creation: the idle clock of eviction. The seen* fields are
@@ -386,11 +391,12 @@ func (l *Limiter) allow(costMilli int64, waitFirst bool) (Decision, *lease.Atomi
 	// The slow path (AllowN has already tried the fast one): the full
 	// decision, with reason and retry-after.
 	d := t.bucket.AllowN(now, costMilli)
+	if costMilli > l.maxCost.Load() {
+		l.maxCost.Store(costMilli)
+	}
 	if !d.Allowed {
 		addSat(&l.unmet, costMilli)
-		if d.Reason == lease.ReasonExceedsCapacity && costMilli > l.maxRefused.Load() {
-			l.maxRefused.Store(costMilli)
-		}
+		d = t.shareWait(now, costMilli, d)
 	}
 	out := Decision{Verdict: Verdict{Allowed: d.Allowed}, RemainingMilli: d.RemainingMilli, RetryAfter: d.RetryAfter}
 	var charged *lease.AtomicBucket
@@ -414,6 +420,28 @@ func (l *Limiter) allow(costMilli int64, waitFirst bool) (Decision, *lease.Atomi
 		l.decisions[out.Reason].Add(1)
 	}
 	return out, charged
+}
+
+// shareRetry is how long after its renewal is due a caller refused for
+// want of a share is told to retry: about one renewal round trip.
+const shareRetry = 10 * time.Millisecond
+
+// shareWait turns a refusal that only a larger share can end into a wait
+// for the next renewal: a cost above the lease's cap but within the
+// policy's burst (the renewal reports it as the largest cost, and the
+// coordinator keeps the cap at least that where the budget allows), or a
+// lease with no rate. Only a cost above the policy's burst is hopeless
+// (ExceedsCapacity, RetryNever). A grant from a server that does not send
+// the policy's burst keeps the old answer.
+func (t *terms) shareWait(now, costMilli int64, d lease.Decision) lease.Decision {
+	untilShare := time.Duration(max(t.renewAt-now, 0)) + shareRetry
+	switch {
+	case d.Reason == lease.ReasonExceedsCapacity && t.policyBurst > 0 && costMilli <= t.policyBurst:
+		d.Reason, d.RetryAfter = lease.ReasonLimit, untilShare
+	case d.Reason == lease.ReasonLimit && d.RetryAfter == lease.RetryNever:
+		d.RetryAfter = untilShare
+	}
+	return d
 }
 
 // firstWait returns how much longer a call before the first grant waits:
@@ -477,10 +505,12 @@ func (l *Limiter) awaitFirst(d time.Duration) {
 
 // WaitN blocks until cost tokens are admitted, but only if the wait the
 // lease predicts fits ctx's deadline; otherwise it fails at once with
-// ErrWouldExceedDeadline. At most Config.MaxWaiters callers wait per
-// limiter. A negative cost fails at once with ErrInvalidCost; a cost no
-// wait can admit (ExceedsCapacity, e.g. above MaxCost) fails at once too;
-// a cost of 0 waits only for a usable lease.
+// ErrWouldExceedDeadline. A cost above this replica's share but within the
+// policy's burst waits for the share to grow (each try is retried at the
+// next renewal, which asks for it); only a cost no wait can admit (above
+// the policy's burst, or above MaxCost: ExceedsCapacity) fails at once, as
+// does a negative cost (ErrInvalidCost); a cost of 0 waits only for a
+// usable lease. At most Config.MaxWaiters callers wait per limiter.
 func (l *Limiter) WaitN(ctx context.Context, cost int64) error {
 	if cost < 0 {
 		return fmt.Errorf("%w: %d on %s", ErrInvalidCost, cost, l.id)

@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"math"
 	"slices"
 	"time"
 
@@ -108,12 +109,9 @@ func (c *Client) round() time.Duration {
 	return max(time.Duration(wakeAt-c.clock.Precise()), time.Millisecond)
 }
 
-// demand turns the cost offered since the last report into a rate demand:
-// offered milli-tokens per second, including rejected demand, with 25%
-// headroom. A rise is smoothed (an EWMA, half-life one report); a fall is
-// reported at once, so a client that went quiet gives its share back
-// within one report instead of after several halvings (the first
-// measurement seeds the average rather than being halved against zero).
+// demand reports the cost offered since the last report as a demand
+// (lease.DemandMeter: the offered rate with headroom, zero for an idle
+// limiter, a burst with room for twice the largest cost seen).
 func (l *Limiter) demand(now int64) *api.Demand {
 	// Offered = what the lease's bucket admitted since the last report plus
 	// what was refused or admitted elsewhere (unmet).
@@ -122,32 +120,28 @@ func (l *Limiter) demand(now int64) *api.Demand {
 	if t := l.cur.Load(); t != nil {
 		c := t.bucket.ConsumedMilli()
 		if t.bucket == l.lastBucket {
-			offered += max(c-l.lastConsumed, 0)
+			offered = satAdd(offered, max(c-l.lastConsumed, 0))
 		} else {
-			offered += c
+			offered = satAdd(offered, max(c, 0))
 		}
 		l.lastBucket, l.lastConsumed = t.bucket, c
 	}
 	if offered > 0 {
 		l.activeAt = now
 	}
-	last := l.reportedAt
-	l.reportedAt = now
-	if last == 0 || now <= last {
-		return &api.Demand{RateMilliPerSec: unknownDemand, BurstMilli: unknownDemand}
+	d := l.meter.Report(now, offered, l.maxCost.Swap(0))
+	if !d.Known {
+		return &api.Demand{RateMilliPerSec: unknownDemand, BurstMilli: unknownDemand, MaxCostMilli: d.MaxCostMilli}
 	}
-	rate := lease.MulDiv(offered, lease.NanosPerSecond, now-last)
-	if !l.measured || rate < l.ewma {
-		l.ewma, l.measured = rate, true
-	} else {
-		l.ewma = (l.ewma + rate) / 2
+	return &api.Demand{RateMilliPerSec: d.RateMilliPerSec, BurstMilli: d.BurstMilli, MaxCostMilli: d.MaxCostMilli}
+}
+
+// satAdd adds two non-negative int64s, saturating.
+func satAdd(a, b int64) int64 {
+	if s := a + b; s >= a {
+		return s
 	}
-	d := max(l.ewma+l.ewma/4, lease.MilliPerToken)
-	// Burst: one second of the rate demand, and room for twice the largest
-	// cost the local cap has refused, so costly requests fit again after a
-	// quiet spell shrank the cap.
-	burst := max(d, 2*l.maxRefused.Swap(0))
-	return &api.Demand{RateMilliPerSec: d, BurstMilli: burst}
+	return math.MaxInt64
 }
 
 func (c *Client) backoffKey(l *Limiter, err error) {
@@ -220,8 +214,9 @@ func (l *Limiter) install(tSend int64, g *api.Grant) {
 	if now >= deadline {
 		return // answered too late to use: its tokens are lost, safely
 	}
+	rate, period := grantRate(g)
 	b, err := lease.NewAtomicBucketWithLevel(lease.BucketConfig{
-		CapacityMilli: g.GetCapMilli(), RateMilliPerSec: lease.ClientMintRate(g.GetRateMilliPerSec(), drift),
+		CapacityMilli: g.GetCapMilli(), RateMilliPerSec: rate, PeriodNanos: lease.ClientPeriodNanos(period, drift),
 	}, now, g.GetStartMilli())
 	if err != nil {
 		l.c.log.Error("bad grant", "key", l.id, "err", err)
@@ -231,7 +226,8 @@ func (l *Limiter) install(tSend int64, g *api.Grant) {
 	// at the precise clock so the coarse clock's lag is never minted twice.
 	b.SetPreciseClock(l.c.clock.Precise)
 	t := &terms{leaseID: g.GetLeaseId(), bucket: b, capMilli: g.GetCapMilli(), rateMilli: g.GetRateMilliPerSec(),
-		ttlNanos: g.GetTtlNanos(), driftPPM: drift, shadow: g.GetShadow(), canonical: g.GetCanonicalKey(), version: g.GetVersion()}
+		ttlNanos: g.GetTtlNanos(), driftPPM: drift, shadow: g.GetShadow(), canonical: g.GetCanonicalKey(), version: g.GetVersion(),
+		policyBurst: g.GetPolicyBurstMilli()}
 	t.setTimes(tSend, deadline, g.GetRenewAfterNanos())
 	if g.GetFailureMode() == "fail-open" && g.GetFallbackRateMilliPerSec() > 0 {
 		f := g.GetFallbackRateMilliPerSec()
@@ -249,6 +245,16 @@ func (l *Limiter) install(tSend int64, g *api.Grant) {
 // shares converge) is bounded below by the coordinator already; this
 // bound keeps a bad answer (0, say) from turning the loop into a storm.
 const minRenewAfter = int64(10 * time.Millisecond)
+
+// grantRate returns a grant's share and the period it is per (0: one
+// second). The bucket mints it over that period stretched by (1+ρ)
+// (lease.ClientPeriodNanos), so no share is rounded down.
+func grantRate(g *api.Grant) (rate, periodNanos int64) {
+	if p := g.GetRatePeriodNanos(); p > 0 {
+		return g.GetRateMilliPerPeriod(), p
+	}
+	return g.GetRateMilliPerSec(), 0
+}
 
 // setTimes derives the renewal time and the guard band from the deadline.
 // The answer's renew_after_nanos is honoured (between minRenewAfter and
@@ -347,13 +353,20 @@ func (l *Limiter) applyRenewal(tSend int64, old *terms, g *api.Grant) {
 	if now > old.deadline {
 		old.bucket.SetRate(old.deadline, 0)
 	}
-	old.bucket.SetRate(now, lease.ClientMintRate(g.GetRateMilliPerSec(), drift))
+	rate, period := grantRate(g)
+	if per := lease.ClientPeriodNanos(period, drift); per != old.bucket.PeriodNanos() {
+		// The bucket's period is fixed (the policy's rate period or drift
+		// changed): restate the share over it, rounding down.
+		rate = lease.MulDiv(rate, old.bucket.PeriodNanos(), per)
+	}
+	old.bucket.SetRate(now, rate)
 	old.bucket.SetCapacity(now, g.GetCapMilli())
 	nt := *old
 	nt.capMilli, nt.rateMilli, nt.ttlNanos, nt.driftPPM, nt.shadow = g.GetCapMilli(), g.GetRateMilliPerSec(), g.GetTtlNanos(), drift, g.GetShadow()
 	// The bucket mints at the new rate and holds at most the new cap from
 	// here on: these terms are installed, and the next renewal says so.
 	nt.version = g.GetVersion()
+	nt.policyBurst = g.GetPolicyBurstMilli()
 	nt.setTimes(tSend, newDeadline, g.GetRenewAfterNanos())
 	l.fails = 0
 	if l.cur.CompareAndSwap(old, &nt) {

@@ -210,6 +210,7 @@ func ledgerConfig(p policy.Policy) lease.LedgerConfig {
 		StartFull:       p.StartFull,
 		MaxLeases:       int(p.MaxLeasesPerKey),
 		DriftPPM:        p.DriftPPM,
+		RatePeriodNanos: p.RatePeriodNanos,
 	}
 }
 
@@ -471,6 +472,17 @@ func renewAfter(p policy.Policy, g lease.Grant, speed renewSpeed) int64 {
 }
 
 func grantProto(p policy.Policy, ck string, g lease.Grant, speed renewSpeed) *api.Grant {
+	out := grantFields(p, ck, g, speed)
+	if p.RatePeriodNanos != 0 {
+		// The exact share per period, and for clients that do not know
+		// periods the share per second, rounded down (safe).
+		out.RateMilliPerPeriod, out.RatePeriodNanos = g.RateMilliPerSec, p.RatePeriodNanos
+		out.RateMilliPerSec = lease.MulDiv(g.RateMilliPerSec, lease.NanosPerSecond, p.RatePeriodNanos)
+	}
+	return out
+}
+
+func grantFields(p policy.Policy, ck string, g lease.Grant, speed renewSpeed) *api.Grant {
 	return &api.Grant{
 		LeaseId:                 uint64(g.LeaseID),
 		RateMilliPerSec:         g.RateMilliPerSec,
@@ -489,6 +501,7 @@ func grantProto(p policy.Policy, ck string, g lease.Grant, speed renewSpeed) *ap
 		// issue 11; docs/design.md §3.4).
 		KeyAttributes:    append([]string(nil), p.Key...),
 		KeyAttributesSet: true,
+		PolicyBurstMilli: p.BurstMilli,
 	}
 }
 
@@ -552,6 +565,7 @@ func (s *state) acquireKey(t int64, c *api.Caller, k *api.AcquireKey, seen map[s
 		Weight:                p.Weight(c.GetClientId()),
 		DemandRateMilliPerSec: k.GetDemand().GetRateMilliPerSec(),
 		DemandBurstMilli:      k.GetDemand().GetBurstMilli(),
+		DemandMaxCostMilli:    k.GetDemand().GetMaxCostMilli(),
 		TTLNanos:              p.LeaseDurationNanos,
 		Versioned:             s.acks(),
 	})
@@ -607,6 +621,7 @@ func (s *state) renewKey(t int64, c *api.Caller, k *api.RenewKey) *api.KeyLease 
 		Weight:                p.Weight(c.GetClientId()),
 		DemandRateMilliPerSec: k.GetDemand().GetRateMilliPerSec(),
 		DemandBurstMilli:      k.GetDemand().GetBurstMilli(),
+		DemandMaxCostMilli:    k.GetDemand().GetMaxCostMilli(),
 		TTLNanos:              p.LeaseDurationNanos,
 		Versioned:             s.acks(),
 		AckedVersion:          k.GetAckedVersion(),

@@ -6,6 +6,7 @@ import (
 
 	"github.com/ration-dev/ration/api"
 	"github.com/ration-dev/ration/internal/policy"
+	"github.com/ration-dev/ration/lease"
 )
 
 // Reads for the admin API and the leader loop. They take the read lock and
@@ -136,16 +137,16 @@ func (f *FSM) Leases(policyName, key string, nowNanos int64) *api.ListLeasesResp
 			cfg := l.Config()
 			out.Keys = append(out.Keys, &api.KeyInfo{
 				Policy: pn, Key: ck, PoolMilli: l.PoolMilli(),
-				RateMilliPerSec: cfg.RateMilliPerSec, CapacityMilli: cfg.CapacityMilli,
+				RateMilliPerSec: perSecond(cfg, cfg.RateMilliPerSec), CapacityMilli: cfg.CapacityMilli,
 			})
 			for _, le := range l.Leases() {
 				hr, hc := le.HeldAt(l.NowNanos())
 				out.Leases = append(out.Leases, &api.LeaseInfo{
 					Policy: pn, Key: ck, ClientId: le.ClientID, Incarnation: le.Incarnation,
-					LeaseId: uint64(le.ID), RateMilliPerSec: le.Current.RateMilliPerSec,
+					LeaseId: uint64(le.ID), RateMilliPerSec: perSecond(cfg, le.Current.RateMilliPerSec),
 					CapMilli: le.Current.CapMilli, StartMilli: le.StartMilli,
 					ExpiresNanos: le.Current.ExpiresNanos, ExpiresInNanos: le.Current.ExpiresNanos - now,
-					HeldRateMilliPerSec: hr, HeldCapMilli: hc,
+					HeldRateMilliPerSec: perSecond(cfg, hr), HeldCapMilli: hc,
 				})
 			}
 		}
@@ -175,4 +176,13 @@ func (f *FSM) Features() uint64 {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
 	return f.st.features
+}
+
+// perSecond states a ledger's rate (per its rate period) per second,
+// rounded down, for listings.
+func perSecond(cfg lease.LedgerConfig, rate int64) int64 {
+	if cfg.RatePeriodNanos == 0 {
+		return rate
+	}
+	return lease.MulDiv(rate, lease.NanosPerSecond, cfg.RatePeriodNanos)
 }

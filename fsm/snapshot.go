@@ -160,14 +160,14 @@ func exportLedger(pn, ck string, st lease.LedgerState) *api.LedgerSnapshot {
 		PoolRateMilliPerSec: st.PoolRateMilliPerSec, InitialPoolMilli: st.InitialPoolMilli,
 		MintedMilli: st.Stats.MintedMilli, DebitedMilli: st.Stats.DebitedMilli,
 		CreditedMilli: st.Stats.CreditedMilli, BurnedMilli: st.Stats.BurnedMilli,
-		RateMilliPerSec: st.Config.RateMilliPerSec, CapacityMilli: st.Config.CapacityMilli,
+		RateMilliPerSec: st.Config.RateMilliPerSec, CapacityMilli: st.Config.CapacityMilli, RatePeriodNanos: st.Config.RatePeriodNanos,
 		StartFull: st.Config.StartFull, MaxLeases: int64(st.Config.MaxLeases), DriftPpm: st.Config.DriftPPM,
 		OvercommitUntilNanos: st.OvercommitUntilNanos,
 	}
 	for _, le := range st.Leases {
 		ls := &api.LeaseSnapshot{
 			Id: uint64(le.ID), ClientId: le.ClientID, Incarnation: le.Incarnation, GrantSeq: le.GrantSeq,
-			Weight: le.Weight, DemandRateMilliPerSec: le.DemandRateMilliPerSec, DemandBurstMilli: le.DemandBurstMilli,
+			Weight: le.Weight, DemandRateMilliPerSec: le.DemandRateMilliPerSec, DemandBurstMilli: le.DemandBurstMilli, DemandMaxCostMilli: le.DemandMaxCostMilli,
 			Current: exportShare(le.Current), StartMilli: le.StartMilli,
 		}
 		for _, sh := range le.Superseded {
@@ -186,6 +186,7 @@ func importLedger(ls *api.LedgerSnapshot) (*lease.Ledger, error) {
 		Config: lease.LedgerConfig{
 			RateMilliPerSec: ls.GetRateMilliPerSec(), CapacityMilli: ls.GetCapacityMilli(),
 			StartFull: ls.GetStartFull(), MaxLeases: int(ls.GetMaxLeases()), DriftPPM: ls.GetDriftPpm(),
+			RatePeriodNanos: ls.GetRatePeriodNanos(),
 		},
 		PoolMilli: ls.GetPoolMilli(), PoolNanos: ls.GetPoolNanos(), NowNanos: ls.GetNowNanos(),
 		NextID: lease.LeaseID(ls.GetNextId()), PoolRateMilliPerSec: ls.GetPoolRateMilliPerSec(),
@@ -199,7 +200,7 @@ func importLedger(ls *api.LedgerSnapshot) (*lease.Ledger, error) {
 		le := lease.Lease{
 			ID: lease.LeaseID(l.GetId()), ClientID: l.GetClientId(), Incarnation: l.GetIncarnation(),
 			GrantSeq: l.GetGrantSeq(), Weight: l.GetWeight(),
-			DemandRateMilliPerSec: l.GetDemandRateMilliPerSec(), DemandBurstMilli: l.GetDemandBurstMilli(),
+			DemandRateMilliPerSec: l.GetDemandRateMilliPerSec(), DemandBurstMilli: l.GetDemandBurstMilli(), DemandMaxCostMilli: l.GetDemandMaxCostMilli(),
 			StartMilli: l.GetStartMilli(), Current: importShare(l.GetCurrent()),
 		}
 		for _, sh := range l.GetSuperseded() {

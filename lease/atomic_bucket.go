@@ -101,8 +101,10 @@ type AtomicBucket struct {
 	credited atomic.Int64
 	// precise, if set, reads a clock that never lags (see SetPreciseClock).
 	precise func() int64
-	mu      sync.Mutex // serializes SetRate and SetCapacity
-	_       [cacheLine - 48]byte
+	// per is the rate's period (BucketConfig.PeriodNanos), fixed at creation.
+	per int64
+	mu  sync.Mutex // serializes SetRate and SetCapacity
+	_   [cacheLine - 56]byte
 }
 
 // SetPreciseClock gives the bucket a precise reading of the same clock its
@@ -117,6 +119,10 @@ type AtomicBucket struct {
 // read when the bucket is full, never on the admission fast path of a busy
 // bucket.
 func (b *AtomicBucket) SetPreciseClock(now func() int64) { b.precise = now }
+
+// PeriodNanos returns the period of the bucket's rate (one second unless
+// BucketConfig.PeriodNanos set another), fixed at creation.
+func (b *AtomicBucket) PeriodNanos() int64 { return b.per }
 
 // ConsumedMilli returns the milli-tokens admissions have taken from the
 // bucket since it was created: the client reports demand from it without
@@ -135,8 +141,9 @@ func NewAtomicBucket(cfg BucketConfig, startNanos int64) (*AtomicBucket, error) 
 	}
 	b := &AtomicBucket{}
 	b.last.Store(startNanos)
+	b.per = cfg.period()
 	b.rate.Store(cfg.RateMilliPerSec)
-	b.minDelta.Store(NanosToMint(cfg.RateMilliPerSec, 1))
+	b.minDelta.Store(NanosToMintPer(cfg.RateMilliPerSec, b.per, 1))
 	b.capacity.Store(cfg.CapacityMilli)
 	if cfg.StartFull {
 		b.level.Store(cfg.CapacityMilli)
@@ -195,7 +202,7 @@ func (b *AtomicBucket) reject(nowNanos, lvl, costMilli int64) Decision {
 	last := b.last.Load()
 	// A lagging now has seen no refill; measure the wait from last.
 	nowNanos = max(nowNanos, last)
-	return decide(lvl, last, nowNanos, costMilli, b.rate.Load(), capm)
+	return decide(lvl, last, nowNanos, costMilli, b.rate.Load(), b.per, capm)
 }
 
 // LevelMilli returns the level at nowNanos after refill, without charging.
@@ -221,8 +228,8 @@ func (b *AtomicBucket) refillTo(nowNanos int64) {
 			if elapsed < b.minDelta.Load() {
 				return // exact shortcut: MintMilli would mint 0
 			}
-			if rate := b.rate.Load(); !fillsUp(rate, elapsed, capm-lvl) {
-				newLvl, newLast = refill(lvl, last, nowNanos, rate, capm)
+			if rate := b.rate.Load(); !fillsUp(rate, b.per, elapsed, capm-lvl) {
+				newLvl, newLast = refill(lvl, last, nowNanos, rate, b.per, capm)
 			}
 		} else {
 			newLvl = lvl
@@ -244,14 +251,15 @@ func (b *AtomicBucket) refillTo(nowNanos int64) {
 	}
 }
 
-// fillsUp reports whether rate mints at least deficitMilli (> 0) over
-// elapsedNanos (> 0), i.e. whether MintMilli's result would reach it, without
-// MintMilli's two 128-bit divisions: floor(r*e/1e9) >= k iff r*e >= k*1e9.
+// fillsUp reports whether rate (per periodNanos) mints at least
+// deficitMilli (> 0) over elapsedNanos (> 0), i.e. whether MintMilliPer's
+// result would reach it, without its two 128-bit divisions:
+// floor(r*e/p) >= k iff r*e >= k*p.
 // Refill's result is then simply (capacity, now). A high-rate bucket refills
 // to full between most calls, so this keeps the divisions off that path.
-func fillsUp(rateMilliPerSec, elapsedNanos, deficitMilli int64) bool {
+func fillsUp(rateMilliPerSec, periodNanos, elapsedNanos, deficitMilli int64) bool {
 	mh, ml := bits.Mul64(uint64(rateMilliPerSec), uint64(elapsedNanos))
-	nh, nl := bits.Mul64(uint64(deficitMilli), uint64(NanosPerSecond))
+	nh, nl := bits.Mul64(uint64(deficitMilli), uint64(periodNanos))
 	return mh > nh || (mh == nh && ml >= nl)
 }
 
@@ -315,7 +323,7 @@ func (b *AtomicBucket) SetRate(nowNanos, rateMilliPerSec int64) {
 			break
 		}
 		lvl := b.level.Load()
-		newLvl, _ := refill(lvl, last, nowNanos, b.rate.Load(), b.capacity.Load())
+		newLvl, _ := refill(lvl, last, nowNanos, b.rate.Load(), b.per, b.capacity.Load())
 		if b.last.CompareAndSwap(last, nowNanos) {
 			if newLvl > lvl {
 				b.addMinted(newLvl - lvl)
@@ -327,7 +335,7 @@ func (b *AtomicBucket) SetRate(nowNanos, rateMilliPerSec int64) {
 	// moment; a stale minDelta only delays a mint or costs a useless
 	// MintMilli, it never loses or over-mints tokens.
 	b.rate.Store(rateMilliPerSec)
-	b.minDelta.Store(NanosToMint(rateMilliPerSec, 1))
+	b.minDelta.Store(NanosToMintPer(rateMilliPerSec, b.per, 1))
 }
 
 // SetCapacity changes the capacity at nowNanos, as TokenBucket.SetCapacity

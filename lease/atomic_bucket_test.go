@@ -74,6 +74,9 @@ func TestAtomicBucketMatchesTokenBucket(t *testing.T) {
 			CapacityMilli:   capGen.Draw(rt, "cap"),
 			RateMilliPerSec: rateGen.Draw(rt, "rate"),
 			StartFull:       rapid.Bool().Draw(rt, "full"),
+			// Rates per period: one second, a drift-stretched second, a
+			// minute, a day, the longest.
+			PeriodNanos: rapid.SampledFrom([]int64{0, NanosPerSecond, ClientPeriodNanos(0, 1000), 60 * NanosPerSecond, ClientPeriodNanos(86400*NanosPerSecond, MaxDriftPPM), MaxPeriodNanos}).Draw(rt, "period"),
 		}
 		start := rapid.Int64Range(0, 2e12).Draw(rt, "start")
 		tb, err := NewTokenBucket(cfg, start)
@@ -174,7 +177,7 @@ func TestAtomicBucketMatchesTokenBucket(t *testing.T) {
 			if lvl < tb.cfg.CapacityMilli && last != tb.lastNanos {
 				rt.Fatalf("step %d: last %d, TokenBucket %d (level %d)", i, last, tb.lastNanos, lvl)
 			}
-			if md := ab.minDelta.Load(); md != NanosToMint(tb.cfg.RateMilliPerSec, 1) {
+			if md := ab.minDelta.Load(); md != NanosToMintPer(tb.cfg.RateMilliPerSec, tb.cfg.period(), 1) {
 				rt.Fatalf("step %d: minDelta %d for rate %d", i, md, tb.cfg.RateMilliPerSec)
 			}
 		}

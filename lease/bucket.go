@@ -9,8 +9,14 @@ import (
 type BucketConfig struct {
 	// CapacityMilli is the burst B: the most milli-tokens the bucket holds.
 	CapacityMilli int64
-	// RateMilliPerSec is the refill rate r in milli-tokens per second.
+	// RateMilliPerSec is the refill rate r in milli-tokens per second, or
+	// per PeriodNanos if that is set.
 	RateMilliPerSec int64
+	// PeriodNanos is the time over which the bucket mints RateMilliPerSec
+	// (0: one second). Rates below a milli-token per second (1 token a
+	// minute: 1000 per 60 s) and rates divided by a drift factor (r_i per
+	// (1+ρ) seconds, ClientPeriodNanos) are then exact. In [0, MaxPeriodNanos].
+	PeriodNanos int64
 	// StartFull makes the bucket start at CapacityMilli instead of empty.
 	StartFull bool
 }
@@ -23,7 +29,18 @@ func (c BucketConfig) Validate() error {
 	if c.RateMilliPerSec < 0 || c.RateMilliPerSec > MaxRateMilliPerSec {
 		return fmt.Errorf("%w: rate %d milli-tokens/s is outside [0, %d]", ErrInvalidConfig, c.RateMilliPerSec, MaxRateMilliPerSec)
 	}
+	if c.PeriodNanos < 0 || c.PeriodNanos > MaxPeriodNanos {
+		return fmt.Errorf("%w: rate period %d ns is outside [0, %d]", ErrInvalidConfig, c.PeriodNanos, MaxPeriodNanos)
+	}
 	return nil
+}
+
+// period returns the bucket's rate period, one second if unset.
+func (c BucketConfig) period() int64 {
+	if c.PeriodNanos == 0 {
+		return NanosPerSecond
+	}
+	return c.PeriodNanos
 }
 
 // TokenBucket is the exact, single-threaded token bucket. It is not safe for
@@ -62,12 +79,12 @@ func (b *TokenBucket) Config() BucketConfig { return b.cfg }
 
 // refill is the one refill rule, shared by TokenBucket and AtomicBucket: it
 // returns the level and credited-up-to time after advancing to nowNanos.
-func refill(levelMilli, lastNanos, nowNanos, rateMilliPerSec, capMilli int64) (int64, int64) {
+func refill(levelMilli, lastNanos, nowNanos, rateMilliPerSec, periodNanos, capMilli int64) (int64, int64) {
 	if levelMilli >= capMilli {
 		// Full: time spent full mints nothing, so there is no fraction to carry.
 		return levelMilli, nowNanos
 	}
-	minted, used := MintMilli(rateMilliPerSec, nowNanos-lastNanos)
+	minted, used := MintMilliPer(rateMilliPerSec, periodNanos, nowNanos-lastNanos)
 	if minted == 0 {
 		return levelMilli, lastNanos
 	}
@@ -79,14 +96,14 @@ func refill(levelMilli, lastNanos, nowNanos, rateMilliPerSec, capMilli int64) (i
 
 // decide is the one admission rule, shared by TokenBucket and AtomicBucket:
 // given the refilled level it returns the decision without charging.
-func decide(levelMilli, lastNanos, nowNanos, costMilli, rateMilliPerSec, capMilli int64) Decision {
+func decide(levelMilli, lastNanos, nowNanos, costMilli, rateMilliPerSec, periodNanos, capMilli int64) Decision {
 	if costMilli > capMilli {
 		return Decision{Reason: ReasonExceedsCapacity, RemainingMilli: levelMilli, RetryAfter: RetryNever}
 	}
 	if levelMilli >= costMilli {
 		return Decision{Allowed: true, Reason: ReasonOK, RemainingMilli: levelMilli - costMilli}
 	}
-	wait := NanosToMint(rateMilliPerSec, costMilli-levelMilli)
+	wait := NanosToMintPer(rateMilliPerSec, periodNanos, costMilli-levelMilli)
 	if wait != int64(RetryNever) {
 		// Part of the wait has already elapsed as the carried fraction.
 		wait -= nowNanos - lastNanos
@@ -105,7 +122,7 @@ func (b *TokenBucket) advance(nowNanos int64) error {
 		return err
 	}
 	b.seenNanos = nowNanos
-	b.levelMilli, b.lastNanos = refill(b.levelMilli, b.lastNanos, nowNanos, b.cfg.RateMilliPerSec, b.cfg.CapacityMilli)
+	b.levelMilli, b.lastNanos = refill(b.levelMilli, b.lastNanos, nowNanos, b.cfg.RateMilliPerSec, b.cfg.period(), b.cfg.CapacityMilli)
 	return nil
 }
 
@@ -117,7 +134,7 @@ func (b *TokenBucket) Admit(nowNanos, costMilli int64) (Decision, error) {
 	if err := b.advance(nowNanos); err != nil {
 		return Decision{}, err
 	}
-	d := decide(b.levelMilli, b.lastNanos, nowNanos, costMilli, b.cfg.RateMilliPerSec, b.cfg.CapacityMilli)
+	d := decide(b.levelMilli, b.lastNanos, nowNanos, costMilli, b.cfg.RateMilliPerSec, b.cfg.period(), b.cfg.CapacityMilli)
 	if d.Allowed {
 		b.levelMilli -= costMilli
 	}

@@ -41,7 +41,7 @@ func TestRealTimeBoundWithSlowLeaderAndElection(t *testing.T) {
 			}
 			local := func(real int64) int64 { return real + real*rho/PPM } // client clock 5% fast
 			deadline := ClientDeadline(local(0), g.TTLNanos, rho)
-			b, _ := NewTokenBucketWithLevel(BucketConfig{CapacityMilli: g.CapMilli, RateMilliPerSec: ClientMintRate(g.RateMilliPerSec, rho)}, local(0), g.StartMilli)
+			b, _ := NewTokenBucketWithLevel(BucketConfig{CapacityMilli: g.CapMilli, RateMilliPerSec: g.RateMilliPerSec, PeriodNanos: ClientPeriodNanos(0, rho)}, local(0), g.StartMilli)
 			var h []quotacheck.Admission
 			for real := int64(0); local(real) < deadline; real += 10_000_000 {
 				if c := tc.cluster(real); c >= g.ExpiresNanos {

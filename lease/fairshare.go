@@ -1,9 +1,11 @@
 package lease
 
 import (
+	"cmp"
 	"fmt"
 	"math/bits"
-	"sort"
+	"slices"
+	"strings"
 )
 
 // Claim is one client's demand in a fair division.
@@ -86,7 +88,7 @@ func FairShares(total int64, claims []Claim) ([]int64, error) {
 		// than active claims) goes one unit each to the largest fractional
 		// parts, ties by ID. Every active claim's demand exceeds its exact
 		// share, so the extra unit always fits under its demand.
-		frac := make(map[int]uint64, len(active))
+		frac := make([]uint64, len(claims))
 		given := int64(0)
 		for _, i := range active {
 			hi, lo := mul128(weight(i), remaining)
@@ -96,12 +98,11 @@ func FairShares(total int64, claims []Claim) ([]int64, error) {
 			given += shares[i]
 		}
 		leftover := remaining - given
-		sort.SliceStable(active, func(a, b int) bool {
-			fa, fb := frac[active[a]], frac[active[b]]
-			if fa != fb {
-				return fa > fb
+		slices.SortStableFunc(active, func(a, b int) int {
+			if fa, fb := frac[a], frac[b]; fa != fb {
+				return cmp.Compare(fb, fa)
 			}
-			return claims[active[a]].ID < claims[active[b]].ID
+			return strings.Compare(claims[a].ID, claims[b].ID)
 		})
 		for _, i := range active {
 			if leftover == 0 {
@@ -122,4 +123,182 @@ func mulLE(a, b, c, d int64) bool {
 	h1, l1 := mul128(a, b)
 	h2, l2 := mul128(c, d)
 	return h1 < h2 || (h1 == h2 && l1 <= l2)
+}
+
+// ShareClaim is one lease's claim in the division of a key's budget
+// (DivideBudget).
+type ShareClaim struct {
+	// Weight scales the claim's fair share (>= 1; 0 is treated as 1).
+	Weight int64
+	// RateMilliPerSec and BurstMilli are the demands: the most rate and
+	// cap the lease wants. A lease that demands no burst is idle.
+	RateMilliPerSec int64
+	BurstMilli      int64
+	// MaxCostMilli is the largest single cost the lease was asked to admit
+	// recently (0: unknown, taken as one token).
+	MaxCostMilli int64
+	// Incumbent: the lease already holds a cap of at least its floor. In a
+	// subset division incumbents keep their places first, so the subset
+	// does not churn (every change leaves shares held until they expire).
+	Incumbent bool
+}
+
+// CapFloor is the smallest useful cap for a claim on a budget of capacity
+// B: its largest recent cost, at least one token (every client cost is a
+// whole number of tokens), at most its burst demand and B. A cap below it
+// admits nothing the lease is asked for.
+func CapFloor(c ShareClaim, capacityMilli int64) int64 {
+	f := min(max(c.MaxCostMilli, MilliPerToken), capacityMilli)
+	if c.BurstMilli > 0 {
+		f = min(f, c.BurstMilli)
+	}
+	return f
+}
+
+// DivideBudget divides a key's rate r and burst B among leases' claims.
+// It is a pure function of its arguments (so every server computes the same
+// division), and Σ rates <= r, Σ caps <= B always.
+//
+//  1. Weighted max-min fair shares (FairShares) of r and of B over the
+//     demands.
+//  2. No slivers: if some demanding claim's fair cap is below its floor
+//     (CapFloor: B/n smaller than a request), B is instead leased as
+//     full-cost caps to a subset. Candidates (claims with a burst demand)
+//     are taken in order: incumbents first, then by rate demand, then by
+//     burst demand (both descending), then by position; a candidate joins
+//     if its floor still fits in what the members' floors leave of B.
+//     Members get their floor plus a fair share of the rest of B over their
+//     demands above the floor; the rate is divided among members only. The
+//     others get nothing (they ask again at each renewal, and get a place as
+//     members go idle).
+//  3. Whatever of r and B no demand claims (every demand is satisfied) is
+//     split by weight among the idle claims (no rate and no burst demand),
+//     if there are any; otherwise it stays in the pool, for newcomers'
+//     starting tokens. An idle lease thus keeps what nobody else wants: a
+//     client coming back after an idle spell finds its bucket refilled to
+//     the whole burst, and its first renewal gives the reserve back to
+//     the others' demands.
+func DivideBudget(rateMilliPerSec, capacityMilli int64, cs []ShareClaim) (rates, caps []int64, err error) {
+	if rateMilliPerSec < 0 || capacityMilli < 0 {
+		return nil, nil, fmt.Errorf("%w: budget rate %d, burst %d must not be negative", ErrInvalidConfig, rateMilliPerSec, capacityMilli)
+	}
+	n := len(cs)
+	rateClaims := make([]Claim, n)
+	burstClaims := make([]Claim, n)
+	for j, c := range cs {
+		if c.MaxCostMilli < 0 {
+			return nil, nil, fmt.Errorf("%w: claim %d max cost %d is negative", ErrInvalidConfig, j, c.MaxCostMilli)
+		}
+		rateClaims[j] = Claim{Demand: min(c.RateMilliPerSec, rateMilliPerSec), Weight: c.Weight}
+		burstClaims[j] = Claim{Demand: min(c.BurstMilli, capacityMilli), Weight: c.Weight}
+	}
+	if rates, err = FairShares(rateMilliPerSec, rateClaims); err != nil {
+		return nil, nil, err
+	}
+	if caps, err = FairShares(capacityMilli, burstClaims); err != nil {
+		return nil, nil, err
+	}
+	sliver := false
+	for j, c := range cs {
+		if burstClaims[j].Demand > 0 && caps[j] < CapFloor(c, capacityMilli) {
+			sliver = true
+			break
+		}
+	}
+	if sliver {
+		if rates, caps, err = divideAmongSubset(rateMilliPerSec, capacityMilli, cs, rateClaims, burstClaims); err != nil {
+			return nil, nil, err
+		}
+	}
+	if err := shareLeftover(rateMilliPerSec, rates, cs); err != nil {
+		return nil, nil, err
+	}
+	if err := shareLeftover(capacityMilli, caps, cs); err != nil {
+		return nil, nil, err
+	}
+	return rates, caps, nil
+}
+
+// divideAmongSubset is step 2 of DivideBudget.
+func divideAmongSubset(rateMilliPerSec, capacityMilli int64, cs []ShareClaim, rateClaims, burstClaims []Claim) (rates, caps []int64, err error) {
+	n := len(cs)
+	order := make([]int, 0, n)
+	for j := range cs {
+		if burstClaims[j].Demand > 0 {
+			order = append(order, j)
+		}
+	}
+	slices.SortStableFunc(order, func(a, b int) int {
+		if ia, ib := cs[a].Incumbent, cs[b].Incumbent; ia != ib {
+			if ia {
+				return -1
+			}
+			return 1
+		}
+		if c := cmp.Compare(rateClaims[b].Demand, rateClaims[a].Demand); c != 0 {
+			return c
+		}
+		return cmp.Compare(burstClaims[b].Demand, burstClaims[a].Demand)
+	})
+	floors := make([]int64, n)
+	member := make([]bool, n)
+	left := capacityMilli
+	for _, j := range order {
+		f := CapFloor(cs[j], capacityMilli)
+		if f <= left {
+			member[j], floors[j] = true, f
+			left -= f
+		}
+	}
+	extraClaims := make([]Claim, n)
+	memberRates := make([]Claim, n)
+	for j := range cs {
+		if member[j] {
+			extraClaims[j] = Claim{Demand: burstClaims[j].Demand - floors[j], Weight: cs[j].Weight}
+			memberRates[j] = rateClaims[j]
+		}
+	}
+	extra, err := FairShares(left, extraClaims)
+	if err != nil {
+		return nil, nil, err
+	}
+	caps = make([]int64, n)
+	for j := range cs {
+		caps[j] = floors[j] + extra[j]
+	}
+	if rates, err = FairShares(rateMilliPerSec, memberRates); err != nil {
+		return nil, nil, err
+	}
+	return rates, caps, nil
+}
+
+// shareLeftover is step 3 of DivideBudget: what of total the shares leave
+// is split by weight among the idle claims.
+func shareLeftover(total int64, shares []int64, cs []ShareClaim) error {
+	left := total
+	for _, s := range shares {
+		left -= s
+	}
+	if left <= 0 {
+		return nil
+	}
+	claims := make([]Claim, len(cs))
+	idle := false
+	for j, c := range cs {
+		if c.RateMilliPerSec == 0 && c.BurstMilli == 0 {
+			claims[j] = Claim{Demand: left, Weight: c.Weight}
+			idle = true
+		}
+	}
+	if !idle {
+		return nil
+	}
+	extra, err := FairShares(left, claims)
+	if err != nil {
+		return err
+	}
+	for j := range shares {
+		shares[j] += extra[j]
+	}
+	return nil
 }

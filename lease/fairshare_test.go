@@ -126,3 +126,79 @@ func TestFairSharesProperties(t *testing.T) {
 		}
 	})
 }
+
+func sumOf(xs []int64) (s int64) {
+	for _, x := range xs {
+		s += x
+	}
+	return s
+}
+
+// B/n below a request's cost: the budget goes as full-cost caps to a
+// subset instead of 0.1-token slivers, and the rate with it.
+func TestDivideBudgetLeasesFullCostCapsToASubset(t *testing.T) {
+	cs := make([]ShareClaim, 1000)
+	for j := range cs {
+		cs[j] = ShareClaim{RateMilliPerSec: 1250, BurstMilli: 2000, MaxCostMilli: 1000}
+	}
+	rates, caps, err := DivideBudget(100_000, 100_000, cs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	members := 0
+	for j := range cs {
+		switch {
+		case caps[j] == 0 && rates[j] == 0:
+		case caps[j] >= 1000 && rates[j] > 0:
+			members++
+		default:
+			t.Fatalf("claim %d: rate %d cap %d: a sliver", j, rates[j], caps[j])
+		}
+	}
+	if members != 100 || sumOf(caps) != 100_000 || sumOf(rates) != 100_000 {
+		t.Fatalf("%d members, caps %d, rates %d; want 100 members holding all of r and B", members, sumOf(caps), sumOf(rates))
+	}
+	// Incumbents keep their places, whatever their position.
+	for j := range cs {
+		cs[j].Incumbent = j >= 900
+	}
+	_, caps, _ = DivideBudget(100_000, 100_000, cs)
+	for j := range cs {
+		if (caps[j] > 0) != (j >= 900) {
+			t.Fatalf("claim %d (incumbent %v) got cap %d", j, cs[j].Incumbent, caps[j])
+		}
+	}
+}
+
+// Costs of 5 tokens, B = 12: two members of at least 5, never three slivers of 4.
+func TestDivideBudgetFloorsAreTheLargestCost(t *testing.T) {
+	cs := []ShareClaim{
+		{RateMilliPerSec: 1000, BurstMilli: 10_000, MaxCostMilli: 5000},
+		{RateMilliPerSec: 1000, BurstMilli: 10_000, MaxCostMilli: 5000},
+		{RateMilliPerSec: 1000, BurstMilli: 10_000, MaxCostMilli: 5000},
+	}
+	rates, caps, err := DivideBudget(3000, 12_000, cs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if caps[0] != 6000 || caps[1] != 6000 || caps[2] != 0 || rates[2] != 0 || sumOf(rates) != 2000 {
+		t.Fatalf("rates %v caps %v", rates, caps)
+	}
+}
+
+// What no demand claims goes to idle claims, and stays in the pool if
+// there are none.
+func TestDivideBudgetLeftoverToIdle(t *testing.T) {
+	rates, caps, err := DivideBudget(5000, 10_000, []ShareClaim{{}})
+	if err != nil || rates[0] != 5000 || caps[0] != 10_000 {
+		t.Fatalf("a lone idle claim: rates %v caps %v (%v); want the whole budget", rates, caps, err)
+	}
+	rates, caps, _ = DivideBudget(5000, 10_000, []ShareClaim{{RateMilliPerSec: 1000, BurstMilli: 2000}, {}})
+	if rates[0] != 1000 || caps[0] != 2000 || rates[1] != 4000 || caps[1] != 8000 {
+		t.Fatalf("active and idle: rates %v caps %v", rates, caps)
+	}
+	rates, caps, _ = DivideBudget(5000, 10_000, []ShareClaim{{RateMilliPerSec: 1000, BurstMilli: 2000}})
+	if rates[0] != 1000 || caps[0] != 2000 {
+		t.Fatalf("no idle claim: rates %v caps %v; the rest stays in the pool", rates, caps)
+	}
+}

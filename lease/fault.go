@@ -28,6 +28,14 @@ const (
 	// grant replaces the same holder's live lease, breaking rule (h): a
 	// second user of the holder may still admit from the replaced bucket.
 	FaultForgetReplaced
+	// FaultSliverShares divides the budget by plain fair shares, with no
+	// floor and no leftover: many replicas get caps below every cost, and an
+	// idle lease's cap shrinks below a returning request. It breaks no bound,
+	// only utilization, which the share simulations must catch.
+	FaultSliverShares
+	// FaultFloorOverHeld raises a cap to the lease's floor even where the
+	// others' held caps leave no room for it, breaking rule (a).
+	FaultFloorOverHeld
 )
 
 // injectFault switches a ledger to a broken variant. It is unexported on

@@ -49,12 +49,37 @@ type LedgerConfig struct {
 	// second, so even a cluster clock running ρ fast mints no more than
 	// r - Σ held r_i per real second (docs/design.md §4).
 	DriftPPM int64
+	// RatePeriodNanos is the period of every rate of this ledger: r, each
+	// lease's r_i and the pool's rate are milli-tokens per RatePeriodNanos
+	// (0: one second). A policy of one token a minute is r = 1000 per 60 s,
+	// exactly. At most MaxRatePeriodNanos.
+	RatePeriodNanos int64
 }
+
+// MaxRatePeriodNanos bounds a budget's rate period: one day.
+const MaxRatePeriodNanos = 24 * 3600 * NanosPerSecond
+
+// RatePeriod returns the period of the ledger's rates (one second if unset).
+func (c LedgerConfig) RatePeriod() int64 {
+	if c.RatePeriodNanos == 0 {
+		return NanosPerSecond
+	}
+	return c.RatePeriodNanos
+}
+
+// poolPeriod is the period over which the pool mints its rate: the rate
+// period stretched by (1+ρ) (ClientPeriodNanos), so that even a cluster
+// clock running ρ fast mints no more than r - Σ held r_i per period of
+// real time.
+func (c LedgerConfig) poolPeriod() int64 { return ClientPeriodNanos(c.RatePeriod(), c.DriftPPM) }
 
 // Validate reports parameters outside the supported ranges.
 func (c LedgerConfig) Validate() error {
 	if err := (BucketConfig{CapacityMilli: c.CapacityMilli, RateMilliPerSec: c.RateMilliPerSec}).Validate(); err != nil {
 		return err
+	}
+	if c.RatePeriodNanos < 0 || c.RatePeriodNanos > MaxRatePeriodNanos {
+		return fmt.Errorf("%w: rate period %d ns is outside [0, %d]", ErrInvalidConfig, c.RatePeriodNanos, MaxRatePeriodNanos)
 	}
 	if c.MaxLeases < 0 || c.MaxLeases > MaxLeasesLimit {
 		return fmt.Errorf("%w: max leases %d is outside [0, %d]", ErrInvalidConfig, c.MaxLeases, MaxLeasesLimit)
@@ -98,6 +123,11 @@ type Lease struct {
 	// Demands last reported by the client, used for fair division.
 	DemandRateMilliPerSec int64
 	DemandBurstMilli      int64
+	// DemandMaxCostMilli is the largest single cost the client reported
+	// being asked to admit recently (0: unknown). Fair division keeps the
+	// lease's cap at least this, or at zero, never a sliver in between,
+	// while others hold the budget (see terms).
+	DemandMaxCostMilli int64
 	// StartMilli is the tokens debited from the pool into the client's
 	// bucket when the lease was granted.
 	StartMilli int64
@@ -298,7 +328,7 @@ func (l *Ledger) PoolFullAt() int64 {
 	if l.s.PoolMilli >= capMilli {
 		return l.s.NowNanos
 	}
-	wait := NanosToMint(rate, capMilli-l.s.PoolMilli)
+	wait := NanosToMintPer(rate, l.s.Config.poolPeriod(), capMilli-l.s.PoolMilli)
 	if wait == int64(RetryNever) {
 		return math.MaxInt64
 	}
@@ -343,8 +373,10 @@ func (l *Ledger) poolTerms(nowNanos int64) (rate, capMilli int64) {
 	// After a Reconfigure lowers the budget, leases granted under the old one
 	// can hold more than the new budget until they expire; the pool then
 	// mints nothing and holds nothing.
-	unleased := max(0, l.s.Config.RateMilliPerSec-hr)
-	return MulDiv(unleased, PPM, PPM+l.s.Config.DriftPPM), max(0, l.s.Config.CapacityMilli-hc)
+	// The rate is minted over poolPeriod, the rate period stretched by
+	// (1+ρ): the drift factor applies to time, so nothing is rounded off
+	// the rate.
+	return max(0, l.s.Config.RateMilliPerSec-hr), max(0, l.s.Config.CapacityMilli-hc)
 }
 
 // advance moves the ledger to nowNanos, minting into the pool piece by piece:
@@ -425,7 +457,7 @@ func (l *Ledger) mintTo(t, rate, capMilli int64) {
 		// Cannot happen while the invariants hold; never mint over the cap.
 		capMilli = before
 	}
-	l.s.PoolMilli, l.s.PoolNanos = refill(l.s.PoolMilli, l.s.PoolNanos, t, rate, capMilli)
+	l.s.PoolMilli, l.s.PoolNanos = refill(l.s.PoolMilli, l.s.PoolNanos, t, rate, l.s.Config.poolPeriod(), capMilli)
 	l.s.Stats.MintedMilli += l.s.PoolMilli - before
 }
 
@@ -492,9 +524,11 @@ type GrantRequest struct {
 	Seq uint64
 	// Weight scales the fair share (>= 1; 0 means 1).
 	Weight int64
-	// Demands: how much rate and burst the client expects to use.
+	// Demands: how much rate and burst the client expects to use, and the
+	// largest single cost it was asked to admit recently (0: unknown).
 	DemandRateMilliPerSec int64
 	DemandBurstMilli      int64
+	DemandMaxCostMilli    int64
 	TTLNanos              int64 // D: the lease's duration
 	// Versioned numbers the new lease's terms (version 1). The fsm sets it
 	// when its acknowledgements feature switch is on; off, terms stay
@@ -510,6 +544,7 @@ type RenewRequest struct {
 	Weight                int64
 	DemandRateMilliPerSec int64
 	DemandBurstMilli      int64
+	DemandMaxCostMilli    int64
 	TTLNanos              int64
 	// Versioned numbers the renewed terms (the current version plus one)
 	// and applies AckedVersion. The fsm sets it when its acknowledgements
@@ -572,41 +607,74 @@ func validateHolder(clientID string, ttl int64) error {
 	return nil
 }
 
-func validateDemand(weight, rate, burst int64) error {
+func validateDemand(weight, rate, burst, maxCost int64) error {
 	if weight < 0 || weight > 1<<20 {
 		return fmt.Errorf("%w: weight %d is outside [0, %d]", ErrInvalidRequest, weight, 1<<20)
 	}
-	if rate < 0 || burst < 0 {
-		return fmt.Errorf("%w: demands must not be negative (rate %d, burst %d)", ErrInvalidRequest, rate, burst)
+	if rate < 0 || burst < 0 || maxCost < 0 {
+		return fmt.Errorf("%w: demands must not be negative (rate %d, burst %d, max cost %d)", ErrInvalidRequest, rate, burst, maxCost)
 	}
 	return nil
 }
 
-// terms computes the fair rate and cap for lease index i (which must already
-// carry its fresh demands), limited by what the other leases hold now.
+// terms computes the rate and cap for lease index i (which must already
+// carry its fresh demands): DivideBudget over every live lease's demands,
+// limited by what the other leases hold now. While others hold part of the
+// budget, a cap below the lease's floor (CapFloor: its largest recent cost)
+// would admit nothing it is asked for and keep that much from everyone
+// else, so the lease gets no cap and no rate instead, and asks again at its
+// next renewal.
 func (l *Ledger) terms(i int) (rate, capMilli int64, err error) {
 	cfg := l.s.Config
-	rateClaims := make([]Claim, len(l.s.Leases))
-	burstClaims := make([]Claim, len(l.s.Leases))
+	claims := make([]ShareClaim, len(l.s.Leases))
 	// Leases are sorted by holder, so slice order is the deterministic
-	// tie-break FairShares needs; no IDs are built on this hot path.
+	// tie-break the division needs; no IDs are built on this hot path.
 	for j := range l.s.Leases {
 		le := &l.s.Leases[j]
-		rateClaims[j] = Claim{Demand: min(le.DemandRateMilliPerSec, cfg.RateMilliPerSec), Weight: le.Weight}
-		burstClaims[j] = Claim{Demand: min(le.DemandBurstMilli, cfg.CapacityMilli), Weight: le.Weight}
+		c := ShareClaim{Weight: le.Weight, RateMilliPerSec: le.DemandRateMilliPerSec, BurstMilli: le.DemandBurstMilli, MaxCostMilli: le.DemandMaxCostMilli}
+		if cfg.RatePeriodNanos != 0 {
+			// Demands are per second; the budget's rates per its period.
+			c.RateMilliPerSec = MulDiv(c.RateMilliPerSec, cfg.RatePeriodNanos, NanosPerSecond)
+		}
+		c.Incumbent = le.Current.CapMilli > 0 && le.Current.CapMilli >= CapFloor(c, cfg.CapacityMilli)
+		claims[j] = c
 	}
-	rs, err := FairShares(cfg.RateMilliPerSec, rateClaims)
-	if err != nil {
-		return 0, 0, err
+	var rs, bs []int64
+	if l.fault == FaultSliverShares {
+		rs, bs, err = fairSharesOnly(cfg, claims)
+	} else {
+		rs, bs, err = DivideBudget(cfg.RateMilliPerSec, cfg.CapacityMilli, claims)
 	}
-	bs, err := FairShares(cfg.CapacityMilli, burstClaims)
 	if err != nil {
 		return 0, 0, err
 	}
 	otherRate, otherCap := l.heldExcept(i, l.s.NowNanos)
 	rate = max(0, min(rs[i], cfg.RateMilliPerSec-otherRate))
 	capMilli = max(0, min(bs[i], cfg.CapacityMilli-otherCap))
+	if l.fault == FaultFloorOverHeld {
+		// The deliberate bug: a floor granted on top of what others hold.
+		capMilli = max(capMilli, CapFloor(claims[i], cfg.CapacityMilli))
+	}
+	if l.fault != FaultSliverShares && otherCap > 0 && capMilli < CapFloor(claims[i], cfg.CapacityMilli) {
+		return 0, 0, nil
+	}
 	return rate, capMilli, nil
+}
+
+// fairSharesOnly is the division before floors and leftovers (plain
+// weighted max-min fair shares of the demands), for FaultSliverShares.
+func fairSharesOnly(cfg LedgerConfig, cs []ShareClaim) (rates, caps []int64, err error) {
+	rc := make([]Claim, len(cs))
+	bc := make([]Claim, len(cs))
+	for j, c := range cs {
+		rc[j] = Claim{Demand: min(c.RateMilliPerSec, cfg.RateMilliPerSec), Weight: c.Weight}
+		bc[j] = Claim{Demand: min(c.BurstMilli, cfg.CapacityMilli), Weight: c.Weight}
+	}
+	if rates, err = FairShares(cfg.RateMilliPerSec, rc); err != nil {
+		return nil, nil, err
+	}
+	caps, err = FairShares(cfg.CapacityMilli, bc)
+	return rates, caps, err
 }
 
 // Grant creates a lease for (ClientID, Incarnation) at cluster time now.
@@ -622,7 +690,7 @@ func (l *Ledger) Grant(nowNanos int64, req GrantRequest) (Grant, error) {
 	if err := validateHolder(req.ClientID, req.TTLNanos); err != nil {
 		return Grant{}, err
 	}
-	if err := validateDemand(req.Weight, req.DemandRateMilliPerSec, req.DemandBurstMilli); err != nil {
+	if err := validateDemand(req.Weight, req.DemandRateMilliPerSec, req.DemandBurstMilli, req.DemandMaxCostMilli); err != nil {
 		return Grant{}, err
 	}
 	if nowNanos < l.s.NowNanos {
@@ -641,6 +709,7 @@ func (l *Ledger) Grant(nowNanos int64, req GrantRequest) (Grant, error) {
 	le := Lease{
 		ID: LeaseID(l.s.NextID), ClientID: req.ClientID, Incarnation: req.Incarnation, GrantSeq: req.Seq, Weight: req.Weight,
 		DemandRateMilliPerSec: req.DemandRateMilliPerSec, DemandBurstMilli: req.DemandBurstMilli,
+		DemandMaxCostMilli: req.DemandMaxCostMilli,
 	}
 	var replaced Lease
 	if exists {
@@ -703,7 +772,7 @@ func (l *Ledger) Renew(nowNanos int64, req RenewRequest) (Grant, error) {
 	if err := validateHolder(req.ClientID, req.TTLNanos); err != nil {
 		return Grant{}, err
 	}
-	if err := validateDemand(req.Weight, req.DemandRateMilliPerSec, req.DemandBurstMilli); err != nil {
+	if err := validateDemand(req.Weight, req.DemandRateMilliPerSec, req.DemandBurstMilli, req.DemandMaxCostMilli); err != nil {
 		return Grant{}, err
 	}
 	if nowNanos < l.s.NowNanos {
@@ -730,6 +799,7 @@ func (l *Ledger) Renew(nowNanos int64, req RenewRequest) (Grant, error) {
 	cur.Weight = req.Weight
 	cur.DemandRateMilliPerSec = req.DemandRateMilliPerSec
 	cur.DemandBurstMilli = req.DemandBurstMilli
+	cur.DemandMaxCostMilli = req.DemandMaxCostMilli
 	rate, capMilli, err := l.terms(i)
 	if err != nil {
 		return Grant{}, err
@@ -967,8 +1037,32 @@ func (l *Ledger) Reconfigure(nowNanos int64, cfg LedgerConfig) error {
 		return err
 	}
 	cfg.StartFull = l.s.Config.StartFull
+	if oldP, newP := l.s.Config.RatePeriod(), cfg.RatePeriod(); oldP != newP {
+		for i := range l.s.Leases {
+			if r, _ := l.s.Leases[i].heldAt(math.MinInt64); ceilMulDiv(r, newP, oldP) > MaxRateMilliPerSec {
+				return fmt.Errorf("%w: lease %d's rate %d per %d ns cannot be restated per %d ns", ErrInvalidConfig, l.s.Leases[i].ID, r, oldP, newP)
+			}
+		}
+	}
 	if err := l.advance(nowNanos); err != nil {
 		return err
+	}
+	if oldP, newP := l.s.Config.RatePeriod(), cfg.RatePeriod(); oldP != newP {
+		// The rates' unit changes (a rate per minute becomes one per
+		// second, say): restate every lease's terms in the new unit,
+		// rounding up, so the held terms still cover what clients mint
+		// under the old ones; drop the pool's carried fraction.
+		for i := range l.s.Leases {
+			le := &l.s.Leases[i]
+			le.Current.RateMilliPerSec = ceilMulDiv(le.Current.RateMilliPerSec, newP, oldP)
+			for j := range le.Superseded {
+				le.Superseded[j].RateMilliPerSec = ceilMulDiv(le.Superseded[j].RateMilliPerSec, newP, oldP)
+			}
+			for j := range le.Replaced {
+				le.Replaced[j].RateMilliPerSec = ceilMulDiv(le.Replaced[j].RateMilliPerSec, newP, oldP)
+			}
+		}
+		l.s.PoolNanos = nowNanos
 	}
 	l.markOvercommit(cfg)
 	l.s.Config = cfg

@@ -362,3 +362,58 @@ func TestNewLedgerWithPool(t *testing.T) {
 		t.Error("an invalid config was accepted")
 	}
 }
+
+// A cap the others' held caps squeeze below the lease's largest cost would
+// admit nothing and keep that much from everyone: the lease gets nothing
+// and asks again at its renewal.
+func TestNoCapBelowTheLargestCostWhileOthersHold(t *testing.T) {
+	l := newTestLedger(t, 10_000, 10_000)
+	grant(t, l, 0, "a", 1, 7_000, 7_000)
+	g, err := l.Grant(sec, GrantRequest{ClientID: "b", Incarnation: 1, Seq: 1, DemandRateMilliPerSec: 10_000, DemandBurstMilli: 10_000, DemandMaxCostMilli: 5_000, TTLNanos: 10 * sec})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustInv(t, l)
+	if g.CapMilli != 0 || g.RateMilliPerSec != 0 {
+		t.Fatalf("b got %+v: a sliver below its cost of 5000", g)
+	}
+	// A cost that fits what a leaves is granted.
+	g, err = l.Grant(sec, GrantRequest{ClientID: "c", Incarnation: 1, Seq: 1, DemandRateMilliPerSec: 10_000, DemandBurstMilli: 10_000, DemandMaxCostMilli: 2_000, TTLNanos: 10 * sec})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g.CapMilli < 2_000 || g.RateMilliPerSec == 0 {
+		t.Fatalf("c got %+v, want at least its cost of 2000", g)
+	}
+	mustInv(t, l)
+}
+
+func TestNegativeMaxCostIsRefused(t *testing.T) {
+	l := newTestLedger(t, 1_000, 10_000)
+	if _, err := l.Grant(0, GrantRequest{ClientID: "a", Incarnation: 1, Seq: 1, DemandMaxCostMilli: -1, TTLNanos: sec}); !errors.Is(err, ErrInvalidRequest) {
+		t.Fatalf("grant with a negative max cost: %v", err)
+	}
+	g := grant(t, l, 0, "a", 2, 1_000, 1_000)
+	if _, err := l.Renew(sec, RenewRequest{ClientID: "a", Incarnation: 1, LeaseID: g.LeaseID, DemandMaxCostMilli: -5, TTLNanos: sec}); !errors.Is(err, ErrInvalidRequest) {
+		t.Fatalf("renew with a negative max cost: %v", err)
+	}
+	mustInv(t, l)
+}
+
+// A policy update that changes the rate period restates the leases' terms
+// in the new unit, rounding up, so what they hold still covers what their
+// clients mint.
+func TestReconfigureRestatesRatesPerPeriod(t *testing.T) {
+	l, _ := NewLedger(LedgerConfig{RateMilliPerSec: 1000, CapacityMilli: 1000, StartFull: true, RatePeriodNanos: 60 * sec}, 0)
+	g := grant(t, l, 0, "a", 1, 1<<40, 1<<40) // 1000 per minute
+	if g.RateMilliPerSec != 1000 {
+		t.Fatalf("grant %+v", g)
+	}
+	if err := l.Reconfigure(sec, LedgerConfig{RateMilliPerSec: 17, CapacityMilli: 1000}); err != nil {
+		t.Fatal(err)
+	}
+	if hr, _ := l.Held(); hr != 17 { // ceil(1000/60)
+		t.Fatalf("held %d per second after the restatement, want 17", hr)
+	}
+	mustInv(t, l)
+}

@@ -46,6 +46,7 @@ type simParams struct {
 	// that do not know they share a budget: both admit, and each acquires
 	// when its own lease is gone, replacing the other's (rule h).
 	careless bool
+	period   int64 // the budget's rate period (0: rates per second)
 }
 
 type msgKind uint8
@@ -213,7 +214,7 @@ func (s *sim) idle() {
 }
 
 func newSim(t *rapid.T, p simParams, fault Fault) *sim {
-	l, err := NewLedger(LedgerConfig{RateMilliPerSec: p.rate, CapacityMilli: p.capacity, StartFull: p.startFull, DriftPPM: p.rhoPPM}, 0)
+	l, err := NewLedger(LedgerConfig{RateMilliPerSec: p.rate, CapacityMilli: p.capacity, StartFull: p.startFull, DriftPPM: p.rhoPPM, RatePeriodNanos: p.period}, 0)
 	if err != nil {
 		t.Fatalf("NewLedger: %v", err)
 	}
@@ -346,12 +347,14 @@ func (s *sim) deliver(m *simMsg) {
 		}
 		local := c.local(s.now)
 		deadline := ClientDeadline(c.sendLocal, m.resp.TTLNanos, s.p.rhoPPM)
-		mint := ClientMintRate(m.resp.RateMilliPerSec, s.p.rhoPPM)
+		// The client's bucket mints its share over the rate period
+		// stretched by (1+ρ), as client/loop.go installs it.
+		mint := m.resp.RateMilliPerSec
 		if !m.forRenew {
 			if deadline <= local {
 				return // arrived too late to use: the tokens are lost, safely
 			}
-			b, err := NewTokenBucketWithLevel(BucketConfig{CapacityMilli: m.resp.CapMilli, RateMilliPerSec: mint}, local, m.resp.StartMilli)
+			b, err := NewTokenBucketWithLevel(BucketConfig{CapacityMilli: m.resp.CapMilli, RateMilliPerSec: mint, PeriodNanos: ClientPeriodNanos(s.p.period, s.p.rhoPPM)}, local, m.resp.StartMilli)
 			if err != nil {
 				s.t.Fatalf("client bucket: %v", err)
 			}
@@ -395,10 +398,13 @@ func (s *sim) delays() (req, resp int64, lost bool) {
 	return req, resp, lost
 }
 
-func (s *sim) demands() (rate, burst, weight int64) {
+func (s *sim) demands() (rate, burst, maxCost, weight int64) {
 	// Mostly "everything": contention is where the protocol can go wrong.
-	rate = rapid.OneOf(rapid.Just(s.p.rate), rapid.Int64Range(0, 2*s.p.rate)).Draw(s.t, "demandRate")
-	burst = rapid.OneOf(rapid.Just(s.p.capacity), rapid.Int64Range(0, 2*s.p.capacity)).Draw(s.t, "demandBurst")
+	// Idle (zero) demands get leftovers; large costs make floors and
+	// subset divisions.
+	rate = rapid.OneOf(rapid.Just(s.p.rate), rapid.Just(int64(0)), rapid.Int64Range(0, 2*s.p.rate)).Draw(s.t, "demandRate")
+	burst = rapid.OneOf(rapid.Just(s.p.capacity), rapid.Just(int64(0)), rapid.Int64Range(0, 2*s.p.capacity)).Draw(s.t, "demandBurst")
+	maxCost = rapid.OneOf(rapid.Just(int64(0)), rapid.Int64Range(0, s.p.capacity)).Draw(s.t, "demandMaxCost")
 	weight = rapid.Int64Range(1, 3).Draw(s.t, "weight")
 	return
 }
@@ -413,7 +419,7 @@ func (s *sim) request(ci int) {
 	c.pending = c.reqNo
 	c.sendLocal = c.local(s.now)
 	d1, d2, lost := s.delays()
-	rate, burst, w := s.demands()
+	rate, burst, maxCost, w := s.demands()
 	ttl := rapid.OneOf(rapid.Just(s.p.ttl), rapid.Int64Range(s.p.ttl/10, s.p.ttl)).Draw(s.t, "reqTTL")
 	m := &simMsg{at: s.now + d1, cl: ci, inc: c.inc, req: c.reqNo, respDelay: d2, respLost: lost}
 	if c.lease == nil || c.local(s.now) >= c.lease.deadline {
@@ -425,10 +431,10 @@ func (s *sim) request(ci int) {
 		}
 		c.grantSeq++
 		m.kind = msgGrant
-		m.grant = GrantRequest{ClientID: c.id, Incarnation: c.inc, Seq: c.grantSeq, Weight: w, DemandRateMilliPerSec: rate, DemandBurstMilli: burst, TTLNanos: ttl}
+		m.grant = GrantRequest{ClientID: c.id, Incarnation: c.inc, Seq: c.grantSeq, Weight: w, DemandRateMilliPerSec: rate, DemandBurstMilli: burst, DemandMaxCostMilli: maxCost, TTLNanos: ttl}
 	} else {
 		m.kind = msgRenew
-		m.renew = RenewRequest{ClientID: c.id, Incarnation: c.inc, LeaseID: c.lease.id, Weight: w, DemandRateMilliPerSec: rate, DemandBurstMilli: burst, TTLNanos: ttl,
+		m.renew = RenewRequest{ClientID: c.id, Incarnation: c.inc, LeaseID: c.lease.id, Weight: w, DemandRateMilliPerSec: rate, DemandBurstMilli: burst, DemandMaxCostMilli: maxCost, TTLNanos: ttl,
 			AckedVersion: c.lease.version}
 		if rapid.IntRange(0, 7).Draw(s.t, "duplicate") == 0 {
 			// The network delivers it twice (the ledger applies both; the
@@ -565,7 +571,7 @@ func (s *sim) expire() {
 
 func drawParams(t *rapid.T) simParams {
 	return simParams{
-		rate:      rapid.Int64Range(100, 20_000).Draw(t, "r"),
+		rate:      rapid.OneOf(rapid.Int64Range(100, 20_000), rapid.Int64Range(1, 100)).Draw(t, "r"),
 		capacity:  rapid.Int64Range(100, 20_000).Draw(t, "B"),
 		startFull: rapid.Bool().Draw(t, "startFull"),
 		ttl:       rapid.Int64Range(1e8, 3e9).Draw(t, "ttl"),
@@ -573,6 +579,9 @@ func drawParams(t *rapid.T) simParams {
 		timeout:   rapid.Int64Range(1e6, 5e8).Draw(t, "timeout"),
 		clients:   rapid.IntRange(1, 4).Draw(t, "clients"),
 		careless:  rapid.Bool().Draw(t, "careless"),
+		// Mostly per second; sometimes a rate per 3 s (checked against its
+		// ceiling per second, a bound looser by under 1 milli-token/s).
+		period: rapid.SampledFrom([]int64{0, 0, 0, 3 * NanosPerSecond}).Draw(t, "period"),
 	}
 }
 
@@ -627,7 +636,7 @@ func runSimOracle(t *rapid.T, fault Fault, oracle bool) ([]quotacheck.Admission,
 	for ci := range s.clients {
 		s.spend(ci, true)
 	}
-	return s.history, quotacheck.Bound{CapacityMilli: p.capacity, RateMilliPerSec: p.rate}
+	return s.history, quotacheck.Bound{CapacityMilli: p.capacity, RateMilliPerSec: ceilMulDiv(p.rate, NanosPerSecond, LedgerConfig{RatePeriodNanos: p.period}.RatePeriod())}
 }
 
 // TestLeaseProtocolKeepsBound is the central property: whatever the
@@ -685,6 +694,7 @@ func TestNegativeControls(t *testing.T) {
 		{"forget replaced leases", FaultForgetReplaced, false},
 		// The window check alone catches it too, not only the oracle.
 		{"forget replaced leases (bound only)", FaultForgetReplaced, true},
+		{"cap floor over held caps", FaultFloorOverHeld, false},
 	} {
 		t.Run(c.name, func(t *testing.T) { negativeControl(t, c.fault, !c.noOracle) })
 	}

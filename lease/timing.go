@@ -1,6 +1,10 @@
 package lease
 
-import "fmt"
+import (
+	"fmt"
+	"math"
+	"math/bits"
+)
 
 // PPM is parts per million, the unit of clock-rate error ρ.
 const PPM = 1_000_000
@@ -50,9 +54,32 @@ func ClientDeadline(sendNanos, ttlNanos, driftPPM int64) int64 {
 	return satAdd(max(sendNanos, 0), ClientUsableNanos(ttlNanos, driftPPM))
 }
 
-// ClientMintRate is the rate at which a client's local bucket mints for a
-// lease with rate share r_i: r_i/(1+ρ), rounded down, so that a client clock
-// running ρ fast still mints no more than r_i per real second.
+// ClientPeriodNanos is the period over which a client's bucket mints its
+// share r_i (a rate per periodNanos, 0 meaning one second): the period
+// stretched by (1+ρ), rounded up, so that a clock running ρ fast still mints
+// no more than r_i per period of real time. The drift factor is applied to
+// time, not to the rate, so no share is rounded down: r = 0.016/s split
+// three ways mints 5, 5 and 6 milli-tokens per 1.001 s, not 4, 4 and 5 per
+// second. The pool mints over the same stretched period.
+func ClientPeriodNanos(periodNanos, driftPPM int64) int64 {
+	if periodNanos <= 0 {
+		periodNanos = NanosPerSecond
+	}
+	p := PPM + safeDrift(driftPPM)
+	// ceil(period·p/PPM) in 128 bits. Never clamped down (that would mint
+	// faster): a result too long for a bucket fails its validation.
+	hi, lo := bits.Mul64(uint64(periodNanos), uint64(p))
+	lo, carry := bits.Add64(lo, PPM-1, 0)
+	hi += carry
+	q, _ := bits.Div64(hi, lo, PPM)
+	return int64(min(q, math.MaxInt64))
+}
+
+// ClientMintRate is r_i/(1+ρ) per second, rounded down: a safe mint rate
+// for a share r_i, which clients used before ClientPeriodNanos. Rounding
+// the rate loses up to a milli-token per second per lease (all of a share
+// below 1/(1+ρ) milli-tokens per second); clients now keep the rate and
+// stretch the period instead.
 func ClientMintRate(shareMilliPerSec, driftPPM int64) int64 {
 	return MulDiv(shareMilliPerSec, PPM, PPM+safeDrift(driftPPM))
 }

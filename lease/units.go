@@ -26,6 +26,11 @@ const (
 	MaxCapacityMilli = int64(1e12) * MilliPerToken
 )
 
+// MaxPeriodNanos bounds a rate's period (BucketConfig.PeriodNanos,
+// LedgerConfig.RatePeriodNanos): two days, room for a rate per day
+// stretched by the largest drift factor.
+const MaxPeriodNanos = 2 * 24 * 3600 * NanosPerSecond
+
 // MaxTimeNanos is the latest time any call may pass: far beyond any real
 // clock (about 290 years), and low enough that time + MaxTTLNanos and
 // differences of valid times never overflow. Times are never negative.
@@ -117,14 +122,25 @@ type Limiter interface {
 //
 // The result saturates at math.MaxInt64 milli-tokens; callers cap it.
 func MintMilli(rateMilliPerSec, elapsedNanos int64) (mintedMilli, usedNanos int64) {
-	if rateMilliPerSec <= 0 || elapsedNanos <= 0 {
+	return MintMilliPer(rateMilliPerSec, NanosPerSecond, elapsedNanos)
+}
+
+// MintMilliPer is MintMilli for a rate of rateMilli milli-tokens per
+// periodNanos (> 0) nanoseconds: floor(rate·elapsed/period) whole
+// milli-tokens, and the time they used, ceil(minted·period/rate). A period
+// other than one second expresses rates below one milli-token per second
+// exactly (1 token a minute is 1000 per 60e9 ns), and a drift factor
+// applied to time instead of to the rate: r_i per (1+ρ) seconds mints
+// exactly r_i/(1+ρ) per second, with no rounding of the rate.
+func MintMilliPer(rateMilli, periodNanos, elapsedNanos int64) (mintedMilli, usedNanos int64) {
+	if rateMilli <= 0 || elapsedNanos <= 0 || periodNanos <= 0 {
 		return 0, 0
 	}
-	hi, lo := bits.Mul64(uint64(rateMilliPerSec), uint64(elapsedNanos))
-	if hi >= uint64(NanosPerSecond) {
+	hi, lo := bits.Mul64(uint64(rateMilli), uint64(elapsedNanos))
+	if hi >= uint64(periodNanos) {
 		return math.MaxInt64, elapsedNanos
 	}
-	q, _ := bits.Div64(hi, lo, uint64(NanosPerSecond))
+	q, _ := bits.Div64(hi, lo, uint64(periodNanos))
 	if q > math.MaxInt64 {
 		return math.MaxInt64, elapsedNanos
 	}
@@ -132,28 +148,34 @@ func MintMilli(rateMilliPerSec, elapsedNanos int64) (mintedMilli, usedNanos int6
 	if minted == 0 {
 		return 0, 0
 	}
-	return minted, NanosToMint(rateMilliPerSec, minted)
+	return minted, NanosToMintPer(rateMilli, periodNanos, minted)
 }
 
 // NanosToMint returns the shortest time in which rateMilliPerSec mints at
 // least amountMilli: ceil(amountMilli * 1e9 / rate). It returns RetryNever's
 // nanoseconds when the rate is zero or the time does not fit in int64.
 func NanosToMint(rateMilliPerSec, amountMilli int64) int64 {
+	return NanosToMintPer(rateMilliPerSec, NanosPerSecond, amountMilli)
+}
+
+// NanosToMintPer is NanosToMint for a rate of rateMilli per periodNanos:
+// ceil(amount·period/rate).
+func NanosToMintPer(rateMilli, periodNanos, amountMilli int64) int64 {
 	if amountMilli <= 0 {
 		return 0
 	}
-	if rateMilliPerSec <= 0 {
+	if rateMilli <= 0 || periodNanos <= 0 {
 		return int64(RetryNever)
 	}
-	hi, lo := bits.Mul64(uint64(amountMilli), uint64(NanosPerSecond))
+	hi, lo := bits.Mul64(uint64(amountMilli), uint64(periodNanos))
 	// ceil: add rate-1 before dividing.
 	var carry uint64
-	lo, carry = bits.Add64(lo, uint64(rateMilliPerSec)-1, 0)
+	lo, carry = bits.Add64(lo, uint64(rateMilli)-1, 0)
 	hi += carry
-	if hi >= uint64(rateMilliPerSec) {
+	if hi >= uint64(rateMilli) {
 		return int64(RetryNever)
 	}
-	q, _ := bits.Div64(hi, lo, uint64(rateMilliPerSec))
+	q, _ := bits.Div64(hi, lo, uint64(rateMilli))
 	if q > math.MaxInt64 {
 		return int64(RetryNever)
 	}
@@ -167,6 +189,25 @@ func MulDiv(a, b, c int64) int64 {
 		return 0
 	}
 	hi, lo := bits.Mul64(uint64(a), uint64(b))
+	if hi >= uint64(c) {
+		return math.MaxInt64
+	}
+	q, _ := bits.Div64(hi, lo, uint64(c))
+	if q > math.MaxInt64 {
+		return math.MaxInt64
+	}
+	return int64(q)
+}
+
+// ceilMulDiv returns ceil(a*b/c) for non-negative a, b and positive c,
+// saturating at math.MaxInt64.
+func ceilMulDiv(a, b, c int64) int64 {
+	if a <= 0 || b <= 0 {
+		return 0
+	}
+	hi, lo := bits.Mul64(uint64(a), uint64(b))
+	lo, carry := bits.Add64(lo, uint64(c)-1, 0)
+	hi += carry
 	if hi >= uint64(c) {
 		return math.MaxInt64
 	}

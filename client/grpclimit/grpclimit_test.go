@@ -110,7 +110,8 @@ func TestRefusalDetails(t *testing.T) {
 // TestRetryInterceptorHonoursRetryInfo: client/retry's interceptor reads
 // the RetryInfo this package sends, end to end over gRPC: a refusal of
 // "refilling" (1 token/s) is retried after its RetryInfo delay and then
-// admitted; a refusal of "tight" (no refill: no RetryInfo) is not retried.
+// admitted; a refusal of "tight" (a refill 1000 s away, more than the
+// call's deadline) is not retried.
 func TestRetryInterceptorHonoursRetryInfo(t *testing.T) {
 	_, cl := startRation(t, client.Config{})
 	g := newInterceptor(t, grpclimit.Config{Client: cl, Layers: []grpclimit.Layer{{Policy: "refilling", Key: grpclimit.PrincipalKey("tenant")}}})
@@ -428,8 +429,9 @@ func TestStream(t *testing.T) {
 		}
 	}
 	_, err := send(s, "acme", 10)
-	if st, ri, qf := details(t, err); st.Code() != codes.ResourceExhausted || qf == nil || ri != nil {
-		t.Errorf("4th stream: %v (RetryInfo %v, QuotaFailure %v), want RESOURCE_EXHAUSTED with a QuotaFailure", err, ri, qf)
+	// tight refills one token per 1000 s: the RetryInfo says so.
+	if st, ri, qf := details(t, err); st.Code() != codes.ResourceExhausted || qf == nil || ri == nil || ri.GetRetryDelay().AsDuration() < 900*time.Second {
+		t.Errorf("4th stream: %v (RetryInfo %v, QuotaFailure %v), want RESOURCE_EXHAUSTED with a QuotaFailure and a RetryInfo of about 1000 s", err, ri, qf)
 	}
 	if got := s.svc.Calls(streamMethod); got != 3 {
 		t.Errorf("handler ran %d times, want 3", got)

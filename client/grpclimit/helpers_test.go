@@ -27,9 +27,10 @@ import (
 	"github.com/ration-dev/ration/internal/testcluster"
 )
 
-// Policies. Rate 0.001/s is "no refill": a client's bucket then mints
-// nothing (1/(1+ρ) rounds to 0 milli-tokens per second), so a test can
-// count admissions exactly; such a bucket's RetryAfter is RetryNever.
+// Policies. Rate 0.001/s is "no refill" within a test: a client's bucket
+// mints one milli-token per 1.001 s, never a whole token in a test's
+// seconds, so a test can count admissions exactly; such a bucket's
+// RetryAfter is about 1000 s.
 const policies = `
 policies:
   - name: tight

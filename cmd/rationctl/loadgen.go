@@ -267,7 +267,8 @@ func runLoadgen(ctx context.Context, o *invocation, cfg *loadgenConfig) error {
 	runCtx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	rep := &loadgenReport{
-		Policy: p.Name, Key: canonical, RateMilliPerSec: p.RateMilliPerSec, BurstMilli: p.BurstMilli,
+		// A rate per interval is checked per second, rounded up.
+		Policy: p.Name, Key: canonical, RateMilliPerSec: p.RateMilliPerSecCeil(), BurstMilli: p.BurstMilli,
 		Replicas: cfg.replicas, RequestsPerSec: cfg.rate, DurationNanos: int64(cfg.duration),
 	}
 	for _, cw := range cfg.mix {

@@ -269,7 +269,7 @@ func TestErrors(t *testing.T) {
 			[]string{"rationctl simulate: testdata/bad-syntax.yaml: line 3: invalid YAML: did not find expected ',' or ']'\n"}, true},
 		{"bad policy values", []string{"--policy", "testdata/bad-values.yaml", "--trace", "testdata/chain.csv"}, 1,
 			[]string{
-				`rationctl simulate: testdata/bad-values.yaml: line 4: policy "per-tenant": field "rate": "abc" is not a number; want tokens per second like 10 or 0.5` + "\n" +
+				`rationctl simulate: testdata/bad-values.yaml: line 4: policy "per-tenant": field "rate": "abc" is not a number; want tokens per second like 10 or 0.5, or tokens per interval like 1/m, 100/h, 5/s or 3/30s` + "\n" +
 					`rationctl simulate: testdata/bad-values.yaml: line 9: policy "windowed": field "window": "60" is not a duration; want a Go duration like 500ms, 1s, 1m or 1h30m` + "\n",
 			}, true},
 		{"unknown field", []string{"--policy", "testdata/unknown-field.yaml", "--trace", "testdata/chain.csv"}, 1,

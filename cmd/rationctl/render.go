@@ -189,6 +189,9 @@ func writePolicies(w io.Writer, r *api.ListPoliciesResponse, asJSON bool) error 
 			alg, rate, burst, dur = string(p.Algorithm), "-", "-", "-"
 			if p.Algorithm == policy.TokenBucket {
 				rate, burst = policy.FormatUnits(p.RateMilliPerSec), policy.FormatUnits(p.BurstMilli)
+				if p.RatePeriodNanos != 0 {
+					rate += "/" + policy.FormatRatePeriod(p.RatePeriodNanos)
+				}
 				dur = time.Duration(p.LeaseDurationNanos).String()
 			}
 			key = "[" + strings.Join(p.Key, ", ") + "]"

@@ -3,12 +3,15 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -102,6 +105,81 @@ func TestExample(t *testing.T) {
 	} {
 		if !strings.Contains(metrics, want) {
 			t.Errorf("metrics lack %s", want)
+		}
+	}
+}
+
+// TestTenantBackAfterIdle: a tenant that spent its burst and then sent
+// nothing for a long idle spell gets its whole burst back: its first
+// reports (cost 5 each, burst 10) are admitted although the replica's
+// demand estimate saw no traffic for many renewals. The policies are the
+// example's with a short lease (renewal every 100 ms), so 30 renewals
+// stand for the 30 s idle spell of the default lease without waiting 30 s.
+func TestTenantBackAfterIdle(t *testing.T) {
+	policies, err := os.ReadFile("policies.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	short := strings.NewReplacer(
+		"key: [tenant, route]\n", "key: [tenant, route]\n    lease: {duration: 1s, renew_after: 100ms}\n",
+		"key: [tenant]\n", "key: [tenant]\n    lease: {duration: 1s, renew_after: 100ms}\n",
+	).Replace(string(policies))
+	if strings.Count(short, "renew_after") != 2 {
+		t.Fatalf("policies.yaml changed shape; the short-lease overlay did not apply:\n%s", short)
+	}
+	c := testcluster.New(t, 1, testcluster.WithPolicies(short))
+	c.WaitForLeader(t)
+	var renewals atomic.Int64
+	cl, err := client.New(context.Background(), client.Config{Servers: []string{c.Config(0).GRPCAddr}, ClientID: "example-idle-test",
+		FirstLeaseWait: testcluster.DefaultWait,
+		OnGrant: func(g client.GrantInfo) {
+			if g.Renewal && g.Policy == "api-tenant-route" {
+				renewals.Add(1)
+			}
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cl.Close() })
+	reg := prometheus.NewRegistry()
+	h, err := newHandler(cl, reg, reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(h)
+	defer srv.Close()
+	report := func() (int, string) {
+		t.Helper()
+		req, _ := http.NewRequest("POST", srv.URL+"/v1/reports", nil)
+		req.Header.Set("X-API-Key", "acme-secret-key")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	for i := range 2 {
+		if code, body := report(); code != 200 {
+			t.Fatalf("report %d: %d %s", i, code, body)
+		}
+	}
+	if code, _ := report(); code != http.StatusTooManyRequests {
+		t.Fatalf("third report in a row: %d, want 429", code)
+	}
+	// Idle: 30 renewals with no traffic (3 s at least, 1.5 times the 2 s
+	// the bucket takes to refill at 5 tokens/s).
+	from := renewals.Load()
+	testcluster.WaitFor(t, 30*time.Second, func() error {
+		if n := renewals.Load() - from; n < 30 {
+			return fmt.Errorf("%d idle renewals so far", n)
+		}
+		return nil
+	})
+	for i := range 2 {
+		if code, body := report(); code != 200 {
+			t.Fatalf("report %d after the idle spell: %d %s; want the whole burst of 10 (two reports)", i, code, body)
 		}
 	}
 }

@@ -54,6 +54,9 @@ func (f *File) Encode(w io.Writer) error {
 		o := outPolicy{Name: p.Name, Algorithm: string(p.Algorithm), Charge: string(p.Charge), Key: p.Key}
 		if p.Algorithm == TokenBucket {
 			o.Rate = number(FormatUnits(p.RateMilliPerSec))
+			if p.RatePeriodNanos != 0 {
+				o.Rate = number(FormatUnits(p.RateMilliPerSec) + "/" + FormatRatePeriod(p.RatePeriodNanos))
+			}
 			o.Burst = number(FormatUnits(p.BurstMilli))
 			o.Start = "empty"
 			if p.StartFull {
@@ -132,10 +135,32 @@ type number string
 // MarshalYAML implements yaml.Marshaler.
 func (n number) MarshalYAML() (any, error) {
 	tag := "!!int"
-	if strings.Contains(string(n), ".") {
+	switch {
+	case strings.Contains(string(n), "/"):
+		tag = "!!str" // a rate per interval, 1/m: a plain string
+	case strings.Contains(string(n), "."):
 		tag = "!!float"
 	}
 	return &yaml.Node{Kind: yaml.ScalarNode, Tag: tag, Value: string(n)}, nil
+}
+
+// FormatRatePeriod formats a rate's interval as ParseRatePeriod reads it:
+// the largest unit that divides it, with no count if the count is 1
+// ("m", "30s", "2h", "d").
+func FormatRatePeriod(nanos int64) string {
+	secs := nanos / int64(time.Second)
+	for _, u := range []struct {
+		secs int64
+		name string
+	}{{86400, "d"}, {3600, "h"}, {60, "m"}, {1, "s"}} {
+		if secs%u.secs == 0 {
+			if secs == u.secs {
+				return u.name
+			}
+			return strconv.FormatInt(secs/u.secs, 10) + u.name
+		}
+	}
+	return time.Duration(nanos).String()
 }
 
 // formatDuration is time.Duration.String without zero trailing units:

@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/ration-dev/ration/lease"
 )
 
 // rawFile, rawPolicy, rawLease and rawWeights define the accepted field
@@ -114,7 +116,7 @@ var want = map[string]string{
 	fAlgorithm: "want one of token-bucket, fixed-window, sliding-window, sliding-window-approx",
 	fCharge:    "want requests (every request costs 1) or cost (a request costs its cost)",
 	fKey:       "want a list of trace attribute names like [tenant] or [tenant, route]",
-	fRate:      "want tokens per second like 10 or 0.5",
+	fRate:      "want tokens per second like 10 or 0.5, or tokens per interval like 1/m, 100/h, 5/s or 3/30s",
 	fBurst:     "want a number of tokens like 10 or 2.5",
 	fStart:     "want full or empty",
 	fLimit:     "want a whole number of units per window like 100",
@@ -569,7 +571,7 @@ func (p *parser) walkPolicy(index int, m *yaml.Node) (pol Policy, ok bool) {
 	pol.StartFull = pol.Algorithm == TokenBucket // the default start
 	rateOK := false
 	if kv, ok := present(fRate); ok {
-		pol.RateMilliPerSec, rateOK = p.decimal(id, kv, fRate, MaxRate, false)
+		pol.RateMilliPerSec, pol.RatePeriodNanos, rateOK = p.rate(id, kv)
 	}
 	if kv, ok := present(fBurst); ok {
 		pol.BurstMilli, _ = p.decimal(id, kv, fBurst, MaxBurst, false)
@@ -700,6 +702,72 @@ func (p *parser) milliValue(id *Error, kv keyVal, field string, maxUnits int64, 
 // fail reports a problem with a field's value and what would be valid.
 func (p *parser) fail(id *Error, kv keyVal, field, msg string) {
 	p.add(p.errAt(id, kv, field, msg+"; "+wantFor(field)))
+}
+
+// rate parses a token bucket's rate: a decimal number of tokens per second
+// (10, 0.5), or tokens per interval, amount/interval (1/m, 100/h, 5/s,
+// 3/30s, 2/1d), exact however small. A rate per second written either way
+// is the same policy (period 0).
+func (p *parser) rate(id *Error, kv keyVal) (milli, periodNanos int64, ok bool) {
+	s, ok := p.scalar(id, kv, fRate)
+	if !ok {
+		return 0, 0, false
+	}
+	amount, per, found := strings.Cut(s, "/")
+	if !found {
+		v, ok := p.decimal(id, kv, fRate, MaxRate, false)
+		return v, 0, ok
+	}
+	period, err := ParseRatePeriod(strings.TrimSpace(per))
+	if err != nil {
+		p.fail(id, kv, fRate, fmt.Sprintf("%q: %v", s, err))
+		return 0, 0, false
+	}
+	amount = strings.TrimSpace(amount)
+	v, err := ParseMilli(amount)
+	msg := ""
+	switch {
+	case errors.Is(err, ErrTooLarge), err == nil && v > MaxRate*1000:
+		msg = fmt.Sprintf("%q is more than the maximum %d per interval", s, MaxRate)
+	case err != nil:
+		msg = fmt.Sprintf("%q: the amount %q %v", s, amount, err)
+	case v == 0:
+		msg = fmt.Sprintf("%q is zero; it must be greater than 0", s)
+	}
+	if msg != "" {
+		p.fail(id, kv, fRate, msg)
+		return 0, 0, false
+	}
+	if period == lease.NanosPerSecond {
+		period = 0
+	}
+	return v, period, true
+}
+
+// ParseRatePeriod parses the interval of a rate per interval: a unit alone
+// (s, m, h, d: one second, minute, hour or day) or a whole number and a
+// unit (30s, 5m, 2h, 1d), from one second to one day.
+func ParseRatePeriod(s string) (int64, error) {
+	if s == "" {
+		return 0, fmt.Errorf("has no interval after the '/'")
+	}
+	units := map[byte]int64{'s': 1, 'm': 60, 'h': 3600, 'd': 86400}
+	unit, ok := units[s[len(s)-1]]
+	if !ok {
+		return 0, fmt.Errorf("the interval %q does not end in s, m, h or d", s)
+	}
+	n := int64(1)
+	if digits := s[:len(s)-1]; digits != "" {
+		v, err := strconv.ParseInt(digits, 10, 64)
+		if err != nil || v <= 0 || digits[0] == '+' {
+			return 0, fmt.Errorf("the interval %q is not a whole number of s, m, h or d", s)
+		}
+		n = v
+	}
+	if n > 86400/unit {
+		return 0, fmt.Errorf("the interval %q is longer than one day", s)
+	}
+	return n * unit * lease.NanosPerSecond, nil
 }
 
 // decimal parses a positive number of units into milli-units.

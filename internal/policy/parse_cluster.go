@@ -50,9 +50,9 @@ func (p *parser) clusterFields(id *Error, pol *Policy, algKnown, rateOK bool,
 		case pol.Failure != FailOpen:
 			p.add(p.errAt(id, kv, fFallbackRate, fmt.Sprintf("applies only with failure: %s (failure is %s here); want no fallback_rate, or failure: %s",
 				FailOpen, pol.Failure, FailOpen)))
-		case rateOK && v > pol.RateMilliPerSec:
+		case rateOK && v > pol.RateMilliPerSecFloor():
 			p.add(p.errAt(id, kv, fFallbackRate, fmt.Sprintf("%q is more than the policy's rate %s; %s",
-				deref(kv.val).Value, FormatUnits(pol.RateMilliPerSec), want[fFallbackRate])))
+				deref(kv.val).Value, FormatUnits(pol.RateMilliPerSecFloor()), want[fFallbackRate])))
 		}
 	} else if crossCheck && pol.Failure == FailOpen {
 		p.add(p.errAt(id, failureKV, fFallbackRate, "is required with failure: fail-open (the rate each replica admits at while the cluster is unreachable); "+want[fFallbackRate]))

@@ -72,8 +72,11 @@ type Policy struct {
 	Name      string
 	Algorithm Algorithm
 
-	// Token bucket only.
+	// Token bucket only. The rate is RateMilliPerSec milli-units per
+	// second, or per RatePeriodNanos when that is set (rate: 1/m is 1000
+	// per 60 s, exactly).
 	RateMilliPerSec int64
+	RatePeriodNanos int64
 	BurstMilli      int64
 	StartFull       bool // default true; false for the window algorithms
 
@@ -132,6 +135,7 @@ func (p Policy) NewLimiter(startNanos int64) (lease.Limiter, error) {
 		return lease.NewTokenBucket(lease.BucketConfig{
 			CapacityMilli:   p.BurstMilli,
 			RateMilliPerSec: p.RateMilliPerSec,
+			PeriodNanos:     p.RatePeriodNanos,
 			StartFull:       p.StartFull,
 		}, startNanos)
 	case FixedWindow:
@@ -142,6 +146,25 @@ func (p Policy) NewLimiter(startNanos int64) (lease.Limiter, error) {
 		return lease.NewApproxSlidingWindow(p.windowConfig())
 	}
 	return nil, fmt.Errorf("%w: policy %q: unknown algorithm %q", ErrInvalidPolicy, p.Name, p.Algorithm)
+}
+
+// RateMilliPerSecFloor returns the rate per second, rounded down (exact for
+// a rate per second).
+func (p Policy) RateMilliPerSecFloor() int64 {
+	if p.RatePeriodNanos == 0 {
+		return p.RateMilliPerSec
+	}
+	return lease.MulDiv(p.RateMilliPerSec, lease.NanosPerSecond, p.RatePeriodNanos)
+}
+
+// RateMilliPerSecCeil returns the rate per second, rounded up: for
+// checking admissions against B + r·W (exact for a rate per second).
+func (p Policy) RateMilliPerSecCeil() int64 {
+	if p.RatePeriodNanos == 0 {
+		return p.RateMilliPerSec
+	}
+	return lease.MulDiv(p.RateMilliPerSec, lease.NanosPerSecond, p.RatePeriodNanos) +
+		min(1, lease.MulDiv(p.RateMilliPerSec, lease.NanosPerSecond, 1)%p.RatePeriodNanos)
 }
 
 func (p Policy) windowConfig() lease.WindowConfig {

@@ -38,6 +38,11 @@ func (p Policy) ToProto() *api.PolicySpec {
 	if len(p.ClientWeights) > 0 {
 		spec.ClientWeights = maps.Clone(p.ClientWeights)
 	}
+	if p.RatePeriodNanos != 0 {
+		spec.RateMilliPerSec = p.RateMilliPerSecFloor()
+		spec.RateMilliPerPeriod = p.RateMilliPerSec
+		spec.RatePeriodNanos = p.RatePeriodNanos
+	}
 	return spec
 }
 
@@ -68,6 +73,9 @@ func FromProto(spec *api.PolicySpec) (Policy, error) {
 		Shadow:                  spec.GetShadow(),
 		MaxKeys:                 spec.GetMaxKeys(),
 		MaxLeasesPerKey:         spec.GetMaxLeasesPerKey(),
+	}
+	if spec.GetRatePeriodNanos() != 0 {
+		p.RateMilliPerSec, p.RatePeriodNanos = spec.GetRateMilliPerPeriod(), spec.GetRatePeriodNanos()
 	}
 	if len(spec.GetKey()) > 0 {
 		p.Key = slices.Clone(spec.GetKey())

@@ -60,6 +60,9 @@ func validate(p Policy) []*Error {
 		if p.RateMilliPerSec <= 0 || p.RateMilliPerSec > MaxRate*1000 {
 			bad(fRate, "%s is outside (0, %d]; %s", FormatUnits(p.RateMilliPerSec), MaxRate, want[fRate])
 		}
+		if pp := p.RatePeriodNanos; pp != 0 && (pp == int64(time.Second) || pp < int64(time.Second) || pp > int64(24*time.Hour) || pp%int64(time.Second) != 0) {
+			bad(fRate, "has a rate period of %v, not a whole number of seconds in (1s, 24h] (a rate per second has period 0); %s", time.Duration(pp), want[fRate])
+		}
 		if p.BurstMilli < 1000 || p.BurstMilli > MaxBurst*1000 {
 			bad(fBurst, "%s is outside [1, %d]; %s", FormatUnits(p.BurstMilli), MaxBurst, want[fBurst])
 		}
@@ -158,7 +161,7 @@ func validateLease(p Policy) []*Error {
 			bad(fFallbackRate, "applies only with failure: %s (failure is %s); want 0, or failure: %s", FailOpen, p.Failure, FailOpen)
 		}
 	case FailOpen:
-		if msg := fallbackProblem(p.FallbackRateMilliPerSec, p.RateMilliPerSec); msg != "" {
+		if msg := fallbackProblem(p.FallbackRateMilliPerSec, p.RateMilliPerSecFloor()); msg != "" {
 			bad(fFallbackRate, "%s %s; %s", FormatUnits(p.FallbackRateMilliPerSec), msg, want[fFallbackRate])
 		}
 	default:

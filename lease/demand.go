@@ -1,0 +1,74 @@
+package lease
+
+// DemandMeter turns the cost a limiter was offered into the demands it
+// reports at each renewal. The client library and the share simulations
+// use the same meter, so what the simulations measure is what replicas do.
+// It is not safe for concurrent use (the client's background loop owns it).
+type DemandMeter struct {
+	lastNanos int64 // time of the previous report; 0 before the first
+	ewma      int64 // smoothed offered rate, milli-tokens/s
+	measured  bool  // ewma holds at least one measurement
+	maxCost   int64 // largest cost seen while active
+}
+
+// Demand is what a limiter asks the coordinator for.
+type Demand struct {
+	RateMilliPerSec int64
+	BurstMilli      int64
+	MaxCostMilli    int64
+	// Known is false for the first report, which has nothing to measure
+	// over: the client then asks for as much as is fair.
+	Known bool
+}
+
+// Report returns the demand at nowNanos, given the cost offered since the
+// previous report (admitted or not, in milli-tokens) and the largest single
+// cost seen in that time.
+//
+//   - Rate: the offered rate with 25% headroom. A rise is smoothed (an
+//     EWMA, half-life one report); a fall is reported at once, so a limiter
+//     that went quiet gives its share back within one report. A limiter
+//     offered nothing reports zero: it is idle, and its rate goes to the
+//     active ones (an idle lease keeps only what nobody else claims; see
+//     DivideBudget).
+//   - Burst: one second of the rate demand, and room for twice the largest
+//     cost seen while active (at least one token), so costly requests fit.
+//   - Max cost: the largest cost seen since the limiter last went idle.
+//
+// Nothing overflows: every sum and product saturates.
+func (m *DemandMeter) Report(nowNanos, offeredMilli, maxCostMilli int64) Demand {
+	offeredMilli, maxCostMilli = max(offeredMilli, 0), max(maxCostMilli, 0)
+	last := m.lastNanos
+	m.lastNanos = nowNanos
+	if offeredMilli == 0 {
+		m.maxCost = 0
+	} else {
+		m.maxCost = max(m.maxCost, maxCostMilli)
+	}
+	if last == 0 || nowNanos <= last {
+		return Demand{MaxCostMilli: m.maxCost}
+	}
+	rate := MulDiv(offeredMilli, NanosPerSecond, nowNanos-last)
+	if !m.measured || rate < m.ewma {
+		m.ewma, m.measured = rate, true
+	} else {
+		m.ewma = m.ewma/2 + rate/2 + (m.ewma%2+rate%2)/2
+	}
+	if offeredMilli == 0 {
+		return Demand{Known: true}
+	}
+	d := satAdd(m.ewma, m.ewma/4)
+	// At least one token: every client cost is a whole token, and the
+	// largest cost is only seen off the fast path.
+	burst := max(d, satAdd(m.maxCost, m.maxCost), MilliPerToken)
+	return Demand{RateMilliPerSec: d, BurstMilli: burst, MaxCostMilli: m.maxCost, Known: true}
+}
+
+// unknownDemand is a demand large enough to mean "as much as is fair".
+const unknownDemand = int64(1) << 50
+
+// UnknownDemand is what a limiter asks for before it has measured
+// anything: as much as is fair.
+func UnknownDemand() Demand {
+	return Demand{RateMilliPerSec: unknownDemand, BurstMilli: unknownDemand, Known: false}
+}
