@@ -99,8 +99,20 @@ func New(cfg Config) (*Server, error) {
 		raftLn.Close()
 		return nil, err
 	}
+	// MaxRPCsInFlight 1: no pipelined replication. hashicorp/raft's
+	// pipeline (v1.7.3) can deadlock: when the follower's answer ends its
+	// decoder (a newer term, as after a leadership transfer, or a refused
+	// append), one more send parks on a channel nobody reads, and the
+	// pipeline that would unblock it is closed only after that send
+	// returns. The replication goroutine then never ends: Raft.Shutdown,
+	// hence Server.Shutdown and Kill, waits forever (seen as a 10-minute
+	// hang of TestGracefulShutdownTransfersLeadership), and a leader that
+	// stays up never sends that follower another entry. Synchronous
+	// appends cost little here: the batcher already groups operations
+	// into few entries, and raft's own measurements show pipelining
+	// buys almost nothing with batching.
 	s.transport = raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
-		Stream: stream, MaxPool: 3, Timeout: 10 * time.Second, Logger: hclogFor(logger, "raft-net"),
+		Stream: stream, MaxPool: 3, MaxRPCsInFlight: 1, Timeout: 10 * time.Second, Logger: hclogFor(logger, "raft-net"),
 	})
 
 	rc := raft.DefaultConfig()
