@@ -264,11 +264,19 @@ func (s *Server) FSM() *fsm.FSM { return s.fsm }
 func (s *Server) Shutdown(ctx context.Context) error {
 	var err error
 	s.shutdownOnce.Do(func() {
-		if s.raft != nil && s.IsLeader() && s.voterCount() > 1 {
-			if f := s.raft.LeadershipTransfer(); f.Error() != nil {
-				s.log.Warn("leadership transfer before shutdown failed", "err", f.Error())
-			} else {
+		// A transfer can fail for a passing reason (its TimeoutNow RPC
+		// went out on a pooled connection the peer had closed: EOF), so
+		// it is tried again while this server still leads, up to three
+		// times and within ctx.
+		for attempt := 1; s.raft != nil && s.IsLeader() && s.voterCount() > 1 && ctx.Err() == nil; attempt++ {
+			err := s.raft.LeadershipTransfer().Error()
+			if err == nil {
 				s.log.Info("transferred leadership before shutdown")
+				break
+			}
+			s.log.Warn("leadership transfer before shutdown failed", "attempt", attempt, "err", err)
+			if attempt == 3 {
+				break
 			}
 		}
 		close(s.shutdownCh)
