@@ -265,9 +265,10 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	var err error
 	s.shutdownOnce.Do(func() {
 		// A transfer can fail for a passing reason (its TimeoutNow RPC
-		// went out on a pooled connection the peer had closed: EOF), so
-		// it is tried again while this server still leads, up to three
-		// times and within ctx.
+		// went out on a pooled connection the peer had closed: EOF; a
+		// failed connection is not pooled again), so it is tried again
+		// while this server still leads, within ctx, up to once more
+		// than the transport pools connections (MaxPool 3).
 		for attempt := 1; s.raft != nil && s.IsLeader() && s.voterCount() > 1 && ctx.Err() == nil; attempt++ {
 			err := s.raft.LeadershipTransfer().Error()
 			if err == nil {
@@ -275,7 +276,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 				break
 			}
 			s.log.Warn("leadership transfer before shutdown failed", "attempt", attempt, "err", err)
-			if attempt == 3 {
+			if attempt == 4 {
 				break
 			}
 		}
