@@ -159,7 +159,9 @@ type Limiter struct {
 	reportedAt   int64
 	ewma         int64
 	measured     bool // ewma holds at least one measurement
-	fails        int
+	// lastRate, lastBurst: the last measured demand (0: none yet).
+	lastRate, lastBurst int64
+	fails               int
 	// activeAt is the last time (local) the loop saw cost offered, or the
 	// limiter's creation: the idle clock of eviction. The seen* fields are
 	// the demand accounting as evictIdle last read it.

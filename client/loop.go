@@ -99,7 +99,22 @@ func (c *Client) round() time.Duration {
 // reported at once, so a client that went quiet gives its share back
 // within one report instead of after several halvings (the first
 // measurement seeds the average rather than being halved against zero).
+//
+// A report due long before its renewal (one riding along with another
+// key's renewal, sent soon after this key's own) repeats the last
+// estimate and leaves the counts to the next report: over a few
+// milliseconds a steady load often shows no cost at all, and a fall is
+// reported at once, so a busy limiter's share would drop to the 1
+// token/s floor (seen: TestBusyLimiterNotEvicted's limiter, offering
+// 33/s, refused with RetryAfter ~1s under load).
 func (l *Limiter) demand(now int64) *api.Demand {
+	if t := l.cur.Load(); t != nil && l.lastRate > 0 {
+		// t.renewAt is reportedAt + renew_after when t answers the last
+		// report; a report before half of that span measures noise.
+		if span := t.renewAt - l.reportedAt; span > 0 && now-l.reportedAt < span/2 {
+			return &api.Demand{RateMilliPerSec: l.lastRate, BurstMilli: l.lastBurst}
+		}
+	}
 	// Offered = what the lease's bucket admitted since the last report plus
 	// what was refused or admitted elsewhere (unmet).
 	offered := l.unmet.Swap(0)
@@ -132,6 +147,7 @@ func (l *Limiter) demand(now int64) *api.Demand {
 	// cost the local cap has refused, so costly requests fit again after a
 	// quiet spell shrank the cap.
 	burst := max(d, 2*l.maxRefused.Swap(0))
+	l.lastRate, l.lastBurst = d, burst
 	return &api.Demand{RateMilliPerSec: d, BurstMilli: burst}
 }
 
