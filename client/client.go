@@ -160,6 +160,7 @@ type Client struct {
 	keyings   map[string]keying
 	keyingGen atomic.Uint64
 	seq       uint64
+	born      uint64 // limiters registered so far (Limiter.born)
 	// evicted keeps, per policy, the counts of the limiters evicted so far
 	// (their decisions, and how many), so that metrics counters never go
 	// backwards when a limiter is forgotten.
@@ -285,7 +286,8 @@ func (c *Client) liveLimiter(policy string, attrs map[string]string) (*Limiter, 
 // addLimiterLocked registers a new limiter under id and wakes the loop to
 // acquire its first lease. c.mu must be held.
 func (c *Client) addLimiterLocked(id, policy string, attrs map[string]string) *Limiter {
-	l := &Limiter{c: c, policy: policy, attrs: attrs, id: LimiterID(policy, attrs), regID: id, first: make(chan struct{}), activeAt: c.clock.Precise()}
+	c.born++
+	l := &Limiter{c: c, policy: policy, attrs: attrs, id: LimiterID(policy, attrs), regID: id, first: make(chan struct{}), activeAt: c.clock.Precise(), born: c.born}
 	c.limiters[id] = l
 	c.poke()
 	return l

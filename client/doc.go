@@ -27,7 +27,9 @@
 // included, smoothed by an EWMA when it rises and followed at once when it
 // falls, so fair shares follow real load and an idle replica's share goes
 // to the busy ones within one report (plus the lease duration for which a
-// reduced share stays held). A request is
+// reduced share stays held). A key that rides along in the first half of
+// its renewal span repeats its last report instead of measuring so short a
+// time. A request is
 // retried unchanged, with the same sequence number (the cluster answers a
 // retry from its record instead of granting twice), with exponential backoff
 // and full jitter, across servers; servers forward to the leader.

@@ -27,6 +27,26 @@ policies:
     lease: {duration: 30s, renew_after: 200ms}
 `
 
+// heldPolicies is evictPolicies without renewals while a test runs (the
+// first comes at half the usable span, after about 15s). A renewal
+// re-divides with the measured demand: after one probe the lease's cap
+// shrinks to about one token, and the client's bucket with it, so an
+// evicted lease would return about one token and a grant right after its
+// release would start with little more than the pool minted since
+// (r·elapsed: under 11 tokens within 11ms). Without renewals the lease
+// keeps its whole cap until the eviction, so its release returns every
+// unspent token and the next grant starts with them, however soon it
+// comes.
+const heldPolicies = `
+policies:
+  - name: tenants
+    algorithm: token-bucket
+    rate: 1000
+    burst: 1000
+    key: [tenant]
+    lease: {duration: 30s, renew_after: 20s}
+`
+
 // evictionClient starts a client with the given IdleTimeout and a
 // collector over it.
 func evictionClient(t *testing.T, c *testcluster.Cluster, id string, idle time.Duration) (*client.Client, prometheus.Collector) {
@@ -179,9 +199,10 @@ func TestBusyLimiterNotEvicted(t *testing.T) {
 
 // TestEvictedLimiterAdmitsAgain: a caller that kept an evicted *Limiter
 // gets admissions again: its next call acquires a new lease (waiting for
-// it as on a new key) through the live limiter for its key.
+// it as on a new key) through the live limiter for its key, which starts
+// with the tokens the eviction released.
 func TestEvictedLimiterAdmitsAgain(t *testing.T) {
-	c := startCluster(t, evictPolicies)
+	c := startCluster(t, heldPolicies)
 	cl, col := evictionClient(t, c, "held", 200*time.Millisecond)
 	key := client.Key{"tenant": "acme"}
 	lim := cl.Limiter("tenants", key)
@@ -216,8 +237,16 @@ func TestEvictedLimiterAdmitsAgain(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if l == nil || l.GetLeaseId() == old.GetLeaseId() {
-		t.Fatalf("lease after re-acquiring: %v, want a new one (old %d)", l, old.GetLeaseId())
+	// A new grant: the old lease left the listing, and this one expires
+	// later. (Its ID can be the old one's: a key whose pool refilled with
+	// no lease held is collected, and its next ledger numbers from 1.)
+	if l == nil || l.GetExpiresNanos() <= old.GetExpiresNanos() {
+		t.Fatalf("lease after re-acquiring: %v, want a new one (old %v)", l, old)
+	}
+	// The release credited what the probe left (the old lease's start but
+	// one token; nothing else held the budget), and the new grant took it.
+	if got, want := l.GetStartMilli(), old.GetStartMilli()-1000; got < want {
+		t.Errorf("new lease started with %d milli-tokens, want at least the %d the evicted one left", got, want)
 	}
 	live := cl.Limiter("tenants", key)
 	if live == lim {

@@ -10,6 +10,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -86,6 +87,35 @@ type history struct {
 	start time.Time
 	h     []quotacheck.Admission
 	spans []span // the same admissions, each with a stamp from before its decision
+	late  []lateWake
+}
+
+// lateWake is a load goroutine's wakeup, at, that found a call overdue by
+// late: the machine had not run it (load).
+type lateWake struct {
+	who      string
+	at, late time.Duration
+}
+
+// noteLate records a late wakeup of who's load.
+func (h *history) noteLate(who string, at, late time.Duration) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.late = append(h.late, lateWake{who: who, at: at, late: late})
+}
+
+// maxLate returns the longest who's load was overdue at a wakeup in
+// [from, to].
+func (h *history) maxLate(who string, from, to time.Duration) time.Duration {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var m time.Duration
+	for _, l := range h.late {
+		if l.who == who && l.at >= from && l.at <= to {
+			m = max(m, l.late)
+		}
+	}
+	return m
 }
 
 func newHistory() *history { return &history{start: time.Now()} }
@@ -258,23 +288,73 @@ func reportWindows(t *testing.T, h []quotacheck.Admission, b quotacheck.Bound, w
 	}
 }
 
-// load offers cost tokens every period on lim until stop is closed or the
+// load offers one token per period on lim until stop is closed or the
 // deadline (relative to h's start) passes, recording admissions as who.
-// It returns the decisions' reasons counted.
+// It returns the decisions' reasons counted. Each wakeup makes every call
+// due by then: a goroutine woken late (a loaded machine drops ticker
+// ticks) catches up instead of offering less than 1/period. A wakeup that
+// finds a call overdue by more than two periods is noted in h (maxLate):
+// whatever the lease minted meanwhile is admitted only after it, so a
+// window that ends inside such a stall counts less than the lease
+// allowed, through no fault of the limiter.
 func load(h *history, who string, lim *client.Limiter, period time.Duration, until time.Duration, stop <-chan struct{}) map[client.Reason]int {
 	reasons := map[client.Reason]int{}
 	tick := time.NewTicker(period)
 	defer tick.Stop()
-	for h.since() < until {
+	start := h.since()
+	for made := time.Duration(0); h.since() < until; {
+		stopped := false
 		select {
 		case <-stop:
-			return reasons
+			stopped = true
 		case <-tick.C:
 		}
-		d := h.decide(who, 1, lim.AllowN)
-		reasons[d.Reason]++
+		now := h.since()
+		if late := now - start - (made+1)*period; late > 2*period {
+			h.noteLate(who, now, late)
+		}
+		if stopped {
+			return reasons
+		}
+		for due := (now - start) / period; made < due && h.since() < until; made++ {
+			d := h.decide(who, 1, lim.AllowN)
+			reasons[d.Reason]++
+		}
 	}
 	return reasons
+}
+
+// grantRise records when a client first installs a grant of at least
+// rate milli-tokens/s after a given moment (history time): a renewal's
+// new rate applies from its install, which comes after the leader lists
+// it, by a round trip that a loaded machine can stretch.
+type grantRise struct {
+	h     *history
+	rate  int64
+	after atomic.Int64 // history nanoseconds; math.MaxInt64 until set
+	at    atomic.Int64 // history nanoseconds; 0 until seen
+}
+
+func newGrantRise(h *history, rate int64) *grantRise {
+	g := &grantRise{h: h, rate: rate}
+	g.after.Store(math.MaxInt64)
+	return g
+}
+
+// from starts watching for the rise from history time t.
+func (g *grantRise) from(t time.Duration) { g.after.Store(int64(t)) }
+
+// onGrant is the client's Config.OnGrant.
+func (g *grantRise) onGrant(gi client.GrantInfo) {
+	if now := int64(g.h.since()); now >= g.after.Load() && gi.RateMilliPerSec >= g.rate {
+		g.at.CompareAndSwap(0, now)
+	}
+}
+
+// seen returns when the rise was installed, if it has been.
+func (g *grantRise) seen() (time.Duration, bool) {
+	at := g.at.Load()
+	return time.Duration(at), at != 0
 }
 
 // leaderAdmin returns an admin client on a live server (any server

@@ -150,6 +150,10 @@ type Limiter struct {
 	attrs  map[string]string // the key it was made for (never modified)
 	id     string            // LimiterID(policy, attrs)
 	regID  string            // the ID Client.limiters has it under (Client.mu)
+	// born orders limiters by registration: acquires go oldest first, so
+	// of two keys of one budget made before its key attributes were
+	// known, the older owns the budget and the newer becomes its alias.
+	born uint64
 
 	cur       atomic.Pointer[terms]
 	first     chan struct{} // closed at the first grant (or a refusal)
@@ -191,7 +195,11 @@ type Limiter struct {
 	lastBucket   *lease.AtomicBucket // the bucket lastConsumed was read from
 	lastConsumed int64
 	meter        lease.DemandMeter
-	fails        int
+	// reportedAt is when demand last measured (a report that rode along
+	// early repeats lastDemand instead).
+	reportedAt int64
+	lastDemand lease.Demand // the last measured demand (Known false: none)
+	fails      int
 	// activeAt is the last time (local) the loop saw cost offered, or the
 	// limiter's creation: the idle clock of eviction. The seen* fields are
 	// the demand accounting as evictIdle last read it.

@@ -138,14 +138,15 @@ func TestWaitN(t *testing.T) {
 	start = time.Now()
 	err = slow.WaitN(ctx, 1)
 	cancel()
+	// The next token is ~1s away, past the 400ms deadline: WaitN's first
+	// check answers ErrWouldExceedDeadline, before any wait; a WaitN that
+	// waited into the deadline instead returns context.DeadlineExceeded.
+	// So the error says it answered at once (no elapsed-time threshold,
+	// which a stall of a loaded machine could cross).
 	if !errors.Is(err, client.ErrWouldExceedDeadline) {
 		t.Fatalf("WaitN with a deadline that does not fit: %v, want ErrWouldExceedDeadline", err)
 	}
-	if took := time.Since(start); took > 200*time.Millisecond {
-		t.Fatalf("ErrWouldExceedDeadline after %v, want at once (well before the 400ms deadline)", took)
-	} else {
-		t.Logf("ErrWouldExceedDeadline after %v", took)
-	}
+	t.Logf("ErrWouldExceedDeadline after %v", time.Since(start))
 
 	// MaxWaiters = 2: two callers wait (no deadline, a token is ~100s
 	// away); a third is refused with ErrTooManyWaiters.
@@ -210,7 +211,10 @@ func TestFirstLease(t *testing.T) {
 	}
 	start = time.Now()
 	d = lim.AllowN(1)
-	if took := time.Since(start); d.Reason != client.NoLease || took > wait/2 {
+	// Only the first call waits: the second must not wait FirstLeaseWait
+	// again (compared with the whole wait, not a fraction of it, which a
+	// stall of a loaded machine could exceed).
+	if took := time.Since(start); d.Reason != client.NoLease || took >= wait {
 		t.Fatalf("second call: %+v after %v, want NoLease at once (only the first call waits)", d, took)
 	}
 	for _, p := range ps {

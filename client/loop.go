@@ -1,6 +1,7 @@
 package client
 
 import (
+	"cmp"
 	"context"
 	"math"
 	"slices"
@@ -86,6 +87,7 @@ func (c *Client) round() time.Duration {
 	// in the first (keying.go); its grant teaches them, and the keys held
 	// back go in the second, canonicalised. Any still held back wait for
 	// the next round.
+	slices.SortFunc(acquire, func(a, b *Limiter) int { return cmp.Compare(a.born, b.born) })
 	for pass := 0; pass < 2 && len(acquire) > 0; pass++ {
 		var now []*Limiter
 		now, acquire = c.acquireable(acquire)
@@ -112,7 +114,24 @@ func (c *Client) round() time.Duration {
 // demand reports the cost offered since the last report as a demand
 // (lease.DemandMeter: the offered rate with headroom, zero for an idle
 // limiter, a burst with room for twice the largest cost seen).
+//
+// A report due long before its renewal (one riding along with another
+// key's renewal, sent soon after this key's own) repeats the last
+// estimate and leaves the counts to the next report: over a few
+// milliseconds a steady load often shows no cost at all, and an idle
+// limiter reports zero, so a busy limiter's share would collapse (seen:
+// TestBusyLimiterNotEvicted's limiter, offering 33/s, refused with
+// RetryAfter ~1s under load).
 func (l *Limiter) demand(now int64) *api.Demand {
+	if t := l.cur.Load(); t != nil && l.lastDemand.Known {
+		// t.renewAt is reportedAt + renew_after when t answers the last
+		// report; a report before half of that span measures noise. The
+		// largest cost keeps accumulating for the next real report.
+		if span := t.renewAt - l.reportedAt; span > 0 && now-l.reportedAt < span/2 {
+			d := l.lastDemand
+			return &api.Demand{RateMilliPerSec: d.RateMilliPerSec, BurstMilli: d.BurstMilli, MaxCostMilli: max(d.MaxCostMilli, l.maxCost.Load())}
+		}
+	}
 	// Offered = what the lease's bucket admitted since the last report plus
 	// what was refused or admitted elsewhere (unmet).
 	offered := l.unmet.Swap(0)
@@ -130,6 +149,7 @@ func (l *Limiter) demand(now int64) *api.Demand {
 		l.activeAt = now
 	}
 	d := l.meter.Report(now, offered, l.maxCost.Swap(0))
+	l.reportedAt, l.lastDemand = now, d
 	if !d.Known {
 		return &api.Demand{RateMilliPerSec: unknownDemand, BurstMilli: unknownDemand, MaxCostMilli: d.MaxCostMilli}
 	}

@@ -3,12 +3,9 @@ package coordinator_test
 import (
 	"context"
 	"testing"
-	"time"
 
 	"github.com/ration-dev/ration/api"
 	"github.com/ration-dev/ration/internal/testcluster"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 )
 
 // testPolicies: long leases, so nothing expires while a test kills and
@@ -30,7 +27,7 @@ const testPolicies = `policies:
 `
 
 // rpcTimeout bounds one RPC, including a forward and a wait for a leader.
-const rpcTimeout = 15 * time.Second
+const rpcTimeout = testcluster.RPCTimeout
 
 func rpcCtx(t testing.TB) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), rpcTimeout)
@@ -38,27 +35,11 @@ func rpcCtx(t testing.TB) context.Context {
 	return ctx
 }
 
-// retry calls f until it returns something other than Unavailable (a
-// server without a leader yet, or one just killed), and fails the test on
-// any other error. Only for idempotent calls: lease calls with a fixed
-// caller seq, reads, and admin calls that converge.
+// retry is testcluster.Retry: f until it returns something other than
+// Unavailable (a server without a leader yet, or one just killed).
 func retry[T any](t testing.TB, what string, f func(ctx context.Context) (T, error)) T {
 	t.Helper()
-	var out T
-	testcluster.WaitFor(t, testcluster.DefaultWait, func() error {
-		ctx, cancel := context.WithTimeout(context.Background(), rpcTimeout)
-		defer cancel()
-		v, err := f(ctx)
-		if status.Code(err) == codes.Unavailable {
-			return err
-		}
-		if err != nil {
-			t.Fatalf("%s: %v", what, err)
-		}
-		out = v
-		return nil
-	})
-	return out
+	return testcluster.Retry(t, what, f)
 }
 
 func caller(id string, inc, seq uint64) *api.Caller {

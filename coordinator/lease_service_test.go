@@ -1,6 +1,7 @@
 package coordinator_test
 
 import (
+	"context"
 	"fmt"
 	"strings"
 	"sync"
@@ -59,13 +60,18 @@ func TestFollowerForwardsToLeader(t *testing.T) {
 	ctx := rpcCtx(t)
 	lc, ac := c.Client(fi), c.Admin(fi)
 
-	applied, err := ac.ApplyPolicies(ctx, &api.ApplyPoliciesRequest{Yaml: `policies:
+	// Calls that commit are retried while Unavailable (the same request:
+	// idempotent), as the client library does: a leader that loses its
+	// lease on a loaded machine answers "leadership lost while committing".
+	applied, err := testcluster.RetryUnavailable(func(ctx context.Context) (*api.ApplyPoliciesResponse, error) {
+		return ac.ApplyPolicies(ctx, &api.ApplyPoliciesRequest{Yaml: `policies:
   - name: forwarded
     algorithm: token-bucket
     rate: 5
     burst: 5
     lease: {duration: 30s}
 `})
+	})
 	if err != nil {
 		t.Fatalf("apply policies through a follower: %v", err)
 	}
@@ -81,7 +87,9 @@ func TestFollowerForwardsToLeader(t *testing.T) {
 	}
 
 	k := &api.Key{Policy: "forwarded"}
-	acq, err := lc.Acquire(ctx, acquireReq(caller("fwd", 1, 1), k))
+	acq, err := testcluster.RetryUnavailable(func(ctx context.Context) (*api.LeaseResponse, error) {
+		return lc.Acquire(ctx, acquireReq(caller("fwd", 1, 1), k))
+	})
 	if err != nil {
 		t.Fatalf("acquire through a follower: %v", err)
 	}
@@ -94,11 +102,15 @@ func TestFollowerForwardsToLeader(t *testing.T) {
 		t.Fatalf("list leases through a follower: %v %v", list, err)
 	}
 
-	ren, err := lc.Renew(ctx, &api.RenewRequest{Caller: caller("fwd", 1, 2), Keys: []*api.RenewKey{{Key: k, LeaseId: g.GetLeaseId()}}})
+	ren, err := testcluster.RetryUnavailable(func(ctx context.Context) (*api.LeaseResponse, error) {
+		return lc.Renew(ctx, &api.RenewRequest{Caller: caller("fwd", 1, 2), Keys: []*api.RenewKey{{Key: k, LeaseId: g.GetLeaseId()}}})
+	})
 	if err != nil || ren.GetLeases()[0].GetGrant().GetLeaseId() != g.GetLeaseId() {
 		t.Fatalf("renew through a follower: %v %v", ren, err)
 	}
-	rel, err := lc.Release(ctx, &api.ReleaseRequest{Caller: caller("fwd", 1, 3), Keys: []*api.ReleaseKey{{Key: k, LeaseId: g.GetLeaseId(), UnspentMilli: 1000}}})
+	rel, err := testcluster.RetryUnavailable(func(ctx context.Context) (*api.ReleaseResponse, error) {
+		return lc.Release(ctx, &api.ReleaseRequest{Caller: caller("fwd", 1, 3), Keys: []*api.ReleaseKey{{Key: k, LeaseId: g.GetLeaseId(), UnspentMilli: 1000}}})
+	})
 	if err != nil || rel.GetResults()[0].GetError() != nil {
 		t.Fatalf("release through a follower: %v %v", rel, err)
 	}
@@ -118,15 +130,22 @@ func TestIdempotentRetries(t *testing.T) {
 	leader := c.WaitForStableLeader(t)
 	li := c.Index(leader)
 	fi := (li + 1) % 3
-	ctx := rpcCtx(t)
 	keys := []*api.Key{key("api", "a"), key("api", "b")}
+	// Every call is retried while Unavailable, with its seq, as the
+	// client library does: a leader that loses its lease on a loaded
+	// machine answers "leadership lost while committing log".
+	acquire := func(i int, req *api.AcquireRequest) (*api.LeaseResponse, error) {
+		return testcluster.RetryUnavailable(func(ctx context.Context) (*api.LeaseResponse, error) {
+			return c.Client(i).Acquire(ctx, req)
+		})
+	}
 
 	req := acquireReq(caller("idem", 1, 1), keys...)
-	first, err := c.Client(li).Acquire(ctx, req)
+	first, err := acquire(li, req)
 	if err != nil {
 		t.Fatal(err)
 	}
-	again, err := c.Client(fi).Acquire(ctx, req) // the retry goes elsewhere
+	again, err := acquire(fi, req) // the retry goes elsewhere
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -156,7 +175,7 @@ func TestIdempotentRetries(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			answers[i], errs[i] = c.Client(i).Acquire(ctx, conc)
+			answers[i], errs[i] = acquire(i, conc)
 		}()
 	}
 	wg.Wait()
@@ -173,19 +192,21 @@ func TestIdempotentRetries(t *testing.T) {
 	}
 
 	// seq 2 moves on; seq 1 is now stale, and so is reusing 2 for another call.
-	if _, err := c.Client(li).Acquire(ctx, acquireReq(caller("idem", 1, 2), keys...)); err != nil {
+	if _, err := acquire(li, acquireReq(caller("idem", 1, 2), keys...)); err != nil {
 		t.Fatal(err)
 	}
-	_, err = c.Client(fi).Acquire(ctx, req)
+	_, err = acquire(fi, req)
 	wantStatus(t, "seq 1 after seq 2", err, codes.Aborted, `client "idem" seq 1 is older than 2`)
-	_, err = c.Client(li).Release(ctx, &api.ReleaseRequest{Caller: caller("idem", 1, 2), Keys: []*api.ReleaseKey{{Key: keys[0], LeaseId: 1}}})
+	_, err = testcluster.RetryUnavailable(func(ctx context.Context) (*api.ReleaseResponse, error) {
+		return c.Client(li).Release(ctx, &api.ReleaseRequest{Caller: caller("idem", 1, 2), Keys: []*api.ReleaseKey{{Key: keys[0], LeaseId: 1}}})
+	})
 	wantStatus(t, "seq 2 reused by a release", err, codes.Aborted, "reused seq 2 for a different call")
 	if n := countLeases("idem", 0); n != 2 {
 		t.Fatalf("%d leases after a second acquire, want 2 (it replaces the first)", n)
 	}
 
 	// A new incarnation: the old one's leases go, the old one is stale.
-	inc2, err := c.Client(fi).Acquire(ctx, acquireReq(caller("idem", 2, 1), keys[0]))
+	inc2, err := acquire(fi, acquireReq(caller("idem", 2, 1), keys[0]))
 	if err != nil || inc2.GetLeases()[0].GetGrant() == nil {
 		t.Fatalf("acquire as incarnation 2: %v %v", inc2, err)
 	}
@@ -195,7 +216,7 @@ func TestIdempotentRetries(t *testing.T) {
 	if n := countLeases("idem", 2); n != 1 {
 		t.Errorf("incarnation 2 holds %d leases, want 1", n)
 	}
-	_, err = c.Client(li).Acquire(ctx, acquireReq(caller("idem", 1, 3), keys...))
+	_, err = acquire(li, acquireReq(caller("idem", 1, 3), keys...))
 	wantStatus(t, "old incarnation", err, codes.Aborted, `client "idem" incarnation 1 is older than 2`)
 }
 
@@ -303,7 +324,9 @@ func TestUnrenewedLeaseExpires(t *testing.T) {
 	leader := c.WaitForStableLeader(t)
 	li := c.Index(leader)
 	ctx := rpcCtx(t)
-	resp, err := c.Client(li).Acquire(ctx, acquireReq(caller("mortal", 1, 1), &api.Key{Policy: "brief"}, key("api", "stays")))
+	resp, err := testcluster.RetryUnavailable(func(ctx context.Context) (*api.LeaseResponse, error) { // as the client library would
+		return c.Client(li).Acquire(ctx, acquireReq(caller("mortal", 1, 1), &api.Key{Policy: "brief"}, key("api", "stays")))
+	})
 	if err != nil || resp.GetLeases()[0].GetGrant() == nil {
 		t.Fatalf("acquire: %v %v", resp, err)
 	}

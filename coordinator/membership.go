@@ -90,9 +90,16 @@ func (d mlDelegate) NotifyUpdate(n *memberlist.Node) { d.m.observe(n, false); d.
 func (d mlDelegate) NotifyLeave(n *memberlist.Node)  { d.m.observe(n, true); d.m.poke() }
 
 // observe records a member as memberlist reports it: alive (joined or
-// updated), or gone, which is "left" if its last meta said Leaving and
-// "dead" otherwise. memberlist has no event for suspicion, so a suspect
-// member stays alive here until it is declared dead.
+// updated), or gone, which is "left" if it left gracefully and "dead"
+// otherwise. memberlist has no event for suspicion, so a suspect member
+// stays alive here until it is declared dead.
+//
+// A graceful leave shows two ways: the Leaving flag in the member's last
+// meta (leave's UpdateNode), or memberlist's own StateLeft (the member
+// announced its own departure). Gossip does not order the two messages:
+// a peer that receives the departure before the meta update has only the
+// second, and would otherwise hold a server that left as dead (kept a
+// voter until the reap timeout, like a crash).
 func (m *membership) observe(n *memberlist.Node, gone bool) {
 	mi := memberInfo{Name: n.Name, Address: n.Address(), Status: "alive"}
 	if err := json.Unmarshal(n.Meta, &mi.Meta); err == nil && mi.Meta.ID != "" {
@@ -102,7 +109,7 @@ func (m *membership) observe(n *memberlist.Node, gone bool) {
 	if gone {
 		e.departed = time.Now()
 		e.info.Status = "dead"
-		if mi.Meta.Leaving {
+		if mi.Meta.Leaving || n.State == memberlist.StateLeft {
 			e.info.Status = "left"
 		}
 	}

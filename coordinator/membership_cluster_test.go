@@ -67,7 +67,11 @@ func TestAddServerThenRemoveServer(t *testing.T) {
 		t.Fatalf("remove a live server: %v, want FailedPrecondition", err)
 	}
 	c.Kill(added)
-	waitMemberStatus(t, c, 0, "s3", "dead")
+	// RemoveServer is decided by the leader, on its own gossip view: wait
+	// until every live server (whichever leads) sees s3 dead.
+	for i := range 3 {
+		waitMemberStatus(t, c, i, "s3", "dead")
+	}
 	_, err = c.Admin(0).RemoveServer(rpcCtx(t), &api.RemoveServerRequest{Id: "nope"})
 	if status.Code(err) != codes.NotFound {
 		t.Fatalf("remove an unknown server: %v, want NotFound", err)

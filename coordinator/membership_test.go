@@ -1,11 +1,13 @@
 package coordinator
 
 import (
+	"encoding/json"
 	"fmt"
 	"slices"
 	"testing"
 	"time"
 
+	"github.com/hashicorp/memberlist"
 	"github.com/hashicorp/raft"
 )
 
@@ -228,6 +230,26 @@ func TestBootstrapConfigIsOrderIndependent(t *testing.T) {
 		got, _ := bootstrapConfig(p, 3)
 		if fmt.Sprint(got) != fmt.Sprint(first) {
 			t.Errorf("order %v: %v, want %v", perm, got, first)
+		}
+	}
+}
+
+// A member that announced its own departure is "left" even when the meta
+// update saying Leaving has not reached this server (gossip does not order
+// the two); one declared dead by others is "dead".
+func TestObserveLeftWithoutLeavingMeta(t *testing.T) {
+	m := &membership{view: map[string]viewEntry{}}
+	meta, err := json.Marshal(serverMeta{ID: "s1", RaftAddr: raftAddr("s1")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		state memberlist.NodeStateType
+		want  string
+	}{{memberlist.StateLeft, "left"}, {memberlist.StateDead, "dead"}} {
+		m.observe(&memberlist.Node{Name: "s1", Meta: meta, State: c.state}, true)
+		if got := m.members()[0].Status; got != c.want {
+			t.Errorf("gone in state %v without Leaving meta: %q, want %q", c.state, got, c.want)
 		}
 	}
 }

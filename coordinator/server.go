@@ -99,8 +99,20 @@ func New(cfg Config) (*Server, error) {
 		raftLn.Close()
 		return nil, err
 	}
+	// MaxRPCsInFlight 1: no pipelined replication. hashicorp/raft's
+	// pipeline (v1.7.3) can deadlock: when the follower's answer ends its
+	// decoder (a newer term, as after a leadership transfer, or a refused
+	// append), one more send parks on a channel nobody reads, and the
+	// pipeline that would unblock it is closed only after that send
+	// returns. The replication goroutine then never ends: Raft.Shutdown,
+	// hence Server.Shutdown and Kill, waits forever (seen as a 10-minute
+	// hang of TestGracefulShutdownTransfersLeadership), and a leader that
+	// stays up never sends that follower another entry. Synchronous
+	// appends cost little here: the batcher already groups operations
+	// into few entries, and raft's own measurements show pipelining
+	// buys almost nothing with batching.
 	s.transport = raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
-		Stream: stream, MaxPool: 3, Timeout: 10 * time.Second, Logger: hclogFor(logger, "raft-net"),
+		Stream: stream, MaxPool: 3, MaxRPCsInFlight: 1, Timeout: 10 * time.Second, Logger: hclogFor(logger, "raft-net"),
 	})
 
 	rc := raft.DefaultConfig()
@@ -253,11 +265,20 @@ func (s *Server) FSM() *fsm.FSM { return s.fsm }
 func (s *Server) Shutdown(ctx context.Context) error {
 	var err error
 	s.shutdownOnce.Do(func() {
-		if s.raft != nil && s.IsLeader() && s.voterCount() > 1 {
-			if f := s.raft.LeadershipTransfer(); f.Error() != nil {
-				s.log.Warn("leadership transfer before shutdown failed", "err", f.Error())
-			} else {
+		// A transfer can fail for a passing reason (its TimeoutNow RPC
+		// went out on a pooled connection the peer had closed: EOF; a
+		// failed connection is not pooled again), so it is tried again
+		// while this server still leads, within ctx, up to once more
+		// than the transport pools connections (MaxPool 3).
+		for attempt := 1; s.raft != nil && s.IsLeader() && s.voterCount() > 1 && ctx.Err() == nil; attempt++ {
+			err := s.raft.LeadershipTransfer().Error()
+			if err == nil {
 				s.log.Info("transferred leadership before shutdown")
+				break
+			}
+			s.log.Warn("leadership transfer before shutdown failed", "attempt", attempt, "err", err)
+			if attempt == 4 {
+				break
 			}
 		}
 		close(s.shutdownCh)

@@ -489,7 +489,10 @@ func (c *Cluster) conn(i int) *grpc.ClientConn {
 		return conn
 	}
 	// The address survives restarts, so one connection serves every
-	// incarnation of the server; gRPC reconnects on its own.
+	// incarnation of the server; gRPC reconnects on its own. A call made
+	// before it has noticed that a killed server closed the old
+	// connection still goes out on it and fails Unavailable ("error
+	// reading from server: EOF"): retry such calls (Retry).
 	conn, err := grpc.NewClient(nd.cfg.GRPCAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		c.t.Fatalf("testcluster: dial %s: %v", nd.cfg.GRPCAddr, err)
@@ -498,7 +501,8 @@ func (c *Cluster) conn(i int) *grpc.ClientConn {
 	return conn
 }
 
-// Client returns a lease client connected to server i.
+// Client returns a lease client connected to server i. Right after a Kill
+// and Restart of i, a call can fail Unavailable: see Retry.
 func (c *Cluster) Client(i int) api.LeasesClient { return api.NewLeasesClient(c.conn(i)) }
 
 // Admin returns an admin client connected to server i.

@@ -2,12 +2,14 @@ package testcluster_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
-	"time"
 
 	"github.com/ration-dev/ration/api"
 	"github.com/ration-dev/ration/coordinator"
 	"github.com/ration-dev/ration/internal/testcluster"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 )
 
 const policies = `policies:
@@ -18,17 +20,27 @@ const policies = `policies:
     lease: {duration: 30s}
 `
 
+// acquire sends one acquire through server i, retried while it is
+// Unavailable (the same seq: a retry gets the recorded answer), as the
+// client library does.
 func acquire(t *testing.T, c *testcluster.Cluster, i int, seq uint64) *api.LeaseResponse {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	resp, err := c.Client(i).Acquire(ctx, &api.AcquireRequest{
-		Caller: &api.Caller{ClientId: "tc", Incarnation: 1, Seq: seq},
-		Keys:   []*api.AcquireKey{{Key: &api.Key{Policy: "p"}, Demand: &api.Demand{RateMilliPerSec: 1000, BurstMilli: 1000}}},
+	resp := testcluster.Retry(t, "acquire through "+c.ID(i), func(ctx context.Context) (*api.LeaseResponse, error) {
+		resp, err := c.Client(i).Acquire(ctx, &api.AcquireRequest{
+			Caller: &api.Caller{ClientId: "tc", Incarnation: 1, Seq: seq},
+			Keys:   []*api.AcquireKey{{Key: &api.Key{Policy: "p"}, Demand: &api.Demand{RateMilliPerSec: 1000, BurstMilli: 1000}}},
+		})
+		switch {
+		case err != nil:
+			return nil, err
+		case len(resp.GetLeases()) != 1:
+			return nil, fmt.Errorf("%d answers to one key", len(resp.GetLeases()))
+		}
+		if e := resp.GetLeases()[0].GetError(); codes.Code(e.GetCode()) == codes.Unavailable {
+			return nil, status.Error(codes.Unavailable, e.GetMessage())
+		}
+		return resp, nil
 	})
-	if err != nil {
-		t.Fatalf("acquire through %s: %v", c.ID(i), err)
-	}
 	if e := resp.GetLeases()[0].GetError(); e != nil {
 		t.Fatalf("acquire through %s: %v", c.ID(i), e)
 	}

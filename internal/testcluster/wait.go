@@ -2,6 +2,7 @@ package testcluster
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"github.com/ration-dev/ration/fsm"
@@ -12,6 +13,8 @@ import (
 
 	"github.com/hashicorp/raft"
 	"github.com/ration-dev/ration/coordinator"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 )
 
 // WaitFor polls cond every pollInterval until it returns nil, and fails the
@@ -40,6 +43,49 @@ func Poll(timeout time.Duration, cond func() error) error {
 		}
 		<-tick.C
 	}
+}
+
+// RPCTimeout bounds one attempt of Retry: a forward to the leader and a
+// wait for one (coordinator.Config.ForwardTimeout) fit in it.
+const RPCTimeout = 15 * time.Second
+
+// Retry calls f, each attempt with a context of RPCTimeout, until it
+// returns something other than codes.Unavailable, and fails the test on
+// any other error (or if Unavailable lasts DefaultWait). Unavailable is
+// what a server without a leader answers (a leader that lost its lease
+// under load answers "leadership lost while committing log"), and what a
+// call gets that went out on a connection the server closed before the
+// client saw it (a call right after a Kill and Restart can still pick the
+// killed server's connection); the client library retries it, and so must
+// a test that talks to the API directly. Only for idempotent calls: lease
+// calls with a fixed caller seq (a retry gets the recorded answer), reads,
+// and admin calls that converge.
+func Retry[T any](t testing.TB, what string, f func(ctx context.Context) (T, error)) T {
+	t.Helper()
+	v, err := RetryUnavailable(f)
+	if err != nil {
+		t.Fatalf("%s: %v", what, err)
+	}
+	return v
+}
+
+// RetryUnavailable is Retry that returns f's first answer other than
+// Unavailable (or its last Unavailable after DefaultWait) instead of
+// failing the test: for a call whose error is the point, and safe from
+// any goroutine.
+func RetryUnavailable[T any](f func(ctx context.Context) (T, error)) (T, error) {
+	var v T
+	var err error
+	_ = Poll(DefaultWait, func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), RPCTimeout)
+		defer cancel()
+		v, err = f(ctx)
+		if status.Code(err) == codes.Unavailable {
+			return err
+		}
+		return nil
+	})
+	return v, err
 }
 
 // WaitFor is the package function WaitFor.
