@@ -242,8 +242,10 @@ func (l *Limiter) install(tSend int64, g *api.Grant) {
 		l.c.log.Error("bad grant", "key", l.id, "err", err)
 		return
 	}
-	// The hot path passes coarse readings; a full bucket anchors its refill
-	// at the precise clock so the coarse clock's lag is never minted twice.
+	// The hot path passes coarse readings; the take that ends a full spell
+	// (the first one, when the grant starts the bucket at its cap) restarts
+	// minting from the precise clock, so no time the bucket spent full is
+	// minted, however far the coarse reading lags.
 	b.SetPreciseClock(l.c.clock.Precise)
 	t := &terms{leaseID: g.GetLeaseId(), bucket: b, capMilli: g.GetCapMilli(), rateMilli: g.GetRateMilliPerSec(),
 		ttlNanos: g.GetTtlNanos(), driftPPM: drift, shadow: g.GetShadow(), canonical: g.GetCanonicalKey(), version: g.GetVersion(),

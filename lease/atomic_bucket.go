@@ -32,8 +32,7 @@ const cacheLine = 128
 //   - Refill. A caller whose now is after last computes, from its snapshot of
 //     (level, last, rate, capacity), the new level and new last with refill:
 //     the whole milli-tokens minted over now-last and the time they used up,
-//     so the unminted fraction stays behind as time (or last jumps to now when
-//     the bucket is, or becomes, full: time spent full mints nothing). It then
+//     so the unminted fraction stays behind as time. It then
 //     tries last.CompareAndSwap(last, newLast). Only the winner adds the
 //     minted milli-tokens to level, with a CAS loop that caps at capacity.
 //     The CAS on last makes the credited time segments disjoint, and each
@@ -42,20 +41,30 @@ const cacheLine = 128
 //     in the snapshot can only make the winner mint less (the cap is applied
 //     again when adding), never more. A loser retries with the new last,
 //     which normally finds nothing left to mint.
+//   - Full. Time spent full mints nothing. When a refill finds the bucket
+//     full, or fills it, last becomes a full mark (fullMark: negative, so no
+//     reading is ever at or before it) instead of a time: no time is
+//     credited while the bucket is full. The take that ends the full spell
+//     replaces the mark, after its CAS on level, with the time minting
+//     resumes from: a reading taken after the level dropped (the precise
+//     clock's, see SetPreciseClock). A time in last instead would let a
+//     take whose reading lags that time skip the refill and leave the time
+//     spent full since then to be minted by the next refill.
 //   - minDelta = ceil(1e9 / rate) is the shortest interval that mints one
 //     milli-token. When the bucket is not full and now-last < minDelta,
 //     MintMilli would return 0, so the caller skips it (and its 128-bit
 //     division): low rates do not recompute on every call. The shortcut is
 //     exact (d >= ceil(1e9/r) iff floor(r*d/1e9) >= 1 for integer d), and it
-//     is checked after the full test, so a full bucket still moves last to
-//     now exactly as TokenBucket does. A second exact shortcut, fillsUp,
+//     is checked after the full test, so a full bucket still moves its mark to
+//     now exactly as TokenBucket moves last. A second exact shortcut, fillsUp,
 //     recognises with two multiplications that the elapsed time refills the
 //     bucket completely (refill's result is then (capacity, now)), which is
 //     the common case for high-rate buckets, so the 128-bit divisions are
 //     only paid when a partial refill is really needed.
 //   - Single-threaded, an AtomicBucket therefore makes the same decisions
 //     (Allowed, Reason, RemainingMilli, RetryAfter) and holds the same level
-//     and credited time as a TokenBucket fed the same calls, including
+//     and credited time (when not full) as a TokenBucket fed the same calls
+//     (without a precise clock), including
 //     SetRate, SetCapacity and Drain (after LevelMilli). A hot-path call
 //     with an earlier time than one already made is decided as TokenBucket
 //     decides at that latest time (only RetryAfter, measured from the
@@ -69,9 +78,10 @@ const cacheLine = 128
 //     snapshot was stale, or time discarded as "full" while another
 //     goroutine was charging).
 //
-// The fast path (tokens available, clock not past last) is one load of last,
-// one load of level and one CAS on level: no division and no read of rate or
-// capacity, which are only read when refilling or rejecting. level and last
+// The fast path (tokens available, clock not past last, which a full mark
+// never is) is one load of last, one load of level and one CAS on level: no
+// division and no read of rate or capacity, which are only read when
+// refilling or rejecting. level and last
 // share a padded cache line (every call reads both); the read-mostly fields
 // live on a second line, so hot-path writes never invalidate them, and the
 // struct is exactly two padded lines (256 bytes, a size class the allocator
@@ -111,13 +121,13 @@ type AtomicBucket struct {
 // callers pass (coarsely) to AllowN. Call it before first use.
 //
 // Why: a coarse clock lags real time by a varying amount. Time a bucket
-// spends full mints nothing, so when a refill finds the bucket full (or
-// filling up) it marks the refill as done up to now; if "now" is a lagging
-// reading, the time between it and real now is minted again later, when the
-// lag shrinks: up to min(cap, rate·lag) extra in some window. Anchoring that
-// mark at the precise reading closes the gap. It costs one precise clock
-// read when the bucket is full, never on the admission fast path of a busy
-// bucket.
+// spends full mints nothing, so the take that ends a full spell starts the
+// minting again from its reading; if that reading lags, the time between it
+// and the real moment of the take, which the bucket spent full, is minted:
+// up to min(cap, rate·lag) extra in some window. Starting it at a precise
+// reading taken after the take closes the gap. It costs one precise clock
+// read per full spell (the take that ends it), never on the admission fast
+// path of a busy bucket.
 func (b *AtomicBucket) SetPreciseClock(now func() int64) { b.precise = now }
 
 // PeriodNanos returns the period of the bucket's rate (one second unless
@@ -140,16 +150,28 @@ func NewAtomicBucket(cfg BucketConfig, startNanos int64) (*AtomicBucket, error) 
 		return nil, err
 	}
 	b := &AtomicBucket{}
-	b.last.Store(startNanos)
 	b.per = cfg.period()
 	b.rate.Store(cfg.RateMilliPerSec)
 	b.minDelta.Store(NanosToMintPer(cfg.RateMilliPerSec, b.per, 1))
 	b.capacity.Store(cfg.CapacityMilli)
+	lvl := int64(0)
 	if cfg.StartFull {
-		b.level.Store(cfg.CapacityMilli)
-		b.credited.Store(cfg.CapacityMilli)
+		lvl = cfg.CapacityMilli
 	}
+	b.start(startNanos, lvl)
 	return b, nil
+}
+
+// start sets a new bucket's level and credited time: a full bucket is
+// marked full from startNanos (see fullMark).
+func (b *AtomicBucket) start(startNanos, levelMilli int64) {
+	b.level.Store(levelMilli)
+	b.credited.Store(levelMilli)
+	if levelMilli >= b.capacity.Load() {
+		b.last.Store(fullMark(startNanos))
+	} else {
+		b.last.Store(startNanos)
+	}
 }
 
 // AllowN charges costMilli if the bucket holds that many milli-tokens at
@@ -163,7 +185,9 @@ func (b *AtomicBucket) AllowN(nowNanos, costMilli int64) Decision {
 	if costMilli <= 0 {
 		return Decision{Reason: ReasonExceedsCapacity, RetryAfter: RetryNever}
 	}
-	if nowNanos > b.last.Load() {
+	last := b.last.Load()
+	refilled := nowNanos > last || last < 0 // (a negative now is a caller's bug)
+	if refilled {
 		b.refillTo(nowNanos)
 	}
 	for {
@@ -172,6 +196,9 @@ func (b *AtomicBucket) AllowN(nowNanos, costMilli int64) Decision {
 			return b.reject(nowNanos, lvl, costMilli)
 		}
 		if b.level.CompareAndSwap(lvl, lvl-costMilli) {
+			if refilled {
+				b.endFullSpell(nowNanos)
+			}
 			return Decision{Allowed: true, Reason: ReasonOK, RemainingMilli: lvl - costMilli}
 		}
 	}
@@ -181,7 +208,9 @@ func (b *AtomicBucket) AllowN(nowNanos, costMilli int64) Decision {
 // charging it if so. It is AllowN(nowNanos, MilliPerToken).Allowed without
 // building a Decision: the fast path is two loads and one CAS.
 func (b *AtomicBucket) Allow(nowNanos int64) bool {
-	if nowNanos > b.last.Load() {
+	last := b.last.Load()
+	refilled := nowNanos > last || last < 0 // (a negative now is a caller's bug)
+	if refilled {
 		b.refillTo(nowNanos)
 	}
 	for {
@@ -190,6 +219,9 @@ func (b *AtomicBucket) Allow(nowNanos int64) bool {
 			return false
 		}
 		if b.level.CompareAndSwap(lvl, lvl-MilliPerToken) {
+			if refilled {
+				b.endFullSpell(nowNanos)
+			}
 			return true
 		}
 	}
@@ -200,6 +232,11 @@ func (b *AtomicBucket) Allow(nowNanos int64) bool {
 func (b *AtomicBucket) reject(nowNanos, lvl, costMilli int64) Decision {
 	capm := b.capacity.Load()
 	last := b.last.Load()
+	if last < 0 {
+		// Marked full but short (a take's endFullSpell is under way):
+		// minting starts no earlier than now.
+		last = max(nowNanos, fullSince(last))
+	}
 	// A lagging now has seen no refill; measure the wait from last.
 	nowNanos = max(nowNanos, last)
 	return decide(lvl, last, nowNanos, costMilli, b.rate.Load(), b.per, capm)
@@ -217,12 +254,18 @@ func (b *AtomicBucket) LevelMilli(nowNanos int64) int64 {
 func (b *AtomicBucket) refillTo(nowNanos int64) {
 	for {
 		last := b.last.Load()
+		if last < 0 {
+			if b.settleFull(nowNanos, last) {
+				return
+			}
+			continue
+		}
 		if nowNanos <= last {
 			return
 		}
 		lvl := b.level.Load()
 		capm := b.capacity.Load()
-		newLvl, newLast := capm, nowNanos // full, or fills up: what refill returns
+		newLvl, newLast := capm, fullMark(nowNanos) // full, or fills up: time spent full mints nothing
 		if lvl < capm {
 			elapsed := nowNanos - last
 			if elapsed < b.minDelta.Load() {
@@ -230,24 +273,88 @@ func (b *AtomicBucket) refillTo(nowNanos int64) {
 			}
 			if rate := b.rate.Load(); !fillsUp(rate, b.per, elapsed, capm-lvl) {
 				newLvl, newLast = refill(lvl, last, nowNanos, rate, b.per, capm)
+				if newLast == nowNanos && newLvl >= capm {
+					newLast = fullMark(nowNanos)
+				}
 			}
 		} else {
 			newLvl = lvl
-		}
-		if newLast == nowNanos && b.precise != nil {
-			// Full (or filled up): anchor at real now, not a lagging reading.
-			newLast = max(newLast, b.precise())
 		}
 		if newLast == last {
 			return // nothing minted (rate changed under us, or rate 0)
 		}
 		if b.last.CompareAndSwap(last, newLast) {
 			if newLvl > lvl {
-				b.addMinted(newLvl - lvl)
+				b.addMinted(newLvl-lvl, nowNanos)
 			}
 			return
 		}
 		// Another caller credited (part of) this segment; retry from its last.
+	}
+}
+
+// A full bucket's last holds a mark instead of a time: fullMark(t), a
+// negative number, says the bucket is full, was last seen full at t, and
+// has no credited time pending (time spent full mints nothing). Every time
+// is >= 0, so no reading is <= a mark: TryTakeN's fast path declines and
+// every other call goes through refillTo. The take that ends a full spell
+// (endFullSpell), or the first refill to see the level below the capacity
+// (settleFull), replaces the mark with the time minting resumes from: a
+// precise reading taken after it saw the level drop, if the bucket has a
+// precise clock, else the caller's reading (never before t). A full spell
+// therefore ends at a reading taken no earlier than the take that ended
+// it, however far the taker's own (coarse) reading lags: marking the start
+// of the spell with a time instead, as an earlier version did, left every
+// take whose lagging reading was not after that time to skip the refill,
+// and the next refill minted the time the bucket had spent full since.
+func fullMark(t int64) int64 { return -1 - t }
+
+// fullSince returns the t of a mark fullMark(t).
+func fullSince(mark int64) int64 { return -1 - mark }
+
+// settleFull handles a marked last (mark < 0) for a caller at nowNanos:
+// still full, it moves the mark to nowNanos if later (as TokenBucket moves
+// last to now when full); no longer full, it replaces the mark with the
+// time minting resumes from. It reports false if a concurrent change of
+// last got there first (the caller then looks again).
+func (b *AtomicBucket) settleFull(nowNanos, mark int64) bool {
+	since := fullSince(mark)
+	if b.level.Load() >= b.capacity.Load() {
+		return nowNanos <= since || b.last.CompareAndSwap(mark, fullMark(nowNanos))
+	}
+	return b.last.CompareAndSwap(mark, b.resumeAt(max(nowNanos, since)))
+}
+
+// resumeAt is when minting resumes after a full spell that a caller at t
+// saw end: t, or the precise clock's reading if later.
+func (b *AtomicBucket) resumeAt(t int64) int64 {
+	if b.precise != nil {
+		t = max(t, b.precise())
+	}
+	return t
+}
+
+// endFullSpell is called after a take that refilled: if the bucket was
+// marked full, the take ended the spell and minting resumes now.
+func (b *AtomicBucket) endFullSpell(nowNanos int64) {
+	if mark := b.last.Load(); mark < 0 {
+		b.settleFull(nowNanos, mark)
+	}
+}
+
+// markFull marks the bucket full (fullMark of its credited time, or of
+// nowNanos if later) if its level is at the capacity and last is a time.
+// Whatever filled it (a refill racing with a refund, a refund, a clamp)
+// is then no longer followed by takes that skip the refill.
+func (b *AtomicBucket) markFull(nowNanos int64) {
+	for {
+		last := b.last.Load()
+		if last < 0 || b.level.Load() < b.capacity.Load() {
+			return
+		}
+		if b.last.CompareAndSwap(last, fullMark(max(last, nowNanos))) {
+			return
+		}
 	}
 }
 
@@ -263,9 +370,10 @@ func fillsUp(rateMilliPerSec, periodNanos, elapsedNanos, deficitMilli int64) boo
 	return mh > nh || (mh == nh && ml >= nl)
 }
 
-// addMinted adds minted milli-tokens to level, capped at capacity. Only the
-// caller that won the CAS on last for the segment that minted them calls it.
-func (b *AtomicBucket) addMinted(minted int64) {
+// addMinted adds minted milli-tokens to level, capped at capacity, for a
+// refill at nowNanos. Only the caller that won the CAS on last for the
+// segment that minted them calls it.
+func (b *AtomicBucket) addMinted(minted, nowNanos int64) {
 	var capm int64
 	for {
 		lvl := b.level.Load()
@@ -276,6 +384,11 @@ func (b *AtomicBucket) addMinted(minted int64) {
 		}
 		if b.level.CompareAndSwap(lvl, newLvl) {
 			b.credited.Add(newLvl - lvl)
+			if newLvl == capm {
+				// Filled up: normally last is marked already; a partial
+				// refill that a concurrent refund topped up is not.
+				b.markFull(nowNanos)
+			}
 			break
 		}
 	}
@@ -284,6 +397,7 @@ func (b *AtomicBucket) addMinted(minted int64) {
 	// or our CAS preceded its store and its clamp sees our addition.
 	if c := b.capacity.Load(); c < capm {
 		b.clampLevel(c)
+		b.markFull(nowNanos)
 	}
 }
 
@@ -313,21 +427,15 @@ func (b *AtomicBucket) SetRate(nowNanos, rateMilliPerSec int64) {
 	rateMilliPerSec = min(max(rateMilliPerSec, 0), MaxRateMilliPerSec)
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	b.refillTo(nowNanos) // at the old rate; a full bucket stays marked full
 	if rateMilliPerSec == b.rate.Load() {
-		b.refillTo(nowNanos) // nothing changes: keep the fraction
-		return
+		return // nothing changes: keep the fraction
 	}
+	// Drop the fraction the old rate has not minted by nowNanos (a marked
+	// bucket has none).
 	for {
 		last := b.last.Load()
-		if nowNanos <= last {
-			break
-		}
-		lvl := b.level.Load()
-		newLvl, _ := refill(lvl, last, nowNanos, b.rate.Load(), b.per, b.capacity.Load())
-		if b.last.CompareAndSwap(last, nowNanos) {
-			if newLvl > lvl {
-				b.addMinted(newLvl - lvl)
-			}
+		if last < 0 || nowNanos <= last || b.last.CompareAndSwap(last, nowNanos) {
 			break
 		}
 	}
@@ -352,10 +460,12 @@ func (b *AtomicBucket) SetCapacity(nowNanos, capMilli int64) {
 	b.capacity.Store(capMilli)
 	b.clampLevel(capMilli)
 	// If the clamp left the bucket full, the pending fraction is void (time
-	// spent full mints nothing): move last to nowNanos now rather than at the
-	// next call, which may carry an older clock reading. TokenBucket does the
-	// same at its next call, so decisions stay identical.
+	// spent full mints nothing): mark it full now rather than at the next
+	// call, which may carry an older clock reading. If a raise ended a full
+	// spell, minting resumes from nowNanos. TokenBucket does the same at its
+	// next call, so decisions stay identical.
 	b.refillTo(nowNanos)
+	b.markFull(nowNanos)
 }
 
 // Drain atomically takes every milli-token (the level becomes 0) and returns
@@ -366,6 +476,11 @@ func (b *AtomicBucket) SetCapacity(nowNanos, capMilli int64) {
 func (b *AtomicBucket) Drain() int64 {
 	n := b.level.Swap(0)
 	b.credited.Add(-n)
+	if mark := b.last.Load(); mark < 0 {
+		// It ended a full spell: minting resumes from the time it was
+		// last seen full (LevelMilli's now), or the precise clock's now.
+		b.settleFull(fullSince(mark), mark)
+	}
 	return n
 }
 
@@ -377,9 +492,7 @@ func NewAtomicBucketWithLevel(cfg BucketConfig, startNanos, levelMilli int64) (*
 	if err != nil {
 		return nil, err
 	}
-	lvl := max(0, min(levelMilli, cfg.CapacityMilli))
-	b.level.Store(lvl)
-	b.credited.Store(lvl)
+	b.start(startNanos, max(0, min(levelMilli, cfg.CapacityMilli)))
 	return b, nil
 }
 
@@ -397,6 +510,9 @@ func (b *AtomicBucket) Refund(costMilli int64) {
 		}
 		if b.level.CompareAndSwap(cur, next) {
 			b.credited.Add(next - cur)
+			if next == b.capacity.Load() {
+				b.markFull(0) // full again: from its credited time
+			}
 			return
 		}
 	}
@@ -406,7 +522,9 @@ func (b *AtomicBucket) Refund(costMilli int64) {
 // the bucket holds it at nowNanos and reports the level left. A false ok
 // charged nothing; call AllowN for the full decision (reason, retry-after).
 func (b *AtomicBucket) TakeN(nowNanos, costMilli int64) (remainingMilli int64, ok bool) {
-	if nowNanos > b.last.Load() {
+	last := b.last.Load()
+	refilled := nowNanos > last || last < 0 // (a negative now is a caller's bug)
+	if refilled {
 		b.refillTo(nowNanos)
 	}
 	for {
@@ -415,6 +533,9 @@ func (b *AtomicBucket) TakeN(nowNanos, costMilli int64) (remainingMilli int64, o
 			return lvl, false
 		}
 		if b.level.CompareAndSwap(lvl, lvl-costMilli) {
+			if refilled {
+				b.endFullSpell(nowNanos)
+			}
 			return lvl - costMilli, true
 		}
 	}
@@ -422,7 +543,8 @@ func (b *AtomicBucket) TakeN(nowNanos, costMilli int64) (remainingMilli int64, o
 
 // TryTakeN is TakeN's common case alone, small enough for the compiler to
 // inline into a caller's fast path: when nowNanos mints nothing (it is not
-// after the time already credited) and the level covers costMilli, it
+// after the time already credited; a full bucket's mark never passes, so
+// the take that ends a full spell goes through TakeN) and the level covers costMilli, it
 // charges it with two loads and one CAS and returns the level left. In any
 // other case (a refill is due, the level is short, a concurrent CAS won, a
 // non-positive cost) it charges nothing and returns ok false: the caller

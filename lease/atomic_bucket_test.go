@@ -1,6 +1,7 @@
 package lease
 
 import (
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -188,8 +189,15 @@ func TestAtomicBucketMatchesTokenBucket(t *testing.T) {
 // goroutines that share a scripted clock (an atomic counter they advance
 // themselves; some calls use a stale reading). Whatever the interleaving, the
 // bucket may not admit more than its start level plus what the rate mints
-// over the elapsed time.
+// over the elapsed time. With a precise clock (the latest reading) too:
+// full spells then end at precise readings, and must not stall refills.
 func TestAtomicBucketConcurrentAdvancingClock(t *testing.T) {
+	for _, precise := range []bool{false, true} {
+		t.Run(fmt.Sprintf("precise=%v", precise), func(t *testing.T) { concurrentAdvancingClock(t, precise) })
+	}
+}
+
+func concurrentAdvancingClock(t *testing.T, precise bool) {
 	const (
 		G     = 8
 		iters = 20_000
@@ -199,6 +207,9 @@ func TestAtomicBucketConcurrentAdvancingClock(t *testing.T) {
 	b := mustAtomic(t, cfg, start)
 	var clock atomic.Int64
 	clock.Store(start)
+	if precise {
+		b.SetPreciseClock(clock.Load)
+	}
 	var admitted atomic.Int64
 	var wg sync.WaitGroup
 	for g := range G {
