@@ -4,10 +4,9 @@ import (
 	"bytes"
 	"flag"
 	"fmt"
-	"runtime"
+	"github.com/ration-dev/ration/internal/rapidcontrol"
 	"sort"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/ration-dev/ration/api"
@@ -278,47 +277,9 @@ func TestBudgetLifetimeNegativeControl(t *testing.T) {
 		}
 		t.Cleanup(func() { _ = flag.Set(name, old) })
 	}
-	rec := &failRecorder{T: t}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		rapid.Check(rec, func(rt *rapid.T) {
-			if v := runLifetime(rt, t, faultForgetRetired).check(); v != nil {
-				rt.Fatalf("%v", v)
-			}
-		})
-	}()
-	<-done
-	if !rec.failed {
-		t.Fatal("the bound checker did not catch budgets that start full again")
-	}
-	if !strings.Contains(rec.msg, "quota bound broken") {
-		t.Fatalf("the broken FSM failed for another reason than the bound: %s", rec.msg)
-	}
-	t.Logf("caught as expected: %.300s", rec.msg)
+	rapidcontrol.ExpectCaught(t, "budgets that start full again", "quota bound broken", func(rt *rapid.T) {
+		if v := runLifetime(rt, t, faultForgetRetired).check(); v != nil {
+			rt.Fatalf("%v", v)
+		}
+	})
 }
-
-// failRecorder records rapid's failure instead of failing the test (as in
-// lease/sim_test.go's negative controls).
-type failRecorder struct {
-	*testing.T
-	mu     sync.Mutex
-	failed bool
-	msg    string
-}
-
-func (r *failRecorder) fail(msg string) {
-	r.mu.Lock()
-	r.failed, r.msg = true, msg
-	r.mu.Unlock()
-	runtime.Goexit()
-}
-func (r *failRecorder) Errorf(f string, a ...any) { r.fail(fmt.Sprintf(f, a...)) }
-func (r *failRecorder) Error(a ...any)            { r.fail(fmt.Sprint(a...)) }
-func (r *failRecorder) Fatalf(f string, a ...any) { r.fail(fmt.Sprintf(f, a...)) }
-func (r *failRecorder) Fatal(a ...any)            { r.fail(fmt.Sprint(a...)) }
-func (r *failRecorder) FailNow()                  { r.fail("FailNow") }
-func (r *failRecorder) Fail()                     { r.fail("Fail") }
-func (r *failRecorder) Failed() bool              { r.mu.Lock(); defer r.mu.Unlock(); return r.failed }
-func (r *failRecorder) Logf(string, ...any)       {}
-func (r *failRecorder) Log(...any)                {}

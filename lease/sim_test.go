@@ -24,10 +24,8 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"runtime"
+	"github.com/ration-dev/ration/internal/rapidcontrol"
 	"sort"
-	"strings"
-	"sync"
 	"testing"
 
 	"github.com/ration-dev/ration/internal/quotacheck"
@@ -653,31 +651,6 @@ func TestLeaseProtocolKeepsBound(t *testing.T) {
 	})
 }
 
-// failureRecorder is a rapid.TB that records failure instead of failing the
-// test, so a negative control can assert that the property does fail.
-type failureRecorder struct {
-	*testing.T
-	mu     sync.Mutex
-	failed bool
-	msg    string
-}
-
-func (r *failureRecorder) fail(msg string) {
-	r.mu.Lock()
-	r.failed, r.msg = true, msg
-	r.mu.Unlock()
-	runtime.Goexit()
-}
-func (r *failureRecorder) Errorf(f string, a ...any) { r.fail(fmt.Sprintf(f, a...)) }
-func (r *failureRecorder) Error(a ...any)            { r.fail(fmt.Sprint(a...)) }
-func (r *failureRecorder) Fatalf(f string, a ...any) { r.fail(fmt.Sprintf(f, a...)) }
-func (r *failureRecorder) Fatal(a ...any)            { r.fail(fmt.Sprint(a...)) }
-func (r *failureRecorder) FailNow()                  { r.fail("FailNow") }
-func (r *failureRecorder) Fail()                     { r.fail("Fail") }
-func (r *failureRecorder) Failed() bool              { r.mu.Lock(); defer r.mu.Unlock(); return r.failed }
-func (r *failureRecorder) Logf(string, ...any)       {}
-func (r *failureRecorder) Log(...any)                {}
-
 // TestNegativeControls proves the checker can fail: each deliberately
 // broken ledger must be caught by the very same property.
 func TestNegativeControls(t *testing.T) {
@@ -722,23 +695,10 @@ func negativeControl(t *testing.T, fault Fault, oracle bool) {
 	// default (the rarest fault needs ~800 histories on average, and the
 	// search stops at the first counterexample), and skip shrinking.
 	withRapidFlags(t, map[string]string{"rapid.nofailfile": "true", "rapid.checks": "20000", "rapid.shrinktime": "1ms"})
-	rec := &failureRecorder{T: t}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		rapid.Check(rec, func(t *rapid.T) {
-			h, b := runSimOracle(t, fault, oracle)
-			if v := quotacheck.Check(h, b); v != nil {
-				t.Fatalf("%v", v)
-			}
-		})
-	}()
-	<-done
-	if !rec.Failed() {
-		t.Fatal("the bound checker did not catch the broken ledger")
-	}
-	if !strings.Contains(rec.msg, "quota bound broken") {
-		t.Fatalf("the broken ledger failed for another reason than the bound: %s", rec.msg)
-	}
-	t.Logf("caught as expected: %.300s", rec.msg)
+	rapidcontrol.ExpectCaught(t, "the broken ledger", "quota bound broken", func(t *rapid.T) {
+		h, b := runSimOracle(t, fault, oracle)
+		if v := quotacheck.Check(h, b); v != nil {
+			t.Fatalf("%v", v)
+		}
+	})
 }
