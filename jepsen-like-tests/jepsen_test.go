@@ -206,19 +206,31 @@ func TestNegativeControls(t *testing.T) {
 			Controls: "client times its lease from receipt", ExpectViolation: true})
 		requirePass(t, e, s)
 	})
-	t.Run("clock-resume-own-reading", func(t *testing.T) {
-		// A leader back after an idle spell resumes from its own last
-		// reading: it reclaims the leases the other leader granted at
-		// once, and grants their shares again while the replicas still
-		// use them.
-		cfg := baseConfig("nc-clock-resume-own-reading", seedFromEnv(8))
-		cfg.ServerFaults = []string{"clock-resume-own-reading"}
-		e := newEnv(t, cfg)
-		s := Execute(e, Scenario{Config: cfg, Warmup: 3 * time.Second,
-			Nemeses:  []Nemesis{IdleTransferReturn, IdleTransferReturn},
-			Controls: "a returning leader resumes its clock from its own last reading", ExpectViolation: true})
-		requirePass(t, e, s)
-	})
+}
+
+// TestClockControl is the fault-suite control for break 1 of issue 11 (a
+// leader back after an idle spell resuming its clock from its own last
+// reading). It is not in make jepsen-quick: since renewals acknowledge
+// their terms and converging keys renew early, replicas whose shares
+// converged together renew in step, so they all learn of the reclaim in
+// the same round trip and the reclaim costs an outage of a few hundred
+// milliseconds instead of an excess (seen 2026-12-01: bound held at 99.0%
+// on three seeds). The property model's control (lease
+// TestNegativeControls, "clock resumes from its own reading") and
+// coordinator.TestLeaderBackAfterIdleSpellKeepsLiveLeases catch it.
+// Run by hand: go test -tags jepsen -run TestClockControl ./jepsen-like-tests
+func TestClockControl(t *testing.T) {
+	// A leader back after an idle spell resumes from its own last
+	// reading: it reclaims the leases the other leader granted at
+	// once, and grants their shares again while the replicas still
+	// use them.
+	cfg := baseConfig("nc-clock-resume-own-reading", seedFromEnv(8))
+	cfg.ServerFaults = []string{"clock-resume-own-reading"}
+	e := newEnv(t, cfg)
+	s := Execute(e, Scenario{Config: cfg, Warmup: 3 * time.Second,
+		Nemeses:  []Nemesis{IdleTransferReturn, IdleTransferReturn},
+		Controls: "a returning leader resumes its clock from its own last reading", ExpectViolation: true})
+	requirePass(t, e, s)
 }
 
 // TestLong is `make jepsen SEED=… DURATION=…`: random nemeses and random
