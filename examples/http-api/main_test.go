@@ -34,14 +34,7 @@ func TestExample(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = cl.Close() })
-	reg := prometheus.NewRegistry()
-	h, err := newHandler(cl, reg, reg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewServer(h)
-	defer srv.Close()
+	srv := serveExample(t, cl)
 
 	call := func(method, path, key string) (*http.Response, string) {
 		t.Helper()
@@ -140,14 +133,7 @@ func TestTenantBackAfterIdle(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = cl.Close() })
-	reg := prometheus.NewRegistry()
-	h, err := newHandler(cl, reg, reg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewServer(h)
-	defer srv.Close()
+	srv := serveExample(t, cl)
 	report := func() (int, string) {
 		t.Helper()
 		req, _ := http.NewRequest("POST", srv.URL+"/v1/reports", nil)
@@ -182,4 +168,19 @@ func TestTenantBackAfterIdle(t *testing.T) {
 			t.Fatalf("report %d after the idle spell: %d %s; want the whole burst of 10 (two reports)", i, code, body)
 		}
 	}
+}
+
+// serveExample serves the example's handler over cl (closed, like the
+// server, when the test ends) with a fresh metrics registry.
+func serveExample(t *testing.T, cl *client.Client) *httptest.Server {
+	t.Helper()
+	t.Cleanup(func() { _ = cl.Close() })
+	reg := prometheus.NewRegistry()
+	h, err := newHandler(cl, reg, reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+	return srv
 }
