@@ -108,9 +108,8 @@ func New(cfg Config) (*Server, error) {
 	// hence Server.Shutdown and Kill, waits forever (seen as a 10-minute
 	// hang of TestGracefulShutdownTransfersLeadership), and a leader that
 	// stays up never sends that follower another entry. Synchronous
-	// appends cost little here: the batcher already groups operations
-	// into few entries, and raft's own measurements show pipelining
-	// buys almost nothing with batching.
+	// appends should cost little here, since the batcher already groups
+	// operations into few entries (not measured against pipelining).
 	s.transport = raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
 		Stream: stream, MaxPool: 3, MaxRPCsInFlight: 1, Timeout: 10 * time.Second, Logger: hclogFor(logger, "raft-net"),
 	})
