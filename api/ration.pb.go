@@ -318,7 +318,13 @@ type RenewKey struct {
 	Demand  *Demand                `protobuf:"bytes,3,opt,name=demand,proto3" json:"demand,omitempty"`
 	// acked_version: the Grant.version of the terms the client has installed
 	// (and admits under) when it sends this renewal; 0: none known.
-	AckedVersion  uint64 `protobuf:"varint,4,opt,name=acked_version,json=ackedVersion,proto3" json:"acked_version,omitempty"`
+	AckedVersion uint64 `protobuf:"varint,4,opt,name=acked_version,json=ackedVersion,proto3" json:"acked_version,omitempty"`
+	// clamped_milli: the milli-tokens the client's bucket lost (its level
+	// above the new cap) when it installed version acked_version. With the
+	// cluster's return-clamped feature switch on, they return to the pool
+	// (bounded by the cap the versions older than acked_version held above
+	// it; docs/design.md §3.2, rule i). 0: none, or an older client.
+	ClampedMilli  int64 `protobuf:"varint,5,opt,name=clamped_milli,json=clampedMilli,proto3" json:"clamped_milli,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -377,6 +383,13 @@ func (x *RenewKey) GetDemand() *Demand {
 func (x *RenewKey) GetAckedVersion() uint64 {
 	if x != nil {
 		return x.AckedVersion
+	}
+	return 0
+}
+
+func (x *RenewKey) GetClampedMilli() int64 {
+	if x != nil {
+		return x.ClampedMilli
 	}
 	return 0
 }
@@ -642,8 +655,13 @@ type Grant struct {
 	// client that does not know periods uses). 0: rate_milli_per_sec is exact.
 	RateMilliPerPeriod int64 `protobuf:"varint,31,opt,name=rate_milli_per_period,json=rateMilliPerPeriod,proto3" json:"rate_milli_per_period,omitempty"`
 	RatePeriodNanos    int64 `protobuf:"varint,32,opt,name=rate_period_nanos,json=ratePeriodNanos,proto3" json:"rate_period_nanos,omitempty"`
-	unknownFields      protoimpl.UnknownFields
-	sizeCache          protoimpl.SizeCache
+	// top_up_milli (renewals only): milli-tokens debited from the pool for
+	// this lease, to add to the bucket when these terms are installed (never
+	// above cap_milli). At most the raise of the cap (rule i). A client that
+	// does not add them loses them, safely.
+	TopUpMilli    int64 `protobuf:"varint,33,opt,name=top_up_milli,json=topUpMilli,proto3" json:"top_up_milli,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Grant) Reset() {
@@ -791,6 +809,13 @@ func (x *Grant) GetRateMilliPerPeriod() int64 {
 func (x *Grant) GetRatePeriodNanos() int64 {
 	if x != nil {
 		return x.RatePeriodNanos
+	}
+	return 0
+}
+
+func (x *Grant) GetTopUpMilli() int64 {
+	if x != nil {
+		return x.TopUpMilli
 	}
 	return 0
 }
@@ -2436,12 +2461,13 @@ const file_ration_proto_rawDesc = "" +
 	"\x06demand\x18\x02 \x01(\v2\x11.ration.v1.DemandR\x06demand\"f\n" +
 	"\x0eAcquireRequest\x12)\n" +
 	"\x06caller\x18\x01 \x01(\v2\x11.ration.v1.CallerR\x06caller\x12)\n" +
-	"\x04keys\x18\x02 \x03(\v2\x15.ration.v1.AcquireKeyR\x04keys\"\x97\x01\n" +
+	"\x04keys\x18\x02 \x03(\v2\x15.ration.v1.AcquireKeyR\x04keys\"\xbc\x01\n" +
 	"\bRenewKey\x12 \n" +
 	"\x03key\x18\x01 \x01(\v2\x0e.ration.v1.KeyR\x03key\x12\x19\n" +
 	"\blease_id\x18\x02 \x01(\x04R\aleaseId\x12)\n" +
 	"\x06demand\x18\x03 \x01(\v2\x11.ration.v1.DemandR\x06demand\x12#\n" +
-	"\racked_version\x18\x04 \x01(\x04R\fackedVersion\"b\n" +
+	"\racked_version\x18\x04 \x01(\x04R\fackedVersion\x12#\n" +
+	"\rclamped_milli\x18\x05 \x01(\x03R\fclampedMilli\"b\n" +
 	"\fRenewRequest\x12)\n" +
 	"\x06caller\x18\x01 \x01(\v2\x11.ration.v1.CallerR\x06caller\x12'\n" +
 	"\x04keys\x18\x02 \x03(\v2\x13.ration.v1.RenewKeyR\x04keys\"n\n" +
@@ -2455,7 +2481,7 @@ const file_ration_proto_rawDesc = "" +
 	"\x04keys\x18\x02 \x03(\v2\x15.ration.v1.ReleaseKeyR\x04keys\"8\n" +
 	"\bKeyError\x12\x12\n" +
 	"\x04code\x18\x01 \x01(\rR\x04code\x12\x18\n" +
-	"\amessage\x18\x02 \x01(\tR\amessage\"\x8d\x05\n" +
+	"\amessage\x18\x02 \x01(\tR\amessage\"\xaf\x05\n" +
 	"\x05Grant\x12\x19\n" +
 	"\blease_id\x18\x01 \x01(\x04R\aleaseId\x12+\n" +
 	"\x12rate_milli_per_sec\x18\x02 \x01(\x03R\x0frateMilliPerSec\x12\x1b\n" +
@@ -2475,7 +2501,9 @@ const file_ration_proto_rawDesc = "" +
 	"\x12key_attributes_set\x18\x14 \x01(\bR\x10keyAttributesSet\x12,\n" +
 	"\x12policy_burst_milli\x18\x1e \x01(\x03R\x10policyBurstMilli\x121\n" +
 	"\x15rate_milli_per_period\x18\x1f \x01(\x03R\x12rateMilliPerPeriod\x12*\n" +
-	"\x11rate_period_nanos\x18  \x01(\x03R\x0fratePeriodNanos\"]\n" +
+	"\x11rate_period_nanos\x18  \x01(\x03R\x0fratePeriodNanos\x12 \n" +
+	"\ftop_up_milli\x18! \x01(\x03R\n" +
+	"topUpMilli\"]\n" +
 	"\bKeyLease\x12&\n" +
 	"\x05grant\x18\x01 \x01(\v2\x10.ration.v1.GrantR\x05grant\x12)\n" +
 	"\x05error\x18\x02 \x01(\v2\x13.ration.v1.KeyErrorR\x05error\"j\n" +

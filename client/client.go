@@ -92,6 +92,9 @@ type GrantInfo struct {
 	RateMilliPerSec      int64
 	CapMilli             int64
 	StartMilli           int64 // tokens a new lease started with
+	// TopUpMilli is what a renewal that raised the cap added to the bucket
+	// from the cluster's pool (docs/design.md §3.2, rule i).
+	TopUpMilli int64
 	// UsableFor is how long from the callback the client may still admit
 	// from this lease (its deadline, by the client's clock).
 	UsableFor time.Duration

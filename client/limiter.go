@@ -131,6 +131,10 @@ type terms struct {
 	// renewal acknowledges it, which lets the coordinator drop older
 	// versions at once (docs/design.md §3.4).
 	version uint64
+	// clampedMilli is what installing version took off the bucket (its
+	// level above the cut cap); the next renewal reports it with the
+	// acknowledgement, and the cluster returns it to the pool (rule i).
+	clampedMilli int64
 }
 
 // Limiter admits work for one key of one policy from this replica's lease.

@@ -307,7 +307,7 @@ func (c *Client) renew(ls []*Limiter) {
 		// first, then cur) before it sends anything else, so from here on
 		// nothing admits under an older version.
 		req.Keys = append(req.Keys, &api.RenewKey{Key: &api.Key{Policy: l.policy, Attributes: l.attrs}, LeaseId: t.leaseID, Demand: l.demand(tSend),
-			AckedVersion: t.version})
+			AckedVersion: t.version, ClampedMilli: t.clampedMilli})
 	}
 	resp, err := call(c, c.stop, giveUp, func(ctx context.Context, conn *grpc.ClientConn) (*api.LeaseResponse, error) {
 		return api.NewLeasesClient(conn).Renew(ctx, req)
@@ -358,10 +358,12 @@ func (c *Client) renew(ls []*Limiter) {
 	}
 }
 
-// applyRenewal installs renewed terms on the same bucket: it never adds
-// tokens; a renewal that arrives after the old deadline mints nothing for
+// applyRenewal installs renewed terms on the same bucket: it adds no
+// tokens but the answer's top-up (debited from the pool for a raised cap,
+// rule i); a renewal that arrives after the old deadline mints nothing for
 // the gap; the later of the two deadlines applies (the lease was held
-// throughout).
+// throughout). What a cut cap clamps off the bucket is reported with the
+// next renewal's acknowledgement.
 func (l *Limiter) applyRenewal(tSend int64, old *terms, g *api.Grant) {
 	if g.GetLeaseId() != old.leaseID {
 		return
@@ -382,8 +384,12 @@ func (l *Limiter) applyRenewal(tSend int64, old *terms, g *api.Grant) {
 		rate = lease.MulDiv(rate, old.bucket.PeriodNanos(), per)
 	}
 	old.bucket.SetRate(now, rate)
-	old.bucket.SetCapacity(now, g.GetCapMilli())
+	clamped := old.bucket.SetCapacity(now, g.GetCapMilli())
+	if top := g.GetTopUpMilli(); top > 0 {
+		old.bucket.Refund(top) // never above the new cap
+	}
 	nt := *old
+	nt.clampedMilli = clamped
 	nt.capMilli, nt.rateMilli, nt.ttlNanos, nt.driftPPM, nt.shadow = g.GetCapMilli(), g.GetRateMilliPerSec(), g.GetTtlNanos(), drift, g.GetShadow()
 	// The bucket mints at the new rate and holds at most the new cap from
 	// here on: these terms are installed, and the next renewal says so.
@@ -404,7 +410,7 @@ func (c *Client) notifyGrant(l *Limiter, g *api.Grant, renewal bool, usable int6
 	}
 	c.cfg.OnGrant(GrantInfo{
 		Policy: l.policy, CanonicalKey: g.GetCanonicalKey(), LeaseID: g.GetLeaseId(), Renewal: renewal,
-		RateMilliPerSec: g.GetRateMilliPerSec(), CapMilli: g.GetCapMilli(), StartMilli: g.GetStartMilli(),
+		RateMilliPerSec: g.GetRateMilliPerSec(), CapMilli: g.GetCapMilli(), StartMilli: g.GetStartMilli(), TopUpMilli: g.GetTopUpMilli(),
 		UsableFor: time.Duration(usable), RenewAfter: time.Duration(g.GetRenewAfterNanos()), Version: g.GetVersion(),
 	})
 }

@@ -46,9 +46,16 @@ const (
 	// re-created as on a server that predates it (budgets dropped, new
 	// keys fresh), so a rolling upgrade cannot make servers disagree.
 	FeatureRetire uint64 = 1 << 1
+	// FeatureReturnClamped (with FeatureAcks): a renewal's clamped_milli,
+	// what the client's bucket lost to a cut cap when it installed the
+	// version it acknowledges, returns to the pool, and a renewal that
+	// raises a cap tops the bucket up from the pool (Grant.top_up_milli;
+	// rule (i), docs/design.md §3.2). Off, clamped_milli is ignored and
+	// renewals add no tokens, as on a server that predates it.
+	FeatureReturnClamped uint64 = 1 << 2
 
 	// KnownFeatures is every switch this server can apply.
-	KnownFeatures = FeatureAcks | FeatureRetire
+	KnownFeatures = FeatureAcks | FeatureRetire | FeatureReturnClamped
 )
 
 // IgnorableFlag marks a command type that older servers may skip. An

@@ -488,6 +488,7 @@ func grantFields(p policy.Policy, ck string, g lease.Grant, speed renewSpeed) *a
 		RateMilliPerSec:         g.RateMilliPerSec,
 		CapMilli:                g.CapMilli,
 		StartMilli:              g.StartMilli,
+		TopUpMilli:              g.TopUpMilli,
 		TtlNanos:                g.TTLNanos,
 		Version:                 g.Version,
 		RenewAfterNanos:         renewAfter(p, g, speed),
@@ -580,6 +581,12 @@ func (s *state) acquireKey(t int64, c *api.Caller, k *api.AcquireKey, seen map[s
 // acks reports whether the acknowledgements switch is on.
 func (s *state) acks() bool { return s.features&FeatureAcks != 0 }
 
+// returnClamped reports whether rule (i) applies: FeatureReturnClamped,
+// which needs acknowledgements, is on.
+func (s *state) returnClamped() bool {
+	return s.acks() && s.features&FeatureReturnClamped != 0
+}
+
 // keyLease is one key's answer to an acquire or renewal; speed says how
 // soon to renew.
 func keyLease(p policy.Policy, ck string, g lease.Grant, err error, speed renewSpeed) *api.KeyLease {
@@ -612,6 +619,15 @@ func (s *state) renewKey(t int64, c *api.Caller, k *api.RenewKey) *api.KeyLease 
 	if err := checkDemand(k.GetDemand()); err != nil {
 		return &api.KeyLease{Error: keyError(err)}
 	}
+	// clamped_milli means something only with the switch on: off, it is
+	// ignored (not even checked), as a server that predates it does.
+	var clamped int64
+	if s.returnClamped() {
+		clamped = k.GetClampedMilli()
+		if clamped < 0 || clamped > lease.MaxCapacityMilli {
+			return &api.KeyLease{Error: keyError(fmt.Errorf("%w: clamped_milli %d is outside [0, %d]", rpcerr.ErrInvalid, clamped, lease.MaxCapacityMilli))}
+		}
+	}
 	p, ck, kl, err := s.resolve(t, k.GetKey(), false)
 	if err != nil {
 		return &api.KeyLease{Error: keyError(err)}
@@ -625,6 +641,8 @@ func (s *state) renewKey(t int64, c *api.Caller, k *api.RenewKey) *api.KeyLease 
 		TTLNanos:              p.LeaseDurationNanos,
 		Versioned:             s.acks(),
 		AckedVersion:          k.GetAckedVersion(),
+		ReturnClamped:         s.returnClamped(),
+		ClampedMilli:          clamped,
 	})
 	return keyLease(p, ck, g, err, speedOf(s.acks(), g))
 }

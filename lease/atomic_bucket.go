@@ -401,16 +401,17 @@ func (b *AtomicBucket) addMinted(minted, nowNanos int64) {
 	}
 }
 
-// clampLevel lowers level to capm if it is above.
-func (b *AtomicBucket) clampLevel(capm int64) {
+// clampLevel lowers level to capm if it is above, and returns what it
+// took off.
+func (b *AtomicBucket) clampLevel(capm int64) int64 {
 	for {
 		lvl := b.level.Load()
 		if lvl <= capm {
-			return
+			return 0
 		}
 		if b.level.CompareAndSwap(lvl, capm) {
 			b.credited.Add(capm - lvl)
-			return
+			return lvl - capm
 		}
 	}
 }
@@ -451,14 +452,17 @@ func (b *AtomicBucket) SetRate(nowNanos, rateMilliPerSec int64) {
 // time spent full before nowNanos stays unminted). Lowering the capacity
 // clamps the level down to it; raising it never adds tokens, the bucket then
 // refills at its rate. The capacity is clamped to [0, MaxCapacityMilli] where
-// TokenBucket would return an error.
-func (b *AtomicBucket) SetCapacity(nowNanos, capMilli int64) {
+// TokenBucket would return an error. It returns what the clamp took off
+// (a renewal reports it, rule i); a concurrent refill that read the old
+// capacity and clamps again after it is not counted, so the figure never
+// exceeds what the bucket really lost.
+func (b *AtomicBucket) SetCapacity(nowNanos, capMilli int64) (clampedMilli int64) {
 	capMilli = min(max(capMilli, 0), MaxCapacityMilli)
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.refillTo(nowNanos)
 	b.capacity.Store(capMilli)
-	b.clampLevel(capMilli)
+	clampedMilli = b.clampLevel(capMilli)
 	// If the clamp left the bucket full, the pending fraction is void (time
 	// spent full mints nothing): mark it full now rather than at the next
 	// call, which may carry an older clock reading. If a raise ended a full
@@ -466,6 +470,7 @@ func (b *AtomicBucket) SetCapacity(nowNanos, capMilli int64) {
 	// next call, so decisions stay identical.
 	b.refillTo(nowNanos)
 	b.markFull(nowNanos)
+	return clampedMilli
 }
 
 // Drain atomically takes every milli-token (the level becomes 0) and returns

@@ -526,3 +526,26 @@ func (s *script) Int64N(n int64) int64 { return int64(s.next() % uint64(n)) }
 
 // IntN returns a number in [0, n).
 func (s *script) IntN(n int) int { return int(s.next() % uint64(n)) }
+
+// SetCapacity reports what its clamp took off (rule i: the client returns
+// it to the pool with its next acknowledgement), and nothing when the
+// level fits or the capacity rises.
+func TestSetCapacityReportsTheClamp(t *testing.T) {
+	b, err := NewAtomicBucketWithLevel(BucketConfig{CapacityMilli: 100_000, RateMilliPerSec: 1_000}, 0, 90_000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := b.SetCapacity(0, 25_000); got != 65_000 {
+		t.Fatalf("cut from a level of 90000 to 25000 clamped %d", got)
+	}
+	if got := b.SetCapacity(NanosPerSecond, 50_000); got != 0 {
+		t.Fatalf("a raise clamped %d", got)
+	}
+	// (Full at 25000 for that second, it minted nothing.)
+	if !b.AllowN(NanosPerSecond, 25_000).Allowed || b.AllowN(NanosPerSecond, 1).Allowed {
+		t.Fatal("the level after the clamp is not 25000")
+	}
+	if got := b.SetCapacity(NanosPerSecond, 0); got != 0 {
+		t.Fatalf("cutting an empty bucket clamped %d", got)
+	}
+}

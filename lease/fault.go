@@ -36,6 +36,14 @@ const (
 	// FaultFloorOverHeld raises a cap to the lease's floor even where the
 	// others' held caps leave no room for it, breaking rule (a).
 	FaultFloorOverHeld
+	// FaultCreditAtReduction credits the pool with a cap's cut at the
+	// renewal that cuts it, instead of with what the client reports it
+	// clamped once it installed the cut, breaking rule (i): until then the
+	// client still holds those tokens.
+	FaultCreditAtReduction
+	// FaultTopUpNoDebit tops a raised cap up without debiting the pool,
+	// breaking rule (i): tokens from nowhere.
+	FaultTopUpNoDebit
 )
 
 // injectFault switches a ledger to a broken variant. It is unexported on

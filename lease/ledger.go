@@ -207,8 +207,8 @@ func (l *Lease) holdUntil() int64 {
 // conservation checkable: pool = initial + minted - debited + credited - burned.
 type LedgerStats struct {
 	MintedMilli   int64 // minted into the pool
-	DebitedMilli  int64 // moved from the pool into new leases' buckets
-	CreditedMilli int64 // returned to the pool by releases
+	DebitedMilli  int64 // moved from the pool into leases' buckets (grants, top-ups)
+	CreditedMilli int64 // returned to the pool by releases and clamps (rules e, i)
 	BurnedMilli   int64 // removed from the pool because its capacity shrank
 }
 
@@ -243,13 +243,20 @@ type LedgerState struct {
 //	    newer version commits (only versions strictly older than the
 //	    acknowledged one are dropped; unversioned ones never early).
 //	(c) A new lease's bucket starts with tokens debited from the pool.
-//	(d) A renewal never adds tokens to a client's bucket.
+//	(d) A renewal adds no tokens to a client's bucket except a top-up
+//	    debited from the pool, at most the raise of its cap (rule i).
 //	(e) A release credits back at most min(unspent, b_i) and frees r_i, b_i.
 //	(f) An expiry frees r_i and b_i and returns no tokens.
 //	(g) The pool mints at r - Σ held r_i up to B - Σ held b_i.
 //	(h) A grant that replaces the same holder's live lease keeps the
 //	    replaced lease's held terms held until its expiry, summed with the
 //	    new lease's (a second user of the holder may still use them).
+//	(i) With ReturnClamped: the tokens a client's bucket lost to a reduced
+//	    cap when it installed the version a renewal acknowledges return to
+//	    the pool at that renewal's commit, at most the cap the older held
+//	    versions it drops have above the acknowledged one; and a
+//	    renewal that raises a lease's cap moves up to the raise from the
+//	    pool into its bucket (the top-up), instead of burning it.
 type Ledger struct {
 	s     LedgerState
 	fault Fault
@@ -557,6 +564,16 @@ type RenewRequest struct {
 	// this renewal. A version above the lease's current one cannot have
 	// been installed (it was never granted) and is ignored.
 	AckedVersion uint64
+	// ReturnClamped applies rule (i): ClampedMilli is credited back to the
+	// pool, and a raised cap is topped up from it. The fsm sets it when its
+	// FeatureReturnClamped switch is on (with Versioned); off, clamped
+	// tokens are lost and renewals add no tokens, as on an older server.
+	ReturnClamped bool
+	// ClampedMilli is what the client's bucket lost (its level above the
+	// new cap) when it installed version AckedVersion. The pool gets it
+	// back, bounded by the caps the older versions this renewal drops
+	// hold above that version's.
+	ClampedMilli int64
 }
 
 // ReleaseRequest returns a lease. The client sends it only after it has
@@ -575,8 +592,15 @@ type Grant struct {
 	CapMilli        int64 // b_i
 	// StartMilli is the tokens debited from the pool for the client's
 	// bucket. Always zero for renewals (rule d).
-	StartMilli   int64
-	ExpiresNanos int64
+	StartMilli int64
+	// TopUpMilli (renewals only, rule i) is the tokens debited from the
+	// pool for the client to add to its bucket when it installs these
+	// terms (never above the new cap): at most the raise of the cap.
+	TopUpMilli int64
+	// ReturnedMilli (renewals only, rule i) is what this renewal credited
+	// to the pool of the client's reported clamp.
+	ReturnedMilli int64
+	ExpiresNanos  int64
 	// TTLNanos is ExpiresNanos minus this operation's cluster time: the
 	// client may use the lease until ClientDeadline(send, TTLNanos, ρ).
 	TTLNanos    int64
@@ -775,6 +799,9 @@ func (l *Ledger) Renew(nowNanos int64, req RenewRequest) (Grant, error) {
 	if err := validateDemand(req.Weight, req.DemandRateMilliPerSec, req.DemandBurstMilli, req.DemandMaxCostMilli); err != nil {
 		return Grant{}, err
 	}
+	if req.ClampedMilli < 0 || req.ClampedMilli > MaxCapacityMilli {
+		return Grant{}, fmt.Errorf("%w: clamped %d milli-tokens is outside [0, %d]", ErrInvalidRequest, req.ClampedMilli, int64(MaxCapacityMilli))
+	}
 	if nowNanos < l.s.NowNanos {
 		return Grant{}, fmt.Errorf("%w: cluster time %d ns is before %d ns", ErrTimeBackwards, nowNanos, l.s.NowNanos)
 	}
@@ -809,22 +836,78 @@ func (l *Ledger) Renew(nowNanos int64, req RenewRequest) (Grant, error) {
 		cur.Superseded = append(cur.Superseded, old)
 	}
 	cur.Current = Share{RateMilliPerSec: rate, CapMilli: capMilli, ExpiresNanos: max(old.ExpiresNanos, nowNanos+req.TTLNanos)}
+	var returned int64
 	if req.Versioned {
 		cur.Current.Version = old.Version + 1
 		// The client may have installed only a version that was granted:
 		// an acknowledgement above the latest one is ignored.
 		if req.AckedVersion <= old.Version {
+			if req.ReturnClamped && l.fault != FaultCreditAtReduction {
+				returned = l.returnClamped(append([]Share{old}, cur.Superseded...), req.AckedVersion, req.ClampedMilli)
+			}
 			cur.Superseded = dropAcknowledged(cur.Superseded, req.AckedVersion, l.fault)
 		}
 	}
+	if l.fault == FaultCreditAtReduction && req.Versioned && req.ReturnClamped && capMilli < old.CapMilli {
+		// The deliberate bug: the cut is credited before the client has
+		// clamped its bucket (it still holds those tokens).
+		returned = old.CapMilli - capMilli
+		l.s.PoolMilli += returned
+		l.s.Stats.CreditedMilli += returned
+	}
 	cur.Superseded = pruneShares(cur.Superseded, cur.Current, nowNanos)
+	var topUp int64
+	if req.Versioned && req.ReturnClamped && capMilli > old.CapMilli {
+		// Rule (i): the raise of the cap is room in the client's bucket;
+		// fill it from the pool rather than burning what the pool can no
+		// longer hold.
+		topUp = min(capMilli-old.CapMilli, l.s.PoolMilli)
+		if l.fault != FaultTopUpNoDebit {
+			l.s.PoolMilli -= topUp
+			l.s.Stats.DebitedMilli += topUp
+		}
+	}
 	burned := l.capPool()
 	l.repricePool()
 	return Grant{
 		LeaseID: cur.ID, RateMilliPerSec: rate, CapMilli: capMilli,
 		ExpiresNanos: cur.Current.ExpiresNanos, TTLNanos: cur.Current.ExpiresNanos - nowNanos, BurnedMilli: burned,
 		Version: cur.Current.Version, AckSoon: l.holdsSuperseded(i), RenewSoon: l.converging(i),
+		TopUpMilli: topUp, ReturnedMilli: returned,
 	}, nil
+}
+
+// returnClamped credits the pool with the tokens the client reports its
+// bucket lost when it installed version acked (rule i), and returns what it
+// credited. The client clamped its level from the cap of a version older
+// than acked down to acked's cap, so the credit is at most the largest cap
+// an older held version has above acked's. Those older versions are
+// dropped by this same commit (dropAcknowledged), which is what makes the
+// credit happen once per version: a duplicated or retried renewal, or a
+// delayed one carrying an older acknowledgement, finds no older version
+// held and credits nothing. A version no longer held (expired, or acked's
+// own terms gone) credits nothing either. versions is the lease's terms
+// before this renewal: the latest first, then the superseded ones.
+func (l *Ledger) returnClamped(versions []Share, acked uint64, clampedMilli int64) int64 {
+	if clampedMilli <= 0 || acked == 0 {
+		return 0
+	}
+	ackedCap, olderCap := int64(-1), int64(-1)
+	for _, s := range versions {
+		switch {
+		case s.Version == acked:
+			ackedCap = s.CapMilli
+		case s.Version != 0 && s.Version < acked:
+			olderCap = max(olderCap, s.CapMilli)
+		}
+	}
+	credit := int64(0)
+	if ackedCap >= 0 && olderCap > ackedCap {
+		credit = min(clampedMilli, olderCap-ackedCap)
+	}
+	l.s.PoolMilli += credit
+	l.s.Stats.CreditedMilli += credit
+	return credit
 }
 
 // dropAcknowledged drops the superseded versions a renewal acknowledging

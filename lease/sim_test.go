@@ -82,6 +82,9 @@ type simLease struct {
 	bucket   *TokenBucket // on the client's local clock
 	deadline int64        // local
 	version  uint64       // of the terms installed in bucket
+	// clamped is what the bucket lost to the cap of version when it was
+	// installed: renewals report it with their acknowledgement (rule i).
+	clamped int64
 }
 
 type simClient struct {
@@ -119,6 +122,10 @@ type sim struct {
 	// and grants are applied with versions and acknowledgements only
 	// while it is on.
 	versioned bool
+	// returnClamped is the fsm's FeatureReturnClamped switch (rule i):
+	// clamps reported with acknowledgements return to the pool, raised
+	// caps are topped up from it. Only with versioned.
+	returnClamped bool
 
 	// The cluster clock: the current leader's term started at real time
 	// segStart with cluster time segBase, and its clock runs at
@@ -223,6 +230,7 @@ func newSim(t *rapid.T, p simParams, fault Fault) *sim {
 	l.injectFault(fault)
 	s := &sim{prompt: rapid.Bool().Draw(t, "prompt"), saturate: rapid.Bool().Draw(t, "saturate"), t: t, p: p, ledger: l, checkInv: fault == FaultNone, clockResumesOwnReading: clockFault,
 		versioned: rapid.IntRange(0, 4).Draw(t, "versioned") > 0}
+	s.returnClamped = s.versioned && (fault == FaultCreditAtReduction || fault == FaultTopUpNoDebit || rapid.IntRange(0, 3).Draw(t, "returnClamped") > 0)
 	for i := range rapid.IntRange(1, 3).Draw(t, "servers") {
 		s.servers = append(s.servers, simServer{skew: rapid.Int64Range(-p.rhoPPM, p.rhoPPM).Draw(t, fmt.Sprintf("leaderSkew%d", i))})
 	}
@@ -310,6 +318,7 @@ func (s *sim) deliver(m *simMsg) {
 		} else {
 			req := m.renew
 			req.Versioned = s.versioned
+			req.ReturnClamped = s.versioned && s.returnClamped
 			g, err = s.ledger.Renew(s.cluster(s.now), req)
 		}
 		s.commit()
@@ -375,11 +384,18 @@ func (s *sim) deliver(m *simMsg) {
 			must(s.t, le.bucket.SetRate(le.deadline, 0))
 		}
 		must(s.t, le.bucket.SetRate(local, mint))
+		lvl, err := le.bucket.LevelMilli(local)
+		must(s.t, err)
 		must(s.t, le.bucket.SetCapacity(local, m.resp.CapMilli))
+		if m.resp.TopUpMilli > 0 {
+			must(s.t, le.bucket.Refund(local, m.resp.TopUpMilli))
+		}
 		le.deadline = newDeadline
 		// Installed: the bucket mints and stores within these terms from
-		// now on, so later renewals acknowledge them.
+		// now on, so later renewals acknowledge them, and report what
+		// installing them clamped off.
 		le.version = m.resp.Version
+		le.clamped = max(0, lvl-m.resp.CapMilli)
 	}
 }
 
@@ -433,7 +449,7 @@ func (s *sim) request(ci int) {
 	} else {
 		m.kind = msgRenew
 		m.renew = RenewRequest{ClientID: c.id, Incarnation: c.inc, LeaseID: c.lease.id, Weight: w, DemandRateMilliPerSec: rate, DemandBurstMilli: burst, DemandMaxCostMilli: maxCost, TTLNanos: ttl,
-			AckedVersion: c.lease.version}
+			AckedVersion: c.lease.version, ClampedMilli: c.lease.clamped}
 		if rapid.IntRange(0, 7).Draw(s.t, "duplicate") == 0 {
 			// The network delivers it twice (the ledger applies both; the
 			// fsm would answer the second from its record, a milder case).
@@ -553,7 +569,7 @@ func (s *sim) restoreOld() {
 			le.Superseded[j].Version = 0
 		}
 	}
-	s.versioned = false
+	s.versioned, s.returnClamped = false, false
 }
 
 func (s *sim) expire() {
@@ -624,7 +640,8 @@ func runSimOracle(t *rapid.T, fault Fault, oracle bool) ([]quotacheck.Admission,
 			if rapid.Bool().Draw(t, "restoreOld") {
 				s.restoreOld()
 			} else {
-				s.versioned = true // the leader turns the switch on
+				// The leader turns the switches on.
+				s.versioned, s.returnClamped = true, s.returnClamped || rapid.Bool().Draw(t, "returnClamped")
 			}
 		}
 	}
@@ -668,6 +685,8 @@ func TestNegativeControls(t *testing.T) {
 		// The window check alone catches it too, not only the oracle.
 		{"forget replaced leases (bound only)", FaultForgetReplaced, true},
 		{"cap floor over held caps", FaultFloorOverHeld, false},
+		{"cut credited before the clamp", FaultCreditAtReduction, true},
+		{"top-up without debit", FaultTopUpNoDebit, true},
 	} {
 		t.Run(c.name, func(t *testing.T) { negativeControl(t, c.fault, !c.noOracle) })
 	}

@@ -1,0 +1,141 @@
+package client_test
+
+import (
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ration-dev/ration/client"
+	"github.com/ration-dev/ration/coordinator"
+	"github.com/ration-dev/ration/fsm"
+	"github.com/ration-dev/ration/internal/quotacheck"
+	"github.com/ration-dev/ration/internal/testcluster"
+)
+
+// Rule (i) through the public client (docs/design.md §3.2): a replica that
+// got the whole burst and is cut to a share by newcomers loses the rest of
+// its bucket when it installs the cut; its acknowledging renewal returns
+// that to the pool and the newcomers' raised caps are topped up from it.
+// Before, the burst was destroyed (make demo ended at 89.8% of B + r·T).
+// r = 1/s makes minting negligible: what the newcomers admit in their
+// first seconds is the returned burst, or nothing.
+const clampPolicy = `
+policies:
+  - name: slow
+    algorithm: token-bucket
+    rate: 1
+    burst: 100
+    key: [tenant]
+    lease: {duration: 10s, renew_after: 1s, drift_ppm: 1000}
+`
+
+func TestCutBurstReturnsToNewcomers(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs a cluster for a few seconds")
+	}
+	for _, tc := range []struct {
+		name string
+		on   bool
+	}{{"return-clamped on", true}, {"switch off (an older server)", false}} {
+		t.Run(tc.name, func(t *testing.T) {
+			var opts []testcluster.Option
+			if !tc.on {
+				adv := fsm.KnownFeatures &^ fsm.FeatureReturnClamped
+				opts = append(opts, testcluster.WithConfig(func(i int, c *coordinator.Config) {
+					if i == 0 {
+						c.AdvertiseFeatures = &adv
+					}
+				}))
+			}
+			c := testcluster.New(t, 3, append(opts, testcluster.WithPolicies(clampPolicy))...)
+			c.WaitForLeader(t)
+			testcluster.WaitFor(t, testcluster.DefaultWait, func() error {
+				for _, s := range c.Servers() {
+					if got, want := s.FSM().Features()&fsm.FeatureAcks, fsm.FeatureAcks; got != want {
+						return fmt.Errorf("%s: features %#x", s.ID(), s.FSM().Features())
+					}
+					if on := s.FSM().Features()&fsm.FeatureReturnClamped != 0; on != tc.on {
+						return fmt.Errorf("%s: return-clamped %v, want %v", s.ID(), on, tc.on)
+					}
+				}
+				return nil
+			})
+			h := newHistory()
+			// The first replica takes the whole burst, 100 tokens, and
+			// keeps it: it offers one request now and then.
+			first := newClient(t, client.Config{Servers: servers(c), ClientID: "first"})
+			fl := first.Limiter("slow", client.Key{"tenant": "acme"})
+			if d := waitLease(t, h, fl); !d.Allowed {
+				t.Fatalf("first replica's first call: %+v", d)
+			}
+			var logs []*grantLog
+			var lims []*client.Limiter
+			for i := range 3 {
+				log := &grantLog{start: time.Now()}
+				cl := newClient(t, client.Config{Servers: servers(c), ClientID: fmt.Sprintf("newcomer-%d", i), OnGrant: log.on})
+				logs, lims = append(logs, log), append(lims, cl.Limiter("slow", client.Key{"tenant": "acme"}))
+			}
+			stop := make(chan struct{})
+			var wg sync.WaitGroup
+			defer func() {
+				select {
+				case <-stop:
+				default:
+					close(stop)
+				}
+				wg.Wait()
+			}()
+			for i, lim := range lims {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					load(h, fmt.Sprintf("newcomer-%d", i), lim, 20*time.Millisecond, time.Hour, stop) // 50/s: far above r
+				}()
+			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				load(h, "first", fl, 500*time.Millisecond, time.Hour, stop)
+			}()
+			// Until every newcomer holds a cap: its share of the burst.
+			testcluster.WaitFor(t, testcluster.DefaultWait, func() error {
+				for i, log := range logs {
+					got := false
+					for _, g := range log.all() {
+						got = got || g.CapMilli >= 20_000
+					}
+					if !got {
+						return fmt.Errorf("newcomer-%d: grants %+v", i, log.all())
+					}
+				}
+				return nil
+			})
+			// Their buckets hold what they were given; spend it.
+			close(stop)
+			wg.Wait()
+			var newcomers, topUps int64
+			for i, lim := range lims {
+				for h.decide(fmt.Sprintf("newcomer-%d", i), 1, lim.AllowN).Allowed {
+				}
+				for _, g := range logs[i].all() {
+					topUps += g.TopUpMilli
+				}
+			}
+			for _, a := range h.snapshot() {
+				if a.Who != "first" {
+					newcomers += a.CostMilli
+				}
+			}
+			checkBound(t, "all replicas", h.snapshot(), quotacheck.Bound{CapacityMilli: 100_000, RateMilliPerSec: 1_000})
+			elapsed := h.since()
+			t.Logf("newcomers admitted %d tokens in %v (r = 1/s), %d of them topped up from the pool", newcomers/1000, elapsed.Round(time.Millisecond), topUps/1000)
+			if minted := elapsed.Milliseconds() + 5_000; tc.on && newcomers < 60_000+minted/2 {
+				t.Fatalf("newcomers admitted %d milli-tokens: the first replica's cut burst (about 75 tokens) did not reach them", newcomers)
+			}
+			if !tc.on && newcomers > 30_000 {
+				t.Fatalf("with the switch off newcomers admitted %d milli-tokens: only minting should feed them", newcomers)
+			}
+		})
+	}
+}

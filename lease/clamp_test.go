@@ -1,0 +1,115 @@
+package lease
+
+import (
+	"errors"
+	"testing"
+)
+
+// versionedGrant grants a versioned lease demanding the whole budget.
+func versionedGrant(t *testing.T, l *Ledger, now int64, id string) Grant {
+	t.Helper()
+	g, err := l.Grant(now, GrantRequest{ClientID: id, Incarnation: 1, Seq: 1, DemandRateMilliPerSec: l.Config().RateMilliPerSec,
+		DemandBurstMilli: l.Config().CapacityMilli, TTLNanos: 10 * sec, Versioned: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustInv(t, l)
+	return g
+}
+
+func versionedRenew(t *testing.T, l *Ledger, now int64, id string, g Grant, acked uint64, clamped int64) Grant {
+	t.Helper()
+	r, err := l.Renew(now, RenewRequest{ClientID: id, Incarnation: 1, LeaseID: g.LeaseID, DemandRateMilliPerSec: l.Config().RateMilliPerSec,
+		DemandBurstMilli: l.Config().CapacityMilli, TTLNanos: 10 * sec, Versioned: true, AckedVersion: acked,
+		ReturnClamped: true, ClampedMilli: clamped})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustInv(t, l)
+	return r
+}
+
+// Rule (i), as make demo meets it: the first of four replicas gets the
+// whole burst, the others' arrival cuts its cap to a quarter, and its
+// bucket loses the rest when it installs the cut. Its acknowledging
+// renewal returns that to the pool, and the others' raised caps are topped
+// up from it, so the burst is not destroyed.
+func TestClampedTokensReturnThroughThePool(t *testing.T) { // rule (i)
+	l := newTestLedger(t, 50_000, 100_000)
+	a := versionedGrant(t, l, 0, "a")
+	if a.StartMilli != 100_000 || l.PoolMilli() != 0 {
+		t.Fatalf("first grant %+v, pool %d", a, l.PoolMilli())
+	}
+	others := map[string]Grant{}
+	for _, id := range []string{"b", "c", "d"} {
+		others[id] = versionedGrant(t, l, 0, id)
+		if g := others[id]; g.CapMilli != 0 || g.StartMilli != 0 {
+			t.Fatalf("%s granted %+v while a holds the whole burst", id, g)
+		}
+	}
+	// a renews: its share is cut to a quarter, the old terms still held.
+	a2 := versionedRenew(t, l, sec/10, "a", a, 1, 0)
+	if a2.CapMilli != 25_000 || a2.Version != 2 || a2.ReturnedMilli != 0 {
+		t.Fatalf("a's renewal = %+v", a2)
+	}
+	// a installs version 2 (its bucket clamps 100 to 25 tokens) and says so.
+	a3 := versionedRenew(t, l, sec/5, "a", a2, 2, 75_000)
+	if a3.ReturnedMilli != 75_000 {
+		t.Fatalf("acknowledging renewal returned %d of the 75000 clamped, want all", a3.ReturnedMilli)
+	}
+	// The same renewal again (a duplicate) returns nothing more: the
+	// versions above version 2 were dropped by the first.
+	if dup := versionedRenew(t, l, sec/5, "a", a3, 2, 75_000); dup.ReturnedMilli != 0 {
+		t.Fatalf("a duplicated acknowledgement returned %d again", dup.ReturnedMilli)
+	}
+	// The others' renewals raise their caps and fill them from the pool.
+	var topped int64
+	for _, id := range []string{"b", "c", "d"} {
+		g := versionedRenew(t, l, sec/5, id, others[id], 1, 0)
+		if g.CapMilli != 25_000 {
+			t.Fatalf("%s's renewal = %+v, want a quarter of the burst", id, g)
+		}
+		topped += g.TopUpMilli
+	}
+	if topped < 74_000 {
+		t.Fatalf("the others were topped up with %d of the 75000 a returned", topped)
+	}
+	if st := l.Stats(); st.BurnedMilli > 1_000 {
+		t.Fatalf("burned %d milli-tokens", st.BurnedMilli)
+	}
+}
+
+// A clamp report is bounded by the cap the older versions hold above the
+// acknowledged one, needs ReturnClamped, and must be in range.
+func TestClampReportIsBounded(t *testing.T) {
+	l := newTestLedger(t, 50_000, 100_000)
+	a := versionedGrant(t, l, 0, "a")
+	versionedGrant(t, l, 0, "b") // a's share halves at its renewal
+	a2 := versionedRenew(t, l, sec/10, "a", a, 1, 0)
+	if a2.CapMilli != 50_000 {
+		t.Fatalf("a's renewal = %+v", a2)
+	}
+	// Without the switch nothing returns (an older server's rule).
+	off, err := l.Renew(sec/5, RenewRequest{ClientID: "a", Incarnation: 1, LeaseID: a.LeaseID, DemandRateMilliPerSec: 50_000,
+		DemandBurstMilli: 100_000, TTLNanos: 10 * sec, Versioned: true, AckedVersion: 1, ClampedMilli: 40_000})
+	if err != nil || off.ReturnedMilli != 0 || off.TopUpMilli != 0 {
+		t.Fatalf("renewal without ReturnClamped = %+v, %v", off, err)
+	}
+	// Acknowledging version 1 (the whole burst) claims a clamp, but no
+	// version older than 1 exists: nothing returns.
+	if g := versionedRenew(t, l, sec/4, "a", off, 1, 40_000); g.ReturnedMilli != 0 {
+		t.Fatalf("a clamp with no older version held returned %d", g.ReturnedMilli)
+	}
+	if _, err := l.Renew(sec/3, RenewRequest{ClientID: "a", Incarnation: 1, LeaseID: a.LeaseID, TTLNanos: sec, Versioned: true,
+		ReturnClamped: true, AckedVersion: 2, ClampedMilli: -1}); !errors.Is(err, ErrInvalidRequest) {
+		t.Fatalf("a negative clamp: %v, want ErrInvalidRequest", err)
+	}
+	l2 := newTestLedger(t, 50_000, 100_000)
+	a = versionedGrant(t, l2, 0, "a")
+	versionedGrant(t, l2, 0, "b")
+	a2 = versionedRenew(t, l2, sec/10, "a", a, 1, 0)
+	// A report above the cut (100000 - 50000) returns only the cut.
+	if g := versionedRenew(t, l2, sec/5, "a", a2, 2, 90_000); g.ReturnedMilli != 50_000 {
+		t.Fatalf("a clamp of 90000 against a cut of 50000 returned %d", g.ReturnedMilli)
+	}
+}
