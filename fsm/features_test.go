@@ -7,6 +7,7 @@ import (
 
 	"github.com/hashicorp/raft"
 	"github.com/ration-dev/ration/api"
+	"google.golang.org/grpc/codes"
 )
 
 func renewAck(c *api.Caller, k *api.Key, id, acked uint64) *api.LeaseOp {
@@ -152,5 +153,71 @@ func TestUnknownFeatureStopsTheServer(t *testing.T) {
 		if le.Current.Version != 0 {
 			t.Fatalf("a lease from an unversioned snapshot has version %d", le.Current.Version)
 		}
+	}
+}
+
+// clampScript: a takes all of acme (20 tokens), b arrives, a's renewal
+// halves its cap, and a renews acknowledging version 2 with a clamp
+// report. It returns the last answer for a.
+func clampScript(t *testing.T, h *harness, clamped int64) *api.KeyLease {
+	t.Helper()
+	a1 := grantOf(t, h.batch(sec, acquire(caller("a", 1, 1), tenant("acme"))))
+	h.batch(sec+1, acquire(caller("b", 1, 1), tenant("acme")))
+	grantOf(t, h.batch(2*sec, renewAck(caller("a", 1, 2), tenant("acme"), a1.GetLeaseId(), a1.GetVersion())))
+	op := renewAck(caller("a", 1, 3), tenant("acme"), a1.GetLeaseId(), 2)
+	op.GetRenew().GetKeys()[0].ClampedMilli = clamped
+	return h.batch(2*sec+sec/10, op)[0].Lease.GetLeases()[0]
+}
+
+// TestReturnClampedSwitch: rule (i) applies only while FeatureReturnClamped
+// is on. Off (acknowledgements on), a clamp report, even an invalid one, is
+// ignored and leaves exactly the state of the same log without it, which
+// is what a server that predates the rule applies; on, a cut's clamp
+// returns to the pool, a report beyond the cut returns only the cut, and a
+// negative one is refused.
+func TestReturnClampedSwitch(t *testing.T) {
+	strip := func(f *FSM) []byte {
+		d := f.st.export()
+		d.header.AppliedDigest = nil
+		var b bytes.Buffer
+		if err := writeSnapshot(&b, d); err != nil {
+			t.Fatal(err)
+		}
+		return b.Bytes()
+	}
+	run := func(features uint64, clamped int64) (*harness, *api.KeyLease) {
+		h := newHarness(t)
+		h.enableFeatures(features)
+		return h, clampScript(t, h, clamped)
+	}
+	offWith, kl := run(FeatureAcks, -1)
+	if kl.GetError() != nil {
+		t.Fatalf("switch off: a negative clamp report was checked: %v", kl.GetError())
+	}
+	offWithout, _ := run(FeatureAcks, 0)
+	if _, kl := run(FeatureAcks, 10_000); kl.GetError() != nil || !bytes.Equal(strip(offWith.f), strip(offWithout.f)) {
+		t.Fatal("with the switch off, a clamp report changed the state")
+	}
+	pool := func(h *harness) int64 {
+		return h.f.st.keys["per-tenant"]["acme"].ledger.PoolMilli()
+	}
+	if pool(offWith) != 0 {
+		t.Fatalf("switch off: pool %d, want 0", pool(offWith))
+	}
+	on, kl := run(FeatureAcks|FeatureReturnClamped, 10_000)
+	if kl.GetError() != nil || pool(on) != 10_000 {
+		t.Fatalf("switch on: %v, pool %d; want the 10000 clamped back", kl.GetError(), pool(on))
+	}
+	if over, _ := run(FeatureAcks|FeatureReturnClamped, 1<<40); pool(over) != 10_000 {
+		t.Fatalf("a report of 2^40 against a cut of 10000 returned %d", pool(over))
+	}
+	if _, kl := run(FeatureAcks|FeatureReturnClamped, -1); codes.Code(kl.GetError().GetCode()) != codes.InvalidArgument {
+		t.Fatalf("switch on: a negative clamp report answered %v, want InvalidArgument", kl)
+	}
+	// b's next renewal raises its cap (a holds 10 of 20 now) and is topped
+	// up from the returned tokens.
+	b := grantOf(t, on.batch(2*sec+sec/5, renewAck(caller("b", 1, 2), tenant("acme"), 2, 1)))
+	if b.GetCapMilli() != 10_000 || b.GetTopUpMilli() != 10_000 || pool(on) != 0 {
+		t.Fatalf("b's raising renewal %v, pool %d; want a top-up of 10000 from the pool", b, pool(on))
 	}
 }

@@ -340,9 +340,11 @@ func TestDeterministicReplicas(t *testing.T) {
 			ct := CmdLeaseBatch
 			switch rapid.IntRange(0, 5).Draw(rt, "op") {
 			case 4:
-				ct, msg = CmdSetFeatures, &api.SetFeaturesCommand{Features: FeatureAcks}
+				ct, msg = CmdSetFeatures, &api.SetFeaturesCommand{Features: rapid.SampledFrom([]uint64{FeatureAcks, KnownFeatures}).Draw(rt, "features")}
 			case 5:
-				msg = &api.LeaseBatchCommand{Ops: []*api.LeaseOp{renewAck(caller(client, 1, seq), tenant("x"), rapid.Uint64Range(1, 5).Draw(rt, "id"), rapid.Uint64Range(0, 4).Draw(rt, "ack"))}}
+				op := renewAck(caller(client, 1, seq), tenant("x"), rapid.Uint64Range(1, 5).Draw(rt, "id"), rapid.Uint64Range(0, 4).Draw(rt, "ack"))
+				op.GetRenew().GetKeys()[0].ClampedMilli = rapid.Int64Range(-1, 20_000).Draw(rt, "clamped")
+				msg = &api.LeaseBatchCommand{Ops: []*api.LeaseOp{op}}
 			case 0, 1:
 				msg = &api.LeaseBatchCommand{Ops: []*api.LeaseOp{acquire(caller(client, 1, seq), tenant(rapid.SampledFrom([]string{"x", "y"}).Draw(rt, "t")))}}
 			case 2:

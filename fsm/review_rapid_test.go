@@ -12,7 +12,8 @@ import (
 )
 
 // Random histories with every command kind (renewals acknowledging
-// versions, the acknowledgements switch turned on at random); after every
+// versions and reporting clamps, the acknowledgements and return-clamped
+// switches turned on at random); after every
 // entry the state must snapshot, restore, and continue identically, and
 // every ledger's invariants hold (Restore checks them).
 // REVIEW_CUT=0 excludes budget cuts (finding 2) to look for other problems.
@@ -46,7 +47,10 @@ func TestReviewRandomSnapshotRestore(t *testing.T) {
 				if rapid.IntRange(0, 9).Draw(rt, "ackFuture") == 0 {
 					ack += 5
 				}
-				msg = &api.LeaseBatchCommand{Ops: []*api.LeaseOp{{Op: &api.LeaseOp_Renew{Renew: &api.RenewRequest{Caller: c, Keys: []*api.RenewKey{{Key: tenant(tn), LeaseId: leaseIDs[cl+tn], Demand: dem, AckedVersion: ack}}}}}}}
+				// A clamp report: none, a plausible one, or garbage (rule i
+				// bounds it; a negative one is refused while the switch is on).
+				clamped := rapid.OneOf(rapid.Just(int64(0)), rapid.Int64Range(0, 40_000), rapid.Int64Range(-1, 1<<62)).Draw(rt, "clamped")
+				msg = &api.LeaseBatchCommand{Ops: []*api.LeaseOp{{Op: &api.LeaseOp_Renew{Renew: &api.RenewRequest{Caller: c, Keys: []*api.RenewKey{{Key: tenant(tn), LeaseId: leaseIDs[cl+tn], Demand: dem, AckedVersion: ack, ClampedMilli: clamped}}}}}}}
 			case 4:
 				msg = &api.LeaseBatchCommand{Ops: []*api.LeaseOp{{Op: &api.LeaseOp_Release{Release: &api.ReleaseRequest{Caller: c, Keys: []*api.ReleaseKey{{Key: tenant(tn), LeaseId: leaseIDs[cl+tn], UnspentMilli: rapid.Int64Range(0, 30_000).Draw(rt, "u")}}}}}}}
 			case 5:
@@ -65,7 +69,7 @@ func TestReviewRandomSnapshotRestore(t *testing.T) {
 				continue
 			case 8:
 				ct = CmdSetFeatures
-				msg = &api.SetFeaturesCommand{Features: FeatureAcks}
+				msg = &api.SetFeaturesCommand{Features: rapid.SampledFrom([]uint64{FeatureAcks, FeatureAcks | FeatureReturnClamped, KnownFeatures}).Draw(rt, "features")}
 			}
 			r := h.apply(ct, at, msg)
 			for _, op := range r.Ops {
