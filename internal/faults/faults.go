@@ -34,10 +34,15 @@ const (
 	// instead of from the committed cluster time; after an idle spell it
 	// reclaims the leases another leader granted in between at once.
 	ClockResumeOwnReading Fault = "clock-resume-own-reading"
+	// CreditAtReduction: a renewal that cuts a lease's cap credits the cut
+	// to the pool at once, before the client has clamped its bucket, as
+	// rule (i) would without waiting for the acknowledgement
+	// (lease.FaultCreditAtReduction).
+	CreditAtReduction Fault = "credit-at-reduction"
 )
 
 // All lists every fault, for flag help and validation.
-var All = []Fault{AckBeforeCommit, StartFullNoDebit, TimeFromReceipt, ForgetRetired, ClockResumeOwnReading}
+var All = []Fault{AckBeforeCommit, StartFullNoDebit, TimeFromReceipt, ForgetRetired, ClockResumeOwnReading, CreditAtReduction}
 
 func parse(name string) (Fault, error) {
 	for _, f := range All {
