@@ -74,6 +74,9 @@ type Config struct {
 	// FirstLeaseWait is how long a key's first decision waits for its
 	// first lease (default: the client's, 50ms).
 	FirstLeaseWait time.Duration
+	// NoFirstLeaseWait: never wait (a first decision without a lease is
+	// refused at once).
+	NoFirstLeaseWait bool
 	// PolicyRefresh is how often the edge reads the cluster's policy list
 	// (default 5s).
 	PolicyRefresh time.Duration
@@ -134,7 +137,7 @@ func New(ctx context.Context, cfg Config) (*Edge, error) {
 		return nil, errors.New("edge: no client ID")
 	}
 	ccfg := client.Config{Servers: cfg.Servers, ClientID: cfg.ClientID, Logger: cfg.Logger.With("part", "client"),
-		FirstLeaseWait: cfg.FirstLeaseWait}
+		FirstLeaseWait: cfg.FirstLeaseWait, NoFirstLeaseWait: cfg.NoFirstLeaseWait}
 	if cfg.Client != nil {
 		cfg.Client(&ccfg)
 	}
