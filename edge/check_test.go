@@ -206,3 +206,43 @@ func TestNotReadyWithoutCluster(t *testing.T) {
 		t.Errorf("no cluster, no lease: %v", r.GetOverallCode())
 	}
 }
+
+// TestSharedClientID: two edges with one client ID. The cluster releases
+// the older one's leases when the newer one appears and refuses the older
+// one from then on; the older edge sees that and reports itself not ready,
+// naming the cause, and refuses (it holds no lease).
+func TestSharedClientID(t *testing.T) {
+	c := startCluster(t, checkPolicies)
+	old := startEdge(t, servers(c), nil, "edge-same", withFirstLeaseWait(100*time.Millisecond))
+	testcluster.WaitFor(t, testcluster.DefaultWait, func() error {
+		if r := old.check(t, false, item("global", "", 1)); !r.GetAllowed() {
+			return fmt.Errorf("old edge: %v", r.GetResults()[0].GetReason())
+		}
+		return nil
+	})
+	newer := startEdge(t, servers(c), nil, "edge-same")
+	// (Its lease may start with few tokens: the older one's are the
+	// cluster's again only once its lease has ended.)
+	if r := newer.check(t, false, item("global", "", 1)); r.GetResults()[0].GetReason() == "no-lease" {
+		t.Fatalf("newer edge: %v", r)
+	}
+	testcluster.WaitFor(t, testcluster.DefaultWait, func() error {
+		old.check(t, false, item("global", "", 1))
+		if err := old.e.Ready(); err == nil || !strings.Contains(err.Error(), "in use by another, newer process") {
+			return fmt.Errorf("old edge ready: %v", err)
+		}
+		return nil
+	})
+	resp, err := http.Get(old.url + "/readyz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 503 || !strings.Contains(string(b), `client ID "edge-same"`) {
+		t.Errorf("/readyz of the older edge: %d %s", resp.StatusCode, b)
+	}
+	if newer.e.Ready() != nil {
+		t.Errorf("newer edge not ready: %v", newer.e.Ready())
+	}
+}
