@@ -30,6 +30,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/health"
 	"google.golang.org/grpc/status"
 
 	"github.com/ration-dev/ration/api"
@@ -110,6 +111,9 @@ type Edge struct {
 	// stale is set when the cluster refused this edge's client ID as an
 	// older incarnation: another live process uses the same ID.
 	stale atomic.Pointer[string]
+
+	healthMu sync.Mutex
+	healths  []*health.Server // RegisterGRPC's, following Ready
 
 	stop chan struct{}
 	done chan struct{}
@@ -226,6 +230,7 @@ func (e *Edge) Close() error {
 	}
 	close(e.stop)
 	<-e.done
+	e.updateHealth()
 	e.closeConns()
 	return e.client.Close()
 }
@@ -297,6 +302,7 @@ func (e *Edge) installPolicies(resp *api.ListPoliciesResponse, warned map[string
 	e.lastSeen.Store(time.Now().UnixNano())
 	if !e.reached.Swap(true) {
 		e.log.Info("reached the cluster", "policies", len(m))
+		e.updateHealth()
 	}
 	// Report what the operator has yet to apply, once per change.
 	missing := 0
@@ -386,6 +392,7 @@ func (e *Edge) noteRefusal(l *client.Limiter, d client.Decision) {
 		msg := fmt.Sprintf("client ID %q is in use by another, newer process (%v): every edge needs its own --client-id", e.cfg.ClientID, status.Convert(err).Message())
 		if e.stale.Swap(&msg) == nil {
 			e.log.Error(msg)
+			e.updateHealth()
 		}
 	}
 }

@@ -1,11 +1,11 @@
 package edge
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"io"
 	"net/http"
-	"time"
 
 	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/prometheus/client_golang/prometheus"
@@ -27,39 +27,41 @@ var healthServices = []string{"", rlspb.RateLimitService_ServiceDesc.ServiceName
 
 // RegisterGRPC registers Envoy's rate limit service, ration's Admission
 // service, the gRPC health service and server reflection on s. The health
-// status follows Ready until the edge is closed.
+// status follows Ready (it changes when Ready does) until the edge is
+// closed.
 func (e *Edge) RegisterGRPC(s *grpc.Server) {
 	rlspb.RegisterRateLimitServiceServer(s, rlsServer{e: e})
 	api.RegisterAdmissionServer(s, admissionServer{e: e})
 	hs := health.NewServer()
-	for _, n := range healthServices {
-		hs.SetServingStatus(n, healthpb.HealthCheckResponse_NOT_SERVING)
-	}
 	healthpb.RegisterHealthServer(s, hs)
 	reflection.Register(s)
-	go e.followHealth(hs)
+	e.healthMu.Lock()
+	e.healths = append(e.healths, hs)
+	e.healthMu.Unlock()
+	e.updateHealth()
 }
 
-func (e *Edge) followHealth(hs *health.Server) {
-	t := time.NewTicker(100 * time.Millisecond)
-	defer t.Stop()
-	last := healthpb.HealthCheckResponse_NOT_SERVING
-	for {
-		select {
-		case <-e.stop:
+// updateHealth sets every registered health server's status from Ready
+// (NOT_SERVING for good once the edge is closed).
+func (e *Edge) updateHealth() {
+	e.healthMu.Lock()
+	defer e.healthMu.Unlock()
+	closed := false
+	select {
+	case <-e.stop:
+		closed = true
+	default:
+	}
+	st := healthpb.HealthCheckResponse_NOT_SERVING
+	if !closed && e.Ready() == nil {
+		st = healthpb.HealthCheckResponse_SERVING
+	}
+	for _, hs := range e.healths {
+		for _, n := range healthServices {
+			hs.SetServingStatus(n, st)
+		}
+		if closed {
 			hs.Shutdown()
-			return
-		case <-t.C:
-		}
-		st := healthpb.HealthCheckResponse_NOT_SERVING
-		if e.Ready() == nil {
-			st = healthpb.HealthCheckResponse_SERVING
-		}
-		if st != last {
-			for _, n := range healthServices {
-				hs.SetServingStatus(n, st)
-			}
-			last = st
 		}
 	}
 }
@@ -123,6 +125,11 @@ func (e *Edge) serveCheck(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		writeError(w, http.StatusInternalServerError, status.Error(codes.Internal, err.Error()))
 		return
+	}
+	// protojson varies its whitespace on purpose; answer a stable form.
+	var compact bytes.Buffer
+	if json.Compact(&compact, out) == nil {
+		out = compact.Bytes()
 	}
 	w.Header().Set("Content-Type", "application/json")
 	_, _ = w.Write(append(out, '\n'))
