@@ -169,3 +169,44 @@ func mustConn(t *testing.T, addr string) *grpc.ClientConn {
 	t.Cleanup(func() { conn.Close() })
 	return conn
 }
+
+// TestEnvoyDocImport keeps docs/envoy.md's import example equal to what
+// `rationctl policy import --envoy` prints for the configuration shown
+// there.
+func TestEnvoyDocImport(t *testing.T) {
+	doc, err := os.ReadFile(filepath.Join("..", "..", "docs", "envoy.md"))
+	if err != nil {
+		t.Skipf("docs not found: %v", err)
+	}
+	const start = "cat > ratelimit.yaml <<'EOF'\n"
+	i := strings.Index(string(doc), start)
+	if i < 0 {
+		t.Fatal("docs/envoy.md: no ratelimit.yaml example")
+	}
+	rest := string(doc)[i+len(start):]
+	yaml := rest[:strings.Index(rest, "EOF\n")]
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "ratelimit.yaml"), []byte(yaml), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Chdir(dir)
+	var out, errb strings.Builder
+	if code := run([]string{"policy", "import", "--envoy", "ratelimit.yaml"}, &out, &errb); code != 0 {
+		t.Fatalf("policy import: %d %s", code, errb.String())
+	}
+	if !strings.Contains(string(doc), "```\n"+out.String()+"```") {
+		t.Errorf("docs/envoy.md does not show the current import output:\n%s", out.String())
+	}
+	// And a broken file names file, line and descriptor, exit 1.
+	if err := os.WriteFile("bad.yaml", []byte("domain: shop\ndescriptors:\n  - key: tenant\n    rate_limit: {unit: fortnight, requests_per_unit: 1}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	errb.Reset()
+	if code := run([]string{"policy", "import", "--envoy", "bad.yaml"}, &out, &errb); code != 1 ||
+		!strings.Contains(errb.String(), `bad.yaml: line 4: descriptor "shop.tenant": invalid rate limit unit "fortnight"`) {
+		t.Errorf("bad import: %d %q", code, errb.String())
+	}
+	if code := run([]string{"policy", "import"}, &out, &errb); code != 2 {
+		t.Errorf("import without --envoy: exit %d, want 2", code)
+	}
+}
