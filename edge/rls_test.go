@@ -40,6 +40,9 @@ descriptors:
   - key: trial
     shadow_mode: true
     rate_limit: {unit: hour, requests_per_unit: 1}
+  - key: trial2
+    shadow_mode: true
+    rate_limit: {unit: hour, requests_per_unit: 1}
   - key: cost
     rate_limit: {unit: hour, requests_per_unit: 10}
   - key: key_1
@@ -73,7 +76,13 @@ func (h *harness) admitted(t *testing.T, limit int, hits uint32, ds ...*ratelimi
 
 func TestRLS(t *testing.T) {
 	conf := loadEnvoy(t, shopEnvoy)
-	c := startCluster(t, conf.PolicyYAML())
+	// The operator applied trial2's policy without shadow: the edge's own
+	// shadow_mode must still answer OK.
+	y := conf.PolicyYAML()
+	i := strings.Index(y, "name: shop.trial2\n")
+	j := i + strings.Index(y[i:], "    shadow: true\n")
+	y = y[:j] + y[j+len("    shadow: true\n"):]
+	c := startCluster(t, y)
 	h := startEdge(t, servers(c), conf, "edge-1")
 	testcluster.WaitFor(t, testcluster.DefaultWait, h.e.Ready)
 
@@ -169,14 +178,18 @@ func TestRLS(t *testing.T) {
 	})
 
 	t.Run("shadow", func(t *testing.T) {
-		h.waitOK(t, "shop", withHits(desc("trial=t1"), 0))
-		for range 5 {
-			if r := h.should(t, "shop", 0, desc("trial=t1")); r.GetOverallCode() != rlspb.RateLimitResponse_OK {
-				t.Fatalf("shadow rule refused: %v", r)
+		// trial's policy is shadow in the cluster too; trial2's is not.
+		for i, k := range []string{"trial", "trial2"} {
+			h.waitOK(t, "shop", withHits(desc(k+"=t1"), 0))
+			for range 5 {
+				if r := h.should(t, "shop", 0, desc(k+"=t1")); r.GetOverallCode() != rlspb.RateLimitResponse_OK {
+					t.Fatalf("%s: shadow rule refused: %v", k, r)
+				}
 			}
-		}
-		if got := h.counter(t, "ration_edge_descriptors_total", map[string]string{"domain": "shop", "result": resShadow}); got < 4 {
-			t.Errorf("shadow_over_limit counted %v, want >= 4 (1 per hour admitted of 5)", got)
+			want := float64(4 * (i + 1))
+			if got := h.counter(t, "ration_edge_descriptors_total", map[string]string{"domain": "shop", "result": resShadow}); got < want {
+				t.Errorf("%s: shadow_over_limit counted %v, want >= %v (1 per hour admitted of 5)", k, got, want)
+			}
 		}
 	})
 
