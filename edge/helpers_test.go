@@ -40,7 +40,7 @@ func servers(c *testcluster.Cluster) []string {
 	return s
 }
 
-func loadEnvoy(t *testing.T, yaml string) *envoyconf.Config {
+func loadEnvoy(t testing.TB, yaml string) *envoyconf.Config {
 	t.Helper()
 	conf, err := envoyconf.Load(map[string][]byte{"envoy.yaml": []byte(yaml)})
 	if err != nil {
@@ -69,7 +69,7 @@ func withFirstLeaseWait(d time.Duration) edgeOpt {
 // startEdge starts an edge (first-lease wait as long as the cluster may
 // take, unless an option says otherwise) with its servers, closed when the
 // test ends.
-func startEdge(t *testing.T, srv []string, conf *envoyconf.Config, id string, opts ...edgeOpt) *harness {
+func startEdge(t testing.TB, srv []string, conf *envoyconf.Config, id string, opts ...edgeOpt) *harness {
 	t.Helper()
 	reg := prometheus.NewRegistry()
 	cfg := Config{Servers: srv, ClientID: id, Envoy: conf, FirstLeaseWait: testcluster.DefaultWait, Registerer: reg,
