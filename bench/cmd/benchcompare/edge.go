@@ -29,10 +29,11 @@ import (
 // `rationd edge` (from its leases; the three rationd processes behind it)
 // and by envoyproxy/ratelimit with Redis (a Redis round trip per call),
 // from the same configuration file, over loopback gRPC:
-//   - decision cost as section 1 measures it (the CPU counted is this
-//     process's, the load generator's, plus the system's servers: the
-//     edge and the three rationd, or ratelimit and redis-server), at each
-//     of --edge-callers;
+//   - decision cost as section 1 measures it, at each of --edge-callers,
+//     except that the CPU counted is the system's servers' only (the edge
+//     and the three rationd, or ratelimit and redis-server), not this
+//     process's: here it is only the load generator, the same gRPC client
+//     for both;
 //   - accuracy on one key of 100 per second: three callers at 100/s each
 //     for --edge-accuracy-for (steady), then five bursts of all three as
 //     fast as they can for 100 ms each side of a whole second (where
@@ -316,8 +317,8 @@ func (e *env) edgeSection() (*edgeResult, error) {
 	}
 	edgePIDs := func() []int { return append(pids(edges[0])(), e.cluster.pids()...) }
 	targets := []decisionTarget{
-		{name: sysEdge, deciders: on(edge1), serverPIDs: edgePIDs},
-		{name: sysRatelimit, deciders: on(rlc), serverPIDs: func() []int { return append(pids(rl)(), e.redis.pid()) }},
+		{name: sysEdge, deciders: on(edge1), serverPIDs: edgePIDs, serverOnly: true},
+		{name: sysRatelimit, deciders: on(rlc), serverPIDs: func() []int { return append(pids(rl)(), e.redis.pid()) }, serverOnly: true},
 	}
 	res.Decision = runDecisionCost(targets, e.o.edgeCallers, e.o.throughputFor, e.o.latencyFor)
 
@@ -425,12 +426,12 @@ func writeEdgeMarkdown(p func(string, ...any), r *edgeResult) {
 	if v := r.Versions["github.com/envoyproxy/ratelimit"]; v != "" {
 		p("envoyproxy/ratelimit %s.\n\n", v)
 	}
-	p("| system | callers | decisions/s | decisions per CPU-second | p50 | p99 | p99.9 | errors |\n|---|---:|---:|---:|---:|---:|---:|---:|\n")
+	p("| system | callers | decisions/s | decisions per server CPU-second | p50 | p99 | p99.9 | errors |\n|---|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, d := range r.Decision {
 		p("| %s | %d | %s | %s | %s | %s | %s | %d |\n", d.System, d.Callers, si(d.DecisionsPerSec), si(d.DecisionsPerCPUs),
 			dur(d.P50Nanos), dur(d.P99Nanos), dur(d.P999Nanos), d.Errors)
 	}
-	p("\n| callers | p99 ratio (ratelimit ÷ edge) | decisions per CPU-second ratio (edge ÷ ratelimit) |\n|---:|---:|---:|\n")
+	p("\n| callers | p99 ratio (ratelimit ÷ edge) | decisions per server CPU-second ratio (edge ÷ ratelimit) |\n|---:|---:|---:|\n")
 	for _, c := range callersOf(r.Decision) {
 		a, b := find(r.Decision, sysEdge, c), find(r.Decision, sysRatelimit, c)
 		if a == nil || b == nil || a.P99Nanos == 0 || b.DecisionsPerCPUs == 0 {
