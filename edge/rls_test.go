@@ -66,8 +66,13 @@ descriptors:
 // limit+1 calls) and returns how many were OK.
 func (h *harness) admitted(t *testing.T, limit int, hits uint32, ds ...*ratelimitv3.RateLimitDescriptor) int {
 	t.Helper()
+	return h.admittedIn(t, "shop", limit, hits, ds...)
+}
+
+func (h *harness) admittedIn(t *testing.T, domain string, limit int, hits uint32, ds ...*ratelimitv3.RateLimitDescriptor) int {
+	t.Helper()
 	for n := 0; n <= limit; n++ {
-		if r := h.should(t, "shop", hits, ds...); r.GetOverallCode() == rlspb.RateLimitResponse_OVER_LIMIT {
+		if r := h.should(t, domain, hits, ds...); r.GetOverallCode() == rlspb.RateLimitResponse_OVER_LIMIT {
 			return n
 		}
 	}
@@ -332,4 +337,56 @@ func intParam(t *testing.T, m sfv.Member, key string) int64 {
 		t.Fatalf("member %v: no integer %s", m, key)
 	}
 	return it.Int
+}
+
+// TestRLSMissingPolicy: a rule whose policy the operator has not applied
+// is refused (fail-closed) and reported; descriptor limit overrides and
+// negative hits are not acted on, and counted.
+func TestRLSMissingPolicy(t *testing.T) {
+	conf := loadEnvoy(t, `
+domain: d
+descriptors:
+  - key: applied
+    rate_limit: {unit: hour, requests_per_unit: 2}
+  - key: forgotten
+    rate_limit: {unit: hour, requests_per_unit: 2}
+`)
+	// Only the first rule's policy is applied.
+	y := conf.PolicyYAML()
+	y = y[:strings.Index(y, "  # d.forgotten")]
+	c := startCluster(t, y)
+	h := startEdge(t, servers(c), conf, "edge-missing", withFirstLeaseWait(300*time.Millisecond))
+	testcluster.WaitFor(t, testcluster.DefaultWait, func() error {
+		if got := h.counter(t, "ration_edge_policies_missing", nil); got != 1 {
+			return fmt.Errorf("ration_edge_policies_missing = %v, want 1", got)
+		}
+		return nil
+	})
+	for range 3 {
+		if r := h.should(t, "d", 0, desc("forgotten=x")); r.GetOverallCode() != rlspb.RateLimitResponse_OVER_LIMIT {
+			t.Fatalf("rule without a policy: %v", r.GetOverallCode())
+		}
+	}
+	h.waitOK(t, "d", withHits(desc("applied=x"), 0))
+	// A limit override does not raise the rule's 2 per hour.
+	over := desc("applied=x")
+	over.Limit = &ratelimitv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 1000, Unit: 3}
+	if n := h.admittedIn(t, "d", 2, 0, over); n != 2 {
+		t.Errorf("with a limit override of 1000/h, admitted %d, want the rule's 2", n)
+	}
+	if got := h.e.m.descriptorCount("d", resOverrideIgn); got < 2 {
+		t.Errorf("limit_override_ignored counted %d", got)
+	}
+	// Negative hits give nothing back.
+	neg := desc("applied=x")
+	neg.IsNegativeHits = true
+	if r := h.should(t, "d", 5, neg); r.GetOverallCode() != rlspb.RateLimitResponse_OK {
+		t.Errorf("negative hits: %v", r.GetOverallCode())
+	}
+	if r := h.should(t, "d", 0, desc("applied=x")); r.GetOverallCode() != rlspb.RateLimitResponse_OVER_LIMIT {
+		t.Errorf("after negative hits, the spent budget admitted again: %v", r.GetOverallCode())
+	}
+	if got := h.e.m.descriptorCount("d", resNegative); got != 1 {
+		t.Errorf("negative_hits counted %d, want 1", got)
+	}
 }
