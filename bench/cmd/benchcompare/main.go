@@ -81,7 +81,7 @@ func main() {
 	flag.StringVar(&o.redisBin, "redis-server", "redis-server", "the redis-server `BINARY`")
 	flag.StringVar(&o.outDir, "out", "results", "`DIR` for <date>.json")
 	flag.StringVar(&o.chartPath, "chart", "results/decision-latency.svg", "`FILE` for the latency chart")
-	flag.StringVar(&o.sections, "sections", "1,2,3,4", "which sections to run, `LIST` of 1-5 (5 needs --ratelimit)")
+	flag.StringVar(&o.sections, "sections", "1,2,3,4,5", "which sections to run, `LIST` of 1-5 (5 is skipped without --ratelimit)")
 	flag.StringVar(&o.ratelimitBin, "ratelimit", "", "section 5: envoyproxy/ratelimit's service_cmd `BINARY`")
 	var edgeCallers string
 	flag.StringVar(&edgeCallers, "edge-callers", "1,16,64", "section 5: concurrent ShouldRateLimit callers, `LIST`")
@@ -238,7 +238,9 @@ func run(o options) error {
 		}
 		res.Failure = f
 	}
-	if want("5") {
+	if want("5") && o.ratelimitBin == "" {
+		fmt.Fprintln(os.Stderr, "section 5 skipped: no --ratelimit (envoyproxy/ratelimit's service_cmd; bench/compare.sh builds it)")
+	} else if want("5") {
 		fmt.Fprintln(os.Stderr, "section 5: Envoy's rate limit service, rationd edge vs envoyproxy/ratelimit + Redis")
 		r, err := e.edgeSection()
 		if err != nil {
