@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -81,7 +82,7 @@ func startEdge(t testing.TB, srv []string, conf *envoyconf.Config, id string, op
 	if err != nil {
 		t.Fatal(err)
 	}
-	gs := grpc.NewServer()
+	gs := grpc.NewServer(grpc.NumStreamWorkers(uint32(runtime.GOMAXPROCS(0)))) // as rationd edge
 	e.RegisterGRPC(gs)
 	gl, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
