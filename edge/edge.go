@@ -160,20 +160,22 @@ func New(ctx context.Context, cfg Config) (*Edge, error) {
 		}
 		e.admin = append(e.admin, conn)
 	}
+	// Until the cluster's list arrives: --config's numbers, then each
+	// Envoy rule's own.
+	m := map[string]policyInfo{}
 	if cfg.Policies != nil {
-		m := map[string]policyInfo{}
 		for _, p := range cfg.Policies.Policies {
 			m[p.Name] = infoOf(p)
 		}
-		e.policies.Store(&m)
 	}
 	if cfg.Envoy != nil {
 		for _, r := range cfg.Envoy.Rules {
-			if r.Policy != "" {
-				e.addEnvoyInfo(r)
+			if _, ok := m[r.Policy]; r.Policy != "" && !ok {
+				m[r.Policy] = policyInfo{rate: r.RatePerSecond(), burst: int64(r.RequestsPerUnit), shadow: r.ShadowMode}
 			}
 		}
 	}
+	e.policies.Store(&m)
 	e.m = newMetrics(e)
 	if cfg.Registerer != nil {
 		if err := cfg.Registerer.Register(e.m); err != nil {
@@ -189,22 +191,6 @@ func New(ctx context.Context, cfg Config) (*Edge, error) {
 	}
 	go e.watch()
 	return e, nil
-}
-
-// addEnvoyInfo records a rule's own numbers as the policy's until the
-// cluster says otherwise.
-func (e *Edge) addEnvoyInfo(r *envoyconf.Rule) {
-	cur := e.policies.Load()
-	m := map[string]policyInfo{}
-	if cur != nil {
-		for k, v := range *cur {
-			m[k] = v
-		}
-	}
-	if _, ok := m[r.Policy]; !ok {
-		m[r.Policy] = policyInfo{rate: r.RatePerSecond(), burst: int64(r.RequestsPerUnit), shadow: r.ShadowMode}
-	}
-	e.policies.Store(&m)
 }
 
 func infoOf(p policy.Policy) policyInfo {

@@ -298,11 +298,7 @@ func (e *Edge) headers(s *rlsSlot, over bool) []*corev3.HeaderValue {
 	}
 	t := httplimit.RefillSeconds(rate, burst, s.d.RemainingMilli)
 	if over {
-		t = int64(e.untilReset(s.rule, s.d) / time.Second)
-		if d := e.untilReset(s.rule, s.d); d%time.Second != 0 {
-			t++
-		}
-		t = max(t, 1)
+		t = httplimit.CeilSeconds(e.untilReset(s.rule, s.d))
 		out = append(out, &corev3.HeaderValue{Key: "Retry-After", Value: strconv.FormatInt(t, 10)})
 	}
 	out = append(out, &corev3.HeaderValue{Key: "RateLimit", Value: httplimit.RateLimitField(s.rule.Policy, s.d.RemainingMilli, t)})
