@@ -690,7 +690,12 @@ func (c *Config) PolicyYAML() string {
 	b.WriteString("policies:\n")
 	n := 0
 	for _, r := range c.Rules {
-		if r.Policy == "" {
+		switch {
+		case r.Unlimited:
+			fmt.Fprintf(&b, "  # %s: %s line %d: unlimited, answered OK by the edge (no policy)\n", r.FullKey, r.File, r.Line)
+			continue
+		case r.Policy == "":
+			fmt.Fprintf(&b, "  # %s: %s line %d: requests_per_unit 0, refused by the edge (no policy)\n", r.FullKey, r.File, r.Line)
 			continue
 		}
 		t, _ := r.policyText() // checked by finish
