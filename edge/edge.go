@@ -96,8 +96,10 @@ type Edge struct {
 	log    *slog.Logger
 	client *client.Client
 	admin  []*grpc.ClientConn
-	envoy  *envoyconf.Config
-	m      *metrics
+	// envoy is the configuration ShouldRateLimit answers from (SetEnvoy
+	// replaces it).
+	envoy atomic.Pointer[envoyconf.Config]
+	m     *metrics
 
 	limMu    sync.RWMutex
 	limiters map[string]*client.Limiter
@@ -115,8 +117,9 @@ type Edge struct {
 	healthMu sync.Mutex
 	healths  []*health.Server // RegisterGRPC's, following Ready
 
-	stop chan struct{}
-	done chan struct{}
+	stop    chan struct{}
+	done    chan struct{}
+	recheck chan struct{} // SetEnvoy: compare with the cluster's policies now
 }
 
 type policyInfo struct {
@@ -149,8 +152,9 @@ func New(ctx context.Context, cfg Config) (*Edge, error) {
 	if err != nil {
 		return nil, err
 	}
-	e := &Edge{cfg: cfg, log: cfg.Logger, client: c, envoy: cfg.Envoy, limiters: map[string]*client.Limiter{},
-		stop: make(chan struct{}), done: make(chan struct{})}
+	e := &Edge{cfg: cfg, log: cfg.Logger, client: c, limiters: map[string]*client.Limiter{},
+		stop: make(chan struct{}), done: make(chan struct{}), recheck: make(chan struct{}, 1)}
+	e.envoy.Store(cfg.Envoy)
 	for _, s := range cfg.Servers {
 		conn, err := grpc.NewClient(s, grpc.WithTransportCredentials(insecure.NewCredentials()))
 		if err != nil {
@@ -168,13 +172,7 @@ func New(ctx context.Context, cfg Config) (*Edge, error) {
 			m[p.Name] = infoOf(p)
 		}
 	}
-	if cfg.Envoy != nil {
-		for _, r := range cfg.Envoy.Rules {
-			if _, ok := m[r.Policy]; r.Policy != "" && !ok {
-				m[r.Policy] = policyInfo{rate: r.RatePerSecond(), burst: int64(r.RequestsPerUnit), shadow: r.ShadowMode}
-			}
-		}
-	}
+	addRuleInfo(m, cfg.Envoy)
 	e.policies.Store(&m)
 	e.m = newMetrics(e)
 	if cfg.Registerer != nil {
@@ -191,6 +189,45 @@ func New(ctx context.Context, cfg Config) (*Edge, error) {
 	}
 	go e.watch()
 	return e, nil
+}
+
+// addRuleInfo adds each Envoy rule's own numbers for the policies m does
+// not have.
+func addRuleInfo(m map[string]policyInfo, conf *envoyconf.Config) {
+	if conf == nil {
+		return
+	}
+	for _, r := range conf.Rules {
+		if _, ok := m[r.Policy]; r.Policy != "" && !ok {
+			m[r.Policy] = policyInfo{rate: r.RatePerSecond(), burst: int64(r.RequestsPerUnit), shadow: r.ShadowMode}
+		}
+	}
+}
+
+// SetEnvoy replaces the Envoy configuration ShouldRateLimit answers from
+// (rationd edge reloads its --envoy-config files on SIGHUP and when they
+// change). Calls in progress finish with the old one. Budgets live in the
+// cluster, so a rule kept across a reload keeps its tokens; the policies
+// of new rules must be applied by the operator, as at start.
+func (e *Edge) SetEnvoy(conf *envoyconf.Config) {
+	e.envoy.Store(conf)
+	if cur := e.policies.Load(); cur != nil {
+		m := make(map[string]policyInfo, len(*cur))
+		for k, v := range *cur {
+			m[k] = v
+		}
+		addRuleInfo(m, conf)
+		e.policies.Store(&m)
+	}
+	e.poke()
+}
+
+// poke makes the watcher read the cluster's policies now.
+func (e *Edge) poke() {
+	select {
+	case e.recheck <- struct{}{}:
+	default:
+	}
 }
 
 func infoOf(p policy.Policy) policyInfo {
@@ -249,6 +286,13 @@ func (e *Edge) watch() {
 		case <-e.stop:
 			return
 		case <-t.C:
+		case <-e.recheck:
+			if !t.Stop() {
+				select {
+				case <-t.C:
+				default:
+				}
+			}
 		}
 		var resp *api.ListPoliciesResponse
 		var err error
@@ -314,14 +358,14 @@ func (e *Edge) installPolicies(resp *api.ListPoliciesResponse, warned map[string
 		}
 	}
 	var derived map[string]policy.Policy
-	if e.envoy != nil {
-		if f, err := e.envoy.Policies(); err == nil {
+	if conf := e.envoy.Load(); conf != nil {
+		if f, err := conf.Policies(); err == nil {
 			derived = map[string]policy.Policy{}
 			for _, p := range f.Policies {
 				derived[p.Name] = p
 			}
 		}
-		for _, r := range e.envoy.Rules {
+		for _, r := range conf.Rules {
 			if r.Policy != "" {
 				p := derived[r.Policy]
 				check(r.Policy, "envoy rule "+r.Label(), &p)

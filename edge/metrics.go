@@ -37,7 +37,7 @@ func newMetrics(e *Edge) *metrics {
 }
 
 func (m *metrics) descriptor(domain, result string) {
-	if m.e.envoy == nil || !m.e.envoy.Domain(domain) {
+	if conf := m.e.envoy.Load(); conf == nil || !conf.Domain(domain) {
 		domain = "" // bounded labels: only configured domains
 	}
 	m.mu.Lock()

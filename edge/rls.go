@@ -62,6 +62,7 @@ func (e *Edge) ShouldRateLimit(_ context.Context, req *rlspb.RateLimitRequest) (
 		return nil, err
 	}
 	domain := req.GetDomain()
+	conf := e.envoy.Load() // one configuration for the whole call
 	slots := make([]rlsSlot, len(req.GetDescriptors()))
 	replaced := map[string]bool{}
 	var keys, values [MaxEntries]string
@@ -75,7 +76,7 @@ func (e *Edge) ShouldRateLimit(_ context.Context, req *rlspb.RateLimitRequest) (
 			cost = uint64(req.GetHitsAddend())
 		}
 		s.cost = clampCost(cost)
-		if e.envoy == nil {
+		if conf == nil {
 			s.result = resUnmatched
 			continue
 		}
@@ -83,7 +84,7 @@ func (e *Edge) ShouldRateLimit(_ context.Context, req *rlspb.RateLimitRequest) (
 		for j, en := range d.GetEntries() {
 			keys[j], values[j] = en.GetKey(), en.GetValue()
 		}
-		s.rule = e.envoy.Match(domain, keys[:n], values[:n])
+		s.rule = conf.Match(domain, keys[:n], values[:n])
 		switch {
 		case s.rule == nil:
 			s.result = resUnmatched

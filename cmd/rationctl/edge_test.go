@@ -69,7 +69,7 @@ func TestEdgeBinary(t *testing.T) {
 		t.Fatal(err)
 	}
 	edge := exec.Command(rationd, "edge", "--servers", servers, "--grpc-addr", addrs[0], "--http-addr", addrs[1],
-		"--envoy-config", envoyFile, "--first-lease-wait", "30s")
+		"--envoy-config", envoyFile, "--first-lease-wait", "30s", "--envoy-config-reload", "0")
 	edge.Stdout, edge.Stderr = logFile, logFile
 	if err := edge.Start(); err != nil {
 		t.Fatal(err)
@@ -134,6 +134,42 @@ func TestEdgeBinary(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != 200 || !strings.Contains(string(b), `"reason":"limited"`) {
 		t.Errorf("POST /v1/check on the spent budget: %d %s", resp.StatusCode, b)
+	}
+
+	// A new rule: import and apply its policy, then SIGHUP the edge (the
+	// only reload trigger with --envoy-config-reload 0).
+	tmp := envoyFile + ".tmp"
+	if err := os.WriteFile(tmp, []byte(edgeEnvoyConfig+"  - key: user\n    rate_limit: {unit: hour, requests_per_unit: 7}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, envoyFile); err != nil {
+		t.Fatal(err)
+	}
+	out, stderr, code = ctl(t, rationctl, "policy", "import", "--envoy", envoyFile)
+	if code != 0 || !strings.Contains(out, "name: shop.user") {
+		t.Fatalf("policy import of the new rule: %d\n%s%s", code, out, stderr)
+	}
+	apply := exec.Command(rationctl, "policy", "apply", "--servers", servers, "-f", "-")
+	apply.Stdin = strings.NewReader(out)
+	if b, err := apply.CombinedOutput(); err != nil {
+		t.Fatalf("policy apply: %v %s", err, b)
+	}
+	if err := edge.Process.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 30*time.Second, "the new rule after SIGHUP", func() (bool, string) {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		r, err := rls.ShouldRateLimit(ctx, &rlspb.RateLimitRequest{Domain: "shop", Descriptors: []*ratelimitv3.RateLimitDescriptor{
+			{Entries: []*ratelimitv3.RateLimitDescriptor_Entry{{Key: "user", Value: "bob"}}}}})
+		if err != nil {
+			return false, err.Error()
+		}
+		st := r.GetStatuses()[0]
+		return st.GetCurrentLimit().GetRequestsPerUnit() == 7 && r.GetOverallCode() == rlspb.RateLimitResponse_OK, r.String()
+	})
+	if got := call(); got != rlspb.RateLimitResponse_OVER_LIMIT {
+		t.Errorf("after the reload, the tenant rule's spent budget: %v (a reload must not refill it)", got)
 	}
 
 	// SIGTERM: a clean exit that releases the edge's lease.

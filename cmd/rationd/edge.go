@@ -2,15 +2,20 @@ package main
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"os"
+	"os/signal"
 	"runtime"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -29,6 +34,7 @@ type edgeOptions struct {
 	envoyConfig         stringList
 	configPath          string
 	firstLeaseWait      time.Duration
+	reloadEvery         time.Duration
 	logLevel, logFormat string
 }
 
@@ -39,6 +45,7 @@ func edgeFlags(o *edgeOptions) *flag.FlagSet {
 	fs.StringVar(&o.httpAddr, "http-addr", o.httpAddr, "`HOST:PORT` for POST /v1/check, /metrics, /livez, /readyz (default: no HTTP)")
 	fs.StringVar(&o.clientID, "client-id", o.clientID, "lease-holder `ID`, unique among every edge and client (default: edge-<hostname>-<grpc-addr>)")
 	fs.Var(&o.envoyConfig, "envoy-config", "envoyproxy/ratelimit configuration `FILE`s (comma-separated or repeated; one domain each)")
+	fs.DurationVar(&o.reloadEvery, "envoy-config-reload", o.reloadEvery, "how often to look for changed --envoy-config files and reload them (0: on SIGHUP only)")
 	fs.StringVar(&o.configPath, "config", o.configPath, "ration policy `FILE` the edge expects the cluster to have (checked and used for RateLimit headers, never applied)")
 	fs.DurationVar(&o.firstLeaseWait, "first-lease-wait", o.firstLeaseWait, "how long a key's first decision waits for its first lease")
 	fs.StringVar(&o.logLevel, "log-level", o.logLevel, "debug, info, warn or error")
@@ -59,7 +66,8 @@ leases it holds. It applies no policies: print the ones an Envoy
 configuration needs with 'rationctl policy import --envoy FILE' and apply
 them with 'rationctl policy apply'. Every edge needs its own --client-id
 (the default, from the host name and --grpc-addr, is unique per host and
-port). See docs/envoy.md.
+port). The --envoy-config files are reloaded on SIGHUP and when they change.
+See docs/envoy.md.
 
 Flags:
 `)
@@ -70,7 +78,7 @@ Flags:
 }
 
 func defaultEdgeOptions() edgeOptions {
-	return edgeOptions{logLevel: "info", logFormat: "text", firstLeaseWait: 50 * time.Millisecond}
+	return edgeOptions{logLevel: "info", logFormat: "text", firstLeaseWait: 50 * time.Millisecond, reloadEvery: 10 * time.Second}
 }
 
 // defaultClientID is the stable name an edge gets without --client-id:
@@ -102,6 +110,8 @@ func runEdge(args []string, stdout, stderr io.Writer, signals <-chan os.Signal) 
 			err = usageErrorf("--grpc-addr is required")
 		case o.firstLeaseWait < 0:
 			err = usageErrorf("--first-lease-wait must not be negative")
+		case o.reloadEvery < 0:
+			err = usageErrorf("--envoy-config-reload must not be negative")
 		}
 	}
 	if err != nil {
@@ -120,7 +130,9 @@ func runEdge(args []string, stdout, stderr io.Writer, signals <-chan os.Signal) 
 		return fail(2, err)
 	}
 	var conf *envoyconf.Config
+	var reloader *envoyReloader
 	if len(o.envoyConfig) > 0 {
+		reloader = newEnvoyReloader(o.envoyConfig)
 		if conf, err = envoyconf.LoadFiles(o.envoyConfig...); err != nil {
 			return fail(2, fmt.Errorf("--envoy-config: %w", err))
 		}
@@ -179,6 +191,11 @@ func runEdge(args []string, stdout, stderr io.Writer, signals <-chan os.Signal) 
 		rules = len(conf.Rules)
 	}
 	logger.Info("edge started", "client_id", id, "servers", o.servers.String(), "domains", domainList(conf), "rules", rules)
+	stopReload := make(chan struct{})
+	defer close(stopReload)
+	if reloader != nil {
+		go reloader.run(e, o.reloadEvery, logger, stopReload)
+	}
 
 	sig := <-signals
 	logger.Info("shutting down", "signal", sig.String(), "timeout", shutdownTimeout)
@@ -211,6 +228,76 @@ func runEdge(args []string, stdout, stderr io.Writer, signals <-chan os.Signal) 
 	case <-time.After(shutdownTimeout + shutdownGrace):
 		logger.Error("shutdown did not finish; exiting now", "waited", shutdownTimeout+shutdownGrace)
 		return 1
+	}
+}
+
+// envoyReloader reloads the Envoy configuration files on SIGHUP, and when
+// their contents change (checked every interval; 0: SIGHUP only). A file
+// set that does not load leaves the running configuration in place.
+type envoyReloader struct {
+	files []string
+	last  string // digest of the contents last loaded (or tried)
+	// attempted, if set, is called after each reload attempt (tests).
+	attempted func(error)
+}
+
+// newEnvoyReloader takes the files' digest now: make it before loading
+// them, so a change in between is seen at the first check.
+func newEnvoyReloader(files []string) *envoyReloader {
+	r := &envoyReloader{files: files}
+	r.last = r.digest()
+	return r
+}
+
+func (r *envoyReloader) digest() string {
+	h := sha256.New()
+	for _, f := range r.files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			return "unreadable: " + err.Error()
+		}
+		fmt.Fprintf(h, "%d:%s%d:", len(f), f, len(b))
+		h.Write(b)
+	}
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+func (r *envoyReloader) run(e *edge.Edge, interval time.Duration, logger *slog.Logger, stop <-chan struct{}) {
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	var tick <-chan time.Time
+	if interval > 0 {
+		t := time.NewTicker(interval)
+		defer t.Stop()
+		tick = t.C
+	}
+	for {
+		why, d := "", ""
+		select {
+		case <-stop:
+			return
+		case <-hup:
+			why, d = "SIGHUP", r.digest()
+		case <-tick:
+			if d = r.digest(); d != r.last {
+				why = "files changed"
+			}
+		}
+		if why == "" {
+			continue
+		}
+		r.last = d
+		conf, err := envoyconf.LoadFiles(r.files...)
+		if err != nil {
+			logger.Error("envoy configuration not reloaded; keeping the running one", "why", why, "err", err)
+		} else {
+			e.SetEnvoy(conf)
+			logger.Info("envoy configuration reloaded", "why", why, "domains", domainList(conf), "rules", len(conf.Rules))
+		}
+		if r.attempted != nil {
+			r.attempted(err)
+		}
 	}
 }
 

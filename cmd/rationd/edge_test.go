@@ -2,10 +2,19 @@ package main
 
 import (
 	"bytes"
+	"context"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
+
+	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+
+	"github.com/ration-dev/ration/edge"
+	"github.com/ration-dev/ration/internal/envoyconf"
 )
 
 // TestEdgeUsageErrors: a bad edge command line or configuration exits 2
@@ -53,5 +62,77 @@ func TestDefaultClientID(t *testing.T) {
 	}
 	if a != defaultClientID("10.0.0.1:7500") {
 		t.Error("the default client ID is not stable")
+	}
+}
+
+// TestEnvoyReload: changed --envoy-config files are reloaded (checked at
+// the interval); a file that does not load leaves the running
+// configuration in place. (SIGHUP: TestEdgeBinary in cmd/rationctl.)
+func TestEnvoyReload(t *testing.T) {
+	dir := t.TempDir()
+	f := filepath.Join(dir, "rl.yaml")
+	write := func(s string) { // atomically, as a ConfigMap update is: a poll sees old or new
+		t.Helper()
+		tmp := f + ".tmp"
+		if err := os.WriteFile(tmp, []byte(s), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(tmp, f); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: second, requests_per_unit: 5}\n")
+	r := newEnvoyReloader([]string{f})
+	attempts := make(chan error, 16)
+	r.attempted = func(err error) { attempts <- err }
+	conf, err := envoyconf.LoadFiles(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// No cluster: every matched descriptor is refused, which is enough to
+	// see which rules match (current_limit is set only on a match).
+	e, err := edge.New(context.Background(), edge.Config{Servers: []string{"127.0.0.1:1"}, ClientID: "reload-test", Envoy: conf, NoFirstLeaseWait: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	stop := make(chan struct{})
+	defer close(stop)
+	go r.run(e, 20*time.Millisecond, slog.New(slog.DiscardHandler), stop)
+	matched := func(key string) bool {
+		r, err := e.ShouldRateLimit(context.Background(), &rlspb.RateLimitRequest{Domain: "d", Descriptors: []*ratelimitv3.RateLimitDescriptor{
+			{Entries: []*ratelimitv3.RateLimitDescriptor_Entry{{Key: key, Value: "v"}}}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r.GetStatuses()[0].GetCurrentLimit() != nil
+	}
+	attempt := func() error {
+		t.Helper()
+		select {
+		case err := <-attempts:
+			return err
+		case <-time.After(30 * time.Second):
+			t.Fatal("no reload within 30s of a change")
+			return nil
+		}
+	}
+	if !matched("a") || matched("b") {
+		t.Fatal("before the reload: want a, not b")
+	}
+	write("domain: d\ndescriptors:\n  - key: b\n    rate_limit: {unit: second, requests_per_unit: 5}\n")
+	if err := attempt(); err != nil {
+		t.Fatal(err)
+	}
+	if !matched("b") || matched("a") {
+		t.Error("after the reload: want b, not a")
+	}
+	// A file that does not load: the running configuration stays.
+	write("domain: d\ndescriptors:\n  - key: c\n    rate_limit: {unit: fortnight}\n")
+	if err := attempt(); err == nil || !strings.Contains(err.Error(), "fortnight") {
+		t.Fatalf("reload of a broken file: %v", err)
+	}
+	if !matched("b") || matched("c") {
+		t.Error("a file that does not load replaced the running configuration")
 	}
 }
