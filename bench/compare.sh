@@ -13,7 +13,7 @@
 #     Markdown table and writes bench/results/<date>.json and
 #     bench/results/decision-latency.svg.
 # Arguments are passed to benchcompare, e.g. --accuracy-for 20s or
-# --sections 1,2 (benchcompare -h lists them). It takes 6-8 minutes with the
+# --sections 1,2 (benchcompare -h lists them). It takes 7-9 minutes with the
 # defaults and wants a quiet machine.
 set -euo pipefail
 
