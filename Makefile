@@ -33,7 +33,7 @@ bench: ## hot-path benchmarks vs golang.org/x/time/rate, summarised by benchstat
 	$(GO) test ./lease -run '^$$' -bench 'BenchmarkAllow' -benchmem -count $(BENCH_COUNT) | tee bench.out
 	$(GO) run golang.org/x/perf/cmd/benchstat@v0.0.0-20260908200009-22c9c6c9d4da bench.out
 
-bench-compare: ## ration side by side with Redis GCRA, Gubernator and x/time/rate (6-8 min; installs redis-server); writes bench/results/
+bench-compare: ## ration side by side with Redis GCRA, Gubernator, x/time/rate, and rationd edge with envoyproxy/ratelimit (7-9 min; installs redis-server); writes bench/results/
 	bench/compare.sh
 
 tools: ## install protoc (Debian protobuf-compiler) and the pinned protoc plugins, for go generate ./api

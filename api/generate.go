@@ -5,7 +5,7 @@
 // from Debian's protobuf-compiler; the plugins are pinned below.
 package api
 
-//go:generate protoc --go_out=. --go_opt=paths=source_relative --go-grpc_out=. --go-grpc_opt=paths=source_relative ration.proto command.proto
+//go:generate protoc --go_out=. --go_opt=paths=source_relative --go-grpc_out=. --go-grpc_opt=paths=source_relative ration.proto command.proto check.proto
 
 // Pinned plugin versions (installed by `make tools`):
 //

@@ -8,11 +8,12 @@
 #     ration's go.mod);
 #   - runs bench/cmd/benchcompare, which starts three rationd processes, a
 #     redis-server and three in-process Gubernator daemons on free loopback
-#     ports, runs the four sections, stops everything it started, prints a
+#     ports, runs the sections (5: rationd edge against envoyproxy/ratelimit,
+#     built below, with the same redis-server), stops everything it started, prints a
 #     Markdown table and writes bench/results/<date>.json and
 #     bench/results/decision-latency.svg.
 # Arguments are passed to benchcompare, e.g. --accuracy-for 20s or
-# --sections 1,2 (benchcompare -h lists them). It takes 6-8 minutes with the
+# --sections 1,2 (benchcompare -h lists them). It takes 7-9 minutes with the
 # defaults and wants a quiet machine.
 set -euo pipefail
 
@@ -34,7 +35,12 @@ trap 'rm -rf "$TMP"' EXIT
 echo "bench-compare: building rationd, rationctl and benchcompare into $TMP" >&2
 (cd .. && CGO_ENABLED=0 $GO build -o "$TMP/" ./cmd/rationd ./cmd/rationctl)
 $GO build -o "$TMP/benchcompare" ./cmd/benchcompare
+# Section 5's envoyproxy/ratelimit: its server from the module proxy, at the
+# pseudo-version the figures in BENCHMARKS.md were taken with.
+RATELIMIT_VERSION=${RATELIMIT_VERSION:-v1.4.1-0.20260122083618-3fb702589d36}
+echo "bench-compare: building envoyproxy/ratelimit $RATELIMIT_VERSION" >&2
+GOBIN="$TMP" GOFLAGS= $GO install "github.com/envoyproxy/ratelimit/src/service_cmd@$RATELIMIT_VERSION"
 
 mkdir -p results
-"$TMP/benchcompare" --bin "$TMP" --redis-server "$(command -v redis-server)" \
+"$TMP/benchcompare" --bin "$TMP" --redis-server "$(command -v redis-server)" --ratelimit "$TMP/service_cmd" \
 	--out "$BENCH/results" --chart "$BENCH/results/decision-latency.svg" "$@"

@@ -115,8 +115,8 @@ func sfString(s string) string {
 // setPolicyField sets RateLimit-Policy: "name";q=<burst>;w=<seconds>, a
 // Structured Field List of one item (draft-ietf-httpapi-ratelimit-headers).
 func setPolicyField(h http.Header, l Layer) {
-	if w := windowSeconds(l); w > 0 {
-		h.Set("RateLimit-Policy", fmt.Sprintf("%s;q=%d;w=%d", sfString(l.Policy), l.Burst, w))
+	if f := PolicyField(l.Policy, l.Rate, l.Burst); f != "" {
+		h.Set("RateLimit-Policy", f)
 	}
 }
 

@@ -56,6 +56,8 @@ type verb struct {
 	// errors are I/O errors.
 	prepare func(o *invocation) error
 	run     func(ctx context.Context, o *invocation) error
+	// local: run needs no cluster (no connection is made).
+	local bool
 }
 
 // invocation is one run of an admin command: its flags, arguments and,
@@ -71,6 +73,7 @@ type invocation struct {
 
 	args   []string
 	data   []byte // what prepare read
+	envoy  string // policy import --envoy: FILE[,FILE]
 	stdout io.Writer
 
 	conn *grpc.ClientConn
@@ -162,10 +165,12 @@ func runVerb(v verb, args []string, stdout, stderr io.Writer) int {
 			return fail(err)
 		}
 	}
-	if o.conn, o.addr, err = connect(servers, o.timeout); err != nil {
-		return fail(err)
+	if !v.local {
+		if o.conn, o.addr, err = connect(servers, o.timeout); err != nil {
+			return fail(err)
+		}
+		defer o.conn.Close()
 	}
-	defer o.conn.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), o.timeout)
 	defer cancel()
 	if err := v.run(ctx, o); err != nil {

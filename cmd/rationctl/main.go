@@ -57,7 +57,7 @@ var commands = []command{
 	{name: "simulate", summary: "replay a request trace against a policy file", run: runSimulate, usage: simulateUsage},
 	single(statusVerb),
 	single(membersVerb),
-	group("policy", "apply -f FILE | get NAME | list | delete NAME: manage the stored policies", policyVerbs),
+	group("policy", "apply -f FILE | import --envoy FILE | get NAME | list | delete NAME: manage the stored policies", policyVerbs),
 	single(leasesVerb),
 	group("lease", "acquire --policy P [--key A=V,...]: take a lease as a client would (for trying a policy out)", leaseVerbs),
 	loadgenCommand(),

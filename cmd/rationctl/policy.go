@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/ration-dev/ration/api"
+	"github.com/ration-dev/ration/internal/envoyconf"
 )
 
 var policyVerbs = []verb{
@@ -44,6 +45,41 @@ The server's validation errors are printed as it sends them.`,
 				return err
 			}
 			_, err = fmt.Fprintf(o.stdout, "applied %s (log index %d)\n", strings.Join(r.GetApplied(), ", "), r.GetIndex())
+			return err
+		},
+	},
+	{
+		name:     "policy import",
+		synopsis: "--envoy FILE[,FILE]",
+		summary:  "print the ration policies an envoyproxy/ratelimit configuration needs",
+		help: `Reads envoyproxy/ratelimit configuration files (one domain each, as
+rationd edge --envoy-config reads them) and prints, as a policy file, the
+ration policies rationd edge answers their rules from: one token bucket per
+rule with a rate limit, rate requests_per_unit per unit and burst
+requests_per_unit, keyed by the descriptor's entries (docs/envoy.md).
+Nothing is sent to the cluster: review the output, then apply it with
+'rationctl policy apply -f FILE' (or -f - from a pipe). Errors name the
+file, line and descriptor.`,
+		flags: func(fs *flag.FlagSet, o *invocation) {
+			fs.StringVar(&o.envoy, "envoy", "", "envoyproxy/ratelimit configuration `FILE`s, comma-separated")
+		},
+		check: func(o *invocation) error {
+			if o.envoy == "" {
+				return errors.New("--envoy FILE is required")
+			}
+			return nil
+		},
+		local: true,
+		run: func(_ context.Context, o *invocation) error {
+			conf, err := envoyconf.LoadFiles(strings.Split(o.envoy, ",")...)
+			if err != nil {
+				return err
+			}
+			y := conf.PolicyYAML()
+			if y == "" {
+				return errors.New("no rule needs a policy (every rule is unlimited or has requests_per_unit 0)")
+			}
+			_, err = io.WriteString(o.stdout, y)
 			return err
 		},
 	},

@@ -5,6 +5,8 @@
 //	        [--join HOST:PORT[,HOST:PORT]] [--bootstrap-expect N] [--config FILE]
 //	        [--log-level info] [--log-format text|json]
 //	rationd dev    a single-node cluster with a demo policy, for trying things out
+//	rationd edge   a lease holder that answers Envoy's rate limit service and the
+//	               Check API for other processes (edge.go, package edge)
 //
 // # DESIGN
 //
@@ -65,6 +67,8 @@ Usage:
           [--bootstrap-expect N] [--config FILE] [--log-level info]
           [--log-format text|json]
   rationd dev [flags]   a single-node cluster with a demo policy (rationd dev -h)
+  rationd edge [flags]  a lease holder answering Envoy's rate limit service and
+                        the Check API for other processes (rationd edge -h)
 
 A new three-server cluster: start each server with --bootstrap-expect 3 and
 --join listing the others' gossip addresses; they bootstrap together once
@@ -96,6 +100,8 @@ func run(args []string, stdout, stderr io.Writer, signals <-chan os.Signal) int 
 	switch args[0] {
 	case "dev":
 		return runDev(args[1:], stdout, stderr, signals)
+	case "edge":
+		return runEdge(args[1:], stdout, stderr, signals)
 	case "help":
 		usage(stdout)
 		return 0

@@ -69,3 +69,18 @@ func TestCheckLongHistoryNoOverflow(t *testing.T) {
 		t.Fatal("one extra milli-token over the bound not caught")
 	}
 }
+
+func TestCertainViolation(t *testing.T) {
+	b := Bound{CapacityMilli: 2000, RateMilliPerSec: 1000}
+	// Three admissions within one second: 3 > 2 + 1·0.5.
+	in := []Span{{0, 100e6, 1000}, {200e6, 300e6, 1000}, {400e6, 500e6, 1000}}
+	if _, broken := CertainViolation(in, b); !broken {
+		t.Error("3 tokens in 0.5 s against 2 + 1/s: not caught")
+	}
+	// The same admissions with spans so wide that they may have been
+	// decided 1 s apart: not certain.
+	wide := []Span{{0, 1e9, 1000}, {0, 1e9, 1000}, {1e9, 2e9, 1000}}
+	if v, broken := CertainViolation(wide, b); broken {
+		t.Errorf("wide spans flagged: %v", v)
+	}
+}

@@ -41,6 +41,10 @@ type decisionTarget struct {
 	deciders func(callers int) []decide
 	// serverPIDs are the processes besides this one that serve it.
 	serverPIDs func() []int
+	// serverOnly counts only serverPIDs' CPU, not this process's (section
+	// 5: the service under test runs in other processes; this one is the
+	// load generator, the same for every system).
+	serverOnly bool
 }
 
 // maxOpsPerCaller bounds each phase in count as well as in time.
@@ -100,7 +104,10 @@ func measureDecisions(t decisionTarget, n int, throughputFor, latencyFor time.Du
 	stop.Store(true)
 	wg.Wait()
 	elapsed := time.Since(start)
-	row.CPUSeconds = selfCPU() - cpu0 + cpuOf(t.serverPIDs()...) - srv0
+	row.CPUSeconds = cpuOf(t.serverPIDs()...) - srv0
+	if !t.serverOnly {
+		row.CPUSeconds += selfCPU() - cpu0
+	}
 	row.DecisionsPerSec = float64(ops.Load()) / elapsed.Seconds()
 	if row.CPUSeconds > 0 {
 		row.DecisionsPerCPUs = float64(ops.Load()) / row.CPUSeconds

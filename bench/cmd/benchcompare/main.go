@@ -46,6 +46,10 @@ type options struct {
 	accuracyFor                         time.Duration
 	coordWindow                         time.Duration
 	failureFor                          time.Duration
+	// Section 5 (rationd edge vs envoyproxy/ratelimit).
+	ratelimitBin    string
+	edgeCallers     []int
+	edgeAccuracyFor time.Duration
 }
 
 // results is the JSON file.
@@ -58,6 +62,7 @@ type results struct {
 	Accuracy *accuracyResult   `json:"accuracy,omitempty"`
 	Coord    *coordResult      `json:"coordinator_cost,omitempty"`
 	Failure  []failureResult   `json:"failure_cost,omitempty"`
+	Edge     *edgeResult       `json:"edge,omitempty"`
 	ElapsedS float64           `json:"elapsed_seconds"`
 }
 
@@ -76,7 +81,11 @@ func main() {
 	flag.StringVar(&o.redisBin, "redis-server", "redis-server", "the redis-server `BINARY`")
 	flag.StringVar(&o.outDir, "out", "results", "`DIR` for <date>.json")
 	flag.StringVar(&o.chartPath, "chart", "results/decision-latency.svg", "`FILE` for the latency chart")
-	flag.StringVar(&o.sections, "sections", "1,2,3,4", "which sections to run, `LIST` of 1-4")
+	flag.StringVar(&o.sections, "sections", "1,2,3,4,5", "which sections to run, `LIST` of 1-5 (5 is skipped without --ratelimit)")
+	flag.StringVar(&o.ratelimitBin, "ratelimit", "", "section 5: envoyproxy/ratelimit's service_cmd `BINARY`")
+	var edgeCallers string
+	flag.StringVar(&edgeCallers, "edge-callers", "1,16,64", "section 5: concurrent ShouldRateLimit callers, `LIST`")
+	flag.DurationVar(&o.edgeAccuracyFor, "edge-accuracy-for", 10*time.Second, "section 5: the steady accuracy run's length")
 	flag.StringVar(&callers, "callers", "1,2,16,128", "concurrent callers for section 1, `LIST`")
 	flag.DurationVar(&o.throughputFor, "throughput-for", time.Second, "section 1: untimed phase per system and concurrency")
 	flag.DurationVar(&o.latencyFor, "latency-for", 2*time.Second, "section 1: timed phase per system and concurrency")
@@ -104,6 +113,14 @@ func main() {
 			os.Exit(2)
 		}
 		o.callers = append(o.callers, n)
+	}
+	for _, s := range strings.Split(edgeCallers, ",") {
+		var n int
+		if _, err := fmt.Sscan(s, &n); err != nil || n < 1 || n > 1024 {
+			fmt.Fprintf(os.Stderr, "benchcompare: --edge-callers %q: want numbers 1-1024\n", edgeCallers)
+			os.Exit(2)
+		}
+		o.edgeCallers = append(o.edgeCallers, n)
 	}
 	if err := run(o); err != nil {
 		fmt.Fprintln(os.Stderr, "benchcompare:", err)
@@ -179,8 +196,10 @@ func run(o options) error {
 	if e.redis, err = startRedis(o.redisBin, work); err != nil {
 		return fmt.Errorf("redis: %w", err)
 	}
-	if e.guber, err = startGubernator(3); err != nil {
-		return fmt.Errorf("gubernator: %w", err)
+	if strings.ContainsAny(o.sections, "1234") {
+		if e.guber, err = startGubernator(3); err != nil {
+			return fmt.Errorf("gubernator: %w", err)
+		}
 	}
 
 	want := func(s string) bool { return strings.Contains(o.sections, s) }
@@ -218,6 +237,16 @@ func run(o options) error {
 			return err
 		}
 		res.Failure = f
+	}
+	if want("5") && o.ratelimitBin == "" {
+		fmt.Fprintln(os.Stderr, "section 5 skipped: no --ratelimit (envoyproxy/ratelimit's service_cmd; bench/compare.sh builds it)")
+	} else if want("5") {
+		fmt.Fprintln(os.Stderr, "section 5: Envoy's rate limit service, rationd edge vs envoyproxy/ratelimit + Redis")
+		r, err := e.edgeSection()
+		if err != nil {
+			return err
+		}
+		res.Edge = r
 	}
 	if res.Coord != nil {
 		// The Raft log can be read back only once the servers are down.

@@ -94,6 +94,7 @@ func writeMarkdown(w io.Writer, r *results) {
 		}
 		p("\n")
 	}
+	writeEdgeMarkdown(p, r.Edge)
 	writeGoals(w, r)
 }
 

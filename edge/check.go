@@ -1,0 +1,145 @@
+package edge
+
+import (
+	"context"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/ration-dev/ration/api"
+	"github.com/ration-dev/ration/client"
+	"github.com/ration-dev/ration/client/httplimit"
+	"github.com/ration-dev/ration/internal/policy"
+	"github.com/ration-dev/ration/lease"
+)
+
+// reasonNotEvaluated: an all_or_none batch stopped at an earlier refusal.
+const reasonNotEvaluated = "not-evaluated"
+
+type admissionServer struct {
+	api.UnimplementedAdmissionServer
+	e *Edge
+}
+
+func (s admissionServer) Check(ctx context.Context, req *api.CheckRequest) (*api.CheckResponse, error) {
+	return s.e.Check(ctx, req)
+}
+
+// Check decides a batch of items from the edge's leases (see
+// api/check.proto).
+func (e *Edge) Check(_ context.Context, req *api.CheckRequest) (*api.CheckResponse, error) {
+	e.m.checkCalls.Add(1)
+	costs, err := validateCheck(req)
+	if err != nil {
+		e.m.checkInvalid.Add(1)
+		return nil, err
+	}
+	items := req.GetItems()
+	var lbuf [MaxCheckItems]*client.Limiter
+	var dbuf [MaxCheckItems]client.Decision
+	lims, ds := lbuf[:len(items)], dbuf[:len(items)]
+	for i, it := range items {
+		lims[i] = e.limiter(it.GetPolicy(), client.Key(it.GetKey()))
+	}
+	evaluated := len(items)
+	if req.GetAllOrNone() {
+		if refused := e.client.AllowAllDetail(costs[0], lims, ds); refused >= 0 {
+			evaluated = refused + 1
+		}
+	} else {
+		for i, l := range lims {
+			ds[i] = l.AllowN(costs[i])
+		}
+	}
+	resp := &api.CheckResponse{Results: make([]*api.CheckResult, len(items)), Allowed: true}
+	for i, it := range items {
+		if i >= evaluated {
+			resp.Results[i] = &api.CheckResult{Reason: reasonNotEvaluated}
+			e.m.checkResult(reasonNotEvaluated)
+			continue
+		}
+		e.noteRefusal(lims[i], ds[i])
+		r := e.result(it.GetPolicy(), ds[i])
+		resp.Results[i] = r
+		e.m.checkResult(r.Reason)
+		if !r.Allowed {
+			resp.Allowed = false
+		}
+	}
+	if evaluated < len(items) {
+		resp.Allowed = false
+	}
+	return resp, nil
+}
+
+func (e *Edge) result(pol string, d client.Decision) *api.CheckResult {
+	r := &api.CheckResult{Allowed: d.Allowed, Reason: d.Reason.String(), Remaining: max(d.RemainingMilli/lease.MilliPerToken, 0), Shadow: d.Shadow}
+	refused := !d.Allowed
+	switch {
+	case !refused:
+	case d.RetryAfter == lease.RetryNever:
+		r.RetryNever = true
+	default:
+		r.RetryAfter = durationpb.New(d.RetryAfter)
+		r.RetryAfterSeconds = httplimit.CeilSeconds(d.RetryAfter)
+	}
+	p, ok := e.policyInfo(pol)
+	if !ok || p.rate <= 0 {
+		return r
+	}
+	r.Rate, r.Burst = p.rate, p.burst
+	r.RatelimitPolicy = httplimit.PolicyField(pol, p.rate, p.burst)
+	t := httplimit.RefillSeconds(p.rate, p.burst, d.RemainingMilli)
+	switch {
+	case refused && r.RetryNever:
+		t = -1
+	case refused:
+		t = r.RetryAfterSeconds
+	}
+	r.Ratelimit = httplimit.RateLimitField(pol, d.RemainingMilli, t)
+	return r
+}
+
+// validateCheck checks a request's shape and returns each item's cost.
+func validateCheck(req *api.CheckRequest) ([]int64, error) {
+	items := req.GetItems()
+	switch n := len(items); {
+	case n == 0:
+		return nil, status.Error(codes.InvalidArgument, "no items; a Check names 1 to 64 {policy, key, cost}")
+	case n > MaxCheckItems:
+		return nil, status.Errorf(codes.InvalidArgument, "%d items; at most %d per Check", n, MaxCheckItems)
+	}
+	costs := make([]int64, len(items))
+	for i, it := range items {
+		if it.GetPolicy() == "" {
+			return nil, status.Errorf(codes.InvalidArgument, "item %d: empty policy", i)
+		}
+		if len(it.GetPolicy()) > policy.MaxNameLen {
+			return nil, status.Errorf(codes.InvalidArgument, "item %d: policy name of %d bytes; at most %d", i, len(it.GetPolicy()), policy.MaxNameLen)
+		}
+		if len(it.GetKey()) > MaxKeyAttrs {
+			return nil, status.Errorf(codes.InvalidArgument, "item %d: %d key attributes; at most %d", i, len(it.GetKey()), MaxKeyAttrs)
+		}
+		for k, v := range it.GetKey() {
+			if k == "" || len(k) > MaxNameLen {
+				return nil, status.Errorf(codes.InvalidArgument, "item %d: key attribute names are 1 to %d bytes", i, MaxNameLen)
+			}
+			if len(v) > policy.MaxKeyValueLen {
+				return nil, status.Errorf(codes.InvalidArgument, "item %d: key attribute %q: value of %d bytes; at most %d", i, k, len(v), policy.MaxKeyValueLen)
+			}
+		}
+		switch c := it.GetCost(); {
+		case c < 0:
+			return nil, status.Errorf(codes.InvalidArgument, "item %d: negative cost %d", i, c)
+		case c == 0:
+			costs[i] = 1
+		default:
+			costs[i] = clampCost(uint64(c))
+		}
+		if req.GetAllOrNone() && costs[i] != costs[0] {
+			return nil, status.Errorf(codes.InvalidArgument, "item %d: cost %d differs from item 0's %d; all_or_none charges one cost on every item", i, costs[i], costs[0])
+		}
+	}
+	return costs, nil
+}

@@ -1,0 +1,438 @@
+// Package edge is `rationd edge`: a stateless process that embeds the
+// client package and holds leases on behalf of callers that do not, and
+// answers them over gRPC (Envoy's rate limit service,
+// envoy.service.ratelimit.v3.RateLimitService, and ration's own
+// ration.v1.Admission/Check) and HTTP (POST /v1/check, /metrics, /livez,
+// /readyz).
+//
+// An edge is an ordinary lease holder: its decisions are the client's
+// (Limiter.AllowN and Client.AllowAllDetail, the same hot path as an
+// embedded library), so the cluster-wide bound B + r·W holds across every
+// edge and every embedded client together. It needs no admin rights: it
+// only acquires, renews and releases leases, and reads the policy list
+// (Admin.ListPolicies) to learn rates and bursts for the RateLimit headers
+// and to report Envoy rules whose policy the cluster lacks. The operator
+// applies the policies (rationctl policy import --envoy FILE | rationctl
+// policy apply -f -). See docs/envoy.md.
+package edge
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/health"
+	"google.golang.org/grpc/status"
+
+	"github.com/ration-dev/ration/api"
+	"github.com/ration-dev/ration/client"
+	"github.com/ration-dev/ration/internal/envoyconf"
+	"github.com/ration-dev/ration/internal/policy"
+)
+
+// Limits on one call.
+const (
+	// MaxDescriptors bounds the descriptors of one ShouldRateLimit call.
+	MaxDescriptors = 64
+	// MaxEntries bounds the entries of one descriptor.
+	MaxEntries = 16
+	// MaxCheckItems bounds the items of one Check call.
+	MaxCheckItems = 64
+	// MaxKeyAttrs bounds the attributes of one Check item's key.
+	MaxKeyAttrs = 32
+	// MaxNameLen bounds a descriptor entry's key and a Check key's
+	// attribute names, in bytes; values are bounded by
+	// policy.MaxKeyValueLen.
+	MaxNameLen = 256
+	// maxCachedLimiters bounds the cache of limiters by policy and key.
+	maxCachedLimiters = 1 << 16
+)
+
+// Config configures an Edge.
+type Config struct {
+	// Servers lists rationd gRPC addresses.
+	Servers []string
+	// ClientID is the edge's lease-holder name; unique among every live
+	// edge and client (see DefaultClientID).
+	ClientID string
+	// Envoy is the envoyproxy/ratelimit configuration ShouldRateLimit
+	// answers from; nil answers every descriptor OK (unknown domain).
+	Envoy *envoyconf.Config
+	// Policies, if set, are the ration policies the operator means the
+	// cluster to have (rationd edge --config): used for the RateLimit
+	// headers until the cluster's list arrives, and compared with it. The
+	// edge never applies them.
+	Policies *policy.File
+	// FirstLeaseWait is how long a key's first decision waits for its
+	// first lease (default: the client's, 50ms).
+	FirstLeaseWait time.Duration
+	// NoFirstLeaseWait: never wait (a first decision without a lease is
+	// refused at once).
+	NoFirstLeaseWait bool
+	// PolicyRefresh is how often the edge reads the cluster's policy list
+	// (default 5s).
+	PolicyRefresh time.Duration
+	// Logger (default: discard).
+	Logger *slog.Logger
+	// Registerer receives the edge's and its client's metrics; nil
+	// registers none.
+	Registerer prometheus.Registerer
+	// Client, if set, adjusts the client's configuration (tests).
+	Client func(*client.Config)
+}
+
+// Edge answers admission calls from the leases of its embedded client.
+type Edge struct {
+	cfg    Config
+	log    *slog.Logger
+	client *client.Client
+	admin  []*grpc.ClientConn
+	// envoy is the configuration ShouldRateLimit answers from (SetEnvoy
+	// replaces it).
+	envoy atomic.Pointer[envoyconf.Config]
+	m     *metrics
+
+	limMu    sync.RWMutex
+	limiters map[string]*client.Limiter
+
+	// policies is the latest view of the cluster's policies (by name),
+	// from --config until the cluster's list arrives.
+	policies atomic.Pointer[map[string]policyInfo]
+	// reached is set once the edge has read the cluster's policy list.
+	reached  atomic.Bool
+	lastSeen atomic.Int64 // unix nanos of the last successful read
+	// stale is set when the cluster refused this edge's client ID as an
+	// older incarnation: another live process uses the same ID.
+	stale atomic.Pointer[string]
+
+	healthMu sync.Mutex
+	healths  []*health.Server // RegisterGRPC's, following Ready
+
+	stop    chan struct{}
+	done    chan struct{}
+	recheck chan struct{} // SetEnvoy: compare with the cluster's policies now
+}
+
+type policyInfo struct {
+	rate   float64 // tokens per second
+	burst  int64
+	shadow bool
+	spec   policy.Policy
+}
+
+// New starts an edge: its client and its policy watcher. Close stops both.
+func New(ctx context.Context, cfg Config) (*Edge, error) {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.PolicyRefresh <= 0 {
+		cfg.PolicyRefresh = 5 * time.Second
+	}
+	if len(cfg.Servers) == 0 {
+		return nil, errors.New("edge: no servers")
+	}
+	if cfg.ClientID == "" {
+		return nil, errors.New("edge: no client ID")
+	}
+	ccfg := client.Config{Servers: cfg.Servers, ClientID: cfg.ClientID, Logger: cfg.Logger.With("part", "client"),
+		FirstLeaseWait: cfg.FirstLeaseWait, NoFirstLeaseWait: cfg.NoFirstLeaseWait}
+	if cfg.Client != nil {
+		cfg.Client(&ccfg)
+	}
+	c, err := client.New(ctx, ccfg)
+	if err != nil {
+		return nil, err
+	}
+	e := &Edge{cfg: cfg, log: cfg.Logger, client: c, limiters: map[string]*client.Limiter{},
+		stop: make(chan struct{}), done: make(chan struct{}), recheck: make(chan struct{}, 1)}
+	e.envoy.Store(cfg.Envoy)
+	for _, s := range cfg.Servers {
+		conn, err := grpc.NewClient(s, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			e.closeConns()
+			_ = c.Close()
+			return nil, fmt.Errorf("edge: server %q: %w", s, err)
+		}
+		e.admin = append(e.admin, conn)
+	}
+	// Until the cluster's list arrives: --config's numbers, then each
+	// Envoy rule's own.
+	m := map[string]policyInfo{}
+	if cfg.Policies != nil {
+		for _, p := range cfg.Policies.Policies {
+			m[p.Name] = infoOf(p)
+		}
+	}
+	addRuleInfo(m, cfg.Envoy)
+	e.policies.Store(&m)
+	e.m = newMetrics(e)
+	if cfg.Registerer != nil {
+		if err := cfg.Registerer.Register(e.m); err != nil {
+			e.closeConns()
+			_ = c.Close()
+			return nil, err
+		}
+		if err := cfg.Registerer.Register(client.NewCollector(c)); err != nil {
+			e.closeConns()
+			_ = c.Close()
+			return nil, err
+		}
+	}
+	go e.watch()
+	return e, nil
+}
+
+// addRuleInfo adds each Envoy rule's own numbers for the policies m does
+// not have.
+func addRuleInfo(m map[string]policyInfo, conf *envoyconf.Config) {
+	if conf == nil {
+		return
+	}
+	for _, r := range conf.Rules {
+		if _, ok := m[r.Policy]; r.Policy != "" && !ok {
+			m[r.Policy] = policyInfo{rate: r.RatePerSecond(), burst: int64(r.RequestsPerUnit), shadow: r.ShadowMode}
+		}
+	}
+}
+
+// SetEnvoy replaces the Envoy configuration ShouldRateLimit answers from
+// (rationd edge reloads its --envoy-config files on SIGHUP and when they
+// change). Calls in progress finish with the old one. Budgets live in the
+// cluster, so a rule kept across a reload keeps its tokens; the policies
+// of new rules must be applied by the operator, as at start.
+func (e *Edge) SetEnvoy(conf *envoyconf.Config) {
+	e.envoy.Store(conf)
+	if cur := e.policies.Load(); cur != nil {
+		m := make(map[string]policyInfo, len(*cur))
+		for k, v := range *cur {
+			m[k] = v
+		}
+		addRuleInfo(m, conf)
+		e.policies.Store(&m)
+	}
+	e.poke()
+}
+
+// poke makes the watcher read the cluster's policies now.
+func (e *Edge) poke() {
+	select {
+	case e.recheck <- struct{}{}:
+	default:
+	}
+}
+
+func infoOf(p policy.Policy) policyInfo {
+	rate := float64(p.RateMilliPerSec) / 1000
+	if p.RatePeriodNanos != 0 {
+		rate /= float64(p.RatePeriodNanos) / 1e9
+	}
+	return policyInfo{rate: rate, burst: p.BurstMilli / 1000, shadow: p.Shadow, spec: p}
+}
+
+func (e *Edge) closeConns() {
+	for _, c := range e.admin {
+		_ = c.Close()
+	}
+}
+
+// Close stops the watcher and the client (releasing every lease).
+func (e *Edge) Close() error {
+	select {
+	case <-e.stop:
+		return nil
+	default:
+	}
+	close(e.stop)
+	<-e.done
+	e.updateHealth()
+	e.closeConns()
+	return e.client.Close()
+}
+
+// Client is the edge's embedded client.
+func (e *Edge) Client() *client.Client { return e.client }
+
+// Ready reports nil once the edge has reached the cluster (read its
+// policy list), and an error saying why not otherwise; also once the
+// cluster refused the edge's client ID as used by a newer process.
+func (e *Edge) Ready() error {
+	if s := e.stale.Load(); s != nil {
+		return errors.New(*s)
+	}
+	if !e.reached.Load() {
+		return errors.New("the edge has not reached the cluster yet")
+	}
+	return nil
+}
+
+// watch reads the cluster's policy list now and every PolicyRefresh.
+func (e *Edge) watch() {
+	defer close(e.done)
+	t := time.NewTimer(0)
+	defer t.Stop()
+	next := 0
+	warned := map[string]string{}
+	for {
+		select {
+		case <-e.stop:
+			return
+		case <-t.C:
+		case <-e.recheck:
+			if !t.Stop() {
+				select {
+				case <-t.C:
+				default:
+				}
+			}
+		}
+		var resp *api.ListPoliciesResponse
+		var err error
+		for range len(e.admin) {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			resp, err = api.NewAdminClient(e.admin[next%len(e.admin)]).ListPolicies(ctx, &api.ListPoliciesRequest{})
+			cancel()
+			if err == nil {
+				break
+			}
+			next++
+		}
+		wait := e.cfg.PolicyRefresh
+		if err != nil {
+			e.log.Warn("cannot read the cluster's policies", "err", err)
+			if !e.reached.Load() {
+				wait = min(wait, 200*time.Millisecond)
+			}
+		} else {
+			e.installPolicies(resp, warned)
+		}
+		t.Reset(wait)
+	}
+}
+
+func (e *Edge) installPolicies(resp *api.ListPoliciesResponse, warned map[string]string) {
+	m := map[string]policyInfo{}
+	for _, pi := range resp.GetPolicies() {
+		f, err := policy.Parse(strings.NewReader(pi.GetYaml()))
+		if err != nil || len(f.Policies) != 1 {
+			e.log.Warn("cannot read a cluster policy", "policy", pi.GetName(), "err", err)
+			continue
+		}
+		m[pi.GetName()] = infoOf(f.Policies[0])
+	}
+	e.policies.Store(&m)
+	e.lastSeen.Store(time.Now().UnixNano())
+	if !e.reached.Swap(true) {
+		e.log.Info("reached the cluster", "policies", len(m))
+		e.updateHealth()
+	}
+	// Report what the operator has yet to apply, once per change.
+	missing := 0
+	check := func(name, what string, want *policy.Policy) {
+		got, ok := m[name]
+		msg := ""
+		switch {
+		case !ok:
+			msg = "missing"
+			missing++
+		case want != nil && (got.spec.RateMilliPerSec != want.RateMilliPerSec || got.spec.RatePeriodNanos != want.RatePeriodNanos ||
+			got.spec.BurstMilli != want.BurstMilli || got.spec.Shadow != want.Shadow || strings.Join(got.spec.Key, ",") != strings.Join(want.Key, ",")):
+			msg = "differs"
+		}
+		if warned[name] != msg {
+			warned[name] = msg
+			switch msg {
+			case "missing":
+				e.log.Warn("the cluster has no policy "+name+"; its requests are refused (fail-closed) until the operator applies it", "for", what)
+			case "differs":
+				e.log.Warn("the cluster's policy "+name+" differs from the one derived here; the cluster's is enforced", "for", what)
+			}
+		}
+	}
+	var derived map[string]policy.Policy
+	if conf := e.envoy.Load(); conf != nil {
+		if f, err := conf.Policies(); err == nil {
+			derived = map[string]policy.Policy{}
+			for _, p := range f.Policies {
+				derived[p.Name] = p
+			}
+		}
+		for _, r := range conf.Rules {
+			if r.Policy != "" {
+				p := derived[r.Policy]
+				check(r.Policy, "envoy rule "+r.Label(), &p)
+			}
+		}
+	}
+	if e.cfg.Policies != nil {
+		for i := range e.cfg.Policies.Policies {
+			p := e.cfg.Policies.Policies[i]
+			check(p.Name, "--config", &p)
+		}
+	}
+	e.m.missing.Store(int64(missing))
+}
+
+func (e *Edge) policyInfo(name string) (policyInfo, bool) {
+	m := e.policies.Load()
+	if m == nil {
+		return policyInfo{}, false
+	}
+	p, ok := (*m)[name]
+	return p, ok
+}
+
+// limiter returns the client's limiter for policy and key, from a bounded
+// cache (Client.Limiter is cheap to use, not to look up).
+func (e *Edge) limiter(pol string, key client.Key) *client.Limiter {
+	id := client.LimiterID(pol, key)
+	e.limMu.RLock()
+	l, ok := e.limiters[id]
+	e.limMu.RUnlock()
+	if ok {
+		return l
+	}
+	l = e.client.Limiter(pol, key)
+	e.limMu.Lock()
+	if len(e.limiters) >= maxCachedLimiters {
+		// Forget them all: the client keeps the limiters (and evicts idle
+		// ones); only the lookups are lost.
+		e.limiters = map[string]*client.Limiter{}
+	}
+	e.limiters[id] = l
+	e.limMu.Unlock()
+	return l
+}
+
+// noteRefusal looks, on a decision made without a usable lease, for the
+// cluster's refusal of this edge's ID as an older incarnation.
+func (e *Edge) noteRefusal(l *client.Limiter, d client.Decision) {
+	if d.Reason != client.NoLease && d.Reason != client.Unavailable {
+		return
+	}
+	if err := l.Err(); err != nil && status.Code(err) == codes.Aborted && strings.Contains(err.Error(), "older than") {
+		msg := fmt.Sprintf("client ID %q is in use by another, newer process (%v): every edge needs its own --client-id", e.cfg.ClientID, status.Convert(err).Message())
+		if e.stale.Swap(&msg) == nil {
+			e.log.Error(msg)
+			e.updateHealth()
+		}
+	}
+}
+
+// clampCost maps a requested cost onto the client's range: more than
+// client.MaxCost (no policy's burst admits it) stays more, without
+// overflowing.
+func clampCost(c uint64) int64 {
+	if c > uint64(client.MaxCost) {
+		return client.MaxCost + 1
+	}
+	return int64(c)
+}

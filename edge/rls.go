@@ -1,0 +1,307 @@
+package edge
+
+import (
+	"context"
+	"math"
+	"strconv"
+	"time"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/ration-dev/ration/client"
+	"github.com/ration-dev/ration/client/httplimit"
+	"github.com/ration-dev/ration/internal/envoyconf"
+	"github.com/ration-dev/ration/internal/policy"
+	"github.com/ration-dev/ration/lease"
+)
+
+// Descriptor outcomes, the result label of ration_edge_descriptors_total.
+const (
+	resOK          = "ok"
+	resOverLimit   = "over_limit"
+	resShadow      = "shadow_over_limit" // a shadow rule would have refused; answered OK
+	resUnmatched   = "unmatched"         // no rule (or an unknown domain): OK
+	resUnlimited   = "unlimited"
+	resReplaced    = "replaced"      // another matched rule replaces it: OK
+	resDenyAll     = "deny_all"      // requests_per_unit 0: OVER_LIMIT
+	resNotCharged  = "not_evaluated" // another descriptor refused first: OK, not charged
+	resNegative    = "negative_hits" // is_negative_hits: not supported, nothing charged
+	resOverrideIgn = "limit_override_ignored"
+)
+
+type rlsSlot struct {
+	rule   *envoyconf.Rule
+	lim    *client.Limiter
+	cost   int64
+	result string
+	d      client.Decision
+	done   bool // decided (d is set)
+}
+
+// rlsServer adapts the Edge to the generated service interface.
+type rlsServer struct {
+	rlspb.UnimplementedRateLimitServiceServer
+	e *Edge
+}
+
+func (s rlsServer) ShouldRateLimit(ctx context.Context, req *rlspb.RateLimitRequest) (*rlspb.RateLimitResponse, error) {
+	return s.e.ShouldRateLimit(ctx, req)
+}
+
+// ShouldRateLimit answers Envoy's rate limit service call: every
+// descriptor is checked, the overall code is OVER_LIMIT if any descriptor
+// is. See docs/envoy.md for the semantics.
+func (e *Edge) ShouldRateLimit(_ context.Context, req *rlspb.RateLimitRequest) (*rlspb.RateLimitResponse, error) {
+	e.m.rlsCalls.Add(1)
+	if err := validateRLS(req); err != nil {
+		e.m.rlsInvalid.Add(1)
+		return nil, err
+	}
+	domain := req.GetDomain()
+	conf := e.envoy.Load() // one configuration for the whole call
+	slots := make([]rlsSlot, len(req.GetDescriptors()))
+	replaced := map[string]bool{}
+	var keys, values [MaxEntries]string
+	for i, d := range req.GetDescriptors() {
+		s := &slots[i]
+		cost := uint64(1)
+		switch {
+		case d.GetHitsAddend() != nil:
+			cost = d.GetHitsAddend().GetValue()
+		case req.GetHitsAddend() != 0:
+			cost = uint64(req.GetHitsAddend())
+		}
+		s.cost = clampCost(cost)
+		if conf == nil {
+			s.result = resUnmatched
+			continue
+		}
+		n := len(d.GetEntries())
+		for j, en := range d.GetEntries() {
+			keys[j], values[j] = en.GetKey(), en.GetValue()
+		}
+		s.rule = conf.Match(domain, keys[:n], values[:n])
+		switch {
+		case s.rule == nil:
+			s.result = resUnmatched
+			continue
+		case d.GetIsNegativeHits():
+			s.result, s.rule = resNegative, nil
+			continue
+		}
+		if d.GetLimit() != nil {
+			e.m.descriptor(domain, resOverrideIgn)
+		}
+		for _, r := range s.rule.Replaces {
+			replaced[r] = true
+		}
+		switch {
+		case s.rule.Unlimited:
+			s.result = resUnlimited
+		case s.rule.DenyAll():
+			s.result = resDenyAll
+		default:
+			s.lim = e.limiter(s.rule.Policy, s.rule.Key(values[:n]))
+		}
+	}
+	// Replaced rules drop out (envoyproxy/ratelimit: a limit whose name a
+	// matched rule replaces is not applied).
+	for i := range slots {
+		s := &slots[i]
+		if s.rule != nil && s.rule.Name != "" && replaced[s.rule.Name] {
+			s.result, s.lim = resReplaced, nil
+		}
+	}
+	over := false
+	for i := range slots {
+		if slots[i].result == resDenyAll {
+			over = true
+		}
+	}
+	// Enforced rules first, all or none when they cost the same.
+	var enforced []int
+	sameCost := true
+	for i := range slots {
+		if s := &slots[i]; s.lim != nil && !s.rule.ShadowMode {
+			if len(enforced) > 0 && s.cost != slots[enforced[0]].cost {
+				sameCost = false
+			}
+			enforced = append(enforced, i)
+		}
+	}
+	if !over && len(enforced) > 0 {
+		if sameCost {
+			var lbuf [MaxDescriptors]*client.Limiter
+			var dbuf [MaxDescriptors]client.Decision
+			lims, ds := lbuf[:len(enforced)], dbuf[:len(enforced)]
+			for k, i := range enforced {
+				lims[k] = slots[i].lim
+			}
+			refused := e.client.AllowAllDetail(slots[enforced[0]].cost, lims, ds)
+			for k, i := range enforced {
+				if refused >= 0 && k > refused {
+					break
+				}
+				slots[i].d, slots[i].done = ds[k], true
+			}
+			over = refused >= 0
+		} else {
+			// Different costs: charged in order; a refusal does not refund
+			// the earlier ones (as envoyproxy/ratelimit, which charges
+			// every descriptor), and stops the later ones.
+			for _, i := range enforced {
+				s := &slots[i]
+				s.d, s.done = s.lim.AllowN(s.cost), true
+				if !s.d.Allowed {
+					over = true
+					break
+				}
+			}
+		}
+	}
+	// Shadow rules: charged only when the request is admitted, always OK.
+	if !over {
+		for i := range slots {
+			if s := &slots[i]; s.lim != nil && s.rule.ShadowMode {
+				s.d, s.done = s.lim.AllowN(s.cost), true
+			}
+		}
+	}
+	resp := &rlspb.RateLimitResponse{Statuses: make([]*rlspb.RateLimitResponse_DescriptorStatus, len(slots))}
+	headerSlot, headerRem := -1, int64(math.MaxInt64)
+	for i := range slots {
+		s := &slots[i]
+		st := &rlspb.RateLimitResponse_DescriptorStatus{Code: rlspb.RateLimitResponse_OK}
+		resp.Statuses[i] = st
+		switch {
+		case s.result == resUnlimited:
+			st.LimitRemaining = math.MaxUint32
+		case s.result == resDenyAll:
+			st.Code = rlspb.RateLimitResponse_OVER_LIMIT
+			st.CurrentLimit = currentLimit(s.rule)
+		case s.lim != nil && !s.done:
+			s.result = resNotCharged
+			st.CurrentLimit = currentLimit(s.rule)
+		case s.lim != nil:
+			e.noteRefusal(s.lim, s.d)
+			st.CurrentLimit = currentLimit(s.rule)
+			st.LimitRemaining = uint32(min(max(s.d.RemainingMilli/lease.MilliPerToken, 0), math.MaxUint32))
+			st.DurationUntilReset = durationpb.New(e.untilReset(s.rule, s.d))
+			refused := !s.d.Allowed || s.d.Shadow
+			switch {
+			case refused && s.rule.ShadowMode, s.d.Shadow:
+				s.result = resShadow
+			case refused:
+				s.result = resOverLimit
+				st.Code = rlspb.RateLimitResponse_OVER_LIMIT
+			default:
+				s.result = resOK
+			}
+			rem := s.d.RemainingMilli
+			if st.Code == rlspb.RateLimitResponse_OVER_LIMIT {
+				rem = -1 // the refusing descriptor names the headers
+			}
+			if headerSlot < 0 || rem < headerRem {
+				headerSlot, headerRem = i, rem
+			}
+		}
+		e.m.descriptor(domain, s.result)
+		if st.Code == rlspb.RateLimitResponse_OVER_LIMIT {
+			resp.OverallCode = rlspb.RateLimitResponse_OVER_LIMIT
+		}
+	}
+	if resp.OverallCode != rlspb.RateLimitResponse_OVER_LIMIT {
+		resp.OverallCode = rlspb.RateLimitResponse_OK
+	}
+	if headerSlot >= 0 {
+		resp.ResponseHeadersToAdd = e.headers(&slots[headerSlot], resp.Statuses[headerSlot].Code == rlspb.RateLimitResponse_OVER_LIMIT)
+	}
+	return resp, nil
+}
+
+func validateRLS(req *rlspb.RateLimitRequest) error {
+	if req.GetDomain() == "" {
+		return status.Error(codes.InvalidArgument, "rate limit domain must not be empty")
+	}
+	n := len(req.GetDescriptors())
+	if n == 0 {
+		return status.Error(codes.InvalidArgument, "rate limit descriptor list must not be empty")
+	}
+	if n > MaxDescriptors {
+		return status.Errorf(codes.InvalidArgument, "%d descriptors; at most %d per request", n, MaxDescriptors)
+	}
+	for i, d := range req.GetDescriptors() {
+		m := len(d.GetEntries())
+		if m == 0 {
+			return status.Errorf(codes.InvalidArgument, "descriptor %d has no entries", i)
+		}
+		if m > MaxEntries {
+			return status.Errorf(codes.InvalidArgument, "descriptor %d has %d entries; at most %d", i, m, MaxEntries)
+		}
+		for j, en := range d.GetEntries() {
+			if en.GetKey() == "" {
+				return status.Errorf(codes.InvalidArgument, "descriptor %d entry %d has an empty key", i, j)
+			}
+			if len(en.GetKey()) > MaxNameLen {
+				return status.Errorf(codes.InvalidArgument, "descriptor %d entry %d: key of %d bytes; at most %d", i, j, len(en.GetKey()), MaxNameLen)
+			}
+			if len(en.GetValue()) > policy.MaxKeyValueLen {
+				return status.Errorf(codes.InvalidArgument, "descriptor %d entry %d (%s): value of %d bytes; at most %d", i, j, en.GetKey(), len(en.GetValue()), policy.MaxKeyValueLen)
+			}
+		}
+	}
+	return nil
+}
+
+func currentLimit(r *envoyconf.Rule) *rlspb.RateLimitResponse_RateLimit {
+	return &rlspb.RateLimitResponse_RateLimit{Name: r.Name, RequestsPerUnit: r.RequestsPerUnit, Unit: rlspb.RateLimitResponse_RateLimit_Unit(r.Unit)}
+}
+
+// untilReset is a descriptor status's duration_until_reset: for a
+// refusal, the wait after which the cost could be admitted (a unit when no
+// wait will); for an admission, the time this edge's share takes to refill
+// the bucket at the rule's rate (a token bucket has no window to reset).
+func (e *Edge) untilReset(r *envoyconf.Rule, d client.Decision) time.Duration {
+	if !d.Allowed || d.Shadow {
+		if d.RetryAfter == lease.RetryNever || d.RetryAfter <= 0 {
+			return time.Duration(r.Unit.Seconds()) * time.Second
+		}
+		return d.RetryAfter
+	}
+	rate, burst := e.rateOf(r)
+	if t := httplimit.RefillSeconds(rate, burst, d.RemainingMilli); t >= 0 {
+		return time.Duration(t) * time.Second
+	}
+	return 0
+}
+
+// rateOf is the rate and burst of a rule's policy: the cluster's, else
+// the rule's own.
+func (e *Edge) rateOf(r *envoyconf.Rule) (float64, int64) {
+	if p, ok := e.policyInfo(r.Policy); ok && p.rate > 0 {
+		return p.rate, p.burst
+	}
+	return r.RatePerSecond(), int64(r.RequestsPerUnit)
+}
+
+// headers are response_headers_to_add: the RateLimit-Policy and RateLimit
+// fields (client/httplimit's syntax) of the refusing descriptor, or of the
+// one with the least remaining, and Retry-After on a refusal.
+func (e *Edge) headers(s *rlsSlot, over bool) []*corev3.HeaderValue {
+	rate, burst := e.rateOf(s.rule)
+	var out []*corev3.HeaderValue
+	if f := httplimit.PolicyField(s.rule.Policy, rate, burst); f != "" {
+		out = append(out, &corev3.HeaderValue{Key: "RateLimit-Policy", Value: f})
+	}
+	t := httplimit.RefillSeconds(rate, burst, s.d.RemainingMilli)
+	if over {
+		t = httplimit.CeilSeconds(e.untilReset(s.rule, s.d))
+		out = append(out, &corev3.HeaderValue{Key: "Retry-After", Value: strconv.FormatInt(t, 10)})
+	}
+	out = append(out, &corev3.HeaderValue{Key: "RateLimit", Value: httplimit.RateLimitField(s.rule.Policy, s.d.RemainingMilli, t)})
+	return out
+}
