@@ -26,7 +26,7 @@ build: ## build rationd and rationctl into ./bin
 cluster: build ## start a local 3-node cluster on loopback (grpc 127.0.0.1:7400-7402), data and logs in .cluster/
 	scripts/cluster.sh start
 
-cluster-stop: ## stop the local cluster (SIGTERM, then SIGKILL if needed); keeps its data and logs
+cluster-stop: ## stop the local cluster, followers first and the leader last (SIGTERM, then SIGKILL if needed); keeps its data and logs
 	scripts/cluster.sh stop
 
 bench: ## hot-path benchmarks vs golang.org/x/time/rate, summarised by benchstat

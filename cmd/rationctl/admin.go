@@ -360,7 +360,7 @@ func group(name, summary string, verbs []verb) command {
 		}
 		return runVerb(v, args[1:], stdout, stderr)
 	}
-	return command{name: name, summary: summary, run: run, usage: usage}
+	return command{name: name, summary: summary, run: run, usage: usage, group: true}
 }
 
 func verbNames(group string, verbs []verb) string {

@@ -151,16 +151,71 @@ func writeMembers(w io.Writer, r *api.MembersResponse, asJSON bool) error {
 	return bw.Flush()
 }
 
-// policyJSON is a stored policy in `rationctl policy get|list --json`.
+// policyJSON is a stored policy in `rationctl policy get|list --json`: its
+// name and usage, and its settings as fields (spec), in the API's exact
+// units. A policy this binary cannot read (a newer server's field) has no
+// spec but unreadable, saying why, and its stored policy file in yaml.
 type policyJSON struct {
-	Name   string `json:"name"`
-	YAML   string `json:"yaml"`
-	Keys   uint64 `json:"keys"`
-	Leases uint64 `json:"leases"`
+	Name       string          `json:"name"`
+	Keys       uint64          `json:"keys"`
+	Leases     uint64          `json:"leases"`
+	Spec       *policySpecJSON `json:"spec,omitempty"`
+	Unreadable string          `json:"unreadable,omitempty"`
+	YAML       string          `json:"yaml,omitempty"`
 }
 
-func toPolicyJSON(p *api.PolicyInfo) policyJSON {
-	return policyJSON{Name: p.GetName(), YAML: p.GetYaml(), Keys: p.GetKeys(), Leases: p.GetLeases()}
+// policySpecJSON is every setting of a policy, defaults included (as the
+// cluster stores it: api.PolicySpec). The rate is rate_milli_per_sec
+// milli-tokens per second, or per rate_period_nanos when that is not 0
+// (rate: 1/m is 1000 per 60s).
+type policySpecJSON struct {
+	Algorithm               string           `json:"algorithm"`
+	Key                     []string         `json:"key"`
+	Charge                  string           `json:"charge"`
+	RateMilliPerSec         int64            `json:"rate_milli_per_sec"`
+	RatePeriodNanos         int64            `json:"rate_period_nanos"`
+	BurstMilli              int64            `json:"burst_milli"`
+	StartFull               bool             `json:"start_full"`
+	LimitMilli              int64            `json:"limit_milli"`
+	WindowNanos             int64            `json:"window_nanos"`
+	LeaseDurationNanos      int64            `json:"lease_duration_nanos"`
+	RenewAfterNanos         int64            `json:"renew_after_nanos"`
+	DriftPPM                int64            `json:"drift_ppm"`
+	DefaultWeight           int64            `json:"default_weight"`
+	ClientWeights           map[string]int64 `json:"client_weights"`
+	Failure                 string           `json:"failure"`
+	FallbackRateMilliPerSec int64            `json:"fallback_rate_milli_per_sec"`
+	Shadow                  bool             `json:"shadow"`
+	MaxKeys                 int64            `json:"max_keys"`
+	MaxLeasesPerKey         int64            `json:"max_leases_per_key"`
+}
+
+func toPolicyJSON(info *api.PolicyInfo) policyJSON {
+	out := policyJSON{Name: info.GetName(), Keys: info.GetKeys(), Leases: info.GetLeases()}
+	f, err := policy.Parse(strings.NewReader(info.GetYaml()))
+	if err == nil && len(f.Policies) != 1 {
+		err = fmt.Errorf("the stored policy file has %d policies, want 1", len(f.Policies))
+	}
+	if err != nil {
+		out.Unreadable = strings.ReplaceAll(err.Error(), "\n", "; ")
+		out.YAML = info.GetYaml()
+		return out
+	}
+	p := f.Policies[0]
+	spec := &policySpecJSON{
+		Algorithm: string(p.Algorithm), Key: append([]string{}, p.Key...), Charge: string(p.Charge),
+		RateMilliPerSec: p.RateMilliPerSec, RatePeriodNanos: p.RatePeriodNanos, BurstMilli: p.BurstMilli,
+		StartFull: p.StartFull, LimitMilli: p.LimitMilli, WindowNanos: p.WindowNanos,
+		LeaseDurationNanos: p.LeaseDurationNanos, RenewAfterNanos: p.RenewAfterNanos, DriftPPM: p.DriftPPM,
+		DefaultWeight: p.DefaultWeight, ClientWeights: map[string]int64{}, Failure: string(p.Failure),
+		FallbackRateMilliPerSec: p.FallbackRateMilliPerSec, Shadow: p.Shadow,
+		MaxKeys: p.MaxKeys, MaxLeasesPerKey: p.MaxLeasesPerKey,
+	}
+	for k, v := range p.ClientWeights {
+		spec.ClientWeights[k] = v
+	}
+	out.Spec = spec
+	return out
 }
 
 func writePolicies(w io.Writer, r *api.ListPoliciesResponse, asJSON bool) error {
