@@ -23,7 +23,7 @@ test-race: ## the tests under the race detector
 build: ## build rationd and rationctl into ./bin
 	CGO_ENABLED=0 $(GO) build -o bin/ ./cmd/rationd ./cmd/rationctl
 
-cluster: build ## start a local 3-node cluster on loopback (grpc 127.0.0.1:7400-7402), data and logs in .cluster/
+cluster: build ## start a local 3-node cluster on loopback (grpc 127.0.0.1:7400-7402, /metrics and /readyz on 7430-7432), data and logs in .cluster/
 	scripts/cluster.sh start
 
 cluster-stop: ## stop the local cluster, followers first and the leader last (SIGTERM, then SIGKILL if needed); keeps its data and logs

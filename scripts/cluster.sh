@@ -7,13 +7,13 @@
 #   scripts/cluster.sh status   which nodes run, and rationctl status
 #   scripts/cluster.sh clean    stop it and delete its data and logs
 #
-# Node N (1..3) serves gRPC on 127.0.0.1:740(N-1), Raft on 741(N-1) and
-# gossip on 742(N-1); its data is in .cluster/data/nodeN, its log in
+# Node N (1..3) serves gRPC on 127.0.0.1:740(N-1), Raft on 741(N-1),
+# gossip on 742(N-1) and HTTP (/metrics, /readyz) on 743(N-1); its data is in .cluster/data/nodeN, its log in
 # .cluster/logs/nodeN.log and its pid in .cluster/pids/nodeN.pid. The
 # binaries are ./bin/rationd and ./bin/rationctl (make build).
 #
 # Tests run a cluster of their own with CLUSTER_DIR, CLUSTER_PORT (7400:
-# the first gRPC port; Raft and gossip are 10 and 20 above) and
+# the first gRPC port; Raft, gossip and HTTP are 10, 20 and 30 above) and
 # RATIOND/RATIONCTL set.
 set -euo pipefail
 
@@ -31,6 +31,7 @@ STOP_TIMEOUT=${STOP_TIMEOUT:-20}    # seconds to wait after SIGTERM
 grpc_addr() { echo "127.0.0.1:$((PORT - 1 + $1))"; }
 raft_addr() { echo "127.0.0.1:$((PORT + 9 + $1))"; }
 gossip_addr() { echo "127.0.0.1:$((PORT + 19 + $1))"; }
+http_addr() { echo "127.0.0.1:$((PORT + 29 + $1))"; }
 SERVERS=$(grpc_addr 1),$(grpc_addr 2),$(grpc_addr 3)
 pid_file() { echo "$DIR/pids/node$1.pid"; }
 
@@ -72,10 +73,11 @@ start_node() {
 	command -v setsid >/dev/null && detach+=(setsid)
 	"${detach[@]}" "$RATIOND" --id "node$n" --data-dir "$DIR/data/node$n" \
 		--grpc-addr "$(grpc_addr "$n")" --raft-addr "$(raft_addr "$n")" --gossip-addr "$(gossip_addr "$n")" \
+		--http-addr "$(http_addr "$n")" \
 		--join "$(IFS=,; echo "${join[*]}")" --bootstrap-expect 3 \
 		>>"$DIR/logs/node$n.log" 2>&1 </dev/null &
 	echo $! >"$(pid_file "$n")"
-	echo "started node$n (pid $!): grpc $(grpc_addr "$n"), raft $(raft_addr "$n"), gossip $(gossip_addr "$n"), log $DIR/logs/node$n.log"
+	echo "started node$n (pid $!): grpc $(grpc_addr "$n"), raft $(raft_addr "$n"), gossip $(gossip_addr "$n"), http $(http_addr "$n"), log $DIR/logs/node$n.log"
 }
 
 cmd_start() {
@@ -136,6 +138,7 @@ The cluster is running. Try:
   ./bin/rationctl snapshot save /tmp/ration.snap
   ./bin/rationctl leader transfer
   ./bin/rationctl help
+  curl -s $(http_addr 1)/metrics; curl -s $(http_addr 1)/readyz
 Replicas take leases from the Leases gRPC service on any of $SERVERS.
 Logs: $DIR/logs/node{1,2,3}.log. Stop: make cluster-stop (keeps the data; scripts/cluster.sh clean
 deletes it).

@@ -1,7 +1,9 @@
 package main
 
 import (
+	"io"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -9,11 +11,12 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 )
 
 // freePortBase returns a port p such that the ports scripts/cluster.sh
 // uses with CLUSTER_PORT=p (gRPC p..p+2, Raft p+10..p+12, gossip
-// p+20..p+22 on TCP and UDP) were free a moment ago.
+// p+20..p+22 on TCP and UDP, HTTP p+30..p+32) were free a moment ago.
 func freePortBase(t *testing.T) int {
 	t.Helper()
 	for range 100 {
@@ -23,12 +26,12 @@ func freePortBase(t *testing.T) int {
 		}
 		base := l.Addr().(*net.TCPAddr).Port
 		l.Close()
-		if base+22 > 65535 {
+		if base+32 > 65535 {
 			continue
 		}
 		ok := true
 		var held []interface{ Close() error }
-		for _, off := range []int{0, 1, 2, 10, 11, 12, 20, 21, 22} {
+		for _, off := range []int{0, 1, 2, 10, 11, 12, 20, 21, 22, 30, 31, 32} {
 			addr := "127.0.0.1:" + strconv.Itoa(base+off)
 			tl, err := net.Listen("tcp", addr)
 			if err != nil {
@@ -36,7 +39,7 @@ func freePortBase(t *testing.T) int {
 				break
 			}
 			held = append(held, tl)
-			if off >= 20 {
+			if off >= 20 && off < 30 {
 				ul, err := net.ListenPacket("udp", addr)
 				if err != nil {
 					ok = false
@@ -73,7 +76,8 @@ func TestClusterScriptStopsLeaderLast(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	env := append(os.Environ(), "CLUSTER_DIR="+dir, "CLUSTER_PORT="+strconv.Itoa(freePortBase(t)),
+	port := freePortBase(t)
+	env := append(os.Environ(), "CLUSTER_DIR="+dir, "CLUSTER_PORT="+strconv.Itoa(port),
 		"RATIOND="+rationd, "RATIONCTL="+rationctl, "START_TIMEOUT=60")
 	sh := func(arg string) (string, error) {
 		cmd := exec.Command("bash", script, arg)
@@ -94,6 +98,19 @@ func TestClusterScriptStopsLeaderLast(t *testing.T) {
 	})
 	if out, err := sh("start"); err != nil {
 		t.Fatalf("start: %v\n%s", err, out)
+	}
+	// Every node serves /readyz on its HTTP port (gRPC port + 30).
+	for n := range 3 {
+		url := "http://127.0.0.1:" + strconv.Itoa(port+30+n) + "/readyz"
+		waitFor(t, 30*time.Second, url, func() (bool, string) {
+			resp, err := http.Get(url)
+			if err != nil {
+				return false, err.Error()
+			}
+			defer resp.Body.Close()
+			body, _ := io.ReadAll(resp.Body)
+			return resp.StatusCode == http.StatusOK, string(body)
+		})
 	}
 	out, err := sh("stop")
 	if err != nil {

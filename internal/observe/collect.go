@@ -32,7 +32,7 @@ var (
 	descRaftApplied    = desc("raft_applied_index", "The last Raft index applied to this server's state machine.")
 	descRaftLastIndex  = desc("raft_last_log_index", "The last index in this server's Raft log.")
 	descLastContact    = desc("raft_last_contact_seconds", "Seconds since this follower last heard from the leader (0 on the leader; absent before the first contact).")
-	descLeaderChanges  = desc("raft_leader_changes_total", "Times this server has seen a new leader since it started.")
+	descLeaderChanges  = desc("raft_leader_changes_total", "Leaders this server has seen elected (a leader after none or after another) since it started.")
 	descLeaderKnown    = desc("raft_leader_known", "1 if this server knows a leader.")
 	descVoters         = desc("raft_voters", "Voters in the Raft configuration.")
 	descApplyDuration  = desc("apply_duration_seconds", "Leader: from proposing a lease-batch Raft entry to its applied result.")

@@ -156,11 +156,14 @@ func (o *Observer) Attach(srv *coordinator.Server) {
 		for {
 			select {
 			case ob := <-obs:
-				lo := ob.Data.(raft.LeaderObservation)
-				if id := string(lo.LeaderID); id != "" && id != last {
+				// A leader after none or after another: an election
+				// this server saw end (the same server elected again
+				// after a lost leadership counts too).
+				id := string(ob.Data.(raft.LeaderObservation).LeaderID)
+				if id != "" && id != last {
 					o.changes.Add(1)
-					last = id
 				}
+				last = id
 			case <-o.stop:
 				return
 			}

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -270,6 +272,22 @@ func TestMetricsMove(t *testing.T) {
 	}
 	if _, ok := value(fol, "ration_raft_last_contact_seconds"); !ok {
 		t.Errorf("follower has no ration_raft_last_contact_seconds")
+	}
+	// Every metric docs/operations.md names exists.
+	doc, err := os.ReadFile("../../docs/operations.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range regexp.MustCompile(`\b(?:ration|grpc_server)_[a-z_]+`).FindAllString(string(doc), -1) {
+		base := name
+		for _, suf := range []string{"_bucket", "_sum", "_count"} {
+			if b, ok := strings.CutSuffix(name, suf); ok && lead[b] != nil {
+				base = b
+			}
+		}
+		if lead[base] == nil && fol[base] == nil {
+			t.Errorf("docs/operations.md names %s, which /metrics does not have", name)
+		}
 	}
 	// Raw keys are never labels.
 	for name, f := range lead {
