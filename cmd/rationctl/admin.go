@@ -68,6 +68,9 @@ type invocation struct {
 	file, policy, key string
 	client, attrs     string
 	rate, burst       string
+	// status: the autopilot thresholds (autopilot.go).
+	maxLastContact  time.Duration
+	maxTrailingLogs uint64
 
 	args   []string
 	data   []byte // what prepare read
