@@ -278,7 +278,7 @@ func TestMetricsMove(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, name := range regexp.MustCompile(`\b(?:ration|grpc_server)_[a-z_]+`).FindAllString(string(doc), -1) {
+	for _, name := range regexp.MustCompile(`\b(?:ration|grpc_server)_[a-z_]+\b`).FindAllString(string(doc), -1) {
 		base := name
 		for _, suf := range []string{"_bucket", "_sum", "_count"} {
 			if b, ok := strings.CutSuffix(name, suf); ok && lead[b] != nil {
