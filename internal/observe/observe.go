@@ -148,11 +148,17 @@ func (o *Observer) Attach(srv *coordinator.Server) {
 		return ok
 	})
 	srv.Raft().RegisterObserver(observer)
+	// A leader elected before the observer was registered counts once;
+	// its own observation, if it comes after, is not counted again.
+	_, current := srv.Raft().LeaderWithID()
+	if current != "" {
+		o.changes.Add(1)
+	}
 	o.wg.Add(2)
 	go func() {
 		defer o.wg.Done()
 		defer srv.Raft().DeregisterObserver(observer)
-		last := ""
+		last := string(current)
 		for {
 			select {
 			case ob := <-obs:

@@ -390,6 +390,10 @@ func TestReadyz(t *testing.T) {
 		}
 	}
 
+	changes := mustValue(t, scrape(t, o.obs[0]), "ration_raft_leader_changes_total")
+	if changes < 1 {
+		t.Errorf("leader changes %v before the cut, want at least 1 (the first leader)", changes)
+	}
 	o.c.Shutdown(1)
 	o.c.Shutdown(2)
 	waitReady(0, false)
@@ -399,4 +403,8 @@ func TestReadyz(t *testing.T) {
 	o.c.Restart(1)
 	o.c.Restart(2)
 	waitReady(0, true)
+	// The quorum came back with an election server 0 saw.
+	if after := mustValue(t, scrape(t, o.obs[0]), "ration_raft_leader_changes_total"); after <= changes {
+		t.Errorf("leader changes %v after the cut and a new election, %v before", after, changes)
+	}
 }
