@@ -74,10 +74,6 @@ func main() {
 
 // run dispatches to a subcommand and returns the exit code.
 func run(args []string, stdout, stderr io.Writer) int {
-	if len(args) == 0 {
-		usage(stderr)
-		return 2
-	}
 	globals, args, err := splitGlobal(args)
 	if err != nil {
 		fmt.Fprintf(stderr, "rationctl: %v\n", err)
