@@ -2,11 +2,13 @@ package observe_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
 	"os"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -273,20 +275,37 @@ func TestMetricsMove(t *testing.T) {
 	if _, ok := value(fol, "ration_raft_last_contact_seconds"); !ok {
 		t.Errorf("follower has no ration_raft_last_contact_seconds")
 	}
-	// Every metric docs/operations.md names exists.
+	// Every metric docs/operations.md and the Grafana dashboard name
+	// exists.
 	doc, err := os.ReadFile("../../docs/operations.md")
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, name := range regexp.MustCompile(`\b(?:ration|grpc_server)_[a-z_]+\b`).FindAllString(string(doc), -1) {
-		base := name
-		for _, suf := range []string{"_bucket", "_sum", "_count"} {
-			if b, ok := strings.CutSuffix(name, suf); ok && lead[b] != nil {
-				base = b
-			}
+	checkNames(t, "docs/operations.md", string(doc), lead, fol)
+	dash, err := os.ReadFile("../../docs/grafana-dashboard.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var board struct {
+		Panels []struct {
+			Title   string
+			Targets []struct{ Expr string }
 		}
-		if lead[base] == nil && fol[base] == nil {
-			t.Errorf("docs/operations.md names %s, which /metrics does not have", name)
+	}
+	if err := json.Unmarshal(dash, &board); err != nil {
+		t.Fatalf("docs/grafana-dashboard.json: %v", err)
+	}
+	if len(board.Panels) == 0 {
+		t.Error("docs/grafana-dashboard.json has no panels")
+	}
+	for _, p := range board.Panels {
+		if len(p.Targets) == 0 {
+			t.Errorf("dashboard panel %q has no query", p.Title)
+		}
+		for _, q := range p.Targets {
+			if n := checkNames(t, "dashboard panel "+strconv.Quote(p.Title), q.Expr, lead, fol); n == 0 {
+				t.Errorf("dashboard panel %q: query %q names no ration metric", p.Title, q.Expr)
+			}
 		}
 	}
 	// Raw keys are never labels.
@@ -339,6 +358,33 @@ func TestMetricsMove(t *testing.T) {
 			t.Errorf("reflection lists %v, not %s", names, want)
 		}
 	}
+}
+
+// metricName matches the names of ration's and the gRPC metrics in text.
+var metricName = regexp.MustCompile(`\b(?:ration|grpc_server)_[a-z_]+\b`)
+
+// checkNames reports every metric text names that no scrape in fams has
+// (a histogram's _bucket, _sum and _count series count as the histogram);
+// it returns how many names it checked.
+func checkNames(t *testing.T, where, text string, fams ...map[string]*dto.MetricFamily) int {
+	t.Helper()
+	names := metricName.FindAllString(text, -1)
+	for _, name := range names {
+		found := false
+		for _, f := range fams {
+			base := name
+			for _, suf := range []string{"_bucket", "_sum", "_count"} {
+				if b, ok := strings.CutSuffix(name, suf); ok && f[b] != nil && f[b].GetType() == dto.MetricType_HISTOGRAM {
+					base = b
+				}
+			}
+			found = found || f[base] != nil
+		}
+		if !found {
+			t.Errorf("%s names %s, which /metrics does not have", where, name)
+		}
+	}
+	return len(names)
 }
 
 func healthStatus(t *testing.T, addr string) healthpb.HealthCheckResponse_ServingStatus {
