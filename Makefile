@@ -2,7 +2,7 @@
 GO ?= go
 BENCH_COUNT ?= 10
 
-.PHONY: help demo test test-race build cluster cluster-stop bench bench-compare tools fmt vet lint clean jepsen-deps jepsen-quick jepsen
+.PHONY: help demo test test-race build image compose-up compose-down cluster cluster-stop bench bench-compare tools fmt vet lint clean jepsen-deps jepsen-quick jepsen
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -23,10 +23,26 @@ test-race: ## the tests under the race detector
 build: ## build rationd and rationctl into ./bin
 	CGO_ENABLED=0 $(GO) build -o bin/ ./cmd/rationd ./cmd/rationctl
 
-cluster: build ## start a local 3-node cluster on loopback (grpc 127.0.0.1:7400-7402), data and logs in .cluster/
+# docker compose (v2) if the plugin is there, else docker-compose (v1).
+COMPOSE ?= $(shell docker compose version >/dev/null 2>&1 && echo "docker compose" || echo docker-compose)
+
+image: ## build the container image ration:dev: static rationd and rationctl FROM scratch, non-root, /data a volume (no pulls)
+	rm -rf build/docker && mkdir -p build/docker/data
+	CGO_ENABLED=0 $(GO) build -trimpath -o build/docker/ ./cmd/rationd ./cmd/rationctl
+	cp Dockerfile build/docker/
+	docker build -q -t ration:dev build/docker
+
+compose-up: image ## start three servers in containers on a private network (deploy/compose.yaml)
+	$(COMPOSE) -f deploy/compose.yaml -p ration up -d
+	@echo "status: docker exec ration_node1_1 /rationctl status --servers 10.231.17.11:7400 (compose v2: ration-node1-1)"
+
+compose-down: ## stop the compose cluster and delete its volumes
+	$(COMPOSE) -f deploy/compose.yaml -p ration down -v
+
+cluster: build ## start a local 3-node cluster on loopback (grpc 127.0.0.1:7400-7402, /metrics and /readyz on 7430-7432), data and logs in .cluster/
 	scripts/cluster.sh start
 
-cluster-stop: ## stop the local cluster (SIGTERM, then SIGKILL if needed); keeps its data and logs
+cluster-stop: ## stop the local cluster, followers first and the leader last (SIGTERM, then SIGKILL if needed); keeps its data and logs
 	scripts/cluster.sh stop
 
 bench: ## hot-path benchmarks vs golang.org/x/time/rate, summarised by benchstat
@@ -48,7 +64,7 @@ vet: ## go vet
 	$(GO) vet ./...
 
 clean: ## remove build output
-	rm -rf bin bench.out
+	rm -rf bin build bench.out
 
 jepsen-deps: ## install what the jepsen-like tests need (iproute2, iptables) when missing; needs root
 	@command -v ip >/dev/null && command -v iptables-restore >/dev/null || \

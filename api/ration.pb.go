@@ -1169,8 +1169,15 @@ type StatusResponse struct {
 	// must report the same hash.
 	FsmIndex       uint64 `protobuf:"varint,11,opt,name=fsm_index,json=fsmIndex,proto3" json:"fsm_index,omitempty"`
 	FsmStateSha256 string `protobuf:"bytes,12,opt,name=fsm_state_sha256,json=fsmStateSha256,proto3" json:"fsm_state_sha256,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// The answering server's own Raft figures, for autopilot-like health
+	// (rationctl status asks every server): nanoseconds since it last heard
+	// from the leader (0 on the leader, -1 if it never has) and the last
+	// index in its log. A server older than these fields leaves both 0
+	// (a server of a cluster always has last_log_index > 0).
+	LastContactNanos int64  `protobuf:"varint,200,opt,name=last_contact_nanos,json=lastContactNanos,proto3" json:"last_contact_nanos,omitempty"`
+	LastLogIndex     uint64 `protobuf:"varint,201,opt,name=last_log_index,json=lastLogIndex,proto3" json:"last_log_index,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *StatusResponse) Reset() {
@@ -1285,6 +1292,20 @@ func (x *StatusResponse) GetFsmStateSha256() string {
 		return x.FsmStateSha256
 	}
 	return ""
+}
+
+func (x *StatusResponse) GetLastContactNanos() int64 {
+	if x != nil {
+		return x.LastContactNanos
+	}
+	return 0
+}
+
+func (x *StatusResponse) GetLastLogIndex() uint64 {
+	if x != nil {
+		return x.LastLogIndex
+	}
+	return 0
 }
 
 type MembersRequest struct {
@@ -2523,7 +2544,7 @@ const file_ration_proto_rawDesc = "" +
 	"\fgrpc_address\x18\x03 \x01(\tR\vgrpcAddress\x12\x1a\n" +
 	"\bsuffrage\x18\x04 \x01(\tR\bsuffrage\x12\x14\n" +
 	"\x05state\x18\x05 \x01(\tR\x05state\x12\x18\n" +
-	"\ahealthy\x18\x06 \x01(\bR\ahealthy\"\x95\x03\n" +
+	"\ahealthy\x18\x06 \x01(\bR\ahealthy\"\xeb\x03\n" +
 	"\x0eStatusResponse\x12\x16\n" +
 	"\x06leader\x18\x01 \x01(\tR\x06leader\x12\x12\n" +
 	"\x04term\x18\x02 \x01(\x04R\x04term\x12!\n" +
@@ -2538,7 +2559,9 @@ const file_ration_proto_rawDesc = "" +
 	"\x06leases\x18\n" +
 	" \x01(\x04R\x06leases\x12\x1b\n" +
 	"\tfsm_index\x18\v \x01(\x04R\bfsmIndex\x12(\n" +
-	"\x10fsm_state_sha256\x18\f \x01(\tR\x0efsmStateSha256\"\x10\n" +
+	"\x10fsm_state_sha256\x18\f \x01(\tR\x0efsmStateSha256\x12-\n" +
+	"\x12last_contact_nanos\x18\xc8\x01 \x01(\x03R\x10lastContactNanos\x12%\n" +
+	"\x0elast_log_index\x18\xc9\x01 \x01(\x04R\flastLogIndex\"\x10\n" +
 	"\x0eMembersRequest\"\xb8\x01\n" +
 	"\x06Member\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +

@@ -41,6 +41,15 @@ func (a *adminService) Status(ctx context.Context, _ *api.StatusRequest) (*api.S
 	p, k, l, _ := s.fsm.Counts()
 	resp.Policies, resp.Keys, resp.Leases = uint64(p), uint64(k), uint64(l)
 	resp.FsmIndex, resp.FsmStateSha256 = a.s.fsm.StateHash()
+	resp.LastLogIndex = s.raft.LastIndex()
+	switch lc := s.raft.LastContact(); {
+	case s.IsLeader():
+		resp.LastContactNanos = 0
+	case lc.IsZero():
+		resp.LastContactNanos = -1
+	default:
+		resp.LastContactNanos = max(time.Since(lc).Nanoseconds(), 1)
+	}
 	gossip := map[string]memberInfo{}
 	for _, m := range s.members.members() {
 		if m.ok {

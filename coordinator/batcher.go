@@ -3,6 +3,7 @@ package coordinator
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/ration-dev/ration/api"
 	"github.com/ration-dev/ration/fsm"
@@ -141,6 +142,7 @@ func (b *batcher) apply(batch []*batchReq) {
 		}
 		<-b.sem
 	}
+	start := time.Now()
 	f, err := b.s.proposeAsync(fsm.CmdLeaseBatch, cmd)
 	if err != nil {
 		fail(err)
@@ -151,6 +153,11 @@ func (b *batcher) apply(batch []*batchReq) {
 			fail(raftErr(err))
 			return
 		}
+		bytes := 0
+		for _, r := range batch {
+			bytes += r.size
+		}
+		b.s.stats.observeBatch(len(batch), bytes, time.Since(start))
 		res, _ := f.Response().(*fsm.Result)
 		if res == nil || len(res.Ops) != len(batch) {
 			fail(fmt.Errorf("%w: batch result does not match the batch", rpcerr.ErrUnavailable))

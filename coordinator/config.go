@@ -10,6 +10,7 @@ import (
 
 	"github.com/ration-dev/ration/internal/coarseclock"
 	"github.com/ration-dev/ration/internal/policy"
+	"google.golang.org/grpc"
 )
 
 // Config is everything a server needs. cmd/rationd builds it from flags;
@@ -88,6 +89,11 @@ type Config struct {
 	// Seams for mTLS (next step): nil means plain TCP.
 	RaftTLS *tls.Config
 	GRPCTLS *tls.Config
+	// GRPCServerOptions are added to the gRPC server's options
+	// (interceptors for metrics); RegisterGRPC, if set, registers more
+	// services on it before it serves (health, reflection).
+	GRPCServerOptions []grpc.ServerOption
+	RegisterGRPC      func(*grpc.Server)
 	// Listen, if set, replaces net.Listen for every listener.
 	Listen func(network, addr string) (net.Listener, error)
 }

@@ -20,9 +20,13 @@ import (
 // between; more means servers disagree about the leader, and it fails as
 // Unavailable instead of looping.
 const (
-	hopsKey = "ration-forward-hops"
+	hopsKey = ForwardedMetadataKey
 	maxHops = 2
 )
+
+// ForwardedMetadataKey is the gRPC metadata key a forwarded call carries
+// (its hop count): a call that has it was forwarded by another server.
+const ForwardedMetadataKey = "ration-forward-hops"
 
 type forwarder struct {
 	s     *Server
@@ -82,6 +86,7 @@ func (f *forwarder) forward(ctx context.Context) (*grpc.ClientConn, context.Cont
 					return nil, nil, false, fmt.Errorf("%w: dial leader %s at %s: %v", rpcerr.ErrUnavailable, id, addr, err)
 				}
 				out := metadata.AppendToOutgoingContext(ctx, hopsKey, strconv.Itoa(h+1))
+				f.s.stats.forwarded.Add(1)
 				return conn, out, false, nil
 			}
 		}

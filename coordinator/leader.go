@@ -259,8 +259,10 @@ func (s *Server) leaderLoop(stop chan struct{}) {
 			housekeeping := time.Since(lastExpire) > 10*time.Second
 			if (ok && due <= through) || housekeeping {
 				cmd := &api.ExpireCommand{ClientRetentionNanos: s.cfg.ClientRetention.Nanoseconds(), ExpireThroughNanos: through}
-				if _, _, err := s.propose(fsm.CmdExpire, cmd); err != nil {
+				if res, _, err := s.propose(fsm.CmdExpire, cmd); err != nil {
 					s.log.Warn("expire", "err", err)
+				} else {
+					s.stats.expired.Add(uint64(max(res.Expired, 0)))
 				}
 				lastExpire = time.Now()
 			}

@@ -37,6 +37,7 @@ type Server struct {
 	batcher *batcher
 	clock   clusterClock
 	fwd     *forwarder
+	stats   *opStats
 
 	shutdownOnce sync.Once
 	shutdownCh   chan struct{}
@@ -64,7 +65,7 @@ func New(cfg Config) (*Server, error) {
 		logger = slog.New(slog.DiscardHandler)
 	}
 	logger = logger.With("server", cfg.ID)
-	s := &Server{cfg: cfg, log: logger, fsm: fsm.New(logger.With("component", "fsm")), shutdownCh: make(chan struct{})}
+	s := &Server{cfg: cfg, log: logger, fsm: fsm.New(logger.With("component", "fsm")), shutdownCh: make(chan struct{}), stats: newOpStats()}
 	s.clock.src = cfg.Clock // nil: takeOver uses coarseclock.Default()
 	ok := false
 	defer func() {
@@ -149,9 +150,13 @@ func New(cfg Config) (*Server, error) {
 		opts = append(opts, grpc.Creds(credentials.NewTLS(cfg.GRPCTLS)))
 	}
 	opts = append(opts, grpc.MaxRecvMsgSize(cfg.MaxRequestBytes))
+	opts = append(opts, cfg.GRPCServerOptions...)
 	s.grpc = grpc.NewServer(opts...)
 	api.RegisterLeasesServer(s.grpc, &leaseService{s: s})
 	api.RegisterAdminServer(s.grpc, &adminService{s: s})
+	if cfg.RegisterGRPC != nil {
+		cfg.RegisterGRPC(s.grpc)
+	}
 	s.grpcLn, err = cfg.listen("tcp", cfg.GRPCAddr)
 	if err != nil {
 		return nil, fmt.Errorf("grpc listener: %w", err)

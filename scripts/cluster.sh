@@ -2,30 +2,37 @@
 # A local three-node ration cluster on loopback, for trying things out.
 #
 #   scripts/cluster.sh start    start it (make cluster); says so if it runs
-#   scripts/cluster.sh stop     stop it: SIGTERM, wait, then SIGKILL (make cluster-stop)
+#   scripts/cluster.sh stop     stop it, followers first and the leader last: SIGTERM,
+#                               wait, then SIGKILL (make cluster-stop)
 #   scripts/cluster.sh status   which nodes run, and rationctl status
 #   scripts/cluster.sh clean    stop it and delete its data and logs
 #
-# Node N (1..3) serves gRPC on 127.0.0.1:740(N-1), Raft on 741(N-1) and
-# gossip on 742(N-1); its data is in .cluster/data/nodeN, its log in
+# Node N (1..3) serves gRPC on 127.0.0.1:740(N-1), Raft on 741(N-1),
+# gossip on 742(N-1) and HTTP (/metrics, /readyz) on 743(N-1); its data is in .cluster/data/nodeN, its log in
 # .cluster/logs/nodeN.log and its pid in .cluster/pids/nodeN.pid. The
 # binaries are ./bin/rationd and ./bin/rationctl (make build).
+#
+# Tests run a cluster of their own with CLUSTER_DIR, CLUSTER_PORT (7400:
+# the first gRPC port; Raft, gossip and HTTP are 10, 20 and 30 above) and
+# RATIOND/RATIONCTL set.
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
-DIR=.cluster
-RATIOND=./bin/rationd
-RATIONCTL=./bin/rationctl
+DIR=${CLUSTER_DIR:-.cluster}
+RATIOND=${RATIOND:-./bin/rationd}
+RATIONCTL=${RATIONCTL:-./bin/rationctl}
+PORT=${CLUSTER_PORT:-7400}
 NODES=(1 2 3)
-SERVERS=127.0.0.1:7400,127.0.0.1:7401,127.0.0.1:7402
 POLICIES=examples/cluster-policies.yaml
 START_TIMEOUT=${START_TIMEOUT:-60}  # seconds to wait for a leader
 STOP_TIMEOUT=${STOP_TIMEOUT:-20}    # seconds to wait after SIGTERM
 
-grpc_addr() { echo "127.0.0.1:$((7399 + $1))"; }
-raft_addr() { echo "127.0.0.1:$((7409 + $1))"; }
-gossip_addr() { echo "127.0.0.1:$((7419 + $1))"; }
+grpc_addr() { echo "127.0.0.1:$((PORT - 1 + $1))"; }
+raft_addr() { echo "127.0.0.1:$((PORT + 9 + $1))"; }
+gossip_addr() { echo "127.0.0.1:$((PORT + 19 + $1))"; }
+http_addr() { echo "127.0.0.1:$((PORT + 29 + $1))"; }
+SERVERS=$(grpc_addr 1),$(grpc_addr 2),$(grpc_addr 3)
 pid_file() { echo "$DIR/pids/node$1.pid"; }
 
 # alive PID: the process exists, is a rationd and is not a zombie (a
@@ -66,10 +73,11 @@ start_node() {
 	command -v setsid >/dev/null && detach+=(setsid)
 	"${detach[@]}" "$RATIOND" --id "node$n" --data-dir "$DIR/data/node$n" \
 		--grpc-addr "$(grpc_addr "$n")" --raft-addr "$(raft_addr "$n")" --gossip-addr "$(gossip_addr "$n")" \
+		--http-addr "$(http_addr "$n")" \
 		--join "$(IFS=,; echo "${join[*]}")" --bootstrap-expect 3 \
 		>>"$DIR/logs/node$n.log" 2>&1 </dev/null &
 	echo $! >"$(pid_file "$n")"
-	echo "started node$n (pid $!): grpc $(grpc_addr "$n"), raft $(raft_addr "$n"), gossip $(gossip_addr "$n"), log $DIR/logs/node$n.log"
+	echo "started node$n (pid $!): grpc $(grpc_addr "$n"), raft $(raft_addr "$n"), gossip $(gossip_addr "$n"), http $(http_addr "$n"), log $DIR/logs/node$n.log"
 }
 
 cmd_start() {
@@ -130,15 +138,26 @@ The cluster is running. Try:
   ./bin/rationctl snapshot save /tmp/ration.snap
   ./bin/rationctl leader transfer
   ./bin/rationctl help
+  curl -s $(http_addr 1)/metrics; curl -s $(http_addr 1)/readyz
 Replicas take leases from the Leases gRPC service on any of $SERVERS.
 Logs: $DIR/logs/node{1,2,3}.log. Stop: make cluster-stop (keeps the data; scripts/cluster.sh clean
 deletes it).
 EOF
 }
 
-cmd_stop() {
-	local pids=() n pid
-	for n in "${NODES[@]}"; do
+# leader_node prints N of the node that leads, if a running node knows.
+leader_node() {
+	local out id
+	out=$("$RATIONCTL" status --json --timeout 2s --servers "$SERVERS" 2>/dev/null) || return 1
+	id=$(sed -n 's/^  "leader": "node\([0-9]*\)",$/\1/p' <<<"$out")
+	[[ -n $id ]] && echo "$id"
+}
+
+# stop_nodes N... sends SIGTERM to the running nodes given and waits until
+# they have exited (SIGKILL after STOP_TIMEOUT). Returns 1 if none ran.
+stop_nodes() {
+	local pids=() n pid p left
+	for n in "$@"; do
 		if pid=$(pid_of "$n"); then
 			kill -TERM "$pid" 2>/dev/null || true
 			pids+=("$n:$pid")
@@ -146,11 +165,8 @@ cmd_stop() {
 		fi
 		rm -f "$(pid_file "$n")"
 	done
-	if [[ ${#pids[@]} -eq 0 ]]; then
-		echo "cluster: not running"
-		return 0
-	fi
-	local deadline=$((SECONDS + STOP_TIMEOUT)) left
+	[[ ${#pids[@]} -gt 0 ]] || return 1
+	local deadline=$((SECONDS + STOP_TIMEOUT))
 	while :; do
 		left=()
 		for p in "${pids[@]}"; do
@@ -166,6 +182,41 @@ cmd_stop() {
 		fi
 		sleep 0.2
 	done
+	for p in "${pids[@]}"; do
+		echo "cluster: node${p%%:*} stopped"
+	done
+}
+
+# cmd_stop stops the followers first and the leader last. Stopped all at
+# once, the leader's graceful shutdown hands leadership to a follower that
+# is itself going away, and fails; stopped last, it has lost its quorum
+# and steps down, so there is nobody to hand over to.
+cmd_stop() {
+	local leader="" followers=() n stopped=0
+	leader=$(leader_node) || leader=""
+	for n in "${NODES[@]}"; do
+		[[ $n == "$leader" ]] || followers+=("$n")
+	done
+	if [[ -n $leader ]]; then
+		echo "cluster: node$leader leads; stopping the followers first"
+	fi
+	stop_nodes "${followers[@]}" && stopped=1
+	if [[ -n $leader ]] && pid_of "$leader" >/dev/null; then
+		# Without its followers the leader steps down within its leader
+		# lease; wait for that (bounded) so its shutdown tries no transfer.
+		local deadline=$((SECONDS + STOP_TIMEOUT)) out
+		while out=$("$RATIONCTL" status --json --timeout 2s --servers "$(grpc_addr "$leader")" 2>/dev/null) &&
+			grep -q "\"leader\": \"node$leader\"" <<<"$out" && ((SECONDS < deadline)); do
+			sleep 0.2
+		done
+	fi
+	if [[ -n $leader ]] && stop_nodes "$leader"; then
+		stopped=1
+	fi
+	if ((stopped == 0)); then
+		echo "cluster: not running"
+		return 0
+	fi
 	echo "cluster: stopped; logs kept in $DIR/logs, data in $DIR/data"
 }
 

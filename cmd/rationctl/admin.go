@@ -70,6 +70,9 @@ type invocation struct {
 	file, policy, key string
 	client, attrs     string
 	rate, burst       string
+	// status: the autopilot thresholds (autopilot.go).
+	maxLastContact  time.Duration
+	maxTrailingLogs uint64
 
 	args   []string
 	data   []byte // what prepare read
@@ -365,7 +368,7 @@ func group(name, summary string, verbs []verb) command {
 		}
 		return runVerb(v, args[1:], stdout, stderr)
 	}
-	return command{name: name, summary: summary, run: run, usage: usage}
+	return command{name: name, summary: summary, run: run, usage: usage, group: true}
 }
 
 func verbNames(group string, verbs []verb) string {

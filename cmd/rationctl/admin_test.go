@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"io"
 	"net"
 	"os"
@@ -215,6 +216,7 @@ func cannedCluster() *fakeAdmin {
 		status: &api.StatusResponse{
 			Leader: "node2", Term: 7, CommitIndex: 1234, AppliedIndex: 1233, AnsweredBy: "node1",
 			ClusterTimeNanos: 83_456_789_123, Policies: 2, Keys: 3, Leases: 2,
+			LastContactNanos: 12_345_678, LastLogIndex: 1234,
 			Servers: []*api.ServerStatus{
 				{Id: "node1", RaftAddress: "127.0.0.1:7410", GrpcAddress: "127.0.0.1:7400", Suffrage: "voter", State: "follower", Healthy: true},
 				{Id: "node2", RaftAddress: "127.0.0.1:7411", GrpcAddress: "127.0.0.1:7401", Suffrage: "voter", State: "leader", Healthy: true},
@@ -252,10 +254,58 @@ func cannedCluster() *fakeAdmin {
 	}
 }
 
+// cannedNode2 is node2 of cannedCluster answering Status itself: the
+// leader, 6 entries ahead of node1.
+func cannedNode2() *fakeAdmin {
+	f := cannedCluster()
+	st := f.status // a fresh canned cluster's: not shared
+	st.AnsweredBy, st.CommitIndex, st.AppliedIndex, st.LastContactNanos, st.LastLogIndex = "node2", 1240, 1240, 0, 1240
+	return f
+}
+
+// cannedAddrs maps the gRPC addresses of cannedCluster's servers to the
+// fakes serving them in a test; status dials them through dialServer.
+var (
+	cannedMu    sync.Mutex
+	cannedAddrs = map[string]string{}
+)
+
+func init() {
+	real := dialServer
+	dialServer = func(addr string) (*grpc.ClientConn, error) {
+		cannedMu.Lock()
+		to, ok := cannedAddrs[addr]
+		cannedMu.Unlock()
+		if ok {
+			return real(to)
+		}
+		if strings.HasPrefix(addr, "127.0.0.1:740") {
+			// A canned address with no fake: never dial a real server
+			// someone runs on this machine.
+			return nil, errors.New("no fake serves " + addr)
+		}
+		return real(addr)
+	}
+}
+
+// serveCanned serves fake f as the canned server at cannedAddr.
+func serveCanned(t *testing.T, cannedAddr string, f *fakeAdmin) {
+	addr := serve(t, f)
+	cannedMu.Lock()
+	cannedAddrs[cannedAddr] = addr
+	cannedMu.Unlock()
+	t.Cleanup(func() {
+		cannedMu.Lock()
+		delete(cannedAddrs, cannedAddr)
+		cannedMu.Unlock()
+	})
+}
+
 // TestAdminGolden runs each reading command against the canned cluster
 // and compares its output with testdata/golden/admin-<name>.stdout.
 func TestAdminGolden(t *testing.T) {
 	addr := serve(t, cannedCluster())
+	serveCanned(t, "127.0.0.1:7401", cannedNode2())
 	for _, c := range []struct {
 		name string
 		args []string
@@ -405,14 +455,14 @@ func TestServersInOrder(t *testing.T) {
 	addr := serve(t, cannedCluster())
 	dead := deadAddr(t)
 	var stdout, stderr bytes.Buffer
-	if code := run([]string{"status", "--servers", dead + "," + addr}, &stdout, &stderr); code != 0 || !strings.Contains(stdout.String(), "Leader:         node2") {
+	if code := run([]string{"status", "--servers", dead + "," + addr}, &stdout, &stderr); code != 0 || !strings.Contains(stdout.String(), "Leader:             node2") {
 		t.Errorf("exit %d, stdout:\n%s\nstderr:\n%s", code, stdout.String(), stderr.String())
 	}
 
 	t.Setenv(serversEnv, dead+", "+addr)
 	stdout.Reset()
 	stderr.Reset()
-	if code := run([]string{"status"}, &stdout, &stderr); code != 0 || !strings.Contains(stdout.String(), "Leader:         node2") {
+	if code := run([]string{"status"}, &stdout, &stderr); code != 0 || !strings.Contains(stdout.String(), "Leader:             node2") {
 		t.Errorf("with %s: exit %d, stdout:\n%s\nstderr:\n%s", serversEnv, code, stdout.String(), stderr.String())
 	}
 	// The flag wins over the environment.

@@ -16,20 +16,38 @@ var statusVerb = verb{
 	summary: "show the leader, Raft indexes and every server's state and health",
 	help: `Shows the Raft leader and term, the commit and applied indexes and cluster
 time of the server that answered, how many policies, keys and leases the
-cluster holds, and every server in the Raft configuration with its
-addresses, suffrage, Raft state and gossip health.
+cluster holds, the failure tolerance, and every server in the Raft
+configuration with its addresses, suffrage, Raft state, gossip health, last
+contact with the leader, last log index and autopilot health.
+
+Every server is asked for its own figures (from here: a server rationctl
+cannot reach is unhealthy). A server is healthy, as Consul's autopilot
+judges it, when it answers, is alive in gossip, follows the same leader in
+the same term, heard from the leader within --max-last-contact and its log
+is within --max-trailing-logs entries of the leader's. The failure tolerance
+is how many voters can fail before the quorum is lost: healthy voters minus
+the quorum (voters/2 + 1), 0 without a leader.
 
 --json prints {"leader", "term", "commit_index", "applied_index",
 "answered_by", "cluster_time_nanos", "policies", "keys", "leases",
+"voters", "quorum", "healthy_voters", "failure_tolerance",
 "servers": [{"id", "address" (Raft), "grpc_address", "suffrage", "state",
-"healthy"}]}.`,
+"healthy" (alive in gossip), "answered", "term", "last_contact_nanos" (-1:
+never or unknown), "last_log_index", "autopilot_healthy", "problem"}]}.`,
 	reads: true,
+	flags: func(fs *flag.FlagSet, o *invocation) {
+		fs.DurationVar(&o.maxLastContact, "max-last-contact", defaultMaxLastContact,
+			"a server that last heard from the leader longer ago than `D` is unhealthy")
+		fs.Uint64Var(&o.maxTrailingLogs, "max-trailing-logs", defaultMaxTrailingLogs,
+			"a server whose log is more than `N` entries behind the leader's is unhealthy")
+	},
 	run: func(ctx context.Context, o *invocation) error {
 		r, err := o.admin().Status(ctx, &api.StatusRequest{})
 		if err != nil {
 			return err
 		}
-		return writeStatus(o.stdout, r, o.json)
+		h := judge(r, askAll(ctx, r), o.maxLastContact, o.maxTrailingLogs)
+		return writeStatus(o.stdout, r, h, o.json)
 	},
 }
 

@@ -1,6 +1,6 @@
 // Command rationctl is ration's admin CLI.
 //
-//	rationctl <command> [flags]
+//	rationctl [--servers S] [--timeout D] [--json] <command> [flags]
 //
 // Commands:
 //
@@ -48,6 +48,8 @@ type command struct {
 	run func(args []string, stdout, stderr io.Writer) int
 	// usage writes the command's help.
 	usage func(w io.Writer)
+	// group: the first argument is a verb (policy get).
+	group bool
 }
 
 // commands lists the subcommands in the order help shows them. A new
@@ -72,6 +74,11 @@ func main() {
 
 // run dispatches to a subcommand and returns the exit code.
 func run(args []string, stdout, stderr io.Writer) int {
+	globals, args, err := splitGlobal(args)
+	if err != nil {
+		fmt.Fprintf(stderr, "rationctl: %v\n", err)
+		return 2
+	}
 	if len(args) == 0 {
 		usage(stderr)
 		return 2
@@ -97,7 +104,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		usage(stderr)
 		return 2
 	}
-	return c.run(rest, stdout, stderr)
+	return c.run(withGlobals(c, globals, rest), stdout, stderr)
 }
 
 func lookup(name string) (command, bool) {
@@ -111,7 +118,7 @@ func lookup(name string) (command, bool) {
 
 func usage(w io.Writer) {
 	fmt.Fprint(w, "rationctl is the admin CLI of ration, the distributed quota-leasing rate limiter.\n\n")
-	fmt.Fprint(w, "Usage:\n  rationctl <command> [flags]\n\nCommands:\n")
+	fmt.Fprint(w, "Usage:\n  rationctl [--servers S] [--timeout D] [--json] <command> [flags]\n\nCommands:\n")
 	tw := tabwriter.NewWriter(w, 0, 0, 3, ' ', 0)
 	for _, c := range commands {
 		fmt.Fprintf(tw, "  %s\t%s\n", c.name, c.summary)
@@ -121,7 +128,8 @@ func usage(w io.Writer) {
 	fmt.Fprintf(w, `
 The cluster commands take --servers HOST:PORT[,HOST:PORT], the servers
 to try in order until one answers (default $%s, else %s),
-and --timeout (default %v); those that read take --json.
+and --timeout (default %v); those that read take --json. These three
+go before the command or after it, in any order with its own flags.
 
 Run 'rationctl <command> -h' for a command's flags.
 `, serversEnv, defaultServers, defaultTimeout)

@@ -153,6 +153,7 @@ func TestGoldenBinary(t *testing.T) {
 	}
 
 	// Exit codes and stderr of the real process.
+	dead := deadAddr(t)
 	for _, c := range []struct {
 		args   []string
 		code   int
@@ -162,6 +163,9 @@ func TestGoldenBinary(t *testing.T) {
 			`rationctl simulate: testdata/unknown-field.yaml: line 6: policy "per-tenant": field "bursts": is not a policy field; did you mean "burst"?`},
 		{[]string{"simulate", "--trace", "testdata/chain.csv"}, 2, "rationctl simulate: --policy is required"},
 		{[]string{"frobnicate"}, 2, `rationctl: unknown command "frobnicate"`},
+		// Connection flags before the command reach it (exit 1: the
+		// server does not answer), as they did not before ("unknown command").
+		{[]string{"--servers", dead, "--timeout", "1s", "status"}, 1, "rationctl status: Unavailable: no server answered (" + dead + ": "},
 	} {
 		cmd := exec.Command(bin, c.args...)
 		var stderr bytes.Buffer
@@ -346,11 +350,11 @@ func TestHelp(t *testing.T) {
 		want string
 	}{
 		{[]string{"help"}, 0, "stdout", "simulate   replay a request trace against a policy file"},
-		{[]string{"-h"}, 0, "stdout", "Usage:\n  rationctl <command> [flags]"},
+		{[]string{"-h"}, 0, "stdout", "Usage:\n  rationctl [--servers S] [--timeout D] [--json] <command> [flags]"},
 		{[]string{"help", "simulate"}, 0, "stdout", "rationctl simulate --policy FILE --trace FILE"},
 		{[]string{"simulate", "-h"}, 0, "stdout", "-decisions FILE"},
 		{[]string{"simulate", "--help"}, 0, "stdout", "Modes:\n  compare"},
-		{nil, 2, "stderr", "Usage:\n  rationctl <command> [flags]"},
+		{nil, 2, "stderr", "Usage:\n  rationctl [--servers S] [--timeout D] [--json] <command> [flags]"},
 		{[]string{"nope"}, 2, "stderr", "rationctl: unknown command \"nope\""},
 		{[]string{"help", "nope"}, 2, "stderr", "rationctl help: unknown command \"nope\""},
 	} {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/ration-dev/ration/api"
 	"github.com/ration-dev/ration/internal/envoyconf"
+	"github.com/ration-dev/ration/internal/policy"
 )
 
 var policyVerbs = []verb{
@@ -32,12 +33,20 @@ The server's validation errors are printed as it sends them.`,
 			return nil
 		},
 		prepare: func(o *invocation) (err error) {
+			name := o.file
 			if o.file == "-" {
+				name = "standard input"
 				o.data, err = io.ReadAll(os.Stdin)
 			} else {
 				o.data, err = os.ReadFile(o.file)
 			}
-			return err
+			if err != nil {
+				return err
+			}
+			// The API carries the file as a string, which must be UTF-8:
+			// say so here, naming the file, rather than as gRPC's
+			// marshaling error.
+			return policy.CheckText(name, o.data)
 		},
 		run: func(ctx context.Context, o *invocation) error {
 			r, err := o.admin().ApplyPolicies(ctx, &api.ApplyPoliciesRequest{Yaml: string(o.data)})
@@ -89,7 +98,15 @@ file, line and descriptor.`,
 		summary:  "print a stored policy as a policy file",
 		help: `Prints the stored policy NAME as a canonical policy file (every setting
 written out that differs from its default), preceded by a comment with its
-number of keys and leases. The output can be edited and applied again.`,
+number of keys and leases. The output can be edited and applied again.
+
+--json prints {"name", "keys", "leases", "spec": {every setting, defaults
+included, in exact units: "algorithm", "key", "charge",
+"rate_milli_per_sec", "rate_period_nanos" (0: per second), "burst_milli",
+"start_full", "lease_duration_nanos", "renew_after_nanos", "drift_ppm",
+"default_weight", "client_weights", "failure", "shadow", "max_keys",
+"max_leases_per_key", ...}}; a policy this rationctl cannot read has
+"unreadable" (why) and "yaml" (as stored) instead of "spec".`,
 		args:  []string{"NAME"},
 		reads: true,
 		run: func(ctx context.Context, o *invocation) error {
@@ -103,7 +120,10 @@ number of keys and leases. The output can be edited and applied again.`,
 	{
 		name:    "policy list",
 		summary: "list the stored policies with their keys and leases",
-		reads:   true,
+		help: `Lists the stored policies: algorithm, rate, burst, key attributes, lease
+duration, and how many keys and leases each has. --json prints
+{"policies": [...]}, each as ` + "`policy get --json`" + ` prints it.`,
+		reads: true,
 		run: func(ctx context.Context, o *invocation) error {
 			r, err := o.admin().ListPolicies(ctx, &api.ListPoliciesRequest{})
 			if err != nil {

@@ -60,34 +60,58 @@ type statusJSON struct {
 	Policies         uint64       `json:"policies"`
 	Keys             uint64       `json:"keys"`
 	Leases           uint64       `json:"leases"`
+	Voters           int          `json:"voters"`
+	Quorum           int          `json:"quorum"`
+	HealthyVoters    int          `json:"healthy_voters"`
+	FailureTolerance int          `json:"failure_tolerance"`
 	Servers          []serverJSON `json:"servers"`
 }
 
 // serverJSON is one server in statusJSON. address is the Raft address (the
 // one in the Raft configuration); grpc_address what rationctl and clients
-// dial, empty when gossip does not know the server.
+// dial, empty when gossip does not know the server; healthy is alive in
+// gossip. The rest is the server's own answer (answered false: none; then
+// last_contact_nanos is -1) and the autopilot verdict (autopilot.go).
 type serverJSON struct {
-	ID          string `json:"id"`
-	Address     string `json:"address"`
-	GRPCAddress string `json:"grpc_address"`
-	Suffrage    string `json:"suffrage"`
-	State       string `json:"state"`
-	Healthy     bool   `json:"healthy"`
+	ID               string `json:"id"`
+	Address          string `json:"address"`
+	GRPCAddress      string `json:"grpc_address"`
+	Suffrage         string `json:"suffrage"`
+	State            string `json:"state"`
+	Healthy          bool   `json:"healthy"`
+	Answered         bool   `json:"answered"`
+	Term             uint64 `json:"term"`
+	LastContactNanos int64  `json:"last_contact_nanos"`
+	LastLogIndex     uint64 `json:"last_log_index"`
+	AutopilotHealthy bool   `json:"autopilot_healthy"`
+	Problem          string `json:"problem"`
 }
 
-func writeStatus(w io.Writer, r *api.StatusResponse, asJSON bool) error {
+func writeStatus(w io.Writer, r *api.StatusResponse, h *clusterHealth, asJSON bool) error {
+	server := func(s *api.ServerStatus) serverJSON {
+		out := serverJSON{
+			ID: s.GetId(), Address: s.GetRaftAddress(), GRPCAddress: s.GetGrpcAddress(),
+			Suffrage: s.GetSuffrage(), State: s.GetState(), Healthy: s.GetHealthy(), LastContactNanos: -1,
+		}
+		if sh := h.servers[s.GetId()]; sh != nil {
+			out.AutopilotHealthy, out.Problem = sh.healthy, sh.problem
+			if sh.resp != nil {
+				out.Answered, out.Term = true, sh.resp.GetTerm()
+				out.LastContactNanos, out.LastLogIndex = sh.resp.GetLastContactNanos(), sh.resp.GetLastLogIndex()
+			}
+		}
+		return out
+	}
 	if asJSON {
 		out := statusJSON{
 			Leader: r.GetLeader(), Term: r.GetTerm(), CommitIndex: r.GetCommitIndex(), AppliedIndex: r.GetAppliedIndex(),
 			AnsweredBy: r.GetAnsweredBy(), ClusterTimeNanos: r.GetClusterTimeNanos(),
 			Policies: r.GetPolicies(), Keys: r.GetKeys(), Leases: r.GetLeases(),
+			Voters: h.voters, Quorum: h.quorum, HealthyVoters: h.healthyVoters, FailureTolerance: h.failureTolerance,
 			Servers: []serverJSON{},
 		}
 		for _, s := range r.GetServers() {
-			out.Servers = append(out.Servers, serverJSON{
-				ID: s.GetId(), Address: s.GetRaftAddress(), GRPCAddress: s.GetGrpcAddress(),
-				Suffrage: s.GetSuffrage(), State: s.GetState(), Healthy: s.GetHealthy(),
-			})
+			out.Servers = append(out.Servers, server(s))
 		}
 		return writeJSON(w, out)
 	}
@@ -106,13 +130,35 @@ func writeStatus(w io.Writer, r *api.StatusResponse, asJSON bool) error {
 	fmt.Fprintf(tw, "Keys:\t%d\n", r.GetKeys())
 	fmt.Fprintf(tw, "Leases:\t%d\n", r.GetLeases())
 	fmt.Fprintf(tw, "Answered by:\t%s\n", r.GetAnsweredBy())
+	fmt.Fprintf(tw, "Failure tolerance:\t%d (%d of %d voters healthy, quorum %d)\n", h.failureTolerance, h.healthyVoters, h.voters, h.quorum)
 	tw.Flush()
 	fmt.Fprintln(bw)
 	tw = newTable(bw)
-	fmt.Fprintln(tw, "ID\tRAFT ADDRESS\tGRPC ADDRESS\tSUFFRAGE\tSTATE\tHEALTHY")
+	fmt.Fprintln(tw, "ID\tRAFT ADDRESS\tGRPC ADDRESS\tSUFFRAGE\tSTATE\tGOSSIP\tLAST CONTACT\tLAST INDEX\tHEALTHY")
 	for _, s := range r.GetServers() {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", s.GetId(), s.GetRaftAddress(), orDash(s.GetGrpcAddress()),
-			s.GetSuffrage(), s.GetState(), yesNo(s.GetHealthy()))
+		sj := server(s)
+		contact, index := "-", "-"
+		if sj.Answered {
+			index = fmt.Sprint(sj.LastLogIndex)
+			switch {
+			case sj.LastContactNanos == 0 && sj.State == "leader":
+				contact = "(leader)"
+			case sj.LastContactNanos >= 0:
+				contact = time.Duration(sj.LastContactNanos).Round(100 * time.Microsecond).String()
+			default:
+				contact = "never"
+			}
+		}
+		gossip := "alive"
+		if !sj.Healthy {
+			gossip = "not alive"
+		}
+		health := "yes"
+		if !sj.AutopilotHealthy {
+			health = "no: " + sj.Problem
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", sj.ID, sj.Address, orDash(sj.GRPCAddress),
+			sj.Suffrage, sj.State, gossip, contact, index, health)
 	}
 	tw.Flush()
 	return bw.Flush()
@@ -151,16 +197,71 @@ func writeMembers(w io.Writer, r *api.MembersResponse, asJSON bool) error {
 	return bw.Flush()
 }
 
-// policyJSON is a stored policy in `rationctl policy get|list --json`.
+// policyJSON is a stored policy in `rationctl policy get|list --json`: its
+// name and usage, and its settings as fields (spec), in the API's exact
+// units. A policy this binary cannot read (a newer server's field) has no
+// spec but unreadable, saying why, and its stored policy file in yaml.
 type policyJSON struct {
-	Name   string `json:"name"`
-	YAML   string `json:"yaml"`
-	Keys   uint64 `json:"keys"`
-	Leases uint64 `json:"leases"`
+	Name       string          `json:"name"`
+	Keys       uint64          `json:"keys"`
+	Leases     uint64          `json:"leases"`
+	Spec       *policySpecJSON `json:"spec,omitempty"`
+	Unreadable string          `json:"unreadable,omitempty"`
+	YAML       string          `json:"yaml,omitempty"`
 }
 
-func toPolicyJSON(p *api.PolicyInfo) policyJSON {
-	return policyJSON{Name: p.GetName(), YAML: p.GetYaml(), Keys: p.GetKeys(), Leases: p.GetLeases()}
+// policySpecJSON is every setting of a policy, defaults included (as the
+// cluster stores it: api.PolicySpec). The rate is rate_milli_per_sec
+// milli-tokens per second, or per rate_period_nanos when that is not 0
+// (rate: 1/m is 1000 per 60s).
+type policySpecJSON struct {
+	Algorithm               string           `json:"algorithm"`
+	Key                     []string         `json:"key"`
+	Charge                  string           `json:"charge"`
+	RateMilliPerSec         int64            `json:"rate_milli_per_sec"`
+	RatePeriodNanos         int64            `json:"rate_period_nanos"`
+	BurstMilli              int64            `json:"burst_milli"`
+	StartFull               bool             `json:"start_full"`
+	LimitMilli              int64            `json:"limit_milli"`
+	WindowNanos             int64            `json:"window_nanos"`
+	LeaseDurationNanos      int64            `json:"lease_duration_nanos"`
+	RenewAfterNanos         int64            `json:"renew_after_nanos"`
+	DriftPPM                int64            `json:"drift_ppm"`
+	DefaultWeight           int64            `json:"default_weight"`
+	ClientWeights           map[string]int64 `json:"client_weights"`
+	Failure                 string           `json:"failure"`
+	FallbackRateMilliPerSec int64            `json:"fallback_rate_milli_per_sec"`
+	Shadow                  bool             `json:"shadow"`
+	MaxKeys                 int64            `json:"max_keys"`
+	MaxLeasesPerKey         int64            `json:"max_leases_per_key"`
+}
+
+func toPolicyJSON(info *api.PolicyInfo) policyJSON {
+	out := policyJSON{Name: info.GetName(), Keys: info.GetKeys(), Leases: info.GetLeases()}
+	f, err := policy.Parse(strings.NewReader(info.GetYaml()))
+	if err == nil && len(f.Policies) != 1 {
+		err = fmt.Errorf("the stored policy file has %d policies, want 1", len(f.Policies))
+	}
+	if err != nil {
+		out.Unreadable = strings.ReplaceAll(err.Error(), "\n", "; ")
+		out.YAML = info.GetYaml()
+		return out
+	}
+	p := f.Policies[0]
+	spec := &policySpecJSON{
+		Algorithm: string(p.Algorithm), Key: append([]string{}, p.Key...), Charge: string(p.Charge),
+		RateMilliPerSec: p.RateMilliPerSec, RatePeriodNanos: p.RatePeriodNanos, BurstMilli: p.BurstMilli,
+		StartFull: p.StartFull, LimitMilli: p.LimitMilli, WindowNanos: p.WindowNanos,
+		LeaseDurationNanos: p.LeaseDurationNanos, RenewAfterNanos: p.RenewAfterNanos, DriftPPM: p.DriftPPM,
+		DefaultWeight: p.DefaultWeight, ClientWeights: map[string]int64{}, Failure: string(p.Failure),
+		FallbackRateMilliPerSec: p.FallbackRateMilliPerSec, Shadow: p.Shadow,
+		MaxKeys: p.MaxKeys, MaxLeasesPerKey: p.MaxLeasesPerKey,
+	}
+	for k, v := range p.ClientWeights {
+		spec.ClientWeights[k] = v
+	}
+	out.Spec = spec
+	return out
 }
 
 func writePolicies(w io.Writer, r *api.ListPoliciesResponse, asJSON bool) error {

@@ -23,6 +23,7 @@ type options struct {
 	bootstrapExpect                int
 	configPath                     string
 	logLevel, logFormat            string
+	observe                        observeOptions
 
 	// Raft snapshot tuning (0 keeps coordinator.DefaultConfig's value).
 	snapshotThreshold, trailingLogs uint64
@@ -81,6 +82,7 @@ func serverFlags(name string, o *options) *flag.FlagSet {
 		"policy `FILE` the first leader of a cluster that has no policies applies (token-bucket policies only)")
 	fs.StringVar(&o.logLevel, "log-level", o.logLevel, "log `LEVEL`: debug, info, warn or error")
 	fs.StringVar(&o.logFormat, "log-format", o.logFormat, "log `FORMAT`: text or json")
+	observeFlags(fs, &o.observe)
 	fs.Uint64Var(&o.snapshotThreshold, "raft-snapshot-threshold", o.snapshotThreshold,
 		"snapshot after `N` new log entries (0: the default, 8192)")
 	fs.Uint64Var(&o.trailingLogs, "raft-trailing-logs", o.trailingLogs,

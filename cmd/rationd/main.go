@@ -4,6 +4,7 @@
 //	rationd --id ID --data-dir DIR --raft-addr HOST:PORT --grpc-addr HOST:PORT --gossip-addr HOST:PORT
 //	        [--join HOST:PORT[,HOST:PORT]] [--bootstrap-expect N] [--config FILE]
 //	        [--log-level info] [--log-format text|json]
+//	        [--http-addr HOST:PORT [--enable-pprof]]
 //	rationd dev    a single-node cluster with a demo policy, for trying things out
 //	rationd edge   a lease holder that answers Envoy's rate limit service and the
 //	               Check API for other processes (edge.go, package edge)
@@ -65,7 +66,7 @@ Usage:
   rationd --id ID --data-dir DIR --raft-addr HOST:PORT --grpc-addr HOST:PORT
           --gossip-addr HOST:PORT [--join HOST:PORT[,HOST:PORT]]
           [--bootstrap-expect N] [--config FILE] [--log-level info]
-          [--log-format text|json]
+          [--log-format text|json] [--http-addr HOST:PORT [--enable-pprof]]
   rationd dev [flags]   a single-node cluster with a demo policy (rationd dev -h)
   rationd edge [flags]  a lease holder answering Envoy's rate limit service and
                         the Check API for other processes (rationd edge -h)
@@ -182,9 +183,15 @@ func serve(prog string, o options, policies *policy.File, stderr io.Writer, sign
 			return fail(2, fmt.Errorf("--clock-control: %w", err))
 		}
 	}
+	obs := o.observe.setup(&cfg)
+	defer obs.Close()
 	srv, err := start(cfg, logger, signals)
 	if err != nil {
 		return fail(1, err)
+	}
+	if err := o.observe.start(obs, srv, logger); err != nil {
+		srv.Kill()
+		return fail(1, fmt.Errorf("cannot start: %w", err))
 	}
 	logger.Info("listening", "service", "grpc", "addr", srv.GRPCAddr(), "serves", "lease and admin API")
 	logger.Info("listening", "service", "raft", "addr", cfg.RaftAddr, "serves", "Raft RPCs (tcp)")
@@ -202,6 +209,7 @@ func serve(prog string, o options, policies *policy.File, stderr io.Writer, sign
 
 	sig := <-signals
 	logger.Info("shutting down", "signal", sig.String(), "timeout", shutdownTimeout)
+	obs.Close() // gRPC health NOT_SERVING first, so balancers move on
 	ctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
 	defer cancel()
 	done := make(chan error, 1)

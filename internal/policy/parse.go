@@ -242,6 +242,9 @@ func (p *parser) add(e *Error) { p.errs = append(p.errs, e) }
 
 func parse(data []byte) (*File, []*Error) {
 	p := &parser{keyOwner: make(map[lineField]*Error)}
+	if e := checkText(data); e != nil {
+		return nil, []*Error{e}
+	}
 
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	var doc yaml.Node

@@ -1,0 +1,140 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/ration-dev/ration/api"
+)
+
+// Health of the servers as Consul's autopilot judges it: rationctl status
+// asks every server of the Raft configuration for its own Status (its
+// term, leader, last contact with the leader, last log index) and calls a
+// voter healthy when it answers, is alive in gossip, follows the same
+// leader in the same term, heard from the leader within
+// --max-last-contact and its log is within --max-trailing-logs of the
+// leader's. The failure tolerance is how many voters can fail before the
+// quorum is lost: healthy voters minus the quorum (0 without a leader).
+// The servers are asked from where rationctl runs: one it cannot reach
+// counts as unhealthy even if its peers reach it.
+
+// Defaults of the status thresholds (Consul's autopilot uses 200ms and
+// 250 entries with its own Raft timing; ration's heartbeats are every
+// 100ms, so 500ms is five missed).
+const (
+	defaultMaxLastContact  = 500 * time.Millisecond
+	defaultMaxTrailingLogs = 1000
+	// perServerTimeout bounds asking one server, within --timeout.
+	perServerTimeout = 2 * time.Second
+)
+
+// dialServer connects to a server's gRPC address for the fan-out; tests
+// replace it to reach canned servers.
+var dialServer = func(addr string) (*grpc.ClientConn, error) {
+	return grpc.NewClient("passthrough:///"+addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+}
+
+// serverHealth is one server's answer and verdict.
+type serverHealth struct {
+	resp    *api.StatusResponse // nil when it did not answer
+	healthy bool
+	problem string // why not healthy; empty when healthy
+}
+
+// clusterHealth is the verdict over the configuration.
+type clusterHealth struct {
+	servers          map[string]*serverHealth // by ID
+	voters, quorum   int
+	healthyVoters    int
+	failureTolerance int
+	maxLastContact   time.Duration
+	maxTrailingLogs  uint64
+}
+
+// askAll gets every server's own Status: the answering server's is first
+// (already in hand, over conn), the others over their gRPC addresses, in
+// parallel.
+func askAll(ctx context.Context, first *api.StatusResponse) map[string]*api.StatusResponse {
+	out := map[string]*api.StatusResponse{first.GetAnsweredBy(): first}
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for _, s := range first.GetServers() {
+		if s.GetId() == first.GetAnsweredBy() || s.GetGrpcAddress() == "" {
+			continue
+		}
+		wg.Add(1)
+		go func(id, addr string) {
+			defer wg.Done()
+			conn, err := dialServer(addr)
+			if err != nil {
+				return
+			}
+			defer conn.Close()
+			cctx, cancel := context.WithTimeout(ctx, perServerTimeout)
+			defer cancel()
+			r, err := api.NewAdminClient(conn).Status(cctx, &api.StatusRequest{})
+			if err != nil || r.GetAnsweredBy() != id {
+				return
+			}
+			mu.Lock()
+			out[id] = r
+			mu.Unlock()
+		}(s.GetId(), s.GetGrpcAddress())
+	}
+	wg.Wait()
+	return out
+}
+
+// judge applies the autopilot rules to the answers.
+func judge(first *api.StatusResponse, answers map[string]*api.StatusResponse, maxLastContact time.Duration, maxTrailing uint64) *clusterHealth {
+	h := &clusterHealth{servers: map[string]*serverHealth{}, maxLastContact: maxLastContact, maxTrailingLogs: maxTrailing}
+	leaderID := first.GetLeader()
+	leader := answers[leaderID]
+	for _, s := range first.GetServers() {
+		sh := &serverHealth{resp: answers[s.GetId()]}
+		h.servers[s.GetId()] = sh
+		if s.GetSuffrage() == "voter" {
+			h.voters++
+		}
+		r := sh.resp
+		switch {
+		case leaderID == "":
+			sh.problem = "no leader"
+		case leader == nil:
+			sh.problem = "the leader did not answer"
+		case !s.GetHealthy():
+			sh.problem = "not alive in gossip"
+		case r == nil && s.GetGrpcAddress() == "":
+			sh.problem = "no gRPC address in gossip"
+		case r == nil:
+			sh.problem = "did not answer"
+		case r.GetLastLogIndex() == 0:
+			sh.problem = "does not report its Raft figures (older server)"
+		case r.GetLeader() != leaderID:
+			sh.problem = fmt.Sprintf("follows %q", r.GetLeader())
+		case r.GetTerm() != leader.GetTerm():
+			sh.problem = fmt.Sprintf("term %d, the leader's %d", r.GetTerm(), leader.GetTerm())
+		case r.GetLastContactNanos() < 0:
+			sh.problem = "never heard from the leader"
+		case time.Duration(r.GetLastContactNanos()) > maxLastContact:
+			sh.problem = fmt.Sprintf("last contact %v ago, over %v", nanosDuration(r.GetLastContactNanos()), maxLastContact)
+		case leader.GetLastLogIndex() > r.GetLastLogIndex() && leader.GetLastLogIndex()-r.GetLastLogIndex() > maxTrailing:
+			sh.problem = fmt.Sprintf("%d entries behind the leader, over %d", leader.GetLastLogIndex()-r.GetLastLogIndex(), maxTrailing)
+		default:
+			sh.healthy = true
+		}
+		if sh.healthy && s.GetSuffrage() == "voter" {
+			h.healthyVoters++
+		}
+	}
+	h.quorum = h.voters/2 + 1
+	if leaderID != "" && h.healthyVoters > h.quorum {
+		h.failureTolerance = h.healthyVoters - h.quorum
+	}
+	return h
+}
