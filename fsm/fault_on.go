@@ -7,11 +7,14 @@ import (
 	"github.com/ration-dev/ration/lease"
 )
 
-// withFault breaks a ledger as faults.StartFullNoDebit says (test builds
-// only; see internal/faults).
+// withFault breaks a ledger as faults.StartFullNoDebit or
+// faults.ForgetReplaced says (test builds only; see internal/faults).
 func withFault(l *lease.Ledger) *lease.Ledger {
 	if faults.Active(faults.StartFullNoDebit) {
 		lease.InjectFault(l, lease.FaultStartFullNoDebit)
+	}
+	if faults.Active(faults.ForgetReplaced) {
+		lease.InjectFault(l, lease.FaultForgetReplaced)
 	}
 	return l
 }
