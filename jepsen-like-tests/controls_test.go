@@ -94,14 +94,22 @@ var controls = []control{
 		warmup:       3 * time.Second, nemeses: []Nemesis{IdleTransferReturn},
 	},
 	{
-		// Issue 11, break 2, with both layers broken: clients that keep
-		// one limiter per full key (three per-route limiters of one
+		// Issue 11, break 2, with both layers broken: a client that keeps
+		// one limiter per full key (two per-route limiters of one
 		// tenant's budget, one lease holder on the cluster, each acquire
-		// replacing another's lease while it still admits), and servers
-		// that free a replaced lease's terms at once (rule (h)). Steady
-		// load shows it; no nemesis needed.
+		// replacing the other's lease while the other still admits until
+		// its next renewal), and servers that free a replaced lease's
+		// terms at once (rule (h)), so each new lease gets all of r again.
+		// Steady load shows it; no nemesis needed. One replica (the
+		// issue's case): with several, their shares change at every
+		// replacement, so every lease renews early, the overlaps are
+		// short, and rule (b) (a reduced share stays held) starves the
+		// grants: the churn then costs utilization, not the bound.
 		name: "ignore-key-attributes+forget-replaced", seed: 9, controls: "per-route limiters of one holder, replaced terms freed at once",
-		setup:        func(cfg *RunConfig) { cfg.Routes = 3 },
+		setup: func(cfg *RunConfig) {
+			cfg.Replicas, cfg.Routes = []string{"c1"}, 2
+			cfg.RatePerReplica = 1500 // 2550 tokens/s, 3.2× r
+		},
 		serverFaults: []string{"forget-replaced"}, clientFaults: []string{"ignore-key-attributes"},
 		warmup: 10 * time.Second,
 	},
@@ -111,14 +119,14 @@ var controls = []control{
 		// The budget must be slow to refill (B/r = 4s) for a refill
 		// across the sync to be more than the idle gap's own r·gap.
 		name: "forget-retired-delete-reapply", seed: 10, controls: "a deleted and re-applied policy starts its keys full",
-		setup:        bigBurst,
+		setup:        slowRefill,
 		serverFaults: []string{"forget-retired"},
 		warmup:       6 * time.Second, nemeses: []Nemesis{PolicyDeleteReapply},
 	},
 	{
 		// The same servers re-keying: no floor, the new key starts full.
 		name: "forget-retired-rekey", seed: 11, controls: "a re-keyed policy starts its new keys full",
-		setup:        bigBurst,
+		setup:        slowRefill,
 		serverFaults: []string{"forget-retired"},
 		warmup:       6 * time.Second, nemeses: []Nemesis{PolicyRekey},
 	},
@@ -129,6 +137,15 @@ var controls = []control{
 func bigBurst(cfg *RunConfig) {
 	cfg.Policy = PolicySpec{Rate: 100, Burst: 400, Lease: 5 * time.Second, RenewAfter: time.Second}
 	cfg.RatePerReplica = 600
+}
+
+// slowRefill: B = 400 tokens, r = 100/s (4s to refill), two replicas each
+// offering 2000 requests/s (3400 tokens/s): the first to acquire a fresh
+// budget holds all of B and spends it before its first renewal cuts its
+// cap to its share (a burst left in a bucket whose cap shrinks is lost).
+func slowRefill(cfg *RunConfig) {
+	cfg.Policy = PolicySpec{Rate: 100, Burst: 400, Lease: 5 * time.Second, RenewAfter: time.Second}
+	cfg.Replicas, cfg.RatePerReplica = []string{"c1", "c2"}, 2000
 }
 
 // TestNegativeControls: binaries built with -tags ration_faults, run with

@@ -104,6 +104,7 @@ var PolicyDeleteReapply = Nemesis{"policy-delete-reapply", func(e *Env, _ *rand.
 	e.mustRationctl("policy delete", "jepsen")
 	refusedLive, lastLive := e.applyUntilAccepted(file, within)
 	e.settle()
+	hold(2 * e.cfg.Policy.RenewAfter) // every replica at its share again
 	e.stopReplicas()
 	e.mustRationctl("policy delete", "jepsen")
 	refusedIdle, lastIdle := e.applyUntilAccepted(file, within)
