@@ -172,11 +172,11 @@ func TestLong(t *testing.T) {
 		t.Skip("set DURATION (e.g. 10m) for a long randomized run: make jepsen SEED=… DURATION=…")
 	}
 	seed := seedFromEnv(time.Now().UnixNano() % 1_000_000)
-	cfg := baseConfig("long", seed)
-	cfg.SnapshotThreshold, cfg.TrailingLogs = 64, 16
+	cfg := quickConfig("long", seed)
 	rng := rand.New(rand.NewPCG(uint64(seed), 1))
 	all := []Nemesis{KillLeader, KillFollower, PauseLeader, PauseClient, PartitionLeader, PartitionMajority,
-		PartitionBridge, PartitionRing, CutClient, IdleTransferReturn, ClockWithinRho, WallClockJumps, DegradedNetwork, KillAll, Mix(2), Mix(3)}
+		PartitionBridge, PartitionRing, CutClient, IdleTransferReturn, ClockWithinRho, WallClockJumps, DegradedNetwork, KillAll,
+		PolicyDeleteReapply, PolicyRekey, Mix(2), Mix(3)}
 	// Each nemesis with its settling takes roughly 10s.
 	var plan []Nemesis
 	for range int(d / (10 * time.Second)) {
