@@ -27,7 +27,10 @@ type control struct {
 
 func (c control) run(t *testing.T, serverFaults, clientFaults []string, expectViolation bool, boundOnly bool) {
 	name := "nc-" + c.name
-	if !expectViolation {
+	switch {
+	case boundOnly:
+		name = "bound-only-" + c.name
+	case !expectViolation:
 		name = "healthy-" + c.name
 	}
 	cfg := baseConfig(name, seedFromEnv(c.seed))
