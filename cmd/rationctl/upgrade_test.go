@@ -36,7 +36,7 @@ func TestRollingUpgrade(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds an older rationd and runs a cluster; skipped with -short")
 	}
-	oldBin := buildOldRationd(t)
+	oldBin, from := buildOldRationd(t)
 	newBin, rationctl := buildBinaries(t)
 	procs := startCluster(t, oldBin)
 	var addrs []string
@@ -191,7 +191,7 @@ func TestRollingUpgrade(t *testing.T) {
 	if v := quotacheck.Check(h, quotacheck.Bound{CapacityMilli: 40_000, RateMilliPerSec: 40_000}); v != nil {
 		t.Fatalf("the bound broke during the upgrade: %v", v)
 	}
-	t.Logf("upgraded from %s under load: %d admissions in %v, every window within B + r·W", os.Getenv("RATION_UPGRADE_FROM"), len(h), time.Since(start).Round(time.Second))
+	t.Logf("upgraded from %s under load: %d admissions in %v, every window within B + r·W", from, len(h), time.Since(start).Round(time.Second))
 }
 
 // supportedFeatures returns the feature switches the servers advertise
@@ -257,9 +257,9 @@ func restartWith(t *testing.T, p *serverProc, bin string) {
 // buildOldRationd builds rationd from the commit RATION_UPGRADE_FROM names
 // (default HEAD~1), exported with git archive into a temporary directory.
 // It skips, saying why, outside a git checkout with that commit.
-func buildOldRationd(t *testing.T) string {
+func buildOldRationd(t *testing.T) (bin, from string) {
 	t.Helper()
-	from := os.Getenv("RATION_UPGRADE_FROM")
+	from = os.Getenv("RATION_UPGRADE_FROM")
 	if from == "" {
 		from = "HEAD~1"
 	}
@@ -302,5 +302,5 @@ func buildOldRationd(t *testing.T) string {
 		t.Fatalf("building rationd from %s: %v\n%s", from, err, b)
 	}
 	t.Logf("rationd built from %s (%s)", from, strings.TrimSpace(string(rev))[:12])
-	return out
+	return out, from
 }
