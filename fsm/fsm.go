@@ -48,8 +48,23 @@ type Result struct {
 	Err error
 	// Ops holds one result per op of a lease batch, in order.
 	Ops []OpResult
-	// Expired counts the leases an expire command removed.
-	Expired int
+	// Expired counts the leases an expire command removed;
+	// ExpiredByPolicy splits it by policy name (a retired policy's under
+	// its old name). Neither is part of the state.
+	Expired         int
+	ExpiredByPolicy map[string]int
+}
+
+// expired counts n leases of policy removed by an expire command.
+func (r *Result) expired(policy string, n int) {
+	if n == 0 {
+		return
+	}
+	r.Expired += n
+	if r.ExpiredByPolicy == nil {
+		r.ExpiredByPolicy = map[string]int{}
+	}
+	r.ExpiredByPolicy[policy] += n
 }
 
 type clientRecord struct {
@@ -762,7 +777,7 @@ func (s *state) expire(t, through, retention int64) (*Result, error) {
 			if err != nil {
 				return nil, err
 			}
-			res.Expired += len(gone)
+			res.expired(pn, len(gone))
 			leases := l.Leases()
 			if len(leases) == 0 && l.PoolMilli() >= l.Config().CapacityMilli {
 				delete(keys, ck)

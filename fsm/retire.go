@@ -219,7 +219,7 @@ func (s *state) expireRetired(t, through int64, res *Result, active map[string]b
 				if err != nil {
 					return err
 				}
-				res.Expired += len(gone)
+				res.expired(name, len(gone))
 			}
 			if l.LeaseCount() == 0 && (s.forgetRetired() || fresh(t, l)) {
 				delete(r.keys, ck)
