@@ -61,9 +61,16 @@ const (
 	// keeps equal state hashes; on, rewording a message or remapping a code
 	// in a later version no longer does.
 	FeatureStableRecords uint64 = 1 << 3
+	// FeatureRestoreHold: an operator's snapshot restore holds every budget
+	// for a lease duration and starts a new generation of lease IDs
+	// (restore.go, rule j); a snapshot so prepared carries the bit, so a
+	// server that predates it refuses the snapshot instead of applying it
+	// differently. The leader refuses a restore until every voter supports
+	// it.
+	FeatureRestoreHold uint64 = 1 << 4
 
 	// KnownFeatures is every switch this server can apply.
-	KnownFeatures = FeatureAcks | FeatureRetire | FeatureReturnClamped | FeatureStableRecords
+	KnownFeatures = FeatureAcks | FeatureRetire | FeatureReturnClamped | FeatureStableRecords | FeatureRestoreHold
 )
 
 // IgnorableFlag marks a command type that older servers may skip. An

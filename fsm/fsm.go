@@ -94,6 +94,9 @@ type state struct {
 	fault fault
 	// features holds the switches turned on (FeatureXxx bits).
 	features uint64
+	// restoreHoldUntil and idGeneration: see restore.go.
+	restoreHoldUntil int64
+	idGeneration     uint64
 }
 
 func newState() *state {
@@ -474,6 +477,9 @@ func (s *state) resolve(t int64, k *api.Key, create bool) (policy.Policy, string
 	pool, _ := s.startPool(t, p)
 	l, err := lease.NewLedgerWithPool(ledgerConfig(p), t, pool)
 	if err != nil {
+		return p, ck, nil, fmt.Errorf("policy %q: %w", p.Name, err)
+	}
+	if err := s.afterRestore(t, l); err != nil {
 		return p, ck, nil, fmt.Errorf("policy %q: %w", p.Name, err)
 	}
 	l = withFault(l)

@@ -103,3 +103,50 @@ func TestStableRecords(t *testing.T) {
 		}
 	}
 }
+
+// PrepareRestore (rule j): cluster time continues from now, every budget
+// is held for the longest lease duration plus a margin (grants get
+// nothing, pools empty), keys created after the hold start no fuller than
+// minting from empty at its end, and lease IDs start a new generation.
+func TestPrepareRestoreHoldsEveryBudget(t *testing.T) {
+	h := newHarness(t)
+	h.enableFeatures(KnownFeatures)
+	a := grantOf(t, h.batch(sec, acquire(caller("a", 1, 1), tenant("acme"))))
+	snap := snapshotBytes(t, h.f)
+	now := 20 * sec
+	prepared, err := PrepareRestore(snap, now, h.f.Policies())
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := New(nil)
+	if err := g.Restore(nopCloser{bytes.NewReader(prepared)}); err != nil {
+		t.Fatal(err)
+	}
+	if g.ClusterTime() != now || g.Features()&FeatureRestoreHold == 0 {
+		t.Fatalf("restored at %d with features %#x", g.ClusterTime(), g.Features())
+	}
+	until := now + 5*sec + RestoreHoldMarginNanos // per-tenant leases last 5 s, global's the default
+	for _, p := range g.Policies() {
+		until = max(until, now+p.LeaseDurationNanos+RestoreHoldMarginNanos)
+	}
+	if g.st.restoreHoldUntil != until {
+		t.Fatalf("hold until %d, want %d", g.st.restoreHoldUntil, until)
+	}
+	rh := &harness{t: t, f: g, index: 1000}
+	// During the hold: a restored key and a new one grant nothing.
+	for i, k := range []string{"acme", "newkey"} {
+		gr := grantOf(t, rh.batch(now+sec, acquire(caller("b", 1, uint64(i+1)), tenant(k))))
+		if gr.GetRateMilliPerSec() != 0 || gr.GetCapMilli() != 0 || gr.GetStartMilli() != 0 {
+			t.Fatalf("%s: granted %v during the hold", k, gr)
+		}
+		if gr.GetLeaseId() <= 1<<32 || gr.GetLeaseId() <= a.GetLeaseId() {
+			t.Fatalf("%s: lease ID %d is not of the new generation", k, gr.GetLeaseId())
+		}
+	}
+	// After it, a key created half a second later starts with half a
+	// second of minting (global: r = 100/s, B = 100), not full.
+	gr := grantOf(t, rh.batch(until+sec/2, acquire(caller("c", 1, 1), &api.Key{Policy: "global"})))
+	if s := gr.GetStartMilli(); s <= 0 || s > 50_000 {
+		t.Fatalf("a key created 0.5 s after the hold started with %d milli-tokens, want at most 0.5 s of minting (50000)", s)
+	}
+}
