@@ -165,9 +165,16 @@ func serve(prog string, o options, policies *policy.File, stderr io.Writer, sign
 		}
 	}
 	cfg := o.config(logger, policies)
+	if err := o.security.apply(&cfg); err != nil {
+		return fail(2, err)
+	}
 	if err := cfg.Validate(); err != nil {
 		return fail(2, err)
 	}
+	warnInsecure(logger, cfg)
+	stopReload := make(chan struct{})
+	defer close(stopReload)
+	reloadOnHUP(cfg.TLS, logger, stopReload)
 	if err := faults.Set(o.faults...); err != nil {
 		return fail(2, fmt.Errorf("--fault: %w", err))
 	}
