@@ -1,6 +1,7 @@
 package main
 
 import (
+	"crypto/tls"
 	"flag"
 	"log/slog"
 	"net"
@@ -111,4 +112,33 @@ func loopback(addr string) bool {
 	}
 	ip := net.ParseIP(host)
 	return ip != nil && ip.IsLoopback()
+}
+
+// edgeTLS is rationd edge's TLS: the config it dials the cluster with
+// (CA required, its certificate presented if given; the servers' name
+// checked with --tls-verify-server-hostname) and, when it has a
+// certificate, the config of its own listeners (mutual TLS: Envoy and
+// other callers present certificates from the same CA). nil, nil without
+// TLS flags. The certificate is reloaded on SIGHUP.
+func (o securityOptions) edgeTLS(logger *slog.Logger) (dial, listen *tls.Config, err error) {
+	if !o.tls.Any() {
+		if o.verifyServerHostname {
+			return nil, nil, usageErrorf("--tls-verify-server-hostname needs --tls-ca-file")
+		}
+		return nil, nil, nil
+	}
+	store, err := tlsutil.Load(o.tls, false)
+	if err != nil {
+		return nil, nil, usageErrorf("TLS: %v", err)
+	}
+	name := ""
+	if o.verifyServerHostname {
+		name = tlsutil.ServerName(o.clusterName)
+	}
+	dial = store.ClientConfig(name)
+	if store.Leaf() != nil {
+		listen = store.ServerConfig("")
+	}
+	reloadOnHUP(store, logger, nil)
+	return dial, listen, nil
 }
