@@ -288,8 +288,13 @@ func dialReady(addr string, deadline time.Time) (*grpc.ClientConn, error) {
 		}
 		return c, err
 	}
+	record := func(err error) {
+		mu.Lock()
+		dialErr = err
+		mu.Unlock()
+	}
 	conn, err := grpc.NewClient("passthrough:///"+addr,
-		grpc.WithTransportCredentials(transportCreds()), grpc.WithContextDialer(dialer))
+		grpc.WithTransportCredentials(recordingCreds{transportCreds(), record}), grpc.WithContextDialer(dialer))
 	if err != nil {
 		return nil, err
 	}
@@ -308,6 +313,9 @@ func dialReady(addr string, deadline time.Time) (*grpc.ClientConn, error) {
 			defer mu.Unlock()
 			if dialErr != nil {
 				return nil, dialErr
+			}
+			if activeTLS != nil {
+				return nil, fmt.Errorf("connection failed (%s; with TLS, the server may have refused this client's certificate: is it signed by the cluster's CA?)", s)
 			}
 			return nil, fmt.Errorf("connection failed (%s)", s)
 		}

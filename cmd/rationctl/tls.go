@@ -1,8 +1,10 @@
 package main
 
 import (
+	"context"
 	"crypto/tls"
 	"flag"
+	"net"
 	"os"
 
 	"google.golang.org/grpc/credentials"
@@ -57,4 +59,24 @@ func transportCreds() credentials.TransportCredentials {
 		return credentials.NewTLS(activeTLS)
 	}
 	return insecure.NewCredentials()
+}
+
+// recordingCreds reports a failed handshake (a server certificate that does
+// not verify) to rec, so rationctl can say why it could not connect
+// rather than gRPC's state name.
+type recordingCreds struct {
+	credentials.TransportCredentials
+	rec func(error)
+}
+
+func (c recordingCreds) ClientHandshake(ctx context.Context, authority string, raw net.Conn) (net.Conn, credentials.AuthInfo, error) {
+	conn, info, err := c.TransportCredentials.ClientHandshake(ctx, authority, raw)
+	if err != nil {
+		c.rec(err)
+	}
+	return conn, info, err
+}
+
+func (c recordingCreds) Clone() credentials.TransportCredentials {
+	return recordingCreds{c.TransportCredentials.Clone(), c.rec}
 }
