@@ -99,6 +99,11 @@ type Config struct {
 	// forwarded call received, so a client certificate from the same CA
 	// cannot pose as a server. Needs TLS.
 	VerifyServerHostname bool
+	// GossipKey, if set, turns on gossip encryption (memberlist's keyring)
+	// with this key (16, 24 or 32 bytes); a node without a key of the ring
+	// cannot join. The ring, once rotated (Admin.Keyring), lives in
+	// DataDir/gossip.keyring and takes precedence over GossipKey.
+	GossipKey []byte
 	// ClusterName names the cluster in the servers' certificate name
 	// (DefaultConfig and "": "ration").
 	ClusterName string

@@ -60,6 +60,13 @@ func (o securityOptions) apply(cfg *coordinator.Config) error {
 	cfg.TLS = store
 	cfg.VerifyServerHostname = o.verifyServerHostname
 	cfg.ClusterName = o.clusterName
+	if o.gossipKeyFile != "" {
+		key, err := coordinator.ReadGossipKeyFile(o.gossipKeyFile)
+		if err != nil {
+			return usageErrorf("--gossip-key-file: %v", err)
+		}
+		cfg.GossipKey = key
+	}
 	return nil
 }
 
@@ -98,6 +105,9 @@ func warnInsecure(logger *slog.Logger, cfg coordinator.Config) {
 			logger.Warn("listening on a non-loopback address without TLS: anyone who can reach it can call every admin and lease API (docs/security.md)",
 				"service", l.name, "addr", l.addr)
 		}
+	}
+	if len(cfg.GossipKey) == 0 && !loopback(cfg.GossipAddr) {
+		logger.Warn("gossip on a non-loopback address without encryption: any node that reaches it can join (--gossip-key-file; docs/security.md)", "addr", cfg.GossipAddr)
 	}
 }
 

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"log/slog"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -75,5 +76,30 @@ func TestWarnInsecure(t *testing.T) {
 				t.Errorf("warning=%v, want %v:\n%s", got, tc.warning, buf.String())
 			}
 		})
+	}
+}
+
+func TestGossipKeyFileErrors(t *testing.T) {
+	dir := t.TempDir()
+	short := dir + "/short.key"
+	notB64 := dir + "/bad.key"
+	if err := os.WriteFile(short, []byte("c2hvcnQ=\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(notB64, []byte("%%%"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	addrs := freeAddrs(t, 3)
+	base := []string{"--id", "n1", "--data-dir", t.TempDir(), "--raft-addr", addrs[0], "--grpc-addr", addrs[1], "--gossip-addr", addrs[2]}
+	for _, tc := range []struct{ file, want string }{
+		{dir + "/missing.key", "rationd: --gossip-key-file: open " + dir + "/missing.key: no such file or directory"},
+		{short, "key size must be 16, 24 or 32 bytes"},
+		{notB64, "gossip key is not base64"},
+	} {
+		var stdout, stderr syncBuffer
+		code := run(append(append([]string(nil), base...), "--gossip-key-file", tc.file), &stdout, &stderr, nil)
+		if code != 2 || !strings.Contains(stderr.String(), tc.want) {
+			t.Errorf("--gossip-key-file %s: exit %d, stderr:\n%s\nwant exit 2 and %q", tc.file, code, stderr.String(), tc.want)
+		}
 	}
 }
