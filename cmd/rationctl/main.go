@@ -13,6 +13,7 @@
 //	snapshot   save FILE | restore FILE
 //	leader     transfer [ID]
 //	server     remove ID
+//	keyring    list | install KEY | use KEY | remove KEY | generate
 //	help       show help for rationctl or a command
 //
 // Every command is a function run(args, stdout, stderr) int registered in
@@ -66,6 +67,7 @@ var commands = []command{
 	group("snapshot", "save FILE | restore FILE: save or restore the cluster state", snapshotVerbs),
 	group("leader", "transfer [ID]: hand leadership to another server", leaderVerbs),
 	group("server", "remove ID: remove a server from the Raft configuration", serverVerbs),
+	group("keyring", "list | install KEY | use KEY | remove KEY | generate: rotate the gossip encryption keys", keyringVerbs),
 }
 
 func main() {
