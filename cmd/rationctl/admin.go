@@ -317,7 +317,7 @@ func dialReady(addr string, deadline time.Time) (*grpc.ClientConn, error) {
 			if activeTLS != nil {
 				return nil, fmt.Errorf("connection failed (%s; with TLS, the server may have refused this client's certificate: is it signed by the cluster's CA?)", s)
 			}
-			return nil, fmt.Errorf("connection failed (%s)", s)
+			return nil, fmt.Errorf("connection failed (%s; a server with TLS refuses plaintext: --tls-ca-file, --tls-cert-file, --tls-key-file)", s)
 		}
 		if !conn.WaitForStateChange(ctx, s) {
 			conn.Close()

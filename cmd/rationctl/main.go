@@ -131,7 +131,10 @@ func usage(w io.Writer) {
 The cluster commands take --servers HOST:PORT[,HOST:PORT], the servers
 to try in order until one answers (default $%s, else %s),
 and --timeout (default %v); those that read take --json. These three
-go before the command or after it, in any order with its own flags.
+go before the command or after it, in any order with its own flags, and so
+do --tls-ca-file, --tls-cert-file, --tls-key-file and --tls-server-name
+(default $RATION_TLS_CA_FILE, $RATION_TLS_CERT_FILE, $RATION_TLS_KEY_FILE,
+$RATION_TLS_SERVER_NAME) for a cluster with TLS (docs/security.md).
 
 Run 'rationctl <command> -h' for a command's flags.
 `, serversEnv, defaultServers, defaultTimeout)

@@ -96,7 +96,7 @@ func TestTLSClusterBinaries(t *testing.T) {
 		}
 	}
 	t.Run("plaintext refused", func(t *testing.T) {
-		refused(t, "Unavailable", servers...)
+		refused(t, "a server with TLS refuses plaintext", servers...)
 	})
 	t.Run("another CA refused", func(t *testing.T) {
 		other := testtls.NewCA(t, "other")
