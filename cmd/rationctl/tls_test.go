@@ -5,16 +5,23 @@ import (
 	"crypto/tls"
 	"encoding/json"
 	"fmt"
+	"io"
+	"net"
+	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
@@ -212,4 +219,102 @@ func TestTLSClusterBinaries(t *testing.T) {
 			t.Fatalf("status after the reload: exit %d\n%s%s", code, out, errOut)
 		}
 	})
+}
+
+// TestEdgeTLSBinary: rationd edge dials a mutual-TLS cluster with its
+// certificate and serves Envoy's RLS and its HTTP port with mutual TLS;
+// plaintext callers are refused there too.
+func TestEdgeTLSBinary(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a three-process cluster and an edge; skipped with -short")
+	}
+	rationd, rationctl := buildBinaries(t)
+	ca := testtls.NewCA(t, "ca")
+	_, _, tlsArgs := startTLSCluster(t, rationd, rationctl, ca, nil)
+	dir := t.TempDir()
+	envoyFile := filepath.Join(dir, "shop.yaml")
+	if err := os.WriteFile(envoyFile, []byte(edgeEnvoyConfig), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	pols, errOut, code := ctl(t, rationctl, "policy", "import", "--envoy", envoyFile)
+	if code != 0 {
+		t.Fatalf("policy import: %d %s", code, errOut)
+	}
+	polFile := filepath.Join(dir, "pols.yaml")
+	if err := os.WriteFile(polFile, []byte(pols), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, errOut, code := ctl(t, rationctl, append([]string{"policy", "apply", "-f", polFile}, tlsArgs...)...); code != 0 {
+		t.Fatalf("policy apply: %d %s%s", code, out, errOut)
+	}
+
+	edgeCert := ca.Issue(testtls.CertOptions{Name: "edge", Server: true, DNSNames: []string{"localhost"}, IPs: []net.IP{net.IPv4(127, 0, 0, 1)}})
+	addrs := freeLoopbackAddrs(t, 2)
+	logPath := filepath.Join(dir, "edge.log")
+	logFile, err := os.Create(logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	edge := exec.Command(rationd, "edge", "--servers", tlsArgs[1], "--grpc-addr", addrs[0], "--http-addr", addrs[1],
+		"--envoy-config", envoyFile, "--first-lease-wait", "30s", "--envoy-config-reload", "0",
+		"--tls-ca-file", ca.File, "--tls-cert-file", edgeCert.CertFile, "--tls-key-file", edgeCert.KeyFile, "--tls-verify-server-hostname")
+	edge.Stdout, edge.Stderr = logFile, logFile
+	if err := edge.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan struct{})
+	go func() { _ = edge.Wait(); logFile.Close(); close(exited) }()
+	t.Cleanup(func() {
+		select {
+		case <-exited:
+		default:
+			_ = edge.Process.Kill()
+			<-exited
+		}
+		if t.Failed() {
+			b, _ := os.ReadFile(logPath)
+			t.Logf("--- edge log:\n%s", b)
+		}
+	})
+
+	envoy := ca.Client("envoy")
+	cfg, err := tlsutil.ClientConfigFiles(envoy.Files(ca), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	httpsClient := &http.Client{Transport: &http.Transport{TLSClientConfig: cfg}, Timeout: 10 * time.Second}
+	waitFor(t, 30*time.Second, "edge /readyz over mutual TLS", func() (bool, string) {
+		resp, err := httpsClient.Get("https://" + addrs[1] + "/readyz")
+		if err != nil {
+			return false, err.Error()
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		return resp.StatusCode == 200, string(b)
+	})
+	if resp, err := (&http.Client{Timeout: 10 * time.Second}).Get("http://" + addrs[1] + "/readyz"); err == nil {
+		resp.Body.Close()
+		if resp.StatusCode == 200 {
+			t.Fatal("plain HTTP /readyz answered 200 on a TLS edge")
+		}
+	}
+
+	shouldRateLimit := func(creds credentials.TransportCredentials) (rlspb.RateLimitResponse_Code, error) {
+		conn, err := grpc.NewClient(addrs[0], grpc.WithTransportCredentials(creds))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		r, err := rlspb.NewRateLimitServiceClient(conn).ShouldRateLimit(ctx, &rlspb.RateLimitRequest{Domain: "shop",
+			Descriptors: []*ratelimitv3.RateLimitDescriptor{{Entries: []*ratelimitv3.RateLimitDescriptor_Entry{{Key: "tenant", Value: "acme"}}}}})
+		return r.GetOverallCode(), err
+	}
+	if code, err := shouldRateLimit(credentials.NewTLS(cfg)); err != nil || code != rlspb.RateLimitResponse_OK {
+		t.Fatalf("ShouldRateLimit over mutual TLS: %v %v, want OK", code, err)
+	}
+	if _, err := shouldRateLimit(insecure.NewCredentials()); status.Code(err) != codes.Unavailable {
+		t.Fatalf("plaintext ShouldRateLimit: %v, want Unavailable", err)
+	}
 }
