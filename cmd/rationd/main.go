@@ -178,6 +178,7 @@ func serve(prog string, o options, policies *policy.File, stderr io.Writer, sign
 		return fail(2, err)
 	}
 	warnInsecure(logger, cfg)
+	warnPlainHTTP(logger, cfg, o.observe.httpAddr)
 	stopReload := make(chan struct{})
 	defer close(stopReload)
 	reloadOnHUP(cfg.TLS, logger, stopReload)

@@ -152,3 +152,13 @@ func (o securityOptions) edgeTLS(logger *slog.Logger) (dial, listen *tls.Config,
 	reloadOnHUP(store, logger, nil)
 	return dial, listen, nil
 }
+
+// warnPlainHTTP: --http-addr serves plain HTTP even with TLS (metrics,
+// health and, with --enable-pprof, profiles): warn when it is not on
+// loopback.
+func warnPlainHTTP(logger *slog.Logger, cfg coordinator.Config, httpAddr string) {
+	if cfg.TLS != nil && httpAddr != "" && !loopback(httpAddr) {
+		logger.Warn("--http-addr serves plain HTTP without TLS, even with --tls-* set: keep it on loopback or a management network (docs/security.md)",
+			"addr", httpAddr)
+	}
+}

@@ -71,9 +71,15 @@ func TestWarnInsecure(t *testing.T) {
 				ca := testtls.NewCA(t, "ca")
 				cfg.TLS = ca.Store(ca.Server("ration"))
 			}
-			warnInsecure(slog.New(slog.NewTextHandler(&buf, nil)), cfg)
+			logger := slog.New(slog.NewTextHandler(&buf, nil))
+			warnInsecure(logger, cfg)
 			if got := strings.Contains(buf.String(), "without TLS"); got != tc.warning {
 				t.Errorf("warning=%v, want %v:\n%s", got, tc.warning, buf.String())
+			}
+			buf.Reset()
+			warnPlainHTTP(logger, cfg, tc.addr)
+			if got, want := strings.Contains(buf.String(), "plain HTTP"), tc.tls && !loopback(tc.addr); got != want {
+				t.Errorf("http warning=%v, want %v:\n%s", got, want, buf.String())
 			}
 		})
 	}
