@@ -156,7 +156,7 @@ func New(cfg Config) (*Server, error) {
 	var opts []grpc.ServerOption
 	if cfg.TLS != nil {
 		// Any certificate from the CA may call; forwarded calls must come
-		// from a server (serverOnlyForwarding).
+		// from a server (checkServerPeer, tls.go).
 		opts = append(opts, grpc.Creds(credentials.NewTLS(cfg.TLS.ServerConfig(""))))
 		if name := cfg.peerServerName(); name != "" {
 			opts = append(opts, grpc.ChainUnaryInterceptor(serverOnlyUnary(name)), grpc.ChainStreamInterceptor(serverOnlyStream(name)))
