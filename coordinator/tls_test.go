@@ -23,17 +23,19 @@ import (
 
 // tlsCluster starts three servers with mutual TLS and server hostname
 // verification, each with its own server certificate from ca.
-func tlsCluster(t *testing.T, ca *testtls.CA, clientTLS *tls.Config) *testcluster.Cluster {
+func tlsCluster(t *testing.T, ca *testtls.CA, clientTLS *tls.Config) (*testcluster.Cluster, []testtls.Cert, []*tlsutil.Store) {
 	t.Helper()
 	stores := make([]*tlsutil.Store, 8)
+	certs := make([]testtls.Cert, 8)
 	for i := range stores {
-		stores[i] = ca.Store(ca.Server("ration"))
+		certs[i] = ca.Server("ration")
+		stores[i] = ca.Store(certs[i])
 	}
 	return testcluster.New(t, 3, testcluster.WithPolicies(testPolicies), testcluster.WithClientTLS(clientTLS),
 		testcluster.WithConfig(func(i int, c *coordinator.Config) {
 			c.TLS = stores[i]
 			c.VerifyServerHostname = true
-		}))
+		})), certs, stores
 }
 
 func dialTLS(t *testing.T, addr string, creds credentials.TransportCredentials) *grpc.ClientConn {
@@ -54,7 +56,7 @@ func TestTLSCluster(t *testing.T) {
 	ca := testtls.NewCA(t, "ca")
 	name := tlsutil.ServerName("ration")
 	clientStore := ca.Store(ca.Client("app"))
-	c := tlsCluster(t, ca, clientStore.ClientConfig(name))
+	c, certs, stores := tlsCluster(t, ca, clientStore.ClientConfig(name))
 	leader := c.WaitForStableLeader(t)
 	follower := c.Followers()[0]
 	fi := c.Index(follower)
@@ -122,6 +124,38 @@ func TestTLSCluster(t *testing.T) {
 				}
 			})
 		}
+	})
+	t.Run("reload", func(t *testing.T) {
+		// The leader's certificate files are replaced and its Store
+		// reloaded (what SIGHUP does in rationd): new gRPC and Raft
+		// connections get the new certificate.
+		li := c.Index(leader)
+		fresh := ca.Server("ration")
+		testtls.CopyFile(t, fresh.CertFile, certs[li].CertFile)
+		testtls.CopyFile(t, fresh.KeyFile, certs[li].KeyFile)
+		if err := stores[li].Reload(); err != nil {
+			t.Fatal(err)
+		}
+		served := func(addr string) string {
+			cfg := ca.Store(ca.Server("ration")).ClientConfig(name)
+			conn, err := tls.Dial("tcp", addr, cfg)
+			if err != nil {
+				t.Fatalf("dial %s: %v", addr, err)
+			}
+			defer conn.Close()
+			return conn.ConnectionState().PeerCertificates[0].SerialNumber.String()
+		}
+		want := fresh.Leaf.SerialNumber.String()
+		if got := served(leader.GRPCAddr()); got != want {
+			t.Errorf("gRPC serves serial %s after the reload, want %s", got, want)
+		}
+		if got := served(c.Config(li).RaftAddr); got != want {
+			t.Errorf("Raft serves serial %s after the reload, want %s", got, want)
+		}
+		// And the cluster still replicates and forwards over it.
+		retry(t, "acquire after the reload", func(ctx context.Context) (*api.LeaseResponse, error) {
+			return c.Client(fi).Acquire(ctx, acquireReq(caller("tls-app", 1, 3), key("api", "acme")))
+		})
 	})
 }
 
