@@ -240,7 +240,7 @@ var ErrWouldExceedDeadline = errors.New("ration: wait would exceed the context d
 func (l *Limiter) Allow() bool {
 	if t := l.cur.Load(); t != nil {
 		c := l.c
-		if now := c.clock.Now(); now < t.guardFrom && !c.closed.Load() {
+		if now := c.clock.Fresh(); now < t.guardFrom && !c.closed.Load() {
 			if rem, ok := t.bucket.TryTakeN(now, lease.MilliPerToken); ok {
 				if (rem+1)*10 <= t.capMilli || c.countAllowed.Load() {
 					l.countAdmitted(t, rem)
@@ -274,7 +274,7 @@ func (l *Limiter) AllowN(cost int64) Decision {
 	if t := l.cur.Load(); t != nil && uint64(cost-1) < uint64(MaxCost) {
 		costMilli := cost * lease.MilliPerToken
 		c := l.c
-		if now := c.clock.Now(); now < t.guardFrom && !c.closed.Load() {
+		if now := c.clock.Fresh(); now < t.guardFrom && !c.closed.Load() {
 			if rem, ok := t.bucket.TryTakeN(now, costMilli); ok {
 				// (rem+1)*10 <= cap is rem < cap/10 without the division;
 				// rem <= lease.MaxCapacityMilli, so it cannot overflow.
@@ -330,7 +330,7 @@ func (l *Limiter) countAdmitted(t *terms, rem int64) {
 // lease.MaxCapacityMilli] (allowCost checked the cost).
 func (l *Limiter) allowN(costMilli int64) Decision {
 	if t := l.cur.Load(); t != nil {
-		if now := l.c.clock.Now(); now < t.guardFrom && !l.c.closed.Load() {
+		if now := l.c.clock.Fresh(); now < t.guardFrom && !l.c.closed.Load() {
 			if rem, ok := t.bucket.TakeN(now, costMilli); ok {
 				l.countAdmitted(t, rem)
 				return Decision{Verdict: Verdict{Allowed: true, Reason: Allowed}, RemainingMilli: rem}
@@ -382,7 +382,7 @@ func (l *Limiter) allow(costMilli int64, waitFirst bool) (Decision, *lease.Atomi
 			return l.count(Decision{Verdict: Verdict{Reason: NoLease}, RetryAfter: l.c.cfg.FirstLeaseWait}), nil
 		}
 	}
-	now := l.c.clock.Now()
+	now := l.c.clock.Fresh()
 	if now >= t.guardFrom {
 		// Near the deadline a lagging coarse reading is not safe to trust.
 		now = l.c.clock.Precise()

@@ -112,6 +112,18 @@ func (c *Clock) Precise() int64 {
 	return max(c.elapsed(), c.now.Load())
 }
 
+// Fresh is Precise floored to the resolution (and never below Now): a
+// reading taken now, so its lag is at most one resolution whatever
+// happened to the refresh goroutine, yet equal for every call within one
+// resolution, so a bucket's no-refill fast path still applies. Use it
+// where a lag must stay bounded: after the process was stopped (SIGSTOP, a
+// VM pause, a long GC), Now keeps its value until the refresh goroutine
+// runs again, which may be after other goroutines have decided with it.
+func (c *Clock) Fresh() int64 {
+	p := c.Precise()
+	return max(p-p%int64(c.resolution), c.now.Load())
+}
+
 // rateChange is the clock's reading and the real elapsed time at the moment
 // SetRate took effect, and the rate error from then on.
 type rateChange struct{ realAt, clockAt, ppm int64 }
