@@ -209,7 +209,43 @@ func (c *Client) acquire(ls []*Limiter) {
 			continue
 		}
 		l.install(tSend, kl.GetGrant())
+		if t := l.cur.Load(); t != nil && t.leaseID == kl.GetGrant().GetLeaseId() && t.bucket != l.auditBucket {
+			l.auditFrom(t.bucket, seq)
+		}
 	}
+}
+
+// The online audit of the bound (coordinator/audit.go): each renewal and
+// release reports what the lease's bucket admitted since the answer to
+// an earlier call on the lease (its base: the Acquire that granted it, or
+// the last Renew answered with a grant) arrived, read from the bucket's
+// counters off the hot path. The base moves only when an answer arrives,
+// so a request that fails is covered again by the next one from the same
+// base (the coordinator counts only the increase), and a retry repeats
+// the same figures. What is admitted while a renewal is in flight, from
+// its send to its answer, is in no report: the audit undercounts, never
+// overcounts.
+
+// auditReading is what b's admissions consumed, less every charge given
+// back (Refund): a lower bound of what stood admitted.
+func auditReading(b *lease.AtomicBucket) int64 { return b.ConsumedMilli() - b.RefundedMilli() }
+
+// auditFrom sets the base: b as read now, after the answer to seq arrived.
+func (l *Limiter) auditFrom(b *lease.AtomicBucket, seq uint64) {
+	l.auditBucket, l.auditBase, l.auditSeq = b, auditReading(b), seq
+}
+
+// auditReport returns the report for a call on t's lease: what t's bucket
+// admitted since the base, and the base's seq (0, 0: none).
+func (l *Limiter) auditReport(t *terms) (admitted int64, since uint64) {
+	if t == nil || t.bucket != l.auditBucket || l.auditSeq == 0 {
+		return 0, 0
+	}
+	admitted = max(auditReading(t.bucket)-l.auditBase, 0)
+	if faults.Active(faults.ReportDouble) {
+		admitted *= 2 // the negative control: a client that over-admits
+	}
+	return admitted, l.auditSeq
 }
 
 // leaseStart is the time a grant's lease is timed from: tSend, when the
@@ -306,8 +342,9 @@ func (c *Client) renew(ls []*Limiter) {
 		// loop is the only writer of cur and installs an answer (bucket
 		// first, then cur) before it sends anything else, so from here on
 		// nothing admits under an older version.
+		admitted, since := l.auditReport(t)
 		req.Keys = append(req.Keys, &api.RenewKey{Key: &api.Key{Policy: l.policy, Attributes: l.attrs}, LeaseId: t.leaseID, Demand: l.demand(tSend),
-			AckedVersion: t.version, ClampedMilli: t.clampedMilli})
+			AckedVersion: t.version, ClampedMilli: t.clampedMilli, AdmittedMilli: admitted, AdmittedSinceSeq: since})
 	}
 	resp, err := call(c, c.stop, giveUp, func(ctx context.Context, conn *grpc.ClientConn) (*api.LeaseResponse, error) {
 		return api.NewLeasesClient(conn).Renew(ctx, req)
@@ -355,6 +392,11 @@ func (c *Client) renew(ls []*Limiter) {
 			continue
 		}
 		l.applyRenewal(tSend, old, kl.GetGrant())
+		// The answer arrived: the audit's base moves to it (read after any
+		// top-up was added, which is no admission).
+		if kl.GetGrant().GetLeaseId() == old.leaseID && old.bucket == l.auditBucket {
+			l.auditFrom(old.bucket, seq)
+		}
 	}
 }
 
@@ -496,12 +538,14 @@ func (c *Client) release(abort <-chan struct{}, giveUp int64, ls []*Limiter, hel
 		if t == nil || t.expiredAck {
 			continue
 		}
+		admitted, since := l.auditReport(t)
 		unspent := int64(0)
 		if now < t.deadline {
 			t.bucket.SetRate(now, 0)
 			unspent = t.bucket.Drain()
 		}
-		req.Keys = append(req.Keys, &api.ReleaseKey{Key: &api.Key{Policy: l.policy, Attributes: l.attrs}, LeaseId: t.leaseID, UnspentMilli: unspent})
+		req.Keys = append(req.Keys, &api.ReleaseKey{Key: &api.Key{Policy: l.policy, Attributes: l.attrs}, LeaseId: t.leaseID, UnspentMilli: unspent,
+			AdmittedMilli: admitted, AdmittedSinceSeq: since})
 	}
 	if len(req.Keys) == 0 {
 		return nil

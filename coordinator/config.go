@@ -86,6 +86,10 @@ type Config struct {
 	// server that predates a switch.
 	AdvertiseFeatures *uint64
 
+	// AuditWindows are the window lengths the leader's online audit of the
+	// bound tracks (nil: DefaultAuditWindows; coordinator/audit.go).
+	AuditWindows []time.Duration
+
 	// Seams for mTLS (next step): nil means plain TCP.
 	RaftTLS *tls.Config
 	GRPCTLS *tls.Config
@@ -171,6 +175,11 @@ func (c Config) Validate() error {
 	}
 	if c.ExpireInterval <= 0 || c.ReconcileInterval <= 0 || c.ReapTimeout <= 0 {
 		bad("intervals must be positive")
+	}
+	for _, w := range c.AuditWindows {
+		if w <= 0 {
+			bad("audit window %v is not positive", w)
+		}
 	}
 	return errors.Join(errs...)
 }

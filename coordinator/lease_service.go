@@ -91,6 +91,7 @@ func (l *leaseService) Acquire(ctx context.Context, req *api.AcquireRequest) (*a
 	if fwd != nil {
 		return fwd.(*api.LeaseResponse), nil
 	}
+	l.s.audit.acquired(req, r.Lease)
 	return r.Lease, nil
 }
 
@@ -107,6 +108,7 @@ func (l *leaseService) Renew(ctx context.Context, req *api.RenewRequest) (*api.L
 	if fwd != nil {
 		return fwd.(*api.LeaseResponse), nil
 	}
+	l.s.audit.renewed(req, r.Lease)
 	return r.Lease, nil
 }
 
@@ -123,5 +125,6 @@ func (l *leaseService) Release(ctx context.Context, req *api.ReleaseRequest) (*a
 	if fwd != nil {
 		return fwd.(*api.ReleaseResponse), nil
 	}
+	l.s.audit.released(req)
 	return r.Release, nil
 }

@@ -39,10 +39,14 @@ const (
 	// rule (i) would without waiting for the acknowledgement
 	// (lease.FaultCreditAtReduction).
 	CreditAtReduction Fault = "credit-at-reduction"
+	// ReportDouble: the client reports twice the tokens it admitted to the
+	// online audit of the bound (coordinator/audit.go), as a client that
+	// over-admits would show them: the audit's negative control.
+	ReportDouble Fault = "report-double"
 )
 
 // All lists every fault, for flag help and validation.
-var All = []Fault{AckBeforeCommit, StartFullNoDebit, TimeFromReceipt, ForgetRetired, ClockResumeOwnReading, CreditAtReduction}
+var All = []Fault{AckBeforeCommit, StartFullNoDebit, TimeFromReceipt, ForgetRetired, ClockResumeOwnReading, CreditAtReduction, ReportDouble}
 
 func parse(name string) (Fault, error) {
 	for _, f := range All {
