@@ -36,7 +36,7 @@ type auditRun struct {
 	admitted int64 // tokens the clients were allowed, by their own count
 }
 
-func runAudited(t *testing.T, dur time.Duration) *auditRun {
+func runAudited(t *testing.T, dur time.Duration, during func(r *auditRun)) *auditRun {
 	t.Helper()
 	r := &auditRun{o: &observed{obs: make([]*observe.Observer, 3)}}
 	o := r.o
@@ -96,6 +96,9 @@ func runAudited(t *testing.T, dur time.Duration) *auditRun {
 		}()
 		clients = append(clients, cl)
 	}
+	if during != nil {
+		during(r) // on the test's goroutine, while the load runs
+	}
 	wg.Wait()
 	// Close releases the leases with their last reports.
 	for _, cl := range clients {
@@ -133,7 +136,7 @@ func TestAuditUtilizationUnderLoad(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs a cluster under load for several seconds")
 	}
-	r := runAudited(t, 6*time.Second)
+	r := runAudited(t, 6*time.Second, nil)
 	// All but what was admitted while renewals were in flight has been
 	// reported (the releases at Close carry the last reports).
 	fams := r.leaderFamilies(t, float64(r.admitted)*0.9)
@@ -166,5 +169,48 @@ func TestAuditUtilizationUnderLoad(t *testing.T) {
 		if _, ok := value(scrape(t, ob), "ration_bound_utilization"); ok {
 			t.Errorf("follower %d exports ration_bound_utilization", i)
 		}
+	}
+}
+
+// TestAuditAcrossLeaderChange: the leader is killed under load. The new
+// leader's audit starts empty and cannot place the first report of each
+// lease (its base was answered by the old leader): those tokens are
+// counted as unplaced, and no window reads over the bound.
+func TestAuditAcrossLeaderChange(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs a cluster under load for several seconds")
+	}
+	var before float64
+	r := runAudited(t, 7*time.Second, func(r *auditRun) {
+		c := r.o.c
+		old := c.Index(c.Leader())
+		r.o.c.WaitFor(t, testcluster.DefaultWait, func() error {
+			v, _ := value(scrape(t, r.o.obs[old]), "ration_audit_reported_tokens_total", "policy=audited")
+			if v < 100 {
+				return fmt.Errorf("the first leader has %v tokens reported, want 100", v)
+			}
+			before = v
+			return nil
+		})
+		c.Kill(old)
+		c.WaitForLeader(t)
+	})
+	fams := r.leaderFamilies(t, 50)
+	unplaced := mustValue(t, fams, "ration_audit_unplaced_tokens_total", "policy=audited")
+	rep := mustValue(t, fams, "ration_audit_reported_tokens_total", "policy=audited")
+	t.Logf("the first leader took %.0f tokens of reports; the second %.0f, %.0f of them unplaced; the clients admitted %d", before, rep, unplaced, r.admitted)
+	if unplaced == 0 {
+		t.Errorf("the new leader placed every report, though it knew no base")
+	}
+	if before+rep > float64(r.admitted)+1 {
+		t.Errorf("the two leaders took %.0f tokens of reports, more than the %d admitted", before+rep, r.admitted)
+	}
+	for _, w := range auditWindows {
+		if u := mustValue(t, fams, "ration_bound_utilization", "policy=audited", "window="+observe.WindowLabel(w)); u > 1 {
+			t.Errorf("W=%v: utilization %.3f above 1 after a leader change", w, u)
+		}
+	}
+	if over := mustValue(t, fams, "ration_bound_windows_over_total", "policy=audited"); over != 0 {
+		t.Errorf("%v windows over the bound after a leader change", over)
 	}
 }
