@@ -210,7 +210,8 @@ func (c *Client) acquire(ls []*Limiter) {
 		}
 		l.install(tSend, kl.GetGrant())
 		if t := l.cur.Load(); t != nil && t.leaseID == kl.GetGrant().GetLeaseId() && t.bucket != l.auditBucket {
-			l.auditFrom(t.bucket, seq)
+			// A new bucket admitted nothing before install published it.
+			l.auditBucket, l.auditBase, l.auditSeq = t.bucket, 0, seq
 		}
 	}
 }
@@ -229,11 +230,6 @@ func (c *Client) acquire(ls []*Limiter) {
 // auditReading is what b's admissions consumed, less every charge given
 // back (Refund): a lower bound of what stood admitted.
 func auditReading(b *lease.AtomicBucket) int64 { return b.ConsumedMilli() - b.RefundedMilli() }
-
-// auditFrom sets the base: b as read now, after the answer to seq arrived.
-func (l *Limiter) auditFrom(b *lease.AtomicBucket, seq uint64) {
-	l.auditBucket, l.auditBase, l.auditSeq = b, auditReading(b), seq
-}
 
 // auditReport returns the report for a call on t's lease: what t's bucket
 // admitted since the base, and the base's seq (0, 0: none).
@@ -391,11 +387,13 @@ func (c *Client) renew(ls []*Limiter) {
 			l.lastErr.Store(ptr(errorFrom(e)))
 			continue
 		}
-		l.applyRenewal(tSend, old, kl.GetGrant())
-		// The answer arrived: the audit's base moves to it (read after any
-		// top-up was added, which is no admission).
+		// The answer arrived: the audit's base moves to it, read before the
+		// answer is installed (so before OnGrant hears of it), less the
+		// top-up the install gives back, which is no admission.
+		base := auditReading(old.bucket)
+		topUp := l.applyRenewal(tSend, old, kl.GetGrant())
 		if kl.GetGrant().GetLeaseId() == old.leaseID && old.bucket == l.auditBucket {
-			l.auditFrom(old.bucket, seq)
+			l.auditBase, l.auditSeq = base-topUp, seq
 		}
 	}
 }
@@ -405,16 +403,17 @@ func (c *Client) renew(ls []*Limiter) {
 // rule i); a renewal that arrives after the old deadline mints nothing for
 // the gap; the later of the two deadlines applies (the lease was held
 // throughout). What a cut cap clamps off the bucket is reported with the
-// next renewal's acknowledgement.
-func (l *Limiter) applyRenewal(tSend int64, old *terms, g *api.Grant) {
+// next renewal's acknowledgement. It returns the top-up it refunded to
+// the bucket (for the audit's counts: Refund counts it as given back).
+func (l *Limiter) applyRenewal(tSend int64, old *terms, g *api.Grant) (toppedUp int64) {
 	if g.GetLeaseId() != old.leaseID {
-		return
+		return 0
 	}
 	drift := g.GetDriftPpm()
 	newDeadline := max(old.deadline, lease.ClientDeadline(tSend, g.GetTtlNanos(), drift))
 	now := l.c.clock.Precise()
 	if now >= newDeadline {
-		return
+		return 0
 	}
 	if now > old.deadline {
 		old.bucket.SetRate(old.deadline, 0)
@@ -429,6 +428,7 @@ func (l *Limiter) applyRenewal(tSend int64, old *terms, g *api.Grant) {
 	clamped := old.bucket.SetCapacity(now, g.GetCapMilli())
 	if top := g.GetTopUpMilli(); top > 0 {
 		old.bucket.Refund(top) // never above the new cap
+		toppedUp = top
 	}
 	nt := *old
 	nt.clampedMilli = clamped
@@ -443,6 +443,7 @@ func (l *Limiter) applyRenewal(tSend int64, old *terms, g *api.Grant) {
 		l.c.notifyGrant(l, g, true, newDeadline-now)
 		l.c.learnKeying(l, g)
 	}
+	return toppedUp
 }
 
 // notifyGrant tells Config.OnGrant about a grant now in use.
