@@ -70,6 +70,7 @@ type auditLease struct {
 	policy      string
 	key         string // the canonical key (policy-relative; "" for a policy keyed on nothing)
 	keyKnown    bool
+	k           *auditKey // the key's series, once found (a dead one is looked up again)
 	client      string
 	incarnation uint64
 	seen        []auditSeen // the last auditKeep requests on this lease, in seq order
@@ -93,6 +94,7 @@ type auditKey struct {
 	rings    []auditRing
 	reported int64
 	last     int64 // when a report last reached this key
+	dead     bool  // swept or restarted: leases that cached it look it up again
 }
 
 // AuditWindow is the worst window of one length the audit has seen for a
@@ -293,21 +295,24 @@ func (l *auditLease) see(seq uint64, now int64) {
 			return
 		}
 	}
-	l.seen = append(l.seen, auditSeen{seq, now})
-	slices.SortFunc(l.seen, func(x, y auditSeen) int { return compareU64(x.seq, y.seq) })
-	if len(l.seen) > auditKeep {
-		l.seen = l.seen[len(l.seen)-auditKeep:]
-	}
+	l.seen = keepNewest(l.seen, auditSeen{seq, now}, func(x auditSeen) uint64 { return x.seq })
 }
 
-func compareU64(a, b uint64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
+// keepNewest inserts v into s (sorted by seq, at most auditKeep long) and
+// drops the oldest beyond auditKeep, reusing s's array.
+func keepNewest[T any](s []T, v T, seq func(T) uint64) []T {
+	if cap(s) == 0 {
+		s = make([]T, 0, auditKeep+1)
 	}
-	return 0
+	s = append(s, v)
+	for i := len(s) - 1; i > 0 && seq(s[i]) < seq(s[i-1]); i-- {
+		s[i], s[i-1] = s[i-1], s[i]
+	}
+	if len(s) > auditKeep {
+		copy(s, s[1:])
+		s = s[:auditKeep]
+	}
+	return s
 }
 
 // increase returns what a report of admitted milli-tokens since base adds
@@ -323,11 +328,7 @@ func (l *auditLease) increase(base uint64, admitted int64) int64 {
 	if len(l.bases) == auditKeep && base < l.bases[0].seq {
 		return 0 // a stale duplicate of a base long superseded
 	}
-	l.bases = append(l.bases, auditBase{base, admitted})
-	slices.SortFunc(l.bases, func(x, y auditBase) int { return compareU64(x.seq, y.seq) })
-	if len(l.bases) > auditKeep {
-		l.bases = l.bases[len(l.bases)-auditKeep:]
-	}
+	l.bases = keepNewest(l.bases, auditBase{base, admitted}, func(x auditBase) uint64 { return x.seq })
 	return admitted
 }
 
@@ -383,10 +384,14 @@ func (a *audit) keyLocked(l *auditLease, p policy.Policy, now int64) *auditKey {
 	if !l.keyKnown {
 		return nil
 	}
+	if k := l.k; k != nil && !k.dead && sameTerms(k.terms, p) {
+		k.last = now
+		return k
+	}
 	id := l.policy + "\x00" + l.key
 	k := a.keys[id]
-	if k != nil && k.policy == l.policy && sameTerms(k.terms, p) {
-		k.last = now
+	if k != nil && sameTerms(k.terms, p) {
+		k.last, l.k = now, k
 		return k
 	}
 	if k == nil && len(a.keys) >= a.maxKeys {
@@ -394,6 +399,7 @@ func (a *audit) keyLocked(l *auditLease, p policy.Policy, now int64) *auditKey {
 	}
 	from := int64(0)
 	if k != nil {
+		k.dead = true
 		from = now + p.LeaseDurationNanos
 	}
 	k = &auditKey{policy: l.policy, terms: p, from: from, last: now, rings: make([]auditRing, len(a.windows))}
@@ -403,7 +409,7 @@ func (a *audit) keyLocked(l *auditLease, p policy.Policy, now int64) *auditKey {
 			k.rings[i].idx[j] = -1
 		}
 	}
-	a.keys[id] = k
+	a.keys[id], l.k = k, k
 	return k
 }
 
@@ -483,6 +489,7 @@ func (a *audit) sweepLocked(now int64) {
 	longest := slices.Max(append([]int64{0}, a.windows...))
 	for name, k := range a.keys {
 		if now-k.last > 2*longest+int64(time.Minute) {
+			k.dead = true
 			delete(a.keys, name)
 		}
 	}

@@ -1,6 +1,7 @@
 package coordinator
 
 import (
+	"fmt"
 	"math/rand/v2"
 	"testing"
 	"time"
@@ -258,5 +259,32 @@ func TestAuditNeverOverstates(t *testing.T) {
 				t.Fatalf("seed %d, W=%v: nothing placed", seed, w)
 			}
 		}
+	}
+}
+
+// BenchmarkAuditRenew: the leader's audit work for one renewal of 1024
+// keys (one lease each), each reporting; ns/op is per request.
+func BenchmarkAuditRenew(b *testing.B) {
+	r := newAuditRig()
+	const keys = 1024
+	acq := &api.AcquireRequest{Caller: caller(1)}
+	resp := &api.LeaseResponse{}
+	for i := range keys {
+		acq.Keys = append(acq.Keys, &api.AcquireKey{Key: &api.Key{Policy: "p"}})
+		resp.Leases = append(resp.Leases, &api.KeyLease{Grant: &api.Grant{LeaseId: uint64(i + 1), CanonicalKey: fmt.Sprint(i)}})
+	}
+	r.a.acquired(acq, resp)
+	req := &api.RenewRequest{Caller: caller(2)}
+	for i := range keys {
+		req.Keys = append(req.Keys, &api.RenewKey{Key: &api.Key{Policy: "p"}, LeaseId: uint64(i + 1), AdmittedSinceSeq: 1})
+	}
+	b.ResetTimer()
+	for n := range b.N {
+		r.now += int64(time.Millisecond)
+		req.Caller.Seq = uint64(n + 2)
+		for _, k := range req.Keys {
+			k.AdmittedMilli, k.AdmittedSinceSeq = 1000, uint64(n+1) // since the previous renewal
+		}
+		r.a.renewed(req, resp)
 	}
 }
