@@ -11,7 +11,8 @@ import (
 	"github.com/ration-dev/ration/lease"
 )
 
-// The online audit of the bound (docs/operations.md, "The audit"). Clients
+// The online audit of the bound (docs/operations.md, "The audit of the
+// bound"). Clients
 // report, on renewals and releases, the milli-tokens each lease's bucket
 // admitted since the answer to an earlier call on that lease arrived
 // (api.RenewKey.admitted_milli and admitted_since_seq). The leader places
@@ -40,8 +41,9 @@ import (
 // Config.AuditWindows is nil.
 var DefaultAuditWindows = []time.Duration{time.Second, 10 * time.Second, time.Minute}
 
-// Memory bounds: leases and keys beyond them are not audited (their
-// reports are counted as unplaced).
+// Memory bounds: reports on keys beyond auditMaxKeys are counted as
+// unplaced; reports on leases beyond auditMaxLeases are not counted at all
+// (without a record of the lease they cannot be told from retries).
 const (
 	auditMaxLeases = 1 << 17
 	auditMaxKeys   = 1 << 15

@@ -288,3 +288,20 @@ func BenchmarkAuditRenew(b *testing.B) {
 		r.a.renewed(req, resp)
 	}
 }
+
+// TestAuditSpanLongerThanWindow: a report whose span is longer than a
+// window is in no window of that length, however its start falls among
+// the ring's buckets (a start rounded up to its bucket would count it).
+func TestAuditSpanLongerThanWindow(t *testing.T) {
+	r := newAuditRig(time.Second) // buckets of 50ms
+	r.acquire(10*time.Millisecond, 1, 7)
+	r.renew(1020*time.Millisecond, caller(2), 7, 30_000, 1) // [10ms, 1020ms]: 1.01s
+	f := r.figures(t)
+	if f.Windows[0].AdmittedMilli != 0 || f.WindowsOver != 0 {
+		t.Fatalf("a 1.01s span counted in a 1s window: %+v", f)
+	}
+	r.renew(1030*time.Millisecond, caller(3), 7, 1_000, 2) // [1020ms, 1030ms]
+	if f = r.figures(t); f.Windows[0].AdmittedMilli != 1_000 {
+		t.Fatalf("a 10ms span not counted in a 1s window: %+v", f)
+	}
+}
