@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/ration-dev/ration/coordinator"
 	"github.com/ration-dev/ration/internal/testcluster"
 )
 
@@ -53,9 +54,16 @@ func rctl(t *testing.T, servers string, args ...string) (stdout, stderr string, 
 	return o.String(), e.String(), code
 }
 
+// inProcessCluster starts three servers with production Raft timing:
+// rationctl does not retry a call that fails with Unavailable, and the
+// tight test timing lets a loaded machine's stall cause an election in
+// the middle of the test's sequence of commands.
 func inProcessCluster(t *testing.T) string {
 	t.Helper()
-	c := testcluster.New(t, 3)
+	c := testcluster.New(t, 3, testcluster.WithConfig(func(_ int, cfg *coordinator.Config) {
+		d := coordinator.DefaultConfig()
+		cfg.HeartbeatTimeout, cfg.ElectionTimeout, cfg.LeaderLeaseTimeout = d.HeartbeatTimeout, d.ElectionTimeout, d.LeaderLeaseTimeout
+	}))
 	c.WaitForStableLeader(t)
 	var addrs []string
 	for i := range 3 {
@@ -156,5 +164,29 @@ func TestPolicyDiffUnreachable(t *testing.T) {
 	out, errOut, code := rctl(t, deadAddr(t), "--timeout", "300ms", "policy", "diff", "-f", f)
 	if code != 2 {
 		t.Fatalf("diff against a dead server: exit %d, want 2\n%s%s", code, out, errOut)
+	}
+}
+
+// TestPolicyDiffStdin: -f - reads the file from standard input, and a
+// parse error names it.
+func TestPolicyDiffStdin(t *testing.T) {
+	servers := inProcessCluster(t)
+	stdin := func(text string) {
+		t.Helper()
+		f, err := os.Open(writeFile(t, "in.yaml", text))
+		if err != nil {
+			t.Fatal(err)
+		}
+		old := os.Stdin
+		os.Stdin = f
+		t.Cleanup(func() { os.Stdin = old; f.Close() })
+	}
+	stdin(diffBase)
+	if out, errOut, code := rctl(t, servers, "policy", "diff", "-f", "-", "--json"); code != 1 || !strings.Contains(out, `"in_sync": false`) {
+		t.Fatalf("diff -f - on an empty cluster: exit %d\n%s%s", code, out, errOut)
+	}
+	stdin("policies: [")
+	if out, errOut, code := rctl(t, servers, "policy", "diff", "-f", "-"); code != 2 || !strings.Contains(errOut, "standard input") {
+		t.Fatalf("diff -f - of a bad file: exit %d\n%s%s", code, out, errOut)
 	}
 }
