@@ -22,7 +22,7 @@ func TestAuditNegativeControl(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = faults.Set() })
-	r := runAudited(t, 6*time.Second, nil)
+	r := runAudited(t, auditPolicies, 6*time.Second, nil)
 	fams := r.leaderFamilies(t, 2*float64(r.admitted)*0.9)
 	over := mustValue(t, fams, "ration_bound_windows_over_total", "policy=audited")
 	u := mustValue(t, fams, "ration_bound_utilization", "policy=audited", "window="+observe.WindowLabel(4*time.Second))

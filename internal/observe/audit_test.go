@@ -26,6 +26,18 @@ const auditPolicies = `policies:
       duration: 1s
 `
 
+// auditPoliciesLongLease: the same with leases that outlive an election
+// (the new leader then hears reports whose base the old one answered).
+const auditPoliciesLongLease = `policies:
+  - name: audited
+    algorithm: token-bucket
+    rate: 100
+    burst: 50
+    lease:
+      duration: 10s
+      renew_after: 333ms
+`
+
 var auditWindows = []time.Duration{time.Second, 4 * time.Second}
 
 // auditRun is a three-server cluster with observers, audit windows of 1s
@@ -36,12 +48,17 @@ type auditRun struct {
 	admitted int64 // tokens the clients were allowed, by their own count
 }
 
-func runAudited(t *testing.T, dur time.Duration, during func(r *auditRun)) *auditRun {
+func runAudited(t *testing.T, yaml string, dur time.Duration, during func(r *auditRun)) *auditRun {
 	t.Helper()
 	r := &auditRun{o: &observed{obs: make([]*observe.Observer, 3)}}
 	o := r.o
-	o.c = testcluster.New(t, 3, testcluster.WithPolicies(auditPolicies), testcluster.WithConfig(func(i int, cfg *coordinator.Config) {
+	o.c = testcluster.New(t, 3, testcluster.WithPolicies(yaml), testcluster.WithConfig(func(i int, cfg *coordinator.Config) {
 		cfg.AuditWindows = auditWindows
+		// Production Raft timing: the audit is leader-local, so an election
+		// a loaded machine's stall causes under the tight test timing would
+		// restart it mid-run.
+		d := coordinator.DefaultConfig()
+		cfg.HeartbeatTimeout, cfg.ElectionTimeout, cfg.LeaderLeaseTimeout = d.HeartbeatTimeout, d.ElectionTimeout, d.LeaderLeaseTimeout
 		if i >= 3 || o.obs[i] != nil {
 			return
 		}
@@ -136,7 +153,7 @@ func TestAuditUtilizationUnderLoad(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs a cluster under load for several seconds")
 	}
-	r := runAudited(t, 6*time.Second, nil)
+	r := runAudited(t, auditPolicies, 6*time.Second, nil)
 	// All but what was admitted while renewals were in flight has been
 	// reported (the releases at Close carry the last reports).
 	fams := r.leaderFamilies(t, float64(r.admitted)*0.9)
@@ -181,7 +198,7 @@ func TestAuditAcrossLeaderChange(t *testing.T) {
 		t.Skip("runs a cluster under load for several seconds")
 	}
 	var before float64
-	r := runAudited(t, 7*time.Second, func(r *auditRun) {
+	r := runAudited(t, auditPoliciesLongLease, 7*time.Second, func(r *auditRun) {
 		c := r.o.c
 		old := c.Index(c.Leader())
 		r.o.c.WaitFor(t, testcluster.DefaultWait, func() error {
