@@ -4,6 +4,7 @@ import (
 	"slices"
 
 	"github.com/ration-dev/ration/api"
+	"github.com/ration-dev/ration/internal/faults"
 )
 
 // One holder per budget (docs/design.md §3.4, rule 7).
@@ -116,7 +117,8 @@ func sameAttrs(a, b map[string]string) bool {
 // others become aliases of it, and the leases they held are released.
 // The background loop calls it for every grant and renewal it installs.
 func (c *Client) learnKeying(l *Limiter, g *api.Grant) {
-	k := keying{legacy: !g.GetKeyAttributesSet()}
+	// faults.IgnoreKeyAttributes (test builds only): as before the rule.
+	k := keying{legacy: !g.GetKeyAttributesSet() || faults.Active(faults.IgnoreKeyAttributes)}
 	if !k.legacy {
 		k.attrs = slices.Sorted(slices.Values(g.GetKeyAttributes()))
 		k.attrs = slices.Compact(k.attrs)

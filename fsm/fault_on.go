@@ -8,13 +8,17 @@ import (
 )
 
 // withFault breaks a ledger as faults.StartFullNoDebit or
-// faults.CreditAtReduction says (test builds only; see internal/faults).
+// faults.CreditAtReduction or faults.ForgetReplaced says (test builds
+// only; see internal/faults).
 func withFault(l *lease.Ledger) *lease.Ledger {
 	if faults.Active(faults.StartFullNoDebit) {
 		lease.InjectFault(l, lease.FaultStartFullNoDebit)
 	}
 	if faults.Active(faults.CreditAtReduction) {
 		lease.InjectFault(l, lease.FaultCreditAtReduction)
+	}
+	if faults.Active(faults.ForgetReplaced) {
+		lease.InjectFault(l, lease.FaultForgetReplaced)
 	}
 	return l
 }

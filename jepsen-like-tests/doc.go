@@ -14,6 +14,8 @@
 //	harness.go             processes (rationd, replica), clock and rate
 //	                       control files, leader watcher, teardown
 //	nemesis.go             the nemeses and Mix
+//	policy_nemesis.go      policy changes under traffic, made with rationctl
+//	                       (delete and re-apply, re-key)
 //	run.go                 Execute: a scenario, then every checker, the
 //	                       report folder and summary.json
 //	history.go, checker.go the history and timeline formats; the bound,
@@ -21,7 +23,11 @@
 //	report.go, svg.go      summary.json and the rate picture
 //	proxy.go               a response-delaying TCP proxy (for the
 //	                       time-from-receipt negative control)
-//	replica/               the client replica program
+//	replica/               the client replica program (--routes: per-route
+//	                       limiters of one budget)
+//	controls_test.go       the negative controls, each with its healthy
+//	                       twin (TestControlsHealthy) and break 2's
+//	                       defence in depth (TestDefenceInDepth)
 //
 // Every process reads CLOCK_MONOTONIC, which all processes on the host
 // share, so histories merge onto one time line. Binaries are built with
@@ -32,6 +38,10 @@
 //
 //	make jepsen-quick                  every nemesis once, plus the runs that must be caught
 //	make jepsen SEED=42 DURATION=10m   a long randomized run
+//
+// By hand: TestControlsHealthy (every control's scenario with its fault
+// off: must pass), TestDefenceInDepth (issue 11's break 2 with one of its
+// two layers broken: the bound must hold), TestNemesis (NEMESES=a,b,…).
 //
 // Each run writes a folder under $RATION_JEPSEN_REPORTS (default
 // /tmp/ration-jepsen): histories, grants, timeline.jsonl, config.txt,

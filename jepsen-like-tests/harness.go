@@ -40,18 +40,22 @@ type PolicySpec struct {
 	FallbackRate int64
 }
 
-func (p PolicySpec) yaml() string {
+func (p PolicySpec) yaml() string { return p.yamlKeyed("[tenant]") }
+
+// yamlKeyed is the policy with key attributes key (a YAML flow list); the
+// re-key nemesis applies it with "[]".
+func (p PolicySpec) yamlKeyed(key string) string {
 	return fmt.Sprintf(`policies:
   - name: jepsen
     algorithm: token-bucket
     rate: %d
     burst: %d
-    key: [tenant]
+    key: %s
     charge: cost
     lease:
       duration: %s
       renew_after: %s
-%s`, p.Rate, p.Burst, p.Lease, p.RenewAfter, p.failure())
+%s`, p.Rate, p.Burst, key, p.Lease, p.RenewAfter, p.failure())
 }
 
 func (p PolicySpec) failure() string {
@@ -93,6 +97,10 @@ type RunConfig struct {
 	// harness that delay every answer by ResponseDelay.
 	DelayedReplica string
 	ResponseDelay  time.Duration
+	// Routes > 0: every replica offers its load over that many keys, its
+	// tenant plus route=r1 … (an attribute the policy ignores): per-route
+	// limiters of one budget (replica --routes).
+	Routes int
 	// Snapshot churn: a tiny threshold so followers install snapshots.
 	SnapshotThreshold, TrailingLogs uint64
 }
@@ -305,6 +313,9 @@ func (e *Env) startReplica(name string, seed int64) {
 		"--duration", "1h", "--dir", e.dir, "--seed", fmt.Sprint(e.cfg.Seed*100 + seed),
 		"--rate-file", filepath.Join(e.dir, "rate-"+name),
 		"--clock-control", filepath.Join(e.dir, "clock-"+name),
+	}
+	if e.cfg.Routes > 0 {
+		args = append(args, "--routes", fmt.Sprint(e.cfg.Routes))
 	}
 	if len(e.cfg.ClientFaults) > 0 {
 		args = append(args, "--fault", strings.Join(e.cfg.ClientFaults, ","))

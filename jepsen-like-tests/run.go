@@ -156,6 +156,10 @@ type Scenario struct {
 	// control or a clock beyond ρ); the test passes only if a checker
 	// reports it.
 	ExpectViolation bool
+	// BoundOnly: only the bound checker decides the run (the others are
+	// reported): a run with a broken variant that is expected to keep the
+	// bound but not, say, its utilization (TestDefenceInDepth).
+	BoundOnly bool
 }
 
 // Execute runs the scenario and its checkers, writes the report folder,
@@ -249,6 +253,9 @@ func Execute(e *Env, sc Scenario) Summary {
 		}
 		s.Pass = len(caught) > 0
 		s.Extra["caught_by"] = caught
+	} else if sc.BoundOnly {
+		s.Pass = br.OK
+		s.Extra["decided_by"] = "bound only"
 	} else {
 		s.Pass = AllAsExpected(checkers)
 	}

@@ -39,6 +39,17 @@ const (
 	// rule (i) would without waiting for the acknowledgement
 	// (lease.FaultCreditAtReduction).
 	CreditAtReduction Fault = "credit-at-reduction"
+	// ForgetReplaced: a grant that replaces a holder's live lease frees
+	// the replaced terms at once instead of holding them until their
+	// expiry, breaking rule (h) (lease.FaultForgetReplaced): a second
+	// user of the holder may still admit from the replaced bucket.
+	ForgetReplaced Fault = "forget-replaced"
+	// IgnoreKeyAttributes: the client ignores the key attributes its
+	// grants name and keeps one limiter (one lease, one bucket) per full
+	// key, as before it canonicalised keys: two limiters whose keys differ
+	// only in an attribute the policy ignores are two users of one lease
+	// holder, each acquire replacing the other's lease.
+	IgnoreKeyAttributes Fault = "ignore-key-attributes"
 	// ReportDouble: the client reports twice the tokens it admitted to the
 	// online audit of the bound (coordinator/audit.go), as a client that
 	// over-admits would show them: the audit's negative control.
@@ -46,7 +57,7 @@ const (
 )
 
 // All lists every fault, for flag help and validation.
-var All = []Fault{AckBeforeCommit, StartFullNoDebit, TimeFromReceipt, ForgetRetired, ClockResumeOwnReading, CreditAtReduction, ReportDouble}
+var All = []Fault{AckBeforeCommit, StartFullNoDebit, TimeFromReceipt, ForgetRetired, ClockResumeOwnReading, CreditAtReduction, ForgetReplaced, IgnoreKeyAttributes, ReportDouble}
 
 func parse(name string) (Fault, error) {
 	for _, f := range All {

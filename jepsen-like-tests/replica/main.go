@@ -2,7 +2,11 @@
 
 // Command replica is one client replica of the jepsen-like tests: a real
 // client.Client in its own process (and network namespace), offering load on
-// one key of one policy and recording every admission.
+// one budget of one policy and recording every admission. With --routes N
+// it offers the load over N limiters whose keys add route=r1 … rN to --key,
+// an attribute the policy ignores (per-route limiters on a per-tenant
+// budget, as httplimit's per-route layers make them): one budget, one lease
+// holder on the cluster, N keys in the application.
 //
 // It writes two CSV files, flushed every 20ms and on exit:
 //
@@ -60,6 +64,7 @@ type options struct {
 	rate                                                                      float64
 	duration                                                                  time.Duration
 	seed                                                                      uint64
+	routes                                                                    int
 }
 
 func monoNow() int64 {
@@ -84,6 +89,7 @@ func run(args []string, stderr io.Writer) int {
 	fs.Float64Var(&o.rate, "rate", 100, "offered requests per second")
 	fs.DurationVar(&o.duration, "duration", time.Minute, "stop offering after this long (SIGTERM stops earlier)")
 	fs.Uint64Var(&o.seed, "seed", 1, "PRNG seed for the cost draws")
+	fs.IntVar(&o.routes, "routes", 0, "offer the load over N keys, --key plus route=r1 … route=rN, each request on one drawn at random (the policy keys on --key's attributes only, so they are one budget); 0: --key alone")
 	if faults.Enabled {
 		fs.StringVar(&o.faultList, "fault", "", "TEST BUILD ONLY: broken variants, comma-separated")
 		fs.StringVar(&o.clockControl, "clock-control", "", "TEST BUILD ONLY: clock control file")
@@ -92,8 +98,8 @@ func run(args []string, stderr io.Writer) int {
 		return 2
 	}
 	mix, err := costmix.Parse(o.costMix)
-	if err != nil || o.servers == "" || o.id == "" || o.policy == "" || o.rate < 0 {
-		fmt.Fprintf(stderr, "replica: --servers, --id and --policy are required, --rate >= 0; %v\n", err)
+	if err != nil || o.servers == "" || o.id == "" || o.policy == "" || o.rate < 0 || o.routes < 0 || o.routes > 1000 {
+		fmt.Fprintf(stderr, "replica: --servers, --id and --policy are required, --rate >= 0, 0 <= --routes <= 1000; %v\n", err)
 		return 2
 	}
 	attrs := client.Key{}
@@ -153,7 +159,27 @@ func run(args []string, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "replica: %v\n", err)
 		return 1
 	}
-	lim := c.Limiter(o.policy, attrs)
+	// One limiter per key, as an application with per-route limiters makes
+	// them (client.Limiter maps keys of one budget to one lease).
+	type route struct {
+		lim      *client.Limiter
+		keyField string
+	}
+	routes := []route{{c.Limiter(o.policy, attrs), keyField}}
+	if o.routes > 0 {
+		routes = routes[:0]
+		for i := 1; i <= o.routes; i++ {
+			k := client.Key{"route": fmt.Sprintf("r%d", i)}
+			for a, v := range attrs {
+				k[a] = v
+			}
+			kf := fmt.Sprintf("route=r%d", i)
+			if keyField != "" {
+				kf = keyField + ";" + kf
+			}
+			routes = append(routes, route{c.Limiter(o.policy, k), kf})
+		}
+	}
 
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
@@ -192,12 +218,16 @@ loop:
 			offered++
 			offeredTotal++
 			cost := mix.Draw(rng) // whole tokens
+			rt := routes[0]
+			if len(routes) > 1 {
+				rt = routes[rng.IntN(len(routes))]
+			}
 			t := monoNow()
-			d := lim.AllowN(cost)
+			d := rt.lim.AllowN(cost)
 			after := monoNow()
 			if d.Allowed && !d.Shadow {
 				admitted++
-				hist.line(fmt.Sprintf("%d,%s,%s,%s,%d,%d", t, o.id, o.policy, keyField, cost*1000, after))
+				hist.line(fmt.Sprintf("%d,%s,%s,%s,%d,%d", t, o.id, o.policy, rt.keyField, cost*1000, after))
 			}
 		}
 		if now-lastFlush >= int64(20*time.Millisecond) {
