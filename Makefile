@@ -15,6 +15,7 @@ test: ## everything CI runs: vet, every test (property tests, negative controls,
 	$(GO) vet -tags jepsen,ration_faults ./...
 	$(GO) test -count=1 ./...
 	$(GO) test -count=1 -tags ration_faults ./internal/faults
+	$(GO) test -count=1 -tags ration_faults -run TestAuditNegativeControl ./internal/observe
 	$(MAKE) jepsen-quick
 
 test-race: ## the tests under the race detector

@@ -459,9 +459,20 @@ type RenewKey struct {
 	// cluster's return-clamped feature switch on, they return to the pool
 	// (bounded by the cap the versions older than acked_version held above
 	// it; docs/design.md §3.2, rule i). 0: none, or an older client.
-	ClampedMilli  int64 `protobuf:"varint,5,opt,name=clamped_milli,json=clampedMilli,proto3" json:"clamped_milli,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	ClampedMilli int64 `protobuf:"varint,5,opt,name=clamped_milli,json=clampedMilli,proto3" json:"clamped_milli,omitempty"`
+	// The online audit of the bound (docs/operations.md, "The audit"):
+	// admitted_milli is the milli-tokens this key's bucket admitted from when
+	// the answer to request admitted_since_seq (this incarnation's seq of
+	// the last lease call on this lease that was answered: the Acquire that
+	// granted it or a Renew) arrived, to when this request was sent. A retry
+	// of the same base repeats the total so far (never a delta of a delta):
+	// the leader counts only the increase. 0/0: nothing to report (an older
+	// client, or a bucket with no answered base). Advisory only: nothing in
+	// the replicated state depends on it.
+	AdmittedMilli    int64  `protobuf:"varint,50,opt,name=admitted_milli,json=admittedMilli,proto3" json:"admitted_milli,omitempty"`
+	AdmittedSinceSeq uint64 `protobuf:"varint,51,opt,name=admitted_since_seq,json=admittedSinceSeq,proto3" json:"admitted_since_seq,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *RenewKey) Reset() {
@@ -529,6 +540,20 @@ func (x *RenewKey) GetClampedMilli() int64 {
 	return 0
 }
 
+func (x *RenewKey) GetAdmittedMilli() int64 {
+	if x != nil {
+		return x.AdmittedMilli
+	}
+	return 0
+}
+
+func (x *RenewKey) GetAdmittedSinceSeq() uint64 {
+	if x != nil {
+		return x.AdmittedSinceSeq
+	}
+	return 0
+}
+
 type RenewRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Caller        *Caller                `protobuf:"bytes,1,opt,name=caller,proto3" json:"caller,omitempty"`
@@ -582,12 +607,16 @@ func (x *RenewRequest) GetKeys() []*RenewKey {
 }
 
 type ReleaseKey struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Key           *Key                   `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
-	LeaseId       uint64                 `protobuf:"varint,2,opt,name=lease_id,json=leaseId,proto3" json:"lease_id,omitempty"`
-	UnspentMilli  int64                  `protobuf:"varint,3,opt,name=unspent_milli,json=unspentMilli,proto3" json:"unspent_milli,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state        protoimpl.MessageState `protogen:"open.v1"`
+	Key          *Key                   `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	LeaseId      uint64                 `protobuf:"varint,2,opt,name=lease_id,json=leaseId,proto3" json:"lease_id,omitempty"`
+	UnspentMilli int64                  `protobuf:"varint,3,opt,name=unspent_milli,json=unspentMilli,proto3" json:"unspent_milli,omitempty"`
+	// As RenewKey's: what the bucket admitted since the answer to
+	// admitted_since_seq, up to this release.
+	AdmittedMilli    int64  `protobuf:"varint,50,opt,name=admitted_milli,json=admittedMilli,proto3" json:"admitted_milli,omitempty"`
+	AdmittedSinceSeq uint64 `protobuf:"varint,51,opt,name=admitted_since_seq,json=admittedSinceSeq,proto3" json:"admitted_since_seq,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *ReleaseKey) Reset() {
@@ -637,6 +666,20 @@ func (x *ReleaseKey) GetLeaseId() uint64 {
 func (x *ReleaseKey) GetUnspentMilli() int64 {
 	if x != nil {
 		return x.UnspentMilli
+	}
+	return 0
+}
+
+func (x *ReleaseKey) GetAdmittedMilli() int64 {
+	if x != nil {
+		return x.AdmittedMilli
+	}
+	return 0
+}
+
+func (x *ReleaseKey) GetAdmittedSinceSeq() uint64 {
+	if x != nil {
+		return x.AdmittedSinceSeq
 	}
 	return 0
 }
@@ -2812,21 +2855,25 @@ const file_ration_proto_rawDesc = "" +
 	"\x06demand\x18\x02 \x01(\v2\x11.ration.v1.DemandR\x06demand\"f\n" +
 	"\x0eAcquireRequest\x12)\n" +
 	"\x06caller\x18\x01 \x01(\v2\x11.ration.v1.CallerR\x06caller\x12)\n" +
-	"\x04keys\x18\x02 \x03(\v2\x15.ration.v1.AcquireKeyR\x04keys\"\xbc\x01\n" +
+	"\x04keys\x18\x02 \x03(\v2\x15.ration.v1.AcquireKeyR\x04keys\"\x91\x02\n" +
 	"\bRenewKey\x12 \n" +
 	"\x03key\x18\x01 \x01(\v2\x0e.ration.v1.KeyR\x03key\x12\x19\n" +
 	"\blease_id\x18\x02 \x01(\x04R\aleaseId\x12)\n" +
 	"\x06demand\x18\x03 \x01(\v2\x11.ration.v1.DemandR\x06demand\x12#\n" +
 	"\racked_version\x18\x04 \x01(\x04R\fackedVersion\x12#\n" +
-	"\rclamped_milli\x18\x05 \x01(\x03R\fclampedMilli\"b\n" +
+	"\rclamped_milli\x18\x05 \x01(\x03R\fclampedMilli\x12%\n" +
+	"\x0eadmitted_milli\x182 \x01(\x03R\radmittedMilli\x12,\n" +
+	"\x12admitted_since_seq\x183 \x01(\x04R\x10admittedSinceSeq\"b\n" +
 	"\fRenewRequest\x12)\n" +
 	"\x06caller\x18\x01 \x01(\v2\x11.ration.v1.CallerR\x06caller\x12'\n" +
-	"\x04keys\x18\x02 \x03(\v2\x13.ration.v1.RenewKeyR\x04keys\"n\n" +
+	"\x04keys\x18\x02 \x03(\v2\x13.ration.v1.RenewKeyR\x04keys\"\xc3\x01\n" +
 	"\n" +
 	"ReleaseKey\x12 \n" +
 	"\x03key\x18\x01 \x01(\v2\x0e.ration.v1.KeyR\x03key\x12\x19\n" +
 	"\blease_id\x18\x02 \x01(\x04R\aleaseId\x12#\n" +
-	"\runspent_milli\x18\x03 \x01(\x03R\funspentMilli\"f\n" +
+	"\runspent_milli\x18\x03 \x01(\x03R\funspentMilli\x12%\n" +
+	"\x0eadmitted_milli\x182 \x01(\x03R\radmittedMilli\x12,\n" +
+	"\x12admitted_since_seq\x183 \x01(\x04R\x10admittedSinceSeq\"f\n" +
 	"\x0eReleaseRequest\x12)\n" +
 	"\x06caller\x18\x01 \x01(\v2\x11.ration.v1.CallerR\x06caller\x12)\n" +
 	"\x04keys\x18\x02 \x03(\v2\x15.ration.v1.ReleaseKeyR\x04keys\"b\n" +

@@ -211,6 +211,11 @@ type Limiter struct {
 	seenUnmet    int64
 	seenBucket   *lease.AtomicBucket
 	seenConsumed int64
+	// The audit's base (loop.go, auditReport): auditBucket's admissions as
+	// read when the answer to request auditSeq (on its lease) arrived.
+	auditBucket *lease.AtomicBucket
+	auditBase   int64
+	auditSeq    uint64
 }
 
 // Err returns the last error the background loop saw for this key (a

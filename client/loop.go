@@ -209,7 +209,39 @@ func (c *Client) acquire(ls []*Limiter) {
 			continue
 		}
 		l.install(tSend, kl.GetGrant())
+		if t := l.cur.Load(); t != nil && t.leaseID == kl.GetGrant().GetLeaseId() && t.bucket != l.auditBucket {
+			// A new bucket admitted nothing before install published it.
+			l.auditBucket, l.auditBase, l.auditSeq = t.bucket, 0, seq
+		}
 	}
+}
+
+// The online audit of the bound (coordinator/audit.go): each renewal and
+// release reports what the lease's bucket admitted since the answer to
+// an earlier call on the lease (its base: the Acquire that granted it, or
+// the last Renew answered with a grant) arrived, read from the bucket's
+// counters off the hot path. The base moves only when an answer arrives,
+// so a request that fails is covered again by the next one from the same
+// base (the coordinator counts only the increase), and a retry repeats
+// the same figures. What is admitted while a renewal is in flight, from
+// its send to its answer, is in no report: the audit undercounts, never
+// overcounts.
+
+// auditReading is what b's admissions consumed, less every charge given
+// back (Refund): a lower bound of what stood admitted.
+func auditReading(b *lease.AtomicBucket) int64 { return b.ConsumedMilli() - b.RefundedMilli() }
+
+// auditReport returns the report for a call on t's lease: what t's bucket
+// admitted since the base, and the base's seq (0, 0: none).
+func (l *Limiter) auditReport(t *terms) (admitted int64, since uint64) {
+	if t == nil || t.bucket != l.auditBucket || l.auditSeq == 0 {
+		return 0, 0
+	}
+	admitted = max(auditReading(t.bucket)-l.auditBase, 0)
+	if faults.Active(faults.ReportDouble) {
+		admitted *= 2 // the negative control: a client that over-admits
+	}
+	return admitted, l.auditSeq
 }
 
 // leaseStart is the time a grant's lease is timed from: tSend, when the
@@ -306,8 +338,9 @@ func (c *Client) renew(ls []*Limiter) {
 		// loop is the only writer of cur and installs an answer (bucket
 		// first, then cur) before it sends anything else, so from here on
 		// nothing admits under an older version.
+		admitted, since := l.auditReport(t)
 		req.Keys = append(req.Keys, &api.RenewKey{Key: &api.Key{Policy: l.policy, Attributes: l.attrs}, LeaseId: t.leaseID, Demand: l.demand(tSend),
-			AckedVersion: t.version, ClampedMilli: t.clampedMilli})
+			AckedVersion: t.version, ClampedMilli: t.clampedMilli, AdmittedMilli: admitted, AdmittedSinceSeq: since})
 	}
 	resp, err := call(c, c.stop, giveUp, func(ctx context.Context, conn *grpc.ClientConn) (*api.LeaseResponse, error) {
 		return api.NewLeasesClient(conn).Renew(ctx, req)
@@ -354,7 +387,14 @@ func (c *Client) renew(ls []*Limiter) {
 			l.lastErr.Store(ptr(errorFrom(e)))
 			continue
 		}
-		l.applyRenewal(tSend, old, kl.GetGrant())
+		// The answer arrived: the audit's base moves to it, read before the
+		// answer is installed (so before OnGrant hears of it), less the
+		// top-up the install gives back, which is no admission.
+		base := auditReading(old.bucket)
+		topUp := l.applyRenewal(tSend, old, kl.GetGrant())
+		if kl.GetGrant().GetLeaseId() == old.leaseID && old.bucket == l.auditBucket {
+			l.auditBase, l.auditSeq = base-topUp, seq
+		}
 	}
 }
 
@@ -363,16 +403,17 @@ func (c *Client) renew(ls []*Limiter) {
 // rule i); a renewal that arrives after the old deadline mints nothing for
 // the gap; the later of the two deadlines applies (the lease was held
 // throughout). What a cut cap clamps off the bucket is reported with the
-// next renewal's acknowledgement.
-func (l *Limiter) applyRenewal(tSend int64, old *terms, g *api.Grant) {
+// next renewal's acknowledgement. It returns the top-up it refunded to
+// the bucket (for the audit's counts: Refund counts it as given back).
+func (l *Limiter) applyRenewal(tSend int64, old *terms, g *api.Grant) (toppedUp int64) {
 	if g.GetLeaseId() != old.leaseID {
-		return
+		return 0
 	}
 	drift := g.GetDriftPpm()
 	newDeadline := max(old.deadline, lease.ClientDeadline(tSend, g.GetTtlNanos(), drift))
 	now := l.c.clock.Precise()
 	if now >= newDeadline {
-		return
+		return 0
 	}
 	if now > old.deadline {
 		old.bucket.SetRate(old.deadline, 0)
@@ -387,6 +428,7 @@ func (l *Limiter) applyRenewal(tSend int64, old *terms, g *api.Grant) {
 	clamped := old.bucket.SetCapacity(now, g.GetCapMilli())
 	if top := g.GetTopUpMilli(); top > 0 {
 		old.bucket.Refund(top) // never above the new cap
+		toppedUp = top
 	}
 	nt := *old
 	nt.clampedMilli = clamped
@@ -401,6 +443,7 @@ func (l *Limiter) applyRenewal(tSend int64, old *terms, g *api.Grant) {
 		l.c.notifyGrant(l, g, true, newDeadline-now)
 		l.c.learnKeying(l, g)
 	}
+	return toppedUp
 }
 
 // notifyGrant tells Config.OnGrant about a grant now in use.
@@ -496,12 +539,14 @@ func (c *Client) release(abort <-chan struct{}, giveUp int64, ls []*Limiter, hel
 		if t == nil || t.expiredAck {
 			continue
 		}
+		admitted, since := l.auditReport(t)
 		unspent := int64(0)
 		if now < t.deadline {
 			t.bucket.SetRate(now, 0)
 			unspent = t.bucket.Drain()
 		}
-		req.Keys = append(req.Keys, &api.ReleaseKey{Key: &api.Key{Policy: l.policy, Attributes: l.attrs}, LeaseId: t.leaseID, UnspentMilli: unspent})
+		req.Keys = append(req.Keys, &api.ReleaseKey{Key: &api.Key{Policy: l.policy, Attributes: l.attrs}, LeaseId: t.leaseID, UnspentMilli: unspent,
+			AdmittedMilli: admitted, AdmittedSinceSeq: since})
 	}
 	if len(req.Keys) == 0 {
 		return nil

@@ -87,6 +87,10 @@ type Config struct {
 	// server that predates a switch.
 	AdvertiseFeatures *uint64
 
+	// AuditWindows are the window lengths the leader's online audit of the
+	// bound tracks (nil: DefaultAuditWindows; coordinator/audit.go).
+	AuditWindows []time.Duration
+
 	// TLS, if set, turns on mutual TLS on every link: the gRPC port (lease
 	// and admin calls, and calls forwarded between servers) and the Raft
 	// transport, both ways. Plaintext is then refused on both ports. nil
@@ -196,6 +200,11 @@ func (c Config) Validate() error {
 	}
 	if strings.ContainsAny(c.ClusterName, ". /*") {
 		bad("--cluster-name %q must be a DNS label", c.ClusterName)
+	}
+	for _, w := range c.AuditWindows {
+		if w <= 0 {
+			bad("audit window %v is not positive", w)
+		}
 	}
 	return errors.Join(errs...)
 }

@@ -199,10 +199,12 @@ func (s *Server) leaderLoop(stop chan struct{}) {
 	s.log.Info("became leader")
 	defer s.log.Info("leadership lost")
 	defer s.clock.stepDown()
+	defer s.audit.reset(false)
 	term, margin, inheritedUntil, established := s.establish(stop)
 	if !established {
 		return
 	}
+	s.audit.reset(true) // the audit is leader-local: it starts empty in every term this server leads
 
 	if s.cfg.Policies != nil && len(s.fsm.Policies()) == 0 {
 		cmd := &api.ApplyPoliciesCommand{}
@@ -246,6 +248,7 @@ func (s *Server) leaderLoop(stop chan struct{}) {
 				if term, margin, inheritedUntil, established = s.establish(stop); !established {
 					return
 				}
+				s.audit.reset(true)
 				continue
 			}
 			now := s.clock.Now()

@@ -54,6 +54,26 @@ func (s *Server) validateRequest(c *api.Caller, keys []*api.Key, size int) error
 	return nil
 }
 
+// auditReport is a RenewKey's or ReleaseKey's report to the audit.
+type auditReport interface {
+	GetAdmittedMilli() int64
+	GetAdmittedSinceSeq() uint64
+}
+
+// validateReports refuses audit reports no correct client sends: a
+// negative count, or a base request that is not earlier than this one.
+func validateReports[T auditReport](c *api.Caller, keys []T) error {
+	for i, k := range keys {
+		if k.GetAdmittedMilli() < 0 {
+			return fmt.Errorf("%w: keys[%d].admitted_milli is negative (%d)", rpcerr.ErrInvalid, i, k.GetAdmittedMilli())
+		}
+		if s := k.GetAdmittedSinceSeq(); s != 0 && s >= c.GetSeq() {
+			return fmt.Errorf("%w: keys[%d].admitted_since_seq %d is not before caller.seq %d", rpcerr.ErrInvalid, i, s, c.GetSeq())
+		}
+	}
+	return nil
+}
+
 func (l *leaseService) handle(ctx context.Context, op *api.LeaseOp, forward func(api.LeasesClient, context.Context) (proto.Message, error)) (fsm.OpResult, proto.Message, error) {
 	conn, fctx, self, err := l.s.fwd.forward(ctx)
 	if err != nil {
@@ -91,12 +111,16 @@ func (l *leaseService) Acquire(ctx context.Context, req *api.AcquireRequest) (*a
 	if fwd != nil {
 		return fwd.(*api.LeaseResponse), nil
 	}
+	l.s.audit.acquired(req, r.Lease)
 	return r.Lease, nil
 }
 
 // Renew implements api.LeasesServer.
 func (l *leaseService) Renew(ctx context.Context, req *api.RenewRequest) (*api.LeaseResponse, error) {
 	if err := l.s.validateRequest(req.GetCaller(), keysOf(req.GetKeys()), proto.Size(req)); err != nil {
+		return nil, rpcerr.Status(err)
+	}
+	if err := validateReports(req.GetCaller(), req.GetKeys()); err != nil {
 		return nil, rpcerr.Status(err)
 	}
 	r, fwd, err := l.handle(ctx, &api.LeaseOp{Op: &api.LeaseOp_Renew{Renew: req}},
@@ -107,12 +131,16 @@ func (l *leaseService) Renew(ctx context.Context, req *api.RenewRequest) (*api.L
 	if fwd != nil {
 		return fwd.(*api.LeaseResponse), nil
 	}
+	l.s.audit.renewed(req, r.Lease)
 	return r.Lease, nil
 }
 
 // Release implements api.LeasesServer.
 func (l *leaseService) Release(ctx context.Context, req *api.ReleaseRequest) (*api.ReleaseResponse, error) {
 	if err := l.s.validateRequest(req.GetCaller(), keysOf(req.GetKeys()), proto.Size(req)); err != nil {
+		return nil, rpcerr.Status(err)
+	}
+	if err := validateReports(req.GetCaller(), req.GetKeys()); err != nil {
 		return nil, rpcerr.Status(err)
 	}
 	r, fwd, err := l.handle(ctx, &api.LeaseOp{Op: &api.LeaseOp_Release{Release: req}},
@@ -123,5 +151,6 @@ func (l *leaseService) Release(ctx context.Context, req *api.ReleaseRequest) (*a
 	if fwd != nil {
 		return fwd.(*api.ReleaseResponse), nil
 	}
+	l.s.audit.released(req)
 	return r.Release, nil
 }

@@ -257,6 +257,13 @@ func TestValidationErrors(t *testing.T) {
 	wantStatus(t, "renew with seq 0", err, codes.InvalidArgument, "caller.seq must be at least 1")
 	_, err = lc.Release(ctx, &api.ReleaseRequest{Caller: caller("v", 1, 1)})
 	wantStatus(t, "release without keys", err, codes.InvalidArgument, "the request names no keys")
+	// Audit reports no correct client sends (coordinator/audit.go).
+	_, err = lc.Renew(ctx, &api.RenewRequest{Caller: caller("v", 1, 5), Keys: []*api.RenewKey{{Key: key("api", "a"), LeaseId: 1, AdmittedMilli: -1, AdmittedSinceSeq: 4}}})
+	wantStatus(t, "renew with a negative report", err, codes.InvalidArgument, "keys[0].admitted_milli is negative (-1)")
+	_, err = lc.Renew(ctx, &api.RenewRequest{Caller: caller("v", 1, 5), Keys: []*api.RenewKey{{Key: key("api", "a"), LeaseId: 1, AdmittedMilli: 1, AdmittedSinceSeq: 5}}})
+	wantStatus(t, "renew reporting from itself", err, codes.InvalidArgument, "keys[0].admitted_since_seq 5 is not before caller.seq 5")
+	_, err = lc.Release(ctx, &api.ReleaseRequest{Caller: caller("v", 1, 5), Keys: []*api.ReleaseKey{{Key: key("api", "a"), LeaseId: 1, AdmittedMilli: 1, AdmittedSinceSeq: 9}}})
+	wantStatus(t, "release reporting from the future", err, codes.InvalidArgument, "keys[0].admitted_since_seq 9 is not before caller.seq 5")
 
 	// Per-key failures: the RPC succeeds, the key carries the error.
 	resp, err := lc.Acquire(ctx, acquireReq(caller("v", 1, 1), key("nope", "a"), &api.Key{Policy: "api"}, key("api", "ok")))

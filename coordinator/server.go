@@ -39,6 +39,7 @@ type Server struct {
 	clock   clusterClock
 	fwd     *forwarder
 	stats   *opStats
+	audit   *audit
 
 	shutdownOnce sync.Once
 	shutdownCh   chan struct{}
@@ -67,6 +68,7 @@ func New(cfg Config) (*Server, error) {
 	}
 	logger = logger.With("server", cfg.ID)
 	s := &Server{cfg: cfg, log: logger, fsm: fsm.New(logger.With("component", "fsm")), shutdownCh: make(chan struct{}), stats: newOpStats()}
+	s.audit = newAudit(cfg.AuditWindows, s.fsm.Policy)
 	s.clock.src = cfg.Clock // nil: takeOver uses coarseclock.Default()
 	ok := false
 	defer func() {

@@ -109,12 +109,17 @@ type AtomicBucket struct {
 	// drains), so credited - level is what admissions consumed. It is
 	// written only off the admission fast path.
 	credited atomic.Int64
+	// refunded is every milli-token Refund was asked to give back (the
+	// whole charge, even the part the capacity cut off), so credited -
+	// level - refunded is a lower bound of what admissions that stood
+	// consumed (the online audit, RefundedMilli).
+	refunded atomic.Int64
 	// precise, if set, reads a clock that never lags (see SetPreciseClock).
 	precise func() int64
 	// per is the rate's period (BucketConfig.PeriodNanos), fixed at creation.
 	per int64
 	mu  sync.Mutex // serializes SetRate and SetCapacity
-	_   [cacheLine - 56]byte
+	_   [cacheLine - 64]byte
 }
 
 // SetPreciseClock gives the bucket a precise reading of the same clock its
@@ -138,6 +143,11 @@ func (b *AtomicBucket) PeriodNanos() int64 { return b.per }
 // bucket since it was created: the client reports demand from it without
 // counting on the hot path. Under concurrent use it is a close estimate.
 func (b *AtomicBucket) ConsumedMilli() int64 { return b.credited.Load() - b.level.Load() }
+
+// RefundedMilli returns the milli-tokens Refund has been asked to give
+// back since the bucket was created (top-ups included). ConsumedMilli
+// minus it is at most what admissions that were not undone consumed.
+func (b *AtomicBucket) RefundedMilli() int64 { return b.refunded.Load() }
 
 // NewAtomicBucket returns a bucket whose clock starts at startNanos, which
 // must be in [0, MaxTimeNanos]. The hot-path methods do not check their times:
@@ -507,6 +517,7 @@ func (b *AtomicBucket) Refund(costMilli int64) {
 	if costMilli <= 0 {
 		return
 	}
+	b.refunded.Add(costMilli)
 	for {
 		cur := b.level.Load()
 		next := min(b.capacity.Load(), satAdd(cur, costMilli))

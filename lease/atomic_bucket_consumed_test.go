@@ -53,3 +53,20 @@ func TestPreciseClockClosesCoarseLagGap(t *testing.T) {
 		}
 	}
 }
+
+// TestRefundedMilliCountsWholeCharges: RefundedMilli counts every charge
+// given back, even the part the capacity cuts off, and leaves
+// ConsumedMilli alone (the audit subtracts one from the other).
+func TestRefundedMilliCountsWholeCharges(t *testing.T) {
+	b, _ := NewAtomicBucket(BucketConfig{CapacityMilli: 5_000, RateMilliPerSec: 0, StartFull: true}, 0)
+	if _, ok := b.TakeN(0, 3_000); !ok {
+		t.Fatal("take refused")
+	}
+	b.Refund(4_000) // 2000 fit under the cap
+	if got := b.RefundedMilli(); got != 4_000 {
+		t.Fatalf("RefundedMilli = %d, want 4000", got)
+	}
+	if got := b.ConsumedMilli(); got != 3_000 {
+		t.Fatalf("ConsumedMilli = %d, want 3000", got)
+	}
+}

@@ -37,6 +37,15 @@ echo
 echo "== rationctl leases (the replicas' leases, until they expire)"
 $ctl leases
 echo
+echo "== the leader's online audit of the bound (docs/operations.md, \"The audit of the bound\")"
+echo "   The replicas report what they admitted with every renewal; the leader places each report"
+echo "   on its own clock and keeps the worst window of each length against B + r·W. The figures"
+echo "   are lower bounds: a window shorter than about two renewal intervals (here 1s) sees little,"
+echo "   and a 60s window is not filled by a ${duration} run."
+for n in 1 2 3; do
+  curl -s "http://127.0.0.1:$((7429 + n))/metrics" | grep -E '^ration_(bound|audit)_[a-z_]+\{[^}]*policy="per-tenant"' || true
+done
+echo
 echo "The cluster is still running: try ./bin/rationctl status, or run the load again with"
 echo "  RATION_SERVERS=$RATION_SERVERS ./bin/rationctl loadgen --policy per-tenant --key tenant=acme --replicas 4 --rate 37.5 --duration 15s"
 echo "Stop it with: make cluster-stop"

@@ -58,6 +58,10 @@ type verb struct {
 	run     func(ctx context.Context, o *invocation) error
 	// local: run needs no cluster (no connection is made).
 	local bool
+	// failCode, if not 0, is the exit status of a failure (policy diff:
+	// 2, since 1 means "changes"). A run that returns an exitCode exits
+	// with it, printing nothing.
+	failCode int
 }
 
 // invocation is one run of an admin command: its flags, arguments and,
@@ -70,6 +74,7 @@ type invocation struct {
 	tls     *tls.Config
 	// Command-specific flags.
 	file, policy, key string
+	prune             bool // policy apply --prune
 	client, attrs     string
 	rate, burst       string
 	// status: the autopilot thresholds (autopilot.go).
@@ -113,7 +118,9 @@ func verbUsage(v verb, w io.Writer) {
 	fs := verbFlags(v, &invocation{})
 	fs.SetOutput(w)
 	fs.PrintDefaults()
-	fmt.Fprint(w, "\nExit status: 0 on success, 1 on an error from the server or of I/O, 2 on a usage error.\n")
+	if v.failCode == 0 {
+		fmt.Fprint(w, "\nExit status: 0 on success, 1 on an error from the server or of I/O, 2 on a usage error.\n")
+	}
 }
 
 func firstNonEmpty(s ...string) string {
@@ -167,7 +174,14 @@ func runVerb(v verb, args []string, stdout, stderr io.Writer) int {
 	activeTLS = o.tls
 
 	fail := func(err error) int {
+		var code exitCode
+		if errors.As(err, &code) {
+			return int(code)
+		}
 		printErr(stderr, prefix, describe(err, o.timeout))
+		if v.failCode != 0 {
+			return v.failCode
+		}
 		return 1
 	}
 	if v.prepare != nil {

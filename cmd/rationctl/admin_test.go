@@ -385,8 +385,8 @@ func TestAdminUsageErrors(t *testing.T) {
 		{[]string{"status", "--servers", "nohost"}, `rationctl status: --servers "nohost": "nohost" is not HOST:PORT`},
 		{[]string{"status", "--servers", dead + ",,"}, `rationctl status: --servers "` + dead + `,,": "" is not HOST:PORT`},
 		{[]string{"leader", "transfer", "--json"}, "rationctl leader transfer: flag provided but not defined: -json"},
-		{[]string{"policy"}, "rationctl policy: missing command; want apply, import, get, list or delete"},
-		{[]string{"policy", "frob"}, `rationctl policy: unknown command "frob"; want apply, import, get, list or delete`},
+		{[]string{"policy"}, "rationctl policy: missing command; want apply, diff, import, get, list or delete"},
+		{[]string{"policy", "frob"}, `rationctl policy: unknown command "frob"; want apply, diff, import, get, list or delete`},
 		{[]string{"policy", "apply"}, "rationctl policy apply: -f FILE is required"},
 		{[]string{"policy", "apply", "-f"}, "rationctl policy apply: flag needs an argument: -f"},
 		{[]string{"policy", "get"}, "rationctl policy get: NAME is required"},
@@ -545,7 +545,7 @@ func TestAdminHelp(t *testing.T) {
 	if code := run([]string{"help"}, &stdout, &stderr); code != 0 {
 		t.Fatalf("exit %d", code)
 	}
-	for _, w := range []string{"simulate", "status", "members", "policy     apply -f FILE | import --envoy FILE | get NAME | list | delete NAME",
+	for _, w := range []string{"simulate", "status", "members", "policy     apply -f FILE [--prune] | diff -f FILE | import --envoy FILE | get NAME | list | delete NAME",
 		"leases", "snapshot   save FILE | restore FILE", "leader     transfer [ID]", "server     remove ID", "RATION_SERVERS"} {
 		if !strings.Contains(stdout.String(), w) {
 			t.Errorf("help does not list %q:\n%s", w, stdout.String())

@@ -7,7 +7,7 @@
 //	simulate   replay a request trace against a policy file (offline)
 //	status     the leader, Raft indexes and every server's state and health
 //	members    the gossip members
-//	policy     apply -f FILE | get NAME | list | delete NAME
+//	policy     apply -f FILE [--prune] | diff -f FILE | get NAME | list | delete NAME
 //	leases     who holds which lease, and each key's pool
 //	loadgen    run simulated client replicas against a policy and check the quota bound
 //	snapshot   save FILE | restore FILE
@@ -60,7 +60,7 @@ var commands = []command{
 	{name: "simulate", summary: "replay a request trace against a policy file", run: runSimulate, usage: simulateUsage},
 	single(statusVerb),
 	single(membersVerb),
-	group("policy", "apply -f FILE | import --envoy FILE | get NAME | list | delete NAME: manage the stored policies", policyVerbs),
+	group("policy", "apply -f FILE [--prune] | diff -f FILE | import --envoy FILE | get NAME | list | delete NAME: manage the stored policies", policyVerbs),
 	single(leasesVerb),
 	group("lease", "acquire --policy P [--key A=V,...]: take a lease as a client would (for trying a policy out)", leaseVerbs),
 	loadgenCommand(),

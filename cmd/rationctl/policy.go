@@ -6,57 +6,48 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"os"
 	"strings"
 
 	"github.com/ration-dev/ration/api"
 	"github.com/ration-dev/ration/internal/envoyconf"
-	"github.com/ration-dev/ration/internal/policy"
 )
 
 var policyVerbs = []verb{
 	{
 		name:     "policy apply",
-		synopsis: "-f FILE",
+		synopsis: "-f FILE [--prune]",
 		summary:  "store the policies of a policy file, replacing same-named ones",
 		help: `Sends a policy file (docs/policy.md) to the cluster, which validates all of
 it and stores its policies, replacing same-named ones; nothing is stored if
 any policy is invalid. The cluster leases token-bucket policies only.
-The server's validation errors are printed as it sends them.`,
+The server's validation errors are printed as it sends them.
+
+--prune then deletes every stored policy the file does not name (after the
+file is stored; nothing is deleted if it is refused) and prints each one
+deleted: the cluster then holds exactly the file's policies, unless someone
+applies another between the two steps. 'policy diff -f FILE' shows first
+what would change.`,
 		flags: func(fs *flag.FlagSet, o *invocation) {
 			fs.StringVar(&o.file, "f", "", "policy `FILE` to apply; - reads standard input")
+			fs.BoolVar(&o.prune, "prune", false, "also delete the stored policies the file does not name")
 		},
-		check: func(o *invocation) error {
-			if o.file == "" {
-				return errors.New("-f FILE is required")
-			}
-			return nil
-		},
-		prepare: func(o *invocation) (err error) {
-			name := o.file
-			if o.file == "-" {
-				name = "standard input"
-				o.data, err = io.ReadAll(os.Stdin)
-			} else {
-				o.data, err = os.ReadFile(o.file)
-			}
-			if err != nil {
-				return err
-			}
-			// The API carries the file as a string, which must be UTF-8:
-			// say so here, naming the file, rather than as gRPC's
-			// marshaling error.
-			return policy.CheckText(name, o.data)
-		},
+		check:   requireFile,
+		prepare: readPolicyFile,
 		run: func(ctx context.Context, o *invocation) error {
 			r, err := o.admin().ApplyPolicies(ctx, &api.ApplyPoliciesRequest{Yaml: string(o.data)})
 			if err != nil {
 				return err
 			}
-			_, err = fmt.Fprintf(o.stdout, "applied %s (log index %d)\n", strings.Join(r.GetApplied(), ", "), r.GetIndex())
-			return err
+			if _, err = fmt.Fprintf(o.stdout, "applied %s (log index %d)\n", strings.Join(r.GetApplied(), ", "), r.GetIndex()); err != nil {
+				return err
+			}
+			if o.prune {
+				return prune(ctx, o, r.GetApplied())
+			}
+			return nil
 		},
 	},
+	policyDiffVerb,
 	{
 		name:     "policy import",
 		synopsis: "--envoy FILE[,FILE]",

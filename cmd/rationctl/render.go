@@ -247,7 +247,12 @@ func toPolicyJSON(info *api.PolicyInfo) policyJSON {
 		out.YAML = info.GetYaml()
 		return out
 	}
-	p := f.Policies[0]
+	out.Spec = specOf(f.Policies[0])
+	return out
+}
+
+// specOf is every setting of p, as policy get --json prints it.
+func specOf(p policy.Policy) *policySpecJSON {
 	spec := &policySpecJSON{
 		Algorithm: string(p.Algorithm), Key: append([]string{}, p.Key...), Charge: string(p.Charge),
 		RateMilliPerSec: p.RateMilliPerSec, RatePeriodNanos: p.RatePeriodNanos, BurstMilli: p.BurstMilli,
@@ -260,8 +265,7 @@ func toPolicyJSON(info *api.PolicyInfo) policyJSON {
 	for k, v := range p.ClientWeights {
 		spec.ClientWeights[k] = v
 	}
-	out.Spec = spec
-	return out
+	return spec
 }
 
 func writePolicies(w io.Writer, r *api.ListPoliciesResponse, asJSON bool) error {

@@ -50,10 +50,14 @@ const (
 	// only in an attribute the policy ignores are two users of one lease
 	// holder, each acquire replacing the other's lease.
 	IgnoreKeyAttributes Fault = "ignore-key-attributes"
+	// ReportDouble: the client reports twice the tokens it admitted to the
+	// online audit of the bound (coordinator/audit.go), as a client that
+	// over-admits would show them: the audit's negative control.
+	ReportDouble Fault = "report-double"
 )
 
 // All lists every fault, for flag help and validation.
-var All = []Fault{AckBeforeCommit, StartFullNoDebit, TimeFromReceipt, ForgetRetired, ClockResumeOwnReading, CreditAtReduction, ForgetReplaced, IgnoreKeyAttributes}
+var All = []Fault{AckBeforeCommit, StartFullNoDebit, TimeFromReceipt, ForgetRetired, ClockResumeOwnReading, CreditAtReduction, ForgetReplaced, IgnoreKeyAttributes, ReportDouble}
 
 func parse(name string) (Fault, error) {
 	for _, f := range All {

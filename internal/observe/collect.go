@@ -2,6 +2,7 @@ package observe
 
 import (
 	"context"
+	"strconv"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -47,6 +48,13 @@ var (
 	descPolicyPool     = desc("policy_pool_tokens", "Sum over the policy's keys of the tokens in their pools (leased to no one).", "policy")
 	descPolicyRate     = desc("policy_rate_tokens_per_second", "The policy's configured rate r, per key.", "policy")
 	descPolicyBurst    = desc("policy_burst_tokens", "The policy's configured burst B, per key.", "policy")
+
+	// The online audit of the bound (coordinator/audit.go), on the leader
+	// only, since it last became leader.
+	descBoundUtilization = desc("bound_utilization", "Leader: the worst window of this length seen for any key of the policy, as certainly admitted tokens over B + r*W (above 1: the bound was broken).", "policy", "window")
+	descBoundOver        = desc("bound_windows_over_total", "Leader: reports after which some audited window of a key of the policy held more than B + r*W.", "policy")
+	descAuditReported    = desc("audit_reported_tokens_total", "Leader: tokens clients reported admitted on the policy's leases (each counted once).", "policy")
+	descAuditUnplaced    = desc("audit_unplaced_tokens_total", "Leader: reported tokens the audit could not place in time (base request older than this leadership, or over the memory bound): in no window.", "policy")
 )
 
 // serverCollector reads the server's figures at scrape time.
@@ -56,7 +64,8 @@ func (c *serverCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descRaftState, descRaftTerm, descRaftCommit, descRaftApplied, descRaftLastIndex,
 		descLastContact, descLeaderChanges, descLeaderKnown, descVoters, descApplyDuration, descBatchOps, descEntryBytes,
 		descForwarded, descExpiries, descPolicyKeys, descPolicyLeases, descPolicyHeldRate, descPolicyHeldCap,
-		descPolicyPool, descPolicyRate, descPolicyBurst} {
+		descPolicyPool, descPolicyRate, descPolicyBurst,
+		descBoundUtilization, descBoundOver, descAuditReported, descAuditUnplaced} {
 		ch <- d
 	}
 }
@@ -141,6 +150,41 @@ func (c *serverCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 
 	collectPolicies(ch, srv)
+	if state == raft.Leader {
+		collectAudit(ch, srv)
+	}
+}
+
+// collectAudit emits the leader's audit figures for every stored token
+// bucket policy (zeros for one nothing was reported on yet).
+func collectAudit(ch chan<- prometheus.Metric, srv *coordinator.Server) {
+	byName := map[string]coordinator.AuditPolicy{}
+	for _, ap := range srv.Audit() {
+		byName[ap.Policy] = ap
+	}
+	windows := srv.AuditWindows()
+	for _, p := range srv.FSM().Policies() {
+		if p.Algorithm != policy.TokenBucket {
+			continue
+		}
+		ap := byName[p.Name]
+		for i, w := range windows {
+			u := 0.0
+			if i < len(ap.Windows) {
+				u = ap.Windows[i].Utilization
+			}
+			gauge(ch, descBoundUtilization, u, p.Name, WindowLabel(w))
+		}
+		counter(ch, descBoundOver, float64(ap.WindowsOver), p.Name)
+		counter(ch, descAuditReported, milliTokens(ap.ReportedMilli), p.Name)
+		counter(ch, descAuditUnplaced, milliTokens(ap.UnplacedMilli), p.Name)
+	}
+}
+
+// WindowLabel is the window label of ration_bound_utilization: the
+// window's length in seconds ("1s", "10s", "60s", "0.5s").
+func WindowLabel(w time.Duration) string {
+	return strconv.FormatFloat(w.Seconds(), 'f', -1, 64) + "s"
 }
 
 func stateName(s raft.RaftState) string {
