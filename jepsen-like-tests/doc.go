@@ -27,7 +27,9 @@
 //	                       limiters of one budget)
 //	controls_test.go       the negative controls, each with its healthy
 //	                       twin (TestControlsHealthy) and break 2's
-//	                       defence in depth (TestDefenceInDepth)
+//	                       defence in depth (TestDefenceInDepth); the
+//	                       demand-swing nemesis (rule (i)'s control:
+//	                       two saturated replicas' demands in antiphase)
 //
 // Every process reads CLOCK_MONOTONIC, which all processes on the host
 // share, so histories merge onto one time line. Binaries are built with
