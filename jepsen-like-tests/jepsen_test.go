@@ -57,10 +57,11 @@ func requirePass(t *testing.T, e *Env, s Summary) {
 }
 
 // quickNemeses: the quick run's sequence, every nemesis once, then one
-// mixture.
+// mixture. pause-client and client-cut draw any replica or the edge;
+// pause-edge and edge-cut make sure the edge gets both.
 var quickNemeses = []Nemesis{
-	KillLeader, KillFollower, PauseLeader, PauseClient,
-	PartitionLeader, PartitionMajority, PartitionBridge, PartitionRing, CutClient, IdleTransferReturn,
+	KillLeader, KillFollower, PauseLeader, PauseClient, PauseEdge,
+	PartitionLeader, PartitionMajority, PartitionBridge, PartitionRing, CutClient, CutEdge, IdleTransferReturn,
 	ClockWithinRho, WallClockJumps, DegradedNetwork, Membership, KillAll, RestartReplicas,
 	PolicyDeleteReapply, PolicyRekey, Mix(2),
 }

@@ -107,12 +107,7 @@ var (
 		return "SIGSTOP " + l + " for 3s"
 	}}
 	PauseClient = Nemesis{"pause-client", func(e *Env, rng *rand.Rand) string {
-		c := shuffled(rng, e.cfg.clients())[0]
-		d := e.cfg.Policy.Lease + time.Second
-		e.signal(c, syscall.SIGSTOP)
-		hold(d)
-		e.signal(c, syscall.SIGCONT)
-		return fmt.Sprintf("SIGSTOP %s for %v (longer than its lease)", c, d)
+		return e.pauseClient(shuffled(rng, e.cfg.clients())[0])
 	}}
 	PartitionLeader = Nemesis{"partition-leader", func(e *Env, _ *rand.Rand) string {
 		l := e.mustLeader()
@@ -146,12 +141,24 @@ var (
 		return fmt.Sprintf("cut %v", p)
 	}}
 	CutClient = Nemesis{"client-cut", func(e *Env, rng *rand.Rand) string {
-		c := shuffled(rng, e.cfg.clients())[0]
-		d := e.cfg.Policy.Lease + 2*time.Second
-		e.block(ClientCut(c, e.cfg.Servers))
-		hold(d)
-		e.heal()
-		return fmt.Sprintf("%s cut from every server for %v", c, d)
+		return e.cutClient(shuffled(rng, e.cfg.clients())[0])
+	}}
+	// PauseEdge and CutEdge are pause-client and client-cut on the first
+	// edge, so that a run with one does both to it whatever the seed
+	// draws. Its driver keeps calling: a stopped edge answers nothing (each
+	// call a refusal after its deadline), a cut one answers from its lease
+	// until the lease's deadline, then refuses (fail-closed).
+	PauseEdge = Nemesis{"pause-edge", func(e *Env, _ *rand.Rand) string {
+		if len(e.cfg.Edges) == 0 {
+			return "no edge in this run"
+		}
+		return e.pauseClient(e.cfg.Edges[0])
+	}}
+	CutEdge = Nemesis{"edge-cut", func(e *Env, _ *rand.Rand) string {
+		if len(e.cfg.Edges) == 0 {
+			return "no edge in this run"
+		}
+		return e.cutClient(e.cfg.Edges[0])
 	}}
 	ClockWithinRho = Nemesis{"clock-rate-within-rho", func(e *Env, _ *rand.Rand) string {
 		// ρ is 1000 ppm (the policy default): every process runs 900 ppm
@@ -227,6 +234,25 @@ var (
 		return "15% inbound packet loss on every host (iptables statistic; this kernel has no netem)"
 	}}
 )
+
+// pauseClient stops replica or edge c (SIGSTOP) for longer than its lease.
+func (e *Env) pauseClient(c string) string {
+	d := e.cfg.Policy.Lease + time.Second
+	e.signal(c, syscall.SIGSTOP)
+	hold(d)
+	e.signal(c, syscall.SIGCONT)
+	return fmt.Sprintf("SIGSTOP %s for %v (longer than its lease)", c, d)
+}
+
+// cutClient cuts replica or edge c from every server for longer than its
+// lease (an edge's driver, on the edge's host, still reaches it).
+func (e *Env) cutClient(c string) string {
+	d := e.cfg.Policy.Lease + 2*time.Second
+	e.block(ClientCut(c, e.cfg.Servers))
+	hold(d)
+	e.heal()
+	return fmt.Sprintf("%s cut from every server for %v", c, d)
+}
 
 // Mix runs several nemeses at once, each on its own goroutine, chosen by
 // the seed from those that can overlap safely.
@@ -343,7 +369,7 @@ var RestartReplicas = Nemesis{"restart-replicas", func(e *Env, _ *rand.Rand) str
 			hold(500 * time.Millisecond) // let the new incarnation spend
 		}
 	}
-	return "each replica stopped (SIGTERM) and restarted as a new incarnation, twice, 0.5s apart"
+	return "each replica and edge stopped (SIGTERM) and restarted as a new incarnation, twice, 0.5s apart"
 }}
 
 // PartitionFirstServerLeader makes the first server (the one every replica
