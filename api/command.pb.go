@@ -542,9 +542,19 @@ type Snapshot struct {
 	Features uint64 `protobuf:"varint,6,opt,name=features,proto3" json:"features,omitempty"`
 	// retired: deleted (or re-keyed) policies whose budgets are remembered
 	// until they could be no emptier than fresh ones.
-	Retired       []*RetiredPolicy `protobuf:"bytes,7,rep,name=retired,proto3" json:"retired,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Retired []*RetiredPolicy `protobuf:"bytes,7,rep,name=retired,proto3" json:"retired,omitempty"`
+	// restore_hold_until_nanos: after an operator's snapshot restore, the
+	// cluster time until which every budget counts as wholly held (by leases
+	// the restored state does not know); keys created before it start empty
+	// and held, and after it no fuller than minting from empty at it would
+	// have made them (docs/design.md §3.5, rule j).
+	RestoreHoldUntilNanos int64 `protobuf:"varint,8,opt,name=restore_hold_until_nanos,json=restoreHoldUntilNanos,proto3" json:"restore_hold_until_nanos,omitempty"`
+	// lease_id_generation: raised by each restore; every ledger's lease IDs
+	// start at generation << 32, so no ID granted before a restore is reused
+	// after it.
+	LeaseIdGeneration uint64 `protobuf:"varint,9,opt,name=lease_id_generation,json=leaseIdGeneration,proto3" json:"lease_id_generation,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *Snapshot) Reset() {
@@ -624,6 +634,20 @@ func (x *Snapshot) GetRetired() []*RetiredPolicy {
 		return x.Retired
 	}
 	return nil
+}
+
+func (x *Snapshot) GetRestoreHoldUntilNanos() int64 {
+	if x != nil {
+		return x.RestoreHoldUntilNanos
+	}
+	return 0
+}
+
+func (x *Snapshot) GetLeaseIdGeneration() uint64 {
+	if x != nil {
+		return x.LeaseIdGeneration
+	}
+	return 0
 }
 
 // SetFeaturesCommand turns on replicated feature switches (bits are only
@@ -795,8 +819,10 @@ type LedgerSnapshot struct {
 	OvercommitUntilNanos int64 `protobuf:"varint,18,opt,name=overcommit_until_nanos,json=overcommitUntilNanos,proto3" json:"overcommit_until_nanos,omitempty"`
 	DriftPpm             int64 `protobuf:"varint,19,opt,name=drift_ppm,json=driftPpm,proto3" json:"drift_ppm,omitempty"`
 	RatePeriodNanos      int64 `protobuf:"varint,47,opt,name=rate_period_nanos,json=ratePeriodNanos,proto3" json:"rate_period_nanos,omitempty"`
-	unknownFields        protoimpl.UnknownFields
-	sizeCache            protoimpl.SizeCache
+	// hold_all_until_nanos: rule (j), see Snapshot.restore_hold_until_nanos.
+	HoldAllUntilNanos int64 `protobuf:"varint,48,opt,name=hold_all_until_nanos,json=holdAllUntilNanos,proto3" json:"hold_all_until_nanos,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *LedgerSnapshot) Reset() {
@@ -965,6 +991,13 @@ func (x *LedgerSnapshot) GetDriftPpm() int64 {
 func (x *LedgerSnapshot) GetRatePeriodNanos() int64 {
 	if x != nil {
 		return x.RatePeriodNanos
+	}
+	return 0
+}
+
+func (x *LedgerSnapshot) GetHoldAllUntilNanos() int64 {
+	if x != nil {
+		return x.HoldAllUntilNanos
 	}
 	return 0
 }
@@ -1306,7 +1339,7 @@ const file_command_proto_rawDesc = "" +
 	"\x03ops\x18\x01 \x03(\v2\x12.ration.v1.LeaseOpR\x03ops\"w\n" +
 	"\rExpireCommand\x124\n" +
 	"\x16client_retention_nanos\x18\x01 \x01(\x03R\x14clientRetentionNanos\x120\n" +
-	"\x14expire_through_nanos\x18\x02 \x01(\x03R\x12expireThroughNanos\"\xca\x02\n" +
+	"\x14expire_through_nanos\x18\x02 \x01(\x03R\x12expireThroughNanos\"\xb3\x03\n" +
 	"\bSnapshot\x12,\n" +
 	"\x12cluster_time_nanos\x18\x01 \x01(\x03R\x10clusterTimeNanos\x121\n" +
 	"\bpolicies\x18\x02 \x03(\v2\x15.ration.v1.PolicySpecR\bpolicies\x123\n" +
@@ -1314,7 +1347,9 @@ const file_command_proto_rawDesc = "" +
 	"\aclients\x18\x04 \x03(\v2\x17.ration.v1.ClientRecordR\aclients\x12%\n" +
 	"\x0eapplied_digest\x18\x05 \x01(\fR\rappliedDigest\x12\x1a\n" +
 	"\bfeatures\x18\x06 \x01(\x04R\bfeatures\x122\n" +
-	"\aretired\x18\a \x03(\v2\x18.ration.v1.RetiredPolicyR\aretired\"0\n" +
+	"\aretired\x18\a \x03(\v2\x18.ration.v1.RetiredPolicyR\aretired\x127\n" +
+	"\x18restore_hold_until_nanos\x18\b \x01(\x03R\x15restoreHoldUntilNanos\x12.\n" +
+	"\x13lease_id_generation\x18\t \x01(\x04R\x11leaseIdGeneration\"0\n" +
 	"\x12SetFeaturesCommand\x12\x1a\n" +
 	"\bfeatures\x18\x01 \x01(\x04R\bfeatures\"\xc6\x02\n" +
 	"\rRetiredPolicy\x12)\n" +
@@ -1324,7 +1359,7 @@ const file_command_proto_rawDesc = "" +
 	"\x04name\x18( \x01(\tR\x04name\x120\n" +
 	"\x14floor_capacity_milli\x18) \x01(\x03R\x12floorCapacityMilli\x126\n" +
 	"\x18floor_rate_milli_per_sec\x18* \x01(\x03R\x14floorRateMilliPerSec\x12-\n" +
-	"\x13floor_full_at_nanos\x18+ \x01(\x03R\x10floorFullAtNanos\"\xe7\x05\n" +
+	"\x13floor_full_at_nanos\x18+ \x01(\x03R\x10floorFullAtNanos\"\x98\x06\n" +
 	"\x0eLedgerSnapshot\x12\x16\n" +
 	"\x06policy\x18\x01 \x01(\tR\x06policy\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\tR\x03key\x12\x1d\n" +
@@ -1350,7 +1385,8 @@ const file_command_proto_rawDesc = "" +
 	"max_leases\x18\x11 \x01(\x03R\tmaxLeases\x124\n" +
 	"\x16overcommit_until_nanos\x18\x12 \x01(\x03R\x14overcommitUntilNanos\x12\x1b\n" +
 	"\tdrift_ppm\x18\x13 \x01(\x03R\bdriftPpm\x12*\n" +
-	"\x11rate_period_nanos\x18/ \x01(\x03R\x0fratePeriodNanos\"\x98\x01\n" +
+	"\x11rate_period_nanos\x18/ \x01(\x03R\x0fratePeriodNanos\x12/\n" +
+	"\x14hold_all_until_nanos\x180 \x01(\x03R\x11holdAllUntilNanos\"\x98\x01\n" +
 	"\rShareSnapshot\x12+\n" +
 	"\x12rate_milli_per_sec\x18\x01 \x01(\x03R\x0frateMilliPerSec\x12\x1b\n" +
 	"\tcap_milli\x18\x02 \x01(\x03R\bcapMilli\x12#\n" +

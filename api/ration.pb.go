@@ -24,6 +24,141 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+type ErrorKind int32
+
+const (
+	ErrorKind_ERROR_KIND_UNSPECIFIED        ErrorKind = 0
+	ErrorKind_ERROR_KIND_NOT_FOUND          ErrorKind = 1 // an unknown policy or key
+	ErrorKind_ERROR_KIND_INVALID_ARGUMENT   ErrorKind = 2 // a malformed request, key, demand or cost
+	ErrorKind_ERROR_KIND_RESOURCE_EXHAUSTED ErrorKind = 3 // a policy's max_keys reached
+	ErrorKind_ERROR_KIND_TOO_MANY_LEASES    ErrorKind = 4 // a key's max_leases_per_key reached
+	ErrorKind_ERROR_KIND_STALE              ErrorKind = 5 // an older incarnation, or a grant older than the lease it would replace
+	ErrorKind_ERROR_KIND_UNAVAILABLE        ErrorKind = 6
+	ErrorKind_ERROR_KIND_EXPIRED            ErrorKind = 7
+	ErrorKind_ERROR_KIND_PRECONDITION       ErrorKind = 8  // e.g. a policy whose algorithm cannot be leased
+	ErrorKind_ERROR_KIND_LEASE_NOT_FOUND    ErrorKind = 9  // no such lease
+	ErrorKind_ERROR_KIND_LEASE_EXPIRED      ErrorKind = 10 // the lease is gone: expired, released or replaced
+	ErrorKind_ERROR_KIND_INTERNAL           ErrorKind = 11
+	ErrorKind_ERROR_KIND_UNKNOWN            ErrorKind = 12 // an error of no known kind
+)
+
+// Enum value maps for ErrorKind.
+var (
+	ErrorKind_name = map[int32]string{
+		0:  "ERROR_KIND_UNSPECIFIED",
+		1:  "ERROR_KIND_NOT_FOUND",
+		2:  "ERROR_KIND_INVALID_ARGUMENT",
+		3:  "ERROR_KIND_RESOURCE_EXHAUSTED",
+		4:  "ERROR_KIND_TOO_MANY_LEASES",
+		5:  "ERROR_KIND_STALE",
+		6:  "ERROR_KIND_UNAVAILABLE",
+		7:  "ERROR_KIND_EXPIRED",
+		8:  "ERROR_KIND_PRECONDITION",
+		9:  "ERROR_KIND_LEASE_NOT_FOUND",
+		10: "ERROR_KIND_LEASE_EXPIRED",
+		11: "ERROR_KIND_INTERNAL",
+		12: "ERROR_KIND_UNKNOWN",
+	}
+	ErrorKind_value = map[string]int32{
+		"ERROR_KIND_UNSPECIFIED":        0,
+		"ERROR_KIND_NOT_FOUND":          1,
+		"ERROR_KIND_INVALID_ARGUMENT":   2,
+		"ERROR_KIND_RESOURCE_EXHAUSTED": 3,
+		"ERROR_KIND_TOO_MANY_LEASES":    4,
+		"ERROR_KIND_STALE":              5,
+		"ERROR_KIND_UNAVAILABLE":        6,
+		"ERROR_KIND_EXPIRED":            7,
+		"ERROR_KIND_PRECONDITION":       8,
+		"ERROR_KIND_LEASE_NOT_FOUND":    9,
+		"ERROR_KIND_LEASE_EXPIRED":      10,
+		"ERROR_KIND_INTERNAL":           11,
+		"ERROR_KIND_UNKNOWN":            12,
+	}
+)
+
+func (x ErrorKind) Enum() *ErrorKind {
+	p := new(ErrorKind)
+	*p = x
+	return p
+}
+
+func (x ErrorKind) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (ErrorKind) Descriptor() protoreflect.EnumDescriptor {
+	return file_ration_proto_enumTypes[0].Descriptor()
+}
+
+func (ErrorKind) Type() protoreflect.EnumType {
+	return &file_ration_proto_enumTypes[0]
+}
+
+func (x ErrorKind) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use ErrorKind.Descriptor instead.
+func (ErrorKind) EnumDescriptor() ([]byte, []int) {
+	return file_ration_proto_rawDescGZIP(), []int{0}
+}
+
+// Gossip keyring (rationctl keyring). Keys are base64 (16, 24 or 32 bytes).
+type KeyringOp int32
+
+const (
+	KeyringOp_KEYRING_OP_UNSPECIFIED KeyringOp = 0
+	KeyringOp_KEYRING_OP_LIST        KeyringOp = 1
+	KeyringOp_KEYRING_OP_INSTALL     KeyringOp = 2 // add a key (gossip still encrypts with the primary)
+	KeyringOp_KEYRING_OP_USE         KeyringOp = 3 // make an installed key the primary
+	KeyringOp_KEYRING_OP_REMOVE      KeyringOp = 4 // remove a key that is not the primary
+)
+
+// Enum value maps for KeyringOp.
+var (
+	KeyringOp_name = map[int32]string{
+		0: "KEYRING_OP_UNSPECIFIED",
+		1: "KEYRING_OP_LIST",
+		2: "KEYRING_OP_INSTALL",
+		3: "KEYRING_OP_USE",
+		4: "KEYRING_OP_REMOVE",
+	}
+	KeyringOp_value = map[string]int32{
+		"KEYRING_OP_UNSPECIFIED": 0,
+		"KEYRING_OP_LIST":        1,
+		"KEYRING_OP_INSTALL":     2,
+		"KEYRING_OP_USE":         3,
+		"KEYRING_OP_REMOVE":      4,
+	}
+)
+
+func (x KeyringOp) Enum() *KeyringOp {
+	p := new(KeyringOp)
+	*p = x
+	return p
+}
+
+func (x KeyringOp) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (KeyringOp) Descriptor() protoreflect.EnumDescriptor {
+	return file_ration_proto_enumTypes[1].Descriptor()
+}
+
+func (KeyringOp) Type() protoreflect.EnumType {
+	return &file_ration_proto_enumTypes[1]
+}
+
+func (x KeyringOp) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use KeyringOp.Descriptor instead.
+func (KeyringOp) EnumDescriptor() ([]byte, []int) {
+	return file_ration_proto_rawDescGZIP(), []int{1}
+}
+
 // Caller identifies the request for idempotency: a retry with the same
 // (client_id, incarnation, seq) gets the recorded answer, never a second
 // grant. seq increases with every request an incarnation sends.
@@ -562,9 +697,17 @@ func (x *ReleaseRequest) GetKeys() []*ReleaseKey {
 // value (e.g. NOT_FOUND for an unknown policy or lease, RESOURCE_EXHAUSTED
 // for a full policy, FAILED_PRECONDITION for an expired lease).
 type KeyError struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Code          uint32                 `protobuf:"varint,1,opt,name=code,proto3" json:"code,omitempty"`
-	Message       string                 `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Code    uint32                 `protobuf:"varint,1,opt,name=code,proto3" json:"code,omitempty"`
+	Message string                 `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`
+	// kind: what went wrong, as ration's own stable value. An answer
+	// computed now carries all three; the idempotency record of a request,
+	// which is replicated, snapshotted and hashed, holds only the kind (with
+	// the cluster's stable-records feature switch on), and a retry answered
+	// from it gets the code and a message derived from the kind, so that
+	// rewording a message or remapping a code never makes servers of two
+	// versions disagree on the state.
+	Kind          ErrorKind `protobuf:"varint,3,opt,name=kind,proto3,enum=ration.v1.ErrorKind" json:"kind,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -611,6 +754,13 @@ func (x *KeyError) GetMessage() string {
 		return x.Message
 	}
 	return ""
+}
+
+func (x *KeyError) GetKind() ErrorKind {
+	if x != nil {
+		return x.Kind
+	}
+	return ErrorKind_ERROR_KIND_UNSPECIFIED
 }
 
 // Grant is the terms of one lease. The client may use them until
@@ -2454,6 +2604,186 @@ func (x *RemoveServerResponse) GetIndex() uint64 {
 	return 0
 }
 
+type KeyringRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Op            KeyringOp              `protobuf:"varint,1,opt,name=op,proto3,enum=ration.v1.KeyringOp" json:"op,omitempty"`
+	Key           string                 `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`                               // base64; empty for list
+	LocalOnly     bool                   `protobuf:"varint,3,opt,name=local_only,json=localOnly,proto3" json:"local_only,omitempty"` // only the server asked (what a fan-out sends)
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *KeyringRequest) Reset() {
+	*x = KeyringRequest{}
+	mi := &file_ration_proto_msgTypes[40]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *KeyringRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*KeyringRequest) ProtoMessage() {}
+
+func (x *KeyringRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_ration_proto_msgTypes[40]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use KeyringRequest.ProtoReflect.Descriptor instead.
+func (*KeyringRequest) Descriptor() ([]byte, []int) {
+	return file_ration_proto_rawDescGZIP(), []int{40}
+}
+
+func (x *KeyringRequest) GetOp() KeyringOp {
+	if x != nil {
+		return x.Op
+	}
+	return KeyringOp_KEYRING_OP_UNSPECIFIED
+}
+
+func (x *KeyringRequest) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *KeyringRequest) GetLocalOnly() bool {
+	if x != nil {
+		return x.LocalOnly
+	}
+	return false
+}
+
+type KeyringNodeResult struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	ServerId      string                 `protobuf:"bytes,1,opt,name=server_id,json=serverId,proto3" json:"server_id,omitempty"`
+	GrpcAddr      string                 `protobuf:"bytes,2,opt,name=grpc_addr,json=grpcAddr,proto3" json:"grpc_addr,omitempty"`
+	Error         string                 `protobuf:"bytes,3,opt,name=error,proto3" json:"error,omitempty"` // empty on success
+	Keys          []string               `protobuf:"bytes,4,rep,name=keys,proto3" json:"keys,omitempty"`   // base64, this server's keyring after the operation
+	PrimaryKey    string                 `protobuf:"bytes,5,opt,name=primary_key,json=primaryKey,proto3" json:"primary_key,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *KeyringNodeResult) Reset() {
+	*x = KeyringNodeResult{}
+	mi := &file_ration_proto_msgTypes[41]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *KeyringNodeResult) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*KeyringNodeResult) ProtoMessage() {}
+
+func (x *KeyringNodeResult) ProtoReflect() protoreflect.Message {
+	mi := &file_ration_proto_msgTypes[41]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use KeyringNodeResult.ProtoReflect.Descriptor instead.
+func (*KeyringNodeResult) Descriptor() ([]byte, []int) {
+	return file_ration_proto_rawDescGZIP(), []int{41}
+}
+
+func (x *KeyringNodeResult) GetServerId() string {
+	if x != nil {
+		return x.ServerId
+	}
+	return ""
+}
+
+func (x *KeyringNodeResult) GetGrpcAddr() string {
+	if x != nil {
+		return x.GrpcAddr
+	}
+	return ""
+}
+
+func (x *KeyringNodeResult) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
+func (x *KeyringNodeResult) GetKeys() []string {
+	if x != nil {
+		return x.Keys
+	}
+	return nil
+}
+
+func (x *KeyringNodeResult) GetPrimaryKey() string {
+	if x != nil {
+		return x.PrimaryKey
+	}
+	return ""
+}
+
+type KeyringResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Servers       []*KeyringNodeResult   `protobuf:"bytes,1,rep,name=servers,proto3" json:"servers,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *KeyringResponse) Reset() {
+	*x = KeyringResponse{}
+	mi := &file_ration_proto_msgTypes[42]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *KeyringResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*KeyringResponse) ProtoMessage() {}
+
+func (x *KeyringResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_ration_proto_msgTypes[42]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use KeyringResponse.ProtoReflect.Descriptor instead.
+func (*KeyringResponse) Descriptor() ([]byte, []int) {
+	return file_ration_proto_rawDescGZIP(), []int{42}
+}
+
+func (x *KeyringResponse) GetServers() []*KeyringNodeResult {
+	if x != nil {
+		return x.Servers
+	}
+	return nil
+}
+
 var File_ration_proto protoreflect.FileDescriptor
 
 const file_ration_proto_rawDesc = "" +
@@ -2499,10 +2829,11 @@ const file_ration_proto_rawDesc = "" +
 	"\runspent_milli\x18\x03 \x01(\x03R\funspentMilli\"f\n" +
 	"\x0eReleaseRequest\x12)\n" +
 	"\x06caller\x18\x01 \x01(\v2\x11.ration.v1.CallerR\x06caller\x12)\n" +
-	"\x04keys\x18\x02 \x03(\v2\x15.ration.v1.ReleaseKeyR\x04keys\"8\n" +
+	"\x04keys\x18\x02 \x03(\v2\x15.ration.v1.ReleaseKeyR\x04keys\"b\n" +
 	"\bKeyError\x12\x12\n" +
 	"\x04code\x18\x01 \x01(\rR\x04code\x12\x18\n" +
-	"\amessage\x18\x02 \x01(\tR\amessage\"\xaf\x05\n" +
+	"\amessage\x18\x02 \x01(\tR\amessage\x12(\n" +
+	"\x04kind\x18\x03 \x01(\x0e2\x14.ration.v1.ErrorKindR\x04kind\"\xaf\x05\n" +
 	"\x05Grant\x12\x19\n" +
 	"\blease_id\x18\x01 \x01(\x04R\aleaseId\x12+\n" +
 	"\x12rate_milli_per_sec\x18\x02 \x01(\x03R\x0frateMilliPerSec\x12\x1b\n" +
@@ -2635,11 +2966,46 @@ const file_ration_proto_rawDesc = "" +
 	"\x13RemoveServerRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\",\n" +
 	"\x14RemoveServerResponse\x12\x14\n" +
-	"\x05index\x18\x01 \x01(\x04R\x05index2\xc6\x01\n" +
+	"\x05index\x18\x01 \x01(\x04R\x05index\"g\n" +
+	"\x0eKeyringRequest\x12$\n" +
+	"\x02op\x18\x01 \x01(\x0e2\x14.ration.v1.KeyringOpR\x02op\x12\x10\n" +
+	"\x03key\x18\x02 \x01(\tR\x03key\x12\x1d\n" +
+	"\n" +
+	"local_only\x18\x03 \x01(\bR\tlocalOnly\"\x98\x01\n" +
+	"\x11KeyringNodeResult\x12\x1b\n" +
+	"\tserver_id\x18\x01 \x01(\tR\bserverId\x12\x1b\n" +
+	"\tgrpc_addr\x18\x02 \x01(\tR\bgrpcAddr\x12\x14\n" +
+	"\x05error\x18\x03 \x01(\tR\x05error\x12\x12\n" +
+	"\x04keys\x18\x04 \x03(\tR\x04keys\x12\x1f\n" +
+	"\vprimary_key\x18\x05 \x01(\tR\n" +
+	"primaryKey\"I\n" +
+	"\x0fKeyringResponse\x126\n" +
+	"\aservers\x18\x01 \x03(\v2\x1c.ration.v1.KeyringNodeResultR\aservers*\xfb\x02\n" +
+	"\tErrorKind\x12\x1a\n" +
+	"\x16ERROR_KIND_UNSPECIFIED\x10\x00\x12\x18\n" +
+	"\x14ERROR_KIND_NOT_FOUND\x10\x01\x12\x1f\n" +
+	"\x1bERROR_KIND_INVALID_ARGUMENT\x10\x02\x12!\n" +
+	"\x1dERROR_KIND_RESOURCE_EXHAUSTED\x10\x03\x12\x1e\n" +
+	"\x1aERROR_KIND_TOO_MANY_LEASES\x10\x04\x12\x14\n" +
+	"\x10ERROR_KIND_STALE\x10\x05\x12\x1a\n" +
+	"\x16ERROR_KIND_UNAVAILABLE\x10\x06\x12\x16\n" +
+	"\x12ERROR_KIND_EXPIRED\x10\a\x12\x1b\n" +
+	"\x17ERROR_KIND_PRECONDITION\x10\b\x12\x1e\n" +
+	"\x1aERROR_KIND_LEASE_NOT_FOUND\x10\t\x12\x1c\n" +
+	"\x18ERROR_KIND_LEASE_EXPIRED\x10\n" +
+	"\x12\x17\n" +
+	"\x13ERROR_KIND_INTERNAL\x10\v\x12\x16\n" +
+	"\x12ERROR_KIND_UNKNOWN\x10\f*\x7f\n" +
+	"\tKeyringOp\x12\x1a\n" +
+	"\x16KEYRING_OP_UNSPECIFIED\x10\x00\x12\x13\n" +
+	"\x0fKEYRING_OP_LIST\x10\x01\x12\x16\n" +
+	"\x12KEYRING_OP_INSTALL\x10\x02\x12\x12\n" +
+	"\x0eKEYRING_OP_USE\x10\x03\x12\x15\n" +
+	"\x11KEYRING_OP_REMOVE\x10\x042\xc6\x01\n" +
 	"\x06Leases\x12>\n" +
 	"\aAcquire\x12\x19.ration.v1.AcquireRequest\x1a\x18.ration.v1.LeaseResponse\x12:\n" +
 	"\x05Renew\x12\x17.ration.v1.RenewRequest\x1a\x18.ration.v1.LeaseResponse\x12@\n" +
-	"\aRelease\x12\x19.ration.v1.ReleaseRequest\x1a\x1a.ration.v1.ReleaseResponse2\xd1\x06\n" +
+	"\aRelease\x12\x19.ration.v1.ReleaseRequest\x1a\x1a.ration.v1.ReleaseResponse2\x93\a\n" +
 	"\x05Admin\x12=\n" +
 	"\x06Status\x12\x18.ration.v1.StatusRequest\x1a\x19.ration.v1.StatusResponse\x12@\n" +
 	"\aMembers\x12\x19.ration.v1.MembersRequest\x1a\x1a.ration.v1.MembersResponse\x12R\n" +
@@ -2652,7 +3018,8 @@ const file_ration_proto_rawDesc = "" +
 	"\fSnapshotSave\x12\x1e.ration.v1.SnapshotSaveRequest\x1a\x18.ration.v1.SnapshotChunk0\x01\x12Q\n" +
 	"\x0fSnapshotRestore\x12\x18.ration.v1.SnapshotChunk\x1a\".ration.v1.SnapshotRestoreResponse(\x01\x12U\n" +
 	"\x0eLeaderTransfer\x12 .ration.v1.LeaderTransferRequest\x1a!.ration.v1.LeaderTransferResponse\x12O\n" +
-	"\fRemoveServer\x12\x1e.ration.v1.RemoveServerRequest\x1a\x1f.ration.v1.RemoveServerResponseB&Z$github.com/ration-dev/ration/api;apib\x06proto3"
+	"\fRemoveServer\x12\x1e.ration.v1.RemoveServerRequest\x1a\x1f.ration.v1.RemoveServerResponse\x12@\n" +
+	"\aKeyring\x12\x19.ration.v1.KeyringRequest\x1a\x1a.ration.v1.KeyringResponseB&Z$github.com/ration-dev/ration/api;apib\x06proto3"
 
 var (
 	file_ration_proto_rawDescOnce sync.Once
@@ -2666,108 +3033,119 @@ func file_ration_proto_rawDescGZIP() []byte {
 	return file_ration_proto_rawDescData
 }
 
-var file_ration_proto_msgTypes = make([]protoimpl.MessageInfo, 42)
+var file_ration_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
+var file_ration_proto_msgTypes = make([]protoimpl.MessageInfo, 45)
 var file_ration_proto_goTypes = []any{
-	(*Caller)(nil),                  // 0: ration.v1.Caller
-	(*Key)(nil),                     // 1: ration.v1.Key
-	(*Demand)(nil),                  // 2: ration.v1.Demand
-	(*AcquireKey)(nil),              // 3: ration.v1.AcquireKey
-	(*AcquireRequest)(nil),          // 4: ration.v1.AcquireRequest
-	(*RenewKey)(nil),                // 5: ration.v1.RenewKey
-	(*RenewRequest)(nil),            // 6: ration.v1.RenewRequest
-	(*ReleaseKey)(nil),              // 7: ration.v1.ReleaseKey
-	(*ReleaseRequest)(nil),          // 8: ration.v1.ReleaseRequest
-	(*KeyError)(nil),                // 9: ration.v1.KeyError
-	(*Grant)(nil),                   // 10: ration.v1.Grant
-	(*KeyLease)(nil),                // 11: ration.v1.KeyLease
-	(*LeaseResponse)(nil),           // 12: ration.v1.LeaseResponse
-	(*ReleaseResult)(nil),           // 13: ration.v1.ReleaseResult
-	(*ReleaseResponse)(nil),         // 14: ration.v1.ReleaseResponse
-	(*StatusRequest)(nil),           // 15: ration.v1.StatusRequest
-	(*ServerStatus)(nil),            // 16: ration.v1.ServerStatus
-	(*StatusResponse)(nil),          // 17: ration.v1.StatusResponse
-	(*MembersRequest)(nil),          // 18: ration.v1.MembersRequest
-	(*Member)(nil),                  // 19: ration.v1.Member
-	(*MembersResponse)(nil),         // 20: ration.v1.MembersResponse
-	(*ApplyPoliciesRequest)(nil),    // 21: ration.v1.ApplyPoliciesRequest
-	(*ApplyPoliciesResponse)(nil),   // 22: ration.v1.ApplyPoliciesResponse
-	(*GetPolicyRequest)(nil),        // 23: ration.v1.GetPolicyRequest
-	(*PolicyInfo)(nil),              // 24: ration.v1.PolicyInfo
-	(*ListPoliciesRequest)(nil),     // 25: ration.v1.ListPoliciesRequest
-	(*ListPoliciesResponse)(nil),    // 26: ration.v1.ListPoliciesResponse
-	(*DeletePolicyRequest)(nil),     // 27: ration.v1.DeletePolicyRequest
-	(*DeletePolicyResponse)(nil),    // 28: ration.v1.DeletePolicyResponse
-	(*ListLeasesRequest)(nil),       // 29: ration.v1.ListLeasesRequest
-	(*LeaseInfo)(nil),               // 30: ration.v1.LeaseInfo
-	(*KeyInfo)(nil),                 // 31: ration.v1.KeyInfo
-	(*ListLeasesResponse)(nil),      // 32: ration.v1.ListLeasesResponse
-	(*SnapshotSaveRequest)(nil),     // 33: ration.v1.SnapshotSaveRequest
-	(*SnapshotChunk)(nil),           // 34: ration.v1.SnapshotChunk
-	(*SnapshotRestoreResponse)(nil), // 35: ration.v1.SnapshotRestoreResponse
-	(*LeaderTransferRequest)(nil),   // 36: ration.v1.LeaderTransferRequest
-	(*LeaderTransferResponse)(nil),  // 37: ration.v1.LeaderTransferResponse
-	(*RemoveServerRequest)(nil),     // 38: ration.v1.RemoveServerRequest
-	(*RemoveServerResponse)(nil),    // 39: ration.v1.RemoveServerResponse
-	nil,                             // 40: ration.v1.Key.AttributesEntry
-	nil,                             // 41: ration.v1.Member.MetaEntry
+	(ErrorKind)(0),                  // 0: ration.v1.ErrorKind
+	(KeyringOp)(0),                  // 1: ration.v1.KeyringOp
+	(*Caller)(nil),                  // 2: ration.v1.Caller
+	(*Key)(nil),                     // 3: ration.v1.Key
+	(*Demand)(nil),                  // 4: ration.v1.Demand
+	(*AcquireKey)(nil),              // 5: ration.v1.AcquireKey
+	(*AcquireRequest)(nil),          // 6: ration.v1.AcquireRequest
+	(*RenewKey)(nil),                // 7: ration.v1.RenewKey
+	(*RenewRequest)(nil),            // 8: ration.v1.RenewRequest
+	(*ReleaseKey)(nil),              // 9: ration.v1.ReleaseKey
+	(*ReleaseRequest)(nil),          // 10: ration.v1.ReleaseRequest
+	(*KeyError)(nil),                // 11: ration.v1.KeyError
+	(*Grant)(nil),                   // 12: ration.v1.Grant
+	(*KeyLease)(nil),                // 13: ration.v1.KeyLease
+	(*LeaseResponse)(nil),           // 14: ration.v1.LeaseResponse
+	(*ReleaseResult)(nil),           // 15: ration.v1.ReleaseResult
+	(*ReleaseResponse)(nil),         // 16: ration.v1.ReleaseResponse
+	(*StatusRequest)(nil),           // 17: ration.v1.StatusRequest
+	(*ServerStatus)(nil),            // 18: ration.v1.ServerStatus
+	(*StatusResponse)(nil),          // 19: ration.v1.StatusResponse
+	(*MembersRequest)(nil),          // 20: ration.v1.MembersRequest
+	(*Member)(nil),                  // 21: ration.v1.Member
+	(*MembersResponse)(nil),         // 22: ration.v1.MembersResponse
+	(*ApplyPoliciesRequest)(nil),    // 23: ration.v1.ApplyPoliciesRequest
+	(*ApplyPoliciesResponse)(nil),   // 24: ration.v1.ApplyPoliciesResponse
+	(*GetPolicyRequest)(nil),        // 25: ration.v1.GetPolicyRequest
+	(*PolicyInfo)(nil),              // 26: ration.v1.PolicyInfo
+	(*ListPoliciesRequest)(nil),     // 27: ration.v1.ListPoliciesRequest
+	(*ListPoliciesResponse)(nil),    // 28: ration.v1.ListPoliciesResponse
+	(*DeletePolicyRequest)(nil),     // 29: ration.v1.DeletePolicyRequest
+	(*DeletePolicyResponse)(nil),    // 30: ration.v1.DeletePolicyResponse
+	(*ListLeasesRequest)(nil),       // 31: ration.v1.ListLeasesRequest
+	(*LeaseInfo)(nil),               // 32: ration.v1.LeaseInfo
+	(*KeyInfo)(nil),                 // 33: ration.v1.KeyInfo
+	(*ListLeasesResponse)(nil),      // 34: ration.v1.ListLeasesResponse
+	(*SnapshotSaveRequest)(nil),     // 35: ration.v1.SnapshotSaveRequest
+	(*SnapshotChunk)(nil),           // 36: ration.v1.SnapshotChunk
+	(*SnapshotRestoreResponse)(nil), // 37: ration.v1.SnapshotRestoreResponse
+	(*LeaderTransferRequest)(nil),   // 38: ration.v1.LeaderTransferRequest
+	(*LeaderTransferResponse)(nil),  // 39: ration.v1.LeaderTransferResponse
+	(*RemoveServerRequest)(nil),     // 40: ration.v1.RemoveServerRequest
+	(*RemoveServerResponse)(nil),    // 41: ration.v1.RemoveServerResponse
+	(*KeyringRequest)(nil),          // 42: ration.v1.KeyringRequest
+	(*KeyringNodeResult)(nil),       // 43: ration.v1.KeyringNodeResult
+	(*KeyringResponse)(nil),         // 44: ration.v1.KeyringResponse
+	nil,                             // 45: ration.v1.Key.AttributesEntry
+	nil,                             // 46: ration.v1.Member.MetaEntry
 }
 var file_ration_proto_depIdxs = []int32{
-	40, // 0: ration.v1.Key.attributes:type_name -> ration.v1.Key.AttributesEntry
-	1,  // 1: ration.v1.AcquireKey.key:type_name -> ration.v1.Key
-	2,  // 2: ration.v1.AcquireKey.demand:type_name -> ration.v1.Demand
-	0,  // 3: ration.v1.AcquireRequest.caller:type_name -> ration.v1.Caller
-	3,  // 4: ration.v1.AcquireRequest.keys:type_name -> ration.v1.AcquireKey
-	1,  // 5: ration.v1.RenewKey.key:type_name -> ration.v1.Key
-	2,  // 6: ration.v1.RenewKey.demand:type_name -> ration.v1.Demand
-	0,  // 7: ration.v1.RenewRequest.caller:type_name -> ration.v1.Caller
-	5,  // 8: ration.v1.RenewRequest.keys:type_name -> ration.v1.RenewKey
-	1,  // 9: ration.v1.ReleaseKey.key:type_name -> ration.v1.Key
-	0,  // 10: ration.v1.ReleaseRequest.caller:type_name -> ration.v1.Caller
-	7,  // 11: ration.v1.ReleaseRequest.keys:type_name -> ration.v1.ReleaseKey
-	10, // 12: ration.v1.KeyLease.grant:type_name -> ration.v1.Grant
-	9,  // 13: ration.v1.KeyLease.error:type_name -> ration.v1.KeyError
-	11, // 14: ration.v1.LeaseResponse.leases:type_name -> ration.v1.KeyLease
-	9,  // 15: ration.v1.ReleaseResult.error:type_name -> ration.v1.KeyError
-	13, // 16: ration.v1.ReleaseResponse.results:type_name -> ration.v1.ReleaseResult
-	16, // 17: ration.v1.StatusResponse.servers:type_name -> ration.v1.ServerStatus
-	41, // 18: ration.v1.Member.meta:type_name -> ration.v1.Member.MetaEntry
-	19, // 19: ration.v1.MembersResponse.members:type_name -> ration.v1.Member
-	24, // 20: ration.v1.ListPoliciesResponse.policies:type_name -> ration.v1.PolicyInfo
-	30, // 21: ration.v1.ListLeasesResponse.leases:type_name -> ration.v1.LeaseInfo
-	31, // 22: ration.v1.ListLeasesResponse.keys:type_name -> ration.v1.KeyInfo
-	4,  // 23: ration.v1.Leases.Acquire:input_type -> ration.v1.AcquireRequest
-	6,  // 24: ration.v1.Leases.Renew:input_type -> ration.v1.RenewRequest
-	8,  // 25: ration.v1.Leases.Release:input_type -> ration.v1.ReleaseRequest
-	15, // 26: ration.v1.Admin.Status:input_type -> ration.v1.StatusRequest
-	18, // 27: ration.v1.Admin.Members:input_type -> ration.v1.MembersRequest
-	21, // 28: ration.v1.Admin.ApplyPolicies:input_type -> ration.v1.ApplyPoliciesRequest
-	23, // 29: ration.v1.Admin.GetPolicy:input_type -> ration.v1.GetPolicyRequest
-	25, // 30: ration.v1.Admin.ListPolicies:input_type -> ration.v1.ListPoliciesRequest
-	27, // 31: ration.v1.Admin.DeletePolicy:input_type -> ration.v1.DeletePolicyRequest
-	29, // 32: ration.v1.Admin.ListLeases:input_type -> ration.v1.ListLeasesRequest
-	33, // 33: ration.v1.Admin.SnapshotSave:input_type -> ration.v1.SnapshotSaveRequest
-	34, // 34: ration.v1.Admin.SnapshotRestore:input_type -> ration.v1.SnapshotChunk
-	36, // 35: ration.v1.Admin.LeaderTransfer:input_type -> ration.v1.LeaderTransferRequest
-	38, // 36: ration.v1.Admin.RemoveServer:input_type -> ration.v1.RemoveServerRequest
-	12, // 37: ration.v1.Leases.Acquire:output_type -> ration.v1.LeaseResponse
-	12, // 38: ration.v1.Leases.Renew:output_type -> ration.v1.LeaseResponse
-	14, // 39: ration.v1.Leases.Release:output_type -> ration.v1.ReleaseResponse
-	17, // 40: ration.v1.Admin.Status:output_type -> ration.v1.StatusResponse
-	20, // 41: ration.v1.Admin.Members:output_type -> ration.v1.MembersResponse
-	22, // 42: ration.v1.Admin.ApplyPolicies:output_type -> ration.v1.ApplyPoliciesResponse
-	24, // 43: ration.v1.Admin.GetPolicy:output_type -> ration.v1.PolicyInfo
-	26, // 44: ration.v1.Admin.ListPolicies:output_type -> ration.v1.ListPoliciesResponse
-	28, // 45: ration.v1.Admin.DeletePolicy:output_type -> ration.v1.DeletePolicyResponse
-	32, // 46: ration.v1.Admin.ListLeases:output_type -> ration.v1.ListLeasesResponse
-	34, // 47: ration.v1.Admin.SnapshotSave:output_type -> ration.v1.SnapshotChunk
-	35, // 48: ration.v1.Admin.SnapshotRestore:output_type -> ration.v1.SnapshotRestoreResponse
-	37, // 49: ration.v1.Admin.LeaderTransfer:output_type -> ration.v1.LeaderTransferResponse
-	39, // 50: ration.v1.Admin.RemoveServer:output_type -> ration.v1.RemoveServerResponse
-	37, // [37:51] is the sub-list for method output_type
-	23, // [23:37] is the sub-list for method input_type
-	23, // [23:23] is the sub-list for extension type_name
-	23, // [23:23] is the sub-list for extension extendee
-	0,  // [0:23] is the sub-list for field type_name
+	45, // 0: ration.v1.Key.attributes:type_name -> ration.v1.Key.AttributesEntry
+	3,  // 1: ration.v1.AcquireKey.key:type_name -> ration.v1.Key
+	4,  // 2: ration.v1.AcquireKey.demand:type_name -> ration.v1.Demand
+	2,  // 3: ration.v1.AcquireRequest.caller:type_name -> ration.v1.Caller
+	5,  // 4: ration.v1.AcquireRequest.keys:type_name -> ration.v1.AcquireKey
+	3,  // 5: ration.v1.RenewKey.key:type_name -> ration.v1.Key
+	4,  // 6: ration.v1.RenewKey.demand:type_name -> ration.v1.Demand
+	2,  // 7: ration.v1.RenewRequest.caller:type_name -> ration.v1.Caller
+	7,  // 8: ration.v1.RenewRequest.keys:type_name -> ration.v1.RenewKey
+	3,  // 9: ration.v1.ReleaseKey.key:type_name -> ration.v1.Key
+	2,  // 10: ration.v1.ReleaseRequest.caller:type_name -> ration.v1.Caller
+	9,  // 11: ration.v1.ReleaseRequest.keys:type_name -> ration.v1.ReleaseKey
+	0,  // 12: ration.v1.KeyError.kind:type_name -> ration.v1.ErrorKind
+	12, // 13: ration.v1.KeyLease.grant:type_name -> ration.v1.Grant
+	11, // 14: ration.v1.KeyLease.error:type_name -> ration.v1.KeyError
+	13, // 15: ration.v1.LeaseResponse.leases:type_name -> ration.v1.KeyLease
+	11, // 16: ration.v1.ReleaseResult.error:type_name -> ration.v1.KeyError
+	15, // 17: ration.v1.ReleaseResponse.results:type_name -> ration.v1.ReleaseResult
+	18, // 18: ration.v1.StatusResponse.servers:type_name -> ration.v1.ServerStatus
+	46, // 19: ration.v1.Member.meta:type_name -> ration.v1.Member.MetaEntry
+	21, // 20: ration.v1.MembersResponse.members:type_name -> ration.v1.Member
+	26, // 21: ration.v1.ListPoliciesResponse.policies:type_name -> ration.v1.PolicyInfo
+	32, // 22: ration.v1.ListLeasesResponse.leases:type_name -> ration.v1.LeaseInfo
+	33, // 23: ration.v1.ListLeasesResponse.keys:type_name -> ration.v1.KeyInfo
+	1,  // 24: ration.v1.KeyringRequest.op:type_name -> ration.v1.KeyringOp
+	43, // 25: ration.v1.KeyringResponse.servers:type_name -> ration.v1.KeyringNodeResult
+	6,  // 26: ration.v1.Leases.Acquire:input_type -> ration.v1.AcquireRequest
+	8,  // 27: ration.v1.Leases.Renew:input_type -> ration.v1.RenewRequest
+	10, // 28: ration.v1.Leases.Release:input_type -> ration.v1.ReleaseRequest
+	17, // 29: ration.v1.Admin.Status:input_type -> ration.v1.StatusRequest
+	20, // 30: ration.v1.Admin.Members:input_type -> ration.v1.MembersRequest
+	23, // 31: ration.v1.Admin.ApplyPolicies:input_type -> ration.v1.ApplyPoliciesRequest
+	25, // 32: ration.v1.Admin.GetPolicy:input_type -> ration.v1.GetPolicyRequest
+	27, // 33: ration.v1.Admin.ListPolicies:input_type -> ration.v1.ListPoliciesRequest
+	29, // 34: ration.v1.Admin.DeletePolicy:input_type -> ration.v1.DeletePolicyRequest
+	31, // 35: ration.v1.Admin.ListLeases:input_type -> ration.v1.ListLeasesRequest
+	35, // 36: ration.v1.Admin.SnapshotSave:input_type -> ration.v1.SnapshotSaveRequest
+	36, // 37: ration.v1.Admin.SnapshotRestore:input_type -> ration.v1.SnapshotChunk
+	38, // 38: ration.v1.Admin.LeaderTransfer:input_type -> ration.v1.LeaderTransferRequest
+	40, // 39: ration.v1.Admin.RemoveServer:input_type -> ration.v1.RemoveServerRequest
+	42, // 40: ration.v1.Admin.Keyring:input_type -> ration.v1.KeyringRequest
+	14, // 41: ration.v1.Leases.Acquire:output_type -> ration.v1.LeaseResponse
+	14, // 42: ration.v1.Leases.Renew:output_type -> ration.v1.LeaseResponse
+	16, // 43: ration.v1.Leases.Release:output_type -> ration.v1.ReleaseResponse
+	19, // 44: ration.v1.Admin.Status:output_type -> ration.v1.StatusResponse
+	22, // 45: ration.v1.Admin.Members:output_type -> ration.v1.MembersResponse
+	24, // 46: ration.v1.Admin.ApplyPolicies:output_type -> ration.v1.ApplyPoliciesResponse
+	26, // 47: ration.v1.Admin.GetPolicy:output_type -> ration.v1.PolicyInfo
+	28, // 48: ration.v1.Admin.ListPolicies:output_type -> ration.v1.ListPoliciesResponse
+	30, // 49: ration.v1.Admin.DeletePolicy:output_type -> ration.v1.DeletePolicyResponse
+	34, // 50: ration.v1.Admin.ListLeases:output_type -> ration.v1.ListLeasesResponse
+	36, // 51: ration.v1.Admin.SnapshotSave:output_type -> ration.v1.SnapshotChunk
+	37, // 52: ration.v1.Admin.SnapshotRestore:output_type -> ration.v1.SnapshotRestoreResponse
+	39, // 53: ration.v1.Admin.LeaderTransfer:output_type -> ration.v1.LeaderTransferResponse
+	41, // 54: ration.v1.Admin.RemoveServer:output_type -> ration.v1.RemoveServerResponse
+	44, // 55: ration.v1.Admin.Keyring:output_type -> ration.v1.KeyringResponse
+	41, // [41:56] is the sub-list for method output_type
+	26, // [26:41] is the sub-list for method input_type
+	26, // [26:26] is the sub-list for extension type_name
+	26, // [26:26] is the sub-list for extension extendee
+	0,  // [0:26] is the sub-list for field type_name
 }
 
 func init() { file_ration_proto_init() }
@@ -2780,13 +3158,14 @@ func file_ration_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_ration_proto_rawDesc), len(file_ration_proto_rawDesc)),
-			NumEnums:      0,
-			NumMessages:   42,
+			NumEnums:      2,
+			NumMessages:   45,
 			NumExtensions: 0,
 			NumServices:   2,
 		},
 		GoTypes:           file_ration_proto_goTypes,
 		DependencyIndexes: file_ration_proto_depIdxs,
+		EnumInfos:         file_ration_proto_enumTypes,
 		MessageInfos:      file_ration_proto_msgTypes,
 	}.Build()
 	File_ration_proto = out.File

@@ -225,6 +225,7 @@ const (
 	Admin_SnapshotRestore_FullMethodName = "/ration.v1.Admin/SnapshotRestore"
 	Admin_LeaderTransfer_FullMethodName  = "/ration.v1.Admin/LeaderTransfer"
 	Admin_RemoveServer_FullMethodName    = "/ration.v1.Admin/RemoveServer"
+	Admin_Keyring_FullMethodName         = "/ration.v1.Admin/Keyring"
 )
 
 // AdminClient is the client API for Admin service.
@@ -248,6 +249,10 @@ type AdminClient interface {
 	SnapshotRestore(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[SnapshotChunk, SnapshotRestoreResponse], error)
 	LeaderTransfer(ctx context.Context, in *LeaderTransferRequest, opts ...grpc.CallOption) (*LeaderTransferResponse, error)
 	RemoveServer(ctx context.Context, in *RemoveServerRequest, opts ...grpc.CallOption) (*RemoveServerResponse, error)
+	// Keyring lists or changes the gossip encryption keyring of every server
+	// (the server asked fans the operation out to each alive member's gRPC
+	// address, unless local_only) and answers with each server's result.
+	Keyring(ctx context.Context, in *KeyringRequest, opts ...grpc.CallOption) (*KeyringResponse, error)
 }
 
 type adminClient struct {
@@ -380,6 +385,16 @@ func (c *adminClient) RemoveServer(ctx context.Context, in *RemoveServerRequest,
 	return out, nil
 }
 
+func (c *adminClient) Keyring(ctx context.Context, in *KeyringRequest, opts ...grpc.CallOption) (*KeyringResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(KeyringResponse)
+	err := c.cc.Invoke(ctx, Admin_Keyring_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // AdminServer is the server API for Admin service.
 // All implementations must embed UnimplementedAdminServer
 // for forward compatibility.
@@ -401,6 +416,10 @@ type AdminServer interface {
 	SnapshotRestore(grpc.ClientStreamingServer[SnapshotChunk, SnapshotRestoreResponse]) error
 	LeaderTransfer(context.Context, *LeaderTransferRequest) (*LeaderTransferResponse, error)
 	RemoveServer(context.Context, *RemoveServerRequest) (*RemoveServerResponse, error)
+	// Keyring lists or changes the gossip encryption keyring of every server
+	// (the server asked fans the operation out to each alive member's gRPC
+	// address, unless local_only) and answers with each server's result.
+	Keyring(context.Context, *KeyringRequest) (*KeyringResponse, error)
 	mustEmbedUnimplementedAdminServer()
 }
 
@@ -443,6 +462,9 @@ func (UnimplementedAdminServer) LeaderTransfer(context.Context, *LeaderTransferR
 }
 func (UnimplementedAdminServer) RemoveServer(context.Context, *RemoveServerRequest) (*RemoveServerResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method RemoveServer not implemented")
+}
+func (UnimplementedAdminServer) Keyring(context.Context, *KeyringRequest) (*KeyringResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method Keyring not implemented")
 }
 func (UnimplementedAdminServer) mustEmbedUnimplementedAdminServer() {}
 func (UnimplementedAdminServer) testEmbeddedByValue()               {}
@@ -645,6 +667,24 @@ func _Admin_RemoveServer_Handler(srv interface{}, ctx context.Context, dec func(
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Admin_Keyring_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(KeyringRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).Keyring(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_Keyring_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).Keyring(ctx, req.(*KeyringRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Admin_ServiceDesc is the grpc.ServiceDesc for Admin service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -687,6 +727,10 @@ var Admin_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "RemoveServer",
 			Handler:    _Admin_RemoveServer_Handler,
+		},
+		{
+			MethodName: "Keyring",
+			Handler:    _Admin_Keyring_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -18,6 +19,7 @@ import (
 	"github.com/ration-dev/ration/lease"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 )
@@ -75,8 +77,14 @@ type Config struct {
 	Clock *coarseclock.Clock
 	// Logger receives the background loop's logs (default: discard).
 	Logger *slog.Logger
-	// DialOptions are added to every connection (TLS goes here).
+	// DialOptions are added to every connection.
 	DialOptions []grpc.DialOption
+	// TLS, if set, secures every connection to the servers (nil:
+	// plaintext). For a cluster with mutual TLS (docs/security.md): RootCAs
+	// with the cluster's CA, Certificates with this client's certificate,
+	// and ServerName "server.<cluster>.ration" to check that the peer is a
+	// server (the servers' certificates carry that name).
+	TLS *tls.Config
 	// OnGrant, if set, is called by the background loop each time a grant
 	// (a new lease or a renewal) is put to use, with the lease's terms. It
 	// must return quickly. The jepsen-like tests record acknowledged grants
@@ -187,7 +195,11 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 	}
 	c := &Client{cfg: cfg, clock: cfg.Clock, log: cfg.Logger.With("client", cfg.ClientID), limiters: map[string]*Limiter{},
 		wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
-	opts := append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}, cfg.DialOptions...)
+	creds := insecure.NewCredentials()
+	if cfg.TLS != nil {
+		creds = credentials.NewTLS(cfg.TLS)
+	}
+	opts := append([]grpc.DialOption{grpc.WithTransportCredentials(creds)}, cfg.DialOptions...)
 	for _, s := range cfg.Servers {
 		conn, err := grpc.NewClient(s, opts...)
 		if err != nil {

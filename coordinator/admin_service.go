@@ -369,6 +369,18 @@ func (a *adminService) SnapshotRestore(stream grpc.ClientStreamingServer[api.Sna
 	if err := fsm.New(nil).Restore(io.NopCloser(bytes.NewReader(buf.Bytes()))); err != nil {
 		return rpcerr.Status(fmt.Errorf("%w: %v", rpcerr.ErrInvalid, err))
 	}
+	// Rule (j): the restored state must hold every budget until the leases
+	// the current state granted are gone, and never reuse their IDs
+	// (fsm/restore.go). Every server must apply a snapshot so prepared
+	// alike, so the switch must be on.
+	if a.s.fsm.Features()&fsm.FeatureRestoreHold == 0 {
+		return rpcerr.Status(fmt.Errorf("%w: snapshot restore needs every voter to support holding budgets across a restore (feature switch %#x is off); upgrade every server first", rpcerr.ErrPrecondition, fsm.FeatureRestoreHold))
+	}
+	prepared, err := fsm.PrepareRestore(buf.Bytes(), a.s.fsm.ClusterTime(), a.s.fsm.Policies())
+	if err != nil {
+		return rpcerr.Status(fmt.Errorf("%w: %v", rpcerr.ErrInvalid, err))
+	}
+	buf = *bytes.NewBuffer(prepared)
 	meta := &raft.SnapshotMeta{Version: raft.SnapshotVersionMax, Size: int64(buf.Len())}
 	if err := a.s.raft.Restore(meta, &buf, time.Minute); err != nil {
 		return rpcerr.Status(raftErr(err))

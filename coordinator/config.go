@@ -1,15 +1,16 @@
 package coordinator
 
 import (
-	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
+	"strings"
 	"time"
 
 	"github.com/ration-dev/ration/internal/coarseclock"
 	"github.com/ration-dev/ration/internal/policy"
+	"github.com/ration-dev/ration/internal/tlsutil"
 	"google.golang.org/grpc"
 )
 
@@ -86,9 +87,26 @@ type Config struct {
 	// server that predates a switch.
 	AdvertiseFeatures *uint64
 
-	// Seams for mTLS (next step): nil means plain TCP.
-	RaftTLS *tls.Config
-	GRPCTLS *tls.Config
+	// TLS, if set, turns on mutual TLS on every link: the gRPC port (lease
+	// and admin calls, and calls forwarded between servers) and the Raft
+	// transport, both ways. Plaintext is then refused on both ports. nil
+	// means plaintext. The Store's Reload (SIGHUP in rationd) changes the
+	// certificate and CA for new connections.
+	TLS *tlsutil.Store
+	// VerifyServerHostname: a server's certificate must name
+	// server.<ClusterName>.ration. Servers check it on each other: on Raft
+	// connections both ways, when dialling the leader to forward, and on a
+	// forwarded call received, so a client certificate from the same CA
+	// cannot pose as a server. Needs TLS.
+	VerifyServerHostname bool
+	// GossipKey, if set, turns on gossip encryption (memberlist's keyring)
+	// with this key (16, 24 or 32 bytes); a node without a key of the ring
+	// cannot join. The ring, once rotated (Admin.Keyring), lives in
+	// DataDir/gossip.keyring and takes precedence over GossipKey.
+	GossipKey []byte
+	// ClusterName names the cluster in the servers' certificate name
+	// (DefaultConfig and "": "ration").
+	ClusterName string
 	// GRPCServerOptions are added to the gRPC server's options
 	// (interceptors for metrics); RegisterGRPC, if set, registers more
 	// services on it before it serves (health, reflection).
@@ -118,6 +136,7 @@ func DefaultConfig() Config {
 		MaxRequestBytes:     4 << 20,
 		MaxBatchOps:         512,
 		GossipSuspicionMult: 4,
+		ClusterName:         "ration",
 	}
 }
 
@@ -172,5 +191,23 @@ func (c Config) Validate() error {
 	if c.ExpireInterval <= 0 || c.ReconcileInterval <= 0 || c.ReapTimeout <= 0 {
 		bad("intervals must be positive")
 	}
+	if c.VerifyServerHostname && c.TLS == nil {
+		bad("--tls-verify-server-hostname needs TLS (--tls-ca-file, --tls-cert-file, --tls-key-file)")
+	}
+	if strings.ContainsAny(c.ClusterName, ". /*") {
+		bad("--cluster-name %q must be a DNS label", c.ClusterName)
+	}
 	return errors.Join(errs...)
+}
+
+// peerServerName is the DNS name a peer server's certificate must carry,
+// or "" when server hostnames are not verified.
+func (c Config) peerServerName() string {
+	if c.TLS == nil || !c.VerifyServerHostname {
+		return ""
+	}
+	if c.ClusterName == "" {
+		return tlsutil.ServerName("ration")
+	}
+	return tlsutil.ServerName(c.ClusterName)
 }

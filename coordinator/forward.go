@@ -111,8 +111,10 @@ func (f *forwarder) conn(addr string) (*grpc.ClientConn, error) {
 		return c, nil
 	}
 	creds := insecure.NewCredentials()
-	if f.s.cfg.GRPCTLS != nil {
-		creds = credentials.NewTLS(f.s.cfg.GRPCTLS)
+	if f.s.cfg.TLS != nil {
+		// The leader must present a server's certificate when hostnames
+		// are verified.
+		creds = credentials.NewTLS(f.s.cfg.TLS.ClientConfig(f.s.cfg.peerServerName()))
 	}
 	c, err := grpc.NewClient(addr, grpc.WithTransportCredentials(creds))
 	if err != nil {

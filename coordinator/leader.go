@@ -262,7 +262,7 @@ func (s *Server) leaderLoop(stop chan struct{}) {
 				if res, _, err := s.propose(fsm.CmdExpire, cmd); err != nil {
 					s.log.Warn("expire", "err", err)
 				} else {
-					s.stats.expired.Add(uint64(max(res.Expired, 0)))
+					s.stats.addExpired(res.ExpiredByPolicy)
 				}
 				lastExpire = time.Now()
 			}

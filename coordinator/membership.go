@@ -59,6 +59,8 @@ type membership struct {
 	// that reason: mu is held while calling into memberlist.
 	vmu  sync.Mutex
 	view map[string]viewEntry
+
+	keys *keyring // nil: gossip not encrypted
 }
 
 type viewEntry struct {
@@ -156,6 +158,20 @@ func startMembership(cfg Config, meta serverMeta, logger *slog.Logger) (*members
 	}
 	if cfg.GossipSuspicionMult > 0 {
 		mc.SuspicionMult = cfg.GossipSuspicionMult
+	}
+	if len(cfg.GossipKey) > 0 {
+		k, fromFile, err := openKeyring(cfg.DataDir, cfg.GossipKey)
+		if err != nil {
+			return nil, err
+		}
+		m.keys = k
+		mc.Keyring = k.ring
+		mc.GossipVerifyIncoming, mc.GossipVerifyOutgoing = true, true
+		if fromFile {
+			logger.Info("gossip encryption on, keyring from the data dir (it overrides --gossip-key-file)", "file", k.path, "keys", len(k.ring.GetKeys()))
+		} else {
+			logger.Info("gossip encryption on", "file", k.path)
+		}
 	}
 	ml, err := memberlist.Create(mc)
 	if err != nil {

@@ -2,6 +2,7 @@ package coordinator
 
 import (
 	"sort"
+	"sync"
 	"sync/atomic"
 	"time"
 )
@@ -64,6 +65,32 @@ type opStats struct {
 	entryBytes   *histogram // encoded op bytes per lease-batch entry
 	forwarded    atomic.Uint64
 	expired      atomic.Uint64
+	expiredMu    sync.Mutex
+	expiredBy    map[string]uint64 // by policy name
+}
+
+// addExpired counts the leases an expire command this server proposed
+// removed, by policy.
+func (st *opStats) addExpired(byPolicy map[string]int) {
+	st.expiredMu.Lock()
+	defer st.expiredMu.Unlock()
+	if st.expiredBy == nil {
+		st.expiredBy = map[string]uint64{}
+	}
+	for p, n := range byPolicy {
+		st.expiredBy[p] += uint64(max(n, 0))
+		st.expired.Add(uint64(max(n, 0)))
+	}
+}
+
+func (st *opStats) expiredByPolicy() map[string]uint64 {
+	st.expiredMu.Lock()
+	defer st.expiredMu.Unlock()
+	out := make(map[string]uint64, len(st.expiredBy))
+	for p, n := range st.expiredBy {
+		out[p] = n
+	}
+	return out
 }
 
 func newOpStats() *opStats {
@@ -86,18 +113,20 @@ type OpStats struct {
 	// Forwarded: calls this server forwarded to the leader.
 	Forwarded uint64
 	// Expired: leases removed by the expire commands this server proposed
-	// as leader.
-	Expired uint64
+	// as leader; ExpiredByPolicy splits it by policy name.
+	Expired         uint64
+	ExpiredByPolicy map[string]uint64
 }
 
 // OpStats returns this server's cumulative figures.
 func (s *Server) OpStats() OpStats {
 	return OpStats{
-		ApplySeconds: s.stats.applySeconds.snapshot(),
-		BatchOps:     s.stats.batchOps.snapshot(),
-		EntryBytes:   s.stats.entryBytes.snapshot(),
-		Forwarded:    s.stats.forwarded.Load(),
-		Expired:      s.stats.expired.Load(),
+		ApplySeconds:    s.stats.applySeconds.snapshot(),
+		BatchOps:        s.stats.batchOps.snapshot(),
+		EntryBytes:      s.stats.entryBytes.snapshot(),
+		Forwarded:       s.stats.forwarded.Load(),
+		Expired:         s.stats.expired.Load(),
+		ExpiredByPolicy: s.stats.expiredByPolicy(),
 	}
 }
 

@@ -2,6 +2,7 @@ package coordinator
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -95,7 +96,14 @@ func New(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("raft listener: %w", err)
 	}
-	stream, err := newStreamLayer(raftLn, cfg.RaftAddr, cfg.RaftTLS)
+	var raftServerTLS, raftClientTLS *tls.Config
+	if cfg.TLS != nil {
+		// Only servers dial the Raft port: with hostname verification both
+		// ends must present a server's certificate.
+		raftServerTLS = cfg.TLS.ServerConfig(cfg.peerServerName())
+		raftClientTLS = cfg.TLS.ClientConfig(cfg.peerServerName())
+	}
+	stream, err := newStreamLayer(raftLn, cfg.RaftAddr, raftServerTLS, raftClientTLS)
 	if err != nil {
 		raftLn.Close()
 		return nil, err
@@ -146,8 +154,13 @@ func New(cfg Config) (*Server, error) {
 	s.batcher = newBatcher(s)
 	s.fwd = newForwarder(s)
 	var opts []grpc.ServerOption
-	if cfg.GRPCTLS != nil {
-		opts = append(opts, grpc.Creds(credentials.NewTLS(cfg.GRPCTLS)))
+	if cfg.TLS != nil {
+		// Any certificate from the CA may call; forwarded calls must come
+		// from a server (checkServerPeer, tls.go).
+		opts = append(opts, grpc.Creds(credentials.NewTLS(cfg.TLS.ServerConfig(""))))
+		if name := cfg.peerServerName(); name != "" {
+			opts = append(opts, grpc.ChainUnaryInterceptor(serverOnlyUnary(name)), grpc.ChainStreamInterceptor(serverOnlyStream(name)))
+		}
 	}
 	opts = append(opts, grpc.MaxRecvMsgSize(cfg.MaxRequestBytes))
 	opts = append(opts, cfg.GRPCServerOptions...)
@@ -176,7 +189,8 @@ func New(cfg Config) (*Server, error) {
 		s.goRun(s.joinLoop)
 	}
 	s.log.Info("rationd started", "raft", cfg.RaftAddr, "grpc", cfg.GRPCAddr, "gossip", cfg.GossipAddr,
-		"data_dir", cfg.DataDir, "bootstrap_expect", cfg.BootstrapExpect, "existing_state", hasState)
+		"data_dir", cfg.DataDir, "bootstrap_expect", cfg.BootstrapExpect, "existing_state", hasState,
+		"tls", cfg.TLS != nil, "verify_server_hostname", cfg.peerServerName() != "")
 	ok = true
 	return s, nil
 }

@@ -6,7 +6,9 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"io"
 	"math/rand/v2"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -79,9 +81,10 @@ type leases struct {
 }
 
 // TestComposeFailover builds the image (static binaries FROM scratch),
-// starts deploy/compose.yaml's three servers, applies a policy, takes a
-// lease, kills the leader's container, and checks that a new leader keeps
-// the policy and the lease.
+// starts deploy/compose.yaml's three servers and edge, applies a policy,
+// takes a lease, checks the edge admits through its Check API, kills the
+// leader's container, and checks that a new leader keeps the policy and the
+// lease.
 func TestComposeFailover(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds an image and runs containers; skipped with -short")
@@ -150,7 +153,7 @@ func TestComposeFailover(t *testing.T) {
 		t.Fatal(err)
 	}
 	containers := map[string]string{} // node ID -> container ID
-	for _, n := range []string{"node1", "node2", "node3"} {
+	for _, n := range []string{"node1", "node2", "node3", "edge"} {
 		id, err := dc("ps", "-q", n)
 		if err != nil || strings.TrimSpace(id) == "" {
 			t.Fatalf("container of %s: %q %v", n, id, err)
@@ -203,6 +206,34 @@ func TestComposeFailover(t *testing.T) {
 		t.Fatalf("lease acquire: %v\n%s", err, out)
 	}
 
+	// The edge answers the Check API from a lease of its own (from the
+	// host: the bridge network is routable from here).
+	edgeURL := "http://" + subnet + ".20:7530"
+	var check struct {
+		Allowed bool `json:"allowed"`
+		Results []struct {
+			Allowed   bool   `json:"allowed"`
+			Remaining string `json:"remaining"`
+		} `json:"results"`
+	}
+	waitFor(t, 60*time.Second, "the edge ready and admitting", func() (bool, string) {
+		resp, err := http.Post(edgeURL+"/v1/check", "application/json",
+			strings.NewReader(`{"items":[{"policy":"compose","key":{"tenant":"edge-tenant"},"cost":1}]}`))
+		if err != nil {
+			return false, err.Error()
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		check.Results = nil
+		if resp.StatusCode != http.StatusOK || json.Unmarshal(body, &check) != nil {
+			return false, fmt.Sprintf("%d %s", resp.StatusCode, body)
+		}
+		return check.Allowed && len(check.Results) == 1, string(body)
+	})
+	if ready, err := http.Get(edgeURL + "/readyz"); err != nil || ready.StatusCode != http.StatusOK {
+		t.Fatalf("edge /readyz: %v %v", ready, err)
+	}
+
 	// Kill the leader's container.
 	old := s.Leader
 	if _, err := run(t, "", nil, "docker", "kill", containers[old]); err != nil {
@@ -210,7 +241,7 @@ func TestComposeFailover(t *testing.T) {
 	}
 	var survivor string
 	for n, c := range containers {
-		if n != old {
+		if n != old && n != "edge" {
 			survivor = c
 			break
 		}

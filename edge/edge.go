@@ -18,6 +18,7 @@ package edge
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -29,6 +30,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/health"
 	"google.golang.org/grpc/status"
@@ -61,6 +63,8 @@ const (
 type Config struct {
 	// Servers lists rationd gRPC addresses.
 	Servers []string
+	// TLS, if set, secures the connections to the servers (client.Config.TLS).
+	TLS *tls.Config
 	// ClientID is the edge's lease-holder name; unique among every live
 	// edge and client (see DefaultClientID).
 	ClientID string
@@ -144,7 +148,7 @@ func New(ctx context.Context, cfg Config) (*Edge, error) {
 		return nil, errors.New("edge: no client ID")
 	}
 	ccfg := client.Config{Servers: cfg.Servers, ClientID: cfg.ClientID, Logger: cfg.Logger.With("part", "client"),
-		FirstLeaseWait: cfg.FirstLeaseWait, NoFirstLeaseWait: cfg.NoFirstLeaseWait}
+		FirstLeaseWait: cfg.FirstLeaseWait, NoFirstLeaseWait: cfg.NoFirstLeaseWait, TLS: cfg.TLS}
 	if cfg.Client != nil {
 		cfg.Client(&ccfg)
 	}
@@ -156,7 +160,11 @@ func New(ctx context.Context, cfg Config) (*Edge, error) {
 		stop: make(chan struct{}), done: make(chan struct{}), recheck: make(chan struct{}, 1)}
 	e.envoy.Store(cfg.Envoy)
 	for _, s := range cfg.Servers {
-		conn, err := grpc.NewClient(s, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		creds := insecure.NewCredentials()
+		if cfg.TLS != nil {
+			creds = credentials.NewTLS(cfg.TLS)
+		}
+		conn, err := grpc.NewClient(s, grpc.WithTransportCredentials(creds))
 		if err != nil {
 			e.closeConns()
 			_ = c.Close()

@@ -53,9 +53,24 @@ const (
 	// rule (i), docs/design.md §3.2). Off, clamped_milli is ignored and
 	// renewals add no tokens, as on a server that predates it.
 	FeatureReturnClamped uint64 = 1 << 2
+	// FeatureStableRecords: the idempotency record of an answer (replicated,
+	// snapshotted, hashed) keeps each key error's kind (api.ErrorKind) only,
+	// never its English message or its gRPC code; a retry answered from the
+	// record gets both derived from the kind. Off, records keep code and
+	// message, as on a server that predates kinds, so a rolling upgrade
+	// keeps equal state hashes; on, rewording a message or remapping a code
+	// in a later version no longer does.
+	FeatureStableRecords uint64 = 1 << 3
+	// FeatureRestoreHold: an operator's snapshot restore holds every budget
+	// for a lease duration and starts a new generation of lease IDs
+	// (restore.go, rule j); a snapshot so prepared carries the bit, so a
+	// server that predates it refuses the snapshot instead of applying it
+	// differently. The leader refuses a restore until every voter supports
+	// it.
+	FeatureRestoreHold uint64 = 1 << 4
 
 	// KnownFeatures is every switch this server can apply.
-	KnownFeatures = FeatureAcks | FeatureRetire | FeatureReturnClamped
+	KnownFeatures = FeatureAcks | FeatureRetire | FeatureReturnClamped | FeatureStableRecords | FeatureRestoreHold
 )
 
 // IgnorableFlag marks a command type that older servers may skip. An

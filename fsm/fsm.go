@@ -48,8 +48,23 @@ type Result struct {
 	Err error
 	// Ops holds one result per op of a lease batch, in order.
 	Ops []OpResult
-	// Expired counts the leases an expire command removed.
-	Expired int
+	// Expired counts the leases an expire command removed;
+	// ExpiredByPolicy splits it by policy name (a retired policy's under
+	// its old name). Neither is part of the state.
+	Expired         int
+	ExpiredByPolicy map[string]int
+}
+
+// expired counts n leases of policy removed by an expire command.
+func (r *Result) expired(policy string, n int) {
+	if n == 0 {
+		return
+	}
+	r.Expired += n
+	if r.ExpiredByPolicy == nil {
+		r.ExpiredByPolicy = map[string]int{}
+	}
+	r.ExpiredByPolicy[policy] += n
 }
 
 type clientRecord struct {
@@ -79,6 +94,9 @@ type state struct {
 	fault fault
 	// features holds the switches turned on (FeatureXxx bits).
 	features uint64
+	// restoreHoldUntil and idGeneration: see restore.go.
+	restoreHoldUntil int64
+	idGeneration     uint64
 }
 
 func newState() *state {
@@ -358,7 +376,7 @@ func (s *state) revoke(t int64, clientID string, incarnation uint64) {
 }
 
 func (s *state) record(t int64, c *api.Caller, kind uint32, resp proto.Message) {
-	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(resp)
+	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(recordForm(resp, s.stableRecords()))
 	if err != nil {
 		panic(fmt.Sprintf("fsm: marshal recorded response: %v", err))
 	}
@@ -383,7 +401,53 @@ func (s *state) leaseBatch(t int64, cmd *api.LeaseBatchCommand) *Result {
 }
 
 func keyError(err error) *api.KeyError {
-	return &api.KeyError{Code: uint32(rpcerr.Code(err)), Message: err.Error()}
+	return &api.KeyError{Code: uint32(rpcerr.Code(err)), Message: err.Error(), Kind: rpcerr.Kind(err)}
+}
+
+// recordForm is what the idempotency record of an answer keeps. The record
+// is replicated, snapshotted and hashed, so with FeatureStableRecords on it
+// keeps only ration's own stable values: each key error's kind, never its
+// message or gRPC code (rewording a message, or mapping an error to
+// another code, must not make two versions' states differ); answerForm
+// derives them again for a retry. Off, it keeps exactly what a server that
+// predates kinds records: code and message, no kind.
+func recordForm(resp proto.Message, stable bool) proto.Message {
+	var errs []*api.KeyError
+	switch r := resp.(type) {
+	case *api.LeaseResponse:
+		r = proto.Clone(r).(*api.LeaseResponse)
+		for _, kl := range r.GetLeases() {
+			errs = append(errs, kl.GetError())
+		}
+		resp = r
+	case *api.ReleaseResponse:
+		r = proto.Clone(r).(*api.ReleaseResponse)
+		for _, rr := range r.GetResults() {
+			errs = append(errs, rr.GetError())
+		}
+		resp = r
+	}
+	for _, e := range errs {
+		if e == nil {
+			continue
+		}
+		if stable {
+			e.Code, e.Message = 0, ""
+		} else {
+			e.Kind = 0
+		}
+	}
+	return resp
+}
+
+// answerForm fills in, for a retry answered from a record, the code and
+// message of each key error the record keeps only the kind of.
+func answerForm(errs ...*api.KeyError) {
+	for _, e := range errs {
+		if e != nil && e.GetKind() != api.ErrorKind_ERROR_KIND_UNSPECIFIED && e.GetCode() == 0 && e.GetMessage() == "" {
+			e.Code, e.Message = uint32(rpcerr.KindCode(e.GetKind())), rpcerr.KindMessage(e.GetKind())
+		}
+	}
 }
 
 // resolve finds the policy and canonical key of a requested key, creating
@@ -413,6 +477,9 @@ func (s *state) resolve(t int64, k *api.Key, create bool) (policy.Policy, string
 	pool, _ := s.startPool(t, p)
 	l, err := lease.NewLedgerWithPool(ledgerConfig(p), t, pool)
 	if err != nil {
+		return p, ck, nil, fmt.Errorf("policy %q: %w", p.Name, err)
+	}
+	if err := s.afterRestore(t, l); err != nil {
 		return p, ck, nil, fmt.Errorf("policy %q: %w", p.Name, err)
 	}
 	l = withFault(l)
@@ -581,6 +648,10 @@ func (s *state) acquireKey(t int64, c *api.Caller, k *api.AcquireKey, seen map[s
 // acks reports whether the acknowledgements switch is on.
 func (s *state) acks() bool { return s.features&FeatureAcks != 0 }
 
+// stableRecords reports whether idempotency records keep error kinds
+// only (FeatureStableRecords).
+func (s *state) stableRecords() bool { return s.features&FeatureStableRecords != 0 }
+
 // returnClamped reports whether rule (i) applies: FeatureReturnClamped,
 // which needs acknowledgements, is on.
 func (s *state) returnClamped() bool {
@@ -657,6 +728,9 @@ func (s *state) release(t int64, req *api.ReleaseRequest) (*api.ReleaseResponse,
 		if err := proto.Unmarshal(dup, out); err != nil {
 			panic(fmt.Sprintf("fsm: recorded response: %v", err))
 		}
+		for _, rr := range out.GetResults() {
+			answerForm(rr.GetError())
+		}
 		return out, nil
 	}
 	resp := &api.ReleaseResponse{ClusterTimeNanos: t, Results: make([]*api.ReleaseResult, len(req.GetKeys()))}
@@ -688,6 +762,9 @@ func unmarshalLease(dup []byte, err error) (*api.LeaseResponse, error) {
 	if err := proto.Unmarshal(dup, out); err != nil {
 		panic(fmt.Sprintf("fsm: recorded response: %v", err))
 	}
+	for _, kl := range out.GetLeases() {
+		answerForm(kl.GetError())
+	}
 	return out, nil
 }
 
@@ -706,7 +783,7 @@ func (s *state) expire(t, through, retention int64) (*Result, error) {
 			if err != nil {
 				return nil, err
 			}
-			res.Expired += len(gone)
+			res.expired(pn, len(gone))
 			leases := l.Leases()
 			if len(leases) == 0 && l.PoolMilli() >= l.Config().CapacityMilli {
 				delete(keys, ck)

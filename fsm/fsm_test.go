@@ -433,3 +433,17 @@ func TestStateHashRemembersAnEntryOutsideTheLog(t *testing.T) {
 		t.Fatal("a state machine that applied an extra entry hashes like the others")
 	}
 }
+
+// An expire command's result counts the leases it removed by policy (for
+// the leader's ration_lease_expiries_total{policy}); it is not state.
+func TestExpiredByPolicy(t *testing.T) {
+	h := newHarness(t)
+	h.batch(sec, acquire(caller("a", 1, 1), tenant("acme"), tenant("b2")), acquire(caller("b", 1, 1), &api.Key{Policy: "global"}))
+	r := h.apply(CmdExpire, 60*sec, &api.ExpireCommand{ClientRetentionNanos: sec})
+	if r.Expired != 3 || r.ExpiredByPolicy["per-tenant"] != 2 || r.ExpiredByPolicy["global"] != 1 || len(r.ExpiredByPolicy) != 2 {
+		t.Fatalf("expired %d, by policy %v; want 3: per-tenant 2, global 1", r.Expired, r.ExpiredByPolicy)
+	}
+	if r := h.apply(CmdExpire, 61*sec, &api.ExpireCommand{ClientRetentionNanos: sec}); r.Expired != 0 || r.ExpiredByPolicy != nil {
+		t.Fatalf("a second expire removed %d %v", r.Expired, r.ExpiredByPolicy)
+	}
+}

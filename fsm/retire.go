@@ -180,10 +180,14 @@ func (s *state) startPool(t int64, p policy.Policy) (pool int64, floored bool) {
 	}
 	if r := s.retired[p.Name]; r != nil && r.fl.active(t) && !s.forgetRetired() {
 		if lv := r.fl.levelAt(t); lv < pool {
-			return lv, true
+			pool = lv
+			floored = true
 		}
 	}
-	return pool, false
+	if lv, ok := s.restoreLevel(t, p); ok && lv < pool {
+		return lv, true
+	}
+	return pool, floored
 }
 
 // retire moves a deleted policy's ledgers into the retired set, dropping at
@@ -219,7 +223,7 @@ func (s *state) expireRetired(t, through int64, res *Result, active map[string]b
 				if err != nil {
 					return err
 				}
-				res.Expired += len(gone)
+				res.expired(name, len(gone))
 			}
 			if l.LeaseCount() == 0 && (s.forgetRetired() || fresh(t, l)) {
 				delete(r.keys, ck)

@@ -112,7 +112,8 @@ func writeSnapshot(w io.Writer, d snapshotData) error {
 // export copies the state into protobuf messages, in sorted order so equal
 // states give byte-identical snapshots.
 func (s *state) export() snapshotData {
-	d := snapshotData{header: &api.Snapshot{ClusterTimeNanos: s.clusterTime, AppliedDigest: append([]byte(nil), s.digest...), Features: s.features}}
+	d := snapshotData{header: &api.Snapshot{ClusterTimeNanos: s.clusterTime, AppliedDigest: append([]byte(nil), s.digest...), Features: s.features,
+		RestoreHoldUntilNanos: s.restoreHoldUntil, LeaseIdGeneration: s.idGeneration}}
 	for _, name := range sortedKeys(s.policies) {
 		d.header.Policies = append(d.header.Policies, s.policies[name].ToProto())
 	}
@@ -162,7 +163,7 @@ func exportLedger(pn, ck string, st lease.LedgerState) *api.LedgerSnapshot {
 		CreditedMilli: st.Stats.CreditedMilli, BurnedMilli: st.Stats.BurnedMilli,
 		RateMilliPerSec: st.Config.RateMilliPerSec, CapacityMilli: st.Config.CapacityMilli, RatePeriodNanos: st.Config.RatePeriodNanos,
 		StartFull: st.Config.StartFull, MaxLeases: int64(st.Config.MaxLeases), DriftPpm: st.Config.DriftPPM,
-		OvercommitUntilNanos: st.OvercommitUntilNanos,
+		OvercommitUntilNanos: st.OvercommitUntilNanos, HoldAllUntilNanos: st.HoldAllUntilNanos,
 	}
 	for _, le := range st.Leases {
 		ls := &api.LeaseSnapshot{
@@ -191,6 +192,7 @@ func importLedger(ls *api.LedgerSnapshot) (*lease.Ledger, error) {
 		PoolMilli: ls.GetPoolMilli(), PoolNanos: ls.GetPoolNanos(), NowNanos: ls.GetNowNanos(),
 		NextID: lease.LeaseID(ls.GetNextId()), PoolRateMilliPerSec: ls.GetPoolRateMilliPerSec(),
 		InitialPoolMilli: ls.GetInitialPoolMilli(), OvercommitUntilNanos: ls.GetOvercommitUntilNanos(),
+		HoldAllUntilNanos: ls.GetHoldAllUntilNanos(),
 		Stats: lease.LedgerStats{
 			MintedMilli: ls.GetMintedMilli(), DebitedMilli: ls.GetDebitedMilli(),
 			CreditedMilli: ls.GetCreditedMilli(), BurnedMilli: ls.GetBurnedMilli(),
@@ -256,6 +258,7 @@ func importState(r io.Reader) (*state, error) {
 				return nil, fmt.Errorf("%w: feature switches %#x are unknown to this server; upgrade it", errSnapshot, unknown)
 			}
 			st.features = h.GetFeatures()
+			st.restoreHoldUntil, st.idGeneration = h.GetRestoreHoldUntilNanos(), h.GetLeaseIdGeneration()
 			for _, spec := range h.GetPolicies() {
 				p, err := policy.FromProto(spec)
 				if err != nil {

@@ -113,3 +113,52 @@ func TestClampReportIsBounded(t *testing.T) {
 		t.Fatalf("a clamp of 90000 against a cut of 50000 returned %d", g.ReturnedMilli)
 	}
 }
+
+// Rule (j): after HoldAll (a snapshot restore) the whole budget is held
+// until the hold ends: grants and renewals get nothing, the pool is empty
+// and mints nothing; then it mints from empty. RaiseNextID keeps lease IDs
+// from being reused, so a release of a lease granted before the restore
+// cannot end a new one.
+func TestHoldAllAfterRestore(t *testing.T) {
+	l := newTestLedger(t, 10_000, 100_000) // full pool
+	old := grant(t, l, 0, "a", 1, 10_000, 100_000)
+	saved := l.State()
+	// Restored from before a's grant... (here: from the same moment, with
+	// a's lease in it; a's later lease 2 is unknown to it).
+	r, err := NewLedgerFromState(saved)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.HoldAll(sec, sec+10*sec); err != nil {
+		t.Fatal(err)
+	}
+	r.RaiseNextID(l.State().NextID + 5)
+	mustInv(t, r)
+	if r.PoolMilli() != 0 {
+		t.Fatalf("pool %d after the hold began, want 0", r.PoolMilli())
+	}
+	g := grant(t, r, 2*sec, "b", 1, 10_000, 100_000)
+	if g.RateMilliPerSec != 0 || g.CapMilli != 0 || g.StartMilli != 0 {
+		t.Fatalf("a grant during the hold got %+v", g)
+	}
+	if g.LeaseID <= old.LeaseID+5 {
+		t.Fatalf("a grant after the restore reused lease ID %d", g.LeaseID)
+	}
+	if _, err := r.Expire(11 * sec); err != nil { // the hold ends at 11 s
+		t.Fatal(err)
+	}
+	if r.PoolMilli() != 0 {
+		t.Fatalf("the pool minted %d during the hold", r.PoolMilli())
+	}
+	if _, err := r.Expire(13 * sec); err != nil {
+		t.Fatal(err)
+	}
+	mustInv(t, r)
+	// b's lease still holds nothing: the pool mints at r from 11 s.
+	if got := r.PoolMilli(); got != 20_000 {
+		t.Fatalf("pool %d two seconds after the hold, want 20000", got)
+	}
+	if full := r.PoolFullAt(); full <= 13*sec {
+		t.Fatalf("pool full at %d", full)
+	}
+}

@@ -227,6 +227,11 @@ type LedgerState struct {
 	// granted under the old one may exceed it until this time.
 	OvercommitUntilNanos int64
 	InitialPoolMilli     int64 // pool level at creation, for conservation checks
+	// HoldAllUntilNanos: after a snapshot restore (HoldAll), the whole
+	// budget counts as held until this time by leases the restored state
+	// does not know (rule j): grants and renewals get no rate and no cap,
+	// and the pool, emptied, mints nothing until then.
+	HoldAllUntilNanos int64
 }
 
 // Ledger is the coordinator's account of one policy key's budget: the pool of
@@ -251,6 +256,9 @@ type LedgerState struct {
 //	(h) A grant that replaces the same holder's live lease keeps the
 //	    replaced lease's held terms held until its expiry, summed with the
 //	    new lease's (a second user of the holder may still use them).
+//	(j) After HoldAll(now, until) (a snapshot restore), everything counts as
+//	    held until then: leases granted after the snapshot was taken are
+//	    unknown to the restored state and may still be in use.
 //	(i) With ReturnClamped: the tokens a client's bucket lost to a reduced
 //	    cap when it installed the version a renewal acknowledges return to
 //	    the pool at that renewal's commit, at most the cap the older held
@@ -331,6 +339,14 @@ func (l *Ledger) Held() (rateMilliPerSec, capMilli int64) {
 // PoolFullAt returns the cluster time at which the pool will be full if no
 // lease changes before then (math.MaxInt64 if it never fills).
 func (l *Ledger) PoolFullAt() int64 {
+	if h := l.s.HoldAllUntilNanos; h > l.s.NowNanos {
+		// Rule (j): empty and held until h, then minting at no more than r.
+		wait := NanosToMintPer(l.s.Config.RateMilliPerSec, l.s.Config.poolPeriod(), l.s.Config.CapacityMilli-l.s.PoolMilli)
+		if wait == int64(RetryNever) {
+			return math.MaxInt64
+		}
+		return satAdd(h, wait)
+	}
 	rate, capMilli := l.poolTerms(l.s.NowNanos)
 	if l.s.PoolMilli >= capMilli {
 		return l.s.NowNanos
@@ -361,6 +377,10 @@ func (l *Ledger) NextExpiry() (int64, bool) {
 // (its current and superseded versions); skip's replaced leases' terms are
 // counted, since terms(skip) must fit beside them. skip -1 counts all.
 func (l *Ledger) heldExcept(skip int, nowNanos int64) (rate, capMilli int64) {
+	if nowNanos < l.s.HoldAllUntilNanos {
+		// Rule (j): unknown leases may hold all of it.
+		rate, capMilli = l.s.Config.RateMilliPerSec, l.s.Config.CapacityMilli
+	}
 	for i := range l.s.Leases {
 		if i == skip {
 			r, c := l.s.Leases[i].replacedAt(nowNanos)
@@ -397,6 +417,9 @@ func (l *Ledger) advance(nowNanos int64) error {
 		return err
 	}
 	var breaks []int64
+	if h := l.s.HoldAllUntilNanos; h > l.s.NowNanos && h <= nowNanos {
+		breaks = append(breaks, h) // the pool starts minting here
+	}
 	for i := range l.s.Leases {
 		for _, ss := range [][]Share{l.s.Leases[i].Superseded, l.s.Leases[i].Replaced} {
 			for _, s := range ss {
@@ -1079,6 +1102,9 @@ func (l *Ledger) removeLeases(gone func(*Lease) bool) []LeaseID {
 // a lease that expired by then has not been removed by Expire yet.
 func (l *Ledger) overcommitted() bool {
 	s := &l.s
+	if s.HoldAllUntilNanos > s.NowNanos {
+		return true // rule (j): the restored leases beside the whole budget held
+	}
 	if s.OvercommitUntilNanos == 0 {
 		return false
 	}
@@ -1150,6 +1176,34 @@ func (l *Ledger) Reconfigure(nowNanos int64, cfg LedgerConfig) error {
 	l.markOvercommit(cfg)
 	l.s.Config = cfg
 	l.capPool()
+	l.repricePool()
+	return nil
+}
+
+// RaiseNextID makes the next lease ID at least min: after a snapshot
+// restore, IDs must not be reused, or a delayed release or renewal of a
+// lease granted after the snapshot could end a new lease of the same
+// holder that got its ID.
+func (l *Ledger) RaiseNextID(min LeaseID) {
+	l.s.NextID = max(l.s.NextID, min)
+}
+
+// HoldAll applies rule (j) at cluster time now: until untilNanos the whole
+// budget counts as held (by leases this ledger does not know: a snapshot
+// restore replaced the state that granted them), so grants and renewals get
+// no rate and no cap; the pool is emptied (its tokens burned: the lost
+// state may have handed them out) and mints nothing until then. A later
+// call can only extend the hold.
+func (l *Ledger) HoldAll(nowNanos, untilNanos int64) error {
+	if err := l.advance(nowNanos); err != nil {
+		return err
+	}
+	if err := checkTime(untilNanos); err != nil {
+		return err
+	}
+	l.s.Stats.BurnedMilli += l.s.PoolMilli
+	l.s.PoolMilli = 0
+	l.s.HoldAllUntilNanos = max(l.s.HoldAllUntilNanos, untilNanos)
 	l.repricePool()
 	return nil
 }

@@ -145,6 +145,14 @@ type sim struct {
 	leader, prevLeader     int
 	committed              int64
 	clockResumesOwnReading bool
+
+	// An operator's snapshot: saved is a copy of the ledger's state taken
+	// at some step; restore replaces the ledger by it later, as
+	// `rationctl snapshot restore` does, with the hold of rule (j) (the
+	// restored state does not know the leases granted since the save)
+	// unless restoreNoHold, the negative control.
+	saved         *LedgerState
+	restoreNoHold bool
 }
 
 // simServer is one server's clock: it runs at (1 + skew/1e6) × real time
@@ -159,6 +167,10 @@ type simServer struct {
 // reading (coordinator's old clusterClock.takeOver) instead of from the
 // committed cluster time.
 const faultClockResumeOwnReading Fault = 255
+
+// faultRestoreNoHold is a fault of the model's operator: a snapshot
+// restore without the hold of rule (j), as rationd restored before it.
+const faultRestoreNoHold Fault = 254
 
 // commit records that an entry commits now (a coordinator operation).
 func (s *sim) commit() { s.committed = max(s.committed, s.cluster(s.now)) }
@@ -224,11 +236,12 @@ func newSim(t *rapid.T, p simParams, fault Fault) *sim {
 		t.Fatalf("NewLedger: %v", err)
 	}
 	clockFault := fault == faultClockResumeOwnReading
-	if clockFault {
-		fault = FaultNone // the ledger is correct; the clock is not
+	restoreNoHold := fault == faultRestoreNoHold
+	if clockFault || restoreNoHold {
+		fault = FaultNone // the ledger is correct; the clock or the restore is not
 	}
 	l.injectFault(fault)
-	s := &sim{prompt: rapid.Bool().Draw(t, "prompt"), saturate: rapid.Bool().Draw(t, "saturate"), t: t, p: p, ledger: l, checkInv: fault == FaultNone, clockResumesOwnReading: clockFault,
+	s := &sim{prompt: rapid.Bool().Draw(t, "prompt"), saturate: rapid.Bool().Draw(t, "saturate"), t: t, p: p, ledger: l, checkInv: fault == FaultNone, clockResumesOwnReading: clockFault, restoreNoHold: restoreNoHold,
 		versioned: rapid.IntRange(0, 4).Draw(t, "versioned") > 0}
 	s.returnClamped = s.versioned && (fault == FaultCreditAtReduction || fault == FaultTopUpNoDebit || rapid.IntRange(0, 3).Draw(t, "returnClamped") > 0)
 	for i := range rapid.IntRange(1, 3).Draw(t, "servers") {
@@ -491,6 +504,12 @@ func (s *sim) spend(ci int, greedy bool) {
 	must(s.t, err)
 	if d.Allowed && !s.noOracle {
 		// Oracle: the terms the client admits under must be live and held now.
+		if s.cluster(s.now) < s.ledger.s.HoldAllUntilNanos {
+			// Rule (j): after a restore the whole budget is held, by
+			// leases the restored state may not know.
+			s.history = append(s.history, quotacheck.Admission{AtNanos: s.now, CostMilli: cost, Who: c.id})
+			return
+		}
 		i, ok := s.ledger.find(c.id, c.inc)
 		if ok && c.twin != nil && s.ledger.s.Leases[i].ID != c.lease.id {
 			// The other user's grant replaced this lease: its terms must
@@ -561,6 +580,46 @@ func (s *sim) crash(ci int) {
 // restoreOld replaces the ledger's state by what a snapshot written by a
 // server without versions holds: every version 0, the acknowledgements
 // feature off (until switchOn). Clients keep the versions they installed.
+// save takes an operator's snapshot of the ledger (an entry commits: the
+// snapshot is of applied state).
+func (s *sim) save() {
+	if s.inElection(s.now) {
+		return
+	}
+	st := s.ledger.State()
+	s.saved = &st
+}
+
+// restore replaces the ledger by the saved state at the current cluster
+// time, holding the whole budget for D (every lease the restored state
+// does not know was committed before now and expires by now + D).
+func (s *sim) restore() {
+	if s.saved == nil || s.inElection(s.now) {
+		return
+	}
+	l, err := NewLedgerFromState(*s.saved)
+	if err != nil {
+		if s.ledger.fault != FaultNone {
+			return // a broken ledger's state may not restore (its checks refuse it)
+		}
+		s.t.Fatalf("restore: %v", err)
+	}
+	l.injectFault(s.ledger.fault)
+	now := max(s.cluster(s.now), l.NowNanos())
+	if !s.restoreNoHold {
+		if err := l.HoldAll(now, now+s.p.ttl); err != nil {
+			s.t.Fatalf("hold: %v", err)
+		}
+		// Lease IDs never go back: a delayed release or renewal of a
+		// lease granted after the save must not hit a new lease that
+		// reuses its ID (the fsm starts a new generation of IDs).
+		l.RaiseNextID(LeaseID(s.ledger.State().NextID))
+	}
+	s.ledger = l
+	s.commit()
+	s.invariants("restore")
+}
+
 func (s *sim) restoreOld() {
 	for i := range s.ledger.s.Leases {
 		le := &s.ledger.s.Leases[i]
@@ -614,7 +673,7 @@ func runSimOracle(t *rapid.T, fault Fault, oracle bool) ([]quotacheck.Admission,
 		dt := rapid.OneOf(rapid.Just(int64(0)), rapid.Int64Range(0, p.timeout), rapid.Int64Range(0, p.ttl/20), rapid.Int64Range(0, 2*p.ttl)).Draw(t, "dt")
 		s.deliverUntil(s.now + dt)
 		ci := rapid.IntRange(0, p.clients-1).Draw(t, "client")
-		a := rapid.IntRange(0, 17).Draw(t, "action")
+		a := rapid.IntRange(0, 18).Draw(t, "action")
 		switch {
 		case a < 4:
 			s.request(ci)
@@ -636,6 +695,12 @@ func runSimOracle(t *rapid.T, fault Fault, oracle bool) ([]quotacheck.Admission,
 			s.elect()
 		case a < 17:
 			s.idle()
+		case a < 18:
+			if rapid.Bool().Draw(t, "saveOrRestore") {
+				s.save()
+			} else {
+				s.restore()
+			}
 		default:
 			if rapid.Bool().Draw(t, "restoreOld") {
 				s.restoreOld()
@@ -687,6 +752,7 @@ func TestNegativeControls(t *testing.T) {
 		{"cap floor over held caps", FaultFloorOverHeld, false},
 		{"cut credited before the clamp", FaultCreditAtReduction, true},
 		{"top-up without debit", FaultTopUpNoDebit, true},
+		{"restore without the hold", faultRestoreNoHold, true},
 	} {
 		t.Run(c.name, func(t *testing.T) { negativeControl(t, c.fault, !c.noOracle) })
 	}

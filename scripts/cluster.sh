@@ -52,6 +52,21 @@ alive() {
 }
 
 # pid_of N prints node N's pid if it is running.
+# started: the pid recorded for node $1 is a live process (whatever it
+# runs yet).
+started() {
+	local f pid stat
+	f=$(pid_file "$1")
+	[[ -f $f ]] || return 1
+	pid=$(<"$f")
+	[[ $pid =~ ^[0-9]+$ ]] && kill -0 "$pid" 2>/dev/null || return 1
+	if [[ -r /proc/$pid/stat ]]; then
+		stat=$(<"/proc/$pid/stat") 2>/dev/null || return 1
+		stat=${stat##*) }
+		[[ ${stat%% *} != Z ]] || return 1
+	fi
+}
+
 pid_of() {
 	local f pid
 	f=$(pid_file "$1")
@@ -104,7 +119,10 @@ cmd_start() {
 	until out=$("$RATIONCTL" status --json --timeout 2s --servers "$SERVERS" 2>&1) &&
 		grep -q '"leader": "[^"]' <<<"$out"; do
 		for n in "${missing[@]}"; do
-			if ! pid_of "$n" >/dev/null; then
+			# Not pid_of: right after the start the process may still be
+			# nohup or setsid on its way to exec rationd (seen on a loaded
+			# machine); it exited only if it is gone or a zombie.
+			if ! started "$n"; then
 				echo "cluster: node$n exited; the end of $DIR/logs/node$n.log:" >&2
 				tail -n 20 "$DIR/logs/node$n.log" >&2
 				exit 1

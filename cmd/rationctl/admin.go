@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
@@ -15,7 +16,6 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/connectivity"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
 	"github.com/ration-dev/ration/api"
@@ -66,6 +66,8 @@ type invocation struct {
 	servers string
 	timeout time.Duration
 	json    bool
+	tlsOpts tlsOptions // tls.go
+	tls     *tls.Config
 	// Command-specific flags.
 	file, policy, key string
 	client, attrs     string
@@ -91,6 +93,7 @@ func verbFlags(v verb, o *invocation) *flag.FlagSet {
 	fs.StringVar(&o.servers, "servers", "",
 		"servers to try in order, `HOST:PORT[,HOST:PORT]` (default $"+serversEnv+", else "+defaultServers+")")
 	fs.DurationVar(&o.timeout, "timeout", defaultTimeout, "bound on connecting, and on the call")
+	tlsFlags(fs, &o.tlsOpts)
 	if v.reads {
 		fs.BoolVar(&o.json, "json", false, "print JSON instead of a table")
 	}
@@ -158,6 +161,10 @@ func runVerb(v verb, args []string, stdout, stderr io.Writer) int {
 			return usageErr(err)
 		}
 	}
+	if o.tls, err = o.tlsOpts.config(); err != nil {
+		return usageErr(err)
+	}
+	activeTLS = o.tls
 
 	fail := func(err error) int {
 		printErr(stderr, prefix, describe(err, o.timeout))
@@ -281,8 +288,13 @@ func dialReady(addr string, deadline time.Time) (*grpc.ClientConn, error) {
 		}
 		return c, err
 	}
+	record := func(err error) {
+		mu.Lock()
+		dialErr = err
+		mu.Unlock()
+	}
 	conn, err := grpc.NewClient("passthrough:///"+addr,
-		grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithContextDialer(dialer))
+		grpc.WithTransportCredentials(recordingCreds{transportCreds(), record}), grpc.WithContextDialer(dialer))
 	if err != nil {
 		return nil, err
 	}
@@ -302,7 +314,10 @@ func dialReady(addr string, deadline time.Time) (*grpc.ClientConn, error) {
 			if dialErr != nil {
 				return nil, dialErr
 			}
-			return nil, fmt.Errorf("connection failed (%s)", s)
+			if activeTLS != nil {
+				return nil, fmt.Errorf("connection failed (%s; with TLS, the server may have refused this client's certificate: is it signed by the cluster's CA?)", s)
+			}
+			return nil, fmt.Errorf("connection failed (%s; a server with TLS refuses plaintext: --tls-ca-file, --tls-cert-file, --tls-key-file)", s)
 		}
 		if !conn.WaitForStateChange(ctx, s) {
 			conn.Close()

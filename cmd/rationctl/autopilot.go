@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/ration-dev/ration/api"
 )
@@ -36,7 +35,7 @@ const (
 // dialServer connects to a server's gRPC address for the fan-out; tests
 // replace it to reach canned servers.
 var dialServer = func(addr string) (*grpc.ClientConn, error) {
-	return grpc.NewClient("passthrough:///"+addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	return grpc.NewClient("passthrough:///"+addr, grpc.WithTransportCredentials(transportCreds()))
 }
 
 // serverHealth is one server's answer and verdict.

@@ -70,6 +70,7 @@ func freeLoopbackAddrs(t *testing.T, n int) []string {
 // serverProc is one rationd process.
 type serverProc struct {
 	id, grpcAddr, logPath string
+	raftAddr, gossipAddr  string
 	cmd                   *exec.Cmd
 	exited                chan struct{} // closed when the process has exited
 }
@@ -100,6 +101,13 @@ func (p *serverProc) waitExit(t *testing.T, d time.Duration) int {
 // each server's log.
 func startCluster(t *testing.T, rationd string) []*serverProc {
 	t.Helper()
+	return startClusterArgs(t, rationd, nil)
+}
+
+// startClusterArgs is startCluster with extra flags for server i (0-2),
+// if extra is set.
+func startClusterArgs(t *testing.T, rationd string, extra func(i int) []string) []*serverProc {
+	t.Helper()
 	dir := t.TempDir()
 	addrs := freeLoopbackAddrs(t, 9)
 	gossip := addrs[6:9]
@@ -112,7 +120,8 @@ func startCluster(t *testing.T, rationd string) []*serverProc {
 				join = append(join, g)
 			}
 		}
-		p := &serverProc{id: id, grpcAddr: addrs[i], logPath: filepath.Join(dir, id+".log"), exited: make(chan struct{})}
+		p := &serverProc{id: id, grpcAddr: addrs[i], raftAddr: addrs[3+i], gossipAddr: gossip[i],
+			logPath: filepath.Join(dir, id+".log"), exited: make(chan struct{})}
 		logFile, err := os.Create(p.logPath)
 		if err != nil {
 			t.Fatal(err)
@@ -121,6 +130,9 @@ func startCluster(t *testing.T, rationd string) []*serverProc {
 			"--id", id, "--data-dir", filepath.Join(dir, id),
 			"--grpc-addr", addrs[i], "--raft-addr", addrs[3+i], "--gossip-addr", gossip[i],
 			"--join", strings.Join(join, ","), "--bootstrap-expect", "3")
+		if extra != nil {
+			p.cmd.Args = append(p.cmd.Args, extra(i)...)
+		}
 		p.cmd.Stdout, p.cmd.Stderr = logFile, logFile
 		if err := p.cmd.Start(); err != nil {
 			logFile.Close()

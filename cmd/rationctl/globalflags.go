@@ -18,6 +18,11 @@ var globalFlags = map[string]bool{
 	"servers": true,
 	"timeout": true,
 	"json":    false,
+	// tls.go
+	"tls-ca-file":     true,
+	"tls-cert-file":   true,
+	"tls-key-file":    true,
+	"tls-server-name": true,
 }
 
 // splitGlobal returns the leading global flags of args and the rest, which
@@ -39,7 +44,7 @@ func splitGlobal(args []string) (globals, rest []string, err error) {
 		name, _, hasValue := strings.Cut(strings.TrimLeft(a, "-"), "=")
 		valued, ok := globalFlags[name]
 		if !ok {
-			return nil, nil, fmt.Errorf("flag %q before the command is not one of --servers, --timeout, --json; put a command's own flags after it", a)
+			return nil, nil, fmt.Errorf("flag %q before the command is not one of --servers, --timeout, --json, --tls-ca-file, --tls-cert-file, --tls-key-file, --tls-server-name; put a command's own flags after it", a)
 		}
 		globals = append(globals, a)
 		args = args[1:]

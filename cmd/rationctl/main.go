@@ -13,6 +13,7 @@
 //	snapshot   save FILE | restore FILE
 //	leader     transfer [ID]
 //	server     remove ID
+//	keyring    list | install KEY | use KEY | remove KEY | generate
 //	help       show help for rationctl or a command
 //
 // Every command is a function run(args, stdout, stderr) int registered in
@@ -66,6 +67,7 @@ var commands = []command{
 	group("snapshot", "save FILE | restore FILE: save or restore the cluster state", snapshotVerbs),
 	group("leader", "transfer [ID]: hand leadership to another server", leaderVerbs),
 	group("server", "remove ID: remove a server from the Raft configuration", serverVerbs),
+	group("keyring", "list | install KEY | use KEY | remove KEY | generate: rotate the gossip encryption keys", keyringVerbs),
 }
 
 func main() {
@@ -129,7 +131,10 @@ func usage(w io.Writer) {
 The cluster commands take --servers HOST:PORT[,HOST:PORT], the servers
 to try in order until one answers (default $%s, else %s),
 and --timeout (default %v); those that read take --json. These three
-go before the command or after it, in any order with its own flags.
+go before the command or after it, in any order with its own flags, and so
+do --tls-ca-file, --tls-cert-file, --tls-key-file and --tls-server-name
+(default $RATION_TLS_CA_FILE, $RATION_TLS_CERT_FILE, $RATION_TLS_KEY_FILE,
+$RATION_TLS_SERVER_NAME) for a cluster with TLS (docs/security.md).
 
 Run 'rationctl <command> -h' for a command's flags.
 `, serversEnv, defaultServers, defaultTimeout)

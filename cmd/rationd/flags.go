@@ -24,6 +24,7 @@ type options struct {
 	configPath                     string
 	logLevel, logFormat            string
 	observe                        observeOptions
+	security                       securityOptions // tls.go
 
 	// Raft snapshot tuning (0 keeps coordinator.DefaultConfig's value).
 	snapshotThreshold, trailingLogs uint64
@@ -83,6 +84,8 @@ func serverFlags(name string, o *options) *flag.FlagSet {
 	fs.StringVar(&o.logLevel, "log-level", o.logLevel, "log `LEVEL`: debug, info, warn or error")
 	fs.StringVar(&o.logFormat, "log-format", o.logFormat, "log `FORMAT`: text or json")
 	observeFlags(fs, &o.observe)
+	tlsFlags(fs, &o.security)
+	gossipKeyFlag(fs, &o.security)
 	fs.Uint64Var(&o.snapshotThreshold, "raft-snapshot-threshold", o.snapshotThreshold,
 		"snapshot after `N` new log entries (0: the default, 8192)")
 	fs.Uint64Var(&o.trailingLogs, "raft-trailing-logs", o.trailingLogs,
@@ -98,7 +101,7 @@ func serverFlags(name string, o *options) *flag.FlagSet {
 }
 
 func defaultOptions() options {
-	return options{logLevel: "info", logFormat: "text"}
+	return options{logLevel: "info", logFormat: "text", security: securityOptions{clusterName: "ration"}}
 }
 
 // usageError is a command-line mistake: the caller prints it with the usage

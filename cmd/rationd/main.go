@@ -5,6 +5,8 @@
 //	        [--join HOST:PORT[,HOST:PORT]] [--bootstrap-expect N] [--config FILE]
 //	        [--log-level info] [--log-format text|json]
 //	        [--http-addr HOST:PORT [--enable-pprof]]
+//	        [--tls-ca-file F --tls-cert-file F --tls-key-file F [--tls-verify-server-hostname] [--cluster-name N]]
+//	        [--gossip-key-file F]
 //	rationd dev    a single-node cluster with a demo policy, for trying things out
 //	rationd edge   a lease holder that answers Envoy's rate limit service and the
 //	               Check API for other processes (edge.go, package edge)
@@ -15,7 +17,8 @@
 // coordinator.Config (production timing from coordinator.DefaultConfig),
 // starts coordinator.New, and on SIGINT or SIGTERM calls Server.Shutdown,
 // which hands leadership over first when this server leads. A second signal
-// during shutdown exits at once. Everything else lives in coordinator.
+// during shutdown exits at once. With TLS, SIGHUP reloads the certificate
+// files (tls.go; docs/security.md). Everything else lives in coordinator.
 //
 // Exit status: 0 after a clean shutdown; 1 when the server cannot start
 // (port in use, unusable data dir) or does not shut down cleanly; 2 on a
@@ -67,6 +70,8 @@ Usage:
           --gossip-addr HOST:PORT [--join HOST:PORT[,HOST:PORT]]
           [--bootstrap-expect N] [--config FILE] [--log-level info]
           [--log-format text|json] [--http-addr HOST:PORT [--enable-pprof]]
+          [--tls-ca-file F --tls-cert-file F --tls-key-file F
+           [--tls-verify-server-hostname] [--cluster-name N]] [--gossip-key-file F]
   rationd dev [flags]   a single-node cluster with a demo policy (rationd dev -h)
   rationd edge [flags]  a lease holder answering Envoy's rate limit service and
                         the Check API for other processes (rationd edge -h)
@@ -84,7 +89,8 @@ Flags:
 	fs.PrintDefaults()
 	fmt.Fprint(w, `
 SIGINT or SIGTERM shuts the server down gracefully (a leader first hands
-leadership to another server). Exit status: 0 after a clean shutdown, 1 if
+leadership to another server). With TLS, SIGHUP reloads the certificate and
+CA files (docs/security.md). Exit status: 0 after a clean shutdown, 1 if
 the server cannot start or stop cleanly, 2 on a usage or configuration error.
 `)
 }
@@ -165,9 +171,17 @@ func serve(prog string, o options, policies *policy.File, stderr io.Writer, sign
 		}
 	}
 	cfg := o.config(logger, policies)
+	if err := o.security.apply(&cfg); err != nil {
+		return fail(2, err)
+	}
 	if err := cfg.Validate(); err != nil {
 		return fail(2, err)
 	}
+	warnInsecure(logger, cfg)
+	warnPlainHTTP(logger, cfg, o.observe.httpAddr)
+	stopReload := make(chan struct{})
+	defer close(stopReload)
+	reloadOnHUP(cfg.TLS, logger, stopReload)
 	if err := faults.Set(o.faults...); err != nil {
 		return fail(2, fmt.Errorf("--fault: %w", err))
 	}

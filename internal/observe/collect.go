@@ -39,7 +39,7 @@ var (
 	descBatchOps       = desc("apply_batch_ops", "Leader: lease operations (client calls) per lease-batch Raft entry.")
 	descEntryBytes     = desc("apply_entry_bytes", "Leader: encoded bytes of the operations of a lease-batch Raft entry.")
 	descForwarded      = desc("forwarded_calls_total", "Calls this server forwarded to the leader.")
-	descExpiries       = desc("lease_expiries_total", "Leases removed by expiry, by the expire commands this server proposed as leader (not per policy).")
+	descExpiries       = desc("lease_expiries_total", "Leases removed by expiry, by the expire commands this server proposed as leader.", "policy")
 	descPolicyKeys     = desc("policy_keys", "Keys (budgets) the state holds for the policy, as this server has applied it.", "policy")
 	descPolicyLeases   = desc("policy_leases", "Live leases of the policy.", "policy")
 	descPolicyHeldRate = desc("policy_held_rate_tokens_per_second", "Sum over the policy's leases of the rate they hold (what a reduction keeps held until acknowledged).", "policy")
@@ -124,7 +124,21 @@ func (c *serverCollector) Collect(ch chan<- prometheus.Metric) {
 	histogram(ch, descBatchOps, st.BatchOps)
 	histogram(ch, descEntryBytes, st.EntryBytes)
 	counter(ch, descForwarded, float64(st.Forwarded))
-	counter(ch, descExpiries, float64(st.Expired))
+	// Every stored policy has a series from the start (0 until a lease of
+	// it expires), so rates and alerts need no absent() guard; a deleted
+	// policy's stays while this server runs.
+	expired := st.ExpiredByPolicy
+	for _, p := range srv.FSM().Policies() {
+		if _, ok := expired[p.Name]; !ok {
+			if expired == nil {
+				expired = map[string]uint64{}
+			}
+			expired[p.Name] = 0
+		}
+	}
+	for p, n := range expired {
+		counter(ch, descExpiries, float64(n), p)
+	}
 
 	collectPolicies(ch, srv)
 }

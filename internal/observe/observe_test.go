@@ -235,7 +235,6 @@ func TestMetricsMove(t *testing.T) {
 		{"releases{api} over servers", sum(all, "ration_lease_releases_total", "policy=api"), 1},
 		{"refusals{(unknown),acquire,NotFound}", sum(all, "ration_lease_refusals_total", "policy=(unknown)", "call=acquire", "reason=NotFound"), 1},
 		{"follower's grants{api}", mustValue(t, fol, "ration_lease_grants_total", "policy=api"), 3},
-		{"keys{api}", mustValue(t, lead, "ration_policy_keys", "policy=api"), 3},
 		{"held cap{api} (2 leases of cap 2)", mustValue(t, lead, "ration_policy_held_cap_tokens", "policy=api"), 4},
 		{"held rate{api} (2 leases of rate 1)", mustValue(t, lead, "ration_policy_held_rate_tokens_per_second", "policy=api"), 2},
 		{"leases{slow}", mustValue(t, lead, "ration_policy_leases", "policy=slow"), 0},
@@ -243,6 +242,12 @@ func TestMetricsMove(t *testing.T) {
 		if c.got != c.want {
 			t.Errorf("%s = %v, want %v", c.what, c.got, c.want)
 		}
+	}
+	// Keys: a, b and c; c's only lease was released with its tokens, so an
+	// expire that runs meanwhile may collect it (a full, leaseless budget is
+	// indistinguishable from a fresh one).
+	if v := mustValue(t, lead, "ration_policy_keys", "policy=api"); v != 2 && v != 3 {
+		t.Errorf("keys{api} = %v, want 3 (or 2 once c is collected)", v)
 	}
 	// Pools: 3 keys of burst 20, less what the two live leases took.
 	if v := mustValue(t, lead, "ration_policy_pool_tokens", "policy=api"); v <= 0 || v > 60 {

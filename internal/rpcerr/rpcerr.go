@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 
+	"github.com/ration-dev/ration/api"
 	"github.com/ration-dev/ration/internal/policy"
 	"github.com/ration-dev/ration/lease"
 	"google.golang.org/grpc/codes"
@@ -26,32 +27,101 @@ var (
 	ErrPrecondition      = errors.New("failed precondition")
 )
 
+// table maps each sentinel to its code and its stable kind (the kind is
+// what a replicated idempotency record keeps; KindCode gives the code back).
 var table = []struct {
 	err  error
 	code codes.Code
+	kind api.ErrorKind
 }{
-	{ErrNotFound, codes.NotFound},
-	{ErrInvalid, codes.InvalidArgument},
-	{ErrResourceExhausted, codes.ResourceExhausted},
-	{ErrStale, codes.Aborted},
-	{ErrUnavailable, codes.Unavailable},
-	{ErrExpired, codes.FailedPrecondition},
-	{ErrPrecondition, codes.FailedPrecondition},
-	{context.DeadlineExceeded, codes.DeadlineExceeded},
-	{context.Canceled, codes.Canceled},
-	{lease.ErrLeaseNotFound, codes.NotFound},
-	{lease.ErrLeaseExpired, codes.FailedPrecondition},
-	{lease.ErrStaleGrant, codes.Aborted},
-	{lease.ErrTooManyLeases, codes.ResourceExhausted},
-	{lease.ErrInvalidRequest, codes.InvalidArgument},
-	{lease.ErrInvalidConfig, codes.InvalidArgument},
-	{lease.ErrInvalidCost, codes.InvalidArgument},
-	{lease.ErrTimeOutOfRange, codes.InvalidArgument},
-	{lease.ErrTimeBackwards, codes.Internal},
-	{policy.ErrInvalidPolicy, codes.InvalidArgument},
-	{policy.ErrMissingKeyAttribute, codes.InvalidArgument},
-	{policy.ErrKeyTooLong, codes.InvalidArgument},
-	{policy.ErrNotLeasable, codes.FailedPrecondition},
+	{ErrNotFound, codes.NotFound, api.ErrorKind_ERROR_KIND_NOT_FOUND},
+	{ErrInvalid, codes.InvalidArgument, api.ErrorKind_ERROR_KIND_INVALID_ARGUMENT},
+	{ErrResourceExhausted, codes.ResourceExhausted, api.ErrorKind_ERROR_KIND_RESOURCE_EXHAUSTED},
+	{ErrStale, codes.Aborted, api.ErrorKind_ERROR_KIND_STALE},
+	{ErrUnavailable, codes.Unavailable, api.ErrorKind_ERROR_KIND_UNAVAILABLE},
+	{ErrExpired, codes.FailedPrecondition, api.ErrorKind_ERROR_KIND_EXPIRED},
+	{ErrPrecondition, codes.FailedPrecondition, api.ErrorKind_ERROR_KIND_PRECONDITION},
+	{context.DeadlineExceeded, codes.DeadlineExceeded, api.ErrorKind_ERROR_KIND_UNKNOWN},
+	{context.Canceled, codes.Canceled, api.ErrorKind_ERROR_KIND_UNKNOWN},
+	{lease.ErrLeaseNotFound, codes.NotFound, api.ErrorKind_ERROR_KIND_LEASE_NOT_FOUND},
+	{lease.ErrLeaseExpired, codes.FailedPrecondition, api.ErrorKind_ERROR_KIND_LEASE_EXPIRED},
+	{lease.ErrStaleGrant, codes.Aborted, api.ErrorKind_ERROR_KIND_STALE},
+	{lease.ErrTooManyLeases, codes.ResourceExhausted, api.ErrorKind_ERROR_KIND_TOO_MANY_LEASES},
+	{lease.ErrInvalidRequest, codes.InvalidArgument, api.ErrorKind_ERROR_KIND_INVALID_ARGUMENT},
+	{lease.ErrInvalidConfig, codes.InvalidArgument, api.ErrorKind_ERROR_KIND_INVALID_ARGUMENT},
+	{lease.ErrInvalidCost, codes.InvalidArgument, api.ErrorKind_ERROR_KIND_INVALID_ARGUMENT},
+	{lease.ErrTimeOutOfRange, codes.InvalidArgument, api.ErrorKind_ERROR_KIND_INVALID_ARGUMENT},
+	{lease.ErrTimeBackwards, codes.Internal, api.ErrorKind_ERROR_KIND_INTERNAL},
+	{policy.ErrInvalidPolicy, codes.InvalidArgument, api.ErrorKind_ERROR_KIND_INVALID_ARGUMENT},
+	{policy.ErrMissingKeyAttribute, codes.InvalidArgument, api.ErrorKind_ERROR_KIND_INVALID_ARGUMENT},
+	{policy.ErrKeyTooLong, codes.InvalidArgument, api.ErrorKind_ERROR_KIND_INVALID_ARGUMENT},
+	{policy.ErrNotLeasable, codes.FailedPrecondition, api.ErrorKind_ERROR_KIND_PRECONDITION},
+}
+
+// kindCodes is the code of each kind. A kind groups sentinels of one code,
+// so KindCode(Kind(err)) == Code(err) for every error the table knows
+// (TestKindKeepsTheCode); an unknown error is INTERNAL, Unknown.
+var kindCodes = map[api.ErrorKind]codes.Code{
+	api.ErrorKind_ERROR_KIND_NOT_FOUND:          codes.NotFound,
+	api.ErrorKind_ERROR_KIND_INVALID_ARGUMENT:   codes.InvalidArgument,
+	api.ErrorKind_ERROR_KIND_RESOURCE_EXHAUSTED: codes.ResourceExhausted,
+	api.ErrorKind_ERROR_KIND_TOO_MANY_LEASES:    codes.ResourceExhausted,
+	api.ErrorKind_ERROR_KIND_STALE:              codes.Aborted,
+	api.ErrorKind_ERROR_KIND_UNAVAILABLE:        codes.Unavailable,
+	api.ErrorKind_ERROR_KIND_EXPIRED:            codes.FailedPrecondition,
+	api.ErrorKind_ERROR_KIND_PRECONDITION:       codes.FailedPrecondition,
+	api.ErrorKind_ERROR_KIND_LEASE_NOT_FOUND:    codes.NotFound,
+	api.ErrorKind_ERROR_KIND_LEASE_EXPIRED:      codes.FailedPrecondition,
+	api.ErrorKind_ERROR_KIND_INTERNAL:           codes.Internal,
+	api.ErrorKind_ERROR_KIND_UNKNOWN:            codes.Unknown,
+}
+
+var kindMessages = map[api.ErrorKind]string{
+	api.ErrorKind_ERROR_KIND_NOT_FOUND:          "not found: the policy or key does not exist",
+	api.ErrorKind_ERROR_KIND_INVALID_ARGUMENT:   "invalid argument in the request",
+	api.ErrorKind_ERROR_KIND_RESOURCE_EXHAUSTED: "resource exhausted: the policy's max_keys is reached",
+	api.ErrorKind_ERROR_KIND_TOO_MANY_LEASES:    "lease: too many leases for this key (max_leases_per_key reached)",
+	api.ErrorKind_ERROR_KIND_STALE:              "stale request: a newer incarnation or grant exists",
+	api.ErrorKind_ERROR_KIND_UNAVAILABLE:        "unavailable",
+	api.ErrorKind_ERROR_KIND_EXPIRED:            "expired",
+	api.ErrorKind_ERROR_KIND_PRECONDITION:       "failed precondition: the policy cannot be leased",
+	api.ErrorKind_ERROR_KIND_LEASE_NOT_FOUND:    "lease: no such lease; acquire a new lease",
+	api.ErrorKind_ERROR_KIND_LEASE_EXPIRED:      "lease: lease is gone (expired, released or replaced); acquire a new lease",
+	api.ErrorKind_ERROR_KIND_INTERNAL:           "internal error",
+	api.ErrorKind_ERROR_KIND_UNKNOWN:            "unknown error",
+}
+
+// Kind returns the stable kind of err (UNSPECIFIED for nil, UNKNOWN for
+// an error the table does not know, whose code is Unknown).
+func Kind(err error) api.ErrorKind {
+	if err == nil {
+		return api.ErrorKind_ERROR_KIND_UNSPECIFIED
+	}
+	for _, e := range table {
+		if errors.Is(err, e.err) {
+			return e.kind
+		}
+	}
+	return api.ErrorKind_ERROR_KIND_UNKNOWN
+}
+
+// KindCode is the gRPC code of a kind (Unknown for one this build does not
+// know).
+func KindCode(k api.ErrorKind) codes.Code {
+	if c, ok := kindCodes[k]; ok {
+		return c
+	}
+	return codes.Unknown
+}
+
+// KindMessage is the message an answer derived from a kind alone carries
+// (a retry answered from the replicated record of its request): the
+// original message, with its details, went to the first attempt.
+func KindMessage(k api.ErrorKind) string {
+	if m, ok := kindMessages[k]; ok {
+		return m + " (answered from the record of this request)"
+	}
+	return "unknown error kind " + k.String() + " (answered from the record of this request)"
 }
 
 // Code returns the gRPC code for err: OK for nil, the code of the first

@@ -2,6 +2,7 @@ package testcluster
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -18,6 +19,7 @@ import (
 	"github.com/ration-dev/ration/coordinator"
 	"github.com/ration-dev/ration/internal/policy"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 )
 
@@ -36,6 +38,7 @@ type options struct {
 	yaml     string
 	mutators []func(i int, c *coordinator.Config)
 	logLevel slog.Level
+	tls      *tls.Config
 }
 
 // WithPolicies sets the policy file (YAML, docs/policy.md; token buckets
@@ -50,6 +53,13 @@ func WithPolicies(yaml string) Option {
 // the next indexes). Addresses, ID and DataDir are best left alone.
 func WithConfig(f func(i int, c *coordinator.Config)) Option {
 	return func(o *options) { o.mutators = append(o.mutators, f) }
+}
+
+// WithClientTLS makes the helper's own connections (Client, Admin) use
+// TLS with cfg. The servers' TLS is theirs to set, with WithConfig
+// (Config.TLS).
+func WithClientTLS(cfg *tls.Config) Option {
+	return func(o *options) { o.tls = cfg }
 }
 
 // WithLogLevel sets the lowest level servers log at (default Info).
@@ -493,7 +503,11 @@ func (c *Cluster) conn(i int) *grpc.ClientConn {
 	// before it has noticed that a killed server closed the old
 	// connection still goes out on it and fails Unavailable ("error
 	// reading from server: EOF"): retry such calls (Retry).
-	conn, err := grpc.NewClient(nd.cfg.GRPCAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	creds := insecure.NewCredentials()
+	if c.opts.tls != nil {
+		creds = credentials.NewTLS(c.opts.tls)
+	}
+	conn, err := grpc.NewClient(nd.cfg.GRPCAddr, grpc.WithTransportCredentials(creds))
 	if err != nil {
 		c.t.Fatalf("testcluster: dial %s: %v", nd.cfg.GRPCAddr, err)
 	}

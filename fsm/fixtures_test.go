@@ -1,0 +1,131 @@
+package fsm
+
+import (
+	"bytes"
+	"encoding/json"
+	"flag"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/ration-dev/ration/api"
+	"google.golang.org/protobuf/encoding/protojson"
+)
+
+// Snapshot fixtures: snapshots written by this version, checked in under
+// testdata/snapshots, which every later version must restore to the same
+// state (rqlite keeps such fixtures). Each NAME.snap has a NAME.json: the
+// state as the read API shows it. A later version that changes the format
+// keeps these files and adds its own; it never rewrites them.
+//
+// Regenerate (only when adding a fixture for a new version):
+//
+//	go test ./fsm -run TestSnapshotFixtures -update-fixtures
+var updateFixtures = flag.Bool("update-fixtures", false, "write fsm/testdata/snapshots (new fixtures only)")
+
+// fixtureScripts are the histories the fixtures are taken after.
+var fixtureScripts = map[string]func(t *testing.T, h *harness){
+	// v2 with every switch of this version on: versioned terms, a cut
+	// share whose clamp returned to the pool, retired budgets, a client
+	// record holding error kinds.
+	"v2-features-all": func(t *testing.T, h *harness) {
+		h.enableFeatures(KnownFeatures)
+		clampScript(t, h, 10_000)
+		erringBatch(h, 3*sec, 1)
+		h.batch(3*sec, acquire(caller("c", 1, 1), tenant("other")))
+		h.deletePolicy(4*sec, "global")
+	},
+	// v1: no switch on (the format older servers write).
+	"v1-no-features": func(t *testing.T, h *harness) {
+		convergeScript(t, h)
+		erringBatch(h, 3*sec, 1)
+	},
+}
+
+// fixtureView is what a fixture's state looks like through the read API.
+func fixtureView(t *testing.T, f *FSM) []byte {
+	t.Helper()
+	view := map[string]any{"cluster_time_nanos": f.ClusterTime(), "features": f.Features()}
+	pols := map[string]any{}
+	for _, p := range f.Policies() {
+		ls := f.Leases(p.Name, "", f.ClusterTime())
+		js, err := protojson.MarshalOptions{UseProtoNames: true}.Marshal(ls)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pols[p.Name] = json.RawMessage(js)
+	}
+	view["policies"] = pols
+	p, k, l, c := f.Counts()
+	view["counts"] = []int{p, k, l, c}
+	out, err := json.MarshalIndent(view, "", "  ")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Re-indent the embedded protojson (its spacing is not stable).
+	var tidy bytes.Buffer
+	if err := json.Indent(&tidy, out, "", "  "); err != nil {
+		t.Fatal(err)
+	}
+	var v any
+	if err := json.Unmarshal(tidy.Bytes(), &v); err != nil {
+		t.Fatal(err)
+	}
+	out, _ = json.MarshalIndent(v, "", "  ")
+	return append(out, '\n')
+}
+
+func TestSnapshotFixtures(t *testing.T) {
+	dir := filepath.Join("testdata", "snapshots")
+	if *updateFixtures {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		for name, script := range fixtureScripts {
+			snapPath := filepath.Join(dir, name+".snap")
+			if _, err := os.Stat(snapPath); err == nil {
+				continue // never rewrite a checked-in fixture
+			}
+			h := newHarness(t)
+			script(t, h)
+			if err := os.WriteFile(snapPath, snapshotBytes(t, h.f), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(filepath.Join(dir, name+".json"), fixtureView(t, h.f), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	snaps, err := filepath.Glob(filepath.Join(dir, "*.snap"))
+	if err != nil || len(snaps) < len(fixtureScripts) {
+		t.Fatalf("fixtures %v (%v): want at least %d", snaps, err, len(fixtureScripts))
+	}
+	for _, path := range snaps {
+		t.Run(filepath.Base(path), func(t *testing.T) {
+			raw, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			f := New(nil)
+			if err := f.Restore(nopCloser{bytes.NewReader(raw)}); err != nil {
+				t.Fatalf("this version cannot restore %s: %v", path, err)
+			}
+			want, err := os.ReadFile(path[:len(path)-len(".snap")] + ".json")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := fixtureView(t, f); !bytes.Equal(got, want) {
+				t.Fatalf("%s restores to a different state:\n%s\nwant:\n%s", path, got, want)
+			}
+			// The restored state carries on: its leases expire, and a new
+			// client can acquire.
+			h := &harness{t: t, f: f, index: 1 << 40}
+			if r := h.apply(CmdExpire, f.ClusterTime()+60*sec, &api.ExpireCommand{ClientRetentionNanos: sec}); r.Err != nil {
+				t.Fatal(r.Err)
+			}
+			if ops := h.batch(f.ClusterTime()+sec, acquire(caller("fixture-probe", 1, 1), tenant("acme"))); ops[0].Err != nil || ops[0].Lease.GetLeases()[0].GetError() != nil {
+				t.Fatalf("after restoring %s an acquire failed: %v %v", path, ops[0].Err, ops[0].Lease)
+			}
+		})
+	}
+}
