@@ -3,6 +3,7 @@
 package jepsen
 
 import (
+	"fmt"
 	"math/rand/v2"
 	"testing"
 	"time"
@@ -133,7 +134,58 @@ var controls = []control{
 		serverFaults: []string{"forget-retired"},
 		warmup:       6 * time.Second, nemeses: []Nemesis{PolicyRekey},
 	},
+	{
+		// Rule (i): a cut cap's tokens go back to the pool only as the
+		// client reports clamping them, with the acknowledging renewal.
+		// Two saturated replicas whose demands swing in antiphase: each
+		// swing cuts one cap by about 200 tokens and raises the other's,
+		// and the caps they ask for leave room in the pool (demands sum to
+		// about 300 of B = 500). A saturated bucket is empty, so nothing
+		// is clamped and a correct ledger credits nothing; servers that
+		// credit the cut at the renewal that cuts (credit-at-reduction)
+		// put about 200 tokens into the pool at every swing, and the
+		// other replica's raise takes them as top-ups: tokens from
+		// nowhere, about four times r.
+		name: "credit-at-reduction", seed: 18, controls: "a cut cap credited to the pool before the client clamps",
+		setup:        swingingDemand,
+		serverFaults: []string{"credit-at-reduction"},
+		warmup:       3 * time.Second, nemeses: []Nemesis{DemandSwing},
+	},
 }
+
+// swingingDemand: B = 500 tokens, r = 50/s, renewals every 250ms, two
+// replicas offering 24 requests/s (41 tokens/s, above their 25/s rate
+// shares, asking for caps of about 51) until DemandSwing moves them.
+func swingingDemand(cfg *RunConfig) {
+	cfg.Policy = PolicySpec{Rate: 50, Burst: 500, Lease: 5 * time.Second, RenewAfter: 250 * time.Millisecond}
+	cfg.Replicas, cfg.RatePerReplica = []string{"c1", "c2"}, swingLow
+}
+
+// DemandSwing's offered rates (requests/s of the 1.7-token mean cost):
+// 204 and 41 tokens/s, caps asked for about 255 and 51 (one second of
+// demand with 25% headroom).
+const swingLow, swingHigh = 24, 120
+
+// DemandSwing moves the first two replicas' offered rates in antiphase,
+// low ↔ high, every second, ten times, then back to the configured rate.
+// Both stay above their rate shares throughout (saturated, buckets empty),
+// while their caps follow their demands: every swing cuts one cap and
+// raises the other.
+var DemandSwing = Nemesis{"demand-swing", func(e *Env, _ *rand.Rand) string {
+	a, b := e.cfg.Replicas[0], e.cfg.Replicas[1]
+	for i := range 10 {
+		hi, lo := a, b
+		if i%2 == 1 {
+			hi, lo = b, a
+		}
+		e.setRate(hi, swingHigh)
+		e.setRate(lo, swingLow)
+		hold(time.Second)
+	}
+	e.setRate(a, e.cfg.RatePerReplica)
+	e.setRate(b, e.cfg.RatePerReplica)
+	return fmt.Sprintf("%s and %s offered %d and %d requests/s in antiphase, swapped every second, 10 times", a, b, swingHigh, swingLow)
+}}
 
 // bigBurst: B = 400 tokens, r = 100/s (4s to refill), and an offered load
 // of about 40× r that spends any burst at once.

@@ -1,9 +1,10 @@
 //go:build jepsen && linux
 
 // Package jepsen is ration's fault suite: real rationd and client-replica
-// processes, each in its own network namespace, under 3x load while
-// nemeses kill, pause, partition, skew clocks, degrade the network and
-// change membership; checkers then read the recorded history.
+// processes, and in the quick run a `rationd edge`, each in its own network
+// namespace, under 3x load while nemeses kill, pause, partition, skew
+// clocks, degrade the network and change membership; checkers then read
+// the recorded history.
 //
 // # Layout
 //
@@ -11,8 +12,9 @@
 //	                       hub namespace; partitions are iptables DROP rules
 //	                       inside each host (Block), loss uses iptables'
 //	                       statistic match (this kernel has no netem)
-//	harness.go             processes (rationd, replica), clock and rate
-//	                       control files, leader watcher, teardown
+//	harness.go             processes (rationd, replica, rationd edge and
+//	                       its driver), clock and rate control files,
+//	                       leader watcher, teardown
 //	nemesis.go             the nemeses and Mix
 //	policy_nemesis.go      policy changes under traffic, made with rationctl
 //	                       (delete and re-apply, re-key)
@@ -24,10 +26,33 @@
 //	proxy.go               a response-delaying TCP proxy (for the
 //	                       time-from-receipt negative control)
 //	replica/               the client replica program (--routes: per-route
-//	                       limiters of one budget)
+//	                       limiters of one budget; --edge: an edge's
+//	                       driver, each decision a Check call)
 //	controls_test.go       the negative controls, each with its healthy
 //	                       twin (TestControlsHealthy) and break 2's
-//	                       defence in depth (TestDefenceInDepth)
+//	                       defence in depth (TestDefenceInDepth); the
+//	                       demand-swing nemesis (rule (i)'s control:
+//	                       two saturated replicas' demands in antiphase)
+//
+// # The edge
+//
+// RunConfig.Edges adds `rationd edge` processes (the quick run: e1 in place
+// of a fourth replica), each in its own namespace and holding leases under
+// its own client ID. A driver on the same host (the replica program with
+// --edge, over loopback, as a sidecar) offers a replica's load over the
+// same per-route keys through ration.v1.Admission/Check, stamps the clock
+// before each call and after its answer, and writes history-<edge>.csv: an
+// allowed, non-shadow result is an admission. The bound is checked over
+// the replicas' and edges' admissions together, and liveness needs every
+// replica and edge admitting after the last heal. Nemeses on clients take
+// the edge as one: pause-client and client-cut may draw it, pause-edge and
+// edge-cut always hit it (SIGSTOP; cut from every server while its driver
+// still reaches it), restart-replicas and the policy nemeses stop and
+// restart it, partitions and packet loss include its host, and the idle
+// transfer stops it with the replicas. Not the clock nemeses: rationd edge
+// has no --clock-control. Nor the no-acknowledged-grant-lost check: an
+// edge records no grants. Envoy's ShouldRateLimit is not driven (it is the
+// same decision behind envoyconf's matching, tested in edge/).
 //
 // Every process reads CLOCK_MONOTONIC, which all processes on the host
 // share, so histories merge onto one time line. Binaries are built with

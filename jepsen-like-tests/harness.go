@@ -85,6 +85,12 @@ type RunConfig struct {
 	Seed     int64
 	Servers  []string // n1 n2 n3
 	Replicas []string // c1 ...
+	// Edges are `rationd edge` processes (e1 ...), each in its own
+	// namespace beside the replicas, holding leases like one, with a
+	// driver in the same namespace (the replica program with --edge)
+	// that offers a replica's load to it over ration.v1.Admission/Check
+	// and records every decision as replicas do (history-<edge>.csv).
+	Edges []string
 	// RatePerReplica is requests/s offered by each replica; with CostMix
 	// (whole tokens) it sets the offered load.
 	RatePerReplica float64
@@ -111,18 +117,29 @@ func (c RunConfig) offeredTokensPerSec() float64 {
 	if err != nil {
 		return 0 // the replicas refuse to start with it, which fails the run
 	}
-	return c.RatePerReplica * float64(len(c.Replicas)) * mix.Mean()
+	return c.RatePerReplica * float64(len(c.clients())) * mix.Mean()
 }
+
+// clients are the lease holders that offer load: the replicas, then the
+// edges. Each is a host and the process of that name on it (an edge's
+// driver runs on the same host as edgeDriver(name)), and each records
+// history-<name>.csv.
+func (c RunConfig) clients() []string {
+	return append(append([]string{}, c.Replicas...), c.Edges...)
+}
+
+// edgeDriver is the name of the process that offers an edge's load.
+func edgeDriver(edge string) string { return edge + "-driver" }
 
 // proc is one OS process of the run, in its host's namespace.
 type proc struct {
-	name, path string
-	args       []string
-	cmd        *exec.Cmd
-	done       chan struct{}
-	err        error
-	logf       *os.File
-	restarts   int
+	name, host, path string
+	args             []string
+	cmd              *exec.Cmd
+	done             chan struct{}
+	err              error
+	logf             *os.File
+	restarts         int
 }
 
 // Env is a live run: the network, the processes, the timeline.
@@ -200,7 +217,7 @@ func newEnv(t testing.TB, cfg RunConfig) *Env {
 	if e.tl, err = NewTimelineWriter(filepath.Join(dir, "timeline.jsonl")); err != nil {
 		t.Fatal(err)
 	}
-	hosts := append(append([]string{}, cfg.Servers...), cfg.Replicas...)
+	hosts := append(append([]string{}, cfg.Servers...), cfg.clients()...)
 	hosts = append(hosts, "n4") // a spare host for the membership nemesis
 	prefix := fmt.Sprintf("j%d", cfg.Seed%1000)
 	if e.net, err = NewNet(prefix, hosts); err != nil {
@@ -238,6 +255,10 @@ func newEnv(t testing.TB, cfg RunConfig) *Env {
 	}
 	for i, r := range cfg.Replicas {
 		e.startReplica(r, int64(i+1))
+	}
+	for i, ed := range cfg.Edges {
+		e.startEdge(ed)
+		e.startEdgeDriver(ed, int64(len(cfg.Replicas)+i+1))
 	}
 	return e
 }
@@ -323,18 +344,50 @@ func (e *Env) startReplica(name string, seed int64) {
 	e.start(name, filepath.Join(e.bin, "replica"), args)
 }
 
+// edgeGRPCPort is where an edge serves, on its host's loopback (its
+// driver is a sidecar) and its address.
+const edgeGRPCPort = grpcPort
+
+// startEdge starts `rationd edge` on host name, holding leases as client
+// ID name.
+func (e *Env) startEdge(name string) {
+	args := []string{"edge", "--servers", e.serverAddrs(), "--grpc-addr", fmt.Sprintf("0.0.0.0:%d", edgeGRPCPort),
+		"--client-id", name, "--log-format", "text", "--log-level", "info"}
+	e.start(name, filepath.Join(e.bin, "rationd"), args)
+}
+
+// startEdgeDriver starts the replica program in --edge mode on the edge's
+// host: the same load and history as a replica, each decision a Check
+// call to the edge.
+func (e *Env) startEdgeDriver(edge string, seed int64) {
+	args := []string{
+		"--edge", fmt.Sprintf("127.0.0.1:%d", edgeGRPCPort), "--id", edge, "--policy", "jepsen", "--key", "tenant=t1",
+		"--rate", fmt.Sprint(e.cfg.RatePerReplica), "--cost-mix", e.cfg.CostMix,
+		"--duration", "1h", "--dir", e.dir, "--seed", fmt.Sprint(e.cfg.Seed*100 + seed),
+		"--rate-file", filepath.Join(e.dir, "rate-"+edge),
+	}
+	if e.cfg.Routes > 0 {
+		args = append(args, "--routes", fmt.Sprint(e.cfg.Routes))
+	}
+	e.startOn(edge, edgeDriver(edge), filepath.Join(e.bin, "replica"), args)
+}
+
 // start runs path in host name's namespace, logging to <name>.log.
-func (e *Env) start(name, path string, args []string) {
+func (e *Env) start(name, path string, args []string) { e.startOn(name, name, path, args) }
+
+// startOn runs path as process name in host's namespace, logging to
+// <name>.log.
+func (e *Env) startOn(host, name, path string, args []string) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	p := e.proc[name]
 	if p == nil {
-		p = &proc{name: name, path: path, args: args}
+		p = &proc{name: name, host: host, path: path, args: args}
 		e.proc[name] = p
 	} else {
 		p.restarts++
 	}
-	cmd, err := e.net.Command(name, path, args...)
+	cmd, err := e.net.Command(host, path, args...)
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -406,7 +459,7 @@ func (e *Env) stop(name string) error {
 
 func (e *Env) restart(name string) {
 	p := e.get(name)
-	e.start(name, p.path, p.args)
+	e.startOn(p.host, name, p.path, p.args)
 }
 
 // setClock writes name's clock control file (read every 10ms).

@@ -57,22 +57,27 @@ func requirePass(t *testing.T, e *Env, s Summary) {
 }
 
 // quickNemeses: the quick run's sequence, every nemesis once, then one
-// mixture.
+// mixture. pause-client and client-cut draw any replica or the edge;
+// pause-edge and edge-cut make sure the edge gets both.
 var quickNemeses = []Nemesis{
-	KillLeader, KillFollower, PauseLeader, PauseClient,
-	PartitionLeader, PartitionMajority, PartitionBridge, PartitionRing, CutClient, IdleTransferReturn,
+	KillLeader, KillFollower, PauseLeader, PauseClient, PauseEdge,
+	PartitionLeader, PartitionMajority, PartitionBridge, PartitionRing, CutClient, CutEdge, IdleTransferReturn,
 	ClockWithinRho, WallClockJumps, DegradedNetwork, Membership, KillAll, RestartReplicas,
 	PolicyDeleteReapply, PolicyRekey, Mix(2),
 }
 
 // quickConfig is the quick run's configuration: baseConfig with snapshot
-// churn, and every replica offering its load over three per-route keys of
-// its tenant's one budget (issue 11, break 2: the client maps them to one
-// lease; the policy keys on tenant only).
+// churn, every replica offering its load over three per-route keys of its
+// tenant's one budget (issue 11, break 2: the client maps them to one
+// lease; the policy keys on tenant only), and the fourth replica replaced
+// by a `rationd edge` (e1) whose sidecar driver offers the same load over
+// the same keys through ration.v1.Admission/Check: the bound is over the
+// replicas' and the edge's admissions together.
 func quickConfig(name string, seed int64) RunConfig {
 	cfg := baseConfig(name, seed)
 	cfg.SnapshotThreshold, cfg.TrailingLogs = 64, 16
 	cfg.Routes = 3
+	cfg.Replicas, cfg.Edges = []string{"c1", "c2", "c3"}, []string{"e1"}
 	return cfg
 }
 

@@ -107,12 +107,7 @@ var (
 		return "SIGSTOP " + l + " for 3s"
 	}}
 	PauseClient = Nemesis{"pause-client", func(e *Env, rng *rand.Rand) string {
-		c := shuffled(rng, e.cfg.Replicas)[0]
-		d := e.cfg.Policy.Lease + time.Second
-		e.signal(c, syscall.SIGSTOP)
-		hold(d)
-		e.signal(c, syscall.SIGCONT)
-		return fmt.Sprintf("SIGSTOP %s for %v (longer than its lease)", c, d)
+		return e.pauseClient(shuffled(rng, e.cfg.clients())[0])
 	}}
 	PartitionLeader = Nemesis{"partition-leader", func(e *Env, _ *rand.Rand) string {
 		l := e.mustLeader()
@@ -123,7 +118,7 @@ var (
 	}}
 	PartitionMajority = Nemesis{"partition-majority-minority", func(e *Env, rng *rand.Rand) string {
 		s := shuffled(rng, e.cfg.Servers)
-		c := shuffled(rng, e.cfg.Replicas)
+		c := shuffled(rng, e.cfg.clients())
 		minority := []string{s[0], c[0]}
 		majority := append(slices.Clone(s[1:]), c[1:]...)
 		e.block(Split(minority, majority))
@@ -146,16 +141,29 @@ var (
 		return fmt.Sprintf("cut %v", p)
 	}}
 	CutClient = Nemesis{"client-cut", func(e *Env, rng *rand.Rand) string {
-		c := shuffled(rng, e.cfg.Replicas)[0]
-		d := e.cfg.Policy.Lease + 2*time.Second
-		e.block(ClientCut(c, e.cfg.Servers))
-		hold(d)
-		e.heal()
-		return fmt.Sprintf("%s cut from every server for %v", c, d)
+		return e.cutClient(shuffled(rng, e.cfg.clients())[0])
+	}}
+	// PauseEdge and CutEdge are pause-client and client-cut on the first
+	// edge, so that a run with one does both to it whatever the seed
+	// draws. Its driver keeps calling: a stopped edge answers nothing (each
+	// call a refusal after its deadline), a cut one answers from its lease
+	// until the lease's deadline, then refuses (fail-closed).
+	PauseEdge = Nemesis{"pause-edge", func(e *Env, _ *rand.Rand) string {
+		if len(e.cfg.Edges) == 0 {
+			return "no edge in this run"
+		}
+		return e.pauseClient(e.cfg.Edges[0])
+	}}
+	CutEdge = Nemesis{"edge-cut", func(e *Env, _ *rand.Rand) string {
+		if len(e.cfg.Edges) == 0 {
+			return "no edge in this run"
+		}
+		return e.cutClient(e.cfg.Edges[0])
 	}}
 	ClockWithinRho = Nemesis{"clock-rate-within-rho", func(e *Env, _ *rand.Rand) string {
 		// ρ is 1000 ppm (the policy default): every process runs 900 ppm
-		// fast or slow, alternately.
+		// fast or slow, alternately. Not the edges: rationd edge has no
+		// --clock-control (it reads the host's clock).
 		all := append(slices.Clone(e.cfg.Servers), e.cfg.Replicas...)
 		for i, p := range all {
 			e.setClock(p, int64(900*(1-2*(i%2))), 0)
@@ -167,6 +175,7 @@ var (
 		return "±900 ppm on every server and replica (ρ = 1000 ppm)"
 	}}
 	WallClockJumps = Nemesis{"wall-clock-jumps", func(e *Env, _ *rand.Rand) string {
+		// Not the edges (no clock control; see clock-rate-within-rho).
 		all := append(slices.Clone(e.cfg.Servers), e.cfg.Replicas...)
 		for i, p := range all {
 			e.setClock(p, 0, int64(5*time.Minute)*int64(1-2*(i%2)))
@@ -214,7 +223,7 @@ var (
 		return "added n4 as a voter, then killed and removed it"
 	}}
 	DegradedNetwork = Nemesis{"degraded-network", func(e *Env, _ *rand.Rand) string {
-		all := append(slices.Clone(e.cfg.Servers), e.cfg.Replicas...)
+		all := append(slices.Clone(e.cfg.Servers), e.cfg.clients()...)
 		for _, h := range all {
 			if err := e.net.Loss(h, 15); err != nil {
 				e.t.Fatal(err)
@@ -225,6 +234,25 @@ var (
 		return "15% inbound packet loss on every host (iptables statistic; this kernel has no netem)"
 	}}
 )
+
+// pauseClient stops replica or edge c (SIGSTOP) for longer than its lease.
+func (e *Env) pauseClient(c string) string {
+	d := e.cfg.Policy.Lease + time.Second
+	e.signal(c, syscall.SIGSTOP)
+	hold(d)
+	e.signal(c, syscall.SIGCONT)
+	return fmt.Sprintf("SIGSTOP %s for %v (longer than its lease)", c, d)
+}
+
+// cutClient cuts replica or edge c from every server for longer than its
+// lease (an edge's driver, on the edge's host, still reaches it).
+func (e *Env) cutClient(c string) string {
+	d := e.cfg.Policy.Lease + 2*time.Second
+	e.block(ClientCut(c, e.cfg.Servers))
+	hold(d)
+	e.heal()
+	return fmt.Sprintf("%s cut from every server for %v", c, d)
+}
 
 // Mix runs several nemeses at once, each on its own goroutine, chosen by
 // the seed from those that can overlap safely.
@@ -289,7 +317,7 @@ func (e *Env) settle() {
 			return fmt.Errorf("no leader")
 		}
 		now := e.historySizes()
-		for _, r := range e.cfg.Replicas {
+		for _, r := range e.cfg.clients() {
 			if now[r] <= sizes[r] {
 				return fmt.Errorf("replica %s has admitted nothing since the fault ended", r)
 			}
@@ -300,7 +328,7 @@ func (e *Env) settle() {
 
 func (e *Env) historySizes() map[string]int64 {
 	out := map[string]int64{}
-	for _, r := range e.cfg.Replicas {
+	for _, r := range e.cfg.clients() {
 		if st, err := os.Stat(fmt.Sprintf("%s/history-%s.csv", e.dir, r)); err == nil {
 			out[r] = st.Size()
 		}
@@ -326,12 +354,14 @@ var PartitionLeaderWithClients = Nemesis{"partition-leader-with-clients", func(e
 	return fmt.Sprintf("%v | %v", minority, majority)
 }}
 
-// RestartReplicas stops every replica gracefully (it flushes its history
-// and releases its leases) and starts it again as a new incarnation, one
-// after another, twice: eight new leases within a couple of seconds.
+// RestartReplicas stops every replica and edge gracefully (a replica
+// flushes its history; both release their leases) and starts it again as a
+// new incarnation, one after another, twice: eight new leases within a
+// couple of seconds. An edge's driver keeps running: its calls are refused
+// while the edge is down.
 var RestartReplicas = Nemesis{"restart-replicas", func(e *Env, _ *rand.Rand) string {
 	for range 2 {
-		for _, r := range e.cfg.Replicas {
+		for _, r := range e.cfg.clients() {
 			if err := e.stop(r); err != nil {
 				e.t.Errorf("stopping %s: %v", r, err)
 			}
@@ -339,7 +369,7 @@ var RestartReplicas = Nemesis{"restart-replicas", func(e *Env, _ *rand.Rand) str
 			hold(500 * time.Millisecond) // let the new incarnation spend
 		}
 	}
-	return "each replica stopped (SIGTERM) and restarted as a new incarnation, twice, 0.5s apart"
+	return "each replica and edge stopped (SIGTERM) and restarted as a new incarnation, twice, 0.5s apart"
 }}
 
 // PartitionFirstServerLeader makes the first server (the one every replica
@@ -408,7 +438,7 @@ func (e *Env) transferLeader(to string) {
 // until its expiry, as for any client cut off (the client-cut nemesis).
 var IdleTransferReturn = Nemesis{"idle-transfer-grant-return", func(e *Env, rng *rand.Rand) string {
 	a := e.mustLeader()
-	for _, r := range e.cfg.Replicas {
+	for _, r := range e.cfg.clients() {
 		e.signal(r, syscall.SIGSTOP)
 	}
 	// The spell's excess over D is the time B has to grant the replicas
@@ -448,9 +478,9 @@ var IdleTransferReturn = Nemesis{"idle-transfer-grant-return", func(e *Env, rng 
 	e.transferLeader(b)
 	// Resumed one by one, a fraction of the renew interval apart, so their
 	// renewals do not all fall in the same instant.
-	for i, r := range e.cfg.Replicas {
+	for i, r := range e.cfg.clients() {
 		if i > 0 {
-			hold(e.cfg.Policy.RenewAfter / time.Duration(len(e.cfg.Replicas)))
+			hold(e.cfg.Policy.RenewAfter / time.Duration(len(e.cfg.clients())))
 		}
 		e.signal(r, syscall.SIGCONT)
 	}
@@ -475,12 +505,12 @@ var IdleTransferReturn = Nemesis{"idle-transfer-grant-return", func(e *Env, rng 
 		// windows are full, so a reclaim that lets new leases mint beside
 		// the old ones shows as an excess (a lone replica holding all of r
 		// while the others wait offers less than r, and the slack hides it).
-		if len(sharing) < len(e.cfg.Replicas) || 10*held < 9*e.cfg.Policy.Rate*1000 {
+		if len(sharing) < len(e.cfg.clients()) || 10*held < 9*e.cfg.Policy.Rate*1000 {
 			return fmt.Errorf("%d replicas hold a share, %d milli-tokens/s between them", len(sharing), held)
 		}
 		return nil
 	})
-	cut := shuffled(rng, e.cfg.Replicas)[0]
+	cut := shuffled(rng, e.cfg.clients())[0]
 	e.block(ClientCut(cut, e.cfg.Servers))
 	cutAt := MonoNow()
 	e.transferLeader(a)

@@ -421,7 +421,10 @@ func (n *Net) writeRulesLocked(pairs [][2]string, loss map[string]float64) error
 			}
 		}
 		if p := loss[h.Name]; p > 0 {
-			// Only traffic from other hosts: the harness's own queries stay exact.
+			// Only traffic from other hosts: the harness's own queries, and
+			// a host's own loopback traffic (an edge's sidecar driver),
+			// stay exact.
+			rules.WriteString("-A " + blockChain + " -i lo -j RETURN\n")
 			rules.WriteString("-A " + blockChain + " -s " + n.HarnessIP() + "/32 -j RETURN\n")
 			rules.WriteString("-A " + blockChain + " -m statistic --mode random --probability " +
 				strconv.FormatFloat(p, 'f', 4, 64) + " -j DROP\n")

@@ -76,10 +76,11 @@ func (e *Env) mustRationctl(verb string, args ...string) {
 	}
 }
 
-// stopReplicas stops every replica gracefully (each releases its leases)
-// and returns when all have exited.
+// stopReplicas stops every replica and edge gracefully (each releases its
+// leases) and returns when all have exited. An edge's driver keeps
+// calling meanwhile and is refused (nothing answers).
 func (e *Env) stopReplicas() {
-	for _, r := range e.cfg.Replicas {
+	for _, r := range e.cfg.clients() {
 		if err := e.stop(r); err != nil {
 			e.t.Errorf("stopping %s: %v", r, err)
 		}
@@ -87,7 +88,7 @@ func (e *Env) stopReplicas() {
 }
 
 func (e *Env) restartReplicas() {
-	for _, r := range e.cfg.Replicas {
+	for _, r := range e.cfg.clients() {
 		e.restart(r)
 	}
 }

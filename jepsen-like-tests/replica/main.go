@@ -31,6 +31,16 @@
 // Test builds (-tags ration_faults) accept --fault and --clock-control
 // (internal/faults): the client's clock then runs at the rate the control
 // file says.
+//
+// With --edge HOST:PORT (instead of --servers) it embeds no client: it is
+// the driver of a `rationd edge`, offering the same load and writing the
+// same history (under --id, the edge's client ID), each decision a
+// ration.v1.Admission/Check call to the edge (one item: --policy, the key,
+// the cost; admitted when the result is allowed and not shadow), stamped
+// before the call and after its answer. A call that fails or takes longer
+// than 250ms is a refusal. Offered requests more than 200ms behind the
+// pace (an edge stopped or unreachable makes every call wait out its
+// deadline) are skipped, not offered late in a burst. No grants file.
 package main
 
 import (
@@ -41,6 +51,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"math/rand/v2"
 	"os"
 	"os/signal"
@@ -50,21 +61,25 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/ration-dev/ration/api"
 	"github.com/ration-dev/ration/client"
 	"github.com/ration-dev/ration/internal/coarseclock"
 	"github.com/ration-dev/ration/internal/costmix"
 	"github.com/ration-dev/ration/internal/faults"
 	"golang.org/x/sys/unix"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
+	"google.golang.org/grpc/credentials/insecure"
 )
 
 func main() { os.Exit(run(os.Args[1:], os.Stderr)) }
 
 type options struct {
-	servers, id, policy, key, costMix, dir, rateFile, clockControl, faultList string
-	rate                                                                      float64
-	duration                                                                  time.Duration
-	seed                                                                      uint64
-	routes                                                                    int
+	servers, edge, id, policy, key, costMix, dir, rateFile, clockControl, faultList string
+	rate                                                                            float64
+	duration                                                                        time.Duration
+	seed                                                                            uint64
+	routes                                                                          int
 }
 
 func monoNow() int64 {
@@ -80,6 +95,7 @@ func run(args []string, stderr io.Writer) int {
 	fs := flag.NewFlagSet("replica", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.StringVar(&o.servers, "servers", "", "gRPC addresses of the servers, comma-separated")
+	fs.StringVar(&o.edge, "edge", "", "drive a rationd edge at this gRPC address (ration.v1.Admission/Check) instead of embedding a client (--servers)")
 	fs.StringVar(&o.id, "id", "", "client ID (also the history file name)")
 	fs.StringVar(&o.policy, "policy", "", "policy name")
 	fs.StringVar(&o.key, "key", "", "key attributes A=V[,A=V]")
@@ -98,8 +114,8 @@ func run(args []string, stderr io.Writer) int {
 		return 2
 	}
 	mix, err := costmix.Parse(o.costMix)
-	if err != nil || o.servers == "" || o.id == "" || o.policy == "" || o.rate < 0 || o.routes < 0 || o.routes > 1000 {
-		fmt.Fprintf(stderr, "replica: --servers, --id and --policy are required, --rate >= 0, 0 <= --routes <= 1000; %v\n", err)
+	if err != nil || (o.servers == "") == (o.edge == "") || o.id == "" || o.policy == "" || o.rate < 0 || o.routes < 0 || o.routes > 1000 {
+		fmt.Fprintf(stderr, "replica: one of --servers and --edge, --id and --policy are required, --rate >= 0, 0 <= --routes <= 1000; %v\n", err)
 		return 2
 	}
 	attrs := client.Key{}
@@ -138,36 +154,13 @@ func run(args []string, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "replica: %v\n", err)
 		return 1
 	}
-	grants, err := newCSV(fmt.Sprintf("%s/grants-%s.csv", o.dir, o.id), "t_mono_ns,replica,policy,key,lease_id,renewal,deadline_mono_ns,rate_milli,cap_milli")
-	if err != nil {
-		fmt.Fprintf(stderr, "replica: %v\n", err)
-		return 1
-	}
 	keyField := strings.ReplaceAll(o.key, ",", ";")
-	c, err := client.New(context.Background(), client.Config{
-		Servers:     strings.Split(o.servers, ","),
-		ClientID:    o.id,
-		Incarnation: uint64(faults.WallNow().UnixNano()),
-		Clock:       clk,
-		Logger:      log,
-		OnGrant: func(g client.GrantInfo) {
-			now := monoNow()
-			grants.line(fmt.Sprintf("%d,%s,%s,%s,%d,%t,%d,%d,%d", now, o.id, o.policy, keyField, g.LeaseID, g.Renewal, now+int64(g.UsableFor), g.RateMilliPerSec, g.CapMilli))
-		},
-	})
-	if err != nil {
-		fmt.Fprintf(stderr, "replica: %v\n", err)
-		return 1
-	}
-	// One limiter per key, as an application with per-route limiters makes
-	// them (client.Limiter maps keys of one budget to one lease).
-	type route struct {
-		lim      *client.Limiter
-		keyField string
-	}
-	routes := []route{{c.Limiter(o.policy, attrs), keyField}}
+	// keys are the request keys: --key, or --key plus route=r1 … rN, as an
+	// application with per-route limiters makes them.
+	keys := []client.Key{attrs}
+	keyFields := []string{keyField}
 	if o.routes > 0 {
-		routes = routes[:0]
+		keys, keyFields = nil, nil
 		for i := 1; i <= o.routes; i++ {
 			k := client.Key{"route": fmt.Sprintf("r%d", i)}
 			for a, v := range attrs {
@@ -177,8 +170,18 @@ func run(args []string, stderr io.Writer) int {
 			if keyField != "" {
 				kf = keyField + ";" + kf
 			}
-			routes = append(routes, route{c.Limiter(o.policy, k), kf})
+			keys, keyFields = append(keys, k), append(keyFields, kf)
 		}
+	}
+	var d decider
+	if o.edge != "" {
+		d, err = edgeDecider(o, keys)
+	} else {
+		d, err = clientDecider(o, keys, keyField, clk, log)
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "replica: %v\n", err)
+		return 1
 	}
 
 	sigs := make(chan os.Signal, 1)
@@ -193,7 +196,7 @@ func run(args []string, stderr io.Writer) int {
 	offered, since := 0.0, start
 	tick := time.NewTicker(time.Millisecond)
 	defer tick.Stop()
-	admitted, offeredTotal := 0, 0
+	admitted, offeredTotal, skipped := 0, 0, 0
 loop:
 	for {
 		select {
@@ -214,31 +217,37 @@ loop:
 			}
 		}
 		due := rate * float64(now-since) / 1e9
+		if behind := due - offered - rate*maxBehind.Seconds(); o.edge != "" && behind > 0 {
+			offered += math.Floor(behind)
+			skipped += int(math.Floor(behind))
+		}
 		for offered+1 <= due {
+			if o.edge != "" && monoNow()-now > int64(maxBehind) {
+				break // slow calls: look at the signals; the pace skips ahead
+			}
 			offered++
 			offeredTotal++
 			cost := mix.Draw(rng) // whole tokens
-			rt := routes[0]
-			if len(routes) > 1 {
-				rt = routes[rng.IntN(len(routes))]
+			route := 0
+			if len(keys) > 1 {
+				route = rng.IntN(len(keys))
 			}
 			t := monoNow()
-			d := rt.lim.AllowN(cost)
+			ok := d.decide(route, cost)
 			after := monoNow()
-			if d.Allowed && !d.Shadow {
+			if ok {
 				admitted++
-				hist.line(fmt.Sprintf("%d,%s,%s,%s,%d,%d", t, o.id, o.policy, rt.keyField, cost*1000, after))
+				hist.line(fmt.Sprintf("%d,%s,%s,%s,%d,%d", t, o.id, o.policy, keyFields[route], cost*1000, after))
 			}
 		}
 		if now-lastFlush >= int64(20*time.Millisecond) {
 			lastFlush = now
 			hist.flush()
-			grants.flush()
+			d.flush()
 		}
 	}
-	log.Info("stopping", "offered", offeredTotal, "admitted", admitted)
-	err = c.Close()
-	errs := errors.Join(err, hist.close(), grants.close())
+	log.Info("stopping", "offered", offeredTotal, "admitted", admitted, "skipped", skipped)
+	errs := errors.Join(d.close(), hist.close())
 	if errs != nil {
 		fmt.Fprintf(stderr, "replica: %v\n", errs)
 		return 1
@@ -283,4 +292,90 @@ func (c *csvFile) close() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return errors.Join(c.w.Flush(), c.f.Close())
+}
+
+// decider decides one request of a cost on one of the keys; flush and
+// close are for what it records besides the history.
+type decider struct {
+	decide func(route int, cost int64) bool
+	flush  func()
+	close  func() error
+}
+
+// clientDecider embeds a client: one limiter per key, as an application
+// with per-route limiters makes them (client.Limiter maps keys of one
+// budget to one lease); every grant put to use goes to grants-<id>.csv.
+func clientDecider(o options, keys []client.Key, keyField string, clk *coarseclock.Clock, log *slog.Logger) (decider, error) {
+	grants, err := newCSV(fmt.Sprintf("%s/grants-%s.csv", o.dir, o.id), "t_mono_ns,replica,policy,key,lease_id,renewal,deadline_mono_ns,rate_milli,cap_milli")
+	if err != nil {
+		return decider{}, err
+	}
+	c, err := client.New(context.Background(), client.Config{
+		Servers:     strings.Split(o.servers, ","),
+		ClientID:    o.id,
+		Incarnation: uint64(faults.WallNow().UnixNano()),
+		Clock:       clk,
+		Logger:      log,
+		OnGrant: func(g client.GrantInfo) {
+			now := monoNow()
+			grants.line(fmt.Sprintf("%d,%s,%s,%s,%d,%t,%d,%d,%d", now, o.id, o.policy, keyField, g.LeaseID, g.Renewal, now+int64(g.UsableFor), g.RateMilliPerSec, g.CapMilli))
+		},
+	})
+	if err != nil {
+		grants.close()
+		return decider{}, err
+	}
+	lims := make([]*client.Limiter, len(keys))
+	for i, k := range keys {
+		lims[i] = c.Limiter(o.policy, k)
+	}
+	return decider{
+		decide: func(route int, cost int64) bool {
+			d := lims[route].AllowN(cost)
+			return d.Allowed && !d.Shadow
+		},
+		flush: grants.flush,
+		close: func() error { return errors.Join(c.Close(), grants.close()) },
+	}, nil
+}
+
+// edgeCallTimeout bounds one Check call: a stopped or unreachable edge is
+// a refusal after it. maxBehind: offered requests further behind the pace
+// than this are skipped.
+const (
+	edgeCallTimeout = 250 * time.Millisecond
+	maxBehind       = 200 * time.Millisecond
+)
+
+// edgeDecider calls a rationd edge's Check for every request. The
+// connection redials quickly (an edge restarted by the suite is back
+// within a second).
+func edgeDecider(o options, keys []client.Key) (decider, error) {
+	conn, err := grpc.NewClient(o.edge, grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithConnectParams(grpc.ConnectParams{
+			Backoff:           backoff.Config{BaseDelay: 20 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: 250 * time.Millisecond},
+			MinConnectTimeout: time.Second,
+		}))
+	if err != nil {
+		return decider{}, err
+	}
+	adm := api.NewAdmissionClient(conn)
+	items := make([]map[string]string, len(keys))
+	for i, k := range keys {
+		items[i] = map[string]string(k)
+	}
+	return decider{
+		decide: func(route int, cost int64) bool {
+			ctx, cancel := context.WithTimeout(context.Background(), edgeCallTimeout)
+			defer cancel()
+			resp, err := adm.Check(ctx, &api.CheckRequest{Items: []*api.CheckItem{{Policy: o.policy, Key: items[route], Cost: cost}}})
+			if err != nil || len(resp.GetResults()) != 1 {
+				return false
+			}
+			r := resp.GetResults()[0]
+			return r.GetAllowed() && !r.GetShadow()
+		},
+		flush: func() {},
+		close: conn.Close,
+	}, nil
 }
