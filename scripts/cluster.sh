@@ -48,7 +48,9 @@ alive() {
 	else
 		comm=$(ps -o comm= -p "$pid" 2>/dev/null || true)
 	fi
-	[[ $(basename -- "$comm") == rationd* ]]
+	# nohup or setsid: a node just started, on its way to exec rationd.
+	case $(basename -- "$comm") in rationd* | nohup | setsid) return 0 ;; esac
+	return 1
 }
 
 # pid_of N prints node N's pid if it is running.
