@@ -318,33 +318,35 @@ func (c *callCounters) unary(ctx context.Context, req any, info *grpc.UnaryServe
 	refuse := func(policy, call string, e *api.KeyError) {
 		c.refusals.WithLabelValues(c.label(policy), call, codes.Code(e.GetCode()).String()).Inc()
 	}
+	// leases counts an Acquire's or a Renew's answers: policies[i] is the
+	// policy of the request's key i.
+	leases := func(r *api.LeaseResponse, policies []string, granted *prometheus.CounterVec, call string) {
+		for i, kl := range r.GetLeases() {
+			if i >= len(policies) {
+				break
+			}
+			if kl.GetGrant() != nil {
+				granted.WithLabelValues(c.label(policies[i])).Inc()
+			} else if kl.GetError() != nil {
+				refuse(policies[i], call, kl.GetError())
+			}
+		}
+	}
 	switch q := req.(type) {
 	case *api.AcquireRequest:
 		r, _ := resp.(*api.LeaseResponse)
-		for i, kl := range r.GetLeases() {
-			if i >= len(q.GetKeys()) {
-				break
-			}
-			p := q.GetKeys()[i].GetKey().GetPolicy()
-			if kl.GetGrant() != nil {
-				c.grants.WithLabelValues(c.label(p)).Inc()
-			} else if kl.GetError() != nil {
-				refuse(p, "acquire", kl.GetError())
-			}
+		ps := make([]string, len(q.GetKeys()))
+		for i, k := range q.GetKeys() {
+			ps[i] = k.GetKey().GetPolicy()
 		}
+		leases(r, ps, c.grants, "acquire")
 	case *api.RenewRequest:
 		r, _ := resp.(*api.LeaseResponse)
-		for i, kl := range r.GetLeases() {
-			if i >= len(q.GetKeys()) {
-				break
-			}
-			p := q.GetKeys()[i].GetKey().GetPolicy()
-			if kl.GetGrant() != nil {
-				c.renewals.WithLabelValues(c.label(p)).Inc()
-			} else if kl.GetError() != nil {
-				refuse(p, "renew", kl.GetError())
-			}
+		ps := make([]string, len(q.GetKeys()))
+		for i, k := range q.GetKeys() {
+			ps[i] = k.GetKey().GetPolicy()
 		}
+		leases(r, ps, c.renewals, "renew")
 	case *api.ReleaseRequest:
 		r, _ := resp.(*api.ReleaseResponse)
 		for i, rr := range r.GetResults() {
