@@ -50,6 +50,8 @@ func run(t *testing.T, stdin string, env []string, name string, args ...string) 
 func waitFor(t *testing.T, within time.Duration, what string, cond func() (bool, string)) {
 	t.Helper()
 	deadline := time.Now().Add(within)
+	tick := time.NewTicker(200 * time.Millisecond)
+	defer tick.Stop()
 	for {
 		ok, note := cond()
 		if ok {
@@ -58,7 +60,7 @@ func waitFor(t *testing.T, within time.Duration, what string, cond func() (bool,
 		if time.Now().After(deadline) {
 			t.Fatalf("%s: not within %v; last: %s", what, within, note)
 		}
-		time.Sleep(200 * time.Millisecond)
+		<-tick.C
 	}
 }
 

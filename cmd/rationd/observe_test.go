@@ -52,6 +52,19 @@ func TestHTTPAddr(t *testing.T) {
 		return resp.StatusCode, string(b)
 	}
 	deadline := time.Now().Add(30 * time.Second)
+	// The polls below wait for the next tick, or fail at once if rationd
+	// exits meanwhile.
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	next := func(what string) {
+		t.Helper()
+		select {
+		case code := <-done:
+			exited = true
+			t.Fatalf("rationd dev exited %d while waiting for %s:\n%s", code, what, stderr.String())
+		case <-tick.C:
+		}
+	}
 	for {
 		code, body := get("/readyz")
 		if code == http.StatusOK {
@@ -90,7 +103,7 @@ func TestHTTPAddr(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatalf("no policy gauge in /metrics after 30s:\n%s", body)
 		}
-		time.Sleep(50 * time.Millisecond)
+		next("the policy gauge")
 	}
 	if code, body := get("/livez"); code != http.StatusOK || body != "ok\n" {
 		t.Errorf("/livez: %d %q", code, body)
@@ -116,7 +129,7 @@ func TestHTTPAddr(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatalf("gRPC health: %v %v", r, err)
 		}
-		time.Sleep(50 * time.Millisecond)
+		next("gRPC health")
 	}
 
 	signals <- syscall.SIGTERM
