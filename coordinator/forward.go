@@ -85,7 +85,7 @@ func (f *forwarder) forward(ctx context.Context) (*grpc.ClientConn, context.Cont
 				if err != nil {
 					return nil, nil, false, fmt.Errorf("%w: dial leader %s at %s: %v", rpcerr.ErrUnavailable, id, addr, err)
 				}
-				out := metadata.AppendToOutgoingContext(ctx, hopsKey, strconv.Itoa(h+1))
+				out := withCallerToken(ctx, metadata.AppendToOutgoingContext(ctx, hopsKey, strconv.Itoa(h+1)))
 				f.s.stats.forwarded.Add(1)
 				return conn, out, false, nil
 			}
