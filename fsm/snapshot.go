@@ -124,6 +124,9 @@ func (s *state) export() snapshotData {
 	d := snapshotData{header: &api.Snapshot{ClusterTimeNanos: s.clusterTime, AppliedDigest: append([]byte(nil), s.digest...), Features: s.features,
 		RestoreHoldUntilNanos: s.restoreHoldUntil, LeaseIdGeneration: s.idGeneration, AclBootstrapped: s.aclBootstrapped}}
 	for _, id := range sortedKeys(s.aclTokens) {
+		if s.fault == faultSnapshotDropsTokens {
+			break
+		}
 		d.tokens = append(d.tokens, TokenToProto(s.aclTokens[id]))
 	}
 	for _, name := range sortedKeys(s.policies) {
