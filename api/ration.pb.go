@@ -40,6 +40,7 @@ const (
 	ErrorKind_ERROR_KIND_LEASE_EXPIRED      ErrorKind = 10 // the lease is gone: expired, released or replaced
 	ErrorKind_ERROR_KIND_INTERNAL           ErrorKind = 11
 	ErrorKind_ERROR_KIND_UNKNOWN            ErrorKind = 12 // an error of no known kind
+	ErrorKind_ERROR_KIND_PERMISSION_DENIED  ErrorKind = 13 // the call's ACL token may not lease this key
 )
 
 // Enum value maps for ErrorKind.
@@ -58,6 +59,7 @@ var (
 		10: "ERROR_KIND_LEASE_EXPIRED",
 		11: "ERROR_KIND_INTERNAL",
 		12: "ERROR_KIND_UNKNOWN",
+		13: "ERROR_KIND_PERMISSION_DENIED",
 	}
 	ErrorKind_value = map[string]int32{
 		"ERROR_KIND_UNSPECIFIED":        0,
@@ -73,6 +75,7 @@ var (
 		"ERROR_KIND_LEASE_EXPIRED":      10,
 		"ERROR_KIND_INTERNAL":           11,
 		"ERROR_KIND_UNKNOWN":            12,
+		"ERROR_KIND_PERMISSION_DENIED":  13,
 	}
 )
 
@@ -3482,7 +3485,7 @@ const file_ration_proto_rawDesc = "" +
 	"\vaccessor_id\x18\x01 \x01(\tR\n" +
 	"accessorId\".\n" +
 	"\x16ACLTokenDeleteResponse\x12\x14\n" +
-	"\x05index\x18\x01 \x01(\x04R\x05index*\xfb\x02\n" +
+	"\x05index\x18\x01 \x01(\x04R\x05index*\x9d\x03\n" +
 	"\tErrorKind\x12\x1a\n" +
 	"\x16ERROR_KIND_UNSPECIFIED\x10\x00\x12\x18\n" +
 	"\x14ERROR_KIND_NOT_FOUND\x10\x01\x12\x1f\n" +
@@ -3497,7 +3500,8 @@ const file_ration_proto_rawDesc = "" +
 	"\x18ERROR_KIND_LEASE_EXPIRED\x10\n" +
 	"\x12\x17\n" +
 	"\x13ERROR_KIND_INTERNAL\x10\v\x12\x16\n" +
-	"\x12ERROR_KIND_UNKNOWN\x10\f*\x7f\n" +
+	"\x12ERROR_KIND_UNKNOWN\x10\f\x12 \n" +
+	"\x1cERROR_KIND_PERMISSION_DENIED\x10\r*\x7f\n" +
 	"\tKeyringOp\x12\x1a\n" +
 	"\x16KEYRING_OP_UNSPECIFIED\x10\x00\x12\x13\n" +
 	"\x0fKEYRING_OP_LIST\x10\x01\x12\x16\n" +

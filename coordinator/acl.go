@@ -169,58 +169,70 @@ func (g *aclGate) check(ctx context.Context, method string, req any) (*acl.Token
 	if err != nil || tok == nil {
 		return tok, err
 	}
-	clientID, keys := g.leaseScope(req)
+	clientID, keys := g.scope(req)
 	if g.ignoreClientIDs && tok.Role == acl.Client && right == acl.RightLease {
 		tok.ClientIDs = []string{"*"}
 	}
+	// A lease call's keys are checked one by one by the lease service
+	// (keyScope): a key the token may not lease fails alone, as a per-key
+	// PermissionDenied, and the call's other keys are served.
 	if err := acl.Authorize(tok, right, clientID, keys); err != nil {
 		return nil, status.Error(codes.PermissionDenied, err.Error())
 	}
 	return tok, nil
 }
 
-// leaseScope is what a lease call asks for: its client ID and its keys,
-// each with only the attributes its policy keys on (the others do not
-// choose a budget, so they cannot satisfy a binding). A key of a policy
-// this server does not know keeps no attributes: only a binding without
-// matches allows it (and the call then fails as not found).
-func (g *aclGate) leaseScope(req any) (string, []acl.LeaseKey) {
-	var c *api.Caller
-	var ks []*api.Key
-	switch r := req.(type) {
-	case *api.AcquireRequest:
-		c = r.GetCaller()
-		for _, k := range r.GetKeys() {
-			ks = append(ks, k.GetKey())
-		}
-	case *api.RenewRequest:
-		c = r.GetCaller()
-		for _, k := range r.GetKeys() {
-			ks = append(ks, k.GetKey())
-		}
-	case *api.ReleaseRequest:
-		c = r.GetCaller()
-		for _, k := range r.GetKeys() {
-			ks = append(ks, k.GetKey())
-		}
-	case *api.GetPolicyRequest:
-		return "", []acl.LeaseKey{{Policy: r.GetName()}}
-	default:
-		return "", nil
-	}
-	out := make([]acl.LeaseKey, 0, len(ks))
-	for _, k := range ks {
-		lk := acl.LeaseKey{Policy: k.GetPolicy(), Attributes: map[string]string{}}
-		if p, ok := g.s.fsm.Policy(k.GetPolicy()); ok {
-			for _, name := range p.Key {
-				if v, has := k.GetAttributes()[name]; has {
-					lk.Attributes[name] = v
-				}
+// keyScope is the ACL view of a lease key: only the attributes its
+// policy keys on (the others do not choose a budget, so they cannot
+// satisfy a binding). A key of a policy this server does not know keeps
+// no attributes: only a binding without matches allows it (and the key
+// then fails as not found).
+func (g *aclGate) keyScope(k *api.Key) acl.LeaseKey {
+	lk := acl.LeaseKey{Policy: k.GetPolicy(), Attributes: map[string]string{}}
+	if p, ok := g.s.fsm.Policy(k.GetPolicy()); ok {
+		for _, name := range p.Key {
+			if v, has := k.GetAttributes()[name]; has {
+				lk.Attributes[name] = v
 			}
 		}
-		out = append(out, lk)
 	}
-	return c.GetClientId(), out
+	return lk
+}
+
+// deniedKeys returns, by index, the keys of a lease call the call's token
+// may not lease (nil with ACLs off, or when it may lease them all).
+func (g *aclGate) deniedKeys(ctx context.Context, keys []*api.Key) map[int]*api.KeyError {
+	tok := callerToken(ctx)
+	if tok == nil {
+		return nil
+	}
+	var denied map[int]*api.KeyError
+	for i, k := range keys {
+		if err := tok.AuthorizeKey(g.keyScope(k)); err != nil {
+			if denied == nil {
+				denied = map[int]*api.KeyError{}
+			}
+			denied[i] = &api.KeyError{Code: uint32(codes.PermissionDenied), Message: err.Error(), Kind: api.ErrorKind_ERROR_KIND_PERMISSION_DENIED}
+		}
+	}
+	return denied
+}
+
+// scope is what a call asks for, as Authorize sees it: a lease call's
+// client ID (its keys are the lease service's to check, one by one), the
+// policy a GetPolicy names.
+func (g *aclGate) scope(req any) (string, []acl.LeaseKey) {
+	switch r := req.(type) {
+	case *api.AcquireRequest:
+		return r.GetCaller().GetClientId(), nil
+	case *api.RenewRequest:
+		return r.GetCaller().GetClientId(), nil
+	case *api.ReleaseRequest:
+		return r.GetCaller().GetClientId(), nil
+	case *api.GetPolicyRequest:
+		return "", []acl.LeaseKey{{Policy: r.GetName()}}
+	}
+	return "", nil
 }
 
 type tokenKey struct{}
