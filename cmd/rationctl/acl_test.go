@@ -86,15 +86,21 @@ func TestACLClusterBinaries(t *testing.T) {
 	// still be electing (Unavailable) or turning the ACL switch on.
 	var mgmt string
 	waitFor(t, 60*time.Second, "acl bootstrap", func() (bool, string) {
-		out, errOut, code := ctl(t, rationctl, append([]string{"acl", "bootstrap", "--json"}, conn...)...)
+		out, errOut, code := ctl(t, rationctl, append([]string{"acl", "bootstrap"}, conn...)...)
 		if code == 0 {
-			s, _ := secretOf(out)
-			mgmt = save("bootstrap.token", s)
+			for _, line := range strings.Split(out, "\n") {
+				if s, ok := strings.CutPrefix(line, "SecretID:"); ok {
+					mgmt = save("bootstrap.token", strings.TrimSpace(s))
+				}
+			}
+			if mgmt == "" {
+				t.Fatalf("no SecretID in:\n%s", out)
+			}
+			fmt.Fprintf(&session, "$ rationctl acl bootstrap\n%s", out)
 			return true, ""
 		}
 		return false, errOut
 	})
-	session.Reset()
 	refused("", "Unauthenticated: this call needs an ACL token", "status")
 	refused("", "FailedPrecondition: failed precondition: ACLs are already bootstrapped", "acl", "bootstrap")
 	bad := save("typo.token", "ration_notatoken")
