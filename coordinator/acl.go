@@ -5,7 +5,10 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -97,29 +100,64 @@ func bearer(ctx context.Context) (acl.Secret, bool, error) {
 
 // authenticate finds the call's token, refusing a call without a valid one
 // as Unauthenticated. right RightNone needs no token.
-func (g *aclGate) authenticate(ctx context.Context, right acl.Right) (*acl.Token, error) {
+func (g *aclGate) authenticate(ctx context.Context, right acl.Right, forwards bool) (*acl.Token, bool, error) {
 	if right == acl.RightNone {
-		return nil, nil
+		return nil, false, nil
 	}
 	secret, present, err := bearer(ctx)
 	if err != nil {
-		return nil, err
-	}
-	if !g.s.fsm.ACLBootstrapped() && (!present || g.awaitReplication(ctx, secret) == nil) {
-		return nil, status.Error(codes.Unauthenticated, "ACLs are enabled on this cluster and not bootstrapped yet: run rationctl acl bootstrap")
+		return nil, false, err
 	}
 	if !present {
-		return nil, status.Error(codes.Unauthenticated, "this call needs an ACL token: pass it as authorization: Bearer <token> (rationctl --token or RATION_TOKEN; client.Config.Token)")
+		if !g.s.fsm.ACLBootstrapped() {
+			return nil, false, errNotBootstrapped
+		}
+		return nil, false, status.Error(codes.Unauthenticated, "this call needs an ACL token: pass it as authorization: Bearer <token> (rationctl --token or RATION_TOKEN; client.Config.Token)")
 	}
-	tok := g.resolve(secret)
-	if tok == nil {
-		tok = g.awaitReplication(ctx, secret)
+	var tok *acl.Token
+	if g.s.fsm.ACLBootstrapped() {
+		tok = g.resolve(secret)
 	}
-	if tok == nil {
-		return nil, status.Error(codes.Unauthenticated, "ACL token not found (deleted, or of another cluster)")
+	if tok != nil {
+		return tok, false, nil
 	}
-	return tok, nil
+	// A token this server does not know may be one created a moment ago
+	// that it has not applied yet. A call it forwards anyway goes to the
+	// leader unchecked here (deferred), and the leader decides; a call it
+	// answers itself waits for replication a little.
+	if !g.s.IsLeader() && hops(ctx) < maxHops && forwards {
+		return nil, true, nil
+	}
+	if tok = g.awaitReplication(ctx, secret); tok != nil {
+		return tok, false, nil
+	}
+	if !g.s.fsm.ACLBootstrapped() {
+		return nil, false, errNotBootstrapped
+	}
+	return nil, false, status.Error(codes.Unauthenticated, "ACL token not found (deleted, or of another cluster)")
 }
+
+var errNotBootstrapped = status.Error(codes.Unauthenticated, "ACLs are enabled on this cluster and not bootstrapped yet: run rationctl acl bootstrap")
+
+// forwardingMethods are the unary calls whose handlers forward to the
+// leader before doing anything else (leaderOnly, leaseService.handle), so
+// a follower may defer their ACL check to the leader. TestACLDeferredCalls
+// calls each one on a follower with an unknown token and expects the
+// leader's refusal.
+var forwardingMethods = map[string]bool{
+	"/ration.v1.Leases/Acquire": true, "/ration.v1.Leases/Renew": true, "/ration.v1.Leases/Release": true,
+	"/ration.v1.Admin/ApplyPolicies": true, "/ration.v1.Admin/GetPolicy": true, "/ration.v1.Admin/ListPolicies": true,
+	"/ration.v1.Admin/DeletePolicy": true, "/ration.v1.Admin/ListLeases": true, "/ration.v1.Admin/LeaderTransfer": true,
+	"/ration.v1.Admin/RemoveServer": true, "/ration.v1.Admin/ACLTokenCreate": true, "/ration.v1.Admin/ACLTokenList": true,
+	"/ration.v1.Admin/ACLTokenDelete": true,
+}
+
+// deferredKey marks a call whose ACL check this follower left to the
+// leader: forward refuses to handle it here (Unavailable) if this server
+// has become the leader meanwhile.
+type deferredKey struct{}
+
+func deferred(ctx context.Context) bool { return ctx.Value(deferredKey{}) != nil }
 
 // aclLagWait is how long a follower waits for a token it does not know to
 // arrive by replication before refusing it.
@@ -165,7 +203,10 @@ func (g *aclGate) check(ctx context.Context, method string, req any) (*acl.Token
 	if !ok {
 		return nil, status.Errorf(codes.PermissionDenied, "%s is not a call ACL tokens can grant", method)
 	}
-	tok, err := g.authenticate(ctx, right)
+	tok, deferToLeader, err := g.authenticate(ctx, right, forwardingMethods[method])
+	if deferToLeader {
+		return nil, errDeferred
+	}
 	if err != nil || tok == nil {
 		return tok, err
 	}
@@ -243,8 +284,14 @@ func callerToken(ctx context.Context) *acl.Token {
 	return t
 }
 
+// errDeferred: check left the decision to the leader.
+var errDeferred = errors.New("acl: deferred to the leader")
+
 func (g *aclGate) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
 	tok, err := g.check(ctx, info.FullMethod, req)
+	if errors.Is(err, errDeferred) {
+		return h(context.WithValue(ctx, deferredKey{}, true), req)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -253,6 +300,9 @@ func (g *aclGate) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo
 
 func (g *aclGate) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
 	if _, err := g.check(ss.Context(), info.FullMethod, nil); err != nil {
+		if errors.Is(err, errDeferred) { // not a forwarding method: cannot happen
+			return status.Error(codes.Internal, "acl: a stream cannot defer its check")
+		}
 		return err
 	}
 	return h(srv, ss)
@@ -355,15 +405,15 @@ func (a *adminService) ACLBootstrap(ctx context.Context, req *api.ACLBootstrapRe
 
 // ACLTokenCreate implements api.AdminServer.
 func (a *adminService) ACLTokenCreate(ctx context.Context, req *api.ACLTokenCreateRequest) (*api.ACLTokenSecret, error) {
-	role, err := acl.ParseRole(req.GetRole())
-	if err != nil {
-		return nil, rpcerr.Status(fmt.Errorf("%w: %v", rpcerr.ErrInvalid, err))
-	}
 	return leaderOnly(a, ctx,
 		func(c api.AdminClient, ctx context.Context) (*api.ACLTokenSecret, error) {
 			return c.ACLTokenCreate(ctx, req)
 		},
 		func() (*api.ACLTokenSecret, error) {
+			role, err := acl.ParseRole(req.GetRole())
+			if err != nil {
+				return nil, fmt.Errorf("%w: %v", rpcerr.ErrInvalid, err)
+			}
 			p, secret, err := newToken(req.GetName(), role, req.GetBindings(), req.GetClientIds())
 			if err != nil {
 				return nil, err
@@ -408,3 +458,6 @@ func (a *adminService) ACLTokenDelete(ctx context.Context, req *api.ACLTokenDele
 // BreakACLClientIDs is a negative control for tests: the server ignores a
 // client token's client-ID patterns (see aclGate.ignoreClientIDs).
 func BreakACLClientIDs(c *Config) { c.breakACLClientIDs = true }
+
+// ForwardingMethods lists forwardingMethods, sorted (for tests).
+func ForwardingMethods() []string { return slices.Sorted(maps.Keys(forwardingMethods)) }

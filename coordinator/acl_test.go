@@ -327,3 +327,71 @@ func TestACLOffRefusesACLCalls(t *testing.T) {
 	_, err := c.Admin(0).ACLBootstrap(rpcCtx(t), &api.ACLBootstrapRequest{})
 	wantCode(t, "bootstrap with ACLs off", err, codes.FailedPrecondition, "not enabled")
 }
+
+// TestACLDeferredCalls: a follower that does not know a call's token
+// leaves the check of a call it forwards to the leader (the token may be
+// one created a moment ago). Every such call, with a token that exists
+// nowhere, must come back refused by the leader: a method listed as
+// forwarding that did not forward would answer here unchecked.
+func TestACLDeferredCalls(t *testing.T) {
+	at := aclCluster(t)
+	c := at.c
+	leader := c.WaitForStableLeader(t)
+	follower := (c.Index(leader) + 1) % c.Len()
+	conn := c.Admin(follower)
+	unknown, _ := acl.NewSecret()
+	ctx := func() context.Context { return as(t, unknown.String()) }
+	calls := map[string]func() error{
+		"Acquire": func() error {
+			_, err := c.Client(follower).Acquire(ctx(), acquireReq(caller("x", 1, 1), key("api", "acme")))
+			return err
+		},
+		"Renew": func() error {
+			_, err := c.Client(follower).Renew(ctx(), &api.RenewRequest{Caller: caller("x", 1, 2), Keys: []*api.RenewKey{{Key: key("api", "acme"), LeaseId: 1}}})
+			return err
+		},
+		"Release": func() error {
+			_, err := c.Client(follower).Release(ctx(), &api.ReleaseRequest{Caller: caller("x", 1, 3), Keys: []*api.ReleaseKey{{Key: key("api", "acme"), LeaseId: 1}}})
+			return err
+		},
+		"ApplyPolicies": func() error {
+			_, err := conn.ApplyPolicies(ctx(), &api.ApplyPoliciesRequest{Yaml: testPolicies})
+			return err
+		},
+		"GetPolicy":    func() error { _, err := conn.GetPolicy(ctx(), &api.GetPolicyRequest{Name: "api"}); return err },
+		"ListPolicies": func() error { _, err := conn.ListPolicies(ctx(), &api.ListPoliciesRequest{}); return err },
+		"DeletePolicy": func() error { _, err := conn.DeletePolicy(ctx(), &api.DeletePolicyRequest{Name: "small"}); return err },
+		"ListLeases":   func() error { _, err := conn.ListLeases(ctx(), &api.ListLeasesRequest{}); return err },
+		"LeaderTransfer": func() error {
+			_, err := conn.LeaderTransfer(ctx(), &api.LeaderTransferRequest{})
+			return err
+		},
+		"RemoveServer": func() error { _, err := conn.RemoveServer(ctx(), &api.RemoveServerRequest{Id: "s9"}); return err },
+		"ACLTokenCreate": func() error {
+			_, err := conn.ACLTokenCreate(ctx(), &api.ACLTokenCreateRequest{Name: "x", Role: "management"})
+			return err
+		},
+		"ACLTokenList": func() error { _, err := conn.ACLTokenList(ctx(), &api.ACLTokenListRequest{}); return err },
+		"ACLTokenDelete": func() error {
+			_, err := conn.ACLTokenDelete(ctx(), &api.ACLTokenDeleteRequest{AccessorId: "x"})
+			return err
+		},
+	}
+	for _, m := range coordinator.ForwardingMethods() {
+		name := m[strings.LastIndex(m, "/")+1:]
+		call, ok := calls[name]
+		if !ok {
+			t.Errorf("no test call for forwarding method %s", m)
+			continue
+		}
+		err := call()
+		wantCode(t, name+" on a follower with an unknown token", err, codes.Unauthenticated, "not found")
+	}
+	if got := len(coordinator.ForwardingMethods()); got != len(calls) {
+		t.Errorf("%d forwarding methods, %d test calls", got, len(calls))
+	}
+	// Nothing of it happened.
+	if _, ok := leader.FSM().Policy("small"); !ok {
+		t.Error("a deferred DeletePolicy with an unknown token deleted the policy")
+	}
+}

@@ -70,6 +70,12 @@ func (f *forwarder) forward(ctx context.Context) (*grpc.ClientConn, context.Cont
 	}
 	for {
 		if f.s.leaderReady() {
+			if deferred(ctx) {
+				// This server deferred the call's ACL check to the leader
+				// and has become the leader since: it cannot handle it
+				// unchecked, and the client retries.
+				return nil, nil, false, fmt.Errorf("%w: leadership moved here while the call's ACL token was being checked; retry", rpcerr.ErrUnavailable)
+			}
 			return nil, ctx, true, nil
 		}
 		// A leader that has not yet taken over the cluster clock for its
