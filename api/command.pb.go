@@ -553,8 +553,11 @@ type Snapshot struct {
 	// start at generation << 32, so no ID granted before a restore is reused
 	// after it.
 	LeaseIdGeneration uint64 `protobuf:"varint,9,opt,name=lease_id_generation,json=leaseIdGeneration,proto3" json:"lease_id_generation,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// acl_bootstrapped: `rationctl acl bootstrap` has run (it runs once).
+	// The tokens follow as ACL token frames (fsm/snapshot.go).
+	AclBootstrapped bool `protobuf:"varint,10,opt,name=acl_bootstrapped,json=aclBootstrapped,proto3" json:"acl_bootstrapped,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *Snapshot) Reset() {
@@ -648,6 +651,13 @@ func (x *Snapshot) GetLeaseIdGeneration() uint64 {
 		return x.LeaseIdGeneration
 	}
 	return 0
+}
+
+func (x *Snapshot) GetAclBootstrapped() bool {
+	if x != nil {
+		return x.AclBootstrapped
+	}
+	return false
 }
 
 // SetFeaturesCommand turns on replicated feature switches (bits are only
@@ -1291,6 +1301,322 @@ func (x *ClientRecord) GetLastSeenNanos() int64 {
 	return 0
 }
 
+// ACL tokens (docs/security.md, internal/acl). A token is stored only as a
+// salted SHA-256 of its secret; the secret is shown once, to its creator.
+type ACLMatch struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Attribute     string                 `protobuf:"bytes,1,opt,name=attribute,proto3" json:"attribute,omitempty"`
+	Value         string                 `protobuf:"bytes,2,opt,name=value,proto3" json:"value,omitempty"`
+	Prefix        bool                   `protobuf:"varint,3,opt,name=prefix,proto3" json:"prefix,omitempty"` // value is a prefix
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ACLMatch) Reset() {
+	*x = ACLMatch{}
+	mi := &file_command_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ACLMatch) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ACLMatch) ProtoMessage() {}
+
+func (x *ACLMatch) ProtoReflect() protoreflect.Message {
+	mi := &file_command_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ACLMatch.ProtoReflect.Descriptor instead.
+func (*ACLMatch) Descriptor() ([]byte, []int) {
+	return file_command_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *ACLMatch) GetAttribute() string {
+	if x != nil {
+		return x.Attribute
+	}
+	return ""
+}
+
+func (x *ACLMatch) GetValue() string {
+	if x != nil {
+		return x.Value
+	}
+	return ""
+}
+
+func (x *ACLMatch) GetPrefix() bool {
+	if x != nil {
+		return x.Prefix
+	}
+	return false
+}
+
+// ACLBinding: a client token may lease keys of policy whose attributes
+// satisfy every match (none: any key of the policy).
+type ACLBinding struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Policy        string                 `protobuf:"bytes,1,opt,name=policy,proto3" json:"policy,omitempty"`
+	Matches       []*ACLMatch            `protobuf:"bytes,2,rep,name=matches,proto3" json:"matches,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ACLBinding) Reset() {
+	*x = ACLBinding{}
+	mi := &file_command_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ACLBinding) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ACLBinding) ProtoMessage() {}
+
+func (x *ACLBinding) ProtoReflect() protoreflect.Message {
+	mi := &file_command_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ACLBinding.ProtoReflect.Descriptor instead.
+func (*ACLBinding) Descriptor() ([]byte, []int) {
+	return file_command_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *ACLBinding) GetPolicy() string {
+	if x != nil {
+		return x.Policy
+	}
+	return ""
+}
+
+func (x *ACLBinding) GetMatches() []*ACLMatch {
+	if x != nil {
+		return x.Matches
+	}
+	return nil
+}
+
+type ACLToken struct {
+	state           protoimpl.MessageState `protogen:"open.v1"`
+	AccessorId      string                 `protobuf:"bytes,1,opt,name=accessor_id,json=accessorId,proto3" json:"accessor_id,omitempty"`
+	Name            string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	Role            string                 `protobuf:"bytes,3,opt,name=role,proto3" json:"role,omitempty"` // management | operator | reader | client
+	Salt            []byte                 `protobuf:"bytes,4,opt,name=salt,proto3" json:"salt,omitempty"`
+	Hash            []byte                 `protobuf:"bytes,5,opt,name=hash,proto3" json:"hash,omitempty"` // SHA-256(salt || secret)
+	Bindings        []*ACLBinding          `protobuf:"bytes,6,rep,name=bindings,proto3" json:"bindings,omitempty"`
+	ClientIds       []string               `protobuf:"bytes,7,rep,name=client_ids,json=clientIds,proto3" json:"client_ids,omitempty"` // exact, or a prefix ending in '*'
+	CreateTimeNanos int64                  `protobuf:"varint,8,opt,name=create_time_nanos,json=createTimeNanos,proto3" json:"create_time_nanos,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *ACLToken) Reset() {
+	*x = ACLToken{}
+	mi := &file_command_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ACLToken) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ACLToken) ProtoMessage() {}
+
+func (x *ACLToken) ProtoReflect() protoreflect.Message {
+	mi := &file_command_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ACLToken.ProtoReflect.Descriptor instead.
+func (*ACLToken) Descriptor() ([]byte, []int) {
+	return file_command_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *ACLToken) GetAccessorId() string {
+	if x != nil {
+		return x.AccessorId
+	}
+	return ""
+}
+
+func (x *ACLToken) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *ACLToken) GetRole() string {
+	if x != nil {
+		return x.Role
+	}
+	return ""
+}
+
+func (x *ACLToken) GetSalt() []byte {
+	if x != nil {
+		return x.Salt
+	}
+	return nil
+}
+
+func (x *ACLToken) GetHash() []byte {
+	if x != nil {
+		return x.Hash
+	}
+	return nil
+}
+
+func (x *ACLToken) GetBindings() []*ACLBinding {
+	if x != nil {
+		return x.Bindings
+	}
+	return nil
+}
+
+func (x *ACLToken) GetClientIds() []string {
+	if x != nil {
+		return x.ClientIds
+	}
+	return nil
+}
+
+func (x *ACLToken) GetCreateTimeNanos() int64 {
+	if x != nil {
+		return x.CreateTimeNanos
+	}
+	return 0
+}
+
+// ACLCommand changes the token set (fsm.CmdACL). The leader proposes it
+// only with the ACL feature switch on, so every server knows the command.
+type ACLCommand struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Types that are valid to be assigned to Op:
+	//
+	//	*ACLCommand_Bootstrap
+	//	*ACLCommand_Create
+	//	*ACLCommand_DeleteAccessorId
+	Op            isACLCommand_Op `protobuf_oneof:"op"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ACLCommand) Reset() {
+	*x = ACLCommand{}
+	mi := &file_command_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ACLCommand) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ACLCommand) ProtoMessage() {}
+
+func (x *ACLCommand) ProtoReflect() protoreflect.Message {
+	mi := &file_command_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ACLCommand.ProtoReflect.Descriptor instead.
+func (*ACLCommand) Descriptor() ([]byte, []int) {
+	return file_command_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *ACLCommand) GetOp() isACLCommand_Op {
+	if x != nil {
+		return x.Op
+	}
+	return nil
+}
+
+func (x *ACLCommand) GetBootstrap() *ACLToken {
+	if x != nil {
+		if x, ok := x.Op.(*ACLCommand_Bootstrap); ok {
+			return x.Bootstrap
+		}
+	}
+	return nil
+}
+
+func (x *ACLCommand) GetCreate() *ACLToken {
+	if x != nil {
+		if x, ok := x.Op.(*ACLCommand_Create); ok {
+			return x.Create
+		}
+	}
+	return nil
+}
+
+func (x *ACLCommand) GetDeleteAccessorId() string {
+	if x != nil {
+		if x, ok := x.Op.(*ACLCommand_DeleteAccessorId); ok {
+			return x.DeleteAccessorId
+		}
+	}
+	return ""
+}
+
+type isACLCommand_Op interface {
+	isACLCommand_Op()
+}
+
+type ACLCommand_Bootstrap struct {
+	Bootstrap *ACLToken `protobuf:"bytes,1,opt,name=bootstrap,proto3,oneof"` // the first management token; refused once bootstrapped
+}
+
+type ACLCommand_Create struct {
+	Create *ACLToken `protobuf:"bytes,2,opt,name=create,proto3,oneof"` // refused before bootstrap or for an accessor in use
+}
+
+type ACLCommand_DeleteAccessorId struct {
+	DeleteAccessorId string `protobuf:"bytes,3,opt,name=delete_accessor_id,json=deleteAccessorId,proto3,oneof"` // refused for the last management token
+}
+
+func (*ACLCommand_Bootstrap) isACLCommand_Op() {}
+
+func (*ACLCommand_Create) isACLCommand_Op() {}
+
+func (*ACLCommand_DeleteAccessorId) isACLCommand_Op() {}
+
 var File_command_proto protoreflect.FileDescriptor
 
 const file_command_proto_rawDesc = "" +
@@ -1339,7 +1665,7 @@ const file_command_proto_rawDesc = "" +
 	"\x03ops\x18\x01 \x03(\v2\x12.ration.v1.LeaseOpR\x03ops\"w\n" +
 	"\rExpireCommand\x124\n" +
 	"\x16client_retention_nanos\x18\x01 \x01(\x03R\x14clientRetentionNanos\x120\n" +
-	"\x14expire_through_nanos\x18\x02 \x01(\x03R\x12expireThroughNanos\"\xb3\x03\n" +
+	"\x14expire_through_nanos\x18\x02 \x01(\x03R\x12expireThroughNanos\"\xde\x03\n" +
 	"\bSnapshot\x12,\n" +
 	"\x12cluster_time_nanos\x18\x01 \x01(\x03R\x10clusterTimeNanos\x121\n" +
 	"\bpolicies\x18\x02 \x03(\v2\x15.ration.v1.PolicySpecR\bpolicies\x123\n" +
@@ -1349,7 +1675,9 @@ const file_command_proto_rawDesc = "" +
 	"\bfeatures\x18\x06 \x01(\x04R\bfeatures\x122\n" +
 	"\aretired\x18\a \x03(\v2\x18.ration.v1.RetiredPolicyR\aretired\x127\n" +
 	"\x18restore_hold_until_nanos\x18\b \x01(\x03R\x15restoreHoldUntilNanos\x12.\n" +
-	"\x13lease_id_generation\x18\t \x01(\x04R\x11leaseIdGeneration\"0\n" +
+	"\x13lease_id_generation\x18\t \x01(\x04R\x11leaseIdGeneration\x12)\n" +
+	"\x10acl_bootstrapped\x18\n" +
+	" \x01(\bR\x0faclBootstrapped\"0\n" +
 	"\x12SetFeaturesCommand\x12\x1a\n" +
 	"\bfeatures\x18\x01 \x01(\x04R\bfeatures\"\xc6\x02\n" +
 	"\rRetiredPolicy\x12)\n" +
@@ -1415,7 +1743,32 @@ const file_command_proto_rawDesc = "" +
 	"\x03seq\x18\x03 \x01(\x04R\x03seq\x12\x1a\n" +
 	"\bresponse\x18\x04 \x01(\fR\bresponse\x12#\n" +
 	"\rresponse_kind\x18\x05 \x01(\rR\fresponseKind\x12&\n" +
-	"\x0flast_seen_nanos\x18\x06 \x01(\x03R\rlastSeenNanosB&Z$github.com/ration-dev/ration/api;apib\x06proto3"
+	"\x0flast_seen_nanos\x18\x06 \x01(\x03R\rlastSeenNanos\"V\n" +
+	"\bACLMatch\x12\x1c\n" +
+	"\tattribute\x18\x01 \x01(\tR\tattribute\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value\x12\x16\n" +
+	"\x06prefix\x18\x03 \x01(\bR\x06prefix\"S\n" +
+	"\n" +
+	"ACLBinding\x12\x16\n" +
+	"\x06policy\x18\x01 \x01(\tR\x06policy\x12-\n" +
+	"\amatches\x18\x02 \x03(\v2\x13.ration.v1.ACLMatchR\amatches\"\xf9\x01\n" +
+	"\bACLToken\x12\x1f\n" +
+	"\vaccessor_id\x18\x01 \x01(\tR\n" +
+	"accessorId\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12\x12\n" +
+	"\x04role\x18\x03 \x01(\tR\x04role\x12\x12\n" +
+	"\x04salt\x18\x04 \x01(\fR\x04salt\x12\x12\n" +
+	"\x04hash\x18\x05 \x01(\fR\x04hash\x121\n" +
+	"\bbindings\x18\x06 \x03(\v2\x15.ration.v1.ACLBindingR\bbindings\x12\x1d\n" +
+	"\n" +
+	"client_ids\x18\a \x03(\tR\tclientIds\x12*\n" +
+	"\x11create_time_nanos\x18\b \x01(\x03R\x0fcreateTimeNanos\"\xa6\x01\n" +
+	"\n" +
+	"ACLCommand\x123\n" +
+	"\tbootstrap\x18\x01 \x01(\v2\x13.ration.v1.ACLTokenH\x00R\tbootstrap\x12-\n" +
+	"\x06create\x18\x02 \x01(\v2\x13.ration.v1.ACLTokenH\x00R\x06create\x12.\n" +
+	"\x12delete_accessor_id\x18\x03 \x01(\tH\x00R\x10deleteAccessorIdB\x04\n" +
+	"\x02opB&Z$github.com/ration-dev/ration/api;apib\x06proto3"
 
 var (
 	file_command_proto_rawDescOnce sync.Once
@@ -1429,7 +1782,7 @@ func file_command_proto_rawDescGZIP() []byte {
 	return file_command_proto_rawDescData
 }
 
-var file_command_proto_msgTypes = make([]protoimpl.MessageInfo, 14)
+var file_command_proto_msgTypes = make([]protoimpl.MessageInfo, 18)
 var file_command_proto_goTypes = []any{
 	(*PolicySpec)(nil),           // 0: ration.v1.PolicySpec
 	(*ApplyPoliciesCommand)(nil), // 1: ration.v1.ApplyPoliciesCommand
@@ -1444,17 +1797,21 @@ var file_command_proto_goTypes = []any{
 	(*ShareSnapshot)(nil),        // 10: ration.v1.ShareSnapshot
 	(*LeaseSnapshot)(nil),        // 11: ration.v1.LeaseSnapshot
 	(*ClientRecord)(nil),         // 12: ration.v1.ClientRecord
-	nil,                          // 13: ration.v1.PolicySpec.ClientWeightsEntry
-	(*AcquireRequest)(nil),       // 14: ration.v1.AcquireRequest
-	(*RenewRequest)(nil),         // 15: ration.v1.RenewRequest
-	(*ReleaseRequest)(nil),       // 16: ration.v1.ReleaseRequest
+	(*ACLMatch)(nil),             // 13: ration.v1.ACLMatch
+	(*ACLBinding)(nil),           // 14: ration.v1.ACLBinding
+	(*ACLToken)(nil),             // 15: ration.v1.ACLToken
+	(*ACLCommand)(nil),           // 16: ration.v1.ACLCommand
+	nil,                          // 17: ration.v1.PolicySpec.ClientWeightsEntry
+	(*AcquireRequest)(nil),       // 18: ration.v1.AcquireRequest
+	(*RenewRequest)(nil),         // 19: ration.v1.RenewRequest
+	(*ReleaseRequest)(nil),       // 20: ration.v1.ReleaseRequest
 }
 var file_command_proto_depIdxs = []int32{
-	13, // 0: ration.v1.PolicySpec.client_weights:type_name -> ration.v1.PolicySpec.ClientWeightsEntry
+	17, // 0: ration.v1.PolicySpec.client_weights:type_name -> ration.v1.PolicySpec.ClientWeightsEntry
 	0,  // 1: ration.v1.ApplyPoliciesCommand.policies:type_name -> ration.v1.PolicySpec
-	14, // 2: ration.v1.LeaseOp.acquire:type_name -> ration.v1.AcquireRequest
-	15, // 3: ration.v1.LeaseOp.renew:type_name -> ration.v1.RenewRequest
-	16, // 4: ration.v1.LeaseOp.release:type_name -> ration.v1.ReleaseRequest
+	18, // 2: ration.v1.LeaseOp.acquire:type_name -> ration.v1.AcquireRequest
+	19, // 3: ration.v1.LeaseOp.renew:type_name -> ration.v1.RenewRequest
+	20, // 4: ration.v1.LeaseOp.release:type_name -> ration.v1.ReleaseRequest
 	3,  // 5: ration.v1.LeaseBatchCommand.ops:type_name -> ration.v1.LeaseOp
 	0,  // 6: ration.v1.Snapshot.policies:type_name -> ration.v1.PolicySpec
 	9,  // 7: ration.v1.Snapshot.ledgers:type_name -> ration.v1.LedgerSnapshot
@@ -1466,11 +1823,15 @@ var file_command_proto_depIdxs = []int32{
 	10, // 13: ration.v1.LeaseSnapshot.current:type_name -> ration.v1.ShareSnapshot
 	10, // 14: ration.v1.LeaseSnapshot.superseded:type_name -> ration.v1.ShareSnapshot
 	10, // 15: ration.v1.LeaseSnapshot.replaced:type_name -> ration.v1.ShareSnapshot
-	16, // [16:16] is the sub-list for method output_type
-	16, // [16:16] is the sub-list for method input_type
-	16, // [16:16] is the sub-list for extension type_name
-	16, // [16:16] is the sub-list for extension extendee
-	0,  // [0:16] is the sub-list for field type_name
+	13, // 16: ration.v1.ACLBinding.matches:type_name -> ration.v1.ACLMatch
+	14, // 17: ration.v1.ACLToken.bindings:type_name -> ration.v1.ACLBinding
+	15, // 18: ration.v1.ACLCommand.bootstrap:type_name -> ration.v1.ACLToken
+	15, // 19: ration.v1.ACLCommand.create:type_name -> ration.v1.ACLToken
+	20, // [20:20] is the sub-list for method output_type
+	20, // [20:20] is the sub-list for method input_type
+	20, // [20:20] is the sub-list for extension type_name
+	20, // [20:20] is the sub-list for extension extendee
+	0,  // [0:20] is the sub-list for field type_name
 }
 
 func init() { file_command_proto_init() }
@@ -1484,13 +1845,18 @@ func file_command_proto_init() {
 		(*LeaseOp_Renew)(nil),
 		(*LeaseOp_Release)(nil),
 	}
+	file_command_proto_msgTypes[16].OneofWrappers = []any{
+		(*ACLCommand_Bootstrap)(nil),
+		(*ACLCommand_Create)(nil),
+		(*ACLCommand_DeleteAccessorId)(nil),
+	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_command_proto_rawDesc), len(file_command_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   14,
+			NumMessages:   18,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

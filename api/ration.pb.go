@@ -40,6 +40,7 @@ const (
 	ErrorKind_ERROR_KIND_LEASE_EXPIRED      ErrorKind = 10 // the lease is gone: expired, released or replaced
 	ErrorKind_ERROR_KIND_INTERNAL           ErrorKind = 11
 	ErrorKind_ERROR_KIND_UNKNOWN            ErrorKind = 12 // an error of no known kind
+	ErrorKind_ERROR_KIND_PERMISSION_DENIED  ErrorKind = 13 // the call's ACL token may not lease this key
 )
 
 // Enum value maps for ErrorKind.
@@ -58,6 +59,7 @@ var (
 		10: "ERROR_KIND_LEASE_EXPIRED",
 		11: "ERROR_KIND_INTERNAL",
 		12: "ERROR_KIND_UNKNOWN",
+		13: "ERROR_KIND_PERMISSION_DENIED",
 	}
 	ErrorKind_value = map[string]int32{
 		"ERROR_KIND_UNSPECIFIED":        0,
@@ -73,6 +75,7 @@ var (
 		"ERROR_KIND_LEASE_EXPIRED":      10,
 		"ERROR_KIND_INTERNAL":           11,
 		"ERROR_KIND_UNKNOWN":            12,
+		"ERROR_KIND_PERMISSION_DENIED":  13,
 	}
 )
 
@@ -2827,6 +2830,432 @@ func (x *KeyringResponse) GetServers() []*KeyringNodeResult {
 	return nil
 }
 
+type ACLBootstrapRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ACLBootstrapRequest) Reset() {
+	*x = ACLBootstrapRequest{}
+	mi := &file_ration_proto_msgTypes[43]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ACLBootstrapRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ACLBootstrapRequest) ProtoMessage() {}
+
+func (x *ACLBootstrapRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_ration_proto_msgTypes[43]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ACLBootstrapRequest.ProtoReflect.Descriptor instead.
+func (*ACLBootstrapRequest) Descriptor() ([]byte, []int) {
+	return file_ration_proto_rawDescGZIP(), []int{43}
+}
+
+type ACLTokenInfo struct {
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	AccessorId string                 `protobuf:"bytes,1,opt,name=accessor_id,json=accessorId,proto3" json:"accessor_id,omitempty"`
+	Name       string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	Role       string                 `protobuf:"bytes,3,opt,name=role,proto3" json:"role,omitempty"`
+	// bindings in the --bind form: POLICY or POLICY:ATTR=VALUE[,ATTR=PREFIX*]
+	Bindings        []string `protobuf:"bytes,4,rep,name=bindings,proto3" json:"bindings,omitempty"`
+	ClientIds       []string `protobuf:"bytes,5,rep,name=client_ids,json=clientIds,proto3" json:"client_ids,omitempty"`
+	CreateTimeNanos int64    `protobuf:"varint,6,opt,name=create_time_nanos,json=createTimeNanos,proto3" json:"create_time_nanos,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *ACLTokenInfo) Reset() {
+	*x = ACLTokenInfo{}
+	mi := &file_ration_proto_msgTypes[44]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ACLTokenInfo) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ACLTokenInfo) ProtoMessage() {}
+
+func (x *ACLTokenInfo) ProtoReflect() protoreflect.Message {
+	mi := &file_ration_proto_msgTypes[44]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ACLTokenInfo.ProtoReflect.Descriptor instead.
+func (*ACLTokenInfo) Descriptor() ([]byte, []int) {
+	return file_ration_proto_rawDescGZIP(), []int{44}
+}
+
+func (x *ACLTokenInfo) GetAccessorId() string {
+	if x != nil {
+		return x.AccessorId
+	}
+	return ""
+}
+
+func (x *ACLTokenInfo) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *ACLTokenInfo) GetRole() string {
+	if x != nil {
+		return x.Role
+	}
+	return ""
+}
+
+func (x *ACLTokenInfo) GetBindings() []string {
+	if x != nil {
+		return x.Bindings
+	}
+	return nil
+}
+
+func (x *ACLTokenInfo) GetClientIds() []string {
+	if x != nil {
+		return x.ClientIds
+	}
+	return nil
+}
+
+func (x *ACLTokenInfo) GetCreateTimeNanos() int64 {
+	if x != nil {
+		return x.CreateTimeNanos
+	}
+	return 0
+}
+
+type ACLTokenSecret struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Token         *ACLTokenInfo          `protobuf:"bytes,1,opt,name=token,proto3" json:"token,omitempty"`
+	Secret        string                 `protobuf:"bytes,2,opt,name=secret,proto3" json:"secret,omitempty"` // shown only here, once
+	Index         uint64                 `protobuf:"varint,3,opt,name=index,proto3" json:"index,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ACLTokenSecret) Reset() {
+	*x = ACLTokenSecret{}
+	mi := &file_ration_proto_msgTypes[45]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ACLTokenSecret) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ACLTokenSecret) ProtoMessage() {}
+
+func (x *ACLTokenSecret) ProtoReflect() protoreflect.Message {
+	mi := &file_ration_proto_msgTypes[45]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ACLTokenSecret.ProtoReflect.Descriptor instead.
+func (*ACLTokenSecret) Descriptor() ([]byte, []int) {
+	return file_ration_proto_rawDescGZIP(), []int{45}
+}
+
+func (x *ACLTokenSecret) GetToken() *ACLTokenInfo {
+	if x != nil {
+		return x.Token
+	}
+	return nil
+}
+
+func (x *ACLTokenSecret) GetSecret() string {
+	if x != nil {
+		return x.Secret
+	}
+	return ""
+}
+
+func (x *ACLTokenSecret) GetIndex() uint64 {
+	if x != nil {
+		return x.Index
+	}
+	return 0
+}
+
+type ACLTokenCreateRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Role          string                 `protobuf:"bytes,2,opt,name=role,proto3" json:"role,omitempty"`                            // operator | reader | client | management
+	Bindings      []string               `protobuf:"bytes,3,rep,name=bindings,proto3" json:"bindings,omitempty"`                    // client tokens: at least one
+	ClientIds     []string               `protobuf:"bytes,4,rep,name=client_ids,json=clientIds,proto3" json:"client_ids,omitempty"` // client tokens: at least one
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ACLTokenCreateRequest) Reset() {
+	*x = ACLTokenCreateRequest{}
+	mi := &file_ration_proto_msgTypes[46]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ACLTokenCreateRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ACLTokenCreateRequest) ProtoMessage() {}
+
+func (x *ACLTokenCreateRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_ration_proto_msgTypes[46]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ACLTokenCreateRequest.ProtoReflect.Descriptor instead.
+func (*ACLTokenCreateRequest) Descriptor() ([]byte, []int) {
+	return file_ration_proto_rawDescGZIP(), []int{46}
+}
+
+func (x *ACLTokenCreateRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *ACLTokenCreateRequest) GetRole() string {
+	if x != nil {
+		return x.Role
+	}
+	return ""
+}
+
+func (x *ACLTokenCreateRequest) GetBindings() []string {
+	if x != nil {
+		return x.Bindings
+	}
+	return nil
+}
+
+func (x *ACLTokenCreateRequest) GetClientIds() []string {
+	if x != nil {
+		return x.ClientIds
+	}
+	return nil
+}
+
+type ACLTokenListRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ACLTokenListRequest) Reset() {
+	*x = ACLTokenListRequest{}
+	mi := &file_ration_proto_msgTypes[47]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ACLTokenListRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ACLTokenListRequest) ProtoMessage() {}
+
+func (x *ACLTokenListRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_ration_proto_msgTypes[47]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ACLTokenListRequest.ProtoReflect.Descriptor instead.
+func (*ACLTokenListRequest) Descriptor() ([]byte, []int) {
+	return file_ration_proto_rawDescGZIP(), []int{47}
+}
+
+type ACLTokenListResponse struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Tokens []*ACLTokenInfo        `protobuf:"bytes,1,rep,name=tokens,proto3" json:"tokens,omitempty"`
+	// the accessor of the token that made the call
+	CallerAccessorId string `protobuf:"bytes,2,opt,name=caller_accessor_id,json=callerAccessorId,proto3" json:"caller_accessor_id,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
+}
+
+func (x *ACLTokenListResponse) Reset() {
+	*x = ACLTokenListResponse{}
+	mi := &file_ration_proto_msgTypes[48]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ACLTokenListResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ACLTokenListResponse) ProtoMessage() {}
+
+func (x *ACLTokenListResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_ration_proto_msgTypes[48]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ACLTokenListResponse.ProtoReflect.Descriptor instead.
+func (*ACLTokenListResponse) Descriptor() ([]byte, []int) {
+	return file_ration_proto_rawDescGZIP(), []int{48}
+}
+
+func (x *ACLTokenListResponse) GetTokens() []*ACLTokenInfo {
+	if x != nil {
+		return x.Tokens
+	}
+	return nil
+}
+
+func (x *ACLTokenListResponse) GetCallerAccessorId() string {
+	if x != nil {
+		return x.CallerAccessorId
+	}
+	return ""
+}
+
+type ACLTokenDeleteRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	AccessorId    string                 `protobuf:"bytes,1,opt,name=accessor_id,json=accessorId,proto3" json:"accessor_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ACLTokenDeleteRequest) Reset() {
+	*x = ACLTokenDeleteRequest{}
+	mi := &file_ration_proto_msgTypes[49]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ACLTokenDeleteRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ACLTokenDeleteRequest) ProtoMessage() {}
+
+func (x *ACLTokenDeleteRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_ration_proto_msgTypes[49]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ACLTokenDeleteRequest.ProtoReflect.Descriptor instead.
+func (*ACLTokenDeleteRequest) Descriptor() ([]byte, []int) {
+	return file_ration_proto_rawDescGZIP(), []int{49}
+}
+
+func (x *ACLTokenDeleteRequest) GetAccessorId() string {
+	if x != nil {
+		return x.AccessorId
+	}
+	return ""
+}
+
+type ACLTokenDeleteResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Index         uint64                 `protobuf:"varint,1,opt,name=index,proto3" json:"index,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ACLTokenDeleteResponse) Reset() {
+	*x = ACLTokenDeleteResponse{}
+	mi := &file_ration_proto_msgTypes[50]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ACLTokenDeleteResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ACLTokenDeleteResponse) ProtoMessage() {}
+
+func (x *ACLTokenDeleteResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_ration_proto_msgTypes[50]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ACLTokenDeleteResponse.ProtoReflect.Descriptor instead.
+func (*ACLTokenDeleteResponse) Descriptor() ([]byte, []int) {
+	return file_ration_proto_rawDescGZIP(), []int{50}
+}
+
+func (x *ACLTokenDeleteResponse) GetIndex() uint64 {
+	if x != nil {
+		return x.Index
+	}
+	return 0
+}
+
 var File_ration_proto protoreflect.FileDescriptor
 
 const file_ration_proto_rawDesc = "" +
@@ -3027,7 +3456,36 @@ const file_ration_proto_rawDesc = "" +
 	"\vprimary_key\x18\x05 \x01(\tR\n" +
 	"primaryKey\"I\n" +
 	"\x0fKeyringResponse\x126\n" +
-	"\aservers\x18\x01 \x03(\v2\x1c.ration.v1.KeyringNodeResultR\aservers*\xfb\x02\n" +
+	"\aservers\x18\x01 \x03(\v2\x1c.ration.v1.KeyringNodeResultR\aservers\"\x15\n" +
+	"\x13ACLBootstrapRequest\"\xbe\x01\n" +
+	"\fACLTokenInfo\x12\x1f\n" +
+	"\vaccessor_id\x18\x01 \x01(\tR\n" +
+	"accessorId\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12\x12\n" +
+	"\x04role\x18\x03 \x01(\tR\x04role\x12\x1a\n" +
+	"\bbindings\x18\x04 \x03(\tR\bbindings\x12\x1d\n" +
+	"\n" +
+	"client_ids\x18\x05 \x03(\tR\tclientIds\x12*\n" +
+	"\x11create_time_nanos\x18\x06 \x01(\x03R\x0fcreateTimeNanos\"m\n" +
+	"\x0eACLTokenSecret\x12-\n" +
+	"\x05token\x18\x01 \x01(\v2\x17.ration.v1.ACLTokenInfoR\x05token\x12\x16\n" +
+	"\x06secret\x18\x02 \x01(\tR\x06secret\x12\x14\n" +
+	"\x05index\x18\x03 \x01(\x04R\x05index\"z\n" +
+	"\x15ACLTokenCreateRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
+	"\x04role\x18\x02 \x01(\tR\x04role\x12\x1a\n" +
+	"\bbindings\x18\x03 \x03(\tR\bbindings\x12\x1d\n" +
+	"\n" +
+	"client_ids\x18\x04 \x03(\tR\tclientIds\"\x15\n" +
+	"\x13ACLTokenListRequest\"u\n" +
+	"\x14ACLTokenListResponse\x12/\n" +
+	"\x06tokens\x18\x01 \x03(\v2\x17.ration.v1.ACLTokenInfoR\x06tokens\x12,\n" +
+	"\x12caller_accessor_id\x18\x02 \x01(\tR\x10callerAccessorId\"8\n" +
+	"\x15ACLTokenDeleteRequest\x12\x1f\n" +
+	"\vaccessor_id\x18\x01 \x01(\tR\n" +
+	"accessorId\".\n" +
+	"\x16ACLTokenDeleteResponse\x12\x14\n" +
+	"\x05index\x18\x01 \x01(\x04R\x05index*\x9d\x03\n" +
 	"\tErrorKind\x12\x1a\n" +
 	"\x16ERROR_KIND_UNSPECIFIED\x10\x00\x12\x18\n" +
 	"\x14ERROR_KIND_NOT_FOUND\x10\x01\x12\x1f\n" +
@@ -3042,7 +3500,8 @@ const file_ration_proto_rawDesc = "" +
 	"\x18ERROR_KIND_LEASE_EXPIRED\x10\n" +
 	"\x12\x17\n" +
 	"\x13ERROR_KIND_INTERNAL\x10\v\x12\x16\n" +
-	"\x12ERROR_KIND_UNKNOWN\x10\f*\x7f\n" +
+	"\x12ERROR_KIND_UNKNOWN\x10\f\x12 \n" +
+	"\x1cERROR_KIND_PERMISSION_DENIED\x10\r*\x7f\n" +
 	"\tKeyringOp\x12\x1a\n" +
 	"\x16KEYRING_OP_UNSPECIFIED\x10\x00\x12\x13\n" +
 	"\x0fKEYRING_OP_LIST\x10\x01\x12\x16\n" +
@@ -3052,7 +3511,7 @@ const file_ration_proto_rawDesc = "" +
 	"\x06Leases\x12>\n" +
 	"\aAcquire\x12\x19.ration.v1.AcquireRequest\x1a\x18.ration.v1.LeaseResponse\x12:\n" +
 	"\x05Renew\x12\x17.ration.v1.RenewRequest\x1a\x18.ration.v1.LeaseResponse\x12@\n" +
-	"\aRelease\x12\x19.ration.v1.ReleaseRequest\x1a\x1a.ration.v1.ReleaseResponse2\x93\a\n" +
+	"\aRelease\x12\x19.ration.v1.ReleaseRequest\x1a\x1a.ration.v1.ReleaseResponse2\xd5\t\n" +
 	"\x05Admin\x12=\n" +
 	"\x06Status\x12\x18.ration.v1.StatusRequest\x1a\x19.ration.v1.StatusResponse\x12@\n" +
 	"\aMembers\x12\x19.ration.v1.MembersRequest\x1a\x1a.ration.v1.MembersResponse\x12R\n" +
@@ -3066,7 +3525,11 @@ const file_ration_proto_rawDesc = "" +
 	"\x0fSnapshotRestore\x12\x18.ration.v1.SnapshotChunk\x1a\".ration.v1.SnapshotRestoreResponse(\x01\x12U\n" +
 	"\x0eLeaderTransfer\x12 .ration.v1.LeaderTransferRequest\x1a!.ration.v1.LeaderTransferResponse\x12O\n" +
 	"\fRemoveServer\x12\x1e.ration.v1.RemoveServerRequest\x1a\x1f.ration.v1.RemoveServerResponse\x12@\n" +
-	"\aKeyring\x12\x19.ration.v1.KeyringRequest\x1a\x1a.ration.v1.KeyringResponseB&Z$github.com/ration-dev/ration/api;apib\x06proto3"
+	"\aKeyring\x12\x19.ration.v1.KeyringRequest\x1a\x1a.ration.v1.KeyringResponse\x12I\n" +
+	"\fACLBootstrap\x12\x1e.ration.v1.ACLBootstrapRequest\x1a\x19.ration.v1.ACLTokenSecret\x12M\n" +
+	"\x0eACLTokenCreate\x12 .ration.v1.ACLTokenCreateRequest\x1a\x19.ration.v1.ACLTokenSecret\x12O\n" +
+	"\fACLTokenList\x12\x1e.ration.v1.ACLTokenListRequest\x1a\x1f.ration.v1.ACLTokenListResponse\x12U\n" +
+	"\x0eACLTokenDelete\x12 .ration.v1.ACLTokenDeleteRequest\x1a!.ration.v1.ACLTokenDeleteResponseB&Z$github.com/ration-dev/ration/api;apib\x06proto3"
 
 var (
 	file_ration_proto_rawDescOnce sync.Once
@@ -3081,7 +3544,7 @@ func file_ration_proto_rawDescGZIP() []byte {
 }
 
 var file_ration_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_ration_proto_msgTypes = make([]protoimpl.MessageInfo, 45)
+var file_ration_proto_msgTypes = make([]protoimpl.MessageInfo, 53)
 var file_ration_proto_goTypes = []any{
 	(ErrorKind)(0),                  // 0: ration.v1.ErrorKind
 	(KeyringOp)(0),                  // 1: ration.v1.KeyringOp
@@ -3128,11 +3591,19 @@ var file_ration_proto_goTypes = []any{
 	(*KeyringRequest)(nil),          // 42: ration.v1.KeyringRequest
 	(*KeyringNodeResult)(nil),       // 43: ration.v1.KeyringNodeResult
 	(*KeyringResponse)(nil),         // 44: ration.v1.KeyringResponse
-	nil,                             // 45: ration.v1.Key.AttributesEntry
-	nil,                             // 46: ration.v1.Member.MetaEntry
+	(*ACLBootstrapRequest)(nil),     // 45: ration.v1.ACLBootstrapRequest
+	(*ACLTokenInfo)(nil),            // 46: ration.v1.ACLTokenInfo
+	(*ACLTokenSecret)(nil),          // 47: ration.v1.ACLTokenSecret
+	(*ACLTokenCreateRequest)(nil),   // 48: ration.v1.ACLTokenCreateRequest
+	(*ACLTokenListRequest)(nil),     // 49: ration.v1.ACLTokenListRequest
+	(*ACLTokenListResponse)(nil),    // 50: ration.v1.ACLTokenListResponse
+	(*ACLTokenDeleteRequest)(nil),   // 51: ration.v1.ACLTokenDeleteRequest
+	(*ACLTokenDeleteResponse)(nil),  // 52: ration.v1.ACLTokenDeleteResponse
+	nil,                             // 53: ration.v1.Key.AttributesEntry
+	nil,                             // 54: ration.v1.Member.MetaEntry
 }
 var file_ration_proto_depIdxs = []int32{
-	45, // 0: ration.v1.Key.attributes:type_name -> ration.v1.Key.AttributesEntry
+	53, // 0: ration.v1.Key.attributes:type_name -> ration.v1.Key.AttributesEntry
 	3,  // 1: ration.v1.AcquireKey.key:type_name -> ration.v1.Key
 	4,  // 2: ration.v1.AcquireKey.demand:type_name -> ration.v1.Demand
 	2,  // 3: ration.v1.AcquireRequest.caller:type_name -> ration.v1.Caller
@@ -3151,48 +3622,58 @@ var file_ration_proto_depIdxs = []int32{
 	11, // 16: ration.v1.ReleaseResult.error:type_name -> ration.v1.KeyError
 	15, // 17: ration.v1.ReleaseResponse.results:type_name -> ration.v1.ReleaseResult
 	18, // 18: ration.v1.StatusResponse.servers:type_name -> ration.v1.ServerStatus
-	46, // 19: ration.v1.Member.meta:type_name -> ration.v1.Member.MetaEntry
+	54, // 19: ration.v1.Member.meta:type_name -> ration.v1.Member.MetaEntry
 	21, // 20: ration.v1.MembersResponse.members:type_name -> ration.v1.Member
 	26, // 21: ration.v1.ListPoliciesResponse.policies:type_name -> ration.v1.PolicyInfo
 	32, // 22: ration.v1.ListLeasesResponse.leases:type_name -> ration.v1.LeaseInfo
 	33, // 23: ration.v1.ListLeasesResponse.keys:type_name -> ration.v1.KeyInfo
 	1,  // 24: ration.v1.KeyringRequest.op:type_name -> ration.v1.KeyringOp
 	43, // 25: ration.v1.KeyringResponse.servers:type_name -> ration.v1.KeyringNodeResult
-	6,  // 26: ration.v1.Leases.Acquire:input_type -> ration.v1.AcquireRequest
-	8,  // 27: ration.v1.Leases.Renew:input_type -> ration.v1.RenewRequest
-	10, // 28: ration.v1.Leases.Release:input_type -> ration.v1.ReleaseRequest
-	17, // 29: ration.v1.Admin.Status:input_type -> ration.v1.StatusRequest
-	20, // 30: ration.v1.Admin.Members:input_type -> ration.v1.MembersRequest
-	23, // 31: ration.v1.Admin.ApplyPolicies:input_type -> ration.v1.ApplyPoliciesRequest
-	25, // 32: ration.v1.Admin.GetPolicy:input_type -> ration.v1.GetPolicyRequest
-	27, // 33: ration.v1.Admin.ListPolicies:input_type -> ration.v1.ListPoliciesRequest
-	29, // 34: ration.v1.Admin.DeletePolicy:input_type -> ration.v1.DeletePolicyRequest
-	31, // 35: ration.v1.Admin.ListLeases:input_type -> ration.v1.ListLeasesRequest
-	35, // 36: ration.v1.Admin.SnapshotSave:input_type -> ration.v1.SnapshotSaveRequest
-	36, // 37: ration.v1.Admin.SnapshotRestore:input_type -> ration.v1.SnapshotChunk
-	38, // 38: ration.v1.Admin.LeaderTransfer:input_type -> ration.v1.LeaderTransferRequest
-	40, // 39: ration.v1.Admin.RemoveServer:input_type -> ration.v1.RemoveServerRequest
-	42, // 40: ration.v1.Admin.Keyring:input_type -> ration.v1.KeyringRequest
-	14, // 41: ration.v1.Leases.Acquire:output_type -> ration.v1.LeaseResponse
-	14, // 42: ration.v1.Leases.Renew:output_type -> ration.v1.LeaseResponse
-	16, // 43: ration.v1.Leases.Release:output_type -> ration.v1.ReleaseResponse
-	19, // 44: ration.v1.Admin.Status:output_type -> ration.v1.StatusResponse
-	22, // 45: ration.v1.Admin.Members:output_type -> ration.v1.MembersResponse
-	24, // 46: ration.v1.Admin.ApplyPolicies:output_type -> ration.v1.ApplyPoliciesResponse
-	26, // 47: ration.v1.Admin.GetPolicy:output_type -> ration.v1.PolicyInfo
-	28, // 48: ration.v1.Admin.ListPolicies:output_type -> ration.v1.ListPoliciesResponse
-	30, // 49: ration.v1.Admin.DeletePolicy:output_type -> ration.v1.DeletePolicyResponse
-	34, // 50: ration.v1.Admin.ListLeases:output_type -> ration.v1.ListLeasesResponse
-	36, // 51: ration.v1.Admin.SnapshotSave:output_type -> ration.v1.SnapshotChunk
-	37, // 52: ration.v1.Admin.SnapshotRestore:output_type -> ration.v1.SnapshotRestoreResponse
-	39, // 53: ration.v1.Admin.LeaderTransfer:output_type -> ration.v1.LeaderTransferResponse
-	41, // 54: ration.v1.Admin.RemoveServer:output_type -> ration.v1.RemoveServerResponse
-	44, // 55: ration.v1.Admin.Keyring:output_type -> ration.v1.KeyringResponse
-	41, // [41:56] is the sub-list for method output_type
-	26, // [26:41] is the sub-list for method input_type
-	26, // [26:26] is the sub-list for extension type_name
-	26, // [26:26] is the sub-list for extension extendee
-	0,  // [0:26] is the sub-list for field type_name
+	46, // 26: ration.v1.ACLTokenSecret.token:type_name -> ration.v1.ACLTokenInfo
+	46, // 27: ration.v1.ACLTokenListResponse.tokens:type_name -> ration.v1.ACLTokenInfo
+	6,  // 28: ration.v1.Leases.Acquire:input_type -> ration.v1.AcquireRequest
+	8,  // 29: ration.v1.Leases.Renew:input_type -> ration.v1.RenewRequest
+	10, // 30: ration.v1.Leases.Release:input_type -> ration.v1.ReleaseRequest
+	17, // 31: ration.v1.Admin.Status:input_type -> ration.v1.StatusRequest
+	20, // 32: ration.v1.Admin.Members:input_type -> ration.v1.MembersRequest
+	23, // 33: ration.v1.Admin.ApplyPolicies:input_type -> ration.v1.ApplyPoliciesRequest
+	25, // 34: ration.v1.Admin.GetPolicy:input_type -> ration.v1.GetPolicyRequest
+	27, // 35: ration.v1.Admin.ListPolicies:input_type -> ration.v1.ListPoliciesRequest
+	29, // 36: ration.v1.Admin.DeletePolicy:input_type -> ration.v1.DeletePolicyRequest
+	31, // 37: ration.v1.Admin.ListLeases:input_type -> ration.v1.ListLeasesRequest
+	35, // 38: ration.v1.Admin.SnapshotSave:input_type -> ration.v1.SnapshotSaveRequest
+	36, // 39: ration.v1.Admin.SnapshotRestore:input_type -> ration.v1.SnapshotChunk
+	38, // 40: ration.v1.Admin.LeaderTransfer:input_type -> ration.v1.LeaderTransferRequest
+	40, // 41: ration.v1.Admin.RemoveServer:input_type -> ration.v1.RemoveServerRequest
+	42, // 42: ration.v1.Admin.Keyring:input_type -> ration.v1.KeyringRequest
+	45, // 43: ration.v1.Admin.ACLBootstrap:input_type -> ration.v1.ACLBootstrapRequest
+	48, // 44: ration.v1.Admin.ACLTokenCreate:input_type -> ration.v1.ACLTokenCreateRequest
+	49, // 45: ration.v1.Admin.ACLTokenList:input_type -> ration.v1.ACLTokenListRequest
+	51, // 46: ration.v1.Admin.ACLTokenDelete:input_type -> ration.v1.ACLTokenDeleteRequest
+	14, // 47: ration.v1.Leases.Acquire:output_type -> ration.v1.LeaseResponse
+	14, // 48: ration.v1.Leases.Renew:output_type -> ration.v1.LeaseResponse
+	16, // 49: ration.v1.Leases.Release:output_type -> ration.v1.ReleaseResponse
+	19, // 50: ration.v1.Admin.Status:output_type -> ration.v1.StatusResponse
+	22, // 51: ration.v1.Admin.Members:output_type -> ration.v1.MembersResponse
+	24, // 52: ration.v1.Admin.ApplyPolicies:output_type -> ration.v1.ApplyPoliciesResponse
+	26, // 53: ration.v1.Admin.GetPolicy:output_type -> ration.v1.PolicyInfo
+	28, // 54: ration.v1.Admin.ListPolicies:output_type -> ration.v1.ListPoliciesResponse
+	30, // 55: ration.v1.Admin.DeletePolicy:output_type -> ration.v1.DeletePolicyResponse
+	34, // 56: ration.v1.Admin.ListLeases:output_type -> ration.v1.ListLeasesResponse
+	36, // 57: ration.v1.Admin.SnapshotSave:output_type -> ration.v1.SnapshotChunk
+	37, // 58: ration.v1.Admin.SnapshotRestore:output_type -> ration.v1.SnapshotRestoreResponse
+	39, // 59: ration.v1.Admin.LeaderTransfer:output_type -> ration.v1.LeaderTransferResponse
+	41, // 60: ration.v1.Admin.RemoveServer:output_type -> ration.v1.RemoveServerResponse
+	44, // 61: ration.v1.Admin.Keyring:output_type -> ration.v1.KeyringResponse
+	47, // 62: ration.v1.Admin.ACLBootstrap:output_type -> ration.v1.ACLTokenSecret
+	47, // 63: ration.v1.Admin.ACLTokenCreate:output_type -> ration.v1.ACLTokenSecret
+	50, // 64: ration.v1.Admin.ACLTokenList:output_type -> ration.v1.ACLTokenListResponse
+	52, // 65: ration.v1.Admin.ACLTokenDelete:output_type -> ration.v1.ACLTokenDeleteResponse
+	47, // [47:66] is the sub-list for method output_type
+	28, // [28:47] is the sub-list for method input_type
+	28, // [28:28] is the sub-list for extension type_name
+	28, // [28:28] is the sub-list for extension extendee
+	0,  // [0:28] is the sub-list for field type_name
 }
 
 func init() { file_ration_proto_init() }
@@ -3206,7 +3687,7 @@ func file_ration_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_ration_proto_rawDesc), len(file_ration_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   45,
+			NumMessages:   53,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -226,6 +226,10 @@ const (
 	Admin_LeaderTransfer_FullMethodName  = "/ration.v1.Admin/LeaderTransfer"
 	Admin_RemoveServer_FullMethodName    = "/ration.v1.Admin/RemoveServer"
 	Admin_Keyring_FullMethodName         = "/ration.v1.Admin/Keyring"
+	Admin_ACLBootstrap_FullMethodName    = "/ration.v1.Admin/ACLBootstrap"
+	Admin_ACLTokenCreate_FullMethodName  = "/ration.v1.Admin/ACLTokenCreate"
+	Admin_ACLTokenList_FullMethodName    = "/ration.v1.Admin/ACLTokenList"
+	Admin_ACLTokenDelete_FullMethodName  = "/ration.v1.Admin/ACLTokenDelete"
 )
 
 // AdminClient is the client API for Admin service.
@@ -253,6 +257,14 @@ type AdminClient interface {
 	// (the server asked fans the operation out to each alive member's gRPC
 	// address, unless local_only) and answers with each server's result.
 	Keyring(ctx context.Context, in *KeyringRequest, opts ...grpc.CallOption) (*KeyringResponse, error)
+	// ACL tokens (docs/security.md). ACLBootstrap needs no token and works
+	// once: it creates the first management token and returns its secret.
+	// The others need a management token. A secret is returned only by the
+	// call that creates it; tokens are stored as salted hashes.
+	ACLBootstrap(ctx context.Context, in *ACLBootstrapRequest, opts ...grpc.CallOption) (*ACLTokenSecret, error)
+	ACLTokenCreate(ctx context.Context, in *ACLTokenCreateRequest, opts ...grpc.CallOption) (*ACLTokenSecret, error)
+	ACLTokenList(ctx context.Context, in *ACLTokenListRequest, opts ...grpc.CallOption) (*ACLTokenListResponse, error)
+	ACLTokenDelete(ctx context.Context, in *ACLTokenDeleteRequest, opts ...grpc.CallOption) (*ACLTokenDeleteResponse, error)
 }
 
 type adminClient struct {
@@ -395,6 +407,46 @@ func (c *adminClient) Keyring(ctx context.Context, in *KeyringRequest, opts ...g
 	return out, nil
 }
 
+func (c *adminClient) ACLBootstrap(ctx context.Context, in *ACLBootstrapRequest, opts ...grpc.CallOption) (*ACLTokenSecret, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ACLTokenSecret)
+	err := c.cc.Invoke(ctx, Admin_ACLBootstrap_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminClient) ACLTokenCreate(ctx context.Context, in *ACLTokenCreateRequest, opts ...grpc.CallOption) (*ACLTokenSecret, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ACLTokenSecret)
+	err := c.cc.Invoke(ctx, Admin_ACLTokenCreate_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminClient) ACLTokenList(ctx context.Context, in *ACLTokenListRequest, opts ...grpc.CallOption) (*ACLTokenListResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ACLTokenListResponse)
+	err := c.cc.Invoke(ctx, Admin_ACLTokenList_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminClient) ACLTokenDelete(ctx context.Context, in *ACLTokenDeleteRequest, opts ...grpc.CallOption) (*ACLTokenDeleteResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ACLTokenDeleteResponse)
+	err := c.cc.Invoke(ctx, Admin_ACLTokenDelete_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // AdminServer is the server API for Admin service.
 // All implementations must embed UnimplementedAdminServer
 // for forward compatibility.
@@ -420,6 +472,14 @@ type AdminServer interface {
 	// (the server asked fans the operation out to each alive member's gRPC
 	// address, unless local_only) and answers with each server's result.
 	Keyring(context.Context, *KeyringRequest) (*KeyringResponse, error)
+	// ACL tokens (docs/security.md). ACLBootstrap needs no token and works
+	// once: it creates the first management token and returns its secret.
+	// The others need a management token. A secret is returned only by the
+	// call that creates it; tokens are stored as salted hashes.
+	ACLBootstrap(context.Context, *ACLBootstrapRequest) (*ACLTokenSecret, error)
+	ACLTokenCreate(context.Context, *ACLTokenCreateRequest) (*ACLTokenSecret, error)
+	ACLTokenList(context.Context, *ACLTokenListRequest) (*ACLTokenListResponse, error)
+	ACLTokenDelete(context.Context, *ACLTokenDeleteRequest) (*ACLTokenDeleteResponse, error)
 	mustEmbedUnimplementedAdminServer()
 }
 
@@ -465,6 +525,18 @@ func (UnimplementedAdminServer) RemoveServer(context.Context, *RemoveServerReque
 }
 func (UnimplementedAdminServer) Keyring(context.Context, *KeyringRequest) (*KeyringResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method Keyring not implemented")
+}
+func (UnimplementedAdminServer) ACLBootstrap(context.Context, *ACLBootstrapRequest) (*ACLTokenSecret, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method ACLBootstrap not implemented")
+}
+func (UnimplementedAdminServer) ACLTokenCreate(context.Context, *ACLTokenCreateRequest) (*ACLTokenSecret, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method ACLTokenCreate not implemented")
+}
+func (UnimplementedAdminServer) ACLTokenList(context.Context, *ACLTokenListRequest) (*ACLTokenListResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method ACLTokenList not implemented")
+}
+func (UnimplementedAdminServer) ACLTokenDelete(context.Context, *ACLTokenDeleteRequest) (*ACLTokenDeleteResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method ACLTokenDelete not implemented")
 }
 func (UnimplementedAdminServer) mustEmbedUnimplementedAdminServer() {}
 func (UnimplementedAdminServer) testEmbeddedByValue()               {}
@@ -685,6 +757,78 @@ func _Admin_Keyring_Handler(srv interface{}, ctx context.Context, dec func(inter
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Admin_ACLBootstrap_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ACLBootstrapRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).ACLBootstrap(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_ACLBootstrap_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).ACLBootstrap(ctx, req.(*ACLBootstrapRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Admin_ACLTokenCreate_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ACLTokenCreateRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).ACLTokenCreate(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_ACLTokenCreate_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).ACLTokenCreate(ctx, req.(*ACLTokenCreateRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Admin_ACLTokenList_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ACLTokenListRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).ACLTokenList(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_ACLTokenList_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).ACLTokenList(ctx, req.(*ACLTokenListRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Admin_ACLTokenDelete_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ACLTokenDeleteRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).ACLTokenDelete(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_ACLTokenDelete_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).ACLTokenDelete(ctx, req.(*ACLTokenDeleteRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Admin_ServiceDesc is the grpc.ServiceDesc for Admin service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -731,6 +875,22 @@ var Admin_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Keyring",
 			Handler:    _Admin_Keyring_Handler,
+		},
+		{
+			MethodName: "ACLBootstrap",
+			Handler:    _Admin_ACLBootstrap_Handler,
+		},
+		{
+			MethodName: "ACLTokenCreate",
+			Handler:    _Admin_ACLTokenCreate_Handler,
+		},
+		{
+			MethodName: "ACLTokenList",
+			Handler:    _Admin_ACLTokenList_Handler,
+		},
+		{
+			MethodName: "ACLTokenDelete",
+			Handler:    _Admin_ACLTokenDelete_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

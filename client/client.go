@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/ration-dev/ration/api"
+	"github.com/ration-dev/ration/internal/acl"
 	"github.com/ration-dev/ration/internal/coarseclock"
 	"github.com/ration-dev/ration/lease"
 	"google.golang.org/grpc"
@@ -85,6 +86,10 @@ type Config struct {
 	// and ServerName "server.<cluster>.ration" to check that the peer is a
 	// server (the servers' certificates carry that name).
 	TLS *tls.Config
+	// Token is the ACL token sent with every call (a client token bound to
+	// this client's policies, keys and client ID; docs/security.md). Empty:
+	// none, for a cluster without ACLs.
+	Token string
 	// OnGrant, if set, is called by the background loop each time a grant
 	// (a new lease or a renewal) is put to use, with the lease's terms. It
 	// must return quickly. The jepsen-like tests record acknowledged grants
@@ -200,6 +205,11 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 		creds = credentials.NewTLS(cfg.TLS)
 	}
 	opts := append([]grpc.DialOption{grpc.WithTransportCredentials(creds)}, cfg.DialOptions...)
+	if tok, err := acl.DialOption(cfg.Token); err != nil {
+		return nil, fmt.Errorf("ration: Config.Token: %w", err)
+	} else if tok != nil {
+		opts = append(opts, tok)
+	}
 	for _, s := range cfg.Servers {
 		conn, err := grpc.NewClient(s, opts...)
 		if err != nil {

@@ -165,6 +165,11 @@ func satAdd(a, b int64) int64 {
 }
 
 func (c *Client) backoffKey(l *Limiter, err error) {
+	if l.fails == 0 && status.Code(err) != codes.Unavailable {
+		// A refusal of this key (not the cluster's passing unavailability):
+		// said once per run of failures, not on every retry.
+		c.log.Warn("lease refused for a key", "limiter", l.id, "err", err)
+	}
 	l.fails++
 	wait := c.cfg.RenewRetryMin << min(l.fails, 6)
 	wait = min(wait, c.cfg.RenewRetryMax)

@@ -178,7 +178,11 @@ func (a *adminService) ListPolicies(ctx context.Context, req *api.ListPoliciesRe
 		},
 		func() (*api.ListPoliciesResponse, error) {
 			resp := &api.ListPoliciesResponse{}
+			tok := callerToken(ctx)
 			for _, p := range a.s.fsm.Policies() {
+				if tok != nil && !tok.MayReadPolicy(p.Name) {
+					continue
+				}
 				info, err := a.policyInfo(p)
 				if err != nil {
 					return nil, err

@@ -103,6 +103,14 @@ type Config struct {
 	// forwarded call received, so a client certificate from the same CA
 	// cannot pose as a server. Needs TLS.
 	VerifyServerHostname bool
+	// ACL turns on ACL tokens (coordinator/acl.go, docs/security.md): every
+	// call but the one-time bootstrap and health checks needs a token with
+	// the right for it. Turn it on on every server of a cluster: a server
+	// without it answers its local reads (status, members) to anyone, and
+	// forwards everything else to a leader that checks.
+	ACL bool
+	// breakACLClientIDs: BreakACLClientIDs (a negative control).
+	breakACLClientIDs bool
 	// GossipKey, if set, turns on gossip encryption (memberlist's keyring)
 	// with this key (16, 24 or 32 bytes); a node without a key of the ring
 	// cannot join. The ring, once rotated (Admin.Keyring), lives in

@@ -70,6 +70,12 @@ func (f *forwarder) forward(ctx context.Context) (*grpc.ClientConn, context.Cont
 	}
 	for {
 		if f.s.leaderReady() {
+			if deferred(ctx) {
+				// This server deferred the call's ACL check to the leader
+				// and has become the leader since: it cannot handle it
+				// unchecked, and the client retries.
+				return nil, nil, false, fmt.Errorf("%w: leadership moved here while the call's ACL token was being checked; retry", rpcerr.ErrUnavailable)
+			}
 			return nil, ctx, true, nil
 		}
 		// A leader that has not yet taken over the cluster clock for its
@@ -85,7 +91,7 @@ func (f *forwarder) forward(ctx context.Context) (*grpc.ClientConn, context.Cont
 				if err != nil {
 					return nil, nil, false, fmt.Errorf("%w: dial leader %s at %s: %v", rpcerr.ErrUnavailable, id, addr, err)
 				}
-				out := metadata.AppendToOutgoingContext(ctx, hopsKey, strconv.Itoa(h+1))
+				out := withCallerToken(ctx, metadata.AppendToOutgoingContext(ctx, hopsKey, strconv.Itoa(h+1)))
 				f.s.stats.forwarded.Add(1)
 				return conn, out, false, nil
 			}

@@ -221,7 +221,7 @@ func (a *adminService) Keyring(ctx context.Context, req *api.KeyringRequest) (*a
 			r := &api.KeyringNodeResult{ServerId: id, GrpcAddr: addr}
 			conn, err := s.fwd.conn(addr)
 			if err == nil {
-				cctx, cancel := context.WithTimeout(metadata.AppendToOutgoingContext(ctx, FanoutMetadataKey, s.cfg.ID), keyringFanoutTimeout)
+				cctx, cancel := context.WithTimeout(withCallerToken(ctx, metadata.AppendToOutgoingContext(ctx, FanoutMetadataKey, s.cfg.ID)), keyringFanoutTimeout)
 				var out *api.KeyringResponse
 				out, err = api.NewAdminClient(conn).Keyring(cctx, &api.KeyringRequest{Op: req.GetOp(), Key: req.GetKey(), LocalOnly: true})
 				cancel()

@@ -98,8 +98,63 @@ func keysOf[T interface{ GetKey() *api.Key }](ks []T) []*api.Key {
 	return out
 }
 
+// Keys a call's ACL token may not lease (acl.go, deniedKeys) are taken out
+// of a valid request before it is forwarded or logged, and answered
+// with a per-key PermissionDenied in their places: one such key does not
+// fail the others, and nothing of it reaches the log.
+
 // Acquire implements api.LeasesServer.
 func (l *leaseService) Acquire(ctx context.Context, req *api.AcquireRequest) (*api.LeaseResponse, error) {
+	if err := l.s.validateRequest(req.GetCaller(), keysOf(req.GetKeys()), proto.Size(req)); err != nil {
+		return nil, rpcerr.Status(err)
+	}
+	denied := l.s.acl.deniedKeys(ctx, keysOf(req.GetKeys()))
+	if denied == nil {
+		return l.acquire(ctx, req)
+	}
+	r := &api.LeaseResponse{ClusterTimeNanos: l.s.fsm.ClusterTime()}
+	if keep := keepAllowed(req.GetKeys(), denied); len(keep) > 0 {
+		var err error
+		if r, err = l.acquire(ctx, &api.AcquireRequest{Caller: req.GetCaller(), Keys: keep}); err != nil {
+			return nil, err
+		}
+	}
+	leases, err := spliceDenied(len(req.GetKeys()), denied, r.GetLeases(), leaseRefusal)
+	return &api.LeaseResponse{ClusterTimeNanos: r.GetClusterTimeNanos(), Leases: leases}, err
+}
+
+func leaseRefusal(e *api.KeyError) *api.KeyLease { return &api.KeyLease{Error: e} }
+
+// keepAllowed returns the keys not denied, in order.
+func keepAllowed[K any](keys []K, denied map[int]*api.KeyError) []K {
+	var keep []K
+	for i, k := range keys {
+		if denied[i] == nil {
+			keep = append(keep, k)
+		}
+	}
+	return keep
+}
+
+// spliceDenied puts a refusal for each denied key in its place among got,
+// the answers for the kept keys in order, for an answer to all n keys.
+func spliceDenied[E any](n int, denied map[int]*api.KeyError, got []E, refusal func(*api.KeyError) E) ([]E, error) {
+	if len(got) != n-len(denied) {
+		return nil, rpcerr.Status(fmt.Errorf("%w: %d answers for %d keys", rpcerr.ErrUnavailable, len(got), n-len(denied)))
+	}
+	out := make([]E, 0, n)
+	for i := range n {
+		if e := denied[i]; e != nil {
+			out = append(out, refusal(e))
+			continue
+		}
+		out = append(out, got[0])
+		got = got[1:]
+	}
+	return out, nil
+}
+
+func (l *leaseService) acquire(ctx context.Context, req *api.AcquireRequest) (*api.LeaseResponse, error) {
 	if err := l.s.validateRequest(req.GetCaller(), keysOf(req.GetKeys()), proto.Size(req)); err != nil {
 		return nil, rpcerr.Status(err)
 	}
@@ -120,6 +175,25 @@ func (l *leaseService) Renew(ctx context.Context, req *api.RenewRequest) (*api.L
 	if err := l.s.validateRequest(req.GetCaller(), keysOf(req.GetKeys()), proto.Size(req)); err != nil {
 		return nil, rpcerr.Status(err)
 	}
+	denied := l.s.acl.deniedKeys(ctx, keysOf(req.GetKeys()))
+	if denied == nil {
+		return l.renew(ctx, req)
+	}
+	r := &api.LeaseResponse{ClusterTimeNanos: l.s.fsm.ClusterTime()}
+	if keep := keepAllowed(req.GetKeys(), denied); len(keep) > 0 {
+		var err error
+		if r, err = l.renew(ctx, &api.RenewRequest{Caller: req.GetCaller(), Keys: keep}); err != nil {
+			return nil, err
+		}
+	}
+	leases, err := spliceDenied(len(req.GetKeys()), denied, r.GetLeases(), leaseRefusal)
+	return &api.LeaseResponse{ClusterTimeNanos: r.GetClusterTimeNanos(), Leases: leases}, err
+}
+
+func (l *leaseService) renew(ctx context.Context, req *api.RenewRequest) (*api.LeaseResponse, error) {
+	if err := l.s.validateRequest(req.GetCaller(), keysOf(req.GetKeys()), proto.Size(req)); err != nil {
+		return nil, rpcerr.Status(err)
+	}
 	if err := validateReports(req.GetCaller(), req.GetKeys()); err != nil {
 		return nil, rpcerr.Status(err)
 	}
@@ -137,6 +211,25 @@ func (l *leaseService) Renew(ctx context.Context, req *api.RenewRequest) (*api.L
 
 // Release implements api.LeasesServer.
 func (l *leaseService) Release(ctx context.Context, req *api.ReleaseRequest) (*api.ReleaseResponse, error) {
+	if err := l.s.validateRequest(req.GetCaller(), keysOf(req.GetKeys()), proto.Size(req)); err != nil {
+		return nil, rpcerr.Status(err)
+	}
+	denied := l.s.acl.deniedKeys(ctx, keysOf(req.GetKeys()))
+	if denied == nil {
+		return l.release(ctx, req)
+	}
+	r := &api.ReleaseResponse{ClusterTimeNanos: l.s.fsm.ClusterTime()}
+	if keep := keepAllowed(req.GetKeys(), denied); len(keep) > 0 {
+		var err error
+		if r, err = l.release(ctx, &api.ReleaseRequest{Caller: req.GetCaller(), Keys: keep}); err != nil {
+			return nil, err
+		}
+	}
+	results, err := spliceDenied(len(req.GetKeys()), denied, r.GetResults(), func(e *api.KeyError) *api.ReleaseResult { return &api.ReleaseResult{Error: e} })
+	return &api.ReleaseResponse{ClusterTimeNanos: r.GetClusterTimeNanos(), Results: results}, err
+}
+
+func (l *leaseService) release(ctx context.Context, req *api.ReleaseRequest) (*api.ReleaseResponse, error) {
 	if err := l.s.validateRequest(req.GetCaller(), keysOf(req.GetKeys()), proto.Size(req)); err != nil {
 		return nil, rpcerr.Status(err)
 	}

@@ -40,6 +40,7 @@ type Server struct {
 	fwd     *forwarder
 	stats   *opStats
 	audit   *audit
+	acl     *aclGate
 
 	shutdownOnce sync.Once
 	shutdownCh   chan struct{}
@@ -164,6 +165,11 @@ func New(cfg Config) (*Server, error) {
 			opts = append(opts, grpc.ChainUnaryInterceptor(serverOnlyUnary(name)), grpc.ChainStreamInterceptor(serverOnlyStream(name)))
 		}
 	}
+	s.acl = newACLGate(s)
+	s.acl.ignoreClientIDs = cfg.breakACLClientIDs
+	if cfg.ACL {
+		opts = append(opts, grpc.ChainUnaryInterceptor(s.acl.unary), grpc.ChainStreamInterceptor(s.acl.stream))
+	}
 	opts = append(opts, grpc.MaxRecvMsgSize(cfg.MaxRequestBytes))
 	opts = append(opts, cfg.GRPCServerOptions...)
 	s.grpc = grpc.NewServer(opts...)
@@ -192,7 +198,7 @@ func New(cfg Config) (*Server, error) {
 	}
 	s.log.Info("rationd started", "raft", cfg.RaftAddr, "grpc", cfg.GRPCAddr, "gossip", cfg.GossipAddr,
 		"data_dir", cfg.DataDir, "bootstrap_expect", cfg.BootstrapExpect, "existing_state", hasState,
-		"tls", cfg.TLS != nil, "verify_server_hostname", cfg.peerServerName() != "")
+		"tls", cfg.TLS != nil, "verify_server_hostname", cfg.peerServerName() != "", "acl", cfg.ACL)
 	ok = true
 	return s, nil
 }

@@ -37,6 +37,7 @@ import (
 
 	"github.com/ration-dev/ration/api"
 	"github.com/ration-dev/ration/client"
+	"github.com/ration-dev/ration/internal/acl"
 	"github.com/ration-dev/ration/internal/envoyconf"
 	"github.com/ration-dev/ration/internal/policy"
 )
@@ -65,6 +66,9 @@ type Config struct {
 	Servers []string
 	// TLS, if set, secures the connections to the servers (client.Config.TLS).
 	TLS *tls.Config
+	// Token is the ACL token the edge sends the servers (client.Config.Token):
+	// a client token bound to the policies it serves, under its client ID.
+	Token string
 	// ClientID is the edge's lease-holder name; unique among every live
 	// edge and client (see DefaultClientID).
 	ClientID string
@@ -148,7 +152,7 @@ func New(ctx context.Context, cfg Config) (*Edge, error) {
 		return nil, errors.New("edge: no client ID")
 	}
 	ccfg := client.Config{Servers: cfg.Servers, ClientID: cfg.ClientID, Logger: cfg.Logger.With("part", "client"),
-		FirstLeaseWait: cfg.FirstLeaseWait, NoFirstLeaseWait: cfg.NoFirstLeaseWait, TLS: cfg.TLS}
+		FirstLeaseWait: cfg.FirstLeaseWait, NoFirstLeaseWait: cfg.NoFirstLeaseWait, TLS: cfg.TLS, Token: cfg.Token}
 	if cfg.Client != nil {
 		cfg.Client(&ccfg)
 	}
@@ -164,7 +168,11 @@ func New(ctx context.Context, cfg Config) (*Edge, error) {
 		if cfg.TLS != nil {
 			creds = credentials.NewTLS(cfg.TLS)
 		}
-		conn, err := grpc.NewClient(s, grpc.WithTransportCredentials(creds))
+		opts := []grpc.DialOption{grpc.WithTransportCredentials(creds)}
+		if cfg.Token != "" {
+			opts = append(opts, grpc.WithPerRPCCredentials(acl.Bearer(cfg.Token)))
+		}
+		conn, err := grpc.NewClient(s, opts...)
 		if err != nil {
 			e.closeConns()
 			_ = c.Close()

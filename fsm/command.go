@@ -27,6 +27,10 @@ const (
 	// it cannot honour the switches, and must stop rather than apply later
 	// entries differently from the others.
 	CmdSetFeatures CommandType = 5
+	// CmdACL bootstraps ACLs or creates or deletes a token
+	// (api.ACLCommand; acl.go). Not ignorable, and proposed only with
+	// FeatureACL on.
+	CmdACL CommandType = 6
 )
 
 // Feature switches (Snapshot.features bits). A switch changes how entries
@@ -68,9 +72,14 @@ const (
 	// differently. The leader refuses a restore until every voter supports
 	// it.
 	FeatureRestoreHold uint64 = 1 << 4
+	// FeatureACL: every server knows CmdACL and the ACL token frames of a
+	// snapshot. The leader refuses ACL changes until it is on, so a server
+	// that predates ACLs never meets a CmdACL entry (it would stop) and a
+	// snapshot holding tokens carries the bit (it refuses it).
+	FeatureACL uint64 = 1 << 5
 
 	// KnownFeatures is every switch this server can apply.
-	KnownFeatures = FeatureAcks | FeatureRetire | FeatureReturnClamped | FeatureStableRecords | FeatureRestoreHold
+	KnownFeatures = FeatureAcks | FeatureRetire | FeatureReturnClamped | FeatureStableRecords | FeatureRestoreHold | FeatureACL
 )
 
 // IgnorableFlag marks a command type that older servers may skip. An
@@ -91,6 +100,8 @@ func (t CommandType) String() string {
 		return "expire"
 	case CmdSetFeatures:
 		return "set-features"
+	case CmdACL:
+		return "acl"
 	}
 	return fmt.Sprintf("command(%d)", uint8(t))
 }

@@ -13,4 +13,7 @@ const (
 	// re-created or re-keyed policy starts every key fresh (full), as if
 	// no budget had existed before.
 	faultForgetRetired
+	// faultSnapshotDropsTokens: snapshots leave out the ACL tokens (the
+	// bootstrap flag stays), so a restored or caught-up server knows none.
+	faultSnapshotDropsTokens
 )

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/ration-dev/ration/api"
+	"github.com/ration-dev/ration/internal/acl"
 	"google.golang.org/protobuf/encoding/protojson"
 )
 
@@ -35,6 +36,19 @@ var fixtureScripts = map[string]func(t *testing.T, h *harness){
 		h.batch(3*sec, acquire(caller("c", 1, 1), tenant("other")))
 		h.deletePolicy(4*sec, "global")
 	},
+	// v3: ACLs bootstrapped, with a client token (its binding and client
+	// IDs) next to leases.
+	"v3-acl": func(t *testing.T, h *harness) {
+		h.enableFeatures(KnownFeatures)
+		convergeScript(t, h)
+		mgmt, _ := testToken(t, "mgmt", acl.Management)
+		cl, _ := testToken(t, "acme", acl.Client, acl.Binding{Policy: "per-tenant", Matches: []acl.Match{{Attribute: "tenant", Value: "acme", Prefix: true}}})
+		for _, cmd := range []*api.ACLCommand{bootstrapCmd(mgmt), createCmd(cl)} {
+			if r := h.apply(CmdACL, 3*sec, cmd); r.Err != nil {
+				t.Fatal(r.Err)
+			}
+		}
+	},
 	// v1: no switch on (the format older servers write).
 	"v1-no-features": func(t *testing.T, h *harness) {
 		convergeScript(t, h)
@@ -56,6 +70,17 @@ func fixtureView(t *testing.T, f *FSM) []byte {
 		pols[p.Name] = json.RawMessage(js)
 	}
 	view["policies"] = pols
+	if f.ACLBootstrapped() {
+		var toks []any
+		for _, tok := range f.ACLTokens() {
+			js, err := protojson.MarshalOptions{UseProtoNames: true}.Marshal(TokenToProto(&tok))
+			if err != nil {
+				t.Fatal(err)
+			}
+			toks = append(toks, json.RawMessage(js))
+		}
+		view["acl_tokens"] = toks
+	}
 	p, k, l, c := f.Counts()
 	view["counts"] = []int{p, k, l, c}
 	out, err := json.MarshalIndent(view, "", "  ")

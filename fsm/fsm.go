@@ -10,10 +10,12 @@ import (
 	"maps"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/raft"
 	"github.com/ration-dev/ration/api"
+	"github.com/ration-dev/ration/internal/acl"
 	"github.com/ration-dev/ration/internal/policy"
 	"github.com/ration-dev/ration/internal/rpcerr"
 	"github.com/ration-dev/ration/lease"
@@ -97,15 +99,19 @@ type state struct {
 	// restoreHoldUntil and idGeneration: see restore.go.
 	restoreHoldUntil int64
 	idGeneration     uint64
+	// ACL tokens by accessor ID, and whether bootstrap has run (acl.go).
+	aclBootstrapped bool
+	aclTokens       map[string]*acl.Token
 }
 
 func newState() *state {
 	return &state{
-		policies: map[string]policy.Policy{},
-		keys:     map[string]map[string]*keyLedger{},
-		clients:  map[string]*clientRecord{},
-		retired:  map[string]*retiredPolicy{},
-		fault:    stateFault(),
+		policies:  map[string]policy.Policy{},
+		keys:      map[string]map[string]*keyLedger{},
+		clients:   map[string]*clientRecord{},
+		retired:   map[string]*retiredPolicy{},
+		fault:     stateFault(),
+		aclTokens: map[string]*acl.Token{},
 	}
 }
 
@@ -117,6 +123,8 @@ type FSM struct {
 	// index is the Raft index of the last command applied (0 after a
 	// restore until the next one): StateHash reports it with the hash.
 	index uint64
+	// aclVersion counts ACL entries applied and restores (ACLVersion).
+	aclVersion atomic.Uint64
 }
 
 var _ raft.FSM = (*FSM)(nil)
@@ -213,6 +221,13 @@ func (f *FSM) dispatch(env Envelope, t int64) (*Result, error) {
 		}
 		f.st.features |= cmd.GetFeatures()
 		return &Result{}, nil
+	case CmdACL:
+		cmd, err := decodeBody[api.ACLCommand](env.Body)
+		if err != nil {
+			return nil, err
+		}
+		defer f.aclVersion.Add(1)
+		return f.st.applyACL(cmd)
 	}
 	if env.Type&IgnorableFlag != 0 {
 		f.log.Warn("skipping unknown ignorable command", "type", uint8(env.Type))
@@ -830,6 +845,7 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 	st.fault = f.st.fault
 	f.st = st
 	f.index = 0
+	f.aclVersion.Add(1)
 	f.mu.Unlock()
 	return nil
 }

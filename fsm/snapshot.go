@@ -35,7 +35,10 @@ const (
 	// frameRetired is a retired ledger (api.LedgerSnapshot whose policy
 	// names a header's RetiredPolicy). Older servers refuse the frame kind.
 	frameRetired byte = 4
-	frameEnd     byte = 0xff
+	// frameACLToken is one ACL token (api.ACLToken). Older servers refuse
+	// the frame kind.
+	frameACLToken byte = 5
+	frameEnd      byte = 0xff
 )
 
 // maxFrame bounds one frame so a corrupt length cannot allocate wildly.
@@ -46,6 +49,7 @@ type snapshotData struct {
 	ledgers []*api.LedgerSnapshot
 	retired []*api.LedgerSnapshot
 	clients []*api.ClientRecord
+	tokens  []*api.ACLToken
 }
 
 type snapshot struct{ data snapshotData }
@@ -103,6 +107,11 @@ func writeSnapshot(w io.Writer, d snapshotData) error {
 			return err
 		}
 	}
+	for _, t := range d.tokens {
+		if err := frame(frameACLToken, t); err != nil {
+			return err
+		}
+	}
 	if err := bw.WriteByte(frameEnd); err != nil {
 		return err
 	}
@@ -113,7 +122,13 @@ func writeSnapshot(w io.Writer, d snapshotData) error {
 // states give byte-identical snapshots.
 func (s *state) export() snapshotData {
 	d := snapshotData{header: &api.Snapshot{ClusterTimeNanos: s.clusterTime, AppliedDigest: append([]byte(nil), s.digest...), Features: s.features,
-		RestoreHoldUntilNanos: s.restoreHoldUntil, LeaseIdGeneration: s.idGeneration}}
+		RestoreHoldUntilNanos: s.restoreHoldUntil, LeaseIdGeneration: s.idGeneration, AclBootstrapped: s.aclBootstrapped}}
+	for _, id := range sortedKeys(s.aclTokens) {
+		if s.fault == faultSnapshotDropsTokens {
+			break
+		}
+		d.tokens = append(d.tokens, TokenToProto(s.aclTokens[id]))
+	}
 	for _, name := range sortedKeys(s.policies) {
 		d.header.Policies = append(d.header.Policies, s.policies[name].ToProto())
 	}
@@ -259,6 +274,7 @@ func importState(r io.Reader) (*state, error) {
 			}
 			st.features = h.GetFeatures()
 			st.restoreHoldUntil, st.idGeneration = h.GetRestoreHoldUntilNanos(), h.GetLeaseIdGeneration()
+			st.aclBootstrapped = h.GetAclBootstrapped()
 			for _, spec := range h.GetPolicies() {
 				p, err := policy.FromProto(spec)
 				if err != nil {
@@ -314,12 +330,31 @@ func importState(r io.Reader) (*state, error) {
 				incarnation: c.GetIncarnation(), seq: c.GetSeq(), kind: c.GetResponseKind(),
 				response: c.GetResponse(), lastSeen: c.GetLastSeenNanos(),
 			}
+		case frameACLToken:
+			p := &api.ACLToken{}
+			if err := proto.Unmarshal(buf, p); err != nil {
+				return nil, fmt.Errorf("%w: ACL token: %v", errSnapshot, err)
+			}
+			tok, err := tokenFromProto(p)
+			if err != nil {
+				return nil, fmt.Errorf("%w: %v", errSnapshot, err)
+			}
+			if _, dup := st.aclTokens[tok.AccessorID]; dup {
+				return nil, fmt.Errorf("%w: ACL token %s twice", errSnapshot, tok.AccessorID)
+			}
+			st.aclTokens[tok.AccessorID] = tok
 		default:
 			return nil, fmt.Errorf("%w: unknown frame kind %d", errSnapshot, kind)
 		}
 	}
 	if !sawHeader {
 		return nil, fmt.Errorf("%w: no header frame", errSnapshot)
+	}
+	if (len(st.aclTokens) > 0 || st.aclBootstrapped) && st.features&FeatureACL == 0 {
+		return nil, fmt.Errorf("%w: ACL tokens without the ACL feature switch", errSnapshot)
+	}
+	if len(st.aclTokens) > 0 && !st.aclBootstrapped {
+		return nil, fmt.Errorf("%w: ACL tokens in a state that was never bootstrapped", errSnapshot)
 	}
 	return st, nil
 }

@@ -72,6 +72,8 @@ type invocation struct {
 	json    bool
 	tlsOpts tlsOptions // tls.go
 	tls     *tls.Config
+	tokOpts tokenOptions // token.go
+	token   string
 	// Command-specific flags.
 	file, policy, key string
 	prune             bool // policy apply --prune
@@ -81,10 +83,13 @@ type invocation struct {
 	maxLastContact  time.Duration
 	maxTrailingLogs uint64
 
-	args   []string
-	data   []byte // what prepare read
-	envoy  string // policy import --envoy: FILE[,FILE]
-	stdout io.Writer
+	args  []string
+	data  []byte // what prepare read
+	envoy string // policy import --envoy: FILE[,FILE]
+	// acl token create (acl.go)
+	aclRole, aclName      string
+	aclBind, aclClientIDs stringList
+	stdout                io.Writer
 
 	conn *grpc.ClientConn
 	addr string // the server the connection reached
@@ -99,6 +104,7 @@ func verbFlags(v verb, o *invocation) *flag.FlagSet {
 		"servers to try in order, `HOST:PORT[,HOST:PORT]` (default $"+serversEnv+", else "+defaultServers+")")
 	fs.DurationVar(&o.timeout, "timeout", defaultTimeout, "bound on connecting, and on the call")
 	tlsFlags(fs, &o.tlsOpts)
+	tokenFlags(fs, &o.tokOpts)
 	if v.reads {
 		fs.BoolVar(&o.json, "json", false, "print JSON instead of a table")
 	}
@@ -172,6 +178,10 @@ func runVerb(v verb, args []string, stdout, stderr io.Writer) int {
 		return usageErr(err)
 	}
 	activeTLS = o.tls
+	if o.token, err = o.tokOpts.secret(); err != nil {
+		return usageErr(err)
+	}
+	activeToken = o.token
 
 	fail := func(err error) int {
 		var code exitCode
@@ -308,7 +318,7 @@ func dialReady(addr string, deadline time.Time) (*grpc.ClientConn, error) {
 		mu.Unlock()
 	}
 	conn, err := grpc.NewClient("passthrough:///"+addr,
-		grpc.WithTransportCredentials(recordingCreds{transportCreds(), record}), grpc.WithContextDialer(dialer))
+		dialOptions(grpc.WithTransportCredentials(recordingCreds{transportCreds(), record}), grpc.WithContextDialer(dialer))...)
 	if err != nil {
 		return nil, err
 	}
@@ -361,6 +371,13 @@ func describe(err error, timeout time.Duration) error {
 
 // group is a command made of verbs: "policy apply", "policy get", ...
 func group(name, summary string, verbs []verb) command {
+	// nested: the first words of two-word verbs ("token" of "acl token list").
+	nested := map[string]bool{}
+	for _, v := range verbs {
+		if w := strings.Fields(v.name); len(w) == 3 {
+			nested[w[1]] = true
+		}
+	}
 	find := func(w string) (verb, bool) {
 		for _, v := range verbs {
 			if v.name == name+" "+w {
@@ -389,15 +406,25 @@ func group(name, summary string, verbs []verb) command {
 			usage(stdout)
 			return 0
 		}
-		v, ok := find(args[0])
+		words := 1
+		if nested[args[0]] {
+			// "acl token create": the verb is two words.
+			if len(args) < 2 || strings.HasPrefix(args[1], "-") {
+				fmt.Fprintf(stderr, "rationctl %s %s: missing command; want %s\n", name, args[0], verbNames(name, verbs))
+				usage(stderr)
+				return 2
+			}
+			words = 2
+		}
+		v, ok := find(strings.Join(args[:words], " "))
 		if !ok {
-			fmt.Fprintf(stderr, "rationctl %s: unknown command %q; want %s\n", name, args[0], verbNames(name, verbs))
+			fmt.Fprintf(stderr, "rationctl %s: unknown command %q; want %s\n", name, strings.Join(args[:words], " "), verbNames(name, verbs))
 			usage(stderr)
 			return 2
 		}
-		return runVerb(v, args[1:], stdout, stderr)
+		return runVerb(v, args[words:], stdout, stderr)
 	}
-	return command{name: name, summary: summary, run: run, usage: usage, group: true}
+	return command{name: name, summary: summary, run: run, usage: usage, group: true, nested: nested}
 }
 
 func verbNames(group string, verbs []verb) string {

@@ -35,7 +35,7 @@ const (
 // dialServer connects to a server's gRPC address for the fan-out; tests
 // replace it to reach canned servers.
 var dialServer = func(addr string) (*grpc.ClientConn, error) {
-	return grpc.NewClient("passthrough:///"+addr, grpc.WithTransportCredentials(transportCreds()))
+	return grpc.NewClient("passthrough:///"+addr, dialOptions(grpc.WithTransportCredentials(transportCreds()))...)
 }
 
 // serverHealth is one server's answer and verdict.

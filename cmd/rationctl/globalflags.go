@@ -23,6 +23,9 @@ var globalFlags = map[string]bool{
 	"tls-cert-file":   true,
 	"tls-key-file":    true,
 	"tls-server-name": true,
+	// token.go
+	"token":      true,
+	"token-file": true,
 }
 
 // splitGlobal returns the leading global flags of args and the rest, which
@@ -44,7 +47,7 @@ func splitGlobal(args []string) (globals, rest []string, err error) {
 		name, _, hasValue := strings.Cut(strings.TrimLeft(a, "-"), "=")
 		valued, ok := globalFlags[name]
 		if !ok {
-			return nil, nil, fmt.Errorf("flag %q before the command is not one of --servers, --timeout, --json, --tls-ca-file, --tls-cert-file, --tls-key-file, --tls-server-name; put a command's own flags after it", a)
+			return nil, nil, fmt.Errorf("flag %q before the command is not one of --servers, --timeout, --json, --tls-ca-file, --tls-cert-file, --tls-key-file, --tls-server-name, --token, --token-file; put a command's own flags after it", a)
 		}
 		globals = append(globals, a)
 		args = args[1:]
@@ -72,8 +75,12 @@ func withGlobals(c command, globals, args []string) []string {
 			// "policy -h": the group reads only its first argument.
 			return append(append(out, args...), globals...)
 		}
-		out = append(out, args[0])
-		args = args[1:]
+		n := 1
+		if c.nested[args[0]] && len(args) > 1 && !strings.HasPrefix(args[1], "-") {
+			n = 2
+		}
+		out = append(out, args[:n]...)
+		args = args[n:]
 	}
 	out = append(out, globals...)
 	return append(out, args...)

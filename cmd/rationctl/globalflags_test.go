@@ -49,7 +49,7 @@ func TestSplitGlobal(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"--policy", "p", "leases"}, `rationctl: flag "--policy" before the command is not one of --servers, --timeout, --json, --tls-ca-file, --tls-cert-file, --tls-key-file, --tls-server-name; put a command's own flags after it`},
+		{[]string{"--policy", "p", "leases"}, `rationctl: flag "--policy" before the command is not one of --servers, --timeout, --json, --tls-ca-file, --tls-cert-file, --tls-key-file, --tls-server-name, --token, --token-file; put a command's own flags after it`},
 		{[]string{"--servers"}, `rationctl: flag "--servers" needs a value`},
 		{[]string{"--json", "policy", "apply", "-f", "x"}, "rationctl policy apply: flag provided but not defined: -json"},
 		{[]string{"--servers", "nohost", "status"}, `rationctl status: --servers "nohost": "nohost" is not HOST:PORT`},

@@ -10,6 +10,8 @@ import (
 	"flag"
 	"github.com/ration-dev/ration/api"
 	"github.com/ration-dev/ration/internal/policy"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 )
 
 // leaseVerbs lets an operator take a lease exactly as a client replica
@@ -68,7 +70,7 @@ coordinator grants its fair share. The lease is not renewed.`,
 		}
 		kl := resp.GetLeases()[0]
 		if e := kl.GetError(); e != nil {
-			return fmt.Errorf("%s", e.GetMessage())
+			return status.Error(codes.Code(e.GetCode()), e.GetMessage())
 		}
 		g := kl.GetGrant()
 		if o.json {

@@ -251,7 +251,7 @@ func runLoadgen(ctx context.Context, o *invocation, cfg *loadgenConfig) error {
 		}
 	}
 	for i := range clients {
-		c, err := client.New(context.Background(), client.Config{Servers: servers, ClientID: replicaID(i), TLS: o.tls})
+		c, err := client.New(context.Background(), client.Config{Servers: servers, ClientID: replicaID(i), TLS: o.tls, Token: o.token})
 		if err != nil {
 			closeAll()
 			return err

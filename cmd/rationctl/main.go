@@ -14,6 +14,7 @@
 //	leader     transfer [ID]
 //	server     remove ID
 //	keyring    list | install KEY | use KEY | remove KEY | generate
+//	acl        bootstrap | token create | token list | token delete ACCESSOR
 //	help       show help for rationctl or a command
 //
 // Every command is a function run(args, stdout, stderr) int registered in
@@ -49,8 +50,10 @@ type command struct {
 	run func(args []string, stdout, stderr io.Writer) int
 	// usage writes the command's help.
 	usage func(w io.Writer)
-	// group: the first argument is a verb (policy get).
-	group bool
+	// group: the first argument is a verb (policy get); nested: the first
+	// words of its two-word verbs (acl token create).
+	group  bool
+	nested map[string]bool
 }
 
 // commands lists the subcommands in the order help shows them. A new
@@ -68,6 +71,7 @@ var commands = []command{
 	group("leader", "transfer [ID]: hand leadership to another server", leaderVerbs),
 	group("server", "remove ID: remove a server from the Raft configuration", serverVerbs),
 	group("keyring", "list | install KEY | use KEY | remove KEY | generate: rotate the gossip encryption keys", keyringVerbs),
+	group("acl", "bootstrap | token create --role R ... | token list | token delete ACCESSOR: ACL tokens", aclVerbs),
 }
 
 func main() {
@@ -134,7 +138,9 @@ and --timeout (default %v); those that read take --json. These three
 go before the command or after it, in any order with its own flags, and so
 do --tls-ca-file, --tls-cert-file, --tls-key-file and --tls-server-name
 (default $RATION_TLS_CA_FILE, $RATION_TLS_CERT_FILE, $RATION_TLS_KEY_FILE,
-$RATION_TLS_SERVER_NAME) for a cluster with TLS (docs/security.md).
+$RATION_TLS_SERVER_NAME) for a cluster with TLS, and --token or
+--token-file (default $RATION_TOKEN, $RATION_TOKEN_FILE) for a cluster
+with ACLs (docs/security.md).
 
 Run 'rationctl <command> -h' for a command's flags.
 `, serversEnv, defaultServers, defaultTimeout)

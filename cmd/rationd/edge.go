@@ -54,6 +54,7 @@ func edgeFlags(o *edgeOptions) *flag.FlagSet {
 	fs.StringVar(&o.logLevel, "log-level", o.logLevel, "debug, info, warn or error")
 	fs.StringVar(&o.logFormat, "log-format", o.logFormat, "text or json")
 	tlsFlags(fs, &o.security)
+	edgeTokenFlag(fs, &o.security)
 	return fs
 }
 
@@ -176,7 +177,15 @@ func runEdge(args []string, stdout, stderr io.Writer, signals <-chan os.Signal) 
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	e, err := edge.New(context.Background(), edge.Config{Servers: o.servers, TLS: dialTLS, ClientID: id, Envoy: conf, Policies: pols,
+	token, err := o.security.edgeToken()
+	if err != nil {
+		gl.Close()
+		if hl != nil {
+			hl.Close()
+		}
+		return fail(2, err)
+	}
+	e, err := edge.New(context.Background(), edge.Config{Servers: o.servers, TLS: dialTLS, Token: token, ClientID: id, Envoy: conf, Policies: pols,
 		FirstLeaseWait: o.firstLeaseWait, NoFirstLeaseWait: o.firstLeaseWait == 0, Logger: logger, Registerer: reg})
 	if err != nil {
 		gl.Close()

@@ -86,6 +86,7 @@ func serverFlags(name string, o *options) *flag.FlagSet {
 	observeFlags(fs, &o.observe)
 	tlsFlags(fs, &o.security)
 	gossipKeyFlag(fs, &o.security)
+	aclFlag(fs, &o.security)
 	fs.Uint64Var(&o.snapshotThreshold, "raft-snapshot-threshold", o.snapshotThreshold,
 		"snapshot after `N` new log entries (0: the default, 8192)")
 	fs.Uint64Var(&o.trailingLogs, "raft-trailing-logs", o.trailingLogs,

@@ -7,9 +7,11 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 
 	"github.com/ration-dev/ration/coordinator"
+	"github.com/ration-dev/ration/internal/acl"
 	"github.com/ration-dev/ration/internal/tlsutil"
 )
 
@@ -20,6 +22,46 @@ type securityOptions struct {
 	verifyServerHostname bool
 	clusterName          string
 	gossipKeyFile        string
+	aclEnabled           bool   // rationd
+	tokenFile            string // rationd edge
+}
+
+// aclFlag is rationd's --acl-enabled.
+func aclFlag(fs *flag.FlagSet, o *securityOptions) {
+	fs.BoolVar(&o.aclEnabled, "acl-enabled", o.aclEnabled,
+		"require an ACL token on every call but the one-time bootstrap and health checks (rationctl acl bootstrap; docs/security.md). Set it on every server")
+}
+
+// tokenFileEnv is rationd edge's token file when --token-file is not given.
+const tokenFileEnv = "RATION_TOKEN_FILE"
+
+// edgeTokenFlag is rationd edge's --token-file.
+func edgeTokenFlag(fs *flag.FlagSet, o *securityOptions) {
+	fs.StringVar(&o.tokenFile, "token-file", o.tokenFile,
+		"`FILE` holding the ACL token the edge sends the cluster: a client token bound to the policies it serves and its --client-id (default $"+tokenFileEnv+", else $RATION_TOKEN)")
+}
+
+// edgeToken reads the edge's ACL token ("" if none is given).
+func (o securityOptions) edgeToken() (string, error) {
+	file := o.tokenFile
+	if file == "" {
+		file = os.Getenv(tokenFileEnv)
+	}
+	tok := os.Getenv("RATION_TOKEN")
+	if file != "" {
+		b, err := os.ReadFile(file)
+		if err != nil {
+			return "", usageErrorf("--token-file: %v", err)
+		}
+		tok = strings.TrimSpace(string(b))
+	}
+	if tok == "" {
+		return "", nil
+	}
+	if _, err := acl.ParseSecret(tok); err != nil {
+		return "", usageErrorf("ACL token: %v", err)
+	}
+	return tok, nil
 }
 
 func tlsFlags(fs *flag.FlagSet, o *securityOptions) {
@@ -60,6 +102,7 @@ func (o securityOptions) apply(cfg *coordinator.Config) error {
 	cfg.TLS = store
 	cfg.VerifyServerHostname = o.verifyServerHostname
 	cfg.ClusterName = o.clusterName
+	cfg.ACL = o.aclEnabled
 	if o.gossipKeyFile != "" {
 		key, err := coordinator.ReadGossipKeyFile(o.gossipKeyFile)
 		if err != nil {
@@ -105,6 +148,9 @@ func warnInsecure(logger *slog.Logger, cfg coordinator.Config) {
 			logger.Warn("listening on a non-loopback address without TLS: anyone who can reach it can call every admin and lease API (docs/security.md)",
 				"service", l.name, "addr", l.addr)
 		}
+	}
+	if !cfg.ACL && !loopback(cfg.GRPCAddr) {
+		logger.Warn("listening on a non-loopback address without ACLs: any client that can connect can call every admin API and lease any budget (--acl-enabled; docs/security.md)", "addr", cfg.GRPCAddr)
 	}
 	if len(cfg.GossipKey) == 0 && !loopback(cfg.GossipAddr) {
 		logger.Warn("gossip on a non-loopback address without encryption: any node that reaches it can join (--gossip-key-file; docs/security.md)", "addr", cfg.GossipAddr)

@@ -1,9 +1,8 @@
 // Package acl is the start of ration's ACL tokens (issue 13, "Who may do
 // what"): the token secret format, its salted hash (the only form a token
 // is stored in), roles, and the authorization decision for one call. It
-// is pure: nothing here is wired into the servers yet (the replicated
-// token store, bootstrap and the gRPC interceptor are the next steps; see
-// docs/security.md).
+// is pure: the replicated token store is fsm/acl.go, the gRPC
+// interceptor and the ACL admin calls coordinator/acl.go.
 //
 // Secrets are 32 random bytes, shown as "ration_" + 43 base64url
 // characters. Because a secret has 256 bits of entropy, a salted SHA-256
@@ -134,6 +133,18 @@ type Match struct {
 	Prefix    bool
 }
 
+// String is the binding in ParseBinding's form.
+func (b Binding) String() string {
+	if len(b.Matches) == 0 {
+		return b.Policy
+	}
+	parts := make([]string, len(b.Matches))
+	for i, m := range b.Matches {
+		parts[i] = m.String()
+	}
+	return b.Policy + ":" + strings.Join(parts, ",")
+}
+
 func (m Match) String() string {
 	if m.Prefix {
 		return m.Attribute + "=" + m.Value + "*"
@@ -158,6 +169,9 @@ type Token struct {
 	// (exact, or a prefix ending in '*').
 	Bindings  []Binding
 	ClientIDs []string
+	// CreateTimeNanos is the wall-clock time (Unix nanoseconds) of the
+	// leader that created it, carried in the entry.
+	CreateTimeNanos int64
 }
 
 // Right is what a call needs.
@@ -167,12 +181,22 @@ const (
 	RightAdminRead  Right = "admin:read"
 	RightAdminWrite Right = "admin:write"
 	RightLease      Right = "lease"
+	// RightPolicyRead is reading policies (GetPolicy, ListPolicies):
+	// readers and up read all; a client token only those it is bound to
+	// (rationd edge reads the policies it serves).
+	RightPolicyRead Right = "policy:read"
+	// RightACL is managing tokens (create, list, delete): management
+	// tokens only, so an operator cannot mint itself a management token.
+	RightACL Right = "acl:write"
+	// RightNone is a call anyone may make: ACL bootstrap (it works once)
+	// and gRPC health checks.
+	RightNone Right = "none"
 )
 
 // adminReads are the Admin methods a reader may call; every other Admin
 // method needs admin:write (Keyring, even to list, shows gossip keys).
 var adminReads = map[string]bool{
-	"Status": true, "Members": true, "GetPolicy": true, "ListPolicies": true, "ListLeases": true,
+	"Status": true, "Members": true, "ListLeases": true,
 }
 
 // RightFor is the right a gRPC method ("/ration.v1.Admin/Status") needs,
@@ -183,6 +207,17 @@ func RightFor(fullMethod string) (Right, bool) {
 		return "", false
 	}
 	switch {
+	case svc == "grpc.health.v1.Health":
+		return RightNone, true
+	case strings.HasPrefix(svc, "grpc.reflection."):
+		// The API's schema, for grpcurl: readers and up.
+		return RightAdminRead, true
+	case strings.HasSuffix(svc, ".Admin") && method == "ACLBootstrap":
+		return RightNone, true
+	case strings.HasSuffix(svc, ".Admin") && strings.HasPrefix(method, "ACL"):
+		return RightACL, true
+	case strings.HasSuffix(svc, ".Admin") && (method == "GetPolicy" || method == "ListPolicies"):
+		return RightPolicyRead, true
 	case strings.HasSuffix(svc, ".Admin"):
 		if adminReads[method] {
 			return RightAdminRead, true
@@ -207,20 +242,33 @@ var ErrDenied = errors.New("permission denied")
 // Authorize decides whether t may make a call needing right; for a lease
 // call, under clientID, on keys.
 func Authorize(t *Token, right Right, clientID string, keys []LeaseKey) error {
+	if right == RightNone {
+		return nil
+	}
 	switch t.Role {
 	case Management:
 		return nil
 	case Operator:
-		if right == RightAdminRead || right == RightAdminWrite {
+		if right == RightAdminRead || right == RightAdminWrite || right == RightPolicyRead {
 			return nil
 		}
 	case Reader:
-		if right == RightAdminRead {
+		if right == RightAdminRead || right == RightPolicyRead {
 			return nil
 		}
 	case Client:
-		if right == RightLease {
+		switch right {
+		case RightLease:
 			return t.authorizeLease(clientID, keys)
+		case RightPolicyRead:
+			// keys name the policies asked for (none: a listing, which
+			// the handler filters with MayReadPolicy).
+			for _, k := range keys {
+				if !t.MayReadPolicy(k.Policy) {
+					return fmt.Errorf("%w: token %s lacks policy:read on policy %q", ErrDenied, t.AccessorID, k.Policy)
+				}
+			}
+			return nil
 		}
 	}
 	return fmt.Errorf("%w: token %s (role %s) lacks %s", ErrDenied, t.AccessorID, t.Role, right)
@@ -231,11 +279,40 @@ func (t *Token) authorizeLease(clientID string, keys []LeaseKey) error {
 		return fmt.Errorf("%w: token %s may not lease as client %q", ErrDenied, t.AccessorID, clientID)
 	}
 	for _, k := range keys {
-		if !t.keyAllowed(k) {
-			return fmt.Errorf("%w: token %s lacks lease on policy %q for key %s", ErrDenied, t.AccessorID, k.Policy, keyText(k.Attributes))
+		if err := t.AuthorizeKey(k); err != nil {
+			return err
 		}
 	}
 	return nil
+}
+
+// AuthorizeKey decides whether t may lease key k (a lease call's client
+// ID is Authorize's to check): management tokens lease anything, client
+// tokens what their bindings allow, other roles nothing.
+func (t *Token) AuthorizeKey(k LeaseKey) error {
+	switch {
+	case t.Role == Management:
+		return nil
+	case t.Role == Client && t.keyAllowed(k):
+		return nil
+	case t.Role == Client:
+		return fmt.Errorf("%w: token %s lacks lease on policy %q for key %s", ErrDenied, t.AccessorID, k.Policy, keyText(k.Attributes))
+	}
+	return fmt.Errorf("%w: token %s (role %s) lacks lease", ErrDenied, t.AccessorID, t.Role)
+}
+
+// MayReadPolicy reports whether t may read policy name: every role but a
+// client token's, which reads only the policies it is bound to.
+func (t *Token) MayReadPolicy(name string) bool {
+	if t.Role != Client {
+		return true
+	}
+	for _, b := range t.Bindings {
+		if b.Policy == name {
+			return true
+		}
+	}
+	return false
 }
 
 func (t *Token) clientIDAllowed(id string) bool {

@@ -60,18 +60,23 @@ func TestParseSecretRefuses(t *testing.T) {
 
 func TestRightFor(t *testing.T) {
 	for m, want := range map[string]Right{
-		"/ration.v1.Admin/Status":        RightAdminRead,
-		"/ration.v1.Admin/ListLeases":    RightAdminRead,
-		"/ration.v1.Admin/ApplyPolicies": RightAdminWrite,
-		"/ration.v1.Admin/Keyring":       RightAdminWrite,
-		"/ration.v1.Admin/SnapshotSave":  RightAdminWrite,
-		"/ration.v1.Leases/Acquire":      RightLease,
+		"/ration.v1.Admin/Status":                                   RightAdminRead,
+		"/ration.v1.Admin/ListLeases":                               RightAdminRead,
+		"/ration.v1.Admin/ApplyPolicies":                            RightAdminWrite,
+		"/ration.v1.Admin/Keyring":                                  RightAdminWrite,
+		"/ration.v1.Admin/SnapshotSave":                             RightAdminWrite,
+		"/ration.v1.Leases/Acquire":                                 RightLease,
+		"/ration.v1.Admin/ACLBootstrap":                             RightNone,
+		"/ration.v1.Admin/ACLTokenCreate":                           RightACL,
+		"/ration.v1.Admin/ACLTokenList":                             RightACL,
+		"/grpc.health.v1.Health/Check":                              RightNone,
+		"/grpc.reflection.v1.ServerReflection/ServerReflectionInfo": RightAdminRead,
 	} {
 		if got, ok := RightFor(m); !ok || got != want {
 			t.Errorf("RightFor(%s) = %v %v, want %v", m, got, ok, want)
 		}
 	}
-	if _, ok := RightFor("/grpc.health.v1.Health/Check"); ok {
+	if _, ok := RightFor("/ration.v1.Check/ShouldRateLimit"); ok {
 		t.Error("an unknown service got a right")
 	}
 }

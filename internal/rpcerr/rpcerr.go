@@ -25,6 +25,7 @@ var (
 	ErrUnavailable       = errors.New("unavailable")
 	ErrExpired           = errors.New("expired")
 	ErrPrecondition      = errors.New("failed precondition")
+	ErrPermissionDenied  = errors.New("permission denied")
 )
 
 // table maps each sentinel to its code and its stable kind (the kind is
@@ -41,6 +42,7 @@ var table = []struct {
 	{ErrUnavailable, codes.Unavailable, api.ErrorKind_ERROR_KIND_UNAVAILABLE},
 	{ErrExpired, codes.FailedPrecondition, api.ErrorKind_ERROR_KIND_EXPIRED},
 	{ErrPrecondition, codes.FailedPrecondition, api.ErrorKind_ERROR_KIND_PRECONDITION},
+	{ErrPermissionDenied, codes.PermissionDenied, api.ErrorKind_ERROR_KIND_PERMISSION_DENIED},
 	{context.DeadlineExceeded, codes.DeadlineExceeded, api.ErrorKind_ERROR_KIND_UNKNOWN},
 	{context.Canceled, codes.Canceled, api.ErrorKind_ERROR_KIND_UNKNOWN},
 	{lease.ErrLeaseNotFound, codes.NotFound, api.ErrorKind_ERROR_KIND_LEASE_NOT_FOUND},
@@ -74,6 +76,7 @@ var kindCodes = map[api.ErrorKind]codes.Code{
 	api.ErrorKind_ERROR_KIND_LEASE_EXPIRED:      codes.FailedPrecondition,
 	api.ErrorKind_ERROR_KIND_INTERNAL:           codes.Internal,
 	api.ErrorKind_ERROR_KIND_UNKNOWN:            codes.Unknown,
+	api.ErrorKind_ERROR_KIND_PERMISSION_DENIED:  codes.PermissionDenied,
 }
 
 var kindMessages = map[api.ErrorKind]string{
@@ -89,6 +92,7 @@ var kindMessages = map[api.ErrorKind]string{
 	api.ErrorKind_ERROR_KIND_LEASE_EXPIRED:      "lease: lease is gone (expired, released or replaced); acquire a new lease",
 	api.ErrorKind_ERROR_KIND_INTERNAL:           "internal error",
 	api.ErrorKind_ERROR_KIND_UNKNOWN:            "unknown error",
+	api.ErrorKind_ERROR_KIND_PERMISSION_DENIED:  "permission denied: the ACL token may not lease this key",
 }
 
 // Kind returns the stable kind of err (UNSPECIFIED for nil, UNKNOWN for

@@ -80,6 +80,8 @@ type Cluster struct {
 	mu    sync.Mutex
 	nodes []*node
 	conns map[int]*grpc.ClientConn
+	// token is what the helper's own connections send (SetToken).
+	token string
 }
 
 type node struct {
@@ -507,7 +509,7 @@ func (c *Cluster) conn(i int) *grpc.ClientConn {
 	if c.opts.tls != nil {
 		creds = credentials.NewTLS(c.opts.tls)
 	}
-	conn, err := grpc.NewClient(nd.cfg.GRPCAddr, grpc.WithTransportCredentials(creds))
+	conn, err := grpc.NewClient(nd.cfg.GRPCAddr, grpc.WithTransportCredentials(creds), grpc.WithPerRPCCredentials(helperToken{c}))
 	if err != nil {
 		c.t.Fatalf("testcluster: dial %s: %v", nd.cfg.GRPCAddr, err)
 	}
