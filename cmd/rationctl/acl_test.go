@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ration-dev/ration/internal/testtls"
 	"github.com/ration-dev/ration/internal/tlsutil"
 )
 
@@ -23,20 +22,36 @@ func TestACLClusterBinaries(t *testing.T) {
 		t.Skip("starts a three-process cluster; skipped with -short")
 	}
 	rationd, rationctl := buildBinaries(t)
-	ca := testtls.NewCA(t, "ca")
 	dir := t.TempDir()
+	// The certificates as docs/security.md makes them: rationctl tls.
+	pki := filepath.Join(dir, "pki")
+	if err := os.Mkdir(pki, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	gen := func(args ...string) {
+		t.Helper()
+		if out, errOut, code := ctl(t, rationctl, append(args, "--dir", pki)...); code != 0 {
+			t.Fatalf("rationctl %v: exit %d\n%s%s", args, code, out, errOut)
+		}
+	}
+	caFlags := []string{"--ca-file", filepath.Join(pki, "ration-ca.pem"), "--ca-key-file", filepath.Join(pki, "ration-ca-key.pem")}
+	gen("tls", "ca", "create")
+	for i := 1; i <= 3; i++ {
+		gen(append([]string{"tls", "cert", "create", "--server", "--name", fmt.Sprintf("node%d", i)}, caFlags...)...)
+	}
+	gen(append([]string{"tls", "cert", "create", "--client", "--name", "operator"}, caFlags...)...)
+	caFile := filepath.Join(pki, "ration-ca.pem")
 	procs := startClusterArgs(t, rationd, func(i int) []string {
-		c := ca.Server("ration")
-		return []string{"--tls-ca-file", ca.File, "--tls-cert-file", c.CertFile, "--tls-key-file", c.KeyFile,
+		n := filepath.Join(pki, fmt.Sprintf("node%d", i+1))
+		return []string{"--tls-ca-file", caFile, "--tls-cert-file", n + ".pem", "--tls-key-file", n + "-key.pem",
 			"--tls-verify-server-hostname", "--acl-enabled"}
 	})
 	var addrs []string
 	for _, p := range procs {
 		addrs = append(addrs, p.grpcAddr)
 	}
-	cl := ca.Client("operator")
-	conn := []string{"--servers", strings.Join(addrs, ","), "--tls-ca-file", ca.File, "--tls-cert-file", cl.CertFile,
-		"--tls-key-file", cl.KeyFile, "--tls-server-name", tlsutil.ServerName("ration")}
+	conn := []string{"--servers", strings.Join(addrs, ","), "--tls-ca-file", caFile, "--tls-cert-file", filepath.Join(pki, "operator.pem"),
+		"--tls-key-file", filepath.Join(pki, "operator-key.pem"), "--tls-server-name", tlsutil.ServerName("ration")}
 	var session strings.Builder
 	run := func(token string, args ...string) (string, string, int) {
 		t.Helper()

@@ -89,13 +89,22 @@ type invocation struct {
 	// acl token create (acl.go)
 	aclRole, aclName      string
 	aclBind, aclClientIDs stringList
-	stdout                io.Writer
+	// tls ca|cert create (tlsgen.go)
+	tlsGenOpts *tlsGenOptions
+	stdout     io.Writer
 
 	conn *grpc.ClientConn
 	addr string // the server the connection reached
 }
 
 func (o *invocation) admin() api.AdminClient { return api.NewAdminClient(o.conn) }
+
+func (o *invocation) tlsGen() *tlsGenOptions {
+	if o.tlsGenOpts == nil {
+		o.tlsGenOpts = &tlsGenOptions{}
+	}
+	return o.tlsGenOpts
+}
 
 // verbFlags declares the flags of v (common and own) into a new flag set.
 func verbFlags(v verb, o *invocation) *flag.FlagSet {

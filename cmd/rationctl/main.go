@@ -15,6 +15,7 @@
 //	server     remove ID
 //	keyring    list | install KEY | use KEY | remove KEY | generate
 //	acl        bootstrap | token create | token list | token delete ACCESSOR
+//	tls        ca create | cert create --server|--client
 //	help       show help for rationctl or a command
 //
 // Every command is a function run(args, stdout, stderr) int registered in
@@ -72,6 +73,7 @@ var commands = []command{
 	group("server", "remove ID: remove a server from the Raft configuration", serverVerbs),
 	group("keyring", "list | install KEY | use KEY | remove KEY | generate: rotate the gossip encryption keys", keyringVerbs),
 	group("acl", "bootstrap | token create --role R ... | token list | token delete ACCESSOR: ACL tokens", aclVerbs),
+	group("tls", "ca create | cert create --server|--client: make a CA and certificates for mutual TLS (local)", tlsVerbs),
 }
 
 func main() {

@@ -1,15 +1,10 @@
-// Package testtls generates CAs and certificates for tests with
-// crypto/x509 (ECDSA P-256), and writes them as PEM files.
+// Package testtls generates CAs and certificates for tests (with
+// internal/tlsgen: crypto/x509, ECDSA P-256) and writes them as PEM files.
 package testtls
 
 import (
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
-	"math/big"
+	"fmt"
 	"net"
 	"os"
 	"path/filepath"
@@ -17,17 +12,18 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ration-dev/ration/internal/tlsgen"
 	"github.com/ration-dev/ration/internal/tlsutil"
 )
 
-var serial atomic.Int64
+// fileSeq names issued files uniquely within a process.
+var fileSeq atomic.Int64
 
 // CA is a certificate authority that lives in a test's temp directory.
 type CA struct {
-	t    testing.TB
-	dir  string
-	cert *x509.Certificate
-	key  *ecdsa.PrivateKey
+	t   testing.TB
+	dir string
+	ca  *tlsgen.CA
 	// File is the CA certificate's PEM file.
 	File string
 }
@@ -36,23 +32,12 @@ type CA struct {
 func NewCA(t testing.TB, name string) *CA {
 	t.Helper()
 	dir := t.TempDir()
-	key := newKey(t)
-	tmpl := &x509.Certificate{
-		SerialNumber:          big.NewInt(serial.Add(1)),
-		Subject:               pkix.Name{CommonName: name},
-		NotBefore:             time.Now().Add(-time.Hour),
-		NotAfter:              time.Now().Add(24 * time.Hour),
-		IsCA:                  true,
-		BasicConstraintsValid: true,
-		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageCRLSign,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	g, err := tlsgen.NewCA(name, time.Now().Add(-time.Hour), time.Now().Add(24*time.Hour))
 	if err != nil {
 		t.Fatalf("testtls: %v", err)
 	}
-	cert, _ := x509.ParseCertificate(der)
-	ca := &CA{t: t, dir: dir, cert: cert, key: key, File: filepath.Join(dir, name+"-ca.pem")}
-	writePEM(t, ca.File, "CERTIFICATE", der)
+	ca := &CA{t: t, dir: dir, ca: g, File: filepath.Join(dir, name+"-ca.pem")}
+	writeFile(t, ca.File, g.CertPEM)
 	return ca
 }
 
@@ -82,40 +67,21 @@ type CertOptions struct {
 func (ca *CA) Issue(opts CertOptions) Cert {
 	t := ca.t
 	t.Helper()
-	key := newKey(t)
 	if opts.NotBefore.IsZero() {
 		opts.NotBefore = time.Now().Add(-time.Hour)
 	}
 	if opts.NotAfter.IsZero() {
 		opts.NotAfter = time.Now().Add(24 * time.Hour)
 	}
-	usage := []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}
-	if opts.Server {
-		usage = append(usage, x509.ExtKeyUsageServerAuth)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(serial.Add(1)),
-		Subject:      pkix.Name{CommonName: opts.Name},
-		NotBefore:    opts.NotBefore,
-		NotAfter:     opts.NotAfter,
-		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  usage,
-		DNSNames:     opts.DNSNames,
-		IPAddresses:  opts.IPs,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
+	is, err := ca.ca.Issue(tlsgen.Options{CommonName: opts.Name, DNSNames: opts.DNSNames, IPs: opts.IPs,
+		Server: opts.Server, NotBefore: opts.NotBefore, NotAfter: opts.NotAfter})
 	if err != nil {
 		t.Fatalf("testtls: %v", err)
 	}
-	leaf, _ := x509.ParseCertificate(der)
-	kder, err := x509.MarshalECPrivateKey(key)
-	if err != nil {
-		t.Fatalf("testtls: %v", err)
-	}
-	stem := filepath.Join(ca.dir, opts.Name+"-"+leaf.SerialNumber.String())
-	c := Cert{CertFile: stem + ".pem", KeyFile: stem + "-key.pem", Leaf: leaf}
-	writePEM(t, c.CertFile, "CERTIFICATE", der)
-	writePEM(t, c.KeyFile, "EC PRIVATE KEY", kder)
+	stem := filepath.Join(ca.dir, fmt.Sprintf("%s-%d", opts.Name, fileSeq.Add(1)))
+	c := Cert{CertFile: stem + ".pem", KeyFile: stem + "-key.pem", Leaf: is.Leaf}
+	writeFile(t, c.CertFile, is.CertPEM)
+	writeFile(t, c.KeyFile, is.KeyPEM)
 	return c
 }
 
@@ -141,16 +107,8 @@ func (ca *CA) Store(c Cert) *tlsutil.Store {
 	return s
 }
 
-func newKey(t testing.TB) *ecdsa.PrivateKey {
-	k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatalf("testtls: %v", err)
-	}
-	return k
-}
-
-func writePEM(t testing.TB, path, typ string, der []byte) {
-	if err := os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600); err != nil {
+func writeFile(t testing.TB, path string, b []byte) {
+	if err := os.WriteFile(path, b, 0o600); err != nil {
 		t.Fatalf("testtls: %v", err)
 	}
 }
