@@ -40,6 +40,7 @@ type Server struct {
 	fwd     *forwarder
 	stats   *opStats
 	audit   *audit
+	limits  *leaseLimits
 
 	shutdownOnce sync.Once
 	shutdownCh   chan struct{}
@@ -164,6 +165,11 @@ func New(cfg Config) (*Server, error) {
 			opts = append(opts, grpc.ChainUnaryInterceptor(serverOnlyUnary(name)), grpc.ChainStreamInterceptor(serverOnlyStream(name)))
 		}
 	}
+	// Lease API limits (limits.go): per connection before authentication,
+	// per client ID after it.
+	s.limits = newLeaseLimits(s)
+	opts = append(opts, s.limits.serverOptions()...)
+	opts = append(opts, s.limits.clientOptions()...)
 	opts = append(opts, grpc.MaxRecvMsgSize(cfg.MaxRequestBytes))
 	opts = append(opts, cfg.GRPCServerOptions...)
 	s.grpc = grpc.NewServer(opts...)
