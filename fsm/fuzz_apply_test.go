@@ -180,7 +180,7 @@ func FuzzApplyEntry(f *testing.F) {
 	f.Add(raw)
 	f.Add(typed)
 	f.Add(append(record(mustEncode(IgnorableFlag|0x3f, sec, &api.ExpireCommand{})), record(mustEncode(CmdLeaseBatch, 2*sec, acq))...))
-	f.Add(record([]byte{3}))                                          // short: a loud stop
+	f.Add(record([]byte{3}))                                             // short: a loud stop
 	f.Add(record(append([]byte{3, 0, 0, 0, 0, 0, 0, 0, 1}, 0xff, 0xff))) // bad body: a loud stop
 	f.Add(record(mustEncode(CmdSetFeatures, sec, &api.SetFeaturesCommand{Features: 1 << 40})))
 	f.Add([]byte{0, 0, 0, 0})
