@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/ration-dev/ration/api"
+	"github.com/ration-dev/ration/fsm"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
@@ -271,8 +272,9 @@ func (l *leaseLimits) clientUnary(ctx context.Context, req any, info *grpc.Unary
 		if r, ok := req.(interface{ GetCaller() *api.Caller }); ok {
 			id = r.GetCaller().GetClientId()
 		}
-		// No ID: validateRequest refuses it (the connection limit applies).
-		if id != "" {
+		// No ID, or one too long: validateRequest refuses it (the
+		// connection limit applies); a bucket never keeps a long key.
+		if id != "" && len(id) <= fsm.MaxClientIDLen {
 			if ok, wait := l.client.take(id, time.Now()); !ok {
 				return nil, l.refuse(l.client, fmt.Sprintf("client ID %.64q", id), wait)
 			}

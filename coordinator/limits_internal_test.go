@@ -5,9 +5,13 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/ration-dev/ration/api"
+	"github.com/ration-dev/ration/fsm"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
 )
@@ -125,5 +129,25 @@ func TestLimitsCountForwardedOnlyFromServers(t *testing.T) {
 	}
 	if l.counted(ctxFrom("192.0.2.7:5000", false), "/ration.v1.Admin/Status") {
 		t.Error("an admin call was counted")
+	}
+}
+
+// A client ID too long for validation never becomes a bucket's key (the
+// table's memory bound counts buckets, so their keys must be short).
+func TestLimitsIgnoreOverlongClientIDs(t *testing.T) {
+	cfg := TestConfig()
+	cfg.ID = "s1"
+	s := &Server{cfg: cfg, log: slog.New(slog.DiscardHandler), members: &membership{view: map[string]viewEntry{}}}
+	l := newLeaseLimits(s)
+	info := &grpc.UnaryServerInfo{FullMethod: "/ration.v1.Leases/Acquire"}
+	ok := func(context.Context, any) (any, error) { return nil, nil }
+	for _, id := range []string{strings.Repeat("x", fsm.MaxClientIDLen+1), strings.Repeat("y", 1<<20), "", "fine"} {
+		req := &api.AcquireRequest{Caller: &api.Caller{ClientId: id}}
+		if _, err := l.clientUnary(ctxFrom("192.0.2.7:5000", false), req, info, ok); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := l.client.len(); n != 1 {
+		t.Fatalf("%d buckets, want 1 (only the ID that validation accepts)", n)
 	}
 }
