@@ -10,6 +10,8 @@ import (
 	"github.com/ration-dev/ration/api"
 	"github.com/ration-dev/ration/coordinator"
 	"github.com/ration-dev/ration/internal/testcluster"
+	"github.com/ration-dev/ration/internal/testtls"
+	"github.com/ration-dev/ration/internal/tlsutil"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
@@ -170,16 +172,40 @@ func TestLeaseConnLimit(t *testing.T) {
 // count a forwarded call again. One client ID makes a burst's worth of
 // calls through each follower: every call is granted, though the leader
 // sees twice its burst. Negative control: the same calls made to the
-// leader directly are refused past the burst.
+// leader directly are refused past the burst. In plaintext the leader
+// knows a forwarding server by its gossip address; with TLS and
+// --tls-verify-server-hostname, by its certificate.
 func TestLeaseLimitCountsOnFirstServer(t *testing.T) {
-	c, leader := limitedCluster(t, 3, func(cfg *coordinator.Config) {
+	small := func(cfg *coordinator.Config) {
 		cfg.LeaseConnRPS = 0
 		cfg.LeaseClientRPS, cfg.LeaseClientBurst = limitRPS, limitBurst
+	}
+	t.Run("plaintext", func(t *testing.T) {
+		c, _ := limitedCluster(t, 3, small)
+		countsOnFirstServer(t, c)
 	})
+	t.Run("tls", func(t *testing.T) {
+		ca := testtls.NewCA(t, "ca")
+		stores := make([]*tlsutil.Store, 8)
+		for i := range stores {
+			stores[i] = ca.Store(ca.Server("ration"))
+		}
+		client := ca.Store(ca.Client("app")).ClientConfig(tlsutil.ServerName("ration"))
+		c := testcluster.New(t, 3, testcluster.WithPolicies(testPolicies), testcluster.WithClientTLS(client),
+			testcluster.WithConfig(func(i int, cfg *coordinator.Config) {
+				cfg.TLS, cfg.VerifyServerHostname = stores[i], true
+				small(cfg)
+			}))
+		countsOnFirstServer(t, c)
+	})
+}
+
+func countsOnFirstServer(t *testing.T, c *testcluster.Cluster) {
+	leader := c.WaitForStableLeader(t)
 	c.WaitForFeatures(t)
 	seq := uint64(0)
 	for _, f := range c.Followers() {
-		lc := dial(t, f.GRPCAddr())
+		lc := c.Client(c.Index(f))
 		for i := 0; i < limitBurst; i++ {
 			seq++
 			if _, err := lc.Acquire(rpcCtx(t), acquireReq(caller("spread", 1, seq), key("api", "spread"))); err != nil {
@@ -190,7 +216,7 @@ func TestLeaseLimitCountsOnFirstServer(t *testing.T) {
 	if n := leader.OpStats().LeaseLimited["client"]; n != 0 {
 		t.Fatalf("the leader refused %d forwarded calls", n)
 	}
-	refused := flood(t, dial(t, leader.GRPCAddr()), 2*limitBurst, func(int) string { return "direct" })
+	refused := flood(t, c.Client(c.Index(leader)), 2*limitBurst, func(int) string { return "direct" })
 	if len(refused) < limitBurst-1 {
 		t.Fatalf("negative control: %d of %d direct calls refused, want all past the burst", len(refused), 2*limitBurst)
 	}

@@ -166,7 +166,7 @@ func New(cfg Config) (*Server, error) {
 		}
 	}
 	// Lease API limits (limits.go): per connection before authentication,
-	// per client ID after it.
+	// per client ID after it (an ACL interceptor goes between the two).
 	s.limits = newLeaseLimits(s)
 	opts = append(opts, s.limits.serverOptions()...)
 	opts = append(opts, s.limits.clientOptions()...)
