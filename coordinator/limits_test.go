@@ -41,13 +41,15 @@ func dial(t *testing.T, addr string) api.LeasesClient {
 	return api.NewLeasesClient(conn)
 }
 
-// flood makes n Acquire calls on lc, the i-th as clientID(i), and returns
-// the ResourceExhausted refusals.
+// flood makes n Acquire calls on lc, the i-th as clientID(i) (one that
+// fails Unavailable, as in an election, again), and returns the
+// ResourceExhausted refusals.
 func flood(t *testing.T, lc api.LeasesClient, n int, clientID func(i int) string) []error {
 	t.Helper()
 	var refused []error
 	for i := 0; i < n; i++ {
-		_, err := lc.Acquire(rpcCtx(t), acquireReq(caller(clientID(i), 1, uint64(i+1)), key("api", "flood")))
+		req := acquireReq(caller(clientID(i), 1, uint64(i+1)), key("api", "flood"))
+		_, err := testcluster.RetryUnavailable(func(ctx context.Context) (*api.LeaseResponse, error) { return lc.Acquire(ctx, req) })
 		switch status.Code(err) {
 		case codes.OK:
 		case codes.ResourceExhausted:
@@ -178,7 +180,7 @@ func TestLeaseConnLimit(t *testing.T) {
 func TestLeaseLimitCountsOnFirstServer(t *testing.T) {
 	small := func(cfg *coordinator.Config) {
 		cfg.LeaseConnRPS = 0
-		cfg.LeaseClientRPS, cfg.LeaseClientBurst = limitRPS, limitBurst
+		cfg.LeaseClientRPS, cfg.LeaseClientBurst = limitRPS, spreadBurst
 	}
 	t.Run("plaintext", func(t *testing.T) {
 		c, _ := limitedCluster(t, 3, small)
@@ -200,15 +202,24 @@ func TestLeaseLimitCountsOnFirstServer(t *testing.T) {
 	})
 }
 
+// spreadBurst and spreadCalls: each follower sees spreadCalls calls (and
+// room for retries of those a leader change fails as Unavailable); the
+// leader, if it counted them, would see more than its burst.
+const (
+	spreadBurst = 20
+	spreadCalls = 12
+)
+
 func countsOnFirstServer(t *testing.T, c *testcluster.Cluster) {
 	leader := c.WaitForStableLeader(t)
 	c.WaitForFeatures(t)
 	seq := uint64(0)
 	for _, f := range c.Followers() {
 		lc := c.Client(c.Index(f))
-		for i := 0; i < limitBurst; i++ {
+		for i := 0; i < spreadCalls; i++ {
 			seq++
-			if _, err := lc.Acquire(rpcCtx(t), acquireReq(caller("spread", 1, seq), key("api", "spread"))); err != nil {
+			req := acquireReq(caller("spread", 1, seq), key("api", "spread"))
+			if _, err := testcluster.RetryUnavailable(func(ctx context.Context) (*api.LeaseResponse, error) { return lc.Acquire(ctx, req) }); err != nil {
 				t.Fatalf("call %d through %s: %v (counted again by the leader?)", i+1, f.ID(), err)
 			}
 		}
@@ -216,9 +227,9 @@ func countsOnFirstServer(t *testing.T, c *testcluster.Cluster) {
 	if n := leader.OpStats().LeaseLimited["client"]; n != 0 {
 		t.Fatalf("the leader refused %d forwarded calls", n)
 	}
-	refused := flood(t, c.Client(c.Index(leader)), 2*limitBurst, func(int) string { return "direct" })
-	if len(refused) < limitBurst-1 {
-		t.Fatalf("negative control: %d of %d direct calls refused, want all past the burst", len(refused), 2*limitBurst)
+	refused := flood(t, c.Client(c.Index(leader)), 2*spreadBurst, func(int) string { return "direct" })
+	if len(refused) < spreadBurst-1 {
+		t.Fatalf("negative control: %d of %d direct calls refused, want all past the burst", len(refused), 2*spreadBurst)
 	}
 }
 
