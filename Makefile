@@ -1,8 +1,9 @@
 # ration: run `make help` for the targets a newcomer needs.
 GO ?= go
 BENCH_COUNT ?= 10
+FUZZTIME ?= 4s
 
-.PHONY: help demo test test-race build image compose-up compose-down cluster cluster-stop bench bench-compare tools fmt vet lint clean jepsen-deps jepsen-quick jepsen
+.PHONY: help demo test test-race fuzz-quick build image compose-up compose-down cluster cluster-stop bench bench-compare tools fmt vet lint clean jepsen-deps jepsen-quick jepsen
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -10,13 +11,26 @@ help: ## list the targets
 demo: build ## the main job: a local 3-node cluster; 4 replicas offer 3x a quota for 15s, checked against B + r·W (stop it with make cluster-stop)
 	scripts/demo.sh
 
-test: ## everything CI runs: vet, every test (property tests, negative controls, golden tests, real clusters), then jepsen-quick
+test: ## everything CI runs: vet, every test (property tests, negative controls, golden tests, real clusters), fuzz-quick, then jepsen-quick
 	$(GO) vet ./...
 	$(GO) vet -tags jepsen,ration_faults ./...
 	$(GO) test -count=1 ./...
 	$(GO) test -count=1 -tags ration_faults ./internal/faults
 	$(GO) test -count=1 -tags ration_faults -run TestAuditNegativeControl ./internal/observe
+	$(MAKE) fuzz-quick
 	$(MAKE) jepsen-quick
+
+# Every func FuzzXxx in a tracked _test.go file, as DIR:NAME (found, not
+# listed, so a new fuzz target runs without editing this file).
+FUZZ_TARGETS = $(shell git grep -o -E '^func Fuzz[A-Za-z0-9_]+' -- '*_test.go' | \
+	sed -E 's|^(.*)/[^/]*_test\.go:func |./\1:|; s|^[^/]*_test\.go:func |.:|')
+
+fuzz-quick: ## every fuzz target for FUZZTIME each (4s; seeded from the tests), one per go test (-fuzz takes one): make fuzz-quick FUZZTIME=1m
+	@test -n "$(FUZZ_TARGETS)" || { echo "fuzz-quick: no fuzz targets found"; exit 1; }
+	@set -e; for t in $(FUZZ_TARGETS); do \
+		echo "== $${t##*:} ($${t%%:*}) for $(FUZZTIME)"; \
+		$(GO) test -run '^$$' -fuzz "^$${t##*:}$$" -fuzztime $(FUZZTIME) $${t%%:*}; \
+	done
 
 test-race: ## the tests under the race detector
 	$(GO) test -race -count=1 ./...

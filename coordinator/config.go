@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"net"
 	"strings"
 	"time"
@@ -59,6 +60,23 @@ type Config struct {
 	MaxKeysPerRequest int
 	MaxRequestBytes   int
 	MaxBatchOps       int
+
+	// Lease API limits (limits.go), counted by the server that first
+	// receives a call: requests per second per client ID and per
+	// connection (peer address), each a token bucket with the given burst
+	// (0: two seconds' worth). A call over a limit is answered
+	// ResourceExhausted. RPS 0 turns that limit off.
+	LeaseClientRPS   float64
+	LeaseClientBurst int
+	LeaseConnRPS     float64
+	LeaseConnBurst   int
+	// LeaseLimiterMaxEntries bounds each limit's table of buckets (client
+	// IDs, connections); a full table drops its least recently used.
+	LeaseLimiterMaxEntries int
+	// MaxConcurrentStreams bounds the concurrent calls (HTTP/2 streams)
+	// of one connection to the gRPC port; a client's further calls wait
+	// for a free stream. 0: gRPC's default (no bound).
+	MaxConcurrentStreams uint32
 
 	// GossipInterval and ProbeInterval tune memberlist (LAN defaults if 0).
 	GossipProbeInterval time.Duration
@@ -149,6 +167,13 @@ func DefaultConfig() Config {
 		MaxBatchOps:         512,
 		GossipSuspicionMult: 4,
 		ClusterName:         "ration",
+		// The client library sends a few calls per second per client
+		// (renewals batched per round; TestClientStaysUnderLeaseLimits
+		// measures it): these only stop a flood.
+		LeaseClientRPS:         1000,
+		LeaseConnRPS:           2000,
+		LeaseLimiterMaxEntries: 65536,
+		MaxConcurrentStreams:   1024,
 	}
 }
 
@@ -199,6 +224,21 @@ func (c Config) Validate() error {
 	}
 	if c.MaxKeysPerRequest <= 0 || c.MaxBatchOps <= 0 || c.MaxRequestBytes <= 0 {
 		bad("request bounds must be positive")
+	}
+	for _, l := range []struct {
+		flag  string
+		rps   float64
+		burst int
+	}{{"--lease-client-rps", c.LeaseClientRPS, c.LeaseClientBurst}, {"--lease-conn-rps", c.LeaseConnRPS, c.LeaseConnBurst}} {
+		if math.IsNaN(l.rps) || math.IsInf(l.rps, 0) || l.rps < 0 {
+			bad("%s %v must be a non-negative number (0: off)", l.flag, l.rps)
+		}
+		if l.burst < 0 {
+			bad("%s-burst %d is negative", strings.TrimSuffix(l.flag, "-rps"), l.burst)
+		}
+	}
+	if (c.LeaseClientRPS > 0 || c.LeaseConnRPS > 0) && c.LeaseLimiterMaxEntries <= 0 {
+		bad("lease limiter max entries %d must be positive while a lease limit is on", c.LeaseLimiterMaxEntries)
 	}
 	if c.ExpireInterval <= 0 || c.ReconcileInterval <= 0 || c.ReapTimeout <= 0 {
 		bad("intervals must be positive")

@@ -116,17 +116,24 @@ type OpStats struct {
 	// as leader; ExpiredByPolicy splits it by policy name.
 	Expired         uint64
 	ExpiredByPolicy map[string]uint64
+	// LeaseLimited: lease calls this server refused as over a lease API
+	// limit (limits.go), by limit ("client": per client ID, "conn": per
+	// connection); LeaseLimiterEntries: the buckets each limit holds now.
+	LeaseLimited        map[string]uint64
+	LeaseLimiterEntries map[string]int
 }
 
 // OpStats returns this server's cumulative figures.
 func (s *Server) OpStats() OpStats {
 	return OpStats{
-		ApplySeconds:    s.stats.applySeconds.snapshot(),
-		BatchOps:        s.stats.batchOps.snapshot(),
-		EntryBytes:      s.stats.entryBytes.snapshot(),
-		Forwarded:       s.stats.forwarded.Load(),
-		Expired:         s.stats.expired.Load(),
-		ExpiredByPolicy: s.stats.expiredByPolicy(),
+		ApplySeconds:        s.stats.applySeconds.snapshot(),
+		BatchOps:            s.stats.batchOps.snapshot(),
+		EntryBytes:          s.stats.entryBytes.snapshot(),
+		Forwarded:           s.stats.forwarded.Load(),
+		Expired:             s.stats.expired.Load(),
+		ExpiredByPolicy:     s.stats.expiredByPolicy(),
+		LeaseLimited:        map[string]uint64{"client": s.limits.client.refusals(), "conn": s.limits.conn.refusals()},
+		LeaseLimiterEntries: map[string]int{"client": s.limits.client.len(), "conn": s.limits.conn.len()},
 	}
 }
 

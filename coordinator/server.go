@@ -41,6 +41,7 @@ type Server struct {
 	stats   *opStats
 	audit   *audit
 	acl     *aclGate
+	limits  *leaseLimits
 
 	shutdownOnce sync.Once
 	shutdownCh   chan struct{}
@@ -165,11 +166,17 @@ func New(cfg Config) (*Server, error) {
 			opts = append(opts, grpc.ChainUnaryInterceptor(serverOnlyUnary(name)), grpc.ChainStreamInterceptor(serverOnlyStream(name)))
 		}
 	}
+	// Lease API limits (limits.go): per connection before authentication,
+	// per client ID after it, so that with ACLs nobody spends another
+	// client's allowance by calling under its ID.
+	s.limits = newLeaseLimits(s)
+	opts = append(opts, s.limits.serverOptions()...)
 	s.acl = newACLGate(s)
 	s.acl.ignoreClientIDs = cfg.breakACLClientIDs
 	if cfg.ACL {
 		opts = append(opts, grpc.ChainUnaryInterceptor(s.acl.unary), grpc.ChainStreamInterceptor(s.acl.stream))
 	}
+	opts = append(opts, s.limits.clientOptions()...)
 	opts = append(opts, grpc.MaxRecvMsgSize(cfg.MaxRequestBytes))
 	opts = append(opts, cfg.GRPCServerOptions...)
 	s.grpc = grpc.NewServer(opts...)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net"
 	"strings"
 	"time"
@@ -29,6 +30,9 @@ type options struct {
 	// Raft snapshot tuning (0 keeps coordinator.DefaultConfig's value).
 	snapshotThreshold, trailingLogs uint64
 	snapshotInterval                time.Duration
+
+	// Lease API limits (coordinator/limits.go); 0 turns one off.
+	limits leaseLimitOptions
 
 	// Test builds only (-tags ration_faults): negative-control faults and
 	// the clock control file (internal/faults).
@@ -93,6 +97,7 @@ func serverFlags(name string, o *options) *flag.FlagSet {
 		"log entries to keep after a snapshot, for followers that lag (`N`; 0: the default, 10240)")
 	fs.DurationVar(&o.snapshotInterval, "raft-snapshot-interval", o.snapshotInterval,
 		"how often to check whether a snapshot is due (`D`; 0: the default, 30s)")
+	leaseLimitFlags(fs, &o.limits)
 	if faults.Enabled {
 		fs.Var(&o.faults, "fault", fmt.Sprintf("TEST BUILD ONLY: turn on a broken `VARIANT` (repeatable): %v", faults.All))
 		fs.StringVar(&o.clockControl, "clock-control", o.clockControl,
@@ -102,7 +107,7 @@ func serverFlags(name string, o *options) *flag.FlagSet {
 }
 
 func defaultOptions() options {
-	return options{logLevel: "info", logFormat: "text", security: securityOptions{clusterName: "ration"}}
+	return options{logLevel: "info", logFormat: "text", security: securityOptions{clusterName: "ration"}, limits: defaultLeaseLimits()}
 }
 
 // usageError is a command-line mistake: the caller prints it with the usage
@@ -190,5 +195,38 @@ func (o options) config(logger *slog.Logger, policies *policy.File) coordinator.
 	if o.snapshotInterval > 0 {
 		cfg.SnapshotInterval = o.snapshotInterval
 	}
+	o.limits.apply(&cfg)
 	return cfg
+}
+
+// leaseLimitOptions are the lease API limits' flags.
+type leaseLimitOptions struct {
+	clientRPS, connRPS     float64
+	clientBurst, connBurst int
+	maxStreams             uint
+}
+
+func defaultLeaseLimits() leaseLimitOptions {
+	d := coordinator.DefaultConfig()
+	return leaseLimitOptions{clientRPS: d.LeaseClientRPS, connRPS: d.LeaseConnRPS,
+		clientBurst: d.LeaseClientBurst, connBurst: d.LeaseConnBurst, maxStreams: uint(d.MaxConcurrentStreams)}
+}
+
+func leaseLimitFlags(fs *flag.FlagSet, o *leaseLimitOptions) {
+	fs.Float64Var(&o.clientRPS, "lease-client-rps", o.clientRPS,
+		"lease calls per second one client ID may make to this server (`N`; over it: RESOURCE_EXHAUSTED; 0: no limit)")
+	fs.IntVar(&o.clientBurst, "lease-client-burst", o.clientBurst,
+		"burst of --lease-client-rps (`N` calls; 0: two seconds' worth)")
+	fs.Float64Var(&o.connRPS, "lease-conn-rps", o.connRPS,
+		"lease calls per second one connection may make to this server, forwarded calls between servers aside (`N`; 0: no limit)")
+	fs.IntVar(&o.connBurst, "lease-conn-burst", o.connBurst,
+		"burst of --lease-conn-rps (`N` calls; 0: two seconds' worth)")
+	fs.UintVar(&o.maxStreams, "max-concurrent-streams", o.maxStreams,
+		"concurrent calls (HTTP/2 streams) one connection may have open on the gRPC port; more wait for a free one (`N`; 0: no bound)")
+}
+
+func (o leaseLimitOptions) apply(cfg *coordinator.Config) {
+	cfg.LeaseClientRPS, cfg.LeaseClientBurst = o.clientRPS, o.clientBurst
+	cfg.LeaseConnRPS, cfg.LeaseConnBurst = o.connRPS, o.connBurst
+	cfg.MaxConcurrentStreams = uint32(min(o.maxStreams, math.MaxUint32))
 }

@@ -156,6 +156,9 @@ func FuzzParseSecret(f *testing.F) {
 		if err == nil && p.String() != text {
 			t.Fatalf("%q parsed to %q", text, p.String())
 		}
+		if err != nil && leaksSecret(text, err) {
+			t.Fatalf("the error for %q repeats the text: %v", text, err)
+		}
 	})
 }
 

@@ -263,6 +263,8 @@ func TestMetricsMove(t *testing.T) {
 		{lead, "ration_apply_batch_ops", nil, 3},
 		{lead, "ration_apply_entry_bytes", nil, 3},
 		{fol, "ration_forwarded_calls_total", nil, 3},
+		{fol, "ration_lease_limiter_entries", []string{"limit=client"}, 1},
+		{lead, "ration_lease_limited_total", []string{"limit=conn"}, 0},
 		{fol, "grpc_server_handled_total", []string{"grpc_service=ration.v1.Leases", "grpc_method=Acquire", "grpc_code=OK"}, 1},
 		{lead, "grpc_server_handled_total", []string{"grpc_service=ration.v1.Leases", "grpc_method=Renew", "grpc_code=OK"}, 1},
 		{fol, "grpc_server_handling_seconds", []string{"grpc_method=Release"}, 1},

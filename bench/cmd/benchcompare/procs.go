@@ -98,7 +98,11 @@ func (c *cluster) start(nd *node) error {
 	}
 	cmd := exec.Command(filepath.Join(c.bin, "rationd"), "--id", nd.id, "--data-dir", nd.dataDir,
 		"--grpc-addr", nd.grpcAddr, "--raft-addr", nd.raftAddr, "--gossip-addr", nd.gossip,
-		"--join", strings.Join(join, ","), "--bootstrap-expect", strconv.Itoa(len(c.nodes)), "--log-level", "warn")
+		"--join", strings.Join(join, ","), "--bootstrap-expect", strconv.Itoa(len(c.nodes)), "--log-level", "warn",
+		// The fleet section multiplexes up to 1,000 simulated clients over
+		// one connection per server: the per-connection lease limit is
+		// for real clients (docs/operations.md, "Lease API limits").
+		"--lease-conn-rps", "0")
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true} // a Ctrl-C meant for us is handled by stopAll
 	if err := cmd.Start(); err != nil {
