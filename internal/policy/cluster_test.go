@@ -394,7 +394,7 @@ func TestNestedUnknownFieldsWhenStrictPassSkips(t *testing.T) {
 }
 
 func TestSectionFieldTables(t *testing.T) {
-	for section, fields := range sectionFields {
+	for section, fields := range sectionFieldNames {
 		if !slices.Contains(policyFieldNames, section) {
 			t.Errorf("section %q is not a policy field", section)
 		}
