@@ -48,8 +48,8 @@ const (
 	wantClientWeight = fWeightsClients + ".<id>"
 )
 
-// field is one entry of a mapping's table.
-type field struct {
+// fieldSpec is one entry of a mapping's table.
+type fieldSpec struct {
 	name string
 	// want is what a valid value looks like, for error messages.
 	want string
@@ -61,33 +61,33 @@ type field struct {
 }
 
 var (
-	bucket  = []Algorithm{TokenBucket}
-	windows = []Algorithm{FixedWindow, SlidingWindow, SlidingWindowApprox}
+	tokenBucketOnly  = []Algorithm{TokenBucket}
+	windowAlgorithms = []Algorithm{FixedWindow, SlidingWindow, SlidingWindowApprox}
 )
 
 // topFields are the fields of the file's top-level mapping.
-var topFields = []field{
+var topFields = []fieldSpec{
 	{name: fPolicies, want: "want a list of policies, each a mapping with name and algorithm"},
 }
 
 // policyFields are the fields of a policy, in the order errors list them
 // (and the walk checks them).
-var policyFields = []field{
+var policyFields = []fieldSpec{
 	{name: fName, want: "want lower-case letters, digits, '_', '.' or '-', starting with a letter or digit, at most 63 characters, like per-tenant"},
 	{name: fAlgorithm, want: "want one of token-bucket, fixed-window, sliding-window, sliding-window-approx"},
 	{name: fCharge, want: "want requests (every request costs 1) or cost (a request costs its cost)"},
 	{name: fKey, want: "want a list of trace attribute names like [tenant] or [tenant, route]"},
-	{name: fRate, algs: bucket, required: true, want: "want tokens per second like 10 or 0.5, or tokens per interval like 1/m, 100/h, 5/s or 3/30s"},
-	{name: fBurst, algs: bucket, required: true, want: "want a number of tokens like 10 or 2.5"},
-	{name: fStart, algs: bucket, want: "want full or empty"},
-	{name: fLimit, algs: windows, required: true, want: "want a whole number of units per window like 100"},
-	{name: fWindow, algs: windows, required: true, want: "want a Go duration like 500ms, 1s, 1m or 1h30m"},
+	{name: fRate, algs: tokenBucketOnly, required: true, want: "want tokens per second like 10 or 0.5, or tokens per interval like 1/m, 100/h, 5/s or 3/30s"},
+	{name: fBurst, algs: tokenBucketOnly, required: true, want: "want a number of tokens like 10 or 2.5"},
+	{name: fStart, algs: tokenBucketOnly, want: "want full or empty"},
+	{name: fLimit, algs: windowAlgorithms, required: true, want: "want a whole number of units per window like 100"},
+	{name: fWindow, algs: windowAlgorithms, required: true, want: "want a Go duration like 500ms, 1s, 1m or 1h30m"},
 
 	// Cluster settings.
-	{name: fLease, algs: bucket, want: "want a mapping of duration, renew_after and drift_ppm, like {duration: 5s, renew_after: 1500ms, drift_ppm: 1000}"},
-	{name: fWeights, algs: bucket, want: "want a mapping of default and clients, like {default: 1, clients: {replica-a: 2}}"},
-	{name: fFailure, algs: bucket, want: "want fail-closed (the default) or fail-open"},
-	{name: fFallbackRate, algs: bucket, want: "want tokens per second per replica like 5 or 0.5, at most rate, set exactly when failure is fail-open"},
+	{name: fLease, algs: tokenBucketOnly, want: "want a mapping of duration, renew_after and drift_ppm, like {duration: 5s, renew_after: 1500ms, drift_ppm: 1000}"},
+	{name: fWeights, algs: tokenBucketOnly, want: "want a mapping of default and clients, like {default: 1, clients: {replica-a: 2}}"},
+	{name: fFailure, algs: tokenBucketOnly, want: "want fail-closed (the default) or fail-open"},
+	{name: fFallbackRate, algs: tokenBucketOnly, want: "want tokens per second per replica like 5 or 0.5, at most rate, set exactly when failure is fail-open"},
 	{name: fShadow, want: "want true or false"},
 	{name: fMaxKeys, want: "want a whole number from 1 to 1000000, like 10000 (the default)"},
 	{name: fMaxLeasesPerKey, want: "want a whole number from 1 to 65536, like 1024 (the default)"},
@@ -95,7 +95,7 @@ var policyFields = []field{
 
 // sectionFields are the fields of the mappings nested in a policy, by the
 // policy field that holds them.
-var sectionFields = map[string][]field{
+var sectionFields = map[string][]fieldSpec{
 	fLease: {
 		{name: lDuration, want: "want a Go duration from 100ms to 24h, like 5s (the default)"},
 		{name: lRenewAfter, want: "want a Go duration > 0 and less than the usable span duration*(1-drift)/(1+drift), like 1500ms (the default is duration/3)"},
@@ -112,10 +112,7 @@ var (
 	topFieldNames    = fieldNames(topFields)
 	policyFieldNames = fieldNames(policyFields)
 	// sectionFieldNames lists the fields of each nested mapping.
-	sectionFieldNames = map[string][]string{
-		fLease:   fieldNames(sectionFields[fLease]),
-		fWeights: fieldNames(sectionFields[fWeights]),
-	}
+	sectionFieldNames = sectionNames()
 	// commonFields apply to every algorithm.
 	commonFields = policyFieldsFor("", false)
 	// algorithmFields lists the fields each algorithm takes, beyond
@@ -128,7 +125,7 @@ var (
 	want = wantTable()
 )
 
-func fieldNames(fields []field) []string {
+func fieldNames(fields []fieldSpec) []string {
 	out := make([]string, len(fields))
 	for i, f := range fields {
 		out[i] = f.name
@@ -136,8 +133,9 @@ func fieldNames(fields []field) []string {
 	return out
 }
 
-// policyFieldsFor lists the fields for algorithm alg only (the common ones
-// when alg is ""), or only its required ones.
+// policyFieldsFor lists the policy fields that apply to algorithm alg,
+// common ones included (only those when alg is ""), or only the ones it
+// requires.
 func policyFieldsFor(alg Algorithm, required bool) []string {
 	var out []string
 	for _, f := range policyFields {
@@ -152,6 +150,16 @@ func policyFieldsFor(alg Algorithm, required bool) []string {
 	return out
 }
 
+func sectionNames() map[string][]string {
+	m := make(map[string][]string, len(sectionFields))
+	for section, fields := range sectionFields {
+		m[section] = fieldNames(fields)
+	}
+	return m
+}
+
+// perAlgorithm maps each algorithm to the fields it takes beyond the
+// common ones, or to the fields it requires.
 func perAlgorithm(required bool) map[Algorithm][]string {
 	m := make(map[Algorithm][]string, len(Algorithms))
 	for _, a := range Algorithms {
@@ -168,7 +176,7 @@ func perAlgorithm(required bool) map[Algorithm][]string {
 
 func wantTable() map[string]string {
 	m := map[string]string{wantClientWeight: "want a whole number from 1 to 1048576, like 2"}
-	for _, f := range append(topFields, policyFields...) {
+	for _, f := range slices.Concat(topFields, policyFields) {
 		m[f.name] = f.want
 	}
 	for section, fields := range sectionFields {
