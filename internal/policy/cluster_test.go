@@ -353,11 +353,11 @@ func TestClusterErrorsAllAtOnce(t *testing.T) {
 	}
 }
 
-// TestNestedUnknownFieldsWhenStrictPassSkips: with a duplicate key in the
-// policy, the file or the nested mapping, yaml.v3's KnownFields pass skips
-// the mapping; the walk reports unknown nested fields instead, and an
-// unknown nested field is never taken for a policy or top-level field.
-func TestNestedUnknownFieldsWhenStrictPassSkips(t *testing.T) {
+// TestNestedUnknownFieldsNextToDuplicates: with a duplicate key in the
+// policy, the file or the nested mapping, unknown nested fields are still
+// reported, and an unknown nested field is never taken for a policy or
+// top-level field.
+func TestNestedUnknownFieldsNextToDuplicates(t *testing.T) {
 	cases := []struct {
 		name, src string
 		want      []string
@@ -394,7 +394,7 @@ func TestNestedUnknownFieldsWhenStrictPassSkips(t *testing.T) {
 }
 
 func TestSectionFieldTables(t *testing.T) {
-	for section, fields := range sectionFields {
+	for section, fields := range sectionFieldNames {
 		if !slices.Contains(policyFieldNames, section) {
 			t.Errorf("section %q is not a policy field", section)
 		}

@@ -50,30 +50,46 @@
 // that cannot be represented (more than 3 decimal places) is rejected rather
 // than rounded.
 //
-// Two passes over the YAML. The file is first decoded into a yaml.Node tree,
-// which carries line numbers and the scalar text the value checks need. It is
-// then decoded a second time with a yaml.Decoder in KnownFields(true) mode
-// into rawFile/rawPolicy/rawLease/rawWeights, whose fields are yaml.Node:
-// that pass can fail only on unknown field names (and on shapes the walk
-// reports itself), so the set of accepted fields is exactly the yaml tags of
-// those structs, and every misspelt field is reported (with the policy it is
-// in) rather than silently ignored. yaml.v3 skips a mapping with a duplicate
-// key in that pass, so for those the walk reports unknown fields itself.
+// One pass over the YAML. The file is decoded once, into a yaml.Node tree,
+// which carries line numbers and the scalar text the value checks need, and
+// the walk reads that tree into Policy values. The field tables in
+// fields.go (topFields, policyFields, sectionFields) are the only list of
+// accepted fields: the walk checks every key of the top-level, policy,
+// lease and weights mappings against them, so every misspelt field is
+// reported with the policy it is in (and a suggestion) rather than
+// silently ignored, and nothing depends on the wording of yaml.v3's
+// errors. The walk also reports what a yaml.Node lets through: duplicate
+// keys (at every level, weights.clients included), merge keys, and keys
+// that are not plain strings. Client IDs, the keys of weights.clients, are
+// free-form and checked as IDs. The only yaml.v3 text read is a syntax
+// error's "line N:" prefix, for its line (TestSyntaxErrorLine pins it).
 //
 // Every error, not the first. Validation never stops early: each policy and
 // each field is checked and all problems are joined with errors.Join, sorted
-// by line, so one edit-run cycle fixes a file.
+// by line, so one edit-run cycle fixes a file. Unknown-field errors come
+// after the other problems of their line, in document order.
 //
 // Parse and Validate. The walk checks each field's text and quotes it in
 // errors; Validate checks a typed Policy (one from a protobuf) against the
-// same rules, sharing the range checks, and Parse runs it last on every
-// policy it accepts, so nothing Parse accepts fails Validate.
+// same rules, sharing the range checks (intRangeProblem and the like), and
+// Parse runs it once, last, on every policy the walk accepts, so nothing
+// Parse accepts fails Validate. The walk records each field's line, by its
+// dotted name, and Validate's problems are reported on the field's line.
+// The walk keeps its own checks because its messages quote the file's text
+// ("0.50" rather than 0.5) and Validate's, which FromProto reports, are
+// worded for typed values.
 //
-// Extensibility. Algorithm-specific fields are declared in algorithmFields;
-// fields that apply to every algorithm in commonFields. Adding a setting
-// means a field in rawPolicy (or rawLease/rawWeights), an entry in one of
-// those tables and in want, a check in walkPolicy (or clusterFields) and in
-// validate, a field in Policy, ToProto/FromProto and Encode. Unknown fields
-// stay errors, so old binaries reject files that use settings they do not
-// understand instead of misapplying them.
+// Extensibility. The tables in fields.go declare each field once: its name,
+// what a valid value looks like (want), the algorithms it applies to (none
+// listed: every algorithm) and whether they require it; commonFields,
+// algorithmFields, requiredFields and want are views of them. Adding a
+// setting takes six edits here: (1) an entry in policyFields (or
+// sectionFields, for lease and weights); (2) its check in walkPolicy (or
+// clusterFields); (3) its check in validate; (4) a field in Policy, with
+// its default in applyDefaults; (5) a put in Encode, whose field order is
+// the canonical file's, not the table's; (6) ToProto and FromProto, with
+// the api.PolicySpec field. TestEncodeWritesOnlyAcceptedFields fails if
+// Encode writes a field the tables lack or never writes one they have.
+// Unknown fields stay errors, so old binaries reject files that use
+// settings they do not understand instead of misapplying them.
 package policy

@@ -17,107 +17,131 @@ import (
 // fields in a fixed order, the limiter's defaults (start, charge) written
 // out, the cluster settings only where they differ from their defaults
 // (renew_after's default being the lease duration/3), client weights sorted
-// by client ID, numbers in their shortest exact decimal form.
+// by client ID, numbers in their shortest exact decimal form. Field names
+// are the constants of the parser's tables (fields.go).
 func (f *File) Encode(w io.Writer) error {
-	type outLease struct {
-		Duration   string `yaml:"duration,omitempty"`
-		RenewAfter string `yaml:"renew_after,omitempty"`
-		DriftPPM   *int64 `yaml:"drift_ppm,omitempty"` // 0 is not the default
-	}
-	type outWeights struct {
-		Default int64      `yaml:"default,omitempty"`
-		Clients *yaml.Node `yaml:"clients,omitempty"`
-	}
-	type outPolicy struct {
-		Name      string   `yaml:"name"`
-		Algorithm string   `yaml:"algorithm"`
-		Rate      number   `yaml:"rate,omitempty"`
-		Burst     number   `yaml:"burst,omitempty"`
-		Start     string   `yaml:"start,omitempty"`
-		Limit     number   `yaml:"limit,omitempty"`
-		Window    string   `yaml:"window,omitempty"`
-		Charge    string   `yaml:"charge"`
-		Key       []string `yaml:"key,flow,omitempty"`
-
-		Lease           *outLease   `yaml:"lease,omitempty"`
-		Weights         *outWeights `yaml:"weights,omitempty"`
-		Failure         string      `yaml:"failure,omitempty"`
-		FallbackRate    number      `yaml:"fallback_rate,omitempty"`
-		Shadow          bool        `yaml:"shadow,omitempty"`
-		MaxKeys         int64       `yaml:"max_keys,omitempty"`
-		MaxLeasesPerKey int64       `yaml:"max_leases_per_key,omitempty"`
-	}
-	out := struct {
-		Policies []outPolicy `yaml:"policies"`
-	}{}
+	var b builder
+	list := &yaml.Node{Kind: yaml.SequenceNode}
 	for _, p := range f.Policies {
-		o := outPolicy{Name: p.Name, Algorithm: string(p.Algorithm), Charge: string(p.Charge), Key: p.Key}
-		if p.Algorithm == TokenBucket {
-			o.Rate = number(FormatUnits(p.RateMilliPerSec))
-			if p.RatePeriodNanos != 0 {
-				o.Rate = number(FormatUnits(p.RateMilliPerSec) + "/" + FormatRatePeriod(p.RatePeriodNanos))
-			}
-			o.Burst = number(FormatUnits(p.BurstMilli))
-			o.Start = "empty"
-			if p.StartFull {
-				o.Start = "full"
-			}
-			var l outLease
-			if p.LeaseDurationNanos != int64(DefaultLeaseDuration) {
-				l.Duration = formatDuration(p.LeaseDurationNanos)
-			}
-			if p.RenewAfterNanos != defaultRenewAfter(p.LeaseDurationNanos) {
-				l.RenewAfter = formatDuration(p.RenewAfterNanos)
-			}
-			if p.DriftPPM != DefaultDriftPPM {
-				l.DriftPPM = &p.DriftPPM
-			}
-			if l != (outLease{}) {
-				o.Lease = &l
-			}
-			var ws outWeights
-			if p.DefaultWeight != DefaultClientWeight {
-				ws.Default = p.DefaultWeight
-			}
-			if len(p.ClientWeights) > 0 {
-				ws.Clients = &yaml.Node{Kind: yaml.MappingNode}
-				for _, id := range slices.Sorted(maps.Keys(p.ClientWeights)) {
-					key := &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!str", Value: id}
-					if id == "<<" {
-						key.Style = yaml.DoubleQuotedStyle // yaml.v3 writes it plain: a merge key
-					}
-					ws.Clients.Content = append(ws.Clients.Content, key,
-						&yaml.Node{Kind: yaml.ScalarNode, Tag: "!!int", Value: strconv.FormatInt(p.ClientWeights[id], 10)})
-				}
-			}
-			if ws != (outWeights{}) {
-				o.Weights = &ws
-			}
-			if p.Failure != DefaultFailure {
-				o.Failure = string(p.Failure)
-			}
-			if p.FallbackRateMilliPerSec != 0 {
-				o.FallbackRate = number(FormatUnits(p.FallbackRateMilliPerSec))
-			}
-		} else {
-			o.Limit = number(FormatUnits(p.LimitMilli))
-			o.Window = formatDuration(p.WindowNanos)
-		}
-		o.Shadow = p.Shadow
-		if p.MaxKeys != DefaultMaxKeys {
-			o.MaxKeys = p.MaxKeys
-		}
-		if p.MaxLeasesPerKey != DefaultMaxLeasesPerKey {
-			o.MaxLeasesPerKey = p.MaxLeasesPerKey
-		}
-		out.Policies = append(out.Policies, o)
+		list.Content = append(list.Content, b.policy(p).Node)
 	}
+	if b.err != nil {
+		return b.err
+	}
+	doc := newMapping()
+	doc.put(fPolicies, list)
 	enc := yaml.NewEncoder(w)
 	enc.SetIndent(2)
-	if err := enc.Encode(out); err != nil {
+	if err := enc.Encode(doc.Node); err != nil {
 		return err
 	}
 	return enc.Close()
+}
+
+// builder builds the nodes Encode writes, keeping the first error.
+type builder struct{ err error }
+
+// policy is one policy's mapping.
+func (b *builder) policy(p Policy) mapping {
+	m := newMapping()
+	m.put(fName, b.value(p.Name))
+	m.put(fAlgorithm, b.value(string(p.Algorithm)))
+	if p.Algorithm == TokenBucket {
+		rate := FormatUnits(p.RateMilliPerSec)
+		if p.RatePeriodNanos != 0 {
+			rate += "/" + FormatRatePeriod(p.RatePeriodNanos)
+		}
+		m.put(fRate, b.value(number(rate)))
+		m.put(fBurst, b.value(number(FormatUnits(p.BurstMilli))))
+		start := "empty"
+		if p.StartFull {
+			start = "full"
+		}
+		m.put(fStart, b.value(start))
+	} else {
+		m.put(fLimit, b.value(number(FormatUnits(p.LimitMilli))))
+		m.put(fWindow, b.value(formatDuration(p.WindowNanos)))
+	}
+	m.put(fCharge, b.value(string(p.Charge)))
+	if len(p.Key) > 0 {
+		key := b.value(p.Key)
+		key.Style = yaml.FlowStyle
+		m.put(fKey, key)
+	}
+	if p.Algorithm == TokenBucket {
+		l := newMapping()
+		if p.LeaseDurationNanos != int64(DefaultLeaseDuration) {
+			l.put(lDuration, b.value(formatDuration(p.LeaseDurationNanos)))
+		}
+		if p.RenewAfterNanos != defaultRenewAfter(p.LeaseDurationNanos) {
+			l.put(lRenewAfter, b.value(formatDuration(p.RenewAfterNanos)))
+		}
+		if p.DriftPPM != DefaultDriftPPM {
+			l.put(lDriftPPM, b.value(p.DriftPPM)) // 0 is not the default
+		}
+		m.putMapping(fLease, l)
+		ws := newMapping()
+		if p.DefaultWeight != DefaultClientWeight && p.DefaultWeight != 0 {
+			ws.put(wDefault, b.value(p.DefaultWeight))
+		}
+		if len(p.ClientWeights) > 0 {
+			clients := newMapping()
+			for _, id := range slices.Sorted(maps.Keys(p.ClientWeights)) {
+				key := &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!str", Value: id}
+				if id == "<<" {
+					key.Style = yaml.DoubleQuotedStyle // yaml.v3 writes it plain: a merge key
+				}
+				clients.Content = append(clients.Content, key,
+					&yaml.Node{Kind: yaml.ScalarNode, Tag: "!!int", Value: strconv.FormatInt(p.ClientWeights[id], 10)})
+			}
+			ws.put(wClients, clients.Node)
+		}
+		m.putMapping(fWeights, ws)
+		if p.Failure != DefaultFailure && p.Failure != "" {
+			m.put(fFailure, b.value(string(p.Failure)))
+		}
+		if p.FallbackRateMilliPerSec != 0 {
+			m.put(fFallbackRate, b.value(number(FormatUnits(p.FallbackRateMilliPerSec))))
+		}
+	}
+	if p.Shadow {
+		m.put(fShadow, b.value(true))
+	}
+	if p.MaxKeys != DefaultMaxKeys && p.MaxKeys != 0 {
+		m.put(fMaxKeys, b.value(p.MaxKeys))
+	}
+	if p.MaxLeasesPerKey != DefaultMaxLeasesPerKey && p.MaxLeasesPerKey != 0 {
+		m.put(fMaxLeasesPerKey, b.value(p.MaxLeasesPerKey))
+	}
+	return m
+}
+
+// mapping is a YAML mapping under construction, in insertion order.
+type mapping struct{ *yaml.Node }
+
+func newMapping() mapping { return mapping{&yaml.Node{Kind: yaml.MappingNode}} }
+
+// put appends the field name with value n.
+func (m mapping) put(name string, n *yaml.Node) {
+	m.Content = append(m.Content, &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!str", Value: name}, n)
+}
+
+// putMapping appends the field name with the mapping sub, unless it is
+// empty.
+func (m mapping) putMapping(name string, sub mapping) {
+	if len(sub.Content) > 0 {
+		m.put(name, sub.Node)
+	}
+}
+
+// value is v as yaml.v3 writes it in a struct: quoted where it would
+// otherwise read back as another type.
+func (b *builder) value(v any) *yaml.Node {
+	var n yaml.Node
+	if err := n.Encode(v); err != nil && b.err == nil {
+		b.err = err
+	}
+	return &n
 }
 
 // FormatUnits formats milli-units as the shortest exact decimal:

@@ -2,11 +2,11 @@ package policy
 
 import (
 	"bytes"
+	"cmp"
 	"errors"
 	"fmt"
 	"io"
 	"os"
-	"reflect"
 	"regexp"
 	"slices"
 	"strconv"
@@ -18,167 +18,7 @@ import (
 	"github.com/ration-dev/ration/lease"
 )
 
-// rawFile, rawPolicy, rawLease and rawWeights define the accepted field
-// names: the second decoding pass uses them with KnownFields(true), so a
-// field without a yaml tag here is an error. Values are kept as nodes (any
-// YAML value decodes into a yaml.Node), so that pass fails only on unknown
-// fields (and, harmlessly, on a lease or weights that is not a mapping);
-// values are checked from the node tree of the first pass.
-type rawFile struct {
-	Policies []rawPolicy `yaml:"policies"`
-}
-
-type rawPolicy struct {
-	Name      yaml.Node `yaml:"name"`
-	Algorithm yaml.Node `yaml:"algorithm"`
-	Charge    yaml.Node `yaml:"charge"`
-	Key       yaml.Node `yaml:"key"`
-	Rate      yaml.Node `yaml:"rate"`
-	Burst     yaml.Node `yaml:"burst"`
-	Start     yaml.Node `yaml:"start"`
-	Limit     yaml.Node `yaml:"limit"`
-	Window    yaml.Node `yaml:"window"`
-
-	// Cluster settings.
-	Lease           *rawLease   `yaml:"lease"`
-	Weights         *rawWeights `yaml:"weights"`
-	Failure         yaml.Node   `yaml:"failure"`
-	FallbackRate    yaml.Node   `yaml:"fallback_rate"`
-	Shadow          yaml.Node   `yaml:"shadow"`
-	MaxKeys         yaml.Node   `yaml:"max_keys"`
-	MaxLeasesPerKey yaml.Node   `yaml:"max_leases_per_key"`
-}
-
-type rawLease struct {
-	Duration   yaml.Node `yaml:"duration"`
-	RenewAfter yaml.Node `yaml:"renew_after"`
-	DriftPPM   yaml.Node `yaml:"drift_ppm"`
-}
-
-type rawWeights struct {
-	Default yaml.Node `yaml:"default"`
-	Clients yaml.Node `yaml:"clients"` // client IDs are free-form: checked by the walk
-}
-
-// Field names.
-const (
-	fName      = "name"
-	fAlgorithm = "algorithm"
-	fCharge    = "charge"
-	fKey       = "key"
-	fRate      = "rate"
-	fBurst     = "burst"
-	fStart     = "start"
-	fLimit     = "limit"
-	fWindow    = "window"
-	fPolicies  = "policies"
-
-	fLease           = "lease"
-	fWeights         = "weights"
-	fFailure         = "failure"
-	fFallbackRate    = "fallback_rate"
-	fShadow          = "shadow"
-	fMaxKeys         = "max_keys"
-	fMaxLeasesPerKey = "max_leases_per_key"
-
-	// Fields of the lease and weights mappings, by their dotted names.
-	fLeaseDuration   = "lease.duration"
-	fLeaseRenewAfter = "lease.renew_after"
-	fLeaseDriftPPM   = "lease.drift_ppm"
-	fWeightsDefault  = "weights.default"
-	fWeightsClients  = "weights.clients"
-	// wantClientWeight is the key in want for every weights.clients.<id>.
-	wantClientWeight = "weights.clients.<id>"
-)
-
-// commonFields apply to every algorithm.
-var commonFields = []string{fName, fAlgorithm, fCharge, fKey, fShadow, fMaxKeys, fMaxLeasesPerKey}
-
-// algorithmFields lists the fields each algorithm takes, beyond commonFields.
-var algorithmFields = map[Algorithm][]string{
-	TokenBucket:         {fRate, fBurst, fStart, fLease, fWeights, fFailure, fFallbackRate},
-	FixedWindow:         {fLimit, fWindow},
-	SlidingWindow:       {fLimit, fWindow},
-	SlidingWindowApprox: {fLimit, fWindow},
-}
-
-// requiredFields lists the fields each algorithm cannot do without.
-var requiredFields = map[Algorithm][]string{
-	TokenBucket:         {fRate, fBurst},
-	FixedWindow:         {fLimit, fWindow},
-	SlidingWindow:       {fLimit, fWindow},
-	SlidingWindowApprox: {fLimit, fWindow},
-}
-
-// What a valid value of each field looks like, for error messages.
-var want = map[string]string{
-	fName:      "want lower-case letters, digits, '_', '.' or '-', starting with a letter or digit, at most 63 characters, like per-tenant",
-	fAlgorithm: "want one of token-bucket, fixed-window, sliding-window, sliding-window-approx",
-	fCharge:    "want requests (every request costs 1) or cost (a request costs its cost)",
-	fKey:       "want a list of trace attribute names like [tenant] or [tenant, route]",
-	fRate:      "want tokens per second like 10 or 0.5, or tokens per interval like 1/m, 100/h, 5/s or 3/30s",
-	fBurst:     "want a number of tokens like 10 or 2.5",
-	fStart:     "want full or empty",
-	fLimit:     "want a whole number of units per window like 100",
-	fWindow:    "want a Go duration like 500ms, 1s, 1m or 1h30m",
-	fPolicies:  "want a list of policies, each a mapping with name and algorithm",
-
-	fLease:           "want a mapping of duration, renew_after and drift_ppm, like {duration: 5s, renew_after: 1500ms, drift_ppm: 1000}",
-	fLeaseDuration:   "want a Go duration from 100ms to 24h, like 5s (the default)",
-	fLeaseRenewAfter: "want a Go duration > 0 and less than the usable span duration*(1-drift)/(1+drift), like 1500ms (the default is duration/3)",
-	fLeaseDriftPPM:   "want a whole number of parts per million from 0 to 100000, like 1000 (the default)",
-	fWeights:         "want a mapping of default and clients, like {default: 1, clients: {replica-a: 2}}",
-	fWeightsDefault:  "want a whole number from 1 to 1048576, like 1 (the default)",
-	fWeightsClients:  "want a mapping of client ID (1 to 256 bytes) to weight, like {replica-a: 2}",
-	wantClientWeight: "want a whole number from 1 to 1048576, like 2",
-	fFailure:         "want fail-closed (the default) or fail-open",
-	fFallbackRate:    "want tokens per second per replica like 5 or 0.5, at most rate, set exactly when failure is fail-open",
-	fShadow:          "want true or false",
-	fMaxKeys:         "want a whole number from 1 to 1000000, like 10000 (the default)",
-	fMaxLeasesPerKey: "want a whole number from 1 to 65536, like 1024 (the default)",
-}
-
-// wantFor is what a valid value of field looks like.
-func wantFor(field string) string {
-	if w, ok := want[field]; ok {
-		return w
-	}
-	if strings.HasPrefix(field, fWeightsClients+".") {
-		return want[wantClientWeight]
-	}
-	return ""
-}
-
 var nameRE = regexp.MustCompile(`^[a-z0-9][a-z0-9_.-]{0,62}$`)
-
-// policyFieldNames is every field a policy accepts, in rawPolicy order.
-var policyFieldNames = yamlTags(reflect.TypeFor[rawPolicy]())
-
-// topFieldNames is every top-level field.
-var topFieldNames = yamlTags(reflect.TypeFor[rawFile]())
-
-// sectionFields lists the fields of each nested mapping, in struct order.
-var sectionFields = map[string][]string{
-	fLease:   yamlTags(reflect.TypeFor[rawLease]()),
-	fWeights: yamlTags(reflect.TypeFor[rawWeights]()),
-}
-
-// sectionOfType maps the type names in the KnownFields pass's messages to
-// sections: "" for a policy, else the nested mapping's field name.
-var sectionOfType = map[string]string{
-	reflect.TypeFor[rawPolicy]().String():  "",
-	reflect.TypeFor[rawLease]().String():   fLease,
-	reflect.TypeFor[rawWeights]().String(): fWeights,
-}
-
-func yamlTags(t reflect.Type) []string {
-	var out []string
-	for i := range t.NumField() {
-		name, _, _ := strings.Cut(t.Field(i).Tag.Get("yaml"), ",")
-		out = append(out, name)
-	}
-	return out
-}
 
 // Parse reads and validates a policy file. On failure it returns every
 // problem found, joined with errors.Join; each is an *Error wrapping
@@ -219,29 +59,23 @@ func ParseFile(path string) (*File, error) {
 // parser accumulates problems while walking the document.
 type parser struct {
 	errs []*Error
-	// keyOwner maps each policy field key (by line, section and name) to the
-	// policy it is in, so that unknown-field errors from the KnownFields pass
-	// can name their policy.
-	keyOwner map[lineField]*Error
-	// topHasDup is set when the top-level mapping has a duplicate key:
-	// yaml.v3 then skips the whole mapping in the KnownFields pass, so the
-	// walk reports unknown fields itself (likewise for a policy mapping
-	// with a duplicate key).
-	topHasDup bool
+	// unknown holds the unknown-field errors, reported after the others
+	// (before the sort by line), in document order.
+	unknown []unknownKey
+	// lines maps each field of the policy being walked, by its dotted
+	// name, to its line: where Validate's problems with it are reported.
+	lines map[string]int
 }
 
-// lineField identifies a field key: section is "" for a policy field, else
-// the nested mapping (lease, weights) it is in.
-type lineField struct {
-	line    int
-	section string
-	name    string
+type unknownKey struct {
+	key *yaml.Node
+	err *Error
 }
 
 func (p *parser) add(e *Error) { p.errs = append(p.errs, e) }
 
 func parse(data []byte) (*File, []*Error) {
-	p := &parser{keyOwner: make(map[lineField]*Error)}
+	p := &parser{}
 	if e := checkText(data); e != nil {
 		return nil, []*Error{e}
 	}
@@ -265,19 +99,11 @@ func parse(data []byte) (*File, []*Error) {
 
 	f := p.walkFile(&doc)
 
-	// Second pass: the strict decoder is the authority on field names.
-	strict := yaml.NewDecoder(bytes.NewReader(data))
-	strict.KnownFields(true)
-	var raw rawFile
-	if err := strict.Decode(&raw); err != nil {
-		var te *yaml.TypeError
-		if errors.As(err, &te) {
-			for _, msg := range te.Errors {
-				p.unknownField(msg)
-			}
-		}
-		// Any other failure (wrong shapes, duplicate keys) was reported
-		// by the walk, with context.
+	slices.SortStableFunc(p.unknown, func(a, b unknownKey) int {
+		return cmp.Or(cmp.Compare(a.key.Line, b.key.Line), cmp.Compare(a.key.Column, b.key.Column))
+	})
+	for _, u := range p.unknown {
+		p.add(u.err)
 	}
 	if len(p.errs) > 0 {
 		return nil, p.errs
@@ -285,42 +111,28 @@ func parse(data []byte) (*File, []*Error) {
 	return f, nil
 }
 
-var yamlLineRE = regexp.MustCompile(`^yaml: line (\d+): (.*)$`)
-
+// yamlSyntaxError reports a syntax error from yaml.v3, whose errors carry
+// their line only in their text: "yaml: line 3: did not find expected key".
+// TestSyntaxErrorLine notices if that form changes.
 func yamlSyntaxError(err error) *Error {
-	if m := yamlLineRE.FindStringSubmatch(err.Error()); m != nil {
-		line, _ := strconv.Atoi(m[1])
-		return &Error{Line: line, Msg: "invalid YAML: " + m[2]}
+	msg := strings.TrimPrefix(err.Error(), "yaml: ")
+	if rest, ok := strings.CutPrefix(msg, "line "); ok {
+		if n, text, ok := strings.Cut(rest, ": "); ok && n != "" && strings.Trim(n, "0123456789") == "" {
+			if line, err := strconv.Atoi(n); err == nil {
+				return &Error{Line: line, Msg: "invalid YAML: " + text}
+			}
+		}
 	}
-	return &Error{Msg: "invalid YAML: " + strings.TrimPrefix(err.Error(), "yaml: ")}
+	return &Error{Msg: "invalid YAML: " + msg}
 }
 
-var unknownFieldRE = regexp.MustCompile(`^line (\d+): field (.+) not found in type (\S+)$`)
-
-// unknownField turns one message of the KnownFields pass into an *Error.
-func (p *parser) unknownField(msg string) {
-	m := unknownFieldRE.FindStringSubmatch(msg)
-	if m == nil {
-		return // not an unknown field: the walk reported it
-	}
-	line, _ := strconv.Atoi(m[1])
-	name := m[2]
-	section, inPolicy := sectionOfType[m[3]]
-	if !inPolicy {
-		p.add(unknownTopField(line, name))
-		return
-	}
-	owner, ok := p.keyOwner[lineField{line, section, name}]
-	switch {
-	case !ok && section == "":
-		p.add(unknownTopField(line, name)) // not reached: every policy key is registered
-	case !ok:
-		// A lease or weights the walk did not read, because it does not
-		// apply to the policy's algorithm: that was reported.
-	case section == "":
-		p.add(unknownPolicyField(owner, line, name))
-	default:
-		p.add(unknownSectionField(owner, line, section, name))
+// unknownFields reports the keys of a mapping that are not in names, in
+// the form report gives.
+func (p *parser) unknownFields(fields []keyVal, names []string, report func(line int, name string) *Error) {
+	for _, kv := range fields {
+		if !slices.Contains(names, kv.key.Value) {
+			p.unknown = append(p.unknown, unknownKey{kv.key, report(kv.key.Line, kv.key.Value)})
+		}
 	}
 }
 
@@ -335,9 +147,10 @@ func unknownPolicyField(owner *Error, line int, name string) *Error {
 // unknownSectionField reports an unknown field of a lease or weights
 // mapping, by its dotted name.
 func unknownSectionField(owner *Error, line int, section, name string) *Error {
-	fields := strings.Join(sectionFields[section], ", ")
+	names := sectionFieldNames[section]
+	fields := strings.Join(names, ", ")
 	msg := fmt.Sprintf("is not a %s field; want one of %s", section, fields)
-	if s := suggest(name, sectionFields[section]); s != "" {
+	if s := suggest(name, names); s != "" {
 		msg = fmt.Sprintf("is not a %s field; did you mean %q? Fields are %s", section, s, fields)
 	}
 	return &Error{Line: line, PolicyName: owner.PolicyName, PolicyIndex: owner.PolicyIndex, Field: section + "." + name, Msg: msg}
@@ -361,15 +174,8 @@ func (p *parser) walkFile(doc *yaml.Node) *File {
 		p.add(&Error{Line: root.Line, Msg: "the file is not a mapping; want a top-level policies: field holding a list of policies"})
 		return nil
 	}
-	fields, dup := p.fields(root, nil, "")
-	p.topHasDup = dup
-	if dup {
-		for _, kv := range fields {
-			if !slices.Contains(topFieldNames, kv.key.Value) {
-				p.add(unknownTopField(kv.key.Line, kv.key.Value))
-			}
-		}
-	}
+	fields := p.fields(root, nil, "")
+	p.unknownFields(fields, topFieldNames, unknownTopField)
 	kv, ok := fieldByName(fields, fPolicies)
 	if !ok {
 		p.add(&Error{Line: root.Line, Field: fPolicies, Msg: "is required; " + want[fPolicies]})
@@ -422,11 +228,13 @@ func indexOf(seq *yaml.Node, name string) int {
 
 type keyVal struct{ key, val *yaml.Node }
 
-// fields lists a mapping's entries, reporting duplicate keys (attributed to
-// owner, which may be nil) and merge keys; prefix is prepended to the key to
-// name the field in errors ("lease." for the lease mapping). dup reports
-// whether any key appeared twice.
-func (p *parser) fields(m *yaml.Node, owner *Error, prefix string) (out []keyVal, dup bool) {
+// fields lists a mapping's entries, reporting keys that are not plain
+// strings, merge keys and duplicate keys (attributed to owner, which may be
+// nil); prefix is prepended to the key to name the field in errors
+// ("lease." for the lease mapping). The first occurrence of a key is
+// listed, later ones are not.
+func (p *parser) fields(m *yaml.Node, owner *Error, prefix string) []keyVal {
+	var out []keyVal
 	first := map[string]int{}
 	for i := 0; i+1 < len(m.Content); i += 2 {
 		k, v := m.Content[i], m.Content[i+1]
@@ -448,13 +256,12 @@ func (p *parser) fields(m *yaml.Node, owner *Error, prefix string) (out []keyVal
 		if l, ok := first[k.Value]; ok {
 			e.Msg = fmt.Sprintf("appears more than once (first on line %d); want each field at most once", l)
 			p.add(e)
-			dup = true
 			continue
 		}
 		first[k.Value] = k.Line
 		out = append(out, keyVal{k, v})
 	}
-	return out, dup
+	return out
 }
 
 func fieldByName(fields []keyVal, name string) (keyVal, bool) {
@@ -503,16 +310,10 @@ func (p *parser) walkPolicy(index int, m *yaml.Node) (pol Policy, ok bool) {
 		p.add(&Error{Line: m.Line, PolicyIndex: index, Field: fName, Msg: "is required; " + want[fName]})
 	}
 
-	fields, dup := p.fields(m, id, "")
-	// The KnownFields pass skips a mapping with a duplicate key, and all
-	// inside it: then the walk reports unknown fields itself.
-	strictSkips := dup || p.topHasDup
-	for _, kv := range fields {
-		p.keyOwner[lineField{kv.key.Line, "", kv.key.Value}] = id
-		if strictSkips && !slices.Contains(policyFieldNames, kv.key.Value) {
-			p.add(unknownPolicyField(id, kv.key.Line, kv.key.Value))
-		}
-	}
+	fields := p.fields(m, id, "")
+	p.unknownFields(fields, policyFieldNames, func(line int, name string) *Error { return unknownPolicyField(id, line, name) })
+	p.lines = map[string]int{}
+	p.noteLines(fields, "")
 	get := func(name string) (keyVal, bool) { return fieldByName(fields, name) }
 
 	// algorithm
@@ -608,7 +409,7 @@ func (p *parser) walkPolicy(index int, m *yaml.Node) (pol Policy, ok bool) {
 		}
 	}
 
-	p.clusterFields(id, &pol, algKnown, rateOK, get, present, strictSkips)
+	p.clusterFields(id, &pol, algKnown, rateOK, get, present)
 
 	if len(p.errs) > nerrs {
 		return pol, false
@@ -618,6 +419,9 @@ func (p *parser) walkPolicy(index int, m *yaml.Node) (pol Policy, ok bool) {
 	if errs := validate(pol); len(errs) > 0 {
 		for _, e := range errs {
 			e.Line, e.PolicyIndex = m.Line, index
+			if l, ok := p.lines[e.Field]; ok {
+				e.Line = l
+			}
 			p.add(e)
 		}
 		return pol, false
@@ -652,11 +456,23 @@ func ownerAlgorithms(name string) string {
 }
 
 func (p *parser) errAt(id *Error, kv keyVal, field, msg string) *Error {
-	line := kv.key.Line
+	return &Error{Line: valueLine(kv), PolicyName: id.PolicyName, PolicyIndex: id.PolicyIndex, Field: field, Msg: msg}
+}
+
+// valueLine is where a field's value is, for errors about it.
+func valueLine(kv keyVal) int {
 	if v := deref(kv.val); v != nil && v.Line > 0 {
-		line = v.Line
+		return v.Line
 	}
-	return &Error{Line: line, PolicyName: id.PolicyName, PolicyIndex: id.PolicyIndex, Field: field, Msg: msg}
+	return kv.key.Line
+}
+
+// noteLines records the line of each field in p.lines, by its dotted name
+// (prefix is "lease." for the lease mapping), for Validate's errors.
+func (p *parser) noteLines(fields []keyVal, prefix string) {
+	for _, kv := range fields {
+		p.lines[prefix+kv.key.Value] = valueLine(kv)
+	}
 }
 
 // scalar returns a field's text, reporting a missing or non-scalar value.

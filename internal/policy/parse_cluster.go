@@ -2,7 +2,6 @@ package policy
 
 import (
 	"fmt"
-	"slices"
 
 	"gopkg.in/yaml.v3"
 )
@@ -10,20 +9,19 @@ import (
 // clusterFields reads a policy's cluster settings into pol, after the
 // limiter fields: defaults first, then the fields present. get finds any
 // field; present finds one that applies to the algorithm (reporting one
-// that does not). strictSkips says the KnownFields pass skipped the policy,
-// so unknown fields in its lease and weights are the walk's to report.
+// that does not).
 func (p *parser) clusterFields(id *Error, pol *Policy, algKnown, rateOK bool,
-	get, present func(string) (keyVal, bool), strictSkips bool) {
+	get, present func(string) (keyVal, bool)) {
 	pol.applyDefaults()
 
 	if kv, ok := present(fLease); ok {
-		p.lease(id, kv, pol, strictSkips)
+		p.lease(id, kv, pol)
 	}
 	if pol.Algorithm == TokenBucket && pol.RenewAfterNanos == 0 {
 		pol.RenewAfterNanos = defaultRenewAfter(pol.LeaseDurationNanos)
 	}
 	if kv, ok := present(fWeights); ok {
-		p.weights(id, kv, pol, strictSkips)
+		p.weights(id, kv, pol)
 	}
 
 	// failure and fallback_rate: a fallback rate exactly when fail-open.
@@ -84,13 +82,13 @@ func (p *parser) clusterFields(id *Error, pol *Policy, algKnown, rateOK bool,
 }
 
 // lease reads the lease mapping.
-func (p *parser) lease(id *Error, kv keyVal, pol *Policy, strictSkips bool) {
-	fields, ok := p.section(id, kv, fLease, strictSkips)
+func (p *parser) lease(id *Error, kv keyVal, pol *Policy) {
+	fields, ok := p.section(id, kv, fLease)
 	if !ok {
 		return
 	}
 	durOK, driftOK := true, true
-	if f, found := fieldByName(fields, "duration"); found {
+	if f, found := fieldByName(fields, lDuration); found {
 		d, s, ok := p.duration(id, f, fLeaseDuration)
 		if ok {
 			if msg := leaseDurationProblem(d); msg != "" {
@@ -102,14 +100,14 @@ func (p *parser) lease(id *Error, kv keyVal, pol *Policy, strictSkips bool) {
 		}
 		durOK = ok
 	}
-	if f, found := fieldByName(fields, "drift_ppm"); found {
+	if f, found := fieldByName(fields, lDriftPPM); found {
 		v, ok := p.integer(id, f, fLeaseDriftPPM, 0, MaxDriftPPM)
 		if ok {
 			pol.DriftPPM = v
 		}
 		driftOK = ok
 	}
-	if f, found := fieldByName(fields, "renew_after"); found {
+	if f, found := fieldByName(fields, lRenewAfter); found {
 		d, s, ok := p.duration(id, f, fLeaseRenewAfter)
 		switch {
 		case !ok:
@@ -128,17 +126,17 @@ func (p *parser) lease(id *Error, kv keyVal, pol *Policy, strictSkips bool) {
 }
 
 // weights reads the weights mapping.
-func (p *parser) weights(id *Error, kv keyVal, pol *Policy, strictSkips bool) {
-	fields, ok := p.section(id, kv, fWeights, strictSkips)
+func (p *parser) weights(id *Error, kv keyVal, pol *Policy) {
+	fields, ok := p.section(id, kv, fWeights)
 	if !ok {
 		return
 	}
-	if f, found := fieldByName(fields, "default"); found {
+	if f, found := fieldByName(fields, wDefault); found {
 		if v, ok := p.integer(id, f, fWeightsDefault, 1, MaxWeight); ok {
 			pol.DefaultWeight = v
 		}
 	}
-	f, found := fieldByName(fields, "clients")
+	f, found := fieldByName(fields, wClients)
 	if !found {
 		return
 	}
@@ -154,7 +152,8 @@ func (p *parser) weights(id *Error, kv keyVal, pol *Policy, strictSkips bool) {
 		p.add(p.errAt(id, f, fWeightsClients, fmt.Sprintf("%q is not a mapping; %s", v.Value, want[fWeightsClients])))
 		return
 	}
-	entries, _ := p.fields(v, id, fWeightsClients+".")
+	entries := p.fields(v, id, fWeightsClients+".")
+	p.noteLines(entries, fWeightsClients+".")
 	weights := map[string]int64{}
 	for _, e := range entries {
 		clientID := e.key.Value
@@ -176,10 +175,8 @@ func (p *parser) weights(id *Error, kv keyVal, pol *Policy, strictSkips bool) {
 }
 
 // section checks that field (lease or weights) holds a mapping and lists
-// its entries. It registers them for the KnownFields pass, and reports
-// unknown ones itself when that pass skips the mapping: strictSkips, or a
-// duplicate key in it.
-func (p *parser) section(id *Error, kv keyVal, field string, strictSkips bool) ([]keyVal, bool) {
+// its entries, reporting unknown ones.
+func (p *parser) section(id *Error, kv keyVal, field string) ([]keyVal, bool) {
 	v := deref(kv.val)
 	switch {
 	case isNull(v):
@@ -192,12 +189,10 @@ func (p *parser) section(id *Error, kv keyVal, field string, strictSkips bool) (
 		p.add(p.errAt(id, kv, field, fmt.Sprintf("%q is not a mapping; %s", v.Value, want[field])))
 		return nil, false
 	}
-	fields, dup := p.fields(v, id, field+".")
-	for _, f := range fields {
-		p.keyOwner[lineField{f.key.Line, field, f.key.Value}] = id
-		if (strictSkips || dup) && !slices.Contains(sectionFields[field], f.key.Value) {
-			p.add(unknownSectionField(id, f.key.Line, field, f.key.Value))
-		}
-	}
+	fields := p.fields(v, id, field+".")
+	p.unknownFields(fields, sectionFieldNames[field], func(line int, name string) *Error {
+		return unknownSectionField(id, line, field, name)
+	})
+	p.noteLines(fields, field+".")
 	return fields, true
 }

@@ -357,8 +357,7 @@ func TestPolicyErrorsNamePolicyAndField(t *testing.T) {
 }
 
 // TestUnknownFieldsEverywhere: unknown fields are found in every policy and
-// at the top level in one run, even next to duplicate keys (which make
-// yaml.v3 skip a mapping in the KnownFields pass).
+// at the top level in one run, even next to duplicate keys.
 func TestUnknownFieldsEverywhere(t *testing.T) {
 	src := `policies:
   - name: a
@@ -390,8 +389,8 @@ polices: []
 		t.Errorf("got %d errors, want 4:\n%s", n, msg)
 	}
 
-	// Duplicate top-level key: the strict pass skips everything, the walk
-	// still finds the unknown policy field.
+	// Next to a duplicate top-level key, the unknown policy field is still
+	// found.
 	src = "policies:\n  - name: a\n    algorithm: token-bucket\n    rate: 1\n    burst: 1\n    wat: 1\npolicies: []\n"
 	_, err = Parse(strings.NewReader(src))
 	for _, w := range []string{`line 6: policy "a": field "wat": is not a policy field`, `line 7: field "policies": appears more than once`} {
@@ -401,8 +400,8 @@ polices: []
 	}
 }
 
-// TestKnownFieldsMatchTables keeps the strict decoding struct and the
-// per-algorithm field tables in step.
+// TestKnownFieldsMatchTables: the views of the field table agree: every
+// field is common or taken by some algorithm, each described once.
 func TestKnownFieldsMatchTables(t *testing.T) {
 	var fromTables []string
 	fromTables = append(fromTables, commonFields...)
@@ -422,7 +421,13 @@ func TestKnownFieldsMatchTables(t *testing.T) {
 	fields := slices.Clone(policyFieldNames)
 	slices.Sort(fields)
 	if !slices.Equal(fields, fromTables) {
-		t.Fatalf("rawPolicy fields %v != table fields %v", fields, fromTables)
+		t.Fatalf("policy fields %v != per-algorithm fields %v", fields, fromTables)
+	}
+	if len(slices.Compact(fields)) != len(policyFieldNames) {
+		t.Fatalf("a field is listed twice: %v", policyFieldNames)
+	}
+	if len(algorithmFields) != len(Algorithms) {
+		t.Fatalf("algorithmFields has %d algorithms, want %d", len(algorithmFields), len(Algorithms))
 	}
 	for _, f := range fields {
 		if want[f] == "" {
