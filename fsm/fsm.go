@@ -773,7 +773,8 @@ func (s *state) renewKey(t int64, c *api.Caller, k *api.RenewKey) *api.KeyLease 
 		ReturnClamped:         s.returnClamped(),
 		ClampedMilli:          clamped,
 	})
-	s.touch(kl)
+	s.touchDue(kl) // a renewal adds and removes no lease: the holders stay
+
 	return keyLease(p, ck, g, err, speedOf(s.acks(), g))
 }
 

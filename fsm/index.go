@@ -169,7 +169,7 @@ func (s *state) isDue(t, through int64, kl *keyLedger) bool {
 
 // touch re-indexes kl after its ledger changed (or was created).
 func (s *state) touch(kl *keyLedger) {
-	s.idx.due.upsert(&kl.item, s.dueOf(kl))
+	s.touchDue(kl)
 	now := kl.ledger.AppendHolders(s.idx.scratch[:0])
 	s.idx.scratch = now
 	if slices.Equal(now, kl.holders) {
@@ -191,6 +191,12 @@ func (s *state) touch(kl *keyLedger) {
 		}
 	}
 	kl.holders = append(kl.holders[:0], now...)
+}
+
+// touchDue re-indexes only kl's due time: after a change that adds or
+// removes no lease (a renewal).
+func (s *state) touchDue(kl *keyLedger) {
+	s.idx.due.upsert(&kl.item, s.dueOf(kl))
 }
 
 func (s *state) unhold(id string, kl *keyLedger) {

@@ -155,9 +155,12 @@ func (s *state) install(t int64, p policy.Policy) error {
 		r.keys = nil
 	}
 	s.tidy(t, p.Name)
+	for _, kl := range keep {
+		s.retrack(kl, dueLive) // resurrected ones were retired
+	}
 	for _, ck := range sortedKeys(keep) {
 		err := keep[ck].ledger.Reconfigure(t, ledgerConfig(p))
-		s.retrack(keep[ck], dueLive)
+		s.touch(keep[ck])
 		if err != nil {
 			return fmt.Errorf("reconfigure %s/%s: %w", p.Name, ck, err)
 		}

@@ -97,7 +97,9 @@ func scaleState(b *testing.B, n int) *scaleFixture {
 	return fx
 }
 
-func scaleKey(k string) *api.Key { return &api.Key{Policy: "bench", Attributes: map[string]string{"k": k}} }
+func scaleKey(k string) *api.Key {
+	return &api.Key{Policy: "bench", Attributes: map[string]string{"k": k}}
+}
 
 // acquireR is client r's first request in incarnation fx.inc.
 func (fx *scaleFixture) acquireR(b *testing.B) {
