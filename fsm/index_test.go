@@ -455,3 +455,32 @@ func TestIndexNegativeControl(t *testing.T) {
 		runIndexProperty(rt, t, faultIndexSkipsRelease, nil)
 	})
 }
+
+// With FeatureIndexedExpiry off (a voter predates it), an expire with
+// nothing due still advances every ledger, exactly as such a server does;
+// on, it leaves them alone. The switch turns the rule on at one index.
+func TestIndexedExpiryWaitsForItsSwitch(t *testing.T) {
+	run := func(features uint64) *harness {
+		h := newHarness(t)
+		h.enableFeatures(features)
+		h.batch(sec, acquire(caller("a", 1, 1), tenant("acme"), tenant("beta")))
+		if r := h.apply(CmdExpire, 2*sec, &api.ExpireCommand{ClientRetentionNanos: 600 * sec}); r.Err != nil || r.Expired != 0 {
+			t.Fatalf("expire: %v, %d expired", r.Err, r.Expired)
+		}
+		return h
+	}
+	for _, c := range []struct {
+		features uint64
+		now      int64 // the ledgers' time after the expire
+	}{{KnownFeatures &^ FeatureIndexedExpiry, 2 * sec}, {KnownFeatures, sec}} {
+		h := run(c.features)
+		for ck, kl := range h.f.st.keys["per-tenant"] {
+			if got := kl.ledger.NowNanos(); got != c.now {
+				t.Errorf("features %#x: ledger %s advanced to %d ns by an expire with nothing due, want %d", c.features, ck, got, c.now)
+			}
+		}
+		if err := checkIndex(h.f.st); err != nil {
+			t.Errorf("features %#x: %v", c.features, err)
+		}
+	}
+}
