@@ -3,6 +3,7 @@ package fsm
 import (
 	"fmt"
 	"os"
+	"runtime"
 	"strconv"
 	"strings"
 	"testing"
@@ -26,6 +27,8 @@ type scaleFixture struct {
 	h   *harness
 	at  int64
 	inc uint64
+	// heapPerKey is the live heap the state holds per key (after a GC).
+	heapPerKey float64
 }
 
 var scaleFixtures = map[int]*scaleFixture{}
@@ -60,6 +63,9 @@ func scaleState(b *testing.B, n int) *scaleFixture {
 		return fx
 	}
 	b.Helper()
+	var before runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
 	h := &harness{t: b, f: New(nil)}
 	h.enableFeatures(KnownFeatures)
 	file, err := policy.Parse(strings.NewReader(scalePolicy))
@@ -90,6 +96,10 @@ func scaleState(b *testing.B, n int) *scaleFixture {
 	}
 	fx := &scaleFixture{h: h, at: at, inc: 1}
 	fx.acquireR(b)
+	var after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	fx.heapPerKey = float64(after.HeapAlloc-before.HeapAlloc) / float64(n)
 	if _, keys, leases, _ := h.f.Counts(); keys != n || leases != n {
 		b.Fatalf("setup: %d keys and %d leases, want %d", keys, leases, n)
 	}
@@ -140,6 +150,7 @@ func BenchmarkScaleNextDue(b *testing.B) {
 					b.Fatal("nothing due")
 				}
 			}
+			b.ReportMetric(fx.heapPerKey, "heapB/key")
 		})
 	}
 }
