@@ -774,7 +774,6 @@ func (s *state) renewKey(t int64, c *api.Caller, k *api.RenewKey) *api.KeyLease 
 		ClampedMilli:          clamped,
 	})
 	s.touchDue(kl) // a renewal adds and removes no lease: the holders stay
-
 	return keyLease(p, ck, g, err, speedOf(s.acks(), g))
 }
 
