@@ -338,7 +338,7 @@ func runIndexProperty(rt *rapid.T, outer testing.TB, f fault, cov *indexCoverage
 				}
 			}
 		}
-		switch op := rapid.IntRange(0, 15).Draw(rt, "op"); op {
+		switch op := rapid.IntRange(0, 16).Draw(rt, "op"); op {
 		case 0, 1, 2:
 			batch(&api.LeaseOp{Op: &api.LeaseOp_Acquire{Acquire: &api.AcquireRequest{Caller: nextCaller(), Keys: []*api.AcquireKey{{Key: key, Demand: dem}}}}})
 			grantFrom()
@@ -357,6 +357,9 @@ func runIndexProperty(rt *rapid.T, outer testing.TB, f fault, cov *indexCoverage
 			})
 		case 10:
 			// A new incarnation: its first request revokes the old one's leases.
+			if cov != nil && len(idx.st.idx.holders[cl]) > 0 {
+				cov.revoked++ // the old incarnation's leases are revoked
+			}
 			incs[cl]++
 			seqs[cl] = 0
 			batch(&api.LeaseOp{Op: &api.LeaseOp_Acquire{Acquire: &api.AcquireRequest{Caller: nextCaller(), Keys: []*api.AcquireKey{{Key: key, Demand: dem}}}}})
@@ -373,6 +376,14 @@ func runIndexProperty(rt *rapid.T, outer testing.TB, f fault, cov *indexCoverage
 			applyPolicy(at, drawPolicy()) // maybe a re-key (refused while leases are live)
 		case 15:
 			apply(CmdSetFeatures, at, &api.SetFeaturesCommand{Features: KnownFeatures})
+		case 16:
+			// Re-key once the leases are gone but pools are still low: the
+			// old budgets fold into a floor.
+			at += int64(cur.dur)*sec + 100e6
+			apply(CmdExpire, at, &api.ExpireCommand{})
+			p := drawPolicy()
+			p.key = map[bool]string{true: "[tenant, region]", false: "[tenant]"}[cur.key == "[tenant]"]
+			applyPolicy(at, p)
 		}
 	}
 	// Whatever happened, a restored copy's rebuilt indexes are sound, and
@@ -407,8 +418,7 @@ func (c *indexCoverage) note(s *state, ct CommandType, r *Result) {
 		keys++
 		leases += kl.ledger.LeaseCount()
 	}
-	switch {
-	case ct == CmdExpire:
+	if ct == CmdExpire {
 		c.expired += r.Expired
 		if keys < c.keys {
 			c.collected++
@@ -416,8 +426,6 @@ func (c *indexCoverage) note(s *state, ct CommandType, r *Result) {
 		if len(s.clients) < c.clients {
 			c.dropped++
 		}
-	case ct == CmdLeaseBatch && leases < c.leases && len(r.Ops) == 1 && r.Ops[0].Lease != nil:
-		c.revoked++ // an acquire or renewal that removed leases: a new incarnation's
 	}
 	for _, rp := range s.retired {
 		c.retiredKeys += len(rp.keys)
