@@ -13,7 +13,8 @@ import (
 )
 
 // Cluster-wide costs against the number of keys (issue 15): an expire
-// entry with nothing due, NextDue, and a new incarnation's first acquire,
+// entry with nothing due, NextDue, a new incarnation's first acquire, and
+// (what the indexes add their upkeep to) a renewal,
 // at 10^3 to 10^5 keys (10^6 with RATION_BENCH_MAX_KEYS=1000000). Every
 // key but one holds a lease of client "bulk", due in an hour; client "r"
 // holds one lease of the last key. Goal: the same cost at every size.
@@ -29,6 +30,9 @@ type scaleFixture struct {
 	inc uint64
 	// heapPerKey is the live heap the state holds per key (after a GC).
 	heapPerKey float64
+	// bulkIDs are client bulk's lease IDs by key; seq its last seq.
+	bulkIDs []uint64
+	seq     uint64
 }
 
 var scaleFixtures = map[int]*scaleFixture{}
@@ -81,6 +85,7 @@ func scaleState(b *testing.B, n int) *scaleFixture {
 	}
 	at := int64(sec)
 	var seq uint64
+	var ids []uint64
 	for start := 0; start < n-1; start += MaxKeysPerOp {
 		seq++
 		req := &api.AcquireRequest{Caller: caller("bulk", 1, seq)}
@@ -92,9 +97,10 @@ func scaleState(b *testing.B, n int) *scaleFixture {
 			if kl.GetError() != nil {
 				b.Fatalf("setup: %v", kl.GetError())
 			}
+			ids = append(ids, kl.GetGrant().GetLeaseId())
 		}
 	}
-	fx := &scaleFixture{h: h, at: at, inc: 1}
+	fx := &scaleFixture{h: h, at: at, inc: 1, bulkIDs: ids, seq: seq}
 	fx.acquireR(b)
 	var after runtime.MemStats
 	runtime.GC()
@@ -164,6 +170,30 @@ func BenchmarkScaleNewIncarnation(b *testing.B) {
 			for range b.N {
 				fx.inc++
 				fx.acquireR(b)
+			}
+		})
+	}
+}
+
+// BenchmarkScaleRenew: client bulk renews one of its leases (a different
+// key each time), the hot path the indexes add their upkeep to.
+func BenchmarkScaleRenew(b *testing.B) {
+	for _, n := range scaleSizes() {
+		b.Run(fmt.Sprintf("keys=%d", n), func(b *testing.B) {
+			fx := scaleState(b, n)
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := range b.N {
+				fx.at += 1000
+				fx.seq++
+				k := i % len(fx.bulkIDs)
+				ops := fx.h.batch(fx.at, &api.LeaseOp{Op: &api.LeaseOp_Renew{Renew: &api.RenewRequest{
+					Caller: caller("bulk", 1, fx.seq),
+					Keys:   []*api.RenewKey{{Key: scaleKey(strconv.Itoa(k)), LeaseId: fx.bulkIDs[k], Demand: &api.Demand{RateMilliPerSec: 1000, BurstMilli: 1000}}},
+				}}})
+				if ops[0].Err != nil || ops[0].Lease.GetLeases()[0].GetError() != nil {
+					b.Fatalf("renew: %v %v", ops[0].Err, ops[0].Lease)
+				}
 			}
 		})
 	}
