@@ -77,9 +77,16 @@ const (
 	// that predates ACLs never meets a CmdACL entry (it would stop) and a
 	// snapshot holding tokens carries the bit (it refuses it).
 	FeatureACL uint64 = 1 << 5
+	// FeatureIndexedExpiry: an expire entry visits only the ledgers, floors
+	// and client records that are due, and a new incarnation's first
+	// request only the ledgers where its client holds leases, through
+	// indexes (index.go); ledgers not visited are not advanced. Off, both
+	// visit (and advance) every ledger as a server that predates it does,
+	// so a mixed cluster keeps equal state hashes.
+	FeatureIndexedExpiry uint64 = 1 << 6
 
 	// KnownFeatures is every switch this server can apply.
-	KnownFeatures = FeatureAcks | FeatureRetire | FeatureReturnClamped | FeatureStableRecords | FeatureRestoreHold | FeatureACL
+	KnownFeatures = FeatureAcks | FeatureRetire | FeatureReturnClamped | FeatureStableRecords | FeatureRestoreHold | FeatureACL | FeatureIndexedExpiry
 )
 
 // IgnorableFlag marks a command type that older servers may skip. An

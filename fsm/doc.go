@@ -21,6 +21,12 @@
 // maps only through sorted keys where order could matter. Expiry is a command
 // the leader proposes, not a timer inside apply.
 //
+// Indexes derived from the state (index.go: every ledger's next due time,
+// each client's ledgers, the client records by age) let an expire entry,
+// a new incarnation's revocation and NextDue cost what is due, not the key
+// count (FeatureIndexedExpiry). They are never serialized: every mutation
+// of a ledger updates them, and a snapshot import rebuilds them.
+//
 // Snapshot takes a deep copy under the read lock (cheap: the ledgers are
 // small value structs) and Persist streams it as length-prefixed protobuf
 // frames, so a large state is never marshalled into one buffer. Restore

@@ -16,4 +16,7 @@ const (
 	// faultSnapshotDropsTokens: snapshots leave out the ACL tokens (the
 	// bootstrap flag stays), so a restored or caught-up server knows none.
 	faultSnapshotDropsTokens
+	// faultIndexSkipsRelease: a release does not update the indexes
+	// (index.go), so they go stale (the index property's negative control).
+	faultIndexSkipsRelease
 )

@@ -75,10 +75,18 @@ type clientRecord struct {
 	kind        uint32
 	response    []byte
 	lastSeen    int64
+	// id and pos: the record's client ID and its place in the clients
+	// index (index.go); derived, not replicated.
+	id  string
+	pos int
 }
 
 type keyLedger struct {
 	ledger *lease.Ledger
+	// item is the ledger's entry in the due index and holders the client
+	// IDs it is listed under in the holders index (index.go).
+	item    dueItem
+	holders []string
 }
 
 // state is everything the FSM replicates.
@@ -102,6 +110,17 @@ type state struct {
 	// ACL tokens by accessor ID, and whether bootstrap has run (acl.go).
 	aclBootstrapped bool
 	aclTokens       map[string]*acl.Token
+	// idx is derived from the rest (index.go): never serialized.
+	idx index
+	// ref, in tests only, replaces the indexed expire and revoke by
+	// reference scans that apply the same rule (index_test.go).
+	ref *referenceImpl
+}
+
+// referenceImpl is a test's stand-in for the indexed selections.
+type referenceImpl struct {
+	expire func(s *state, t, through, retention int64) (*Result, error)
+	revoke func(s *state, t int64, clientID string, incarnation uint64)
 }
 
 func newState() *state {
@@ -112,6 +131,7 @@ func newState() *state {
 		retired:   map[string]*retiredPolicy{},
 		fault:     stateFault(),
 		aclTokens: map[string]*acl.Token{},
+		idx:       newIndex(),
 	}
 }
 
@@ -219,7 +239,11 @@ func (f *FSM) dispatch(env Envelope, t int64) (*Result, error) {
 		if unknown := cmd.GetFeatures() &^ KnownFeatures; unknown != 0 {
 			panic(fmt.Sprintf("fsm: feature switches %#x are unknown to this server, which is older than the log; upgrade it", unknown))
 		}
-		f.st.features |= cmd.GetFeatures()
+		if was := f.st.features; was|cmd.GetFeatures() != was {
+			f.st.features |= cmd.GetFeatures()
+			// What is due may depend on a switch (forgetRetired).
+			f.st.rebuildIndex()
+		}
 		return &Result{}, nil
 	case CmdACL:
 		cmd, err := decodeBody[api.ACLCommand](env.Body)
@@ -363,7 +387,7 @@ func (s *state) begin(t int64, c *api.Caller, kind uint32, n int) ([]byte, error
 		return nil, err
 	}
 	if dup != nil {
-		s.clients[c.GetClientId()].lastSeen = t
+		s.seen(s.clients[c.GetClientId()], t)
 		return dup, nil
 	}
 	if newer {
@@ -372,12 +396,28 @@ func (s *state) begin(t int64, c *api.Caller, kind uint32, n int) ([]byte, error
 	return nil, nil
 }
 
+// revoke frees the leases of clientID's incarnations below incarnation:
+// through the holders index with FeatureIndexedExpiry on (index.go),
+// visiting every ledger as a server that predates it does otherwise.
 func (s *state) revoke(t int64, clientID string, incarnation uint64) {
+	switch {
+	case !s.indexedExpiry():
+		s.revokeLegacy(t, clientID, incarnation)
+	case s.ref != nil:
+		s.ref.revoke(s, t, clientID, incarnation)
+	default:
+		s.revokeIndexed(t, clientID, incarnation)
+	}
+}
+
+func (s *state) revokeLegacy(t int64, clientID string, incarnation uint64) {
 	for _, pn := range sortedKeys(s.keys) {
 		for _, ck := range sortedKeys(s.keys[pn]) {
 			// Revoke only fails for time going backwards, which Apply's
 			// clamp rules out.
-			_, _ = s.keys[pn][ck].ledger.Revoke(t, clientID, incarnation)
+			kl := s.keys[pn][ck]
+			_, _ = kl.ledger.Revoke(t, clientID, incarnation)
+			s.touch(kl)
 		}
 	}
 	for _, pn := range sortedKeys(s.retired) {
@@ -385,6 +425,7 @@ func (s *state) revoke(t int64, clientID string, incarnation uint64) {
 		for _, ck := range sortedKeys(keys) {
 			if l := keys[ck].ledger; l.LeaseCount() > 0 {
 				_, _ = l.Revoke(t, clientID, incarnation)
+				s.touch(keys[ck])
 			}
 		}
 	}
@@ -395,7 +436,7 @@ func (s *state) record(t int64, c *api.Caller, kind uint32, resp proto.Message) 
 	if err != nil {
 		panic(fmt.Sprintf("fsm: marshal recorded response: %v", err))
 	}
-	s.clients[c.GetClientId()] = &clientRecord{incarnation: c.GetIncarnation(), seq: c.GetSeq(), kind: kind, response: b, lastSeen: t}
+	s.setClient(c.GetClientId(), &clientRecord{incarnation: c.GetIncarnation(), seq: c.GetSeq(), kind: kind, response: b, lastSeen: t})
 }
 
 func (s *state) leaseBatch(t int64, cmd *api.LeaseBatchCommand) *Result {
@@ -501,8 +542,9 @@ func (s *state) resolve(t int64, k *api.Key, create bool) (policy.Policy, string
 	if s.keys[p.Name] == nil {
 		s.keys[p.Name] = map[string]*keyLedger{}
 	}
-	kl = &keyLedger{ledger: l}
+	kl = newKeyLedger(dueLive, p.Name, ck, l)
 	s.keys[p.Name][ck] = kl
+	s.touch(kl)
 	return p, ck, kl, nil
 }
 
@@ -652,6 +694,7 @@ func (s *state) acquireKey(t int64, c *api.Caller, k *api.AcquireKey, seen map[s
 		TTLNanos:              p.LeaseDurationNanos,
 		Versioned:             s.acks(),
 	})
+	s.touch(kl)
 	// A new lease renews early once: the shares of its key just changed.
 	speed := renewNormal
 	if s.acks() {
@@ -730,6 +773,7 @@ func (s *state) renewKey(t int64, c *api.Caller, k *api.RenewKey) *api.KeyLease 
 		ReturnClamped:         s.returnClamped(),
 		ClampedMilli:          clamped,
 	})
+	s.touchDue(kl) // a renewal adds and removes no lease: the holders stay
 	return keyLease(p, ck, g, err, speedOf(s.acks(), g))
 }
 
@@ -758,6 +802,9 @@ func (s *state) release(t int64, req *api.ReleaseRequest) (*api.ReleaseResponse,
 				ClientID: c.GetClientId(), Incarnation: c.GetIncarnation(),
 				LeaseID: lease.LeaseID(k.GetLeaseId()), UnspentMilli: k.GetUnspentMilli(),
 			})
+			if s.fault != faultIndexSkipsRelease {
+				s.touch(kl)
+			}
 			r.CreditedMilli = rr.CreditedMilli
 		}
 		if err != nil {
@@ -786,8 +833,20 @@ func unmarshalLease(dup []byte, err error) (*api.LeaseResponse, error) {
 // expire removes due leases in every ledger (retired ones included),
 // collects ledgers that are indistinguishable from fresh ones (no leases,
 // pool full) and floors that have lapsed, and forgets idempotency records
-// of clients with no leases not seen for retention.
+// of clients with no leases not seen for retention. With
+// FeatureIndexedExpiry on it visits only what is due (index.go); off, it
+// visits, and so advances, every ledger, as a server that predates it does.
 func (s *state) expire(t, through, retention int64) (*Result, error) {
+	switch {
+	case !s.indexedExpiry():
+		return s.expireLegacy(t, through, retention)
+	case s.ref != nil:
+		return s.ref.expire(s, t, through, retention)
+	}
+	return s.expireIndexed(t, through, retention)
+}
+
+func (s *state) expireLegacy(t, through, retention int64) (*Result, error) {
 	res := &Result{}
 	active := map[string]bool{}
 	for _, pn := range sortedKeys(s.keys) {
@@ -799,13 +858,14 @@ func (s *state) expire(t, through, retention int64) (*Result, error) {
 				return nil, err
 			}
 			res.expired(pn, len(gone))
-			leases := l.Leases()
-			if len(leases) == 0 && l.PoolMilli() >= l.Config().CapacityMilli {
+			if l.LeaseCount() == 0 && l.PoolMilli() >= l.Config().CapacityMilli {
+				s.untrack(keys[ck])
 				delete(keys, ck)
 				continue
 			}
-			for _, le := range leases {
-				active[le.ClientID] = true
+			s.touch(keys[ck])
+			for _, id := range keys[ck].holders {
+				active[id] = true
 			}
 		}
 		if len(keys) == 0 {
@@ -818,7 +878,7 @@ func (s *state) expire(t, through, retention int64) (*Result, error) {
 	if retention > 0 {
 		for _, id := range sortedKeys(s.clients) {
 			if !active[id] && s.clients[id].lastSeen+retention <= t {
-				delete(s.clients, id)
+				s.dropClient(id)
 			}
 		}
 	}
@@ -843,6 +903,7 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 	}
 	f.mu.Lock()
 	st.fault = f.st.fault
+	st.ref = f.st.ref
 	f.st = st
 	f.index = 0
 	f.aclVersion.Add(1)

@@ -106,6 +106,9 @@ func FuzzLeaseRequests(f *testing.F) {
 					}
 				}
 			}
+			if err := checkIndex(h.f.st); err != nil {
+				t.Fatalf("stale index: %v", err)
+			}
 		}
 		before := snapshotBytes(t, h.f)
 		g := New(nil)

@@ -77,31 +77,8 @@ func (f *FSM) PolicyUsage(name string) (keys, leases int) {
 func (f *FSM) NextDue() (due int64, ok bool) {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
-	consider := func(t int64) {
-		if !ok || t < due {
-			due, ok = t, true
-		}
-	}
-	ledgers := func(ks map[string]*keyLedger) {
-		for _, kl := range ks {
-			l := kl.ledger
-			if e, has := l.NextExpiry(); has {
-				consider(e)
-				continue
-			}
-			consider(l.PoolFullAt())
-		}
-	}
-	for _, ks := range f.st.keys {
-		ledgers(ks)
-	}
-	for _, r := range f.st.retired {
-		ledgers(r.keys)
-		if r.fl.fullAt > 0 {
-			consider(r.fl.fullAt)
-		}
-	}
-	return due, ok
+	// The due index's top (index.go): no scan.
+	return f.st.nextDue()
 }
 
 // Leases lists leases and keys, optionally filtered by policy and canonical

@@ -90,6 +90,7 @@ func (s *state) retiredOf(name string) *retiredPolicy {
 
 // tidy forgets what no longer bounds anything.
 func (s *state) tidy(t int64, name string) {
+	defer s.trackRetired(name)
 	r := s.retired[name]
 	if r == nil {
 		return
@@ -141,6 +142,7 @@ func (s *state) install(t int64, p policy.Policy) error {
 	case live:
 		// Re-keyed; no leases (checkChange). A live name has no retired spec.
 		s.foldAll(t, p.Name, s.keys[p.Name])
+		s.untrackAll(s.keys[p.Name])
 		delete(s.keys, p.Name)
 	case r != nil && r.spec != nil:
 		if sameKeying(*r.spec, p) && !s.forgetRetired() {
@@ -148,12 +150,18 @@ func (s *state) install(t int64, p policy.Policy) error {
 			s.keys[p.Name] = keep
 		} else {
 			s.foldAll(t, p.Name, r.keys)
+			s.untrackAll(r.keys)
 		}
 		r.keys = nil
 	}
 	s.tidy(t, p.Name)
+	for _, kl := range keep {
+		s.retrack(kl, dueLive) // resurrected ones were retired
+	}
 	for _, ck := range sortedKeys(keep) {
-		if err := keep[ck].ledger.Reconfigure(t, ledgerConfig(p)); err != nil {
+		err := keep[ck].ledger.Reconfigure(t, ledgerConfig(p))
+		s.touch(keep[ck])
+		if err != nil {
 			return fmt.Errorf("reconfigure %s/%s: %w", p.Name, ck, err)
 		}
 	}
@@ -199,6 +207,7 @@ func (s *state) retire(t int64, p policy.Policy) {
 	for _, ck := range sortedKeys(keys) {
 		l := keys[ck].ledger
 		if l.LeaseCount() == 0 && (s.forgetRetired() || fresh(t, l)) {
+			s.untrack(keys[ck])
 			continue
 		}
 		kept[ck] = keys[ck]
@@ -208,6 +217,10 @@ func (s *state) retire(t int64, p policy.Policy) {
 	}
 	r := s.retiredOf(p.Name)
 	r.spec, r.keys, r.at = &p, kept, t
+	for _, ck := range sortedKeys(kept) {
+		s.retrack(kept[ck], dueRetired)
+	}
+	s.trackRetired(p.Name)
 }
 
 // expireRetired expires the retired ledgers' due leases and collects the
@@ -226,11 +239,13 @@ func (s *state) expireRetired(t, through int64, res *Result, active map[string]b
 				res.expired(name, len(gone))
 			}
 			if l.LeaseCount() == 0 && (s.forgetRetired() || fresh(t, l)) {
+				s.untrack(r.keys[ck])
 				delete(r.keys, ck)
 				continue
 			}
-			for _, le := range l.Leases() {
-				active[le.ClientID] = true
+			s.touch(r.keys[ck])
+			for _, id := range r.keys[ck].holders {
+				active[id] = true
 			}
 		}
 		s.tidy(t, name)

@@ -356,6 +356,7 @@ func importState(r io.Reader) (*state, error) {
 	if len(st.aclTokens) > 0 && !st.aclBootstrapped {
 		return nil, fmt.Errorf("%w: ACL tokens in a state that was never bootstrapped", errSnapshot)
 	}
+	st.rebuildIndex() // derived state: rebuilt, never read from the stream
 	return st, nil
 }
 
