@@ -68,6 +68,12 @@ func sameAfterRoundTrip(t *testing.T, f *FSM, what string) {
 	if _, got := g.StateHash(); got != want {
 		t.Fatalf("%s: state hash %s after a snapshot round trip, was %s", what, got, want)
 	}
+	// The derived indexes (index.go) equal a rebuild, before and after.
+	for _, s := range []*state{f.st, g.st} {
+		if err := checkIndex(s); err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+	}
 }
 
 func checkLedgers(t *testing.T, f *FSM, what string) {
