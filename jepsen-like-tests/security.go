@@ -9,12 +9,15 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/hashicorp/raft"
 	"github.com/ration-dev/ration/api"
 	"github.com/ration-dev/ration/internal/testtls"
 	"github.com/ration-dev/ration/internal/tlsutil"
@@ -109,6 +112,8 @@ func newSecurity(t testing.TB, dir string, cfg RunConfig) *security {
 		add(edgeDriver(ed), ca.Client(edgeDriver(ed)))
 	}
 	add("harness", ca.Client("harness"))
+	// The Raft probe's: a server's name, as only servers may dial Raft.
+	add("raft-probe", ca.Issue(testtls.CertOptions{Name: "raft-probe", Server: true, DNSNames: []string{tlsutil.ServerName(clusterName)}}))
 	add("rationctl", ca.Client("rationctl"))
 	key := make([]byte, 32)
 	if _, err := rand.Read(key); err != nil {
@@ -187,8 +192,10 @@ func (e *Env) securityLine() string {
 // checkPlaintextRefused is the run's check that TLS is in force: on every
 // server's gRPC port a plaintext Status call must fail in the transport
 // (Unavailable: the handshake is refused), while the same call over the
-// harness's TLS reaches the server, and rationctl without TLS settings must
-// fail where it succeeds with them.
+// harness's TLS reaches the server; on every Raft port a plaintext
+// AppendEntries must fail while one over TLS with a server's certificate
+// is answered; and rationctl without TLS settings must fail where it
+// succeeds with them.
 func (e *Env) checkPlaintextRefused() CheckerResult {
 	res := CheckerResult{Name: "plaintext-refused", Expected: ExpectPass}
 	var errs []error
@@ -197,7 +204,16 @@ func (e *Env) checkPlaintextRefused() CheckerResult {
 			errs = append(errs, fmt.Errorf("%s: %w", s, err))
 		}
 	}
-	if out, err := e.rationctlEnv(nil, "status"); err == nil {
+	probe, err := tlsutil.ClientConfigFiles(e.sec.certs["raft-probe"], tlsutil.ServerName(clusterName))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	for _, s := range e.cfg.Servers {
+		if err := raftPlaintextRefused(e.addr(s, raftPort), probe, 10*time.Second); err != nil {
+			errs = append(errs, fmt.Errorf("%s Raft: %w", s, err))
+		}
+	}
+	if out, err := e.rationctlEnv(nil, "status", "--timeout", "3s"); err == nil {
 		errs = append(errs, fmt.Errorf("rationctl status without TLS settings succeeded: %s", out))
 	}
 	if out, err := e.rationctl("status"); err != nil {
@@ -205,7 +221,7 @@ func (e *Env) checkPlaintextRefused() CheckerResult {
 	}
 	res.OK = len(errs) == 0
 	if res.OK {
-		res.Detail = fmt.Sprintf("plaintext gRPC refused by each of %v and rationctl without TLS refused, while the same calls over TLS answered", e.cfg.Servers)
+		res.Detail = fmt.Sprintf("plaintext gRPC and Raft refused by each of %v, and rationctl without TLS refused, while the same calls over TLS answered", e.cfg.Servers)
 	} else {
 		res.Detail = errors.Join(errs...).Error()
 	}
@@ -244,4 +260,52 @@ func plaintextRefused(addr string, tlsOpts []grpc.DialOption, within time.Durati
 		return fmt.Errorf("a plaintext Status call was answered (%v), want the connection refused", err)
 	}
 	return nil
+}
+
+// raftPlaintextRefused sends one harmless AppendEntries (term 0, refused
+// by the receiver's term check, no effect on its state) to a Raft port
+// through a real NetworkTransport: over TLS with cfg it must be answered
+// (retried for up to within), in plaintext it must fail.
+func raftPlaintextRefused(addr string, cfg *tls.Config, within time.Duration) error {
+	var last error
+	if err := pollUntil(within, func() error {
+		if err := raftProbe(addr, cfg); err != nil {
+			last = fmt.Errorf("the TLS twin was not answered: %v", err)
+			return last
+		}
+		return nil
+	}); err != nil {
+		return last
+	}
+	if err := raftProbe(addr, nil); err == nil {
+		return errors.New("a plaintext AppendEntries was answered, want the connection refused")
+	}
+	return nil
+}
+
+// raftProbe sends the AppendEntries to addr, dialling with cfg (nil:
+// plaintext); nil when the peer answered.
+func raftProbe(addr string, cfg *tls.Config) error {
+	ln, err := net.Listen("tcp", "127.0.0.1:0") // the transport's own address; nothing dials it
+	if err != nil {
+		return err
+	}
+	tr := raft.NewNetworkTransport(probeStream{Listener: ln, cfg: cfg}, 1, 3*time.Second, io.Discard)
+	defer tr.Close()
+	var resp raft.AppendEntriesResponse
+	return tr.AppendEntries("probe", raft.ServerAddress(addr), &raft.AppendEntriesRequest{RPCHeader: raft.RPCHeader{
+		ProtocolVersion: raft.ProtocolVersionMax, ID: []byte("probe"), Addr: []byte(ln.Addr().String())}}, &resp)
+}
+
+type probeStream struct {
+	net.Listener
+	cfg *tls.Config
+}
+
+func (s probeStream) Dial(a raft.ServerAddress, timeout time.Duration) (net.Conn, error) {
+	d := &net.Dialer{Timeout: timeout}
+	if s.cfg == nil {
+		return d.Dial("tcp", string(a))
+	}
+	return tls.DialWithDialer(d, "tcp", string(a), s.cfg)
 }
