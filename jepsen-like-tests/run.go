@@ -175,11 +175,11 @@ func Execute(e *Env, sc Scenario) Summary {
 		_ = e.tl.Emit(KindPhase, "snapshot-churn", fmt.Sprintf("snapshot every %d entries, %d trailing", sc.Config.SnapshotThreshold, sc.Config.TrailingLogs))
 	}
 	hold(sc.Warmup)
-	var security []CheckerResult
+	var secChecks []CheckerResult
 	if e.tlsOn() {
 		// Under load, before the first fault: TLS is what the servers
 		// speak, and nothing else.
-		security = append(security, e.checkPlaintextRefused())
+		secChecks = append(secChecks, e.checkPlaintextRefused())
 	}
 	for _, n := range sc.Nemeses {
 		e.runNemesis(n, rng)
@@ -242,8 +242,8 @@ func Execute(e *Env, sc Scenario) Summary {
 		live.Detail = fmt.Sprintf("admitted rate never reached %.0f%% of r in the %v after the last heal", recoveryFrac*100, tailAfterHeal)
 	}
 	checkers = append(checkers, live)
-	checkers = append(checkers, security...) // last: the controls' loop below skips them
-	securityOK := len(security) == 0 || AllAsExpected(security)
+	checkers = append(checkers, secChecks...) // last: the controls' loop below skips them
+	securityOK := len(secChecks) == 0 || AllAsExpected(secChecks)
 
 	first := start
 	if len(recs) > 0 {
@@ -270,7 +270,7 @@ func Execute(e *Env, sc Scenario) Summary {
 		// The security checks are not what a control breaks: they must
 		// pass, and their failure catches nothing.
 		var caught []string
-		for _, c := range checkers[:len(checkers)-len(security)] {
+		for _, c := range checkers[:len(checkers)-len(secChecks)] {
 			if !c.OK {
 				caught = append(caught, c.Name)
 			}
