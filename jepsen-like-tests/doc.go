@@ -25,6 +25,8 @@
 //	report.go, svg.go      summary.json and the rate picture
 //	proxy.go               a response-delaying TCP proxy (for the
 //	                       time-from-receipt negative control)
+//	security.go            the run's CA and certificates, every process's
+//	                       credentials, the plaintext-refused check
 //	replica/               the client replica program (--routes: per-route
 //	                       limiters of one budget; --edge: an edge's
 //	                       driver, each decision a Check call)
@@ -53,6 +55,27 @@
 // has no --clock-control. Nor the no-acknowledged-grant-lost check: an
 // edge records no grants. Envoy's ShouldRateLimit is not driven (it is the
 // same decision behind envoyconf's matching, tested in edge/).
+//
+// # Security
+//
+// Every run has mutual TLS on every link unless RunConfig.Plaintext is
+// set (no test sets it; JEPSEN_PLAINTEXT=1 sets it for every run, to
+// compare a seed with and without TLS): the harness makes a CA for the run with
+// crypto/x509 (internal/testtls), a certificate per server (naming
+// server.jepsen.ration, --cluster-name jepsen), replica, edge, edge driver,
+// rationctl and the harness itself, writes them to the run folder's tls/,
+// and starts every rationd with --tls-* and --tls-verify-server-hostname
+// (gRPC, Raft and forwarded calls) and a gossip key, every replica with
+// --tls-* and --tls-server-name, every edge with --tls-* (its dial to the
+// servers checks their name; its listener requires its driver's client
+// certificate), rationctl with RATION_TLS_*. The delay proxies forward the
+// TLS bytes unchanged. The run log, the timeline and summary.json say so,
+// and the plaintext-refused checker, run under load before the first
+// fault, requires a plaintext Status call and a plaintext Raft
+// AppendEntries to every server, and rationctl without TLS settings, to
+// be refused while the same calls over TLS are answered. Credentials are
+// added in one place: Env.procArgs (command lines), Env.ctlEnv
+// (rationctl) and Env.harnessDialOptions (the harness's connections).
 //
 // Every process reads CLOCK_MONOTONIC, which all processes on the host
 // share, so histories merge onto one time line. Binaries are built with

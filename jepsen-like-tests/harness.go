@@ -20,7 +20,6 @@ import (
 	"github.com/ration-dev/ration/internal/costmix"
 	"github.com/ration-dev/ration/internal/testcluster"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 )
 
 // Ports every process uses inside its own namespace (each host has its own
@@ -109,6 +108,10 @@ type RunConfig struct {
 	Routes int
 	// Snapshot churn: a tiny threshold so followers install snapshots.
 	SnapshotThreshold, TrailingLogs uint64
+	// Plaintext runs every link without TLS and gossip unencrypted. The
+	// default is mutual TLS everywhere with certificates made for the run
+	// (security.go).
+	Plaintext bool
 }
 
 // offeredTokensPerSec is the mean offered load.
@@ -162,6 +165,8 @@ type Env struct {
 	stopWatch chan struct{}
 	watchDone chan struct{}
 	leader    string
+
+	sec *security // nil: plaintext (RunConfig.Plaintext)
 }
 
 // binaries builds rationd, rationctl and the replica once per test binary,
@@ -217,6 +222,11 @@ func newEnv(t testing.TB, cfg RunConfig) *Env {
 	if e.tl, err = NewTimelineWriter(filepath.Join(dir, "timeline.jsonl")); err != nil {
 		t.Fatal(err)
 	}
+	if !cfg.Plaintext {
+		e.sec = newSecurity(t, dir, cfg)
+	}
+	t.Logf("run %s: %s", cfg.Name, e.securityLine())
+	_ = e.tl.Emit(KindPhase, "security", e.securityLine())
 	hosts := append(append([]string{}, cfg.Servers...), cfg.clients()...)
 	hosts = append(hosts, "n4") // a spare host for the membership nemesis
 	prefix := fmt.Sprintf("j%d", cfg.Seed%1000)
@@ -303,7 +313,7 @@ func (e *Env) serverArgs(name string, bootstrapExpect int) []string {
 	for _, f := range e.cfg.ServerFaults {
 		args = append(args, "--fault", f)
 	}
-	return args
+	return append(args, e.procArgs(roleServer, name)...)
 }
 
 func (e *Env) startServer(name string, bootstrapExpect int) {
@@ -311,7 +321,7 @@ func (e *Env) startServer(name string, bootstrapExpect int) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.conns[name] == nil {
-		conn, err := grpc.NewClient(e.addr(name, grpcPort), grpc.WithTransportCredentials(insecure.NewCredentials()))
+		conn, err := grpc.NewClient(e.addr(name, grpcPort), e.harnessDialOptions()...)
 		if err != nil {
 			e.t.Fatal(err)
 		}
@@ -341,6 +351,7 @@ func (e *Env) startReplica(name string, seed int64) {
 	if len(e.cfg.ClientFaults) > 0 {
 		args = append(args, "--fault", strings.Join(e.cfg.ClientFaults, ","))
 	}
+	args = append(args, e.procArgs(roleReplica, name)...)
 	e.start(name, filepath.Join(e.bin, "replica"), args)
 }
 
@@ -353,6 +364,7 @@ const edgeGRPCPort = grpcPort
 func (e *Env) startEdge(name string) {
 	args := []string{"edge", "--servers", e.serverAddrs(), "--grpc-addr", fmt.Sprintf("0.0.0.0:%d", edgeGRPCPort),
 		"--client-id", name, "--log-format", "text", "--log-level", "info"}
+	args = append(args, e.procArgs(roleEdge, name)...)
 	e.start(name, filepath.Join(e.bin, "rationd"), args)
 }
 
@@ -369,6 +381,7 @@ func (e *Env) startEdgeDriver(edge string, seed int64) {
 	if e.cfg.Routes > 0 {
 		args = append(args, "--routes", fmt.Sprint(e.cfg.Routes))
 	}
+	args = append(args, e.procArgs(roleDriver, edgeDriver(edge))...)
 	e.startOn(edge, edgeDriver(edge), filepath.Join(e.bin, "replica"), args)
 }
 

@@ -28,10 +28,13 @@ func TestMain(m *testing.M) {
 }
 
 // baseConfig: r = 800 tokens/s, B = 80; four replicas each offering
-// 353 requests/s of mean cost 1.7 tokens, three times r in all.
+// 353 requests/s of mean cost 1.7 tokens, three times r in all. Mutual TLS
+// on every link, unless JEPSEN_PLAINTEXT=1 (to compare a seed's run
+// without it).
 func baseConfig(name string, seed int64) RunConfig {
 	return RunConfig{
-		Name: name, Seed: seed,
+		Plaintext: os.Getenv("JEPSEN_PLAINTEXT") == "1",
+		Name:      name, Seed: seed,
 		Servers:        []string{"n1", "n2", "n3"},
 		Replicas:       []string{"c1", "c2", "c3", "c4"},
 		RatePerReplica: 353,

@@ -25,10 +25,17 @@ import (
 // rationctl runs the operator's tool from the harness: the verb words, then
 // --servers (every server), then args (flags and operands of the verb).
 func (e *Env) rationctl(verb string, args ...string) (string, error) {
+	return e.rationctlEnv(e.ctlEnv(), verb, args...)
+}
+
+// rationctlEnv is rationctl with env added to the harness's environment
+// in place of ctlEnv's credentials (nil: none, plaintext).
+func (e *Env) rationctlEnv(env []string, verb string, args ...string) (string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	argv := append(strings.Fields(verb), "--servers", e.serverAddrs())
 	cmd := exec.CommandContext(ctx, filepath.Join(e.bin, "rationctl"), append(argv, args...)...)
+	cmd.Env = append(os.Environ(), env...)
 	out, err := cmd.CombinedOutput()
 	return strings.TrimSpace(string(out)), err
 }

@@ -175,6 +175,12 @@ func Execute(e *Env, sc Scenario) Summary {
 		_ = e.tl.Emit(KindPhase, "snapshot-churn", fmt.Sprintf("snapshot every %d entries, %d trailing", sc.Config.SnapshotThreshold, sc.Config.TrailingLogs))
 	}
 	hold(sc.Warmup)
+	var secChecks []CheckerResult
+	if e.tlsOn() {
+		// Under load, before the first fault: TLS is what the servers
+		// speak, and nothing else.
+		secChecks = append(secChecks, e.checkPlaintextRefused())
+	}
 	for _, n := range sc.Nemeses {
 		e.runNemesis(n, rng)
 	}
@@ -236,6 +242,8 @@ func Execute(e *Env, sc Scenario) Summary {
 		live.Detail = fmt.Sprintf("admitted rate never reached %.0f%% of r in the %v after the last heal", recoveryFrac*100, tailAfterHeal)
 	}
 	checkers = append(checkers, live)
+	checkers = append(checkers, secChecks...) // last: the controls' loop below skips them
+	securityOK := len(secChecks) == 0 || AllAsExpected(secChecks)
 
 	first := start
 	if len(recs) > 0 {
@@ -251,22 +259,26 @@ func Execute(e *Env, sc Scenario) Summary {
 			"recovery_after_heal_s":  rec.Seconds(),
 			"snapshot_installs":      e.countLog("Installed remote snapshot"),
 			"controls":               sc.Controls,
+			"tls":                    e.tlsOn(),
+			"security":               e.securityLine(),
 		},
 	}
 	if sc.ExpectViolation {
 		// A negative control passes when some checker caught it: the
 		// bound is marked expected-fail above; a control the bound misses
 		// but another checker catches still counts, and says which.
+		// The security checks are not what a control breaks: they must
+		// pass, and their failure catches nothing.
 		var caught []string
-		for _, c := range checkers {
+		for _, c := range checkers[:len(checkers)-len(secChecks)] {
 			if !c.OK {
 				caught = append(caught, c.Name)
 			}
 		}
-		s.Pass = len(caught) > 0
+		s.Pass = len(caught) > 0 && securityOK
 		s.Extra["caught_by"] = caught
 	} else if sc.BoundOnly {
-		s.Pass = br.OK
+		s.Pass = br.OK && securityOK
 		s.Extra["decided_by"] = "bound only"
 	} else {
 		s.Pass = AllAsExpected(checkers)

@@ -41,11 +41,19 @@
 // than 250ms is a refusal. Offered requests more than 200ms behind the
 // pace (an edge stopped or unreachable makes every call wait out its
 // deadline) are skipped, not offered late in a burst. No grants file.
+//
+// TLS: --tls-ca-file (the CA that signs the servers' or the edge's
+// certificate), --tls-cert-file and --tls-key-file (this process's client
+// certificate, for mutual TLS) and --tls-server-name (the DNS name the
+// peer's certificate must carry: server.<cluster>.ration for servers)
+// secure every connection, to the servers or to the edge (internal/tlsutil
+// builds the config). Without them, plaintext.
 package main
 
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
@@ -66,9 +74,11 @@ import (
 	"github.com/ration-dev/ration/internal/coarseclock"
 	"github.com/ration-dev/ration/internal/costmix"
 	"github.com/ration-dev/ration/internal/faults"
+	"github.com/ration-dev/ration/internal/tlsutil"
 	"golang.org/x/sys/unix"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 )
 
@@ -80,6 +90,9 @@ type options struct {
 	duration                                                                        time.Duration
 	seed                                                                            uint64
 	routes                                                                          int
+	tls                                                                             tlsutil.Files
+	tlsServerName                                                                   string
+	tlsConfig                                                                       *tls.Config // from the four above; nil: plaintext
 }
 
 func monoNow() int64 {
@@ -106,6 +119,10 @@ func run(args []string, stderr io.Writer) int {
 	fs.DurationVar(&o.duration, "duration", time.Minute, "stop offering after this long (SIGTERM stops earlier)")
 	fs.Uint64Var(&o.seed, "seed", 1, "PRNG seed for the cost draws")
 	fs.IntVar(&o.routes, "routes", 0, "offer the load over N keys, --key plus route=r1 … route=rN, each request on one drawn at random (the policy keys on --key's attributes only, so they are one budget); 0: --key alone")
+	fs.StringVar(&o.tls.CA, "tls-ca-file", "", "PEM `FILE` of the CA that signs the peer's certificate; turns on TLS")
+	fs.StringVar(&o.tls.Cert, "tls-cert-file", "", "PEM `FILE` of this process's client certificate (mutual TLS)")
+	fs.StringVar(&o.tls.Key, "tls-key-file", "", "PEM `FILE` of its private key")
+	fs.StringVar(&o.tlsServerName, "tls-server-name", "", "DNS `NAME` the peer's certificate must carry (server.<cluster>.ration for servers); empty: the CA's signature alone is checked")
 	if faults.Enabled {
 		fs.StringVar(&o.faultList, "fault", "", "TEST BUILD ONLY: broken variants, comma-separated")
 		fs.StringVar(&o.clockControl, "clock-control", "", "TEST BUILD ONLY: clock control file")
@@ -116,6 +133,15 @@ func run(args []string, stderr io.Writer) int {
 	mix, err := costmix.Parse(o.costMix)
 	if err != nil || (o.servers == "") == (o.edge == "") || o.id == "" || o.policy == "" || o.rate < 0 || o.routes < 0 || o.routes > 1000 {
 		fmt.Fprintf(stderr, "replica: one of --servers and --edge, --id and --policy are required, --rate >= 0, 0 <= --routes <= 1000; %v\n", err)
+		return 2
+	}
+	if o.tls.Any() {
+		if o.tlsConfig, err = tlsutil.ClientConfigFiles(o.tls, o.tlsServerName); err != nil {
+			fmt.Fprintf(stderr, "replica: TLS: %v\n", err)
+			return 2
+		}
+	} else if o.tlsServerName != "" {
+		fmt.Fprintf(stderr, "replica: --tls-server-name needs --tls-ca-file\n")
 		return 2
 	}
 	attrs := client.Key{}
@@ -316,6 +342,7 @@ func clientDecider(o options, keys []client.Key, keyField string, clk *coarseclo
 		Incarnation: uint64(faults.WallNow().UnixNano()),
 		Clock:       clk,
 		Logger:      log,
+		TLS:         o.tlsConfig,
 		OnGrant: func(g client.GrantInfo) {
 			now := monoNow()
 			grants.line(fmt.Sprintf("%d,%s,%s,%s,%d,%t,%d,%d,%d", now, o.id, o.policy, keyField, g.LeaseID, g.Renewal, now+int64(g.UsableFor), g.RateMilliPerSec, g.CapMilli))
@@ -351,7 +378,11 @@ const (
 // connection redials quickly (an edge restarted by the suite is back
 // within a second).
 func edgeDecider(o options, keys []client.Key) (decider, error) {
-	conn, err := grpc.NewClient(o.edge, grpc.WithTransportCredentials(insecure.NewCredentials()),
+	creds := insecure.NewCredentials()
+	if o.tlsConfig != nil {
+		creds = credentials.NewTLS(o.tlsConfig)
+	}
+	conn, err := grpc.NewClient(o.edge, grpc.WithTransportCredentials(creds),
 		grpc.WithConnectParams(grpc.ConnectParams{
 			Backoff:           backoff.Config{BaseDelay: 20 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: 250 * time.Millisecond},
 			MinConnectTimeout: time.Second,
