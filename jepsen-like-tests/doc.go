@@ -73,8 +73,16 @@
 // and the plaintext-refused checker, run under load before the first
 // fault, requires a plaintext Status call and a plaintext Raft
 // AppendEntries to every server, and rationctl without TLS settings, to
-// be refused while the same calls over TLS are answered. Credentials are
-// added in one place: Env.procArgs (command lines), Env.ctlEnv
+// be refused while the same calls over TLS are answered. ACLs are on
+// with TLS (acl.go): every rationd runs with --acl-enabled, the harness
+// bootstraps them once a leader answers and keeps the management token;
+// rationctl (the policy nemeses) gets an operator token, and every replica
+// and edge a client token bound to the run's policy and its own client ID
+// only. The acl-enforced checker, run beside plaintext-refused, requires
+// rationctl without a token to be refused (Unauthenticated), a replica's
+// token to be refused status and a lease under another client ID
+// (PermissionDenied), and the operator token's twin to answer. Credentials
+// are added in one place: Env.procArgs (command lines), Env.ctlEnv
 // (rationctl) and Env.harnessDialOptions (the harness's connections).
 //
 // Every process reads CLOCK_MONOTONIC, which all processes on the host

@@ -239,6 +239,9 @@ func newEnv(t testing.TB, cfg RunConfig) *Env {
 	}
 	e.stopWatch, e.watchDone = make(chan struct{}), make(chan struct{})
 	go e.watchLeader()
+	if e.sec != nil {
+		e.bootstrapACL() // status (the leader watch) needs a token from here on
+	}
 	e.waitFor(60*time.Second, "a leader with the policy applied", func() error {
 		l := e.currentLeader()
 		if l == "" {

@@ -179,7 +179,7 @@ func Execute(e *Env, sc Scenario) Summary {
 	if e.tlsOn() {
 		// Under load, before the first fault: TLS is what the servers
 		// speak, and nothing else.
-		secChecks = append(secChecks, e.checkPlaintextRefused())
+		secChecks = append(secChecks, e.checkPlaintextRefused(), e.checkACLEnforced())
 	}
 	for _, n := range sc.Nemeses {
 		e.runNemesis(n, rng)

@@ -67,6 +67,8 @@ type security struct {
 	// dial is the harness's client TLS config (certificate "harness",
 	// servers' name checked).
 	dial *tls.Config
+	// acl is the run's ACL tokens (acl.go).
+	acl *aclTokens
 }
 
 // edgeServerName is the DNS name an edge's certificate carries for its
@@ -95,7 +97,7 @@ func newSecurity(t testing.TB, dir string, cfg RunConfig) *security {
 		}
 		return dst
 	}
-	s := &security{ca: copyTo(ca.File, "ca.pem"), certs: map[string]tlsutil.Files{}}
+	s := &security{ca: copyTo(ca.File, "ca.pem"), certs: map[string]tlsutil.Files{}, acl: &aclTokens{dir: tdir}}
 	add := func(name string, c testtls.Cert) {
 		s.certs[name] = tlsutil.Files{CA: s.ca, Cert: copyTo(c.CertFile, name+".pem"), Key: copyTo(c.KeyFile, name+"-key.pem")}
 	}
@@ -147,11 +149,11 @@ func (e *Env) procArgs(r role, name string) []string {
 	files := []string{"--tls-ca-file", f.CA, "--tls-cert-file", f.Cert, "--tls-key-file", f.Key}
 	switch r {
 	case roleServer:
-		return append(files, "--tls-verify-server-hostname", "--cluster-name", clusterName, "--gossip-key-file", e.sec.gossipKey)
+		return append(files, "--tls-verify-server-hostname", "--cluster-name", clusterName, "--gossip-key-file", e.sec.gossipKey, "--acl-enabled")
 	case roleEdge:
-		return append(files, "--tls-verify-server-hostname", "--cluster-name", clusterName)
+		return append(files, "--tls-verify-server-hostname", "--cluster-name", clusterName, "--token-file", e.tokenFile(name))
 	case roleReplica:
-		return append(files, "--tls-server-name", tlsutil.ServerName(clusterName))
+		return append(files, "--tls-server-name", tlsutil.ServerName(clusterName), "--token-file", e.tokenFile(name))
 	case roleDriver:
 		return append(files, "--tls-server-name", edgeServerName(strings.TrimSuffix(name, edgeDriver(""))))
 	}
@@ -160,8 +162,16 @@ func (e *Env) procArgs(r role, name string) []string {
 }
 
 // ctlEnv is rationctl's environment beyond the harness's own: its TLS
-// settings (RATION_TLS_*). An ACL token variable belongs here.
+// settings (RATION_TLS_*) and the operator's ACL token.
 func (e *Env) ctlEnv() []string {
+	if e.sec == nil {
+		return nil
+	}
+	return append(e.ctlTLSEnv(), "RATION_TOKEN_FILE="+e.tokenFile("operator"))
+}
+
+// ctlTLSEnv is rationctl's TLS environment alone (no token).
+func (e *Env) ctlTLSEnv() []string {
 	if e.sec == nil {
 		return nil
 	}
@@ -177,7 +187,7 @@ func (e *Env) harnessDialOptions() []grpc.DialOption {
 	if e.sec == nil {
 		return []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
 	}
-	return []grpc.DialOption{grpc.WithTransportCredentials(credentials.NewTLS(e.sec.dial))}
+	return []grpc.DialOption{grpc.WithTransportCredentials(credentials.NewTLS(e.sec.dial)), grpc.WithPerRPCCredentials(harnessToken{e.sec.acl})}
 }
 
 // securityLine is the run log's and timeline's statement of what is on.
@@ -185,7 +195,7 @@ func (e *Env) securityLine() string {
 	if e.sec == nil {
 		return "transport security OFF: every link plaintext (RunConfig.Plaintext)"
 	}
-	return fmt.Sprintf("transport security ON: mutual TLS on every gRPC, Raft, forwarding and edge link, servers verified as %s; gossip encrypted; certificates made for the run in %s",
+	return fmt.Sprintf("transport security ON: mutual TLS on every gRPC, Raft, forwarding and edge link, servers verified as %s; gossip encrypted; ACLs on (every process with its own token); certificates and tokens made for the run in %s",
 		tlsutil.ServerName(clusterName), filepath.Dir(e.sec.ca))
 }
 

@@ -93,6 +93,7 @@ type options struct {
 	tls                                                                             tlsutil.Files
 	tlsServerName                                                                   string
 	tlsConfig                                                                       *tls.Config // from the four above; nil: plaintext
+	tokenFile, token                                                                string      // --token-file and what it holds
 }
 
 func monoNow() int64 {
@@ -122,6 +123,7 @@ func run(args []string, stderr io.Writer) int {
 	fs.StringVar(&o.tls.CA, "tls-ca-file", "", "PEM `FILE` of the CA that signs the peer's certificate; turns on TLS")
 	fs.StringVar(&o.tls.Cert, "tls-cert-file", "", "PEM `FILE` of this process's client certificate (mutual TLS)")
 	fs.StringVar(&o.tls.Key, "tls-key-file", "", "PEM `FILE` of its private key")
+	fs.StringVar(&o.tokenFile, "token-file", "", "`FILE` holding the ACL token sent to the servers (client.Config.Token)")
 	fs.StringVar(&o.tlsServerName, "tls-server-name", "", "DNS `NAME` the peer's certificate must carry (server.<cluster>.ration for servers); empty: the CA's signature alone is checked")
 	if faults.Enabled {
 		fs.StringVar(&o.faultList, "fault", "", "TEST BUILD ONLY: broken variants, comma-separated")
@@ -143,6 +145,14 @@ func run(args []string, stderr io.Writer) int {
 	} else if o.tlsServerName != "" {
 		fmt.Fprintf(stderr, "replica: --tls-server-name needs --tls-ca-file\n")
 		return 2
+	}
+	if o.tokenFile != "" {
+		b, err := os.ReadFile(o.tokenFile)
+		if err != nil {
+			fmt.Fprintf(stderr, "replica: --token-file: %v\n", err)
+			return 2
+		}
+		o.token = strings.TrimSpace(string(b))
 	}
 	attrs := client.Key{}
 	if o.key != "" {
@@ -343,6 +353,7 @@ func clientDecider(o options, keys []client.Key, keyField string, clk *coarseclo
 		Clock:       clk,
 		Logger:      log,
 		TLS:         o.tlsConfig,
+		Token:       o.token,
 		OnGrant: func(g client.GrantInfo) {
 			now := monoNow()
 			grants.line(fmt.Sprintf("%d,%s,%s,%s,%d,%t,%d,%d,%d", now, o.id, o.policy, keyField, g.LeaseID, g.Renewal, now+int64(g.UsableFor), g.RateMilliPerSec, g.CapMilli))
