@@ -212,7 +212,9 @@ func (g *aclGate) check(ctx context.Context, method string, req any) (*acl.Token
 	}
 	clientID, keys := g.scope(req)
 	if g.ignoreClientIDs && tok.Role == acl.Client && right == acl.RightLease {
-		tok.ClientIDs = []string{"*"}
+		broken := *tok // the cached token is shared: break a copy
+		broken.ClientIDs = []string{"*"}
+		tok = &broken
 	}
 	// A lease call's keys are checked one by one by the lease service
 	// (keyScope): a key the token may not lease fails alone, as a per-key

@@ -29,10 +29,9 @@ import (
 
 // aclTokens are a run's token secrets and files.
 type aclTokens struct {
-	mu    sync.Mutex
-	mgmt  string            // the harness's (bootstrap) token
-	files map[string]string // process name (or "operator") -> token file
-	// ctlTLS is rationctl's TLS environment without a token.
+	mu   sync.Mutex
+	mgmt string // the harness's (bootstrap) token
+	// dir holds every process's token file (Env.tokenFile).
 	dir string
 }
 
