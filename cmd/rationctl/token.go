@@ -4,7 +4,6 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"strings"
 
 	"google.golang.org/grpc"
 
@@ -34,20 +33,7 @@ func (o tokenOptions) secret() (string, error) {
 	if tok != "" && file != "" {
 		return "", fmt.Errorf("give the ACL token once: --token or --token-file (or $%s or $%s), not both", tokenEnv, tokenFileEnv)
 	}
-	if file != "" {
-		b, err := os.ReadFile(file)
-		if err != nil {
-			return "", fmt.Errorf("token file: %w", err)
-		}
-		tok = strings.TrimSpace(string(b))
-	}
-	if tok == "" {
-		return "", nil
-	}
-	if _, err := acl.ParseSecret(tok); err != nil {
-		return "", fmt.Errorf("ACL token: %w", err)
-	}
-	return tok, nil
+	return acl.LoadToken(tok, file)
 }
 
 // activeToken is the ACL token of the command being run ("": none).

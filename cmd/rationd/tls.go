@@ -7,7 +7,6 @@ import (
 	"net"
 	"os"
 	"os/signal"
-	"strings"
 	"syscall"
 
 	"github.com/ration-dev/ration/coordinator"
@@ -47,19 +46,13 @@ func (o securityOptions) edgeToken() (string, error) {
 	if file == "" {
 		file = os.Getenv(tokenFileEnv)
 	}
-	tok := os.Getenv("RATION_TOKEN")
-	if file != "" {
-		b, err := os.ReadFile(file)
-		if err != nil {
-			return "", usageErrorf("--token-file: %v", err)
-		}
-		tok = strings.TrimSpace(string(b))
+	tok := ""
+	if file == "" {
+		tok = os.Getenv("RATION_TOKEN")
 	}
-	if tok == "" {
-		return "", nil
-	}
-	if _, err := acl.ParseSecret(tok); err != nil {
-		return "", usageErrorf("ACL token: %v", err)
+	tok, err := acl.LoadToken(tok, file)
+	if err != nil {
+		return "", usageErrorf("%v", err)
 	}
 	return tok, nil
 }

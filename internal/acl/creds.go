@@ -2,6 +2,10 @@ package acl
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
@@ -37,4 +41,29 @@ func DialOption(token string) (grpc.DialOption, error) {
 		return nil, err
 	}
 	return grpc.WithPerRPCCredentials(Bearer(token)), nil
+}
+
+// LoadToken is the one reading of a token given as text or as a file
+// (flags, or the environment variables callers default them to): at most
+// one of them, the file's content trimmed, and parsed, so a malformed
+// token is refused at start with a message that does not repeat it. ""
+// when neither is given.
+func LoadToken(token, file string) (string, error) {
+	if token != "" && file != "" {
+		return "", errors.New("give the ACL token once: as text or as a file, not both")
+	}
+	if file != "" {
+		b, err := os.ReadFile(file)
+		if err != nil {
+			return "", fmt.Errorf("token file: %w", err)
+		}
+		token = strings.TrimSpace(string(b))
+	}
+	if token == "" {
+		return "", nil
+	}
+	if _, err := ParseSecret(token); err != nil {
+		return "", fmt.Errorf("ACL token: %w", err)
+	}
+	return token, nil
 }

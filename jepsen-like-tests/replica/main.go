@@ -71,6 +71,7 @@ import (
 
 	"github.com/ration-dev/ration/api"
 	"github.com/ration-dev/ration/client"
+	"github.com/ration-dev/ration/internal/acl"
 	"github.com/ration-dev/ration/internal/coarseclock"
 	"github.com/ration-dev/ration/internal/costmix"
 	"github.com/ration-dev/ration/internal/faults"
@@ -146,13 +147,9 @@ func run(args []string, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "replica: --tls-server-name needs --tls-ca-file\n")
 		return 2
 	}
-	if o.tokenFile != "" {
-		b, err := os.ReadFile(o.tokenFile)
-		if err != nil {
-			fmt.Fprintf(stderr, "replica: --token-file: %v\n", err)
-			return 2
-		}
-		o.token = strings.TrimSpace(string(b))
+	if o.token, err = acl.LoadToken("", o.tokenFile); err != nil {
+		fmt.Fprintf(stderr, "replica: --token-file: %v\n", err)
+		return 2
 	}
 	attrs := client.Key{}
 	if o.key != "" {
