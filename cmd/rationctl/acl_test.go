@@ -116,6 +116,17 @@ func TestACLClusterBinaries(t *testing.T) {
 		}
 		return false, errOut
 	})
+	// A follower answers status itself: until it has applied the
+	// bootstrap it says ACLs are not bootstrapped (also Unauthenticated).
+	// Wait until every server has applied it, asking each one alone.
+	for _, addr := range addrs {
+		one := append([]string{"status"}, conn...)
+		one[2] = addr // conn[1] is the --servers value
+		waitFor(t, 30*time.Second, addr+" has applied the bootstrap", func() (bool, string) {
+			_, errOut, _ := ctl(t, rationctl, one...)
+			return strings.Contains(errOut, "this call needs an ACL token"), errOut
+		})
+	}
 	refused("", "Unauthenticated: this call needs an ACL token", "status")
 	refused("", "FailedPrecondition: failed precondition: ACLs are already bootstrapped", "acl", "bootstrap")
 	bad := save("typo.token", "ration_notatoken")
