@@ -52,14 +52,16 @@ type EdgeRouting struct {
 	// rate of a remote key is measured over one interval.
 	Interval time.Duration
 	// MaxSwitches bounds the promotions, and separately the demotions,
-	// decided per interval (default 256), hottest (coldest) first; the
-	// others wait for the next interval. Promotions forced by unreachable
-	// edges are not counted: those keys have no other way to be served.
+	// decided per interval (default 256): keys no edge could serve first,
+	// then the hottest (for demotions, the coldest); the others wait for
+	// the next interval. So an edge failing under load sends at most
+	// MaxSwitches keys per interval to the cluster, not every key at once.
 	MaxSwitches int
 	// Timeout bounds one Check at an edge (default 500ms).
 	Timeout time.Duration
-	// DownFor is how long an edge that failed a call (unreachable, timed
-	// out, overloaded) is skipped before it is tried again (default 1s).
+	// DownFor is how long an edge that failed a call (unreachable,
+	// overloaded, or three timeouts in a row) is skipped before it is
+	// tried again (default 1s).
 	DownFor time.Duration
 }
 
@@ -138,6 +140,7 @@ type router struct {
 	nextEval int64
 
 	checks, errs, promotions, demotions, forced atomic.Int64
+	evals, mostUp, mostDown                     atomic.Int64
 }
 
 type edgeConn struct {
@@ -145,6 +148,18 @@ type edgeConn struct {
 	conn      *grpc.ClientConn
 	adm       api.AdmissionClient
 	downUntil atomic.Int64 // local time before which calls skip this edge
+	timeouts  atomic.Int32 // consecutive calls that timed out
+}
+
+// maxTimeouts is how many calls in a row may time out at an edge before it
+// is skipped for DownFor: one slow answer on a loaded host is no outage.
+const maxTimeouts = 3
+
+// markDown skips e for DownFor, logging the first failure of a spell.
+func (c *Client) markDown(e *edgeConn, now int64, err error) {
+	if e.downUntil.Swap(c.clock.Precise()+int64(c.router.cfg.DownFor)) < now {
+		c.log.Warn("edge unreachable; its keys go to the next edge or take leases", "edge", e.addr, "err", err)
+	}
 }
 
 // route is a limiter's routing state. The atomics are shared with
@@ -252,6 +267,7 @@ func (l *Limiter) allowRemote(costMilli int64) (d Decision, ok bool) {
 		cancel()
 		r.checks.Add(1)
 		if err == nil && len(resp.GetResults()) == 1 {
+			e.timeouts.Store(0)
 			d = decisionOf(resp.GetResults()[0])
 			if d.Reason != Allowed || c.countAllowed.Load() {
 				l.decisions[d.Reason].Add(1)
@@ -266,11 +282,19 @@ func (l *Limiter) allowRemote(costMilli int64) (d Decision, ok bool) {
 			err = status.Errorf(codes.Internal, "edge %s answered %d results for one item", e.addr, len(resp.GetResults()))
 		}
 		switch status.Code(err) {
-		case codes.Unavailable, codes.DeadlineExceeded, codes.Canceled, codes.Unknown, codes.ResourceExhausted:
-			if e.downUntil.Swap(c.clock.Precise()+int64(r.cfg.DownFor)) < now {
-				c.log.Warn("edge unreachable; its keys go to the next edge or take leases", "edge", e.addr, "err", err)
-			}
+		case codes.Unavailable, codes.Canceled, codes.Unknown, codes.ResourceExhausted:
+			c.markDown(e, now, err)
 			continue
+		case codes.DeadlineExceeded:
+			// The caller has waited Timeout already: no second edge.
+			if e.timeouts.Add(1) >= maxTimeouts {
+				e.timeouts.Store(0)
+				c.markDown(e, now, err)
+			}
+			if rt.forced.CompareAndSwap(false, true) {
+				c.poke()
+			}
+			return Decision{}, false
 		}
 		// This edge cannot serve the key (a refusal that another edge
 		// would repeat: bad key, unknown service, no permission): lease it.
@@ -308,10 +332,10 @@ func decisionOf(r *api.CheckResult) Decision {
 }
 
 // routeRound is the loop's routing step, at the start of each round:
-// remote activity keeps a limiter from idle eviction; keys whose calls
-// found no edge are promoted at once; every Interval, the demand of each
-// key is evaluated and at most MaxSwitches keys are promoted and
-// MaxSwitches demoted.
+// remote activity keeps a limiter from idle eviction; every Interval, the
+// demand of each key is evaluated and at most MaxSwitches keys are
+// promoted (first those whose calls found no edge) and MaxSwitches
+// demoted.
 func (c *Client) routeRound(now int64) {
 	r := c.router
 	if r == nil {
@@ -326,6 +350,7 @@ func (c *Client) routeRound(now int64) {
 		rate int64
 	}
 	var up, down []cand
+	var force []*Limiter
 	hot := int64(r.cfg.PromoteRate * lease.MilliPerToken)
 	cold := int64(r.cfg.DemoteRate * lease.MilliPerToken)
 	for _, l := range c.snapshot() {
@@ -338,12 +363,11 @@ func (c *Client) routeRound(now int64) {
 			l.activeAt = now // offered through the edge: not idle
 			rt.seenOffered = off
 		}
-		if rt.forced.Load() && !rt.leasing {
-			r.forced.Add(1)
-			c.promote(l, now)
+		if !eval {
 			continue
 		}
-		if !eval {
+		if rt.forced.Load() && !rt.leasing {
+			force = append(force, l)
 			continue
 		}
 		span := now - rt.evalAt
@@ -385,12 +409,24 @@ func (c *Client) routeRound(now int64) {
 			down = append(down, cand{l, est})
 		}
 	}
+	if !eval {
+		return
+	}
+	r.evals.Add(1)
+	force = force[:min(len(force), r.cfg.MaxSwitches)]
+	for _, l := range force {
+		c.promote(l, now)
+	}
+	r.forced.Add(int64(len(force)))
 	slices.SortFunc(up, func(a, b cand) int { return cmp.Compare(b.rate, a.rate) })
-	for _, x := range up[:min(len(up), r.cfg.MaxSwitches)] {
+	up = up[:min(len(up), r.cfg.MaxSwitches-len(force))]
+	for _, x := range up {
 		c.promote(x.l, now)
 	}
 	slices.SortFunc(down, func(a, b cand) int { return cmp.Compare(a.rate, b.rate) })
 	down = down[:min(len(down), r.cfg.MaxSwitches)]
+	r.mostUp.Store(max(r.mostUp.Load(), int64(len(up)+len(force))))
+	r.mostDown.Store(max(r.mostDown.Load(), int64(len(down))))
 	if len(down) == 0 {
 		return
 	}
@@ -436,6 +472,10 @@ type EdgeStats struct {
 	// Promotions and Demotions count the keys switched to a lease of their
 	// own and back; Forced the promotions because no edge could serve.
 	Promotions, Demotions, Forced int64
+	// Evaluations counts the demand evaluations (one per Interval);
+	// MostPromoted and MostDemoted are the most keys one of them switched
+	// (at most EdgeRouting.MaxSwitches each).
+	Evaluations, MostPromoted, MostDemoted int64
 	// Remote and Leased are the keys routed each way now.
 	Remote, Leased int
 }
@@ -446,7 +486,8 @@ func (c *Client) EdgeStats() EdgeStats {
 	if r == nil {
 		return EdgeStats{}
 	}
-	s := EdgeStats{Checks: r.checks.Load(), Errors: r.errs.Load(), Promotions: r.promotions.Load(), Demotions: r.demotions.Load(), Forced: r.forced.Load()}
+	s := EdgeStats{Checks: r.checks.Load(), Errors: r.errs.Load(), Promotions: r.promotions.Load(), Demotions: r.demotions.Load(), Forced: r.forced.Load(),
+		Evaluations: r.evals.Load(), MostPromoted: r.mostUp.Load(), MostDemoted: r.mostDown.Load()}
 	for _, l := range c.snapshot() {
 		if l.route != nil && l.route.switching.Load() {
 			s.Leased++

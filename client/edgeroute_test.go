@@ -270,6 +270,46 @@ func TestEdgeRouteHysteresis(t *testing.T) {
 	}
 }
 
+// TestEdgeRouteSwitchBound: six keys hot at once with MaxSwitches 2 are
+// promoted two per evaluation at most, all of them in the end; when they
+// cool, they are demoted two per evaluation at most.
+func TestEdgeRouteSwitchBound(t *testing.T) {
+	c := startCluster(t, edgeRoutePolicy)
+	e := startTestEdge(t, c, "edge-1")
+	rc := routedClient(t, c, "routed", client.EdgeRouting{PromoteRate: 20, DemoteRate: 5, PromoteAfter: 200 * time.Millisecond,
+		DemoteAfter: 400 * time.Millisecond, Interval: 200 * time.Millisecond, MaxSwitches: 2}, e.addr)
+	const keys = 6
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for i := range keys {
+		lim := rc.Limiter("api", client.Key{"tenant": fmt.Sprintf("h%d", i)})
+		wg.Add(1)
+		go func() { defer wg.Done(); pace(5*time.Millisecond, stop, func() { lim.AllowN(1) }) }()
+	}
+	testcluster.WaitFor(t, testcluster.DefaultWait, func() error {
+		if s := rc.EdgeStats(); s.Leased != keys {
+			return fmt.Errorf("%d of %d keys promoted: %+v", s.Leased, keys, s)
+		}
+		return nil
+	})
+	close(stop)
+	wg.Wait()
+	testcluster.WaitFor(t, testcluster.DefaultWait, func() error {
+		if s := rc.EdgeStats(); s.Remote != keys {
+			return fmt.Errorf("%d of %d keys demoted: %+v", s.Remote, keys, s)
+		}
+		return nil
+	})
+	s := rc.EdgeStats()
+	if s.MostPromoted > 2 || s.MostDemoted > 2 || s.Promotions != keys || s.Demotions != keys {
+		t.Fatalf("with MaxSwitches 2: %+v", s)
+	}
+	if n := len(leasesBy(t, c, "routed")); n != 0 {
+		t.Fatalf("every key demoted, but %d leases left", n)
+	}
+	t.Logf("%+v", s)
+}
+
 // TestEdgeRouteEdgeDown: a key whose home edge is down goes to the next
 // edge; with every edge down, its next call promotes it (the documented
 // fallback: this client leases the key itself) and it is served from its
