@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/ration-dev/ration/api"
 	"github.com/ration-dev/ration/client"
@@ -488,5 +490,72 @@ func TestEdgeRouteBoundAcrossSwitches(t *testing.T) {
 	// The load was real: half the quota is certainly exceeded.
 	if _, _, _, broken := certainViolation(spans, quotacheck.Bound{CapacityMilli: 5_000, RateMilliPerSec: 10_000}); !broken {
 		t.Errorf("admissions within half the quota: the test did not load the key (control)")
+	}
+}
+
+// TestEdgeRouteCarelessCalls: odd calls on a routed key. Costs outside
+// [1, MaxCost] are decided here without a call (as without edges); a key
+// the edge refuses (more attributes than a Check item may carry) takes a
+// lease of its own and is served from it, and Err says why.
+func TestEdgeRouteCarelessCalls(t *testing.T) {
+	c := startCluster(t, edgeRoutePolicy)
+	e := startTestEdge(t, c, "edge-1")
+	rc := routedClient(t, c, "routed", client.EdgeRouting{PromoteRate: 1000, Interval: 100 * time.Millisecond}, e.addr)
+	lim := rc.Limiter("api", client.Key{"tenant": "odd"})
+	for _, tc := range []struct {
+		cost int64
+		want client.Reason
+	}{{-1, client.InvalidCost}, {client.MaxCost + 1, client.ExceedsCapacity}, {0, client.Allowed}} {
+		if d := lim.AllowN(tc.cost); d.Reason != tc.want {
+			t.Errorf("cost %d: %v, want %v", tc.cost, d.Reason, tc.want)
+		}
+	}
+	if s := rc.EdgeStats(); s.Checks != 0 {
+		t.Fatalf("costs outside [1, MaxCost] went to the edge: %+v", s)
+	}
+	if err := lim.WaitN(context.Background(), 1); err != nil {
+		t.Fatalf("WaitN through the edge: %v", err)
+	}
+	if s := rc.EdgeStats(); s.Checks == 0 || s.Leased != 0 {
+		t.Fatalf("WaitN did not go to the edge: %+v", s)
+	}
+	// A key too wide for a Check (and for the cluster): refused, with the
+	// cluster's precise error, never admitted.
+	big := client.Key{"tenant": "wide"}
+	for i := range edge.MaxKeyAttrs + 1 {
+		big[fmt.Sprintf("a%02d", i)] = "v"
+	}
+	// (A short first-lease wait: the cluster refuses the whole batch, which
+	// does not end a first call's wait.)
+	short := newClient(t, client.Config{Servers: servers(c), ClientID: "short", FirstLeaseWait: 100 * time.Millisecond, Edges: []string{e.addr},
+		EdgeRouting: client.EdgeRouting{Interval: 100 * time.Millisecond, Timeout: testcluster.DefaultWait}})
+	wide := short.Limiter("api", big)
+	testcluster.WaitFor(t, testcluster.DefaultWait, func() error {
+		if d := wide.AllowN(1); d.Allowed {
+			t.Fatalf("a key of %d attributes was admitted", len(big))
+		}
+		if err := wide.Err(); status.Code(err) != codes.InvalidArgument {
+			return fmt.Errorf("Err %v", err)
+		}
+		return nil
+	})
+	// Edges pointed at a server (no Admission service): every key takes
+	// a lease of its own and is served from it; Err says why.
+	wrong := routedClient(t, c, "wrong", client.EdgeRouting{Interval: 100 * time.Millisecond}, servers(c)[0])
+	wl := wrong.Limiter("api", client.Key{"tenant": "w"})
+	testcluster.WaitFor(t, testcluster.DefaultWait, func() error {
+		if d := wl.AllowN(1); !d.Allowed {
+			return fmt.Errorf("%v (err %v)", d.Reason, wl.Err())
+		}
+		return nil
+	})
+	if err := wl.Err(); status.Code(err) != codes.Unimplemented || !strings.Contains(err.Error(), "edge") {
+		t.Errorf("Err after the edge refused the service: %v", err)
+	}
+	if n := leasesBy(t, c, "wrong")["w"]; n != 1 {
+		t.Fatalf("the key holds %d leases of this client", n)
+	}
+	if s := wrong.EdgeStats(); s.Forced != 1 {
+		t.Fatalf("%+v: want one forced promotion", s)
 	}
 }
