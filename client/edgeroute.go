@@ -61,7 +61,8 @@ type EdgeRouting struct {
 	Timeout time.Duration
 	// DownFor is how long an edge that failed a call (unreachable,
 	// overloaded, or three timeouts in a row) is skipped before it is
-	// tried again (default 1s).
+	// tried again (default 1s). A call that times out (but not the third
+	// in a row) is refused, Unavailable, and its key stays remote.
 	DownFor time.Duration
 }
 
@@ -139,8 +140,8 @@ type router struct {
 	// nextEval is when the loop next evaluates demand (loop-owned).
 	nextEval int64
 
-	checks, errs, promotions, demotions, forced atomic.Int64
-	evals, mostUp, mostDown                     atomic.Int64
+	checks, errs, timeouts, promotions, demotions, forced atomic.Int64
+	evals, mostUp, mostDown                               atomic.Int64
 }
 
 type edgeConn struct {
@@ -286,15 +287,17 @@ func (l *Limiter) allowRemote(costMilli int64) (d Decision, ok bool) {
 			c.markDown(e, now, err)
 			continue
 		case codes.DeadlineExceeded:
-			// The caller has waited Timeout already: no second edge.
+			r.timeouts.Add(1)
 			if e.timeouts.Add(1) >= maxTimeouts {
 				e.timeouts.Store(0)
 				c.markDown(e, now, err)
+				continue
 			}
-			if rt.forced.CompareAndSwap(false, true) {
-				c.poke()
-			}
-			return Decision{}, false
+			// A slow edge, not a lost one: this call is refused (the
+			// caller has waited Timeout already) and the key stays
+			// remote, so an overloaded edge does not send its keys to
+			// the cluster.
+			return l.count(Decision{Verdict: Verdict{Reason: Unavailable}, RetryAfter: r.cfg.Timeout}), true
 		}
 		// This edge cannot serve the key (a refusal that another edge
 		// would repeat: bad key, unknown service, no permission): lease it.
@@ -467,8 +470,9 @@ func (c *Client) promote(l *Limiter, now int64) {
 // EdgeStats counts what a Client with edges routed (all zero without).
 type EdgeStats struct {
 	// Checks is the calls decided at an edge (Admission.Check calls
-	// answered or failed); Errors the failed ones.
-	Checks, Errors int64
+	// answered or failed); Errors the failed ones, Timeouts those of them
+	// that timed out.
+	Checks, Errors, Timeouts int64
 	// Promotions and Demotions count the keys switched to a lease of their
 	// own and back; Forced the promotions because no edge could serve.
 	Promotions, Demotions, Forced int64
@@ -486,7 +490,7 @@ func (c *Client) EdgeStats() EdgeStats {
 	if r == nil {
 		return EdgeStats{}
 	}
-	s := EdgeStats{Checks: r.checks.Load(), Errors: r.errs.Load(), Promotions: r.promotions.Load(), Demotions: r.demotions.Load(), Forced: r.forced.Load(),
+	s := EdgeStats{Checks: r.checks.Load(), Errors: r.errs.Load(), Timeouts: r.timeouts.Load(), Promotions: r.promotions.Load(), Demotions: r.demotions.Load(), Forced: r.forced.Load(),
 		Evaluations: r.evals.Load(), MostPromoted: r.mostUp.Load(), MostDemoted: r.mostDown.Load()}
 	for _, l := range c.snapshot() {
 		if l.route != nil && l.route.switching.Load() {

@@ -243,7 +243,7 @@ func runZipf(b *testing.B, cfg zipfConfig, withEdges bool) zipfResult {
 	for _, r := range reps {
 		s := r.EdgeStats()
 		promoted += float64(s.Leased)
-		es.Checks, es.Errors, es.Promotions, es.Demotions, es.Forced = es.Checks+s.Checks, es.Errors+s.Errors, es.Promotions+s.Promotions, es.Demotions+s.Demotions, es.Forced+s.Forced
+		es.Checks, es.Errors, es.Timeouts, es.Promotions, es.Demotions, es.Forced = es.Checks+s.Checks, es.Errors+s.Errors, es.Timeouts+s.Timeouts, es.Promotions+s.Promotions, es.Demotions+s.Demotions, es.Forced+s.Forced
 	}
 	close(stop)
 	wg.Wait()
