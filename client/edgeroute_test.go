@@ -197,15 +197,18 @@ func TestEdgeRoutePromoteDemote(t *testing.T) {
 		}
 		return nil
 	})
-	if s := rc.EdgeStats(); s.Promotions != 1 || s.Leased != 1 || s.Forced != 0 {
-		t.Fatalf("after promotion: %+v", s)
+	// (One promotion, unless a stall of the load on a loaded host made the
+	// key cold for DemoteAfter in between.)
+	promoted := rc.EdgeStats()
+	if promoted.Promotions < 1 || promoted.Demotions != promoted.Promotions-1 || promoted.Leased != 1 || promoted.Forced != 0 {
+		t.Fatalf("after promotion: %+v", promoted)
 	}
 	close(stop)
 	<-done
 	// Cold now: demoted after DemoteAfter of low reported demand, and the
 	// release removes the lease from the cluster at once.
 	testcluster.WaitFor(t, testcluster.DefaultWait, func() error {
-		if s := rc.EdgeStats(); s.Demotions != 1 {
+		if s := rc.EdgeStats(); s.Demotions != s.Promotions || s.Leased != 0 {
 			return fmt.Errorf("not demoted yet: %+v", s)
 		}
 		if n := len(leasesBy(t, c, "routed")); n != 0 {
