@@ -1,0 +1,502 @@
+package lease
+
+import (
+	"math"
+	"slices"
+)
+
+// A ledger's derived indexes (issue 15): what an operation on one lease
+// needs of all the others, kept up to date by the operations so that a
+// renewal on a key with thousands of holders does not rebuild held sums
+// and the fair division from every lease.
+//
+// Nothing here is state: LedgerState and snapshots do not carry it, a
+// restored ledger rebuilds it, and every answer it gives is the one the
+// scans over l.s.Leases give (ledger_diff_test.go checks that against the
+// pre-index ledger, kept in ledger_ref_test.go, after every operation).
+// Whenever an index cannot answer exactly (it is out of date, a sum could
+// overflow, weights differ, the division needs its subset step), the
+// ledger falls back to the scans.
+//
+// Upkeep: Renew updates the index in place for its one lease; Grant
+// rebuilds it after inserting the lease (O(n log n), no worse than the
+// division it then computes); every other operation that changes leases
+// marks it stale, and the next renewal rebuilds it.
+type ledgerIndex struct {
+	ok bool // describes l.s; otherwise unused until rebuilt
+
+	// Held terms: held[j] is lease j's heldAt(t) for every t from the
+	// ledger's time up to nextBreak; sumRate and sumCap their exact sums
+	// (big: some term is too large for the sums to be exact in int64).
+	held            []heldPair
+	sumRate, sumCap int64
+	big             bool
+	// nextBreak: no superseded or replaced entry of any lease expires
+	// before it (a lower bound; math.MinInt64 when some lease holds an
+	// entry the next advance must prune). Until then advance has no break
+	// to mint across and nothing to prune.
+	nextBreak int64
+
+	// verSup[j]: lease j holds a versioned superseded version; nVerSup
+	// counts them. sumW is Σ max(weight, 1) (Grant.RenewSoon).
+	verSup  []bool
+	nVerSup int
+	sumW    int64
+
+	// Expiry heap: lease positions ordered by holdUntil (NextExpiry).
+	hold []int64
+	heap []int32
+	hpos []int32
+
+	// The fair division's inputs (DivideBudget's claims without the
+	// incumbency, which only its subset step reads), by lease position.
+	rateD, burstD []int64 // demands clipped to r and B
+	floor         []int64 // CapFloor
+	idle          []bool  // no rate and no burst demand
+	nIdle         int
+	weights       map[int64]int // max(weight, 1) -> leases
+	floors        map[int64]int // CapFloor -> leases with a burst demand
+	maxFloor      int64         // >= every key of floors
+	rateDiv       sortedSum
+	burstDiv      sortedSum
+	// sumsExact: n·r and n·B fit in int64, so the sorted sums are exact.
+	sumsExact bool
+
+	// Counters for tests: renewals and grants whose shares came from the
+	// index or from the full division.
+	fastTerms, fullTerms int
+}
+
+type heldPair struct{ rate, capMilli int64 }
+
+// heldExactLimit bounds every held term the index sums: with at most
+// MaxLeasesLimit (2^16) of them and a budget below 2^50, the sums stay
+// below 2^63, so they equal the saturating sums of the scans.
+const heldExactLimit = int64(1) << 46
+
+// faultIndexHeldNotReduced is a test-only fault: a renewal adds its
+// lease's new held terms to the index's sums without taking its old ones
+// out. The differential tests must catch it (TestLedgerIndexNegativeControl).
+const faultIndexHeldNotReduced Fault = 200
+
+// sortedSum is the multiset of one division's positive demands, in
+// ascending order, with prefix sums (rebuilt from the lowest changed
+// position when read).
+type sortedSum struct {
+	total int64   // the amount divided
+	vals  []int64 // ascending
+	pref  []int64 // pref[k] = Σ vals[:k], valid below dirty+1
+	dirty int
+	sum   int64
+}
+
+func (s *sortedSum) reset(total int64) {
+	s.total, s.vals, s.sum, s.dirty = total, s.vals[:0], 0, 0
+}
+
+func (s *sortedSum) insert(v int64) {
+	if v <= 0 {
+		return
+	}
+	k, _ := slices.BinarySearch(s.vals, v)
+	s.vals = slices.Insert(s.vals, k, v)
+	s.sum += v
+	s.dirty = min(s.dirty, k)
+}
+
+func (s *sortedSum) remove(v int64) {
+	if v <= 0 {
+		return
+	}
+	k, found := slices.BinarySearch(s.vals, v)
+	if !found {
+		panic("lease: index: removing a demand it does not hold")
+	}
+	s.vals = slices.Delete(s.vals, k, k+1)
+	s.sum -= v
+	s.dirty = min(s.dirty, k)
+}
+
+func (s *sortedSum) fixPref() {
+	m := len(s.vals)
+	if cap(s.pref) < m+1 {
+		s.pref = make([]int64, m+1, 2*m+2)
+		s.dirty = 0
+	}
+	s.pref = s.pref[:m+1]
+	k := min(s.dirty, m)
+	acc := s.pref[k]
+	if k == 0 {
+		acc = 0
+		s.pref[0] = 0
+	}
+	for ; k < m; k++ {
+		acc += s.vals[k]
+		s.pref[k+1] = acc
+	}
+	s.dirty = m
+}
+
+// level is FairShares' water level for equal weights: every claim whose
+// demand is at most q is satisfied; the others get q, and the first rem
+// of them (in claim order) one more. all: every claim is satisfied.
+//
+// FairShares' rounds satisfy a prefix of the claims sorted by demand, and
+// they stop at the first prefix k after which the next claim does not fit
+// under the level of what is left, (total - Σ vals[:k]) / (m - k): levels
+// only rise while claims that fit leave, so no earlier prefix stops
+// them, and once a claim does not fit, none after it does (the test is
+// monotone in k), which lets a binary search find k.
+func (s *sortedSum) level() (q, rem int64, all bool) {
+	s.fixPref()
+	m := len(s.vals)
+	lo, hi := 0, m
+	for lo < hi {
+		k := int(uint(lo+hi) >> 1)
+		if s.stops(k, m) {
+			hi = k
+		} else {
+			lo = k + 1
+		}
+	}
+	if lo == m {
+		return 0, 0, true
+	}
+	c := int64(m - lo)
+	left := s.total - s.pref[lo]
+	return left / c, left % c, false
+}
+
+// stops: claim k does not fit under the level left after the first k.
+func (s *sortedSum) stops(k, m int) bool {
+	left := s.total - s.pref[k]
+	if left < 0 {
+		return true
+	}
+	return s.vals[k] > left/int64(m-k)
+}
+
+// share is FairShares' share of claim i (demand d[i]) given the level.
+func share(d []int64, i int, q, rem int64, all bool) int64 {
+	v := d[i]
+	if all || v <= q {
+		return v
+	}
+	if rem == 0 {
+		return q
+	}
+	// The first rem unsatisfied claims in claim order get one more.
+	var before int64
+	for _, x := range d[:i] {
+		if x > q {
+			before++
+		}
+	}
+	if before < rem {
+		return q + 1
+	}
+	return q
+}
+
+// shareClaim is lease j's claim in the division, but for Incumbent.
+func (l *Ledger) shareClaim(j int) ShareClaim {
+	le := &l.s.Leases[j]
+	c := ShareClaim{Weight: le.Weight, RateMilliPerSec: le.DemandRateMilliPerSec, BurstMilli: le.DemandBurstMilli, MaxCostMilli: le.DemandMaxCostMilli}
+	if p := l.s.Config.RatePeriodNanos; p != 0 {
+		// Demands are per second; the budget's rates per its period.
+		c.RateMilliPerSec = MulDiv(c.RateMilliPerSec, p, NanosPerSecond)
+	}
+	return c
+}
+
+// ensureIndex rebuilds the index if it is stale.
+func (l *Ledger) ensureIndex() {
+	if !l.ix.ok {
+		l.rebuildIndex()
+	}
+}
+
+func grow[T any](s []T, n int) []T {
+	if cap(s) < n {
+		return make([]T, n, n+n/4+1)
+	}
+	return s[:n]
+}
+
+func (l *Ledger) rebuildIndex() {
+	ix := &l.ix
+	n := len(l.s.Leases)
+	cfg := l.s.Config
+	now := l.s.NowNanos
+	ix.held = grow(ix.held, n)
+	ix.verSup = grow(ix.verSup, n)
+	ix.hold = grow(ix.hold, n)
+	ix.heap = grow(ix.heap, n)
+	ix.hpos = grow(ix.hpos, n)
+	ix.rateD = grow(ix.rateD, n)
+	ix.burstD = grow(ix.burstD, n)
+	ix.floor = grow(ix.floor, n)
+	ix.idle = grow(ix.idle, n)
+	ix.sumRate, ix.sumCap, ix.big, ix.nextBreak = 0, 0, false, math.MaxInt64
+	ix.nVerSup, ix.sumW, ix.nIdle = 0, 0, 0
+	ix.weights = make(map[int64]int, 1)
+	ix.floors = make(map[int64]int, 1)
+	ix.maxFloor = 0
+	ix.rateDiv.reset(cfg.RateMilliPerSec)
+	ix.burstDiv.reset(cfg.CapacityMilli)
+	ix.sumsExact = n < MaxLeasesLimit && max(cfg.RateMilliPerSec, cfg.CapacityMilli) <= (int64(1)<<62)/int64(n+1)
+	for j := range l.s.Leases {
+		le := &l.s.Leases[j]
+		r, c := le.heldAt(now)
+		ix.held[j] = heldPair{r, c}
+		ix.sumRate += r
+		ix.sumCap += c
+		if r > heldExactLimit || c > heldExactLimit {
+			ix.big = true
+		}
+		for _, s := range le.Superseded {
+			ix.nextBreak = min(ix.nextBreak, s.ExpiresNanos)
+			if s.RateMilliPerSec <= le.Current.RateMilliPerSec && s.CapMilli <= le.Current.CapMilli {
+				ix.nextBreak = math.MinInt64 // dominated: the next advance prunes it
+			}
+		}
+		for _, s := range le.Replaced {
+			ix.nextBreak = min(ix.nextBreak, s.ExpiresNanos)
+		}
+		ix.verSup[j] = l.holdsSuperseded(j)
+		if ix.verSup[j] {
+			ix.nVerSup++
+		}
+		ix.sumW += max(le.Weight, 1)
+		ix.hold[j] = le.holdUntil()
+		ix.heap[j], ix.hpos[j] = int32(j), int32(j)
+		l.addClaim(j)
+	}
+	ix.rateDiv.vals = append(ix.rateDiv.vals[:0], ix.rateD[:n]...)
+	ix.burstDiv.vals = append(ix.burstDiv.vals[:0], ix.burstD[:n]...)
+	for _, s := range []*sortedSum{&ix.rateDiv, &ix.burstDiv} {
+		s.vals = slices.DeleteFunc(s.vals, func(v int64) bool { return v <= 0 })
+		slices.Sort(s.vals)
+		s.sum = 0
+		for _, v := range s.vals {
+			s.sum += v
+		}
+		s.dirty = 0
+	}
+	for k := n/2 - 1; k >= 0; k-- {
+		ix.siftDown(k)
+	}
+	ix.ok = true
+}
+
+// addClaim records lease j's claim in the per-lease arrays and multisets
+// (not in the sorted sums).
+func (l *Ledger) addClaim(j int) {
+	ix := &l.ix
+	cfg := l.s.Config
+	c := l.shareClaim(j)
+	ix.rateD[j] = min(c.RateMilliPerSec, cfg.RateMilliPerSec)
+	ix.burstD[j] = min(c.BurstMilli, cfg.CapacityMilli)
+	ix.floor[j] = CapFloor(c, cfg.CapacityMilli)
+	ix.idle[j] = c.RateMilliPerSec == 0 && c.BurstMilli == 0
+	if ix.idle[j] {
+		ix.nIdle++
+	}
+	ix.weights[max(c.Weight, 1)]++
+	if ix.burstD[j] > 0 {
+		ix.floors[ix.floor[j]]++
+		ix.maxFloor = max(ix.maxFloor, ix.floor[j])
+	}
+}
+
+func (l *Ledger) dropClaim(j int) {
+	ix := &l.ix
+	if ix.idle[j] {
+		ix.nIdle--
+	}
+	w := max(l.s.Leases[j].Weight, 1)
+	if ix.weights[w]--; ix.weights[w] == 0 {
+		delete(ix.weights, w)
+	}
+	if ix.burstD[j] > 0 {
+		f := ix.floor[j]
+		if ix.floors[f]--; ix.floors[f] == 0 {
+			delete(ix.floors, f) // maxFloor stays an upper bound
+		}
+	}
+}
+
+// setClaim re-records lease j's claim after its weight or demands change
+// to the given ones; call it with the lease still holding the old ones.
+func (l *Ledger) setClaim(j int, weight, rate, burst, maxCost int64) {
+	ix := &l.ix
+	l.dropClaim(j)
+	ix.rateDiv.remove(ix.rateD[j])
+	ix.burstDiv.remove(ix.burstD[j])
+	le := &l.s.Leases[j]
+	ix.sumW += max(weight, 1) - max(le.Weight, 1)
+	le.Weight, le.DemandRateMilliPerSec, le.DemandBurstMilli, le.DemandMaxCostMilli = weight, rate, burst, maxCost
+	l.addClaim(j)
+	ix.rateDiv.insert(ix.rateD[j])
+	ix.burstDiv.insert(ix.burstD[j])
+}
+
+// updateHeld re-records lease j's held terms, superseded versions and
+// expiry after an operation at the ledger's time changed them.
+func (l *Ledger) updateHeld(j int) {
+	ix := &l.ix
+	le := &l.s.Leases[j]
+	r, c := le.heldAt(l.s.NowNanos)
+	if l.fault != faultIndexHeldNotReduced {
+		ix.sumRate -= ix.held[j].rate
+		ix.sumCap -= ix.held[j].capMilli
+	}
+	ix.held[j] = heldPair{r, c}
+	ix.sumRate += r
+	ix.sumCap += c
+	if r > heldExactLimit || c > heldExactLimit {
+		ix.big = true
+	}
+	for _, s := range le.Superseded {
+		ix.nextBreak = min(ix.nextBreak, s.ExpiresNanos)
+	}
+	for _, s := range le.Replaced {
+		ix.nextBreak = min(ix.nextBreak, s.ExpiresNanos)
+	}
+	v := l.holdsSuperseded(j)
+	if v != ix.verSup[j] {
+		ix.verSup[j] = v
+		if v {
+			ix.nVerSup++
+		} else {
+			ix.nVerSup--
+		}
+	}
+	if h := le.holdUntil(); h != ix.hold[j] {
+		up := h < ix.hold[j]
+		ix.hold[j] = h
+		if up {
+			ix.siftUp(int(ix.hpos[j]))
+		} else {
+			ix.siftDown(int(ix.hpos[j]))
+		}
+	}
+}
+
+// heldFast is heldExcept from the index, if it can answer at nowNanos.
+func (l *Ledger) heldFast(skip int, nowNanos int64) (rate, capMilli int64, ok bool) {
+	ix := &l.ix
+	if !ix.ok || ix.big || nowNanos < l.s.NowNanos || nowNanos >= ix.nextBreak {
+		return 0, 0, false
+	}
+	if nowNanos < l.s.HoldAllUntilNanos {
+		rate, capMilli = l.s.Config.RateMilliPerSec, l.s.Config.CapacityMilli
+	}
+	rate += ix.sumRate
+	capMilli += ix.sumCap
+	if skip >= 0 {
+		rr, rc := l.s.Leases[skip].replacedAt(nowNanos)
+		rate += rr - ix.held[skip].rate
+		capMilli += rc - ix.held[skip].capMilli
+	}
+	return rate, capMilli, true
+}
+
+// fastShares is DivideBudget's rate and cap for lease i, from the index,
+// when it can tell them exactly: equal weights (FairShares' remainder
+// then goes to the first unsatisfied claims in order), exact sums, and
+// no claim's fair cap below its floor (no subset step).
+func (l *Ledger) fastShares(i int) (rate, capMilli int64, ok bool) {
+	ix := &l.ix
+	if !ix.ok || !ix.sumsExact || len(ix.weights) > 1 || l.fault == FaultSliverShares {
+		return 0, 0, false
+	}
+	bq, brem, ball := ix.burstDiv.level()
+	if !ball && ix.maxFloor > bq {
+		// Some claim with a burst demand may get a cap below its floor:
+		// tighten the bound, then leave it to the full division.
+		ix.maxFloor = 0
+		for f := range ix.floors {
+			ix.maxFloor = max(ix.maxFloor, f)
+		}
+		if ix.maxFloor > bq {
+			return 0, 0, false
+		}
+	}
+	rq, rrem, rall := ix.rateDiv.level()
+	rate = share(ix.rateD, i, rq, rrem, rall)
+	capMilli = share(ix.burstD, i, bq, brem, ball)
+	if ix.idle[i] && ix.nIdle > 0 {
+		// What no demand claims is split among the idle claims, by
+		// position for the remainder.
+		before := int64(0)
+		for j := 0; j < i; j++ {
+			if ix.idle[j] {
+				before++
+			}
+		}
+		m := int64(ix.nIdle)
+		if left := ix.rateDiv.total - ix.rateDiv.sum; left > 0 {
+			rate += left / m
+			if before < left%m {
+				rate++
+			}
+		}
+		if left := ix.burstDiv.total - ix.burstDiv.sum; left > 0 {
+			capMilli += left / m
+			if before < left%m {
+				capMilli++
+			}
+		}
+	}
+	return rate, capMilli, true
+}
+
+// The expiry heap: a binary min-heap of lease positions by hold.
+
+func (ix *ledgerIndex) less(a, b int) bool { return ix.hold[ix.heap[a]] < ix.hold[ix.heap[b]] }
+
+func (ix *ledgerIndex) swap(a, b int) {
+	ix.heap[a], ix.heap[b] = ix.heap[b], ix.heap[a]
+	ix.hpos[ix.heap[a]], ix.hpos[ix.heap[b]] = int32(a), int32(b)
+}
+
+func (ix *ledgerIndex) siftUp(k int) {
+	for k > 0 {
+		p := (k - 1) / 2
+		if !ix.less(k, p) {
+			return
+		}
+		ix.swap(k, p)
+		k = p
+	}
+}
+
+func (ix *ledgerIndex) siftDown(k int) {
+	n := len(ix.hold)
+	for {
+		c := 2*k + 1
+		if c >= n {
+			return
+		}
+		if c+1 < n && ix.less(c+1, c) {
+			c++
+		}
+		if !ix.less(c, k) {
+			return
+		}
+		ix.swap(k, c)
+		k = c
+	}
+}
+
+// minHold is the earliest holdUntil, if the index is up to date.
+func (l *Ledger) minHold() (int64, bool, bool) {
+	if !l.ix.ok {
+		return 0, false, false
+	}
+	if len(l.ix.heap) == 0 {
+		return 0, false, true
+	}
+	return l.ix.hold[l.ix.heap[0]], true, true
+}
