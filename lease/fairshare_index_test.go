@@ -2,6 +2,7 @@ package lease
 
 import (
 	"fmt"
+	"slices"
 	"testing"
 
 	"pgregory.net/rapid"
@@ -67,4 +68,47 @@ func TestIndexSharesMatchDivideBudget(t *testing.T) {
 		t.Fatalf("the index answered for %d of %d claim sets: the test no longer exercises it", answered, sets)
 	}
 	t.Logf("the index answered for %d of %d claim sets", answered, sets)
+}
+
+// TestSortedSumLevel: the sorted demands' block sums, kept by insertions
+// and removals, equal sums rebuilt from scratch, and their level gives
+// FairShares' shares, over sets spanning many blocks.
+func TestSortedSumLevel(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		total := rapid.SampledFrom([]int64{0, 1, 100, 12_345, 1_000_000, MaxCapacityMilli}).Draw(t, "total")
+		val := rapid.OneOf(rapid.Int64Range(0, 20), rapid.Int64Range(0, 100_000), rapid.SampledFrom([]int64{total, total + 1, unknownDemand}))
+		var s sortedSum
+		s.reset(total)
+		var held []int64 // in claim order
+		for k := rapid.IntRange(0, 400).Draw(t, "ops"); k > 0; k-- {
+			if len(held) > 0 && rapid.IntRange(0, 2).Draw(t, "del") == 0 {
+				j := rapid.IntRange(0, len(held)-1).Draw(t, "j")
+				s.remove(held[j])
+				held = append(held[:j], held[j+1:]...)
+				continue
+			}
+			v := min(val.Draw(t, "v"), total)
+			s.insert(v)
+			held = append(held, v)
+		}
+		fresh := sortedSum{total: total, vals: append([]int64(nil), held...)}
+		fresh.sortAndSum()
+		if !slices.Equal(s.vals, fresh.vals) || !slices.Equal(s.blocks, fresh.blocks) || s.sum != fresh.sum {
+			t.Fatalf("kept %v %v %d, rebuilt %v %v %d", s.vals, s.blocks, s.sum, fresh.vals, fresh.blocks, fresh.sum)
+		}
+		claims := make([]Claim, len(held))
+		for j, v := range held {
+			claims[j] = Claim{Demand: v, Weight: 1}
+		}
+		want, err := refFairShares(total, claims)
+		if err != nil {
+			t.Fatal(err)
+		}
+		q, rem, all := s.level()
+		for j := range held {
+			if got := share(held, j, q, rem, all); got != want[j] {
+				t.Fatalf("claim %d (demand %d): level %d+%d (all %v) gives %d, FairShares %d", j, held[j], q, rem, all, got, want[j])
+			}
+		}
+	})
 }

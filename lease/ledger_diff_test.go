@@ -111,6 +111,8 @@ func (l *Ledger) checkIndexAgainstRebuild() error {
 		return fmt.Errorf("index: weights %v floors %v, rebuilt %v %v", a.weights, a.floors, b.weights, b.floors)
 	case a.maxFloor < b.maxFloor:
 		return fmt.Errorf("index: max floor %d below the rebuilt %d", a.maxFloor, b.maxFloor)
+	case !slices.Equal(a.rateDiv.blocks, b.rateDiv.blocks) || !slices.Equal(a.burstDiv.blocks, b.burstDiv.blocks):
+		return fmt.Errorf("index: block sums %v %v, rebuilt %v %v", a.rateDiv.blocks, a.burstDiv.blocks, b.rateDiv.blocks, b.burstDiv.blocks)
 	case !slices.Equal(a.rateDiv.vals, b.rateDiv.vals) || a.rateDiv.sum != b.rateDiv.sum || a.rateDiv.total != b.rateDiv.total:
 		return fmt.Errorf("index: rate demands %v, rebuilt %v", a.rateDiv.vals, b.rateDiv.vals)
 	case !slices.Equal(a.burstDiv.vals, b.burstDiv.vals) || a.burstDiv.sum != b.burstDiv.sum || a.burstDiv.total != b.burstDiv.total:

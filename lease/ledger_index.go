@@ -80,18 +80,37 @@ const heldExactLimit = int64(1) << 46
 const faultIndexHeldNotReduced Fault = 200
 
 // sortedSum is the multiset of one division's positive demands, in
-// ascending order, with prefix sums (rebuilt from the lowest changed
-// position when read).
+// ascending order, with the sums of its blocks of sumBlock consecutive
+// values: an insertion or removal shifts the values after it by one, so
+// each later block gains one value at its start and loses one at its end
+// (O(n/sumBlock) updates beside the move), and a prefix sum is a walk
+// over the blocks plus one within a block.
 type sortedSum struct {
-	total int64   // the amount divided
-	vals  []int64 // ascending
-	pref  []int64 // pref[k] = Σ vals[:k], valid below dirty+1
-	dirty int
-	sum   int64
+	total  int64   // the amount divided
+	vals   []int64 // ascending
+	blocks []int64 // blocks[b] = Σ vals[b*sumBlock : (b+1)*sumBlock]
+	sum    int64
 }
 
+const sumBlock = 64
+
 func (s *sortedSum) reset(total int64) {
-	s.total, s.vals, s.sum, s.dirty = total, s.vals[:0], 0, 0
+	s.total, s.vals, s.blocks, s.sum = total, s.vals[:0], s.blocks[:0], 0
+}
+
+// sortAndSum sorts vals (filled by the caller) and rebuilds the sums.
+func (s *sortedSum) sortAndSum() {
+	s.vals = slices.DeleteFunc(s.vals, func(v int64) bool { return v <= 0 })
+	slices.Sort(s.vals)
+	s.sum = 0
+	s.blocks = s.blocks[:0]
+	for k, v := range s.vals {
+		if k%sumBlock == 0 {
+			s.blocks = append(s.blocks, 0)
+		}
+		s.blocks[len(s.blocks)-1] += v
+		s.sum += v
+	}
 }
 
 func (s *sortedSum) insert(v int64) {
@@ -101,7 +120,19 @@ func (s *sortedSum) insert(v int64) {
 	k, _ := slices.BinarySearch(s.vals, v)
 	s.vals = slices.Insert(s.vals, k, v)
 	s.sum += v
-	s.dirty = min(s.dirty, k)
+	m := len(s.vals)
+	if nb := (m + sumBlock - 1) / sumBlock; len(s.blocks) < nb {
+		s.blocks = append(s.blocks, 0)
+	}
+	b := k / sumBlock
+	s.blocks[b] += v
+	// Each later boundary now holds what was the last value of the block
+	// before it.
+	for ; (b+1)*sumBlock < m; b++ {
+		x := s.vals[(b+1)*sumBlock]
+		s.blocks[b] -= x
+		s.blocks[b+1] += x
+	}
 }
 
 func (s *sortedSum) remove(v int64) {
@@ -114,27 +145,16 @@ func (s *sortedSum) remove(v int64) {
 	}
 	s.vals = slices.Delete(s.vals, k, k+1)
 	s.sum -= v
-	s.dirty = min(s.dirty, k)
-}
-
-func (s *sortedSum) fixPref() {
 	m := len(s.vals)
-	if cap(s.pref) < m+1 {
-		s.pref = make([]int64, m+1, 2*m+2)
-		s.dirty = 0
+	b := k / sumBlock
+	s.blocks[b] -= v
+	// Each later block's first value moved to the end of the block before.
+	for ; (b+1)*sumBlock <= m; b++ {
+		x := s.vals[(b+1)*sumBlock-1]
+		s.blocks[b] += x
+		s.blocks[b+1] -= x
 	}
-	s.pref = s.pref[:m+1]
-	k := min(s.dirty, m)
-	acc := s.pref[k]
-	if k == 0 {
-		acc = 0
-		s.pref[0] = 0
-	}
-	for ; k < m; k++ {
-		acc += s.vals[k]
-		s.pref[k+1] = acc
-	}
-	s.dirty = m
+	s.blocks = s.blocks[:(m+sumBlock-1)/sumBlock]
 }
 
 // level is FairShares' water level for equal weights: every claim whose
@@ -145,31 +165,35 @@ func (s *sortedSum) fixPref() {
 // they stop at the first prefix k after which the next claim does not fit
 // under the level of what is left, (total - Σ vals[:k]) / (m - k): levels
 // only rise while claims that fit leave, so no earlier prefix stops
-// them, and once a claim does not fit, none after it does (the test is
-// monotone in k), which lets a binary search find k.
+// them; and once a claim does not fit, none after it does (the level
+// falls as it leaves), so the test is monotone in k: the first block
+// whose last value stops holds the first k that does.
 func (s *sortedSum) level() (q, rem int64, all bool) {
-	s.fixPref()
 	m := len(s.vals)
-	lo, hi := 0, m
-	for lo < hi {
-		k := int(uint(lo+hi) >> 1)
-		if s.stops(k, m) {
-			hi = k
-		} else {
-			lo = k + 1
+	var pre int64 // Σ of the blocks before b
+	for b, bs := range s.blocks {
+		lo, hi := b*sumBlock, min((b+1)*sumBlock, m)
+		if !s.stops(hi-1, pre+bs-s.vals[hi-1], m) {
+			pre += bs
+			continue
 		}
+		for k := lo; k < hi; k++ {
+			if s.stops(k, pre, m) {
+				c := int64(m - k)
+				left := s.total - pre
+				return left / c, left % c, false
+			}
+			pre += s.vals[k]
+		}
+		panic("lease: index: level not in its block")
 	}
-	if lo == m {
-		return 0, 0, true
-	}
-	c := int64(m - lo)
-	left := s.total - s.pref[lo]
-	return left / c, left % c, false
+	return 0, 0, true
 }
 
-// stops: claim k does not fit under the level left after the first k.
-func (s *sortedSum) stops(k, m int) bool {
-	left := s.total - s.pref[k]
+// stops: claim k does not fit under the level left after the first k,
+// whose sum is pre.
+func (s *sortedSum) stops(k int, pre int64, m int) bool {
+	left := s.total - pre
 	if left < 0 {
 		return true
 	}
@@ -273,16 +297,9 @@ func (l *Ledger) rebuildIndex() {
 		l.addClaim(j)
 	}
 	ix.rateDiv.vals = append(ix.rateDiv.vals[:0], ix.rateD[:n]...)
+	ix.rateDiv.sortAndSum()
 	ix.burstDiv.vals = append(ix.burstDiv.vals[:0], ix.burstD[:n]...)
-	for _, s := range []*sortedSum{&ix.rateDiv, &ix.burstDiv} {
-		s.vals = slices.DeleteFunc(s.vals, func(v int64) bool { return v <= 0 })
-		slices.Sort(s.vals)
-		s.sum = 0
-		for _, v := range s.vals {
-			s.sum += v
-		}
-		s.dirty = 0
-	}
+	ix.burstDiv.sortAndSum()
 	for k := n/2 - 1; k >= 0; k-- {
 		ix.siftDown(k)
 	}
@@ -330,10 +347,13 @@ func (l *Ledger) dropClaim(j int) {
 // to the given ones; call it with the lease still holding the old ones.
 func (l *Ledger) setClaim(j int, weight, rate, burst, maxCost int64) {
 	ix := &l.ix
+	le := &l.s.Leases[j]
+	if le.Weight == weight && le.DemandRateMilliPerSec == rate && le.DemandBurstMilli == burst && le.DemandMaxCostMilli == maxCost {
+		return // the claim is unchanged
+	}
 	l.dropClaim(j)
 	ix.rateDiv.remove(ix.rateD[j])
 	ix.burstDiv.remove(ix.burstD[j])
-	le := &l.s.Leases[j]
 	ix.sumW += max(weight, 1) - max(le.Weight, 1)
 	le.Weight, le.DemandRateMilliPerSec, le.DemandBurstMilli, le.DemandMaxCostMilli = weight, rate, burst, maxCost
 	l.addClaim(j)
