@@ -1,6 +1,7 @@
 package lease
 
 import (
+	"flag"
 	"fmt"
 	"maps"
 	"reflect"
@@ -152,6 +153,10 @@ func drawDemand(t *rapid.T, label string) (rate, burst, maxCost int64) {
 var runDiffHook = func(*Ledger) {}
 
 func runDiff(t *rapid.T, fault Fault) {
+	// Index every ledger, or those of a few leases and more.
+	old := indexMinLeases
+	indexMinLeases = rapid.SampledFrom([]int{0, 0, 1, 4}).Draw(t, "indexmin")
+	defer func() { indexMinLeases = old }()
 	var p *diffPair
 	defer func() {
 		if p != nil {
@@ -285,6 +290,9 @@ func runDiff(t *rapid.T, fault Fault) {
 // It also checks that the sequences exercise both the index's division
 // and the full one.
 func TestLedgerIndexDifferential(t *testing.T) {
+	if f := flag.Lookup("rapid.checks"); f != nil && f.Value.String() == "100" {
+		withRapidFlags(t, map[string]string{"rapid.checks": "1000"})
+	}
 	var fast, full int
 	runDiffHook = func(l *Ledger) { fast, full = fast+l.ix.fastTerms, full+l.ix.fullTerms }
 	t.Cleanup(func() { runDiffHook = func(*Ledger) {} })

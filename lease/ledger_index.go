@@ -65,6 +65,7 @@ type ledgerIndex struct {
 	// Counters for tests: renewals and grants whose shares came from the
 	// index or from the full division.
 	fastTerms, fullTerms int
+	rebuilds             int
 }
 
 type heldPair struct{ rate, capMilli int64 }
@@ -247,8 +248,21 @@ func grow[T any](s []T, n int) []T {
 	return s[:n]
 }
 
+// indexMinLeases: a ledger with fewer leases keeps no index. Its scans
+// cost a few microseconds, and a million keys with a lease or two each
+// then keep no index memory. (A variable for the differential tests,
+// which index every ledger.)
+var indexMinLeases = 32
+
 func (l *Ledger) rebuildIndex() {
 	ix := &l.ix
+	if len(l.s.Leases) < indexMinLeases {
+		if ix.held != nil || ix.ok {
+			*ix = ledgerIndex{fastTerms: ix.fastTerms, fullTerms: ix.fullTerms, rebuilds: ix.rebuilds}
+		}
+		return
+	}
+	ix.rebuilds++
 	n := len(l.s.Leases)
 	cfg := l.s.Config
 	now := l.s.NowNanos
@@ -351,6 +365,10 @@ func (l *Ledger) setClaim(j int, weight, rate, burst, maxCost int64) {
 	if le.Weight == weight && le.DemandRateMilliPerSec == rate && le.DemandBurstMilli == burst && le.DemandMaxCostMilli == maxCost {
 		return // the claim is unchanged
 	}
+	if !ix.ok {
+		le.Weight, le.DemandRateMilliPerSec, le.DemandBurstMilli, le.DemandMaxCostMilli = weight, rate, burst, maxCost
+		return
+	}
 	l.dropClaim(j)
 	ix.rateDiv.remove(ix.rateD[j])
 	ix.burstDiv.remove(ix.burstD[j])
@@ -365,6 +383,9 @@ func (l *Ledger) setClaim(j int, weight, rate, burst, maxCost int64) {
 // expiry after an operation at the ledger's time changed them.
 func (l *Ledger) updateHeld(j int) {
 	ix := &l.ix
+	if !ix.ok {
+		return
+	}
 	le := &l.s.Leases[j]
 	r, c := le.heldAt(l.s.NowNanos)
 	if l.fault != faultIndexHeldNotReduced {
