@@ -84,11 +84,20 @@ func TestSortedSumLevel(t *testing.T) {
 		s.reset(total)
 		var held []int64 // in claim order
 		for k := rapid.IntRange(0, 400).Draw(t, "ops"); k > 0; k-- {
-			if len(held) > 0 && rapid.IntRange(0, 2).Draw(t, "del") == 0 {
-				j := rapid.IntRange(0, len(held)-1).Draw(t, "j")
-				s.remove(held[j])
-				held = append(held[:j], held[j+1:]...)
-				continue
+			if len(held) > 0 {
+				switch rapid.IntRange(0, 3).Draw(t, "kind") {
+				case 0:
+					j := rapid.IntRange(0, len(held)-1).Draw(t, "j")
+					s.remove(held[j])
+					held = append(held[:j], held[j+1:]...)
+					continue
+				case 1:
+					j := rapid.IntRange(0, len(held)-1).Draw(t, "j")
+					v := min(val.Draw(t, "v"), total)
+					s.replace(held[j], v)
+					held[j] = v
+					continue
+				}
 			}
 			v := min(val.Draw(t, "v"), total)
 			s.insert(v)
@@ -107,9 +116,9 @@ func TestSortedSumLevel(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		q, rem, all := s.level()
+		q, rem, unsat, all := s.level()
 		for j := range held {
-			if got := share(held, j, q, rem, all); got != want[j] {
+			if got := share(held, j, q, rem, unsat, all); got != want[j] {
 				t.Fatalf("claim %d (demand %d): level %d+%d (all %v) gives %d, FairShares %d", j, held[j], q, rem, all, got, want[j])
 			}
 		}

@@ -437,7 +437,7 @@ func (l *Ledger) advance(nowNanos int64) error {
 	if err := checkTime(nowNanos); err != nil {
 		return err
 	}
-	if l.ix.ok && nowNanos < l.ix.nextBreak {
+	if l.ix.ok && nowNanos < l.ix.nextBreak() {
 		// No superseded or replaced entry expires by now: the held totals
 		// stay as they are (but for rule j's end) and nothing is pruned.
 		if h := l.s.HoldAllUntilNanos; h > l.s.NowNanos && h <= nowNanos {

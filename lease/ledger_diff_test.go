@@ -99,12 +99,14 @@ func (l *Ledger) checkIndexAgainstRebuild() error {
 		return fmt.Errorf("index: held terms %v (%d, %d), rebuilt %v (%d, %d)", a.held[:n], a.sumRate, a.sumCap, b.held[:n], b.sumRate, b.sumCap)
 	case a.big != b.big && !a.big:
 		return fmt.Errorf("index: big %v, rebuilt %v", a.big, b.big)
-	case a.nextBreak > b.nextBreak:
-		return fmt.Errorf("index: next break %d after the rebuilt %d", a.nextBreak, b.nextBreak)
+	case a.nextBreak() != b.nextBreak():
+		return fmt.Errorf("index: next break %d, rebuilt %d", a.nextBreak(), b.nextBreak())
+	case !slices.Equal(a.breaks.key[:n], b.breaks.key[:n]):
+		return fmt.Errorf("index: breaks %v, rebuilt %v", a.breaks.key[:n], b.breaks.key[:n])
 	case !slices.Equal(a.verSup[:n], b.verSup[:n]) || a.nVerSup != b.nVerSup || a.sumW != b.sumW:
 		return fmt.Errorf("index: superseded flags or weight sum differ")
-	case !slices.Equal(a.hold[:n], b.hold[:n]):
-		return fmt.Errorf("index: hold %v, rebuilt %v", a.hold[:n], b.hold[:n])
+	case !slices.Equal(a.expiry.key[:n], b.expiry.key[:n]):
+		return fmt.Errorf("index: hold %v, rebuilt %v", a.expiry.key[:n], b.expiry.key[:n])
 	case !slices.Equal(a.rateD[:n], b.rateD[:n]) || !slices.Equal(a.burstD[:n], b.burstD[:n]) ||
 		!slices.Equal(a.floor[:n], b.floor[:n]) || !slices.Equal(a.idle[:n], b.idle[:n]) || a.nIdle != b.nIdle:
 		return fmt.Errorf("index: claims differ")
@@ -119,12 +121,14 @@ func (l *Ledger) checkIndexAgainstRebuild() error {
 	case !slices.Equal(a.burstDiv.vals, b.burstDiv.vals) || a.burstDiv.sum != b.burstDiv.sum || a.burstDiv.total != b.burstDiv.total:
 		return fmt.Errorf("index: burst demands %v, rebuilt %v", a.burstDiv.vals, b.burstDiv.vals)
 	}
-	if len(a.heap) != n {
-		return fmt.Errorf("index: heap of %d for %d leases", len(a.heap), n)
-	}
-	for k := range a.heap {
-		if int(a.hpos[a.heap[k]]) != k || (k > 0 && a.less(k, (k-1)/2)) {
-			return fmt.Errorf("index: heap broken at %d", k)
+	for _, h := range []*posHeap{&a.expiry, &a.breaks} {
+		if len(h.heap) != n || len(h.key) != n {
+			return fmt.Errorf("index: heap of %d for %d leases", len(h.heap), n)
+		}
+		for k := range h.heap {
+			if int(h.pos[h.heap[k]]) != k || (k > 0 && h.less(k, (k-1)/2)) {
+				return fmt.Errorf("index: heap broken at %d", k)
+			}
 		}
 	}
 	return nil

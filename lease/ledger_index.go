@@ -31,11 +31,11 @@ type ledgerIndex struct {
 	held            []heldPair
 	sumRate, sumCap int64
 	big             bool
-	// nextBreak: no superseded or replaced entry of any lease expires
-	// before it (a lower bound; math.MinInt64 when some lease holds an
-	// entry the next advance must prune). Until then advance has no break
-	// to mint across and nothing to prune.
-	nextBreak int64
+	// breaks orders the leases by their earliest superseded or replaced
+	// entry's expiry (math.MaxInt64: none; math.MinInt64: an entry the
+	// next advance must prune). Until its minimum (nextBreak) advance has
+	// no break to mint across and nothing to prune.
+	breaks posHeap
 
 	// verSup[j]: lease j holds a versioned superseded version; nVerSup
 	// counts them. sumW is Σ max(weight, 1) (Grant.RenewSoon).
@@ -43,10 +43,8 @@ type ledgerIndex struct {
 	nVerSup int
 	sumW    int64
 
-	// Expiry heap: lease positions ordered by holdUntil (NextExpiry).
-	hold []int64
-	heap []int32
-	hpos []int32
+	// expiry orders the leases by holdUntil (NextExpiry, Expire).
+	expiry posHeap
 
 	// The fair division's inputs (DivideBudget's claims without the
 	// incumbency, which only its subset step reads), by lease position.
@@ -136,6 +134,53 @@ func (s *sortedSum) insert(v int64) {
 	}
 }
 
+// replace changes one value old to new, moving only the values between
+// their places (and the block sums those moves cross).
+func (s *sortedSum) replace(old, new int64) {
+	switch {
+	case old == new:
+		return
+	case old <= 0 || new <= 0:
+		s.remove(old)
+		s.insert(new)
+		return
+	}
+	v := s.vals
+	s.sum += new - old
+	if new > old {
+		a, _ := slices.BinarySearch(v, old+1)
+		a-- // the last old
+		if a < 0 || v[a] != old {
+			panic("lease: index: replacing a demand it does not hold")
+		}
+		e, _ := slices.BinarySearch(v, new) // the values in (a, e) move down one
+		copy(v[a:e-1], v[a+1:e])
+		v[e-1] = new
+		s.blocks[a/sumBlock] -= old
+		for b := (a/sumBlock + 1) * sumBlock; b < e; b += sumBlock {
+			x := v[b-1] // was at b, the first of its block
+			s.blocks[b/sumBlock] -= x
+			s.blocks[b/sumBlock-1] += x
+		}
+		s.blocks[(e-1)/sumBlock] += new
+		return
+	}
+	a, found := slices.BinarySearch(v, old) // the first old
+	if !found {
+		panic("lease: index: replacing a demand it does not hold")
+	}
+	e, _ := slices.BinarySearch(v, new+1) // the values in [e, a) move up one
+	copy(v[e+1:a+1], v[e:a])
+	v[e] = new
+	s.blocks[a/sumBlock] -= old
+	for b := (e/sumBlock + 1) * sumBlock; b <= a; b += sumBlock {
+		x := v[b] // was at b-1, the last of its block
+		s.blocks[(b-1)/sumBlock] -= x
+		s.blocks[b/sumBlock] += x
+	}
+	s.blocks[e/sumBlock] += new
+}
+
 func (s *sortedSum) remove(v int64) {
 	if v <= 0 {
 		return
@@ -169,7 +214,7 @@ func (s *sortedSum) remove(v int64) {
 // them; and once a claim does not fit, none after it does (the level
 // falls as it leaves), so the test is monotone in k: the first block
 // whose last value stops holds the first k that does.
-func (s *sortedSum) level() (q, rem int64, all bool) {
+func (s *sortedSum) level() (q, rem, unsat int64, all bool) {
 	m := len(s.vals)
 	var pre int64 // Σ of the blocks before b
 	for b, bs := range s.blocks {
@@ -182,13 +227,13 @@ func (s *sortedSum) level() (q, rem int64, all bool) {
 			if s.stops(k, pre, m) {
 				c := int64(m - k)
 				left := s.total - pre
-				return left / c, left % c, false
+				return left / c, left % c, c, false
 			}
 			pre += s.vals[k]
 		}
 		panic("lease: index: level not in its block")
 	}
-	return 0, 0, true
+	return 0, 0, 0, true
 }
 
 // stops: claim k does not fit under the level left after the first k,
@@ -202,7 +247,8 @@ func (s *sortedSum) stops(k int, pre int64, m int) bool {
 }
 
 // share is FairShares' share of claim i (demand d[i]) given the level.
-func share(d []int64, i int, q, rem int64, all bool) int64 {
+// unsat is the number of unsatisfied claims.
+func share(d []int64, i int, q, rem, unsat int64, all bool) int64 {
 	v := d[i]
 	if all || v <= q {
 		return v
@@ -210,12 +256,20 @@ func share(d []int64, i int, q, rem int64, all bool) int64 {
 	if rem == 0 {
 		return q
 	}
-	// The first rem unsatisfied claims in claim order get one more.
+	// The first rem unsatisfied claims in claim order get one more: count
+	// those before i, or those after it if that is shorter. (Branch-free:
+	// q - x < 0 exactly when x > q; demands are below 2^62.)
 	var before int64
-	for _, x := range d[:i] {
-		if x > q {
-			before++
+	if i <= len(d)/2 {
+		for _, x := range d[:i] {
+			before += int64(uint64(q-x) >> 63)
 		}
+	} else {
+		var after int64
+		for _, x := range d[i+1:] {
+			after += int64(uint64(q-x) >> 63)
+		}
+		before = unsat - 1 - after
 	}
 	if before < rem {
 		return q + 1
@@ -268,14 +322,13 @@ func (l *Ledger) rebuildIndex() {
 	now := l.s.NowNanos
 	ix.held = grow(ix.held, n)
 	ix.verSup = grow(ix.verSup, n)
-	ix.hold = grow(ix.hold, n)
-	ix.heap = grow(ix.heap, n)
-	ix.hpos = grow(ix.hpos, n)
+	ix.expiry.resize(n)
+	ix.breaks.resize(n)
 	ix.rateD = grow(ix.rateD, n)
 	ix.burstD = grow(ix.burstD, n)
 	ix.floor = grow(ix.floor, n)
 	ix.idle = grow(ix.idle, n)
-	ix.sumRate, ix.sumCap, ix.big, ix.nextBreak = 0, 0, false, math.MaxInt64
+	ix.sumRate, ix.sumCap, ix.big = 0, 0, false
 	ix.nVerSup, ix.sumW, ix.nIdle = 0, 0, 0
 	ix.weights = make(map[int64]int, 1)
 	ix.floors = make(map[int64]int, 1)
@@ -292,31 +345,21 @@ func (l *Ledger) rebuildIndex() {
 		if r > heldExactLimit || c > heldExactLimit {
 			ix.big = true
 		}
-		for _, s := range le.Superseded {
-			ix.nextBreak = min(ix.nextBreak, s.ExpiresNanos)
-			if s.RateMilliPerSec <= le.Current.RateMilliPerSec && s.CapMilli <= le.Current.CapMilli {
-				ix.nextBreak = math.MinInt64 // dominated: the next advance prunes it
-			}
-		}
-		for _, s := range le.Replaced {
-			ix.nextBreak = min(ix.nextBreak, s.ExpiresNanos)
-		}
+		ix.breaks.key[j] = firstBreak(le, true)
 		ix.verSup[j] = l.holdsSuperseded(j)
 		if ix.verSup[j] {
 			ix.nVerSup++
 		}
 		ix.sumW += max(le.Weight, 1)
-		ix.hold[j] = le.holdUntil()
-		ix.heap[j], ix.hpos[j] = int32(j), int32(j)
+		ix.expiry.key[j] = le.holdUntil()
 		l.addClaim(j)
 	}
 	ix.rateDiv.vals = append(ix.rateDiv.vals[:0], ix.rateD[:n]...)
 	ix.rateDiv.sortAndSum()
 	ix.burstDiv.vals = append(ix.burstDiv.vals[:0], ix.burstD[:n]...)
 	ix.burstDiv.sortAndSum()
-	for k := n/2 - 1; k >= 0; k-- {
-		ix.siftDown(k)
-	}
+	ix.expiry.init()
+	ix.breaks.init()
 	ix.ok = true
 }
 
@@ -370,13 +413,12 @@ func (l *Ledger) setClaim(j int, weight, rate, burst, maxCost int64) {
 		return
 	}
 	l.dropClaim(j)
-	ix.rateDiv.remove(ix.rateD[j])
-	ix.burstDiv.remove(ix.burstD[j])
+	oldRate, oldBurst := ix.rateD[j], ix.burstD[j]
 	ix.sumW += max(weight, 1) - max(le.Weight, 1)
 	le.Weight, le.DemandRateMilliPerSec, le.DemandBurstMilli, le.DemandMaxCostMilli = weight, rate, burst, maxCost
 	l.addClaim(j)
-	ix.rateDiv.insert(ix.rateD[j])
-	ix.burstDiv.insert(ix.burstD[j])
+	ix.rateDiv.replace(oldRate, ix.rateD[j])
+	ix.burstDiv.replace(oldBurst, ix.burstD[j])
 }
 
 // updateHeld re-records lease j's held terms, superseded versions and
@@ -398,12 +440,9 @@ func (l *Ledger) updateHeld(j int) {
 	if r > heldExactLimit || c > heldExactLimit {
 		ix.big = true
 	}
-	for _, s := range le.Superseded {
-		ix.nextBreak = min(ix.nextBreak, s.ExpiresNanos)
-	}
-	for _, s := range le.Replaced {
-		ix.nextBreak = min(ix.nextBreak, s.ExpiresNanos)
-	}
+	// The operation pruned the lease at the ledger's time: none of its
+	// entries is dominated or expired.
+	ix.breaks.fix(j, firstBreak(le, false))
 	v := l.holdsSuperseded(j)
 	if v != ix.verSup[j] {
 		ix.verSup[j] = v
@@ -413,21 +452,40 @@ func (l *Ledger) updateHeld(j int) {
 			ix.nVerSup--
 		}
 	}
-	if h := le.holdUntil(); h != ix.hold[j] {
-		up := h < ix.hold[j]
-		ix.hold[j] = h
-		if up {
-			ix.siftUp(int(ix.hpos[j]))
-		} else {
-			ix.siftDown(int(ix.hpos[j]))
+	ix.expiry.fix(j, le.holdUntil())
+}
+
+// firstBreak is the earliest expiry of le's superseded and replaced
+// entries (math.MaxInt64: none), or math.MinInt64 if checkDominated and
+// a superseded version is dominated by the current terms (the next
+// advance prunes it).
+func firstBreak(le *Lease, checkDominated bool) int64 {
+	first := int64(math.MaxInt64)
+	for _, s := range le.Superseded {
+		first = min(first, s.ExpiresNanos)
+		if checkDominated && s.RateMilliPerSec <= le.Current.RateMilliPerSec && s.CapMilli <= le.Current.CapMilli {
+			return math.MinInt64
 		}
 	}
+	for _, s := range le.Replaced {
+		first = min(first, s.ExpiresNanos)
+	}
+	return first
+}
+
+// nextBreak: no superseded or replaced entry of any lease expires before
+// it, and none is left to prune.
+func (ix *ledgerIndex) nextBreak() int64 {
+	if m, ok := ix.breaks.min(); ok {
+		return m
+	}
+	return math.MaxInt64
 }
 
 // heldFast is heldExcept from the index, if it can answer at nowNanos.
 func (l *Ledger) heldFast(skip int, nowNanos int64) (rate, capMilli int64, ok bool) {
 	ix := &l.ix
-	if !ix.ok || ix.big || nowNanos < l.s.NowNanos || nowNanos >= ix.nextBreak {
+	if !ix.ok || ix.big || nowNanos < l.s.NowNanos || nowNanos >= ix.nextBreak() {
 		return 0, 0, false
 	}
 	if nowNanos < l.s.HoldAllUntilNanos {
@@ -452,7 +510,7 @@ func (l *Ledger) fastShares(i int) (rate, capMilli int64, ok bool) {
 	if !ix.ok || !ix.sumsExact || len(ix.weights) > 1 || l.fault == FaultSliverShares {
 		return 0, 0, false
 	}
-	bq, brem, ball := ix.burstDiv.level()
+	bq, brem, bn, ball := ix.burstDiv.level()
 	if !ball && ix.maxFloor > bq {
 		// Some claim with a burst demand may get a cap below its floor:
 		// tighten the bound, then leave it to the full division.
@@ -464,9 +522,9 @@ func (l *Ledger) fastShares(i int) (rate, capMilli int64, ok bool) {
 			return 0, 0, false
 		}
 	}
-	rq, rrem, rall := ix.rateDiv.level()
-	rate = share(ix.rateD, i, rq, rrem, rall)
-	capMilli = share(ix.burstD, i, bq, brem, ball)
+	rq, rrem, rn, rall := ix.rateDiv.level()
+	rate = share(ix.rateD, i, rq, rrem, rn, rall)
+	capMilli = share(ix.burstD, i, bq, brem, bn, ball)
 	if ix.idle[i] && ix.nIdle > 0 {
 		// What no demand claims is split among the idle claims, by
 		// position for the remainder.
@@ -493,51 +551,92 @@ func (l *Ledger) fastShares(i int) (rate, capMilli int64, ok bool) {
 	return rate, capMilli, true
 }
 
-// The expiry heap: a binary min-heap of lease positions by hold.
-
-func (ix *ledgerIndex) less(a, b int) bool { return ix.hold[ix.heap[a]] < ix.hold[ix.heap[b]] }
-
-func (ix *ledgerIndex) swap(a, b int) {
-	ix.heap[a], ix.heap[b] = ix.heap[b], ix.heap[a]
-	ix.hpos[ix.heap[a]], ix.hpos[ix.heap[b]] = int32(a), int32(b)
+// posHeap is a binary min-heap of lease positions by a key per position,
+// with each position's place in the heap, so that one lease's key can
+// change in O(log n).
+type posHeap struct {
+	key  []int64 // by lease position
+	heap []int32 // lease positions
+	pos  []int32 // pos[heap[k]] == k
 }
 
-func (ix *ledgerIndex) siftUp(k int) {
+func (h *posHeap) resize(n int) {
+	h.key, h.heap, h.pos = grow(h.key, n), grow(h.heap, n), grow(h.pos, n)
+}
+
+// init orders the heap once every key is set.
+func (h *posHeap) init() {
+	for j := range h.heap {
+		h.heap[j], h.pos[j] = int32(j), int32(j)
+	}
+	for k := len(h.heap)/2 - 1; k >= 0; k-- {
+		h.down(k)
+	}
+}
+
+func (h *posHeap) min() (int64, bool) {
+	if len(h.heap) == 0 {
+		return 0, false
+	}
+	return h.key[h.heap[0]], true
+}
+
+// fix sets position j's key.
+func (h *posHeap) fix(j int, key int64) {
+	old := h.key[j]
+	if key == old {
+		return
+	}
+	h.key[j] = key
+	if key < old {
+		h.up(int(h.pos[j]))
+	} else {
+		h.down(int(h.pos[j]))
+	}
+}
+
+func (h *posHeap) less(a, b int) bool { return h.key[h.heap[a]] < h.key[h.heap[b]] }
+
+func (h *posHeap) swap(a, b int) {
+	h.heap[a], h.heap[b] = h.heap[b], h.heap[a]
+	h.pos[h.heap[a]], h.pos[h.heap[b]] = int32(a), int32(b)
+}
+
+func (h *posHeap) up(k int) {
 	for k > 0 {
 		p := (k - 1) / 2
-		if !ix.less(k, p) {
+		if !h.less(k, p) {
 			return
 		}
-		ix.swap(k, p)
+		h.swap(k, p)
 		k = p
 	}
 }
 
-func (ix *ledgerIndex) siftDown(k int) {
-	n := len(ix.hold)
+func (h *posHeap) down(k int) {
+	n := len(h.heap)
 	for {
 		c := 2*k + 1
 		if c >= n {
 			return
 		}
-		if c+1 < n && ix.less(c+1, c) {
+		if c+1 < n && h.less(c+1, c) {
 			c++
 		}
-		if !ix.less(c, k) {
+		if !h.less(c, k) {
 			return
 		}
-		ix.swap(k, c)
+		h.swap(k, c)
 		k = c
 	}
 }
 
-// minHold is the earliest holdUntil, if the index is up to date.
-func (l *Ledger) minHold() (int64, bool, bool) {
+// minHold is the earliest holdUntil (found: there is a lease), if the
+// index is up to date (ok).
+func (l *Ledger) minHold() (next int64, found, ok bool) {
 	if !l.ix.ok {
 		return 0, false, false
 	}
-	if len(l.ix.heap) == 0 {
-		return 0, false, true
-	}
-	return l.ix.hold[l.ix.heap[0]], true, true
+	next, found = l.ix.expiry.min()
+	return next, found, true
 }
