@@ -30,6 +30,7 @@ type hotKeyFixture struct {
 	versions []uint64
 	demand   []int64
 	flip     []bool
+	seq      uint64 // the last grant seq of any holder
 }
 
 func hotKeyDemand(j int) int64 {
@@ -43,7 +44,7 @@ func newHotKeyFixture(b *testing.B, n int) *hotKeyFixture {
 	if err != nil {
 		b.Fatal(err)
 	}
-	fx := &hotKeyFixture{l: l, now: NanosPerSecond, step: hotKeyTTL / 3 / int64(n)}
+	fx := &hotKeyFixture{l: l, now: NanosPerSecond, step: hotKeyTTL / 3 / int64(n), seq: 1}
 	for j := 0; j < n; j++ {
 		d := hotKeyDemand(j)
 		g, err := l.Grant(fx.now, GrantRequest{
@@ -113,5 +114,47 @@ func BenchmarkRenewHotKey(b *testing.B) {
 				}
 			})
 		}
+	}
+}
+
+// BenchmarkRegrantHotKey: the churn of a hot key's holders, one release
+// and one grant of the same holder (a replica restarting) among n, then
+// the next holder's renewal (after a release the indexes are rebuilt).
+//
+//	go test ./lease -run '^$' -bench 'RegrantHotKey' -count 6
+func BenchmarkRegrantHotKey(b *testing.B) {
+	for _, n := range []int{100, 1000, 4096} {
+		b.Run(fmt.Sprintf("holders=%d", n), func(b *testing.B) {
+			k := fmt.Sprintf("%d/regrant", n)
+			fx := hotKeyFixtures[k]
+			if fx == nil {
+				fx = newHotKeyFixture(b, n)
+				hotKeyFixtures[k] = fx
+			}
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				j := i % n
+				if _, err := fx.l.Release(fx.now, ReleaseRequest{ClientID: fx.names[j], Incarnation: 1, LeaseID: fx.ids[j], UnspentMilli: 0}); err != nil {
+					b.Fatal(err)
+				}
+				fx.seq++
+				d := fx.demand[j]
+				g, err := fx.l.Grant(fx.now, GrantRequest{
+					ClientID: fx.names[j], Incarnation: 1, Seq: fx.seq,
+					DemandRateMilliPerSec: d, DemandBurstMilli: 2 * d, DemandMaxCostMilli: 1000,
+					TTLNanos: hotKeyTTL, Versioned: true,
+				})
+				if err != nil {
+					b.Fatal(err)
+				}
+				fx.ids[j], fx.versions[j] = g.LeaseID, g.Version
+				fx.renew(b, (j+1)%n, false)
+			}
+			b.StopTimer()
+			if err := fx.l.CheckInvariants(); err != nil {
+				b.Fatal(err)
+			}
+		})
 	}
 }
