@@ -800,6 +800,9 @@ func (l *Ledger) Grant(nowNanos int64, req GrantRequest) (Grant, error) {
 		DemandMaxCostMilli: req.DemandMaxCostMilli,
 	}
 	var replaced Lease
+	if exists && l.ix.ok {
+		l.removeAt(i) // the index forgets the replaced lease; insertAt below records the new one
+	}
 	if exists {
 		replaced = l.s.Leases[i]
 		if l.fault != FaultForgetReplaced {
@@ -811,7 +814,11 @@ func (l *Ledger) Grant(nowNanos int64, req GrantRequest) (Grant, error) {
 		copy(l.s.Leases[i+1:], l.s.Leases[i:])
 		l.s.Leases[i] = le
 	}
-	l.rebuildIndex()
+	if l.ix.ok {
+		l.insertAt(i)
+	} else {
+		l.rebuildIndex()
+	}
 	rate, capMilli, err := l.terms(i)
 	if err != nil {
 		// Unreachable (inputs were validated); undo the insertion anyway so
@@ -1087,13 +1094,15 @@ func (l *Ledger) Release(nowNanos int64, req ReleaseRequest) (ReleaseResult, err
 	if err := l.advance(nowNanos); err != nil {
 		return ReleaseResult{}, err
 	}
-	l.ix.ok = false
 	credit := min(req.UnspentMilli, l.s.Leases[i].Current.CapMilli)
 	if le := &l.s.Leases[i]; len(le.Replaced) > 0 && l.fault != FaultForgetReplaced {
 		// Rule (h) outlives the release: the replaced buckets may still be
 		// in use. The lease stays as a placeholder holding only them, under
 		// a fresh ID nobody holds (so it cannot be renewed or released),
 		// until Expire removes it at their expiry.
+		if l.ix.ok {
+			l.setClaim(i, le.Weight, 0, 0, le.DemandMaxCostMilli)
+		}
 		le.ID = l.s.NextID
 		l.s.NextID++
 		until := int64(0)
@@ -1103,7 +1112,11 @@ func (l *Ledger) Release(nowNanos int64, req ReleaseRequest) (ReleaseResult, err
 		le.Current = Share{ExpiresNanos: until}
 		le.Superseded = nil
 		le.DemandRateMilliPerSec, le.DemandBurstMilli, le.StartMilli = 0, 0, 0
+		l.updateHeld(i)
 	} else {
+		if l.ix.ok {
+			l.removeAt(i)
+		}
 		l.s.Leases = append(l.s.Leases[:i], l.s.Leases[i+1:]...)
 	}
 	l.s.PoolMilli += credit

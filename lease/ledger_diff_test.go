@@ -91,7 +91,10 @@ func (l *Ledger) checkIndexAgainstRebuild() error {
 		return nil
 	}
 	fresh := &Ledger{s: cloneState(l.s), fault: l.fault}
+	old := indexMinLeases
+	indexMinLeases = 0 // an index kept while leases went below the minimum is still exact
 	fresh.rebuildIndex()
+	indexMinLeases = old
 	a, b := &l.ix, &fresh.ix
 	n := len(l.s.Leases)
 	switch {
@@ -117,9 +120,9 @@ func (l *Ledger) checkIndexAgainstRebuild() error {
 	case !slices.Equal(a.rateDiv.blocks, b.rateDiv.blocks) || !slices.Equal(a.burstDiv.blocks, b.burstDiv.blocks):
 		return fmt.Errorf("index: block sums %v %v, rebuilt %v %v", a.rateDiv.blocks, a.burstDiv.blocks, b.rateDiv.blocks, b.burstDiv.blocks)
 	case !slices.Equal(a.rateDiv.vals, b.rateDiv.vals) || a.rateDiv.sum != b.rateDiv.sum || a.rateDiv.total != b.rateDiv.total:
-		return fmt.Errorf("index: rate demands %v, rebuilt %v", a.rateDiv.vals, b.rateDiv.vals)
+		return fmt.Errorf("index: rate demands %v (Σ %d of %d), rebuilt %v (Σ %d of %d)", a.rateDiv.vals, a.rateDiv.sum, a.rateDiv.total, b.rateDiv.vals, b.rateDiv.sum, b.rateDiv.total)
 	case !slices.Equal(a.burstDiv.vals, b.burstDiv.vals) || a.burstDiv.sum != b.burstDiv.sum || a.burstDiv.total != b.burstDiv.total:
-		return fmt.Errorf("index: burst demands %v, rebuilt %v", a.burstDiv.vals, b.burstDiv.vals)
+		return fmt.Errorf("index: burst demands %v (Σ %d of %d), rebuilt %v (Σ %d of %d)", a.burstDiv.vals, a.burstDiv.sum, a.burstDiv.total, b.burstDiv.vals, b.burstDiv.sum, b.burstDiv.total)
 	}
 	for _, h := range []*posHeap{&a.expiry, &a.breaks} {
 		if len(h.heap) != n || len(h.key) != n {

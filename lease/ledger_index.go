@@ -640,3 +640,95 @@ func (l *Ledger) minHold() (next int64, found, ok bool) {
 	next, found = l.ix.expiry.min()
 	return next, found, true
 }
+
+// insertAt records the lease now at position j, the leases from j on
+// having moved up one (Grant). Its cost is a few moves of the per-lease
+// arrays and a renumbering of the heaps, no sort.
+func (l *Ledger) insertAt(j int) {
+	ix := &l.ix
+	le := &l.s.Leases[j]
+	now := l.s.NowNanos
+	cfg := l.s.Config
+	n := len(l.s.Leases)
+	r, c := le.heldAt(now)
+	ix.held = slices.Insert(ix.held, j, heldPair{r, c})
+	ix.sumRate += r
+	ix.sumCap += c
+	if r > heldExactLimit || c > heldExactLimit {
+		ix.big = true
+	}
+	v := l.holdsSuperseded(j)
+	ix.verSup = slices.Insert(ix.verSup, j, v)
+	if v {
+		ix.nVerSup++
+	}
+	ix.sumW += max(le.Weight, 1)
+	ix.expiry.insertAt(j, le.holdUntil())
+	ix.breaks.insertAt(j, firstBreak(le, true))
+	ix.rateD = slices.Insert(ix.rateD, j, 0)
+	ix.burstD = slices.Insert(ix.burstD, j, 0)
+	ix.floor = slices.Insert(ix.floor, j, 0)
+	ix.idle = slices.Insert(ix.idle, j, false)
+	l.addClaim(j)
+	ix.rateDiv.insert(ix.rateD[j])
+	ix.burstDiv.insert(ix.burstD[j])
+	ix.sumsExact = n < MaxLeasesLimit && max(cfg.RateMilliPerSec, cfg.CapacityMilli) <= (int64(1)<<62)/int64(n+1)
+}
+
+// removeAt forgets the lease at position j, which is still there and is
+// about to be removed from l.s.Leases (Release, Grant's replacement).
+func (l *Ledger) removeAt(j int) {
+	ix := &l.ix
+	le := &l.s.Leases[j]
+	ix.sumRate -= ix.held[j].rate
+	ix.sumCap -= ix.held[j].capMilli
+	ix.held = slices.Delete(ix.held, j, j+1)
+	if ix.verSup[j] {
+		ix.nVerSup--
+	}
+	ix.verSup = slices.Delete(ix.verSup, j, j+1)
+	ix.sumW -= max(le.Weight, 1)
+	ix.expiry.deleteAt(j)
+	ix.breaks.deleteAt(j)
+	l.dropClaim(j)
+	ix.rateDiv.remove(ix.rateD[j])
+	ix.burstDiv.remove(ix.burstD[j])
+	ix.rateD = slices.Delete(ix.rateD, j, j+1)
+	ix.burstD = slices.Delete(ix.burstD, j, j+1)
+	ix.floor = slices.Delete(ix.floor, j, j+1)
+	ix.idle = slices.Delete(ix.idle, j, j+1)
+}
+
+// insertAt adds position j with key, positions from j on moving up one.
+func (h *posHeap) insertAt(j int, key int64) {
+	for k, p := range h.heap {
+		if int(p) >= j {
+			h.heap[k] = p + 1
+		}
+	}
+	h.pos = slices.Insert(h.pos, j, int32(len(h.heap)))
+	h.key = slices.Insert(h.key, j, key)
+	h.heap = append(h.heap, int32(j))
+	h.up(len(h.heap) - 1)
+}
+
+// deleteAt removes position j, positions after it moving down one.
+func (h *posHeap) deleteAt(j int) {
+	k := int(h.pos[j])
+	last := len(h.heap) - 1
+	if k != last {
+		h.swap(k, last)
+	}
+	h.heap = h.heap[:last]
+	if k != last {
+		h.down(k)
+		h.up(k)
+	}
+	h.pos = slices.Delete(h.pos, j, j+1)
+	h.key = slices.Delete(h.key, j, j+1)
+	for k, p := range h.heap {
+		if int(p) > j {
+			h.heap[k] = p - 1
+		}
+	}
+}
