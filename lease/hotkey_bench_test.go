@@ -39,8 +39,12 @@ func hotKeyDemand(j int) int64 {
 }
 
 func newHotKeyFixture(b *testing.B, n int) *hotKeyFixture {
+	return newHotKeyFixtureCap(b, n, 10_000_000)
+}
+
+func newHotKeyFixtureCap(b *testing.B, n int, capMilli int64) *hotKeyFixture {
 	b.Helper()
-	l, err := NewLedger(LedgerConfig{RateMilliPerSec: 10_000_000, CapacityMilli: 10_000_000, StartFull: true, DriftPPM: 1000}, NanosPerSecond)
+	l, err := NewLedger(LedgerConfig{RateMilliPerSec: 10_000_000, CapacityMilli: capMilli, StartFull: true, DriftPPM: 1000}, NanosPerSecond)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -154,6 +158,31 @@ func BenchmarkRegrantHotKey(b *testing.B) {
 			b.StopTimer()
 			if err := fx.l.CheckInvariants(); err != nil {
 				b.Fatal(err)
+			}
+		})
+	}
+}
+
+// BenchmarkRenewHotKeySubset: the same renewals ("changing") with a burst
+// of 2000 tokens, less than one token per holder at 4096: the fair caps
+// fall below the one-token floor and the division leases full-cost caps
+// to a subset (DivideBudget's step 2), which the index does not compute:
+// these renewals take the full division.
+//
+//	go test ./lease -run '^$' -bench 'RenewHotKeySubset' -count 6
+func BenchmarkRenewHotKeySubset(b *testing.B) {
+	for _, n := range []int{100, 1000, 4096} {
+		b.Run(fmt.Sprintf("holders=%d", n), func(b *testing.B) {
+			k := fmt.Sprintf("%d/subset", n)
+			fx := hotKeyFixtures[k]
+			if fx == nil {
+				fx = newHotKeyFixtureCap(b, n, 2_000_000*int64(n)/4096)
+				hotKeyFixtures[k] = fx
+			}
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				fx.renew(b, i%n, true)
 			}
 		})
 	}
