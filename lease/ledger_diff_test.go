@@ -124,6 +124,19 @@ func (l *Ledger) checkIndexAgainstRebuild() error {
 	case !slices.Equal(a.burstDiv.vals, b.burstDiv.vals) || a.burstDiv.sum != b.burstDiv.sum || a.burstDiv.total != b.burstDiv.total:
 		return fmt.Errorf("index: burst demands %v (Σ %d of %d), rebuilt %v (Σ %d of %d)", a.burstDiv.vals, a.burstDiv.sum, a.burstDiv.total, b.burstDiv.vals, b.burstDiv.sum, b.burstDiv.total)
 	}
+	if as := a.sub; as != nil {
+		fresh.buildSubset(as.F)
+		bs := b.sub
+		switch {
+		case as.K != bs.K || !slices.Equal(as.cand, bs.cand) || !slices.Equal(as.inc[:n], bs.inc[:n]) || !slices.Equal(as.member[:n], bs.member[:n]):
+			return fmt.Errorf("index: subset order %v (K %d), rebuilt %v (K %d)", as.cand, as.K, bs.cand, bs.K)
+		case !slices.Equal(as.rateM[:n], bs.rateM[:n]) || !slices.Equal(as.extraM[:n], bs.extraM[:n]):
+			return fmt.Errorf("index: subset members' demands differ")
+		case !slices.Equal(as.mRate.vals, bs.mRate.vals) || !slices.Equal(as.mRate.blocks, bs.mRate.blocks) || as.mRate.sum != bs.mRate.sum || as.mRate.total != bs.mRate.total,
+			!slices.Equal(as.mExtra.vals, bs.mExtra.vals) || !slices.Equal(as.mExtra.blocks, bs.mExtra.blocks) || as.mExtra.sum != bs.mExtra.sum || as.mExtra.total != bs.mExtra.total:
+			return fmt.Errorf("index: subset sums differ")
+		}
+	}
 	for _, h := range []*posHeap{&a.expiry, &a.breaks} {
 		if len(h.heap) != n || len(h.key) != n {
 			return fmt.Errorf("index: heap of %d for %d leases", len(h.heap), n)

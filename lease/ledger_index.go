@@ -15,13 +15,13 @@ import (
 // scans over l.s.Leases give (ledger_diff_test.go checks that against the
 // pre-index ledger, kept in ledger_ref_test.go, after every operation).
 // Whenever an index cannot answer exactly (it is out of date, a sum could
-// overflow, weights differ, the division needs its subset step), the
-// ledger falls back to the scans.
+// overflow, the holders' weights differ, the subset step meets several
+// floors), the ledger falls back to the scans and the full division.
 //
-// Upkeep: Renew updates the index in place for its one lease; Grant
-// rebuilds it after inserting the lease (O(n log n), no worse than the
-// division it then computes); every other operation that changes leases
-// marks it stale, and the next renewal rebuilds it.
+// Upkeep: Renew updates the index in place for its one lease, Grant and
+// Release insert or remove one entry; Expire (when it removes leases),
+// Revoke, Reconfigure, HoldAll and an advance across an entry's expiry
+// mark it stale, and the next renewal rebuilds it (O(n log n)).
 type ledgerIndex struct {
 	ok bool // describes l.s; otherwise unused until rebuilt
 
@@ -59,6 +59,8 @@ type ledgerIndex struct {
 	burstDiv      sortedSum
 	// sumsExact: n·r and n·B fit in int64, so the sorted sums are exact.
 	sumsExact bool
+	// sub: DivideBudget's subset step, while it applies (ledger_subset.go).
+	sub *subsetIndex
 
 	// Counters for tests: renewals and grants whose shares came from the
 	// index or from the full division.
@@ -317,6 +319,7 @@ func (l *Ledger) rebuildIndex() {
 		return
 	}
 	ix.rebuilds++
+	ix.sub = nil
 	n := len(l.s.Leases)
 	cfg := l.s.Config
 	now := l.s.NowNanos
@@ -412,6 +415,13 @@ func (l *Ledger) setClaim(j int, weight, rate, burst, maxCost int64) {
 		le.Weight, le.DemandRateMilliPerSec, le.DemandBurstMilli, le.DemandMaxCostMilli = weight, rate, burst, maxCost
 		return
 	}
+	if ix.sub != nil {
+		if ix.burstD[j] > 0 {
+			l.subRemove(j)
+		} else {
+			ix.sub = nil // it may become a candidate
+		}
+	}
 	l.dropClaim(j)
 	oldRate, oldBurst := ix.rateD[j], ix.burstD[j]
 	ix.sumW += max(weight, 1) - max(le.Weight, 1)
@@ -419,6 +429,13 @@ func (l *Ledger) setClaim(j int, weight, rate, burst, maxCost int64) {
 	l.addClaim(j)
 	ix.rateDiv.replace(oldRate, ix.rateD[j])
 	ix.burstDiv.replace(oldBurst, ix.burstD[j])
+	if ix.sub != nil {
+		if ix.burstD[j] > 0 && ix.floor[j] == ix.sub.F {
+			l.subInsert(j)
+		} else {
+			ix.sub = nil
+		}
+	}
 }
 
 // updateHeld re-records lease j's held terms, superseded versions and
@@ -453,6 +470,17 @@ func (l *Ledger) updateHeld(j int) {
 		}
 	}
 	ix.expiry.fix(j, le.holdUntil())
+	if s := ix.sub; s != nil {
+		if inc := l.incumbent(j); inc != s.inc[j] {
+			if ix.burstD[j] > 0 {
+				l.subRemove(j)
+				s.inc[j] = inc
+				l.subInsert(j)
+			} else {
+				s.inc[j] = inc
+			}
+		}
+	}
 }
 
 // firstBreak is the earliest expiry of le's superseded and replaced
@@ -513,42 +541,58 @@ func (l *Ledger) fastShares(i int) (rate, capMilli int64, ok bool) {
 	bq, brem, bn, ball := ix.burstDiv.level()
 	if !ball && ix.maxFloor > bq {
 		// Some claim with a burst demand may get a cap below its floor:
-		// tighten the bound, then leave it to the full division.
+		// tighten the bound.
 		ix.maxFloor = 0
 		for f := range ix.floors {
 			ix.maxFloor = max(ix.maxFloor, f)
 		}
 		if ix.maxFloor > bq {
-			return 0, 0, false
+			if len(ix.floors) != 1 {
+				return 0, 0, false // several floors: the full division
+			}
+			// One floor F: the unsatisfied claims' caps are bq+1 for the
+			// first brem of them and bq for the others, so some cap is
+			// below F unless F is bq+1 and every one got the extra unit.
+			if f := ix.maxFloor; f > bq+1 || bn > brem {
+				rate, capMilli = l.subsetShares(i, f)
+				return rate, capMilli, true
+			}
 		}
 	}
 	rq, rrem, rn, rall := ix.rateDiv.level()
 	rate = share(ix.rateD, i, rq, rrem, rn, rall)
 	capMilli = share(ix.burstD, i, bq, brem, bn, ball)
-	if ix.idle[i] && ix.nIdle > 0 {
-		// What no demand claims is split among the idle claims, by
-		// position for the remainder.
-		before := int64(0)
-		for j := 0; j < i; j++ {
-			if ix.idle[j] {
-				before++
-			}
-		}
-		m := int64(ix.nIdle)
-		if left := ix.rateDiv.total - ix.rateDiv.sum; left > 0 {
-			rate += left / m
-			if before < left%m {
-				rate++
-			}
-		}
-		if left := ix.burstDiv.total - ix.burstDiv.sum; left > 0 {
-			capMilli += left / m
-			if before < left%m {
-				capMilli++
-			}
-		}
+	if ix.idle[i] {
+		r, c := l.idleSplit(i, ix.rateDiv.total-min(ix.rateDiv.total, ix.rateDiv.sum), ix.burstDiv.total-min(ix.burstDiv.total, ix.burstDiv.sum))
+		rate, capMilli = rate+r, capMilli+c
 	}
 	return rate, capMilli, true
+}
+
+// idleSplit is idle lease i's part of what no demand claims (step 3 of
+// DivideBudget): equal parts, the remainder by position.
+func (l *Ledger) idleSplit(i int, leftRate, leftCap int64) (rate, capMilli int64) {
+	ix := &l.ix
+	before := int64(0)
+	for j := 0; j < i; j++ {
+		if ix.idle[j] {
+			before++
+		}
+	}
+	m := int64(ix.nIdle)
+	if leftRate > 0 {
+		rate = leftRate / m
+		if before < leftRate%m {
+			rate++
+		}
+	}
+	if leftCap > 0 {
+		capMilli = leftCap / m
+		if before < leftCap%m {
+			capMilli++
+		}
+	}
+	return rate, capMilli
 }
 
 // posHeap is a binary min-heap of lease positions by a key per position,
@@ -646,6 +690,7 @@ func (l *Ledger) minHold() (next int64, found, ok bool) {
 // arrays and a renumbering of the heaps, no sort.
 func (l *Ledger) insertAt(j int) {
 	ix := &l.ix
+	ix.sub = nil
 	le := &l.s.Leases[j]
 	now := l.s.NowNanos
 	cfg := l.s.Config
@@ -679,6 +724,7 @@ func (l *Ledger) insertAt(j int) {
 // about to be removed from l.s.Leases (Release, Grant's replacement).
 func (l *Ledger) removeAt(j int) {
 	ix := &l.ix
+	ix.sub = nil
 	le := &l.s.Leases[j]
 	ix.sumRate -= ix.held[j].rate
 	ix.sumCap -= ix.held[j].capMilli
