@@ -166,8 +166,8 @@ func BenchmarkRegrantHotKey(b *testing.B) {
 // BenchmarkRenewHotKeySubset: the same renewals ("changing") with a burst
 // of 2000 tokens, less than one token per holder at 4096: the fair caps
 // fall below the one-token floor and the division leases full-cost caps
-// to a subset (DivideBudget's step 2), which the index does not compute:
-// these renewals take the full division.
+// to a subset (DivideBudget's step 2; the index keeps it for one weight
+// and one floor, lease/ledger_subset.go).
 //
 //	go test ./lease -run '^$' -bench 'RenewHotKeySubset' -count 6
 func BenchmarkRenewHotKeySubset(b *testing.B) {
