@@ -28,6 +28,11 @@ type subsetIndex struct {
 	mRate, mExtra sortedSum
 }
 
+// faultSubsetKeepsBoundary is a test-only fault: a candidate moving into
+// the first K does not push the K-th out, so the subset has one member too
+// many (TestLedgerIndexNegativeControl).
+const faultSubsetKeepsBoundary Fault = 201
+
 func (l *Ledger) incumbent(j int) bool {
 	c := l.s.Leases[j].Current.CapMilli
 	return c > 0 && c >= l.ix.floor[j]
@@ -118,7 +123,7 @@ func (l *Ledger) subInsert(j int) {
 	s.cand = slices.Insert(s.cand, b, int32(j))
 	if int64(b) < s.K {
 		l.subJoin(int32(j))
-		if int64(len(s.cand)) > s.K {
+		if int64(len(s.cand)) > s.K && l.fault != faultSubsetKeepsBoundary {
 			l.subLeave(s.cand[s.K])
 		}
 	}
