@@ -152,6 +152,14 @@ func (l *Ledger) checkIndexAgainstRebuild() error {
 
 var diffClients = []string{"a", "b", "c", "d", "e", "f", "g", "\x00", "ü-long-client-name"}
 
+var diffManyClients = func() []string {
+	out := slices.Clone(diffClients)
+	for j := 0; j < 150; j++ {
+		out = append(out, fmt.Sprintf("replica-%03d", j))
+	}
+	return out
+}()
+
 func drawDiffConfig(t *rapid.T, label string) LedgerConfig {
 	return LedgerConfig{
 		RateMilliPerSec: rapid.SampledFrom([]int64{0, 1, 999, 10_000, 1_000_000, 10_000_000, MaxRateMilliPerSec}).Draw(t, label+"rate"),
@@ -184,6 +192,12 @@ func runDiff(t *rapid.T, fault Fault) {
 		}
 	}()
 	cfg := drawDiffConfig(t, "cfg.")
+	// A hot key: enough holders for the sorted demands to span several
+	// blocks and the subset order to be long.
+	many := rapid.IntRange(0, 5).Draw(t, "many") == 0
+	if many {
+		cfg.MaxLeases = 0
+	}
 	start := rapid.Int64Range(0, 10*NanosPerSecond).Draw(t, "start")
 	ref, err1 := newRefLedger(cfg, start)
 	l, err2 := NewLedger(cfg, start)
@@ -204,9 +218,18 @@ func runDiff(t *rapid.T, fault Fault) {
 	}
 	ttls := []int64{NanosPerSecond, 5 * NanosPerSecond, 30 * NanosPerSecond}
 	steps := rapid.IntRange(1, 120).Draw(t, "steps")
+	clients := diffClients
+	if many {
+		clients, steps = diffManyClients, rapid.IntRange(100, 400).Draw(t, "longsteps")
+		ttls = ttls[2:]
+	}
 	for step := 0; step < steps; step++ {
-		p.now += rapid.SampledFrom([]int64{0, 1, 1000, NanosPerSecond / 10, NanosPerSecond, 3 * NanosPerSecond, 40 * NanosPerSecond}).Draw(t, "dt")
-		if rapid.IntRange(0, 40).Draw(t, "back") == 0 {
+		dts := []int64{0, 1, 1000, NanosPerSecond / 10, NanosPerSecond, 3 * NanosPerSecond, 40 * NanosPerSecond}
+		if many {
+			dts = dts[:4] // the leases live long enough to pile up
+		}
+		p.now += rapid.SampledFrom(dts).Draw(t, "dt")
+		if rapid.IntRange(0, 40).Draw(t, "back") == 0 && !many {
 			p.now -= NanosPerSecond // time going backwards: both must refuse alike
 		}
 		now := p.now
@@ -214,7 +237,7 @@ func runDiff(t *rapid.T, fault Fault) {
 		what := fmt.Sprintf("step %d op %d at %d", step, op, now)
 		switch {
 		case op < 5: // grant
-			id := rapid.SampledFrom(diffClients).Draw(t, "client")
+			id := rapid.SampledFrom(clients).Draw(t, "client")
 			inc := rapid.Uint64Range(1, 3).Draw(t, "inc")
 			key := fmt.Sprintf("%s/%d", id, inc)
 			seq := p.seq[key] + 1
