@@ -15,7 +15,6 @@ func newWL(t *testing.T, limit int64, w time.Duration) *WindowLedger {
 	return l
 }
 
-
 func TestWindowLedgerGrantsUpToLimit(t *testing.T) {
 	l := newWL(t, 10_000, 10*time.Second)
 	g, err := l.Grant(1*sec, 1*sec, WindowGrantRequest{ClientID: "a", Incarnation: 1, Seq: 1, AskMilli: 6000, TTLNanos: 5 * sec})
