@@ -1732,8 +1732,14 @@ type WindowKeySnapshot struct {
 	ExhaustThroughNanos int64                  `protobuf:"varint,8,opt,name=exhaust_through_nanos,json=exhaustThroughNanos,proto3" json:"exhaust_through_nanos,omitempty"`
 	NextId              uint64                 `protobuf:"varint,9,opt,name=next_id,json=nextId,proto3" json:"next_id,omitempty"`
 	Leases              []*WindowLeaseSnapshot `protobuf:"bytes,10,rep,name=leases,proto3" json:"leases,omitempty"`
-	unknownFields       protoimpl.UnknownFields
-	sizeCache           protoimpl.SizeCache
+	// The definition the ledger last applied.
+	LimitMilli    int64  `protobuf:"varint,11,opt,name=limit_milli,json=limitMilli,proto3" json:"limit_milli,omitempty"`
+	FixedNanos    int64  `protobuf:"varint,12,opt,name=fixed_nanos,json=fixedNanos,proto3" json:"fixed_nanos,omitempty"`
+	Period        string `protobuf:"bytes,13,opt,name=period,proto3" json:"period,omitempty"`
+	Timezone      string `protobuf:"bytes,14,opt,name=timezone,proto3" json:"timezone,omitempty"`
+	MaxLeases     int64  `protobuf:"varint,15,opt,name=max_leases,json=maxLeases,proto3" json:"max_leases,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *WindowKeySnapshot) Reset() {
@@ -1834,6 +1840,41 @@ func (x *WindowKeySnapshot) GetLeases() []*WindowLeaseSnapshot {
 		return x.Leases
 	}
 	return nil
+}
+
+func (x *WindowKeySnapshot) GetLimitMilli() int64 {
+	if x != nil {
+		return x.LimitMilli
+	}
+	return 0
+}
+
+func (x *WindowKeySnapshot) GetFixedNanos() int64 {
+	if x != nil {
+		return x.FixedNanos
+	}
+	return 0
+}
+
+func (x *WindowKeySnapshot) GetPeriod() string {
+	if x != nil {
+		return x.Period
+	}
+	return ""
+}
+
+func (x *WindowKeySnapshot) GetTimezone() string {
+	if x != nil {
+		return x.Timezone
+	}
+	return ""
+}
+
+func (x *WindowKeySnapshot) GetMaxLeases() int64 {
+	if x != nil {
+		return x.MaxLeases
+	}
+	return 0
 }
 
 type WindowLeaseSnapshot struct {
@@ -2095,7 +2136,7 @@ const file_command_proto_rawDesc = "" +
 	"\x12epoch_offset_nanos\x18\x01 \x01(\x03R\x10epochOffsetNanos\x12\x1b\n" +
 	"\tepoch_set\x18\x02 \x01(\bR\bepochSet\x122\n" +
 	"\x15exhaust_through_nanos\x18\x03 \x01(\x03R\x13exhaustThroughNanos\x12.\n" +
-	"\x03key\x18\x04 \x01(\v2\x1c.ration.v1.WindowKeySnapshotR\x03key\"\xe8\x02\n" +
+	"\x03key\x18\x04 \x01(\v2\x1c.ration.v1.WindowKeySnapshotR\x03key\"\xfd\x03\n" +
 	"\x11WindowKeySnapshot\x12\x16\n" +
 	"\x06policy\x18\x01 \x01(\tR\x06policy\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\tR\x03key\x12\x1b\n" +
@@ -2109,7 +2150,15 @@ const file_command_proto_rawDesc = "" +
 	"\x15exhaust_through_nanos\x18\b \x01(\x03R\x13exhaustThroughNanos\x12\x17\n" +
 	"\anext_id\x18\t \x01(\x04R\x06nextId\x126\n" +
 	"\x06leases\x18\n" +
-	" \x03(\v2\x1e.ration.v1.WindowLeaseSnapshotR\x06leases\"\x95\x02\n" +
+	" \x03(\v2\x1e.ration.v1.WindowLeaseSnapshotR\x06leases\x12\x1f\n" +
+	"\vlimit_milli\x18\v \x01(\x03R\n" +
+	"limitMilli\x12\x1f\n" +
+	"\vfixed_nanos\x18\f \x01(\x03R\n" +
+	"fixedNanos\x12\x16\n" +
+	"\x06period\x18\r \x01(\tR\x06period\x12\x1a\n" +
+	"\btimezone\x18\x0e \x01(\tR\btimezone\x12\x1d\n" +
+	"\n" +
+	"max_leases\x18\x0f \x01(\x03R\tmaxLeases\"\x95\x02\n" +
 	"\x13WindowLeaseSnapshot\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x1b\n" +
 	"\tclient_id\x18\x02 \x01(\tR\bclientId\x12 \n" +

@@ -175,8 +175,12 @@ func (l *WindowLedger) State() WindowLedgerState {
 	return st
 }
 
-// InjectWindowFault switches the ledger to a broken variant (tests only).
+// injectFault switches the ledger to a broken variant (tests only).
 func (l *WindowLedger) injectFault(f WindowFault) { l.fault = f }
+
+// RaiseNextID makes lease IDs start at least at id (a restore's new
+// generation).
+func (l *WindowLedger) RaiseNextID(id LeaseID) { l.s.NextID = max(l.s.NextID, id) }
 
 // LeaseCount is the number of chunks held (replaced ones included).
 func (l *WindowLedger) LeaseCount() int { return len(l.s.Leases) }
