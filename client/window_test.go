@@ -185,4 +185,3 @@ func TestWindowCarelessCallers(t *testing.T) {
 		}
 	}
 }
-
