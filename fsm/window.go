@@ -164,17 +164,17 @@ func windowRenewAfter(windowLen int64) int64 {
 
 // windowAsk sizes a chunk to the holder's demand: its rate over the time
 // to its next renewal but one (at most to the window's end), at least its
-// largest cost and one unit. A demand not yet measured (the client's "as
-// much as is fair" sentinel, above any real rate) asks for L/16.
+// reported burst (room for its largest costs) and one unit. A demand not
+// yet measured (the client's "as much as is fair" sentinel, above any
+// real rate) asks for L/16, but at least min(L, 10 units), so a new
+// holder's first few requests need no second round trip.
 func windowAsk(d *api.Demand, limit, toEnd, renewAfter int64) int64 {
 	rate := d.GetRateMilliPerSec()
-	var ask int64
-	if rate > lease.MaxRateMilliPerSec {
-		ask = limit / 16
-	} else {
-		ask = lease.MulDiv(rate, min(2*renewAfter, max(toEnd, 0)), lease.NanosPerSecond)
+	if rate > lease.MaxRateMilliPerSec || d.GetBurstMilli() > lease.MaxCapacityMilli {
+		return max(limit/16, min(limit, 10*lease.MilliPerToken), d.GetMaxCostMilli())
 	}
-	return max(ask, d.GetMaxCostMilli(), lease.MilliPerToken)
+	ask := lease.MulDiv(rate, min(2*renewAfter, max(toEnd, 0)), lease.NanosPerSecond)
+	return max(ask, d.GetBurstMilli(), d.GetMaxCostMilli(), lease.MilliPerToken)
 }
 
 func windowGrantProto(p policy.Policy, ck string, g lease.WindowGrant, renewal bool, w int64) *api.Grant {
