@@ -166,6 +166,21 @@ func TestWindowCarelessCallers(t *testing.T) {
 	if d.Allowed || d.Reason != client.Limited || d.RetryAfter < ws.ResetIn-time.Second || d.RetryAfter > time.Hour+time.Second {
 		t.Fatalf("a refusal in a spent window: %+v, want a wait until the reset in %v", d, ws.ResetIn)
 	}
+	// rationctl leases' listing: the key's window count and its chunk.
+	resp, err := listLeases(c, t, "win")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var key *api.KeyInfo
+	for _, k := range resp.GetKeys() {
+		if k.GetKey() == "acme" {
+			key = k
+		}
+	}
+	if key == nil || key.GetWindowCountMilli() != 5000 || key.GetWindowLimitMilli() != 5000 ||
+		key.GetWindowEndUnixNanos()-key.GetWindowStartUnixNanos() != int64(time.Hour) || leaseOf(resp, "careless") == nil {
+		t.Fatalf("listing %v", resp)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
 	if err := lim.WaitN(ctx, 1); err != client.ErrWouldExceedDeadline {

@@ -128,6 +128,7 @@ func (f *FSM) Leases(policyName, key string, nowNanos int64) *api.ListLeasesResp
 			}
 		}
 	}
+	f.st.windowListing(out, policyName, key, now) // window.go
 	return out
 }
 

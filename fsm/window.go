@@ -453,3 +453,31 @@ func (st *state) checkWindowsImported() error {
 	}
 	return nil
 }
+
+// windowListing adds the window keys and their chunks to a listing (after
+// the token-bucket ones): a key's current window, its count G and limit;
+// a chunk's units as its cap and grant (no rate).
+func (s *state) windowListing(out *api.ListLeasesResponse, policyName, key string, now int64) {
+	for _, pn := range sortedKeys(s.win.keys) {
+		if policyName != "" && pn != policyName {
+			continue
+		}
+		for _, ck := range sortedKeys(s.win.keys[pn]) {
+			if key != "" && ck != key {
+				continue
+			}
+			l := s.win.keys[pn][ck]
+			start, end, count, limit := l.Window()
+			out.Keys = append(out.Keys, &api.KeyInfo{Policy: pn, Key: ck, CapacityMilli: limit,
+				WindowStartUnixNanos: start, WindowEndUnixNanos: end, WindowCountMilli: count, WindowLimitMilli: limit})
+			for _, le := range l.State().Leases {
+				if le.ExpiresNanos <= now {
+					continue
+				}
+				out.Leases = append(out.Leases, &api.LeaseInfo{Policy: pn, Key: ck, ClientId: le.ClientID, Incarnation: le.Incarnation,
+					LeaseId: uint64(le.ID), CapMilli: le.GrantedMilli, StartMilli: le.GrantedMilli, HeldCapMilli: le.GrantedMilli,
+					ExpiresNanos: le.ExpiresNanos, ExpiresInNanos: le.ExpiresNanos - now})
+			}
+		}
+	}
+}
