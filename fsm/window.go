@@ -163,18 +163,23 @@ func windowRenewAfter(windowLen int64) int64 {
 }
 
 // windowAsk sizes a chunk to the holder's demand: its rate over the time
-// to its next renewal but one (at most to the window's end), at least its
-// reported burst (room for its largest costs) and one unit. A demand not
-// yet measured (the client's "as much as is fair" sentinel, above any
-// real rate) asks for L/16, but at least min(L, 10 units), so a new
-// holder's first few requests need no second round trip.
+// to its next renewal but one (at most to the window's end), at least
+// twice its largest cost and one unit, in whole units (every client cost
+// is whole: a fraction of a unit could never be spent). A demand not yet
+// measured (the client's "as much as is fair" sentinel, above any real
+// rate) asks for L/16, but at least min(L, 10 units), so a new holder's
+// first few requests need no second round trip. (The reported burst, a
+// second of the rate, is a token bucket's measure: it would hand the first
+// asker most of a short window.)
 func windowAsk(d *api.Demand, limit, toEnd, renewAfter int64) int64 {
-	rate := d.GetRateMilliPerSec()
-	if rate > lease.MaxRateMilliPerSec || d.GetBurstMilli() > lease.MaxCapacityMilli {
-		return max(limit/16, min(limit, 10*lease.MilliPerToken), d.GetMaxCostMilli())
+	var ask int64
+	if rate := d.GetRateMilliPerSec(); rate > lease.MaxRateMilliPerSec || d.GetBurstMilli() > lease.MaxCapacityMilli {
+		ask = max(limit/16, min(limit, 10*lease.MilliPerToken), d.GetMaxCostMilli())
+	} else {
+		ask = max(lease.MulDiv(rate, min(2*renewAfter, max(toEnd, 0)), lease.NanosPerSecond),
+			2*min(d.GetMaxCostMilli(), lease.MaxCapacityMilli), lease.MilliPerToken)
 	}
-	ask := lease.MulDiv(rate, min(2*renewAfter, max(toEnd, 0)), lease.NanosPerSecond)
-	return max(ask, d.GetBurstMilli(), d.GetMaxCostMilli(), lease.MilliPerToken)
+	return min(ask+(lease.MilliPerToken-ask%lease.MilliPerToken)%lease.MilliPerToken, lease.MaxCapacityMilli)
 }
 
 func windowGrantProto(p policy.Policy, ck string, g lease.WindowGrant, renewal bool, w int64) *api.Grant {
