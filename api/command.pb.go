@@ -1733,13 +1733,16 @@ type WindowKeySnapshot struct {
 	NextId              uint64                 `protobuf:"varint,9,opt,name=next_id,json=nextId,proto3" json:"next_id,omitempty"`
 	Leases              []*WindowLeaseSnapshot `protobuf:"bytes,10,rep,name=leases,proto3" json:"leases,omitempty"`
 	// The definition the ledger last applied.
-	LimitMilli    int64  `protobuf:"varint,11,opt,name=limit_milli,json=limitMilli,proto3" json:"limit_milli,omitempty"`
-	FixedNanos    int64  `protobuf:"varint,12,opt,name=fixed_nanos,json=fixedNanos,proto3" json:"fixed_nanos,omitempty"`
-	Period        string `protobuf:"bytes,13,opt,name=period,proto3" json:"period,omitempty"`
-	Timezone      string `protobuf:"bytes,14,opt,name=timezone,proto3" json:"timezone,omitempty"`
-	MaxLeases     int64  `protobuf:"varint,15,opt,name=max_leases,json=maxLeases,proto3" json:"max_leases,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	LimitMilli int64  `protobuf:"varint,11,opt,name=limit_milli,json=limitMilli,proto3" json:"limit_milli,omitempty"`
+	FixedNanos int64  `protobuf:"varint,12,opt,name=fixed_nanos,json=fixedNanos,proto3" json:"fixed_nanos,omitempty"`
+	Period     string `protobuf:"bytes,13,opt,name=period,proto3" json:"period,omitempty"`
+	Timezone   string `protobuf:"bytes,14,opt,name=timezone,proto3" json:"timezone,omitempty"`
+	MaxLeases  int64  `protobuf:"varint,15,opt,name=max_leases,json=maxLeases,proto3" json:"max_leases,omitempty"`
+	// sliding-window-approx: the previous window's count is weighed too.
+	Approx         bool  `protobuf:"varint,16,opt,name=approx,proto3" json:"approx,omitempty"`
+	PrevCountMilli int64 `protobuf:"varint,17,opt,name=prev_count_milli,json=prevCountMilli,proto3" json:"prev_count_milli,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *WindowKeySnapshot) Reset() {
@@ -1873,6 +1876,20 @@ func (x *WindowKeySnapshot) GetTimezone() string {
 func (x *WindowKeySnapshot) GetMaxLeases() int64 {
 	if x != nil {
 		return x.MaxLeases
+	}
+	return 0
+}
+
+func (x *WindowKeySnapshot) GetApprox() bool {
+	if x != nil {
+		return x.Approx
+	}
+	return false
+}
+
+func (x *WindowKeySnapshot) GetPrevCountMilli() int64 {
+	if x != nil {
+		return x.PrevCountMilli
 	}
 	return 0
 }
@@ -2136,7 +2153,7 @@ const file_command_proto_rawDesc = "" +
 	"\x12epoch_offset_nanos\x18\x01 \x01(\x03R\x10epochOffsetNanos\x12\x1b\n" +
 	"\tepoch_set\x18\x02 \x01(\bR\bepochSet\x122\n" +
 	"\x15exhaust_through_nanos\x18\x03 \x01(\x03R\x13exhaustThroughNanos\x12.\n" +
-	"\x03key\x18\x04 \x01(\v2\x1c.ration.v1.WindowKeySnapshotR\x03key\"\xfd\x03\n" +
+	"\x03key\x18\x04 \x01(\v2\x1c.ration.v1.WindowKeySnapshotR\x03key\"\xbf\x04\n" +
 	"\x11WindowKeySnapshot\x12\x16\n" +
 	"\x06policy\x18\x01 \x01(\tR\x06policy\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\tR\x03key\x12\x1b\n" +
@@ -2158,7 +2175,9 @@ const file_command_proto_rawDesc = "" +
 	"\x06period\x18\r \x01(\tR\x06period\x12\x1a\n" +
 	"\btimezone\x18\x0e \x01(\tR\btimezone\x12\x1d\n" +
 	"\n" +
-	"max_leases\x18\x0f \x01(\x03R\tmaxLeases\"\x95\x02\n" +
+	"max_leases\x18\x0f \x01(\x03R\tmaxLeases\x12\x16\n" +
+	"\x06approx\x18\x10 \x01(\bR\x06approx\x12(\n" +
+	"\x10prev_count_milli\x18\x11 \x01(\x03R\x0eprevCountMilli\"\x95\x02\n" +
 	"\x13WindowLeaseSnapshot\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x1b\n" +
 	"\tclient_id\x18\x02 \x01(\tR\bclientId\x12 \n" +

@@ -192,7 +192,7 @@ func TestWindowCarelessCallers(t *testing.T) {
 	for _, bad := range []struct{ yaml, want string }{
 		{fmt.Sprintf(windowYAML, 5, "1000d"), "is longer than the maximum 366d"},
 		{"policies:\n  - name: m\n    algorithm: fixed-window\n    limit: 5\n    period: month\n    timezone: Europe/Atlantis\n", `"Europe/Atlantis" is not a time zone`},
-		{"policies:\n  - name: s\n    algorithm: sliding-window\n    limit: 5\n    window: 1m\n", "sliding windows are for simulate"},
+		{"policies:\n  - name: s\n    algorithm: sliding-window\n    limit: 5\n    window: 1m\n", "the exact sliding window is for simulate"},
 	} {
 		_, err := leaderAdmin(t, c).ApplyPolicies(ctx2, &api.ApplyPoliciesRequest{Yaml: bad.yaml})
 		if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), bad.want) {

@@ -13,9 +13,9 @@ import (
 // server that predates it would store the policy without leasing it, or
 // refuse a calendar period, and apply later entries differently.
 func (s *Server) windowsReady(p policy.Policy) error {
-	if p.Algorithm != policy.FixedWindow || s.fsm.Features()&fsm.FeatureWindows != 0 {
+	if (p.Algorithm != policy.FixedWindow && p.Algorithm != policy.SlidingWindowApprox) || s.fsm.Features()&fsm.FeatureWindows != 0 {
 		return nil
 	}
-	return fmt.Errorf("%w: policy %q is a fixed window, which the cluster leases only once every voter supports leased windows (feature switch FeatureWindows is off; upgrade every server)",
-		rpcerr.ErrPrecondition, p.Name)
+	return fmt.Errorf("%w: policy %q is a %s, which the cluster leases only once every voter supports leased windows (feature switch FeatureWindows is off; upgrade every server)",
+		rpcerr.ErrPrecondition, p.Name, p.Algorithm)
 }

@@ -82,16 +82,22 @@ func windowNotLeasable(p policy.Policy) error {
 // is on and it is one.
 func (s *state) windowPolicy(k *api.Key) (policy.Policy, bool) {
 	p, ok := s.policies[k.GetPolicy()]
-	return p, ok && s.windowsOn() && p.Algorithm == policy.FixedWindow
+	return p, ok && s.windowsOn() && leasedWindow(p.Algorithm)
+}
+
+// leasedWindow: the window algorithms the cluster leases in chunks.
+func leasedWindow(a policy.Algorithm) bool {
+	return a == policy.FixedWindow || a == policy.SlidingWindowApprox
 }
 
 func windowConfig(p policy.Policy) (lease.WindowLedgerConfig, error) {
 	spec, err := p.WindowSpec()
-	return lease.WindowLedgerConfig{LimitMilli: p.LimitMilli, Spec: spec, MaxLeases: int(p.MaxLeasesPerKey)}, err
+	return lease.WindowLedgerConfig{LimitMilli: p.LimitMilli, Spec: spec, MaxLeases: int(p.MaxLeasesPerKey),
+		Approx: p.Algorithm == policy.SlidingWindowApprox}, err
 }
 
 func sameWindowConfig(a, b lease.WindowLedgerConfig) bool {
-	return a.LimitMilli == b.LimitMilli && a.MaxLeases == b.MaxLeases && a.Spec.Equal(b.Spec)
+	return a.LimitMilli == b.LimitMilli && a.MaxLeases == b.MaxLeases && a.Spec.Equal(b.Spec) && a.Approx == b.Approx
 }
 
 // windowLedger finds (or, with create, makes) a window key's ledger, and
@@ -335,7 +341,7 @@ func (s *state) windowCheckChange(t int64, p policy.Policy) error {
 	if live && sameKeying(old, p) {
 		return nil
 	}
-	if !live && p.Algorithm == policy.FixedWindow && len(keys) > 0 {
+	if !live && leasedWindow(p.Algorithm) && len(keys) > 0 {
 		// Re-created: same keying as the keys' if the key attributes agree;
 		// the window keys do not remember them, so re-created fixed windows
 		// take them back only under the same attributes as before deletion
@@ -364,7 +370,7 @@ func (s *state) windowCheckChange(t int64, p policy.Policy) error {
 // windowInstall drops a name's idle window keys when its new definition
 // keys them differently (windowCheckChange passed, so they are idle).
 func (s *state) windowInstall(old policy.Policy, live bool, p policy.Policy) {
-	if len(s.win.keys[p.Name]) == 0 || p.Algorithm == policy.FixedWindow && (!live || sameKeying(old, p)) {
+	if len(s.win.keys[p.Name]) == 0 || leasedWindow(p.Algorithm) && (!live || sameKeying(old, p)) {
 		return
 	}
 	delete(s.win.keys, p.Name)
@@ -403,7 +409,8 @@ func (s *state) exportWindows() []*api.WindowFrame {
 			st, cfg := l.State(), l.Config()
 			ks := &api.WindowKeySnapshot{Policy: pn, Key: ck, NowNanos: st.NowNanos, WindowNowNanos: st.WindowNanos,
 				StartNanos: st.Start, EndNanos: st.End, CountMilli: st.CountMilli, ExhaustThroughNanos: st.ExhaustThrough, NextId: uint64(st.NextID),
-				LimitMilli: cfg.LimitMilli, FixedNanos: cfg.Spec.FixedNanos, Period: cfg.Spec.Period, Timezone: cfg.Spec.Timezone, MaxLeases: int64(cfg.MaxLeases)}
+				LimitMilli: cfg.LimitMilli, FixedNanos: cfg.Spec.FixedNanos, Period: cfg.Spec.Period, Timezone: cfg.Spec.Timezone, MaxLeases: int64(cfg.MaxLeases),
+				Approx: cfg.Approx, PrevCountMilli: st.PrevCountMilli}
 			for _, le := range st.Leases {
 				ks.Leases = append(ks.Leases, &api.WindowLeaseSnapshot{Id: uint64(le.ID), ClientId: le.ClientID, Incarnation: le.Incarnation,
 					GrantSeq: le.GrantSeq, ExpiresNanos: le.ExpiresNanos, WindowStartNanos: le.WindowStart, GrantedMilli: le.GrantedMilli, Replaced: le.Replaced})
@@ -427,9 +434,9 @@ func (st *state) importWindow(f *api.WindowFrame) error {
 	if err != nil {
 		return fmt.Errorf("%w: window key %s/%s: %v", errSnapshot, ks.GetPolicy(), ks.GetKey(), err)
 	}
-	cfg := lease.WindowLedgerConfig{LimitMilli: ks.GetLimitMilli(), Spec: spec, MaxLeases: int(ks.GetMaxLeases())}
+	cfg := lease.WindowLedgerConfig{LimitMilli: ks.GetLimitMilli(), Spec: spec, MaxLeases: int(ks.GetMaxLeases()), Approx: ks.GetApprox()}
 	ls := lease.WindowLedgerState{NowNanos: ks.GetNowNanos(), WindowNanos: ks.GetWindowNowNanos(), Start: ks.GetStartNanos(), End: ks.GetEndNanos(),
-		CountMilli: ks.GetCountMilli(), ExhaustThrough: ks.GetExhaustThroughNanos(), NextID: lease.LeaseID(ks.GetNextId())}
+		CountMilli: ks.GetCountMilli(), PrevCountMilli: ks.GetPrevCountMilli(), ExhaustThrough: ks.GetExhaustThroughNanos(), NextID: lease.LeaseID(ks.GetNextId())}
 	for _, le := range ks.GetLeases() {
 		ls.Leases = append(ls.Leases, lease.WindowLease{ID: lease.LeaseID(le.GetId()), ClientID: le.GetClientId(), Incarnation: le.GetIncarnation(),
 			GrantSeq: le.GetGrantSeq(), ExpiresNanos: le.GetExpiresNanos(), WindowStart: le.GetWindowStartNanos(), GrantedMilli: le.GetGrantedMilli(), Replaced: le.GetReplaced()})

@@ -88,3 +88,32 @@ func TestWindowDeleteReapplyMaxKeysAndAlgorithmChange(t *testing.T) {
 		t.Fatalf("%d window keys left after the change", n)
 	}
 }
+
+// sliding-window-approx: the previous window's count, weighted by the part
+// of the sliding window it still covers, is charged too.
+func TestApproxWindowWeighsThePreviousWindow(t *testing.T) {
+	h := windowsOnHarness(t, 0)
+	cmd := windowPolicies("10", "")
+	cmd.Policies[0].Algorithm = string(policy.SlidingWindowApprox)
+	cmd.Policies[0].Name = "approx"
+	if r := h.apply(CmdApplyPolicies, sec, cmd); r.Err != nil {
+		t.Fatal(r.Err)
+	}
+	acq := func(at int64, who string) *api.Grant {
+		op := wAcquire(caller(who, 1, 1), "acme", 100_000)
+		op.GetAcquire().Keys[0].Key.Policy = "approx"
+		return keyLeaseOf(t, h.batch(at, op)).GetGrant()
+	}
+	if g := acq(2*sec, "a"); g.GetStartMilli() != 10_000 {
+		t.Fatalf("first window: %v", g)
+	}
+	// At 4.5 s, a quarter into [4 s, 6 s): the previous 10 count 7.5, so
+	// at most 2 whole units are left.
+	if g := acq(4*sec+sec/2, "b"); g.GetStartMilli() != 2000 || g.GetWindowRemainingMilli() != 0 {
+		t.Fatalf("a quarter into the next window: %v, want 2000", g)
+	}
+	// At 5.5 s the previous window weighs 2.5: 10 − 2 − 2.5 → 5 units.
+	if g := acq(5*sec+sec/2, "c"); g.GetStartMilli() != 5000 {
+		t.Fatalf("three quarters in: %v, want 5000", g)
+	}
+}

@@ -35,6 +35,11 @@ type WindowLedgerConfig struct {
 	Spec       WindowSpec
 	// MaxLeases bounds the live chunks (DefaultMaxLeases when 0).
 	MaxLeases int
+	// Approx: sliding-window-approx (fixed windows only). The previous
+	// window's count, weighted by the share of the sliding window it still
+	// covers, is charged too: a grant at window time w leaves
+	// G + ⌈G_prev·(end − w)/W⌉ ≤ L (docs/design.md §8.5).
+	Approx bool
 }
 
 // WindowLease is one holder's chunk.
@@ -64,6 +69,9 @@ type WindowLedgerState struct {
 	Start, End int64
 	// CountMilli is G: the units granted that count in the current window.
 	CountMilli int64
+	// PrevCountMilli is the previous window's G when it ended, if it is the
+	// window just before the current one (else 0): Approx weighs it.
+	PrevCountMilli int64
 	// ExhaustThrough: every window starting at or before it is full (G =
 	// L) when it begins or now (a restore's hold, docs/design.md §8). 0:
 	// none (window time 0 is 1970).
@@ -118,6 +126,9 @@ const (
 	// WindowFaultNoCarry: a new window starts at 0 even while chunks of an
 	// earlier one are still live.
 	WindowFaultNoCarry
+	// WindowFaultApproxIgnoresPrev: sliding-window-approx grants as a fixed
+	// window, ignoring the previous window's weighted count.
+	WindowFaultApproxIgnoresPrev
 )
 
 // NewWindowLedger returns an empty ledger.
@@ -133,7 +144,7 @@ func NewWindowLedgerFromState(cfg WindowLedgerConfig, st WindowLedgerState) (*Wi
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	if st.CountMilli < 0 || st.End < st.Start || st.NextID == 0 {
+	if st.CountMilli < 0 || st.PrevCountMilli < 0 || st.End < st.Start || st.NextID == 0 {
 		return nil, fmt.Errorf("%w: window state count %d, window [%d, %d), next ID %d", ErrInvalidConfig, st.CountMilli, st.Start, st.End, st.NextID)
 	}
 	seen := map[LeaseID]bool{}
@@ -154,6 +165,9 @@ func (c WindowLedgerConfig) validate() error {
 	}
 	if c.Spec.Period == "" && (c.Spec.FixedNanos <= 0 || c.Spec.FixedNanos > MaxWindowNanos) {
 		return fmt.Errorf("%w: window %d ns is outside (0, %d]", ErrInvalidConfig, c.Spec.FixedNanos, MaxWindowNanos)
+	}
+	if c.Approx && c.Spec.Period != "" {
+		return fmt.Errorf("%w: an approximate sliding window needs a fixed window, not a calendar period", ErrInvalidConfig)
 	}
 	return nil
 }
@@ -242,7 +256,12 @@ func (l *WindowLedger) advance(t, w int64) error {
 // ahead of the chunks' expiry or the window's definition changed; chunks
 // that lapsed before it began leave their units in the windows they had.
 func (l *WindowLedger) roll(t, w int64) {
+	oldEnd, oldCount := l.s.End, l.s.CountMilli
 	l.s.Start, l.s.End = l.cfg.Spec.At(w)
+	l.s.PrevCountMilli = 0
+	if oldEnd != 0 && oldEnd == l.s.Start {
+		l.s.PrevCountMilli = oldCount
+	}
 	began := l.s.Start - (w - t)
 	l.s.CountMilli = 0
 	for i := range l.s.Leases {
@@ -271,7 +290,18 @@ func (l *WindowLedger) ExhaustThrough(w int64) {
 	}
 }
 
-func (l *WindowLedger) remaining() int64 { return max(l.cfg.LimitMilli-l.s.CountMilli, 0) }
+// remaining is what a grant at the last window time seen may still give:
+// L − G, less the previous window's weighted count for Approx.
+func (l *WindowLedger) remaining() int64 {
+	left := l.cfg.LimitMilli - l.s.CountMilli
+	if l.cfg.Approx && l.s.PrevCountMilli > 0 && l.fault != WindowFaultApproxIgnoresPrev {
+		W := l.s.End - l.s.Start
+		left -= mulDivCeil(l.s.PrevCountMilli, min(max(l.s.End-l.s.WindowNanos, 0), W), W)
+		// In whole units, as every cost is: a fraction could never be spent.
+		left -= ((left % MilliPerToken) + MilliPerToken) % MilliPerToken
+	}
+	return max(left, 0)
+}
 
 // ttl is a chunk's lease: at most ttlNanos, and over when its window is.
 func (l *WindowLedger) ttl(w, ttlNanos int64) int64 { return max(min(ttlNanos, l.s.End-w), 0) }

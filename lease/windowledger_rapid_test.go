@@ -66,6 +66,9 @@ type leasedWindowModel struct {
 	admitted map[int64]int64
 	maxLimit map[int64]int64
 	grants   int
+	// approx: sliding-window-approx; W its window.
+	approx bool
+	W      int64
 }
 
 func (m *leasedWindowModel) w() int64 { return m.epoch + m.cluster }
@@ -155,21 +158,32 @@ func (m *leasedWindowModel) admit(c *wmClient) {
 	}
 	cost := min(c.level, rapid.Int64Range(1, 5).Draw(m.t, "cost")*1000)
 	c.level -= cost
-	m.admitted[m.window()] += cost
+	s := m.window()
+	m.admitted[s] += cost
+	if m.approx {
+		// The approximate sliding estimate at this admission: this
+		// window's admissions plus the previous one's, weighted by the
+		// share of the sliding window it still covers.
+		prev := m.admitted[s-m.W]
+		est := m.admitted[s] + MulDiv(prev, s+m.W-m.w(), m.W)
+		if limit := max(m.maxLimit[s], m.maxLimit[s-m.W]); est > limit {
+			m.t.Fatalf("sliding estimate %d milli-units at window time %d (this window %d, previous %d), more than its limit %d", est, m.w(), m.admitted[s], prev, limit)
+		}
+	}
 }
 
-func runWindowModel(t *rapid.T, fault WindowFault) {
+func runWindowModel(t *rapid.T, fault WindowFault, approx bool) {
 	rho := rapid.SampledFrom([]int64{0, 1000, 50_000, MaxDriftPPM}).Draw(t, "rho")
 	W := rapid.SampledFrom([]int64{300, 1000, 2000}).Draw(t, "W") * 1_000_000
 	L := rapid.Int64Range(1, 40).Draw(t, "L") * 1000
 	spec := WindowSpec{FixedNanos: W}
-	l, err := NewWindowLedger(WindowLedgerConfig{LimitMilli: L, Spec: spec, MaxLeases: 8})
+	l, err := NewWindowLedger(WindowLedgerConfig{LimitMilli: L, Spec: spec, MaxLeases: 8, Approx: approx})
 	if err != nil {
 		t.Fatal(err)
 	}
 	l.injectFault(fault)
 	m := &leasedWindowModel{t: t, l: l, rho: rho, epoch: rapid.Int64Range(0, 1<<40).Draw(t, "epoch"),
-		admitted: map[int64]int64{}, maxLimit: map[int64]int64{}}
+		admitted: map[int64]int64{}, maxLimit: map[int64]int64{}, approx: approx, W: W}
 	m.leader = rapid.Int64Range(-rho, rho).Draw(t, "leader")
 	n := rapid.IntRange(1, 4).Draw(t, "clients")
 	for i := range n {
@@ -185,14 +199,14 @@ func runWindowModel(t *rapid.T, fault WindowFault) {
 		c := m.clients[ci]
 		ttl := rapid.SampledFrom([]int64{100, 250, 1000, 3000}).Draw(t, "ttl") * 1_000_000
 		ask := rapid.SampledFrom([]int64{0, 1000, L / 2, L, 2 * L}).Draw(t, "ask")
-		switch rapid.IntRange(0, 11).Draw(t, "op") {
+		switch rapid.IntRange(0, 12).Draw(t, "op") {
 		case 0, 1:
 			if !c.busy || rapid.Bool().Draw(t, "retry") {
 				c.seq++
 				c.busy = true
 				m.send(ci, wmReq{kind: 0, seq: c.seq, ask: ask, ttl: ttl, send: c.local})
 			}
-		case 2:
+		case 2, 12:
 			if c.lease != 0 && !c.busy {
 				c.busy = true
 				m.send(ci, wmReq{kind: 1, lease: c.lease, ask: ask, ttl: ttl, send: c.local})
@@ -214,7 +228,7 @@ func runWindowModel(t *rapid.T, fault WindowFault) {
 			m.okErr(err)
 		case 6:
 			nl := rapid.Int64Range(0, 40).Draw(t, "newL") * 1000
-			if err := m.l.Reconfigure(m.cluster, m.w(), WindowLedgerConfig{LimitMilli: nl, Spec: spec, MaxLeases: 8}); err != nil {
+			if err := m.l.Reconfigure(m.cluster, m.w(), WindowLedgerConfig{LimitMilli: nl, Spec: spec, MaxLeases: 8, Approx: approx}); err != nil {
 				t.Fatal(err)
 			}
 			m.noteLimit()
@@ -245,7 +259,18 @@ func TestWindowLeaseProtocolKeepsBound(t *testing.T) {
 	if f := flag.Lookup("rapid.checks"); f != nil && f.Value.String() == "100" {
 		withRapidFlags(t, map[string]string{"rapid.checks": "1000"})
 	}
-	rapid.Check(t, func(t *rapid.T) { runWindowModel(t, WindowFaultNone) })
+	rapid.Check(t, func(t *rapid.T) { runWindowModel(t, WindowFaultNone, false) })
+}
+
+// TestApproxWindowLeaseProtocolKeepsBound: the same model for
+// sliding-window-approx, whose checker also demands at every admission
+// that this window's admissions plus the previous one's, weighted by the
+// part of the sliding window it still covers, stay within the limit.
+func TestApproxWindowLeaseProtocolKeepsBound(t *testing.T) {
+	if f := flag.Lookup("rapid.checks"); f != nil && f.Value.String() == "100" {
+		withRapidFlags(t, map[string]string{"rapid.checks": "1000"})
+	}
+	rapid.Check(t, func(t *rapid.T) { runWindowModel(t, WindowFaultNone, true) })
 }
 
 // TestWindowNegativeControls: the same checker must catch a ledger whose
@@ -253,15 +278,17 @@ func TestWindowLeaseProtocolKeepsBound(t *testing.T) {
 // counted.
 func TestWindowNegativeControls(t *testing.T) {
 	for _, tc := range []struct {
-		name  string
-		fault WindowFault
+		name   string
+		fault  WindowFault
+		approx bool
 	}{
-		{"dead-returns", WindowFaultDeadReturns},
-		{"renew-uncounted", WindowFaultRenewUncounted},
+		{"dead-returns", WindowFaultDeadReturns, false},
+		{"renew-uncounted", WindowFaultRenewUncounted, false},
+		{"approx-ignores-prev", WindowFaultApproxIgnoresPrev, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			withRapidFlags(t, map[string]string{"rapid.nofailfile": "true", "rapid.checks": "5000", "rapid.shrinktime": "1ms"})
-			rapidcontrol.ExpectCaught(t, tc.name, "more than its limit", func(rt *rapid.T) { runWindowModel(rt, tc.fault) })
+			withRapidFlags(t, map[string]string{"rapid.nofailfile": "true", "rapid.checks": "20000", "rapid.shrinktime": "1ms"})
+			rapidcontrol.ExpectCaught(t, tc.name, "more than its limit", func(rt *rapid.T) { runWindowModel(rt, tc.fault, tc.approx) })
 		})
 	}
 }

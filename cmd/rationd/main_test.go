@@ -89,7 +89,7 @@ func TestUsageErrors(t *testing.T) {
 		{"log format", append(required[:len(required):len(required)], "--log-format", "xml"), []string{`rationd: --log-format "xml" is not a format; want text or json`}},
 		{"missing config", append(required[:len(required):len(required)], "--config", filepath.Join(dir, "nope.yaml")), []string{"rationd: --config: open ", "nope.yaml: no such file or directory"}},
 		{"window config", append(required[:len(required):len(required)], "--config", window),
-			[]string{`rationd: --config: ` + window + `: policy is not leasable: policy "w" uses sliding-window: the cluster leases token buckets and fixed windows only`}},
+			[]string{`rationd: --config: ` + window + `: policy is not leasable: policy "w" uses sliding-window: the cluster leases token buckets, fixed windows and approximate sliding windows only`}},
 		{"dev join", []string{"dev", "--join", "127.0.0.1:1"}, []string{"rationd dev: flag provided but not defined: -join", "rationd dev [--grpc-addr"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {

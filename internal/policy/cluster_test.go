@@ -530,7 +530,7 @@ func TestLeasable(t *testing.T) {
 	f := mustParse(t, fullExample)
 	for _, p := range f.Policies {
 		err := p.Leasable()
-		if p.Algorithm == TokenBucket || p.Algorithm == FixedWindow {
+		if p.Algorithm == TokenBucket || p.Algorithm == FixedWindow || p.Algorithm == SlidingWindowApprox {
 			if err != nil {
 				t.Errorf("%s: %v", p.Name, err)
 			}
@@ -540,7 +540,7 @@ func TestLeasable(t *testing.T) {
 			t.Errorf("%s (%s): got %v, want ErrNotLeasable", p.Name, p.Algorithm, err)
 			continue
 		}
-		for _, w := range []string{p.Name, string(p.Algorithm), "the cluster leases token buckets and fixed windows only; sliding windows are for simulate"} {
+		for _, w := range []string{p.Name, string(p.Algorithm), "the cluster leases token buckets, fixed windows and approximate sliding windows only; the exact sliding window is for simulate"} {
 			if !strings.Contains(err.Error(), w) {
 				t.Errorf("%s: %q does not contain %q", p.Name, err, w)
 			}

@@ -66,10 +66,10 @@ func TestWindowPeriodFields(t *testing.T) {
 	if err := Validate(p); err == nil || !strings.Contains(err.Error(), `"Nowhere/Land" is not a time zone`) {
 		t.Errorf("Validate: %v", err)
 	}
-	p.Timezone, p.Algorithm = "", SlidingWindowApprox
+	p.Timezone, p.Algorithm = "", SlidingWindow
 	p.WindowNanos = int64(time.Hour)
 	p.Period = ""
 	if err := p.Leasable(); !errors.Is(err, ErrNotLeasable) {
-		t.Errorf("sliding-window-approx is leasable: %v", err)
+		t.Errorf("sliding-window is leasable: %v", err)
 	}
 }
