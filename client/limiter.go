@@ -506,7 +506,7 @@ func (l *Limiter) unusable(t *terms, costMilli int64) (Decision, *lease.AtomicBu
 		return Decision{Verdict: Verdict{Reason: Limited}, RemainingMilli: d.RemainingMilli, RetryAfter: d.RetryAfter}, nil
 	}
 	out := Decision{Verdict: Verdict{Reason: Unavailable}, RetryAfter: l.c.cfg.RenewRetryMax}
-	if t.win != nil && t.fallback == nil && !l.c.closed.Load() {
+	if t.win != nil && t.fallback == nil && !t.expiredAck && !l.c.closed.Load() {
 		if d, ok := t.win.afterDeadline(l.c.clock.Precise()); ok {
 			out = d
 		}

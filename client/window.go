@@ -92,7 +92,8 @@ func (w *windowTerms) wait(now, costMilli int64, untilShare time.Duration, d lea
 
 // afterDeadline is the decision past a chunk's deadline that the window's
 // end set: Limited until the reset (a new chunk follows it), not
-// Unavailable. ok false: the lease ended for another reason.
+// Unavailable. ok false: the lease ended for another reason (the caller
+// also rules out a lease the cluster refused or cut short, expiredAck).
 func (w *windowTerms) afterDeadline(now int64) (Decision, bool) {
 	if !w.endsWithWindow || now >= w.resetAt+int64(time.Second) {
 		return Decision{}, false

@@ -207,6 +207,7 @@ func (s *Server) leaderLoop(stop chan struct{}) {
 	s.audit.reset(true) // the audit is leader-local: it starts empty in every term this server leads
 
 	if s.cfg.Policies != nil && len(s.fsm.Policies()) == 0 {
+		s.enableFeatures() // so initial window policies can be applied (windowsReady), if every voter is up
 		cmd := &api.ApplyPoliciesCommand{}
 		for _, p := range s.cfg.Policies.Policies {
 			if err := p.Leasable(); err != nil {

@@ -234,7 +234,6 @@ func (s *state) windowAcquire(t int64, c *api.Caller, k *api.AcquireKey, seen ma
 	if end == 0 || w >= end {
 		start, end = l.Config().Spec.At(w)
 	}
-	_ = start
 	g, err := l.Grant(t, w, lease.WindowGrantRequest{
 		ClientID: c.GetClientId(), Incarnation: c.GetIncarnation(), Seq: c.GetSeq(),
 		AskMilli: windowAsk(k.GetDemand(), p.LimitMilli, end-w, windowRenewAfter(end-start)),
