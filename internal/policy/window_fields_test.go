@@ -73,3 +73,20 @@ func TestWindowPeriodFields(t *testing.T) {
 		t.Errorf("sliding-window is leasable: %v", err)
 	}
 }
+
+// The example plan (examples/plan-policies.yaml) parses, and the cluster
+// can lease every policy in it.
+func TestExamplePlanIsLeasable(t *testing.T) {
+	f, err := ParseFile("../../examples/plan-policies.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(f.Policies) != 3 {
+		t.Fatalf("%d policies", len(f.Policies))
+	}
+	for _, p := range f.Policies {
+		if err := p.Leasable(); err != nil {
+			t.Errorf("%s: %v", p.Name, err)
+		}
+	}
+}
