@@ -1,15 +1,61 @@
 package lease
 
 import (
+	"archive/zip"
+	"bytes"
+	_ "embed"
 	"errors"
 	"fmt"
+	"io"
+	"sync"
 	"time"
-
-	// Every server must compute the same calendar windows from the same log:
-	// zone data compiled into the binary, never the host's /usr/share/zoneinfo
-	// (whose version differs between hosts).
-	_ "time/tzdata"
 )
+
+// zoneinfoZip is Go's zone database (GOROOT/lib/time/zoneinfo.zip of the
+// toolchain the project pins, IANA tzdata 2025c), compiled into every
+// binary. Every server must compute the same calendar windows from the
+// same log, so zones are loaded from it and never from the host's
+// /usr/share/zoneinfo, whose version differs between hosts: time.LoadLocation
+// prefers the host's files even with time/tzdata imported. A later
+// release that updates the file changes boundaries only in zones whose
+// rules changed; upgrade every server together if one of them is in use.
+//
+//go:embed zoneinfo.zip
+var zoneinfoZip []byte
+
+var zones sync.Map // name -> *time.Location
+
+// loadZone loads an IANA zone from zoneinfoZip.
+func loadZone(name string) (*time.Location, error) {
+	if loc, ok := zones.Load(name); ok {
+		return loc.(*time.Location), nil
+	}
+	r, err := zip.NewReader(bytes.NewReader(zoneinfoZip), int64(len(zoneinfoZip)))
+	if err != nil {
+		return nil, err
+	}
+	for _, f := range r.File {
+		if f.Name != name {
+			continue
+		}
+		rc, err := f.Open()
+		if err != nil {
+			return nil, err
+		}
+		data, err := io.ReadAll(rc)
+		rc.Close()
+		if err != nil {
+			return nil, err
+		}
+		loc, err := time.LoadLocationFromTZData(name, data)
+		if err != nil {
+			return nil, err
+		}
+		zones.Store(name, loc)
+		return loc, nil
+	}
+	return nil, fmt.Errorf("unknown time zone %s", name)
+}
 
 // Calendar periods of a WindowSpec.
 const (
@@ -65,8 +111,8 @@ func NewWindowSpec(fixedNanos int64, period, timezone string) (WindowSpec, error
 		s.Location = time.UTC
 		return s, nil
 	}
-	loc, err := time.LoadLocation(timezone)
-	if err != nil || timezone == "Local" {
+	loc, err := loadZone(timezone)
+	if err != nil {
 		return s, fmt.Errorf("%w: timezone %q is not an IANA zone name like UTC or Europe/Paris", ErrInvalidWindow, timezone)
 	}
 	s.Location = loc

@@ -97,3 +97,24 @@ func contains(s, sub string) bool {
 	}
 	return false
 }
+
+// Zones come from the embedded database, never the host's: the same name
+// loads the same rules on every machine. "Local" is not a zone name there.
+func TestZonesFromTheEmbeddedDatabase(t *testing.T) {
+	for _, name := range []string{"Europe/Paris", "America/New_York", "Asia/Kolkata", "Australia/Lord_Howe", "UTC"} {
+		s, err := NewWindowSpec(0, PeriodDay, name)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if s.Location.String() != name {
+			t.Fatalf("%s loaded as %s", name, s.Location)
+		}
+	}
+	// Lord Howe's DST shift is 30 minutes: a 23.5 h day.
+	lh := mustSpec(t, 0, PeriodDay, "Australia/Lord_Howe")
+	loc := lh.Location
+	st, en := lh.At(time.Date(2025, 10, 5, 12, 0, 0, 0, loc).UnixNano())
+	if d := time.Duration(en - st); d != 23*time.Hour+30*time.Minute {
+		t.Fatalf("Lord Howe's DST day is %v", d)
+	}
+}
