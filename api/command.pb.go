@@ -1741,8 +1741,12 @@ type WindowKeySnapshot struct {
 	// sliding-window-approx: the previous window's count is weighed too.
 	Approx         bool  `protobuf:"varint,16,opt,name=approx,proto3" json:"approx,omitempty"`
 	PrevCountMilli int64 `protobuf:"varint,17,opt,name=prev_count_milli,json=prevCountMilli,proto3" json:"prev_count_milli,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// The algorithm and key attributes the name's window keys were made
+	// under (the same in every key of a name).
+	Algorithm     string   `protobuf:"bytes,18,opt,name=algorithm,proto3" json:"algorithm,omitempty"`
+	KeyAttributes []string `protobuf:"bytes,19,rep,name=key_attributes,json=keyAttributes,proto3" json:"key_attributes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *WindowKeySnapshot) Reset() {
@@ -1892,6 +1896,20 @@ func (x *WindowKeySnapshot) GetPrevCountMilli() int64 {
 		return x.PrevCountMilli
 	}
 	return 0
+}
+
+func (x *WindowKeySnapshot) GetAlgorithm() string {
+	if x != nil {
+		return x.Algorithm
+	}
+	return ""
+}
+
+func (x *WindowKeySnapshot) GetKeyAttributes() []string {
+	if x != nil {
+		return x.KeyAttributes
+	}
+	return nil
 }
 
 type WindowLeaseSnapshot struct {
@@ -2153,7 +2171,7 @@ const file_command_proto_rawDesc = "" +
 	"\x12epoch_offset_nanos\x18\x01 \x01(\x03R\x10epochOffsetNanos\x12\x1b\n" +
 	"\tepoch_set\x18\x02 \x01(\bR\bepochSet\x122\n" +
 	"\x15exhaust_through_nanos\x18\x03 \x01(\x03R\x13exhaustThroughNanos\x12.\n" +
-	"\x03key\x18\x04 \x01(\v2\x1c.ration.v1.WindowKeySnapshotR\x03key\"\xbf\x04\n" +
+	"\x03key\x18\x04 \x01(\v2\x1c.ration.v1.WindowKeySnapshotR\x03key\"\x84\x05\n" +
 	"\x11WindowKeySnapshot\x12\x16\n" +
 	"\x06policy\x18\x01 \x01(\tR\x06policy\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\tR\x03key\x12\x1b\n" +
@@ -2177,7 +2195,9 @@ const file_command_proto_rawDesc = "" +
 	"\n" +
 	"max_leases\x18\x0f \x01(\x03R\tmaxLeases\x12\x16\n" +
 	"\x06approx\x18\x10 \x01(\bR\x06approx\x12(\n" +
-	"\x10prev_count_milli\x18\x11 \x01(\x03R\x0eprevCountMilli\"\x95\x02\n" +
+	"\x10prev_count_milli\x18\x11 \x01(\x03R\x0eprevCountMilli\x12\x1c\n" +
+	"\talgorithm\x18\x12 \x01(\tR\talgorithm\x12%\n" +
+	"\x0ekey_attributes\x18\x13 \x03(\tR\rkeyAttributes\"\x95\x02\n" +
 	"\x13WindowLeaseSnapshot\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x1b\n" +
 	"\tclient_id\x18\x02 \x01(\tR\bclientId\x12 \n" +

@@ -302,8 +302,7 @@ func (s *state) applyPolicies(t int64, cmd *api.ApplyPoliciesCommand) (*Result, 
 		}
 	}
 	for _, p := range ps {
-		old, live := s.policies[p.Name]
-		s.windowInstall(old, live, p)
+		s.windowInstall(p)
 		if err := s.install(t, p); err != nil {
 			return nil, err
 		}

@@ -2,6 +2,7 @@ package fsm
 
 import (
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/ration-dev/ration/api"
@@ -50,6 +51,8 @@ type windowState struct {
 	// are full (every key's, created later too).
 	exhaustThrough int64
 	keys           map[string]map[string]*lease.WindowLedger
+	// keying: what each name's keys were made under (windowKeysKept).
+	keying map[string]windowKeying
 }
 
 func (s *state) windowsOn() bool { return s.features&FeatureWindows != 0 }
@@ -140,6 +143,7 @@ func (s *state) windowLedger(t int64, p policy.Policy, k *api.Key, create bool) 
 			s.win.keys[p.Name] = map[string]*lease.WindowLedger{}
 		}
 		s.win.keys[p.Name][ck] = l
+		s.setKeying(p.Name, windowKeying{alg: p.Algorithm, attrs: slices.Clone(p.Key)})
 	}
 	if !sameWindowConfig(l.Config(), cfg) {
 		if err := l.Reconfigure(t, w, cfg); err != nil {
@@ -160,7 +164,15 @@ func (s *state) collectWindows(t int64, name string) {
 	}
 	if len(s.win.keys[name]) == 0 {
 		delete(s.win.keys, name)
+		delete(s.win.keying, name)
 	}
+}
+
+func (s *state) setKeying(name string, k windowKeying) {
+	if s.win.keying == nil {
+		s.win.keying = map[string]windowKeying{}
+	}
+	s.win.keying[name] = k
 }
 
 // windowRenewAfter is when a chunk's holder renews (asking for more).
@@ -319,10 +331,26 @@ func (s *state) windowExpire(t int64, res *Result) {
 	}
 }
 
+// windowKeying is what a name's window keys were made under: a key's
+// string means one budget only under the same algorithm and key
+// attributes.
+type windowKeying struct {
+	alg   policy.Algorithm
+	attrs []string
+}
+
+// windowKeysKept reports whether p keeps the window keys of its name: it
+// keys them as they were made (or there are none).
+func (s *state) windowKeysKept(p policy.Policy) bool {
+	k, ok := s.win.keying[p.Name]
+	return !ok || len(s.win.keys[p.Name]) == 0 || k.alg == p.Algorithm && slices.Equal(k.attrs, p.Key)
+}
+
 // windowCheckChange refuses a policy change that would start fresh window
 // counts beside live ones: the name still has window keys holding a count
 // in their current window, and the new definition keys them differently
-// (other key attributes, or not a fixed window). With the switch off it
+// (other key attributes, or another algorithm), whether it replaces a
+// live definition or re-creates a deleted one. With the switch off it
 // refuses a calendar period, as a server that predates it does (its
 // validation needs window_nanos).
 func (s *state) windowCheckChange(t int64, p policy.Policy) error {
@@ -332,27 +360,13 @@ func (s *state) windowCheckChange(t int64, p policy.Policy) error {
 		}
 		return nil
 	}
-	keys := s.win.keys[p.Name]
-	if len(keys) == 0 {
+	if s.windowKeysKept(p) {
 		return nil
-	}
-	old, live := s.policies[p.Name]
-	if live && sameKeying(old, p) {
-		return nil
-	}
-	if !live && leasedWindow(p.Algorithm) && len(keys) > 0 {
-		// Re-created: same keying as the keys' if the key attributes agree;
-		// the window keys do not remember them, so re-created fixed windows
-		// take them back only under the same attributes as before deletion
-		// (checked against the retired spec when there is one).
-		if r := s.retired[p.Name]; r == nil || r.spec == nil || sameKeying(*r.spec, p) {
-			return nil
-		}
 	}
 	w := s.windowTime(t)
 	var until int64
 	n := 0
-	for _, l := range keys {
+	for _, l := range s.win.keys[p.Name] {
 		if !l.Idle(t, w) {
 			n++
 			_, end, _, _ := l.Window()
@@ -362,17 +376,17 @@ func (s *state) windowCheckChange(t int64, p policy.Policy) error {
 	if n == 0 {
 		return nil
 	}
-	return fmt.Errorf("%w: policy %q: %d window keys hold counts in windows that end by %s; a fixed-window policy whose key or algorithm changes can be applied once they have ended",
+	return fmt.Errorf("%w: policy %q: %d window keys hold counts in windows that end by %s; a window policy whose key or algorithm changes can be applied once they have ended",
 		rpcerr.ErrPrecondition, p.Name, n, time.Unix(0, until).UTC().Format(time.RFC3339))
 }
 
-// windowInstall drops a name's idle window keys when its new definition
-// keys them differently (windowCheckChange passed, so they are idle).
-func (s *state) windowInstall(old policy.Policy, live bool, p policy.Policy) {
-	if len(s.win.keys[p.Name]) == 0 || leasedWindow(p.Algorithm) && (!live || sameKeying(old, p)) {
-		return
+// windowInstall drops a name's window keys when its new definition keys
+// them differently (windowCheckChange passed, so they are idle).
+func (s *state) windowInstall(p policy.Policy) {
+	if !s.windowKeysKept(p) {
+		delete(s.win.keys, p.Name)
+		delete(s.win.keying, p.Name)
 	}
-	delete(s.win.keys, p.Name)
 }
 
 // windowsPrepareRestore fills, in the restored state, every window that
@@ -409,7 +423,8 @@ func (s *state) exportWindows() []*api.WindowFrame {
 			ks := &api.WindowKeySnapshot{Policy: pn, Key: ck, NowNanos: st.NowNanos, WindowNowNanos: st.WindowNanos,
 				StartNanos: st.Start, EndNanos: st.End, CountMilli: st.CountMilli, ExhaustThroughNanos: st.ExhaustThrough, NextId: uint64(st.NextID),
 				LimitMilli: cfg.LimitMilli, FixedNanos: cfg.Spec.FixedNanos, Period: cfg.Spec.Period, Timezone: cfg.Spec.Timezone, MaxLeases: int64(cfg.MaxLeases),
-				Approx: cfg.Approx, PrevCountMilli: st.PrevCountMilli}
+				Approx: cfg.Approx, PrevCountMilli: st.PrevCountMilli,
+				Algorithm: string(s.win.keying[pn].alg), KeyAttributes: slices.Clone(s.win.keying[pn].attrs)}
 			for _, le := range st.Leases {
 				ks.Leases = append(ks.Leases, &api.WindowLeaseSnapshot{Id: uint64(le.ID), ClientId: le.ClientID, Incarnation: le.Incarnation,
 					GrantSeq: le.GrantSeq, ExpiresNanos: le.ExpiresNanos, WindowStartNanos: le.WindowStart, GrantedMilli: le.GrantedMilli, Replaced: le.Replaced})
@@ -454,6 +469,11 @@ func (st *state) importWindow(f *api.WindowFrame) error {
 		return fmt.Errorf("%w: window key %s/%s is listed twice", errSnapshot, ks.GetPolicy(), ks.GetKey())
 	}
 	st.win.keys[ks.GetPolicy()][ks.GetKey()] = l
+	k := windowKeying{alg: policy.Algorithm(ks.GetAlgorithm()), attrs: slices.Clone(ks.GetKeyAttributes())}
+	if old, ok := st.win.keying[ks.GetPolicy()]; ok && (old.alg != k.alg || !slices.Equal(old.attrs, k.attrs)) {
+		return fmt.Errorf("%w: window keys of %s made under two keyings", errSnapshot, ks.GetPolicy())
+	}
+	st.setKeying(ks.GetPolicy(), k)
 	return nil
 }
 

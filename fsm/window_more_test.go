@@ -117,3 +117,35 @@ func TestApproxWindowWeighsThePreviousWindow(t *testing.T) {
 		t.Fatalf("three quarters in: %v, want 5000", g)
 	}
 }
+
+// Re-creating a deleted window policy under other key attributes mid-window
+// is refused (whatever became of its retired record); under the same ones
+// it takes its counts back, after an expire too.
+func TestWindowRecreateUnderOtherKeysRefused(t *testing.T) {
+	h := windowsOnHarness(t, 0)
+	keyLeaseOf(t, h.batch(2*sec, wAcquire(caller("a", 1, 1), "acme", 100_000)))
+	if r := h.apply(CmdDeletePolicy, 2*sec, &api.DeletePolicyCommand{Name: "daily"}); r.Err != nil {
+		t.Fatal(r.Err)
+	}
+	h.apply(CmdExpire, 2*sec+1, &api.ExpireCommand{})
+	rekeyed := windowPolicies("10", "")
+	rekeyed.Policies[0].Key = []string{"route"}
+	if r := h.apply(CmdApplyPolicies, 2*sec+2, rekeyed); code(r.Err) != codes.FailedPrecondition {
+		t.Fatalf("re-created under other keys mid-window: %v", r.Err)
+	}
+	if r := h.apply(CmdApplyPolicies, 2*sec+2, windowPolicies("10", "")); r.Err != nil {
+		t.Fatal(r.Err)
+	}
+	if g := keyLeaseOf(t, h.batch(3*sec, wAcquire(caller("b", 1, 1), "acme", 100_000))).GetGrant(); g.GetStartMilli() != 0 {
+		t.Fatalf("re-created: granted %d in a full window", g.GetStartMilli())
+	}
+	// A snapshot keeps the keying: the re-key is still refused after a restore.
+	g := New(nil)
+	if err := g.Restore(nopCloser{bytes.NewReader(snapshotBytes(t, h.f))}); err != nil {
+		t.Fatal(err)
+	}
+	rh := &harness{t: t, f: g, index: h.index}
+	if r := rh.apply(CmdApplyPolicies, 3*sec, rekeyed); code(r.Err) != codes.FailedPrecondition {
+		t.Fatalf("re-key after a restore: %v", r.Err)
+	}
+}
