@@ -200,3 +200,31 @@ func TestWindowCarelessCallers(t *testing.T) {
 		}
 	}
 }
+
+// TestWindowWaitN: WaitN on a spent window waits for the reset and is then
+// admitted from the next window's chunk; a refusal just before says how
+// long (at most the window).
+func TestWindowWaitN(t *testing.T) {
+	c := startCluster(t, "policies:\n  - {name: other, algorithm: token-bucket, rate: 1, burst: 1}\n")
+	applyWindowPolicy(t, c, fmt.Sprintf(windowYAML, 3, "2s"))
+	cl := newClient(t, client.Config{Servers: servers(c), ClientID: "waiter"})
+	lim := cl.Limiter("win", client.Key{"tenant": "acme"})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	// Spend the current window, whatever is left of it.
+	testcluster.WaitFor(t, testcluster.DefaultWait, func() error {
+		if d := lim.AllowN(1); d.Allowed || d.Reason != client.Limited {
+			return fmt.Errorf("still admitting (%+v)", d)
+		}
+		return nil
+	})
+	d := lim.AllowN(1)
+	if d.Allowed || d.RetryAfter <= 0 || d.RetryAfter > 2*time.Second+time.Second {
+		t.Fatalf("a refusal in a spent 2 s window: %+v", d)
+	}
+	for i := range 3 {
+		if err := lim.WaitN(ctx, 1); err != nil {
+			t.Fatalf("WaitN %d: %v", i, err)
+		}
+	}
+}
