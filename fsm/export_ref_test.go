@@ -118,4 +118,3 @@ func (s *state) export() snapshotData {
 	}
 	return d
 }
-
