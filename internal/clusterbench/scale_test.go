@@ -1,0 +1,316 @@
+package clusterbench
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ration-dev/ration/api"
+	"github.com/ration-dev/ration/coordinator"
+	"github.com/ration-dev/ration/fsm"
+	"github.com/ration-dev/ration/internal/testcluster"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+)
+
+// BenchmarkScale (issue 15): a three-node cluster holding 10^5 and 10^6
+// active keys, one lease each, spread over scaleClients clients that renew
+// their keys in RPCs of fsm.MaxKeysPerOp keys. Per key count it reports:
+//
+//   - sat-key-renewals/s: every client renews back to back (saturation);
+//   - p50-ms, p99-ms: renewal (RPC) latency at half the saturated rate;
+//   - snap-p99-ms, snap-max-ms: the same load while the leader takes a
+//     Raft snapshot, over the RPCs that overlapped it;
+//   - snapshot-s, snapshot-MB: the snapshot's duration and size;
+//   - heap-B/lease/server: live heap per lease per server (all three in
+//     this process).
+//
+//	make bench-scale    # = go test ./internal/clusterbench -run '^$' -bench Scale -benchtime 1x -timeout 30m
+//
+// RATION_SCALE_KEYS (default "100000,1000000") and RATION_SCALE_SECONDS
+// (default 10, per phase) bound the run.
+const scaleClients = 8
+
+const scalePolicy = `
+policies:
+  - name: bench
+    algorithm: token-bucket
+    rate: 100000
+    burst: 100000
+    key: [tenant]
+    lease: {duration: 1h}
+    max_keys: 1000000
+`
+
+func scaleKeyCounts(b *testing.B) []int {
+	v := os.Getenv("RATION_SCALE_KEYS")
+	if v == "" {
+		v = "100000,1000000"
+	}
+	var out []int
+	for _, f := range strings.Split(v, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < scaleClients {
+			b.Fatalf("RATION_SCALE_KEYS: %q", v)
+		}
+		out = append(out, n)
+	}
+	return out
+}
+
+func scalePhase() time.Duration {
+	if s, err := strconv.Atoi(os.Getenv("RATION_SCALE_SECONDS")); err == nil && s > 0 {
+		return time.Duration(s) * time.Second
+	}
+	return 10 * time.Second
+}
+
+type scaleClient struct {
+	id      string
+	conn    *grpc.ClientConn
+	seq     uint64
+	batches []*api.RenewRequest // prebuilt, one per MaxKeysPerOp keys
+}
+
+func (c *scaleClient) caller() *api.Caller {
+	c.seq++
+	return &api.Caller{ClientId: c.id, Incarnation: 1, Seq: c.seq}
+}
+
+// renew sends batch i and returns its latency.
+func (c *scaleClient) renew(i int) (time.Duration, error) {
+	req := c.batches[i]
+	req.Caller = c.caller()
+	t0 := time.Now()
+	resp, err := api.NewLeasesClient(c.conn).Renew(context.Background(), req)
+	d := time.Since(t0)
+	if err != nil {
+		return d, err
+	}
+	for _, l := range resp.GetLeases() {
+		if l.GetError() != nil {
+			return d, fmt.Errorf("renew: %v", l.GetError())
+		}
+	}
+	return d, nil
+}
+
+type scaleFixture struct {
+	c       *testcluster.Cluster
+	leader  *coordinator.Server
+	clients []*scaleClient
+	keys    int
+	heapB   float64
+}
+
+func scaleKey(k int) *api.Key {
+	return &api.Key{Policy: "bench", Attributes: map[string]string{"tenant": "t" + strconv.Itoa(k)}}
+}
+
+func setupScale(b *testing.B, keys int) *scaleFixture {
+	c := testcluster.New(b, 3, testcluster.WithPolicies(scalePolicy), testcluster.WithLogLevel(slog.LevelWarn),
+		testcluster.WithConfig(func(_ int, cfg *coordinator.Config) {
+			cfg.SnapshotThreshold = 1 << 30 // snapshots only when the benchmark asks
+			cfg.SnapshotInterval = time.Hour
+			cfg.TrailingLogs = 1 << 30
+			cfg.HeartbeatTimeout = time.Second
+			cfg.ElectionTimeout = time.Second
+			cfg.LeaderLeaseTimeout = 500 * time.Millisecond
+			cfg.LeaseClientRPS, cfg.LeaseConnRPS = 0, 0
+		}))
+	leader := c.WaitForLeader(b)
+	f := &scaleFixture{c: c, leader: leader, keys: keys}
+	before := heap()
+	per := keys / scaleClients
+	var wg sync.WaitGroup
+	errs := make(chan error, scaleClients)
+	for ci := range scaleClients {
+		conn, err := grpc.NewClient(leader.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { conn.Close() })
+		cl := &scaleClient{id: fmt.Sprintf("scale-%02d", ci), conn: conn}
+		f.clients = append(f.clients, cl)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for start := ci * per; start < (ci+1)*per; start += fsm.MaxKeysPerOp {
+				end := min((ci+1)*per, start+fsm.MaxKeysPerOp)
+				req := &api.AcquireRequest{Caller: cl.caller()}
+				for k := start; k < end; k++ {
+					req.Keys = append(req.Keys, &api.AcquireKey{Key: scaleKey(k), Demand: &api.Demand{RateMilliPerSec: 1000, BurstMilli: 1000}})
+				}
+				resp, err := api.NewLeasesClient(conn).Acquire(context.Background(), req)
+				if err != nil {
+					errs <- err
+					return
+				}
+				renew := &api.RenewRequest{}
+				for i, l := range resp.GetLeases() {
+					if l.GetError() != nil {
+						errs <- fmt.Errorf("acquire: %v", l.GetError())
+						return
+					}
+					renew.Keys = append(renew.Keys, &api.RenewKey{Key: req.Keys[i].Key, LeaseId: l.GetGrant().GetLeaseId(), Demand: &api.Demand{RateMilliPerSec: 1000, BurstMilli: 1000}})
+				}
+				cl.batches = append(cl.batches, renew)
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		b.Fatal(err)
+	}
+	idx := leader.Raft().AppliedIndex()
+	c.WaitFor(b, 5*time.Minute, func() error {
+		for _, s := range c.Servers() {
+			if s.Raft().AppliedIndex() < idx {
+				return fmt.Errorf("%s behind", s.ID())
+			}
+		}
+		return nil
+	})
+	f.keys = per * scaleClients
+	f.heapB = float64(int64(heap())-int64(before)) / float64(f.keys) / 3
+	return f
+}
+
+// sample is one RPC: when it started and how long it took.
+type sample struct {
+	start time.Time
+	d     time.Duration
+}
+
+// load runs every client for dur. rate 0: back to back; otherwise each
+// client paces its RPCs so that all together offer rate key-renewals/s.
+// It returns the key-renewals done and every RPC's sample.
+func (f *scaleFixture) load(b *testing.B, dur time.Duration, rate float64) (int64, []sample) {
+	var done atomic.Int64
+	var mu sync.Mutex
+	var all []sample
+	var wg sync.WaitGroup
+	deadline := time.Now().Add(dur)
+	for ci, cl := range f.clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var every time.Duration
+			if rate > 0 {
+				every = time.Duration(float64(time.Second) * float64(fsm.MaxKeysPerOp*len(f.clients)) / rate)
+			}
+			next := time.Now().Add(time.Duration(ci) * every / time.Duration(len(f.clients)))
+			var mine []sample
+			for i := 0; time.Now().Before(deadline); i = (i + 1) % len(cl.batches) {
+				if every > 0 {
+					if w := time.Until(next); w > 0 {
+						time.Sleep(w) // pacing the offered load, not synchronisation
+					}
+					next = next.Add(every)
+				}
+				t0 := time.Now()
+				d, err := cl.renew(i)
+				if err != nil {
+					b.Error(err)
+					return
+				}
+				mine = append(mine, sample{t0, d})
+				done.Add(int64(len(cl.batches[i].Keys)))
+			}
+			mu.Lock()
+			all = append(all, mine...)
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	return done.Load(), all
+}
+
+func quantile(ss []sample, q float64) float64 {
+	if len(ss) == 0 {
+		return 0
+	}
+	ds := make([]time.Duration, len(ss))
+	for i, s := range ss {
+		ds[i] = s.d
+	}
+	slices.Sort(ds)
+	return float64(ds[int(q*float64(len(ds)-1))].Microseconds()) / 1000
+}
+
+func BenchmarkScale(b *testing.B) {
+	for _, n := range scaleKeyCounts(b) {
+		b.Run(fmt.Sprintf("keys=%d", n), func(b *testing.B) {
+			phase := scalePhase()
+			f := setupScale(b, n)
+			// Warm up, then saturate.
+			f.load(b, phase/4, 0)
+			renewals, _ := f.load(b, phase, 0)
+			sat := float64(renewals) / phase.Seconds()
+			// Half the saturated rate: latency.
+			_, lat := f.load(b, phase, sat/2)
+			// The same load while the leader snapshots.
+			var snapStart, snapEnd time.Time
+			var snapSize int64
+			var snapErr error
+			snapDone := make(chan struct{})
+			go func() {
+				defer close(snapDone)
+				time.Sleep(phase / 4) // into the load
+				snapStart = time.Now()
+				fut := f.leader.Raft().Snapshot()
+				if snapErr = fut.Error(); snapErr != nil {
+					return
+				}
+				snapEnd = time.Now()
+				meta, rc, err := fut.Open()
+				if err != nil {
+					snapErr = err
+					return
+				}
+				snapSize = meta.Size
+				_, _ = io.Copy(io.Discard, rc)
+				rc.Close()
+			}()
+			var during []sample
+			var all []sample
+			for {
+				_, ss := f.load(b, phase/2, sat/2)
+				all = append(all, ss...)
+				select {
+				case <-snapDone:
+				default:
+					continue
+				}
+				break
+			}
+			if snapErr != nil {
+				b.Fatalf("snapshot: %v", snapErr)
+			}
+			for _, s := range all {
+				if s.start.Before(snapEnd) && s.start.Add(s.d).After(snapStart) {
+					during = append(during, s)
+				}
+			}
+			b.ReportMetric(sat, "sat-key-renewals/s")
+			b.ReportMetric(quantile(lat, 0.50), "p50-ms")
+			b.ReportMetric(quantile(lat, 0.99), "p99-ms")
+			b.ReportMetric(quantile(during, 0.99), "snap-p99-ms")
+			b.ReportMetric(quantile(during, 1), "snap-max-ms")
+			b.ReportMetric(float64(len(during)), "snap-rpcs")
+			b.ReportMetric(snapEnd.Sub(snapStart).Seconds(), "snapshot-s")
+			b.ReportMetric(float64(snapSize)/1e6, "snapshot-MB")
+			b.ReportMetric(f.heapB, "heap-B/lease/server")
+		})
+	}
+}
