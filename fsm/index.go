@@ -38,11 +38,13 @@ const (
 // retired name's is in index.floors.
 type dueItem struct {
 	due  int64
-	kind dueKind
 	name string // policy name
 	key  string // canonical key ("" for dueFloor)
-	pos  int    // position in the heap, -1 when absent
 	kl   *keyLedger
+	// pos is the position in the heap, -1 when absent (int32 and next to
+	// kind: 8 bytes less per key).
+	pos  int32
+	kind dueKind
 }
 
 func (a *dueItem) less(b *dueItem) bool {
@@ -64,11 +66,11 @@ func (h dueHeap) Len() int           { return len(h) }
 func (h dueHeap) Less(i, j int) bool { return h[i].less(h[j]) }
 func (h dueHeap) Swap(i, j int) {
 	h[i], h[j] = h[j], h[i]
-	h[i].pos, h[j].pos = i, j
+	h[i].pos, h[j].pos = int32(i), int32(j)
 }
 func (h *dueHeap) Push(x any) {
 	it := x.(*dueItem)
-	it.pos = len(*h)
+	it.pos = int32(len(*h))
 	*h = append(*h, it)
 }
 func (h *dueHeap) Pop() any {
@@ -87,12 +89,12 @@ func (h *dueHeap) upsert(it *dueItem, due int64) {
 		heap.Push(h, it)
 		return
 	}
-	heap.Fix(h, it.pos)
+	heap.Fix(h, int(it.pos))
 }
 
 func (h *dueHeap) remove(it *dueItem) {
 	if it.pos >= 0 {
-		heap.Remove(h, it.pos)
+		heap.Remove(h, int(it.pos))
 	}
 }
 

@@ -152,7 +152,7 @@ func checkIndex(s *state) error {
 	}
 	var got []dueEntry
 	for i, it := range s.idx.due {
-		if it.pos != i {
+		if int(it.pos) != i {
 			return fmt.Errorf("due entry %s/%s at %d records position %d", it.name, it.key, i, it.pos)
 		}
 		if i > 0 && it.less(s.idx.due[(i-1)/2]) {
