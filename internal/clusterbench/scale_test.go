@@ -19,7 +19,9 @@ import (
 	"github.com/ration-dev/ration/fsm"
 	"github.com/ration-dev/ration/internal/testcluster"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
 )
 
 // BenchmarkScale (issue 15): a three-node cluster holding 10^5 and 10^6
@@ -27,14 +29,18 @@ import (
 // their keys in RPCs of fsm.MaxKeysPerOp keys. Per key count it reports:
 //
 //   - sat-key-renewals/s: every client renews back to back (saturation);
+//
 //   - p50-ms, p99-ms: renewal (RPC) latency at half the saturated rate;
+//
 //   - snap-p99-ms, snap-max-ms: the same load while the leader takes a
 //     Raft snapshot, over the RPCs that overlapped it;
+//
 //   - snapshot-s, snapshot-MB: the snapshot's duration and size;
+//
 //   - heap-B/lease/server: live heap per lease per server (all three in
 //     this process).
 //
-//	make bench-scale    # = go test ./internal/clusterbench -run '^$' -bench Scale -benchtime 1x -timeout 30m
+//     make bench-scale    # = go test ./internal/clusterbench -run '^$' -bench Scale -benchtime 1x -timeout 30m
 //
 // RATION_SCALE_KEYS (default "100000,1000000") and RATION_SCALE_SECONDS
 // (default 10, per phase) bound the run.
@@ -123,9 +129,11 @@ func setupScale(b *testing.B, keys int) *scaleFixture {
 			cfg.SnapshotThreshold = 1 << 30 // snapshots only when the benchmark asks
 			cfg.SnapshotInterval = time.Hour
 			cfg.TrailingLogs = 1 << 30
-			cfg.HeartbeatTimeout = time.Second
-			cfg.ElectionTimeout = time.Second
-			cfg.LeaderLeaseTimeout = 500 * time.Millisecond
+			// Longer than clusterbench's 1 s: the machine runs other
+			// sessions' work too, and an election mid-run spoils it.
+			cfg.HeartbeatTimeout = 3 * time.Second
+			cfg.ElectionTimeout = 3 * time.Second
+			cfg.LeaderLeaseTimeout = 1500 * time.Millisecond
 			cfg.LeaseClientRPS, cfg.LeaseConnRPS = 0, 0
 		}))
 	leader := c.WaitForLeader(b)
@@ -152,6 +160,12 @@ func setupScale(b *testing.B, keys int) *scaleFixture {
 					req.Keys = append(req.Keys, &api.AcquireKey{Key: scaleKey(k), Demand: &api.Demand{RateMilliPerSec: 1000, BurstMilli: 1000}})
 				}
 				resp, err := api.NewLeasesClient(conn).Acquire(context.Background(), req)
+				for try := 0; err != nil && status.Code(err) == codes.Unavailable && try < 30; try++ {
+					// A leader change under the load of the other helpers:
+					// the same request again (same seq: an idempotent retry).
+					time.Sleep(500 * time.Millisecond)
+					resp, err = api.NewLeasesClient(conn).Acquire(context.Background(), req)
+				}
 				if err != nil {
 					errs <- err
 					return
