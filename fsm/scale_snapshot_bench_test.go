@@ -4,9 +4,11 @@ import (
 	"fmt"
 	"io"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/ration-dev/ration/api"
 	"github.com/ration-dev/ration/internal/policy"
@@ -213,4 +215,79 @@ func multiHolderHeap(b *testing.B, n, holders int) float64 {
 		b.Fatalf("setup: %d keys and %d leases", keys, leases)
 	}
 	return float64(after.HeapAlloc-before.HeapAlloc) / float64(n*holders)
+}
+
+// BenchmarkScaleApplyDuringSnapshot: 1024-key renewal requests applied
+// back to back while a snapshot of the state is taken and persisted on
+// another goroutine (to memory): with the old path (the export under the
+// read lock, export_ref_test.go, then its encoding), with the capture
+// (Snapshot and Persist), and with none. Reports the requests' p99 and
+// largest apply latency: what a snapshot stalls the state machine, without
+// the cluster's network, disk and other servers. Run with -benchtime 1x
+// (it runs until the snapshot is done, at least 40 requests).
+func BenchmarkScaleApplyDuringSnapshot(b *testing.B) {
+	for _, n := range scaleSizes() {
+		if n < MaxKeysPerOp*2 {
+			continue
+		}
+		for _, mode := range []string{"none", "old", "capture"} {
+			b.Run(fmt.Sprintf("keys=%d/snapshot=%s", n, mode), func(b *testing.B) {
+				fx := scaleState(b, n)
+				f := fx.h.f
+				done := make(chan error, 1)
+				switch mode {
+				case "none":
+					close(done)
+				case "old":
+					go func() {
+						f.mu.RLock()
+						d := f.st.export()
+						f.mu.RUnlock()
+						done <- writeSnapshot(&discardSink{}, d)
+					}()
+				case "capture":
+					go func() {
+						s, err := f.Snapshot()
+						if err == nil {
+							err = s.Persist(&discardSink{})
+							s.Release()
+						}
+						done <- err
+					}()
+				}
+				var lat []time.Duration
+				finished := false
+				for i := 0; !finished || len(lat) < 40; i++ {
+					fx.at += 1000
+					fx.seq++
+					req := &api.RenewRequest{Caller: caller("bulk", 1, fx.seq)}
+					from := (i * MaxKeysPerOp) % (len(fx.bulkIDs) - MaxKeysPerOp)
+					for k := from; k < from+MaxKeysPerOp; k++ {
+						req.Keys = append(req.Keys, &api.RenewKey{Key: scaleKey(strconv.Itoa(k)), LeaseId: fx.bulkIDs[k], Demand: &api.Demand{RateMilliPerSec: 1000, BurstMilli: 1000}})
+					}
+					t0 := time.Now()
+					ops := fx.h.batch(fx.at, &api.LeaseOp{Op: &api.LeaseOp_Renew{Renew: req}})
+					lat = append(lat, time.Since(t0))
+					if ops[0].Err != nil || ops[0].Lease.GetLeases()[0].GetError() != nil {
+						b.Fatalf("renew: %v %v", ops[0].Err, ops[0].Lease)
+					}
+					if !finished {
+						select {
+						case err := <-done:
+							if err != nil {
+								b.Fatal(err)
+							}
+							finished = true
+						default:
+						}
+					}
+				}
+				slices.Sort(lat)
+				b.ReportMetric(float64(lat[len(lat)/2].Microseconds())/1000, "p50-ms")
+				b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds())/1000, "p99-ms")
+				b.ReportMetric(float64(lat[len(lat)-1].Microseconds())/1000, "max-ms")
+				b.ReportMetric(float64(len(lat)), "requests")
+			})
+		}
+	}
 }
