@@ -63,40 +63,8 @@ func (s *snapshot) Persist(sink raft.SnapshotSink) error {
 // Release implements raft.FSMSnapshot.
 func (s *snapshot) Release() { s.c.done() }
 
-func exportShare(s lease.Share) *api.ShareSnapshot {
-	return &api.ShareSnapshot{RateMilliPerSec: s.RateMilliPerSec, CapMilli: s.CapMilli, ExpiresNanos: s.ExpiresNanos, Version: s.Version}
-}
-
 func importShare(s *api.ShareSnapshot) lease.Share {
 	return lease.Share{RateMilliPerSec: s.GetRateMilliPerSec(), CapMilli: s.GetCapMilli(), ExpiresNanos: s.GetExpiresNanos(), Version: s.GetVersion()}
-}
-
-func exportLedger(pn, ck string, st lease.LedgerState) *api.LedgerSnapshot {
-	out := &api.LedgerSnapshot{
-		Policy: pn, Key: ck,
-		PoolMilli: st.PoolMilli, PoolNanos: st.PoolNanos, NowNanos: st.NowNanos, NextId: uint64(st.NextID),
-		PoolRateMilliPerSec: st.PoolRateMilliPerSec, InitialPoolMilli: st.InitialPoolMilli,
-		MintedMilli: st.Stats.MintedMilli, DebitedMilli: st.Stats.DebitedMilli,
-		CreditedMilli: st.Stats.CreditedMilli, BurnedMilli: st.Stats.BurnedMilli,
-		RateMilliPerSec: st.Config.RateMilliPerSec, CapacityMilli: st.Config.CapacityMilli, RatePeriodNanos: st.Config.RatePeriodNanos,
-		StartFull: st.Config.StartFull, MaxLeases: int64(st.Config.MaxLeases), DriftPpm: st.Config.DriftPPM,
-		OvercommitUntilNanos: st.OvercommitUntilNanos, HoldAllUntilNanos: st.HoldAllUntilNanos,
-	}
-	for _, le := range st.Leases {
-		ls := &api.LeaseSnapshot{
-			Id: uint64(le.ID), ClientId: le.ClientID, Incarnation: le.Incarnation, GrantSeq: le.GrantSeq,
-			Weight: le.Weight, DemandRateMilliPerSec: le.DemandRateMilliPerSec, DemandBurstMilli: le.DemandBurstMilli, DemandMaxCostMilli: le.DemandMaxCostMilli,
-			Current: exportShare(le.Current), StartMilli: le.StartMilli,
-		}
-		for _, sh := range le.Superseded {
-			ls.Superseded = append(ls.Superseded, exportShare(sh))
-		}
-		for _, sh := range le.Replaced {
-			ls.Replaced = append(ls.Replaced, exportShare(sh))
-		}
-		out.Leases = append(out.Leases, ls)
-	}
-	return out
 }
 
 func importLedger(ls *api.LedgerSnapshot) (*lease.Ledger, error) {
