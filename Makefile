@@ -7,7 +7,7 @@ BENCH_COUNT ?= 10
 # did; a count ends without a deadline. make fuzz-quick FUZZTIME=1m still works.
 FUZZTIME ?= 3000x
 
-.PHONY: help demo test test-race fuzz-quick build image compose-up compose-down cluster cluster-stop bench bench-compare tools fmt vet lint clean jepsen-deps jepsen-quick jepsen
+.PHONY: help demo test test-race fuzz-quick build image compose-up compose-down cluster cluster-stop bench bench-compare bench-scale tools fmt vet lint clean jepsen-deps jepsen-quick jepsen
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -71,6 +71,10 @@ bench: ## hot-path benchmarks vs golang.org/x/time/rate, summarised by benchstat
 bench-compare: ## ration side by side with Redis GCRA, Gubernator, x/time/rate, and rationd edge with envoyproxy/ratelimit (7-9 min; installs redis-server); writes bench/results/
 	bench/compare.sh
 
+bench-scale: ## issue 15: a 3-node cluster at 10^5 and 10^6 keys (saturation, latency at half load, snapshot mid-load, heap per lease) and the FSM snapshot benchmarks (about 10 min on the shared 2-core VM); RATION_SCALE_KEYS, RATION_SCALE_SECONDS bound it
+	RATION_BENCH_MAX_KEYS=1000000 $(GO) test ./fsm -run '^$$' -bench 'ScaleSnapshot|ScaleHeap|ScaleRenew|ScaleApplyDuringSnapshot' -benchtime 5x -count 1 -timeout 20m | tee bench-scale.out
+	$(GO) test ./internal/clusterbench -run '^$$' -bench 'BenchmarkScale' -benchtime 1x -timeout 30m | tee -a bench-scale.out
+
 tools: ## install protoc (Debian protobuf-compiler) and the pinned protoc plugins, for go generate ./api
 	@command -v protoc >/dev/null || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq protobuf-compiler)
 	$(GO) install google.golang.org/protobuf/cmd/protoc-gen-go@v1.36.12
@@ -83,7 +87,7 @@ vet: ## go vet
 	$(GO) vet ./...
 
 clean: ## remove build output
-	rm -rf bin build bench.out
+	rm -rf bin build bench.out bench-scale.out
 
 jepsen-deps: ## install what the jepsen-like tests need (iproute2, iptables) when missing; needs root
 	@command -v ip >/dev/null && command -v iptables-restore >/dev/null || \

@@ -19,4 +19,8 @@ const (
 	// faultIndexSkipsRelease: a release does not update the indexes
 	// (index.go), so they go stale (the index property's negative control).
 	faultIndexSkipsRelease
+	// faultRenewSkipsCopy: a renewal changes its key's ledger in place
+	// instead of through state.mut, so a snapshot being persisted shows
+	// the renewal (the copy-on-write test's negative control, cow.go).
+	faultRenewSkipsCopy
 )

@@ -149,7 +149,7 @@ func TestUnknownFeatureStopsTheServer(t *testing.T) {
 	if err := r.Restore(nopCloser{bytes.NewReader(raw)}); err != nil {
 		t.Fatal(err)
 	}
-	for _, le := range r.st.keys["per-tenant"]["acme"].ledger.Leases() {
+	for _, le := range r.st.keys["per-tenant"].at("acme").ledger.Leases() {
 		if le.Current.Version != 0 {
 			t.Fatalf("a lease from an unversioned snapshot has version %d", le.Current.Version)
 		}
@@ -199,7 +199,7 @@ func TestReturnClampedSwitch(t *testing.T) {
 		t.Fatal("with the switch off, a clamp report changed the state")
 	}
 	pool := func(h *harness) int64 {
-		return h.f.st.keys["per-tenant"]["acme"].ledger.PoolMilli()
+		return h.f.st.keys["per-tenant"].at("acme").ledger.PoolMilli()
 	}
 	if pool(offWith) != 0 {
 		t.Fatalf("switch off: pool %d, want 0", pool(offWith))

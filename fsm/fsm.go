@@ -82,7 +82,10 @@ type clientRecord struct {
 }
 
 type keyLedger struct {
+	// ledger is changed only through state.mut, and gen is the cow
+	// generation it was installed at (cow.go).
 	ledger *lease.Ledger
+	gen    uint64
 	// item is the ledger's entry in the due index and holders the client
 	// IDs it is listed under in the holders index (index.go).
 	item    dueItem
@@ -95,7 +98,7 @@ type state struct {
 	// digest chains every applied command (see chainDigest).
 	digest   []byte
 	policies map[string]policy.Policy
-	keys     map[string]map[string]*keyLedger // live policy -> canonical key -> ledger
+	keys     map[string]*ledgerMap // live policy -> canonical key -> ledger
 	clients  map[string]*clientRecord
 	// retired remembers budgets that outlived their definitions: deleted
 	// policies' ledgers, and floors left by keying changes (retire.go).
@@ -114,6 +117,8 @@ type state struct {
 	win windowState
 	// idx is derived from the rest (index.go): never serialized.
 	idx index
+	// cow is the snapshots' copy-on-write bookkeeping (cow.go).
+	cow *cowCtx
 	// ref, in tests only, replaces the indexed expire and revoke by
 	// reference scans that apply the same rule (index_test.go).
 	ref *referenceImpl
@@ -128,12 +133,13 @@ type referenceImpl struct {
 func newState() *state {
 	return &state{
 		policies:  map[string]policy.Policy{},
-		keys:      map[string]map[string]*keyLedger{},
+		keys:      map[string]*ledgerMap{},
 		clients:   map[string]*clientRecord{},
 		retired:   map[string]*retiredPolicy{},
 		fault:     stateFault(),
 		aclTokens: map[string]*acl.Token{},
 		idx:       newIndex(),
+		cow:       &cowCtx{},
 	}
 }
 
@@ -420,20 +426,20 @@ func (s *state) revoke(t int64, clientID string, incarnation uint64) {
 
 func (s *state) revokeLegacy(t int64, clientID string, incarnation uint64) {
 	for _, pn := range sortedKeys(s.keys) {
-		for _, ck := range sortedKeys(s.keys[pn]) {
+		for _, ck := range s.keys[pn].sortedKeys() {
 			// Revoke only fails for time going backwards, which Apply's
 			// clamp rules out.
-			kl := s.keys[pn][ck]
-			_, _ = kl.ledger.Revoke(t, clientID, incarnation)
+			kl := s.keys[pn].at(ck)
+			_, _ = s.mut(kl).Revoke(t, clientID, incarnation)
 			s.touch(kl)
 		}
 	}
 	for _, pn := range sortedKeys(s.retired) {
 		keys := s.retired[pn].keys
-		for _, ck := range sortedKeys(keys) {
-			if l := keys[ck].ledger; l.LeaseCount() > 0 {
-				_, _ = l.Revoke(t, clientID, incarnation)
-				s.touch(keys[ck])
+		for _, ck := range keys.sortedKeys() {
+			if kl := keys.at(ck); kl.ledger.LeaseCount() > 0 {
+				_, _ = s.mut(kl).Revoke(t, clientID, incarnation)
+				s.touch(kl)
 			}
 		}
 	}
@@ -531,14 +537,14 @@ func (s *state) resolve(t int64, k *api.Key, create bool) (policy.Policy, string
 	if err != nil {
 		return p, "", nil, fmt.Errorf("policy %q: %w", p.Name, err)
 	}
-	kl := s.keys[p.Name][ck]
+	kl := s.keys[p.Name].at(ck)
 	if kl != nil || !create {
 		if kl == nil {
 			return p, ck, nil, fmt.Errorf("%w: policy %q has no key %q", lease.ErrLeaseNotFound, p.Name, ck)
 		}
 		return p, ck, kl, nil
 	}
-	if int64(len(s.keys[p.Name])) >= p.MaxKeys {
+	if int64(s.keys[p.Name].Len()) >= p.MaxKeys {
 		return p, ck, nil, fmt.Errorf("%w: policy %q already tracks max_keys=%d keys", rpcerr.ErrResourceExhausted, p.Name, p.MaxKeys)
 	}
 	pool, _ := s.startPool(t, p)
@@ -551,10 +557,11 @@ func (s *state) resolve(t int64, k *api.Key, create bool) (policy.Policy, string
 	}
 	l = withFault(l)
 	if s.keys[p.Name] == nil {
-		s.keys[p.Name] = map[string]*keyLedger{}
+		s.keys[p.Name] = s.newLedgerMap()
 	}
 	kl = newKeyLedger(dueLive, p.Name, ck, l)
-	s.keys[p.Name][ck] = kl
+	kl.gen = s.cow.gen
+	s.keys[p.Name].set(ck, kl)
 	s.touch(kl)
 	return p, ck, kl, nil
 }
@@ -699,7 +706,7 @@ func (s *state) acquireKey(t int64, c *api.Caller, k *api.AcquireKey, seen map[s
 		return &api.KeyLease{Error: keyError(fmt.Errorf("%w: key %s/%s is listed twice in one request", rpcerr.ErrInvalid, p.Name, ck))}
 	}
 	seen[p.Name+"\x00"+ck] = true
-	g, err := kl.ledger.Grant(t, lease.GrantRequest{
+	g, err := s.mut(kl).Grant(t, lease.GrantRequest{
 		ClientID: c.GetClientId(), Incarnation: c.GetIncarnation(), Seq: c.GetSeq(),
 		Weight:                p.Weight(c.GetClientId()),
 		DemandRateMilliPerSec: k.GetDemand().GetRateMilliPerSec(),
@@ -778,7 +785,11 @@ func (s *state) renewKey(t int64, c *api.Caller, k *api.RenewKey) *api.KeyLease 
 	if err != nil {
 		return &api.KeyLease{Error: keyError(err)}
 	}
-	g, err := kl.ledger.Renew(t, lease.RenewRequest{
+	l := kl.ledger // the negative control changes it in place
+	if s.fault != faultRenewSkipsCopy {
+		l = s.mut(kl)
+	}
+	g, err := l.Renew(t, lease.RenewRequest{
 		ClientID: c.GetClientId(), Incarnation: c.GetIncarnation(), LeaseID: lease.LeaseID(k.GetLeaseId()),
 		Weight:                p.Weight(c.GetClientId()),
 		DemandRateMilliPerSec: k.GetDemand().GetRateMilliPerSec(),
@@ -819,7 +830,7 @@ func (s *state) release(t int64, req *api.ReleaseRequest) (*api.ReleaseResponse,
 		_, _, kl, err := s.resolve(t, k.GetKey(), false)
 		if err == nil {
 			var rr lease.ReleaseResult
-			rr, err = kl.ledger.Release(t, lease.ReleaseRequest{
+			rr, err = s.mut(kl).Release(t, lease.ReleaseRequest{
 				ClientID: c.GetClientId(), Incarnation: c.GetIncarnation(),
 				LeaseID: lease.LeaseID(k.GetLeaseId()), UnspentMilli: k.GetUnspentMilli(),
 			})
@@ -877,24 +888,25 @@ func (s *state) expireLegacy(t, through, retention int64) (*Result, error) {
 	active := map[string]bool{}
 	for _, pn := range sortedKeys(s.keys) {
 		keys := s.keys[pn]
-		for _, ck := range sortedKeys(keys) {
-			l := keys[ck].ledger
+		for _, ck := range keys.sortedKeys() {
+			kl := keys.at(ck)
+			l := s.mut(kl)
 			gone, err := l.ExpireThrough(t, through)
 			if err != nil {
 				return nil, err
 			}
 			res.expired(pn, len(gone))
 			if l.LeaseCount() == 0 && l.PoolMilli() >= l.Config().CapacityMilli {
-				s.untrack(keys[ck])
-				delete(keys, ck)
+				s.untrack(kl)
+				keys.del(ck)
 				continue
 			}
-			s.touch(keys[ck])
-			for _, id := range keys[ck].holders {
+			s.touch(kl)
+			for _, id := range kl.holders {
 				active[id] = true
 			}
 		}
-		if len(keys) == 0 {
+		if keys.Len() == 0 {
 			delete(s.keys, pn)
 		}
 	}
@@ -911,12 +923,13 @@ func (s *state) expireLegacy(t, through, retention int64) (*Result, error) {
 	return res, nil
 }
 
-// Snapshot implements raft.FSM: a deep point-in-time copy taken under the
-// read lock; Persist streams it.
+// Snapshot implements raft.FSM: a point-in-time capture whose cost under
+// the lock does not grow with the number of keys (cow.go, capture.go);
+// Persist encodes it while apply continues.
 func (f *FSM) Snapshot() (raft.FSMSnapshot, error) {
-	f.mu.RLock()
-	defer f.mu.RUnlock()
-	return &snapshot{data: f.st.export()}, nil
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return &snapshot{c: f.st.capture(f)}, nil
 }
 
 // Restore implements raft.FSM: it builds a new state from the stream,

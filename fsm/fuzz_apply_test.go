@@ -79,7 +79,7 @@ func sameAfterRoundTrip(t *testing.T, f *FSM, what string) {
 func checkLedgers(t *testing.T, f *FSM, what string) {
 	t.Helper()
 	for pn, keys := range f.st.keys {
-		for ck, kl := range keys {
+		for ck, kl := range keys.all() {
 			if err := kl.ledger.CheckInvariants(); err != nil {
 				t.Fatalf("%s: ledger %s/%s: %v", what, pn, ck, err)
 			}

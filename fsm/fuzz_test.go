@@ -100,7 +100,7 @@ func FuzzLeaseRequests(f *testing.F) {
 				h.apply(CmdExpire, now, &api.ExpireCommand{})
 			}
 			for pn, keys := range h.f.st.keys {
-				for ck, kl := range keys {
+				for ck, kl := range keys.all() {
 					if err := kl.ledger.CheckInvariants(); err != nil {
 						t.Fatalf("ledger %s/%s: %v", pn, ck, err)
 					}

@@ -38,11 +38,13 @@ const (
 // retired name's is in index.floors.
 type dueItem struct {
 	due  int64
-	kind dueKind
 	name string // policy name
 	key  string // canonical key ("" for dueFloor)
-	pos  int    // position in the heap, -1 when absent
 	kl   *keyLedger
+	// pos is the position in the heap, -1 when absent (int32 and next to
+	// kind: 8 bytes less per key).
+	pos  int32
+	kind dueKind
 }
 
 func (a *dueItem) less(b *dueItem) bool {
@@ -64,11 +66,11 @@ func (h dueHeap) Len() int           { return len(h) }
 func (h dueHeap) Less(i, j int) bool { return h[i].less(h[j]) }
 func (h dueHeap) Swap(i, j int) {
 	h[i], h[j] = h[j], h[i]
-	h[i].pos, h[j].pos = i, j
+	h[i].pos, h[j].pos = int32(i), int32(j)
 }
 func (h *dueHeap) Push(x any) {
 	it := x.(*dueItem)
-	it.pos = len(*h)
+	it.pos = int32(len(*h))
 	*h = append(*h, it)
 }
 func (h *dueHeap) Pop() any {
@@ -87,12 +89,12 @@ func (h *dueHeap) upsert(it *dueItem, due int64) {
 		heap.Push(h, it)
 		return
 	}
-	heap.Fix(h, it.pos)
+	heap.Fix(h, int(it.pos))
 }
 
 func (h *dueHeap) remove(it *dueItem) {
 	if it.pos >= 0 {
-		heap.Remove(h, it.pos)
+		heap.Remove(h, int(it.pos))
 	}
 }
 
@@ -225,8 +227,8 @@ func (s *state) untrack(kl *keyLedger) {
 	kl.holders = nil
 }
 
-func (s *state) untrackAll(keys map[string]*keyLedger) {
-	for _, kl := range keys {
+func (s *state) untrackAll(keys *ledgerMap) {
+	for _, kl := range keys.all() {
 		s.untrack(kl)
 	}
 }
@@ -294,14 +296,14 @@ func (s *state) dropClient(id string) {
 func (s *state) rebuildIndex() {
 	s.idx = newIndex()
 	for pn, keys := range s.keys {
-		for ck, kl := range keys {
+		for ck, kl := range keys.all() {
 			kl.item = dueItem{kind: dueLive, name: pn, key: ck, pos: -1, kl: kl}
 			kl.holders = nil
 			s.touch(kl)
 		}
 	}
 	for name, r := range s.retired {
-		for ck, kl := range r.keys {
+		for ck, kl := range r.keys.all() {
 			kl.item = dueItem{kind: dueRetired, name: name, key: ck, pos: -1, kl: kl}
 			kl.holders = nil
 			s.touch(kl)
@@ -390,6 +392,7 @@ func (s *state) expireKey(t, through int64, kl *keyLedger, res *Result) error {
 	l := kl.ledger
 	live := kl.item.kind == dueLive
 	if live || l.LeaseCount() > 0 {
+		l = s.mut(kl)
 		gone, err := l.ExpireThrough(t, through)
 		if err != nil {
 			s.touch(kl)
@@ -401,15 +404,15 @@ func (s *state) expireKey(t, through int64, kl *keyLedger, res *Result) error {
 		if l.LeaseCount() == 0 && l.PoolMilli() >= l.Config().CapacityMilli {
 			s.untrack(kl)
 			keys := s.keys[kl.item.name]
-			delete(keys, kl.item.key)
-			if len(keys) == 0 {
+			keys.del(kl.item.key)
+			if keys.Len() == 0 {
 				delete(s.keys, kl.item.name)
 			}
 			return nil
 		}
 	} else if l.LeaseCount() == 0 && (s.forgetRetired() || fresh(t, l)) {
 		s.untrack(kl)
-		delete(s.retired[kl.item.name].keys, kl.item.key)
+		s.retired[kl.item.name].keys.del(kl.item.key)
 		return nil
 	}
 	s.touch(kl)
@@ -427,7 +430,7 @@ func (s *state) revokeIndexed(t int64, clientID string, incarnation uint64) {
 	for _, kl := range kls {
 		// Revoke only fails for time going backwards, which Apply's
 		// clamp rules out.
-		_, _ = kl.ledger.Revoke(t, clientID, incarnation)
+		_, _ = s.mut(kl).Revoke(t, clientID, incarnation)
 		s.touch(kl)
 	}
 }

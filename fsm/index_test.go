@@ -28,8 +28,8 @@ func expireScan(s *state, t, through, retention int64) (*Result, error) {
 	res := &Result{}
 	for _, pn := range sortedKeys(s.keys) {
 		keys := s.keys[pn]
-		for _, ck := range sortedKeys(keys) {
-			if kl := keys[ck]; s.isDue(t, through, kl) {
+		for _, ck := range keys.sortedKeys() {
+			if kl := keys.at(ck); s.isDue(t, through, kl) {
 				if err := s.expireKey(t, through, kl, res); err != nil {
 					return nil, err
 				}
@@ -38,8 +38,8 @@ func expireScan(s *state, t, through, retention int64) (*Result, error) {
 	}
 	for _, name := range sortedKeys(s.retired) {
 		keys := s.retired[name].keys
-		for _, ck := range sortedKeys(keys) {
-			if kl := keys[ck]; s.isDue(t, through, kl) {
+		for _, ck := range keys.sortedKeys() {
+			if kl := keys.at(ck); s.isDue(t, through, kl) {
 				if err := s.expireKey(t, through, kl, res); err != nil {
 					return nil, err
 				}
@@ -79,13 +79,13 @@ func revokeScan(s *state, t int64, clientID string, incarnation uint64) {
 func allLedgers(s *state) []*keyLedger {
 	var out []*keyLedger
 	for _, pn := range sortedKeys(s.keys) {
-		for _, ck := range sortedKeys(s.keys[pn]) {
-			out = append(out, s.keys[pn][ck])
+		for _, ck := range s.keys[pn].sortedKeys() {
+			out = append(out, s.keys[pn].at(ck))
 		}
 	}
 	for _, name := range sortedKeys(s.retired) {
-		for _, ck := range sortedKeys(s.retired[name].keys) {
-			out = append(out, s.retired[name].keys[ck])
+		for _, ck := range s.retired[name].keys.sortedKeys() {
+			out = append(out, s.retired[name].keys.at(ck))
 		}
 	}
 	return out
@@ -134,14 +134,14 @@ func checkIndex(s *state) error {
 		return nil
 	}
 	for pn, keys := range s.keys {
-		for ck, kl := range keys {
+		for ck, kl := range keys.all() {
 			if err := add(dueLive, pn, ck, kl); err != nil {
 				return err
 			}
 		}
 	}
 	for name, r := range s.retired {
-		for ck, kl := range r.keys {
+		for ck, kl := range r.keys.all() {
 			if err := add(dueRetired, name, ck, kl); err != nil {
 				return err
 			}
@@ -152,7 +152,7 @@ func checkIndex(s *state) error {
 	}
 	var got []dueEntry
 	for i, it := range s.idx.due {
-		if it.pos != i {
+		if int(it.pos) != i {
 			return fmt.Errorf("due entry %s/%s at %d records position %d", it.name, it.key, i, it.pos)
 		}
 		if i > 0 && it.less(s.idx.due[(i-1)/2]) {
@@ -428,7 +428,7 @@ func (c *indexCoverage) note(s *state, ct CommandType, r *Result) {
 		}
 	}
 	for _, rp := range s.retired {
-		c.retiredKeys += len(rp.keys)
+		c.retiredKeys += rp.keys.Len()
 		if rp.fl != (floor{}) {
 			c.floors++
 		}
@@ -482,7 +482,7 @@ func TestIndexedExpiryWaitsForItsSwitch(t *testing.T) {
 		now      int64 // the ledgers' time after the expire
 	}{{KnownFeatures &^ FeatureIndexedExpiry, 2 * sec}, {KnownFeatures, sec}} {
 		h := run(c.features)
-		for ck, kl := range h.f.st.keys["per-tenant"] {
+		for ck, kl := range h.f.st.keys["per-tenant"].all() {
 			if got := kl.ledger.NowNanos(); got != c.now {
 				t.Errorf("features %#x: ledger %s advanced to %d ns by an expire with nothing due, want %d", c.features, ck, got, c.now)
 			}

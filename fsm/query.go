@@ -25,9 +25,9 @@ func (f *FSM) ClusterTime() int64 {
 func (f *FSM) Counts() (policies, keys, leases, clients int) {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
-	count := func(ks map[string]*keyLedger) {
-		keys += len(ks)
-		for _, kl := range ks {
+	count := func(ks *ledgerMap) {
+		keys += ks.Len()
+		for _, kl := range ks.all() {
 			leases += kl.ledger.LeaseCount()
 		}
 	}
@@ -63,7 +63,7 @@ func (f *FSM) Policy(name string) (policy.Policy, bool) {
 func (f *FSM) PolicyUsage(name string) (keys, leases int) {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
-	for _, kl := range f.st.keys[name] {
+	for _, kl := range f.st.keys[name].all() {
 		keys++
 		leases += kl.ledger.LeaseCount()
 	}
@@ -97,7 +97,7 @@ func (f *FSM) Leases(policyName, key string, nowNanos int64) *api.ListLeasesResp
 	now := max(f.st.clusterTime, nowNanos)
 	out := &api.ListLeasesResponse{ClusterTimeNanos: now}
 	// A name is either live (keys) or deleted (a retired spec), never both.
-	byName := map[string]map[string]*keyLedger{}
+	byName := map[string]*ledgerMap{}
 	for pn, ks := range f.st.keys {
 		byName[pn] = ks
 	}
@@ -110,11 +110,11 @@ func (f *FSM) Leases(policyName, key string, nowNanos int64) *api.ListLeasesResp
 		if policyName != "" && pn != policyName {
 			continue
 		}
-		for _, ck := range sortedKeys(byName[pn]) {
+		for _, ck := range byName[pn].sortedKeys() {
 			if key != "" && ck != key {
 				continue
 			}
-			l := byName[pn][ck].ledger
+			l := byName[pn].at(ck).ledger
 			cfg := l.Config()
 			out.Keys = append(out.Keys, &api.KeyInfo{
 				Policy: pn, Key: ck, PoolMilli: l.PoolMilli(),
@@ -143,14 +143,18 @@ func (f *FSM) Leases(policyName, key string, nowNanos int64) *api.ListLeasesResp
 // compares them. The index is 0 after a snapshot restore until the next
 // command is applied.
 func (f *FSM) StateHash() (index uint64, sha string) {
-	f.mu.RLock()
-	defer f.mu.RUnlock()
+	// A capture (cow.go): the hashing runs outside the lock.
+	f.mu.Lock()
+	cp := f.st.capture(f)
+	index = f.index
+	f.mu.Unlock()
+	defer cp.done()
 	h := sha256.New()
-	if err := writeSnapshot(h, f.st.export()); err != nil {
+	if err := writeCapture(h, cp); err != nil {
 		// A hash never fails to write; keep the signature honest anyway.
-		return f.index, "error: " + err.Error()
+		return index, "error: " + err.Error()
 	}
-	return f.index, hex.EncodeToString(h.Sum(nil))
+	return index, hex.EncodeToString(h.Sum(nil))
 }
 
 // Features returns the feature switches turned on (FeatureXxx bits).

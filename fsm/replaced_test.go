@@ -15,7 +15,7 @@ func TestReplacedTermsSurviveSnapshot(t *testing.T) {
 	h := newHarness(t)
 	h.batch(sec, acquire(caller("a", 1, 1), tenant("acme")))
 	h.batch(2*sec, acquire(caller("a", 1, 2), tenant("acme"))) // replaces the first lease
-	le := h.f.st.keys["per-tenant"]["acme"].ledger.Leases()
+	le := h.f.st.keys["per-tenant"].at("acme").ledger.Leases()
 	if len(le) != 1 || len(le[0].Replaced) != 1 {
 		t.Fatalf("leases after the replacing grant = %+v", le)
 	}
@@ -27,7 +27,7 @@ func TestReplacedTermsSurviveSnapshot(t *testing.T) {
 	if after := snapshotBytes(t, g); !bytes.Equal(before, after) {
 		t.Fatal("snapshot -> restore -> snapshot is not byte-identical")
 	}
-	got := g.st.keys["per-tenant"]["acme"].ledger.Leases()
+	got := g.st.keys["per-tenant"].at("acme").ledger.Leases()
 	if len(got) != 1 || !slices.Equal(got[0].Replaced, le[0].Replaced) {
 		t.Fatalf("restored leases = %+v, want replaced %+v", got, le[0].Replaced)
 	}

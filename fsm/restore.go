@@ -75,22 +75,22 @@ func PrepareRestore(snapshot []byte, now int64, current []policy.Policy) ([]byte
 		return nil
 	}
 	for _, pn := range sortedKeys(st.keys) {
-		for _, ck := range sortedKeys(st.keys[pn]) {
-			if err := hold(st.keys[pn][ck].ledger); err != nil {
+		for _, ck := range st.keys[pn].sortedKeys() {
+			if err := hold(st.mut(st.keys[pn].at(ck))); err != nil {
 				return nil, fmt.Errorf("fsm: prepare restore: %s/%s: %w", pn, ck, err)
 			}
 		}
 	}
 	for _, name := range sortedKeys(st.retired) {
-		for _, ck := range sortedKeys(st.retired[name].keys) {
-			if err := hold(st.retired[name].keys[ck].ledger); err != nil {
+		for _, ck := range st.retired[name].keys.sortedKeys() {
+			if err := hold(st.mut(st.retired[name].keys.at(ck))); err != nil {
 				return nil, fmt.Errorf("fsm: prepare restore: retired %s/%s: %w", name, ck, err)
 			}
 		}
 	}
 	st.windowsPrepareRestore()
 	var out bytes.Buffer
-	if err := writeSnapshot(&out, st.export()); err != nil {
+	if err := writeCapture(&out, st.capture(nil)); err != nil {
 		return nil, err
 	}
 	return out.Bytes(), nil

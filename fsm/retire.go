@@ -26,7 +26,7 @@ type retiredPolicy struct {
 	// spec is the deleted definition and keys its keys' ledgers (spec nil:
 	// none, only a floor). A name has a spec here only while it is not live.
 	spec *policy.Policy
-	keys map[string]*keyLedger
+	keys *ledgerMap
 	at   int64 // cluster time of the delete
 	fl   floor
 }
@@ -95,7 +95,7 @@ func (s *state) tidy(t int64, name string) {
 	if r == nil {
 		return
 	}
-	if len(r.keys) == 0 {
+	if r.keys.Len() == 0 {
 		r.spec, r.keys, r.at = nil, nil, 0
 	}
 	if !r.fl.active(t) {
@@ -110,7 +110,7 @@ func (s *state) tidy(t int64, name string) {
 // leases granted under the old keying are live: fresh budgets next to live
 // old leases would let both be spent.
 func (s *state) checkChange(p policy.Policy) error {
-	var keys map[string]*keyLedger
+	var keys *ledgerMap
 	if old, live := s.policies[p.Name]; live {
 		if sameKeying(old, p) {
 			return nil
@@ -135,7 +135,7 @@ func (s *state) checkChange(p policy.Policy) error {
 func (s *state) install(t int64, p policy.Policy) error {
 	old, live := s.policies[p.Name]
 	s.policies[p.Name] = p
-	var keep map[string]*keyLedger
+	var keep *ledgerMap
 	switch r := s.retired[p.Name]; {
 	case live && sameKeying(old, p):
 		keep = s.keys[p.Name]
@@ -155,12 +155,13 @@ func (s *state) install(t int64, p policy.Policy) error {
 		r.keys = nil
 	}
 	s.tidy(t, p.Name)
-	for _, kl := range keep {
+	for _, kl := range keep.all() {
 		s.retrack(kl, dueLive) // resurrected ones were retired
 	}
-	for _, ck := range sortedKeys(keep) {
-		err := keep[ck].ledger.Reconfigure(t, ledgerConfig(p))
-		s.touch(keep[ck])
+	for _, ck := range keep.sortedKeys() {
+		kl := keep.at(ck)
+		err := s.mut(kl).Reconfigure(t, ledgerConfig(p))
+		s.touch(kl)
 		if err != nil {
 			return fmt.Errorf("reconfigure %s/%s: %w", p.Name, ck, err)
 		}
@@ -168,13 +169,13 @@ func (s *state) install(t int64, p policy.Policy) error {
 	return nil
 }
 
-func (s *state) foldAll(t int64, name string, keys map[string]*keyLedger) {
+func (s *state) foldAll(t int64, name string, keys *ledgerMap) {
 	if s.forgetRetired() {
 		return // the old rule: the old budgets are forgotten
 	}
 	r := s.retiredOf(name)
-	for _, ck := range sortedKeys(keys) {
-		r.fl.fold(t, keys[ck].ledger)
+	for _, ck := range keys.sortedKeys() {
+		r.fl.fold(t, keys.at(ck).ledger)
 	}
 	s.tidy(t, name)
 }
@@ -203,22 +204,22 @@ func (s *state) startPool(t int64, p policy.Policy) (pool int64, floored bool) {
 func (s *state) retire(t int64, p policy.Policy) {
 	keys := s.keys[p.Name]
 	delete(s.keys, p.Name)
-	kept := map[string]*keyLedger{}
-	for _, ck := range sortedKeys(keys) {
-		l := keys[ck].ledger
-		if l.LeaseCount() == 0 && (s.forgetRetired() || fresh(t, l)) {
-			s.untrack(keys[ck])
+	kept := s.newLedgerMap()
+	for _, ck := range keys.sortedKeys() {
+		kl := keys.at(ck)
+		if l := kl.ledger; l.LeaseCount() == 0 && (s.forgetRetired() || fresh(t, l)) {
+			s.untrack(kl)
 			continue
 		}
-		kept[ck] = keys[ck]
+		kept.set(ck, kl)
 	}
-	if len(kept) == 0 {
+	if kept.Len() == 0 {
 		return
 	}
 	r := s.retiredOf(p.Name)
 	r.spec, r.keys, r.at = &p, kept, t
-	for _, ck := range sortedKeys(kept) {
-		s.retrack(kept[ck], dueRetired)
+	for _, ck := range kept.sortedKeys() {
+		s.retrack(kept.at(ck), dueRetired)
 	}
 	s.trackRetired(p.Name)
 }
@@ -229,9 +230,11 @@ func (s *state) retire(t int64, p policy.Policy) {
 func (s *state) expireRetired(t, through int64, res *Result, active map[string]bool) error {
 	for _, name := range sortedKeys(s.retired) {
 		r := s.retired[name]
-		for _, ck := range sortedKeys(r.keys) {
-			l := r.keys[ck].ledger
+		for _, ck := range r.keys.sortedKeys() {
+			kl := r.keys.at(ck)
+			l := kl.ledger
 			if l.LeaseCount() > 0 {
+				l = s.mut(kl)
 				gone, err := l.ExpireThrough(t, through)
 				if err != nil {
 					return err
@@ -239,12 +242,12 @@ func (s *state) expireRetired(t, through int64, res *Result, active map[string]b
 				res.expired(name, len(gone))
 			}
 			if l.LeaseCount() == 0 && (s.forgetRetired() || fresh(t, l)) {
-				s.untrack(r.keys[ck])
-				delete(r.keys, ck)
+				s.untrack(kl)
+				r.keys.del(ck)
 				continue
 			}
-			s.touch(r.keys[ck])
-			for _, id := range r.keys[ck].holders {
+			s.touch(kl)
+			for _, id := range kl.holders {
 				active[id] = true
 			}
 		}
@@ -255,8 +258,8 @@ func (s *state) expireRetired(t, through int64, res *Result, active map[string]b
 
 // liveLeases counts the leases of a set of ledgers and the latest time
 // any of them holds terms (replaced leases' terms included).
-func liveLeases(keys map[string]*keyLedger) (n int, until int64) {
-	for _, kl := range keys {
+func liveLeases(keys *ledgerMap) (n int, until int64) {
+	for _, kl := range keys.all() {
 		for _, le := range kl.ledger.Leases() {
 			n++
 			until = max(until, le.HoldUntil())

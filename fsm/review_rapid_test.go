@@ -84,7 +84,7 @@ func TestReviewRandomSnapshotRestore(t *testing.T) {
 			g := New(nil)
 			stale := false
 			for _, ks := range h.f.st.keys {
-				for _, kl := range ks {
+				for _, kl := range ks.all() {
 					for _, le := range kl.ledger.Leases() {
 						if le.Current.ExpiresNanos <= kl.ledger.NowNanos() {
 							stale = true

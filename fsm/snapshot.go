@@ -44,20 +44,16 @@ const (
 // maxFrame bounds one frame so a corrupt length cannot allocate wildly.
 const maxFrame = 64 << 20
 
-type snapshotData struct {
-	header  *api.Snapshot
-	ledgers []*api.LedgerSnapshot
-	retired []*api.LedgerSnapshot
-	clients []*api.ClientRecord
-	tokens  []*api.ACLToken
-	windows []*api.WindowFrame // frame kind 6 (window.go)
-}
+// snapshot is what Snapshot returns: a capture (capture.go) that Persist
+// encodes outside the FSM lock.
+type snapshot struct{ c *capture }
 
-type snapshot struct{ data snapshotData }
-
-// Persist implements raft.FSMSnapshot.
+// Persist implements raft.FSMSnapshot. It ends the capture's copy-on-write
+// when it returns (Release does too).
 func (s *snapshot) Persist(sink raft.SnapshotSink) error {
-	if err := writeSnapshot(sink, s.data); err != nil {
+	err := writeCapture(sink, s.c)
+	s.c.done()
+	if err != nil {
 		_ = sink.Cancel()
 		return err
 	}
@@ -65,143 +61,10 @@ func (s *snapshot) Persist(sink raft.SnapshotSink) error {
 }
 
 // Release implements raft.FSMSnapshot.
-func (s *snapshot) Release() {}
-
-func writeSnapshot(w io.Writer, d snapshotData) error {
-	bw := bufio.NewWriter(w)
-	magic := snapshotMagic
-	if d.header.GetFeatures() != 0 {
-		magic = snapshotMagicV2
-	}
-	if _, err := bw.WriteString(magic); err != nil {
-		return err
-	}
-	frame := func(kind byte, m proto.Message) error {
-		b, err := proto.MarshalOptions{Deterministic: true}.Marshal(m)
-		if err != nil {
-			return err
-		}
-		var hdr [1 + binary.MaxVarintLen64]byte
-		hdr[0] = kind
-		n := binary.PutUvarint(hdr[1:], uint64(len(b)))
-		if _, err := bw.Write(hdr[:1+n]); err != nil {
-			return err
-		}
-		_, err = bw.Write(b)
-		return err
-	}
-	if err := frame(frameHeader, d.header); err != nil {
-		return err
-	}
-	for _, l := range d.ledgers {
-		if err := frame(frameLedger, l); err != nil {
-			return err
-		}
-	}
-	for _, l := range d.retired {
-		if err := frame(frameRetired, l); err != nil {
-			return err
-		}
-	}
-	for _, c := range d.clients {
-		if err := frame(frameClient, c); err != nil {
-			return err
-		}
-	}
-	for _, t := range d.tokens {
-		if err := frame(frameACLToken, t); err != nil {
-			return err
-		}
-	}
-	for _, w := range d.windows {
-		if err := frame(frameWindow, w); err != nil {
-			return err
-		}
-	}
-	if err := bw.WriteByte(frameEnd); err != nil {
-		return err
-	}
-	return bw.Flush()
-}
-
-// export copies the state into protobuf messages, in sorted order so equal
-// states give byte-identical snapshots.
-func (s *state) export() snapshotData {
-	d := snapshotData{header: &api.Snapshot{ClusterTimeNanos: s.clusterTime, AppliedDigest: append([]byte(nil), s.digest...), Features: s.features,
-		RestoreHoldUntilNanos: s.restoreHoldUntil, LeaseIdGeneration: s.idGeneration, AclBootstrapped: s.aclBootstrapped}}
-	for _, id := range sortedKeys(s.aclTokens) {
-		if s.fault == faultSnapshotDropsTokens {
-			break
-		}
-		d.tokens = append(d.tokens, TokenToProto(s.aclTokens[id]))
-	}
-	for _, name := range sortedKeys(s.policies) {
-		d.header.Policies = append(d.header.Policies, s.policies[name].ToProto())
-	}
-	for _, pn := range sortedKeys(s.keys) {
-		for _, ck := range sortedKeys(s.keys[pn]) {
-			d.ledgers = append(d.ledgers, exportLedger(pn, ck, s.keys[pn][ck].ledger.State()))
-		}
-	}
-	for _, name := range sortedKeys(s.retired) {
-		r := s.retired[name]
-		rp := &api.RetiredPolicy{
-			Name: name, RetiredAtNanos: r.at,
-			FloorCapacityMilli: r.fl.capMilli, FloorRateMilliPerSec: r.fl.rateMilliPerSec, FloorFullAtNanos: r.fl.fullAt,
-		}
-		if r.spec != nil {
-			rp.Spec = r.spec.ToProto()
-		}
-		d.header.Retired = append(d.header.Retired, rp)
-		for _, ck := range sortedKeys(r.keys) {
-			d.retired = append(d.retired, exportLedger(name, ck, r.keys[ck].ledger.State()))
-		}
-	}
-	for _, id := range sortedKeys(s.clients) {
-		c := s.clients[id]
-		d.clients = append(d.clients, &api.ClientRecord{
-			ClientId: id, Incarnation: c.incarnation, Seq: c.seq,
-			Response: append([]byte(nil), c.response...), ResponseKind: c.kind, LastSeenNanos: c.lastSeen,
-		})
-	}
-	d.windows = s.exportWindows()
-	return d
-}
-
-func exportShare(s lease.Share) *api.ShareSnapshot {
-	return &api.ShareSnapshot{RateMilliPerSec: s.RateMilliPerSec, CapMilli: s.CapMilli, ExpiresNanos: s.ExpiresNanos, Version: s.Version}
-}
+func (s *snapshot) Release() { s.c.done() }
 
 func importShare(s *api.ShareSnapshot) lease.Share {
 	return lease.Share{RateMilliPerSec: s.GetRateMilliPerSec(), CapMilli: s.GetCapMilli(), ExpiresNanos: s.GetExpiresNanos(), Version: s.GetVersion()}
-}
-
-func exportLedger(pn, ck string, st lease.LedgerState) *api.LedgerSnapshot {
-	out := &api.LedgerSnapshot{
-		Policy: pn, Key: ck,
-		PoolMilli: st.PoolMilli, PoolNanos: st.PoolNanos, NowNanos: st.NowNanos, NextId: uint64(st.NextID),
-		PoolRateMilliPerSec: st.PoolRateMilliPerSec, InitialPoolMilli: st.InitialPoolMilli,
-		MintedMilli: st.Stats.MintedMilli, DebitedMilli: st.Stats.DebitedMilli,
-		CreditedMilli: st.Stats.CreditedMilli, BurnedMilli: st.Stats.BurnedMilli,
-		RateMilliPerSec: st.Config.RateMilliPerSec, CapacityMilli: st.Config.CapacityMilli, RatePeriodNanos: st.Config.RatePeriodNanos,
-		StartFull: st.Config.StartFull, MaxLeases: int64(st.Config.MaxLeases), DriftPpm: st.Config.DriftPPM,
-		OvercommitUntilNanos: st.OvercommitUntilNanos, HoldAllUntilNanos: st.HoldAllUntilNanos,
-	}
-	for _, le := range st.Leases {
-		ls := &api.LeaseSnapshot{
-			Id: uint64(le.ID), ClientId: le.ClientID, Incarnation: le.Incarnation, GrantSeq: le.GrantSeq,
-			Weight: le.Weight, DemandRateMilliPerSec: le.DemandRateMilliPerSec, DemandBurstMilli: le.DemandBurstMilli, DemandMaxCostMilli: le.DemandMaxCostMilli,
-			Current: exportShare(le.Current), StartMilli: le.StartMilli,
-		}
-		for _, sh := range le.Superseded {
-			ls.Superseded = append(ls.Superseded, exportShare(sh))
-		}
-		for _, sh := range le.Replaced {
-			ls.Replaced = append(ls.Replaced, exportShare(sh))
-		}
-		out.Leases = append(out.Leases, ls)
-	}
-	return out
 }
 
 func importLedger(ls *api.LedgerSnapshot) (*lease.Ledger, error) {
@@ -303,9 +166,9 @@ func importState(r io.Reader) (*state, error) {
 				return nil, fmt.Errorf("%w: ledger %s/%s: %v", errSnapshot, ls.GetPolicy(), ls.GetKey(), err)
 			}
 			if st.keys[ls.GetPolicy()] == nil {
-				st.keys[ls.GetPolicy()] = map[string]*keyLedger{}
+				st.keys[ls.GetPolicy()] = st.newLedgerMap()
 			}
-			st.keys[ls.GetPolicy()][ls.GetKey()] = &keyLedger{ledger: l}
+			st.keys[ls.GetPolicy()].set(ls.GetKey(), &keyLedger{ledger: l})
 		case frameRetired:
 			ls := &api.LedgerSnapshot{}
 			if err := proto.Unmarshal(buf, ls); err != nil {
@@ -407,7 +270,7 @@ func importRetired(st *state, rps []*api.RetiredPolicy) error {
 				// A re-created policy takes its retired budgets back.
 				return fmt.Errorf("%w: policy %q is both live and retired", errSnapshot, name)
 			}
-			r.spec, r.keys = &p, map[string]*keyLedger{}
+			r.spec, r.keys = &p, st.newLedgerMap()
 		}
 		st.retired[name] = r
 		for _, ls := range rp.GetLedgers() {
@@ -427,13 +290,13 @@ func addRetiredLedger(st *state, ls *api.LedgerSnapshot) error {
 	if r == nil || r.spec == nil {
 		return fmt.Errorf("%w: retired ledger %s/%s belongs to no deleted policy", errSnapshot, ls.GetPolicy(), ls.GetKey())
 	}
-	if r.keys[ls.GetKey()] != nil {
+	if r.keys.at(ls.GetKey()) != nil {
 		return fmt.Errorf("%w: retired ledger %s/%s is listed twice", errSnapshot, ls.GetPolicy(), ls.GetKey())
 	}
 	l, err := importLedger(ls)
 	if err != nil {
 		return fmt.Errorf("%w: retired ledger %s/%s: %v", errSnapshot, ls.GetPolicy(), ls.GetKey(), err)
 	}
-	r.keys[ls.GetKey()] = &keyLedger{ledger: l}
+	r.keys.set(ls.GetKey(), &keyLedger{ledger: l})
 	return nil
 }
