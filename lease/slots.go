@@ -620,7 +620,11 @@ func (l *SlotLedger) Release(nowNanos int64, req SlotReleaseRequest) error {
 		// only the replaced slots until their expiry.
 		le.ID = l.s.NextID
 		l.s.NextID++
-		le.Current = SlotShare{ExpiresNanos: le.holdUntil()}
+		until := int64(0)
+		for _, r := range le.Replaced {
+			until = max(until, r.ExpiresNanos)
+		}
+		le.Current = SlotShare{ExpiresNanos: until}
 		le.Superseded = nil
 		le.DemandSlots = 0
 	} else {

@@ -207,13 +207,13 @@ func newSlotSim(t *rapid.T, p slotParams, fault SlotFault, model int) *slotSim {
 	l.fault = fault
 	s := &slotSim{t: t, p: p, ledger: l, model: model, prompt: rapid.Bool().Draw(t, "prompt"), saturate: rapid.Bool().Draw(t, "saturate"), checkInv: fault == SlotFaultNone}
 	for i := range rapid.IntRange(1, 3).Draw(t, "servers") {
-		s.skews = append(s.skews, rapid.Int64Range(-p.rhoPPM, p.rhoPPM).Draw(t, fmt.Sprintf("leaderSkew%d", i)))
+		s.skews = append(s.skews, drawSkew(t, p.rhoPPM, fmt.Sprintf("leaderSkew%d", i)))
 	}
 	s.leaderSkew = s.skews[0]
 	for i := 0; i < p.holders; i++ {
 		s.holders = append(s.holders, &slotHolder{
 			id: fmt.Sprintf("h%d", i), inc: 1,
-			skewPPM: rapid.Int64Range(-p.rhoPPM, p.rhoPPM).Draw(t, fmt.Sprintf("skew%d", i)),
+			skewPPM: drawSkew(t, p.rhoPPM, fmt.Sprintf("skew%d", i)),
 			offset:  rapid.Int64Range(0, 1e12).Draw(t, fmt.Sprintf("offset%d", i)),
 		})
 	}
@@ -223,6 +223,12 @@ func newSlotSim(t *rapid.T, p slotParams, fault SlotFault, model int) *slotSim {
 		a.twin, b.twin = b, a
 	}
 	return s
+}
+
+// drawSkew draws a clock rate error within ±ρ, often at an edge (rapid
+// favours small integers, and the edges are where a broken margin shows).
+func drawSkew(t *rapid.T, rho int64, label string) int64 {
+	return rapid.OneOf(rapid.Just(-rho), rapid.Just(rho), rapid.Int64Range(-rho, rho)).Draw(t, label)
 }
 
 func (s *slotSim) send(m *slotMsg) {
@@ -279,21 +285,25 @@ func (s *slotSim) cancel(le *slotHolderLease) {
 	}
 }
 
-// deliverUntil runs every event due at or before t in time order: request
-// ends first (a request ending at t is not in flight at t), then cancels,
-// prompt expiries and messages.
+// deliverUntil runs every event due at or before t in time order; at one
+// instant, request ends first (a request ending at t is not in flight at
+// t), then cancels, prompt expiries and messages.
 func (s *slotSim) deliverUntil(t int64) {
 	for {
+		const none = int64(1<<63 - 1)
+		endAt, cancelAt, expireAt, msgAt := none, none, none, none
 		sort.SliceStable(s.runs, func(a, b int) bool { return s.runs[a].end < s.runs[b].end })
-		if len(s.runs) > 0 && s.runs[0].end <= t && (len(s.queue) == 0 || s.runs[0].end <= s.minQueue()) {
-			s.now = max(s.now, s.runs[0].end)
-			s.endRun(0)
-			continue
+		if len(s.runs) > 0 {
+			endAt = max(s.now, s.runs[0].end)
 		}
-		if at, le, ok := s.nextCancel(); ok && at <= t && (len(s.queue) == 0 || at <= s.minQueue()) {
-			s.now = max(s.now, at)
-			s.cancel(le)
-			continue
+		at, le, ok := s.nextCancel()
+		if ok {
+			cancelAt = at
+		}
+		if e, ok := s.ledger.NextExpiry(); ok && s.prompt && !s.inElection(s.now) {
+			if at := s.realAt(e); !s.inElection(at) {
+				expireAt = at
+			}
 		}
 		sort.Slice(s.queue, func(a, b int) bool {
 			if s.queue[a].at != s.queue[b].at {
@@ -301,14 +311,11 @@ func (s *slotSim) deliverUntil(t int64) {
 			}
 			return s.queue[a].seq < s.queue[b].seq
 		})
-		if e, ok := s.ledger.NextExpiry(); ok && s.prompt && !s.inElection(s.now) {
-			if at := s.realAt(e); at <= t && !s.inElection(at) && (len(s.queue) == 0 || at <= s.queue[0].at) {
-				s.now = at
-				s.expire()
-				continue
-			}
+		if len(s.queue) > 0 {
+			msgAt = max(s.now, s.queue[0].at)
 		}
-		if len(s.queue) == 0 || s.queue[0].at > t {
+		next := min(endAt, cancelAt, expireAt, msgAt)
+		if next > t {
 			s.now = max(s.now, t)
 			if s.saturate {
 				// Every holder asks for what it lacks and fills its slots.
@@ -321,24 +328,25 @@ func (s *slotSim) deliverUntil(t int64) {
 			}
 			return
 		}
-		m := s.queue[0]
-		s.queue = s.queue[1:]
-		s.now = max(s.now, m.at)
-		if m.kind <= slotMsgRelease && s.inElection(s.now) {
-			m.at = s.pauseEnd
-			s.send(m)
-			continue
+		s.now = next
+		switch next {
+		case endAt:
+			s.endRun(0)
+		case cancelAt:
+			s.cancel(le)
+		case expireAt:
+			s.expire()
+		default:
+			m := s.queue[0]
+			s.queue = s.queue[1:]
+			if m.kind <= slotMsgRelease && s.inElection(s.now) {
+				m.at = s.pauseEnd
+				s.send(m)
+				continue
+			}
+			s.deliver(m)
 		}
-		s.deliver(m)
 	}
-}
-
-func (s *slotSim) minQueue() int64 {
-	m := s.queue[0].at
-	for _, q := range s.queue {
-		m = min(m, q.at)
-	}
-	return m
 }
 
 func (s *slotSim) endRun(i int) {
@@ -627,7 +635,7 @@ func drawSlotParams(t *rapid.T, mode slotMode) slotParams {
 	return p
 }
 
-func runSlotSim(t *rapid.T, mode slotMode, fault SlotFault, model int, oracle bool) {
+func runSlotSim(t *rapid.T, mode slotMode, fault SlotFault, model int, oracle bool) *slotSim {
 	p := drawSlotParams(t, mode)
 	s := newSlotSim(t, p, fault, model)
 	s.noOracle = !oracle
@@ -656,7 +664,7 @@ func runSlotSim(t *rapid.T, mode slotMode, fault SlotFault, model int, oracle bo
 		case a < 13:
 			// Cut off from every server for up to two lease durations:
 			// requests run on, messages are lost.
-			s.holders[hi].cutUntil = s.now + rapid.Int64Range(0, 2*p.ttl).Draw(t, "cutFor")
+			s.holders[hi].cutUntil = s.now + rapid.OneOf(rapid.Just(2*p.ttl), rapid.Int64Range(p.ttl/2, 2*p.ttl), rapid.Int64Range(0, 2*p.ttl)).Draw(t, "cutFor")
 		case a < 14:
 			s.expire()
 		default:
@@ -664,6 +672,7 @@ func runSlotSim(t *rapid.T, mode slotMode, fault SlotFault, model int, oracle bo
 		}
 	}
 	s.deliverUntil(max(s.now, s.pauseEnd) + 4*p.ttl)
+	return s
 }
 
 func slotModes() []slotMode { return []slotMode{slotModeMaxDuration, slotModeCancel, slotModeNone} }
@@ -683,6 +692,28 @@ func TestSlotProtocolKeepsBound(t *testing.T) {
 	}
 }
 
+// TestSlotModelReachesTheLimit shows the property is not vacuous: in every
+// mode, a good share of the histories with several holders run N
+// requests at once at some instant.
+func TestSlotModelReachesTheLimit(t *testing.T) {
+	for _, m := range slotModes() {
+		t.Run(slotModeName(m), func(t *testing.T) {
+			var full, total int
+			rapid.Check(t, func(t *rapid.T) {
+				s := runSlotSim(t, m, SlotFaultNone, slotModelFaultNone, true)
+				total++
+				if s.maxSeen == s.p.limit && s.p.holders > 1 {
+					full++
+				}
+			})
+			if full*10 < total {
+				t.Fatalf("only %d of %d histories reached N in flight with several holders", full, total)
+			}
+			t.Logf("%d of %d histories reached N in flight with several holders", full, total)
+		})
+	}
+}
+
 // TestSlotNegativeControls: each broken rule must be caught by the same
 // property: by the held-while-used oracle, and (bound only) by the in-flight
 // count alone where another holder can be relied on to fill the slots freed
@@ -694,16 +725,19 @@ func TestSlotNegativeControls(t *testing.T) {
 		fault     SlotFault
 		model     int
 		boundOnly bool // also caught with the oracle off
+		checks    string
 	}{
-		{"lowered grant freed before the client's acknowledgement", slotModeMaxDuration, SlotFaultForgetLowered, slotModelFaultNone, true},
-		{"acknowledgement drops the acknowledged version", slotModeMaxDuration, SlotFaultAckDropsAcked, slotModelFaultNone, true},
-		{"dead holder's slots returned before its expiry", slotModeMaxDuration, SlotFaultEarlyExpiry, slotModelFaultNone, true},
-		{"replaced lease's slots freed at once", slotModeMaxDuration, SlotFaultForgetReplaced, slotModelFaultNone, true},
-		{"client acknowledges before dropping to the new count", slotModeMaxDuration, SlotFaultNone, slotModelAckAtOnce, true},
-		{"client starts ignoring max_duration", slotModeMaxDuration, SlotFaultNone, slotModelIgnoreMaxDuration, false},
-		{"client deadline without the drift margin", slotModeMaxDuration, SlotFaultNone, slotModelNoDriftMargin, false},
-		{"deadline cancel without grace", slotModeCancel, SlotFaultNone, slotModelCancelNoGrace, true},
-		{"no rule, checked as if the term were zero", slotModeNone, SlotFaultNone, slotModelStrict, true},
+		{"lowered grant freed before the client's acknowledgement", slotModeMaxDuration, SlotFaultForgetLowered, slotModelFaultNone, true, ""},
+		{"acknowledgement drops the acknowledged version", slotModeMaxDuration, SlotFaultAckDropsAcked, slotModelFaultNone, true, ""},
+		{"dead holder's slots returned before its expiry", slotModeMaxDuration, SlotFaultEarlyExpiry, slotModelFaultNone, true, ""},
+		{"replaced lease's slots freed at once", slotModeMaxDuration, SlotFaultForgetReplaced, slotModelFaultNone, true, ""},
+		{"client acknowledges before dropping to the new count", slotModeMaxDuration, SlotFaultNone, slotModelAckAtOnce, true, ""},
+		{"client starts ignoring max_duration", slotModeMaxDuration, SlotFaultNone, slotModelIgnoreMaxDuration, false, ""},
+		// The rarest: about one history in 3000 has a lease reclaimed within
+		// the drift margin while its holder runs a request.
+		{"client deadline without the drift margin", slotModeMaxDuration, SlotFaultNone, slotModelNoDriftMargin, false, "60000"},
+		{"deadline cancel without grace", slotModeCancel, SlotFaultNone, slotModelCancelNoGrace, true, ""},
+		{"no rule, checked as if the term were zero", slotModeNone, SlotFaultNone, slotModelStrict, true, ""},
 	} {
 		for _, oracle := range []bool{true, false} {
 			if !oracle && !c.boundOnly {
@@ -714,7 +748,11 @@ func TestSlotNegativeControls(t *testing.T) {
 				name += " (bound only)"
 			}
 			t.Run(name, func(t *testing.T) {
-				withRapidFlags(t, map[string]string{"rapid.nofailfile": "true", "rapid.checks": "20000", "rapid.shrinktime": "1ms"})
+				checks := c.checks
+				if checks == "" {
+					checks = "20000"
+				}
+				withRapidFlags(t, map[string]string{"rapid.nofailfile": "true", "rapid.checks": checks, "rapid.shrinktime": "1ms"})
 				rapidcontrol.ExpectCaught(t, "the broken slot protocol", "concurrency bound broken", func(t *rapid.T) {
 					runSlotSim(t, c.mode, c.fault, c.model, oracle)
 				})
