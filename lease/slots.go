@@ -675,9 +675,16 @@ func (l *SlotLedger) Revoke(nowNanos int64, clientID string, incarnation uint64)
 	return l.removeLeases(func(le *SlotLease) bool { return le.ClientID == clientID && le.Incarnation < incarnation }), nil
 }
 
-// HoldAll applies rule (j) after a snapshot restore: until untilNanos every
-// slot counts as held by leases the restored state does not know, so
-// grants and renewals get none.
+// HoldAll applies rule (j) after a snapshot restore at cluster time now:
+// until untilNanos (the current time plus the longest lease duration)
+// every slot counts as held by leases the restored state does not know, so
+// grants and renewals get none. The restored leases are dropped too: their
+// versions may collide with versions the replaced state issued since the
+// snapshot, so an acknowledgement naming one could free a count the holder
+// still runs under. Their holders' renewals are refused (the IDs are gone),
+// so they start nothing more, and what they run ends by their deadlines,
+// which fall before untilNanos (with max_duration or the deadline-cancel
+// rule; otherwise it is ε_over).
 func (l *SlotLedger) HoldAll(nowNanos, untilNanos int64) error {
 	if err := l.advance(nowNanos); err != nil {
 		return err
@@ -686,6 +693,7 @@ func (l *SlotLedger) HoldAll(nowNanos, untilNanos int64) error {
 		return err
 	}
 	l.s.HoldAllUntilNanos = max(l.s.HoldAllUntilNanos, untilNanos)
+	l.s.Leases = nil
 	return nil
 }
 

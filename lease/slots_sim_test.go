@@ -49,6 +49,11 @@ const (
 	// Not a fault: the checker demands in flight <= N even with no rule,
 	// to show the term ε_over is real.
 	slotModelStrict
+	// The operator's snapshot restore without the hold of rule (j).
+	slotModelRestoreNoHold
+	// A restore that holds every slot but keeps the restored leases,
+	// whose versions collide with those issued since the snapshot.
+	slotModelRestoreKeepLeases
 )
 
 type slotMode uint8
@@ -188,6 +193,7 @@ type slotSim struct {
 	prompt   bool
 	saturate bool
 	noOracle bool // only the in-flight count judges (a control's variant)
+	saved    *SlotLedgerState
 	checkInv bool
 	maxSeen  int64
 
@@ -447,6 +453,9 @@ func (s *slotSim) oracle(what string) {
 		running[fmt.Sprintf("%s/%d", r.lease.owner.id, r.lease.owner.inc)]++
 	}
 	now := s.cluster(s.now)
+	if now < s.ledger.s.HoldAllUntilNanos {
+		return // rule (j): everything is held, by leases the ledger does not know
+	}
 	for who, n := range running {
 		var held int64
 		for i := range s.ledger.s.Leases {
@@ -623,6 +632,45 @@ func (s *slotSim) crash(hi int) {
 	}
 }
 
+// save takes an operator's snapshot of the ledger; restore replaces the
+// ledger by it later (rationctl snapshot restore), holding every slot for
+// the longest lease duration (rule j) unless the control says not to.
+func (s *slotSim) save() {
+	if !s.inElection(s.now) {
+		st := s.ledger.State()
+		s.saved = &st
+	}
+}
+
+func (s *slotSim) restore() {
+	if s.saved == nil || s.inElection(s.now) {
+		return
+	}
+	l, err := NewSlotLedgerFromState(*s.saved)
+	if err != nil {
+		if s.ledger.fault != SlotFaultNone {
+			return
+		}
+		s.t.Fatalf("restore: %v", err)
+	}
+	l.fault = s.ledger.fault
+	now := max(s.cluster(s.now), l.NowNanos())
+	if s.model != slotModelRestoreNoHold {
+		kept := l.State().Leases
+		if err := l.HoldAll(now, now+s.p.ttl); err != nil {
+			s.t.Fatalf("hold: %v", err)
+		}
+		if s.model == slotModelRestoreKeepLeases {
+			l.s.Leases = kept
+		}
+		l.RaiseNextID(s.ledger.s.NextID)
+	}
+	s.ledger = l
+	s.commit()
+	s.invariants("restore")
+	s.check("restore")
+}
+
 func (s *slotSim) expire() {
 	if s.inElection(s.now) {
 		return
@@ -661,7 +709,7 @@ func runSlotSim(t *rapid.T, mode slotMode, fault SlotFault, model int, oracle bo
 		dt := rapid.OneOf(rapid.Just(int64(0)), rapid.Int64Range(0, p.timeout), rapid.Int64Range(0, p.ttl/10), rapid.Int64Range(0, 2*p.ttl)).Draw(t, "dt")
 		s.deliverUntil(s.now + dt)
 		hi := rapid.IntRange(0, p.holders-1).Draw(t, "holder")
-		switch a := rapid.IntRange(0, 15).Draw(t, "action"); {
+		switch a := rapid.IntRange(0, 16).Draw(t, "action"); {
 		case a < 4:
 			s.request(hi)
 		case a < 9:
@@ -684,8 +732,14 @@ func runSlotSim(t *rapid.T, mode slotMode, fault SlotFault, model int, oracle bo
 			s.holders[hi].cutUntil = s.now + rapid.OneOf(rapid.Just(2*p.ttl), rapid.Int64Range(p.ttl/2, 2*p.ttl), rapid.Int64Range(0, 2*p.ttl)).Draw(t, "cutFor")
 		case a < 14:
 			s.expire()
-		default:
+		case a < 15:
 			s.elect()
+		default:
+			if rapid.Bool().Draw(t, "saveOrRestore") {
+				s.save()
+			} else {
+				s.restore()
+			}
 		}
 	}
 	s.deliverUntil(max(s.now, s.pauseEnd) + 4*p.ttl)
@@ -756,6 +810,8 @@ func TestSlotNegativeControls(t *testing.T) {
 		// Bound only, about one history in 4000.
 		{"deadline cancel without grace", slotModeCancel, SlotFaultNone, slotModelCancelNoGrace, true, "60000"},
 		{"no rule, checked as if the term were zero", slotModeNone, SlotFaultNone, slotModelStrict, true, ""},
+		{"restore without the hold", slotModeMaxDuration, SlotFaultNone, slotModelRestoreNoHold, true, ""},
+		{"restore keeping the restored leases", slotModeCancel, SlotFaultNone, slotModelRestoreKeepLeases, true, "60000"},
 	} {
 		for _, oracle := range []bool{true, false} {
 			if !oracle && !c.boundOnly {

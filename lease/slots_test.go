@@ -271,14 +271,24 @@ func TestSlotReconfigureAndHold(t *testing.T) {
 	checkSlots(t, l)
 
 	h := newSlots(t, 3)
+	old := slotGrant(t, h, 1, "old", 1, 3)
 	if err := h.HoldAll(1, 1+slotTTL); err != nil {
 		t.Fatal(err)
+	}
+	h.RaiseNextID(old.LeaseID + 1)
+	if _, err := h.Renew(2, SlotRenewRequest{ClientID: "old", Incarnation: 1, LeaseID: old.LeaseID, DemandSlots: 3, TTLNanos: slotTTL, AckedVersion: 1}); !errors.Is(err, ErrLeaseExpired) {
+		t.Fatalf("renewal of a lease the restore dropped: %v, want ErrLeaseExpired", err)
 	}
 	if g := slotGrant(t, h, 2, "a", 1, 3); g.Slots != 0 {
 		t.Fatalf("grant during a restore hold: %+v", g)
 	}
 	if h.Free() != 0 {
 		t.Fatalf("free %d during the hold", h.Free())
+	}
+	if g := slotGrant(t, h, 2+slotTTL, "b", 1, 3); g.Slots != 1 {
+		// After the hold b gets its fair share of 3 beside a's demand of 3
+		// (a, first by ID, would get 2 at its renewal).
+		t.Fatalf("grant after the hold: %+v, want 1 slot", g)
 	}
 }
 
