@@ -496,8 +496,8 @@ func (l *SlotLedger) Renew(nowNanos int64, req SlotRenewRequest) (SlotGrant, err
 	cur := &l.s.Leases[i]
 	cur.Weight, cur.DemandSlots = req.Weight, req.DemandSlots
 	old := cur.Current
-	// The acknowledgement first: versions the client has left behind no
-	// longer count against the room this renewal may take.
+	// The acknowledgement first: it drops the versions older than the
+	// one the client had drained to when it sent this renewal.
 	if req.AckedVersion <= old.Version {
 		cur.Superseded = dropAckedSlots(cur.Superseded, req.AckedVersion, l.fault)
 		if l.fault == SlotFaultAckDropsAcked && req.AckedVersion == old.Version {
@@ -507,11 +507,9 @@ func (l *SlotLedger) Renew(nowNanos int64, req SlotRenewRequest) (SlotGrant, err
 			old.Slots = 0
 		}
 	}
-	// The current count is superseded by the new one; it stays held
-	// (S2) unless the client already acknowledged it (acked > its
-	// version cannot happen: acked <= old.Version). The current version
-	// itself is acked only when acked == old.Version, and then it still
-	// stays held: the client runs under it until it installs the answer.
+	// The current count becomes superseded and stays held (S2), even when
+	// this renewal acknowledges it: the client runs under it until it has
+	// installed the answer and drained to the new count.
 	if l.fault != SlotFaultForgetLowered {
 		cur.Superseded = append(cur.Superseded, SlotShare{Slots: old.Slots, Version: old.Version})
 	}
@@ -521,8 +519,9 @@ func (l *SlotLedger) Renew(nowNanos int64, req SlotRenewRequest) (SlotGrant, err
 	if err != nil {
 		return SlotGrant{}, err
 	}
-	// The own superseded counts are the lease's own: the new count may
-	// reuse them (one count at a time), so room excludes them.
+	// slotsFor left this lease's own superseded counts out of the room:
+	// the client runs under one count at a time, so the held maximum,
+	// not the sum, is what S1 adds up.
 	cur.Current.Slots = slots
 	cur.Superseded = pruneSlotShares(cur.Superseded, slots)
 	return SlotGrant{LeaseID: cur.ID, Slots: slots, Version: cur.Current.Version, ExpiresNanos: cur.Current.ExpiresNanos,
@@ -686,10 +685,10 @@ func (l *SlotLedger) Revoke(nowNanos int64, clientID string, incarnation uint64)
 // which fall before untilNanos (with max_duration or the deadline-cancel
 // rule; otherwise it is ε_over).
 func (l *SlotLedger) HoldAll(nowNanos, untilNanos int64) error {
-	if err := l.advance(nowNanos); err != nil {
-		return err
-	}
 	if err := checkTime(untilNanos); err != nil {
+		return err // before advancing: a failed call changes nothing
+	}
+	if err := l.advance(nowNanos); err != nil {
 		return err
 	}
 	l.s.HoldAllUntilNanos = max(l.s.HoldAllUntilNanos, untilNanos)
