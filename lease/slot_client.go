@@ -191,3 +191,23 @@ func (c *SlotClient) End() {
 func (c *SlotClient) Demand(waiting int64) int64 {
 	return min(MaxSlots, c.running+max(waiting, 0))
 }
+
+// ValidateSlotRules checks a concurrency policy's timing against its lease
+// duration: with M, M must be shorter than the usable span
+// ClientUsableNanos(ttl, ρ), or no request could ever start (a start needs
+// now + M within the deadline); without M, the cancel grace must be shorter
+// than it too. A policy with neither M nor a grace is valid, and its bound
+// carries the term ε_over (docs/concurrency.md §4).
+func ValidateSlotRules(cfg SlotClientConfig, ttlNanos int64) error {
+	if _, err := NewSlotClient(cfg); err != nil {
+		return err
+	}
+	usable := ClientUsableNanos(ttlNanos, cfg.DriftPPM)
+	if cfg.MaxDurationNanos > 0 && cfg.MaxDurationNanos >= usable {
+		return fmt.Errorf("%w: max duration %d ns is not shorter than the usable lease span %d ns (lease duration %d ns, drift %d ppm)", ErrInvalidConfig, cfg.MaxDurationNanos, usable, ttlNanos, cfg.DriftPPM)
+	}
+	if cfg.MaxDurationNanos == 0 && cfg.CancelGraceNanos > 0 && cfg.CancelGraceNanos >= usable {
+		return fmt.Errorf("%w: cancel grace %d ns is not shorter than the usable lease span %d ns", ErrInvalidConfig, cfg.CancelGraceNanos, usable)
+	}
+	return nil
+}

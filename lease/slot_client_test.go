@@ -103,3 +103,24 @@ func TestSlotClientAcknowledgesOnlyOnceDrained(t *testing.T) {
 		t.Fatalf("demand %d, want 2 running + 5 waiting", c.Demand(5))
 	}
 }
+
+func TestValidateSlotRules(t *testing.T) {
+	const ttl = 10 * NanosPerSecond
+	usable := ClientUsableNanos(ttl, 1000)
+	for _, c := range []struct {
+		cfg SlotClientConfig
+		ok  bool
+	}{
+		{SlotClientConfig{DriftPPM: 1000}, true},
+		{SlotClientConfig{DriftPPM: 1000, MaxDurationNanos: usable - 1}, true},
+		{SlotClientConfig{DriftPPM: 1000, MaxDurationNanos: usable}, false},
+		{SlotClientConfig{DriftPPM: 1000, CancelGraceNanos: usable - 1}, true},
+		{SlotClientConfig{DriftPPM: 1000, CancelGraceNanos: usable}, false},
+		{SlotClientConfig{DriftPPM: 1000, MaxDurationNanos: -1}, false},
+	} {
+		err := ValidateSlotRules(c.cfg, ttl)
+		if (err == nil) != c.ok || (err != nil && !errors.Is(err, ErrInvalidConfig)) {
+			t.Errorf("%+v: %v, want ok %v", c.cfg, err, c.ok)
+		}
+	}
+}
