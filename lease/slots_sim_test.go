@@ -23,6 +23,7 @@ package lease
 
 import (
 	"errors"
+	"flag"
 	"fmt"
 	"sort"
 	"testing"
@@ -756,6 +757,9 @@ func slotModeName(m slotMode) string {
 // every instant of real time, in flight across the cluster <= N (+ ε_over
 // only when neither max_duration nor the deadline-cancel rule is used).
 func TestSlotProtocolKeepsBound(t *testing.T) {
+	if f := flag.Lookup("rapid.checks"); f != nil && f.Value.String() == "100" {
+		withRapidFlags(t, map[string]string{"rapid.checks": "2000"})
+	}
 	for _, m := range slotModes() {
 		t.Run(slotModeName(m), func(t *testing.T) {
 			rapid.Check(t, func(t *rapid.T) { runSlotSim(t, m, SlotFaultNone, slotModelFaultNone, true) })
