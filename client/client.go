@@ -95,6 +95,13 @@ type Config struct {
 	// must return quickly. The jepsen-like tests record acknowledged grants
 	// with it; applications can log or export them.
 	OnGrant func(GrantInfo)
+	// Edges, if set, lists `rationd edge` gRPC addresses: a key cold at
+	// this replica is decided at an edge (one Admission.Check, from the
+	// edge's lease) instead of taking a lease of its own, until it is hot
+	// enough for one (EdgeRouting; client/edgeroute.go). TLS, Token and
+	// DialOptions apply to the edges too. Empty: every key takes a lease.
+	Edges       []string
+	EdgeRouting EdgeRouting
 }
 
 // GrantInfo describes one acknowledged grant the client put to use.
@@ -183,6 +190,7 @@ type Client struct {
 	evictedCounts map[string]*policyCounts
 
 	rpcStats rpcStats // the loop's RPCs, for metrics (metrics.go)
+	router   *router  // the edges (edgeroute.go); nil without
 
 	wake   chan struct{}
 	closed atomic.Bool
@@ -218,6 +226,10 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 		}
 		c.conns = append(c.conns, conn)
 	}
+	if err := c.startEdges(opts); err != nil {
+		c.closeConns()
+		return nil, err
+	}
 	go c.loop()
 	return c, nil
 }
@@ -226,6 +238,7 @@ func (c *Client) closeConns() {
 	for _, conn := range c.conns {
 		_ = conn.Close()
 	}
+	c.router.close()
 }
 
 // LimiterID is an unambiguous name for a policy and key: every part is
@@ -313,6 +326,7 @@ func (c *Client) liveLimiter(policy string, attrs map[string]string) (*Limiter, 
 func (c *Client) addLimiterLocked(id, policy string, attrs map[string]string) *Limiter {
 	c.born++
 	l := &Limiter{c: c, policy: policy, attrs: attrs, id: LimiterID(policy, attrs), regID: id, first: make(chan struct{}), activeAt: c.clock.Precise(), born: c.born}
+	l.route = c.newRoute(l.id, l.activeAt)
 	c.limiters[id] = l
 	c.poke()
 	return l

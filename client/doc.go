@@ -60,6 +60,18 @@
 // rule 7). Costs are checked before any arithmetic on them: above MaxCost
 // is ExceedsCapacity, negative is InvalidCost, 0 spends nothing.
 //
+// Cold keys through edges: with Config.Edges, a key this replica calls
+// rarely holds no lease here; each call is one Admission.Check at a
+// `rationd edge`, decided from the edge's lease (an RPC on the caller's
+// path, bounded by EdgeRouting.Timeout). A key offered at least
+// EdgeRouting.PromoteRate for PromoteAfter takes a lease of its own (calls
+// use the edge until it arrives) and gives it back after its demand stays
+// below DemoteRate for DemoteAfter; with every edge down, a key takes its
+// own lease at once. So the cluster holds a lease per cold key (at its
+// edge) plus one per hot key and replica, instead of one per key and
+// replica. EdgeStats counts what was routed. The rule and why the switch
+// keeps the bound: docs/design.md §3.4 rule 9.
+//
 // A new process is a new incarnation (Config.Incarnation defaults to the
 // start time in nanoseconds): the cluster releases the previous
 // incarnation's leases as soon as this one speaks.

@@ -216,6 +216,9 @@ type Limiter struct {
 	auditBucket *lease.AtomicBucket
 	auditBase   int64
 	auditSeq    uint64
+	// route is the key's routing to an edge (edgeroute.go); nil without
+	// Config.Edges.
+	route *route
 }
 
 // Err returns the last error the background loop saw for this key (a
@@ -371,6 +374,11 @@ func (l *Limiter) allow(costMilli int64, waitFirst bool) (Decision, *lease.Atomi
 	if t == nil {
 		if l.evicted.Load() {
 			return l.live().allow(costMilli, waitFirst)
+		}
+		if l.route != nil {
+			if d, ok := l.allowRemote(costMilli); ok {
+				return d, nil // no local bucket charged: AllowAll cannot refund it
+			}
 		}
 		if waitFirst && l.c.cfg.FirstLeaseWait > 0 {
 			if wait := l.firstWait(); wait > 0 {

@@ -59,6 +59,7 @@ func (c *Client) snapshot() []*Limiter {
 // each group in one batched RPC, and returns how long to sleep.
 func (c *Client) round() time.Duration {
 	now := c.clock.Precise()
+	c.routeRound(now) // edgeroute.go
 	c.evictIdle(now)
 	wakeAt := now + int64(maxSleep)
 	var acquire, renew []*Limiter
@@ -66,7 +67,7 @@ func (c *Client) round() time.Duration {
 		t := l.cur.Load()
 		switch {
 		case t == nil || t.expiredAck || now >= t.deadline:
-			if now >= l.retryAt.Load() {
+			if now >= l.retryAt.Load() && l.wantsLease() {
 				acquire = append(acquire, l)
 			}
 		case now >= t.renewAt:

@@ -198,3 +198,115 @@ func BenchmarkScaleRenew(b *testing.B) {
 		})
 	}
 }
+
+// One hot key with n holders (issue 15, "Hot keys with thousands of
+// holders"): replica j renews its lease of the key, round-robin, each
+// every D/3 of cluster time with D = 5 s, acknowledging the version it
+// installed, with a demand that alternates between two values (every
+// renewal changes the claim set). The whole apply of one renewal entry,
+// FSM and ledger: its cost times 3n/D is the leader's apply CPU for the
+// key.
+//
+//	go test ./fsm -run '^$' -bench 'ScaleHotKeyRenew' -count 6
+
+const hotKeyPolicy = `
+policies:
+  - name: hot
+    algorithm: token-bucket
+    rate: 10000
+    burst: 10000
+    key: [k]
+    lease: {duration: 5s}
+    max_leases_per_key: 4096
+`
+
+type hotKeyFSMFixture struct {
+	h        *harness
+	at       int64
+	step     int64
+	names    []string
+	ids      []uint64
+	versions []uint64
+	seqs     []uint64
+	flip     []bool
+}
+
+var hotKeyFSMFixtures = map[int]*hotKeyFSMFixture{}
+
+func hotKeyFSMState(b *testing.B, n int) *hotKeyFSMFixture {
+	if fx := hotKeyFSMFixtures[n]; fx != nil {
+		return fx
+	}
+	b.Helper()
+	h := &harness{t: b, f: New(nil)}
+	h.enableFeatures(KnownFeatures)
+	file, err := policy.Parse(strings.NewReader(hotKeyPolicy))
+	if err != nil {
+		b.Fatal(err)
+	}
+	cmd := &api.ApplyPoliciesCommand{}
+	for _, p := range file.Policies {
+		cmd.Policies = append(cmd.Policies, p.ToProto())
+	}
+	if r := h.apply(CmdApplyPolicies, 1, cmd); r.Err != nil {
+		b.Fatal(r.Err)
+	}
+	fx := &hotKeyFSMFixture{h: h, at: int64(sec), step: 5 * int64(sec) / 3 / int64(n)}
+	key := &api.Key{Policy: "hot", Attributes: map[string]string{"k": "hot"}}
+	for j := 0; j < n; j++ {
+		name := fmt.Sprintf("replica-%05d", j)
+		d := int64(1000 + (j*7919)%4000)
+		ops := h.batch(fx.at, &api.LeaseOp{Op: &api.LeaseOp_Acquire{Acquire: &api.AcquireRequest{
+			Caller: caller(name, 1, 1),
+			Keys:   []*api.AcquireKey{{Key: key, Demand: &api.Demand{RateMilliPerSec: d, BurstMilli: 2 * d, MaxCostMilli: 1000}}},
+		}}})
+		kl := ops[0].Lease.GetLeases()[0]
+		if ops[0].Err != nil || kl.GetError() != nil {
+			b.Fatalf("acquire %d: %v %v", j, ops[0].Err, kl.GetError())
+		}
+		fx.names = append(fx.names, name)
+		fx.ids = append(fx.ids, kl.GetGrant().GetLeaseId())
+		fx.versions = append(fx.versions, kl.GetGrant().GetVersion())
+		fx.seqs = append(fx.seqs, 1)
+		fx.flip = append(fx.flip, false)
+		fx.at += fx.step
+	}
+	for j := 0; j < n; j++ {
+		fx.renew(b, j)
+	}
+	hotKeyFSMFixtures[n] = fx
+	return fx
+}
+
+func (fx *hotKeyFSMFixture) renew(b *testing.B, j int) {
+	fx.flip[j] = !fx.flip[j]
+	d := int64(1000 + (j*7919)%4000)
+	if fx.flip[j] {
+		d += 500
+	}
+	fx.seqs[j]++
+	ops := fx.h.batch(fx.at, &api.LeaseOp{Op: &api.LeaseOp_Renew{Renew: &api.RenewRequest{
+		Caller: caller(fx.names[j], 1, fx.seqs[j]),
+		Keys: []*api.RenewKey{{Key: &api.Key{Policy: "hot", Attributes: map[string]string{"k": "hot"}}, LeaseId: fx.ids[j],
+			AckedVersion: fx.versions[j], Demand: &api.Demand{RateMilliPerSec: d, BurstMilli: 2 * d, MaxCostMilli: 1000}}},
+	}}})
+	kl := ops[0].Lease.GetLeases()[0]
+	if ops[0].Err != nil || kl.GetError() != nil {
+		b.Fatalf("renew %d: %v %v", j, ops[0].Err, kl.GetError())
+	}
+	fx.versions[j] = kl.GetGrant().GetVersion()
+	fx.at += fx.step
+}
+
+func BenchmarkScaleHotKeyRenew(b *testing.B) {
+	for _, n := range []int{100, 1000, 4096} {
+		b.Run(fmt.Sprintf("holders=%d", n), func(b *testing.B) {
+			fx := hotKeyFSMState(b, n)
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := range b.N {
+				fx.renew(b, i%n)
+			}
+		})
+	}
+}

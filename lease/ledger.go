@@ -268,6 +268,7 @@ type LedgerState struct {
 type Ledger struct {
 	s     LedgerState
 	fault Fault
+	ix    ledgerIndex // derived from s, never serialized (ledger_index.go)
 }
 
 // NewLedger returns a ledger whose pool starts full or empty at startNanos.
@@ -376,6 +377,9 @@ func (l *Ledger) PoolFullAt() int64 {
 // current expiry, or a later one of its replaced leases' terms): the
 // cluster time at which the leader should propose Expire.
 func (l *Ledger) NextExpiry() (int64, bool) {
+	if next, found, ok := l.minHold(); ok {
+		return next, found
+	}
 	var next int64
 	found := false
 	for i := range l.s.Leases {
@@ -391,6 +395,9 @@ func (l *Ledger) NextExpiry() (int64, bool) {
 // (its current and superseded versions); skip's replaced leases' terms are
 // counted, since terms(skip) must fit beside them. skip -1 counts all.
 func (l *Ledger) heldExcept(skip int, nowNanos int64) (rate, capMilli int64) {
+	if r, c, ok := l.heldFast(skip, nowNanos); ok {
+		return r, c
+	}
 	if nowNanos < l.s.HoldAllUntilNanos {
 		// Rule (j): unknown leases may hold all of it.
 		rate, capMilli = l.s.Config.RateMilliPerSec, l.s.Config.CapacityMilli
@@ -430,6 +437,22 @@ func (l *Ledger) advance(nowNanos int64) error {
 	if err := checkTime(nowNanos); err != nil {
 		return err
 	}
+	if l.ix.ok && nowNanos < l.ix.nextBreak() {
+		// No superseded or replaced entry expires by now: the held totals
+		// stay as they are (but for rule j's end) and nothing is pruned.
+		if h := l.s.HoldAllUntilNanos; h > l.s.NowNanos && h <= nowNanos {
+			rate, capMilli := l.poolTerms(l.s.NowNanos)
+			l.mintTo(h, rate, capMilli)
+			l.s.NowNanos = h
+			l.repricePool()
+		}
+		rate, capMilli := l.poolTerms(l.s.NowNanos)
+		l.mintTo(nowNanos, rate, capMilli)
+		l.s.NowNanos = nowNanos
+		l.repricePool()
+		return nil
+	}
+	l.ix.ok = false // the scans below; the next renewal rebuilds the index
 	var breaks []int64
 	if h := l.s.HoldAllUntilNanos; h > l.s.NowNanos && h <= nowNanos {
 		breaks = append(breaks, h) // the pool starts minting here
@@ -687,36 +710,40 @@ func validateDemand(weight, rate, burst, maxCost int64) error {
 // next renewal.
 func (l *Ledger) terms(i int) (rate, capMilli int64, err error) {
 	cfg := l.s.Config
-	claims := make([]ShareClaim, len(l.s.Leases))
-	// Leases are sorted by holder, so slice order is the deterministic
-	// tie-break the division needs; no IDs are built on this hot path.
-	for j := range l.s.Leases {
-		le := &l.s.Leases[j]
-		c := ShareClaim{Weight: le.Weight, RateMilliPerSec: le.DemandRateMilliPerSec, BurstMilli: le.DemandBurstMilli, MaxCostMilli: le.DemandMaxCostMilli}
-		if cfg.RatePeriodNanos != 0 {
-			// Demands are per second; the budget's rates per its period.
-			c.RateMilliPerSec = MulDiv(c.RateMilliPerSec, cfg.RatePeriodNanos, NanosPerSecond)
-		}
-		c.Incumbent = le.Current.CapMilli > 0 && le.Current.CapMilli >= CapFloor(c, cfg.CapacityMilli)
-		claims[j] = c
-	}
-	var rs, bs []int64
-	if l.fault == FaultSliverShares {
-		rs, bs, err = fairSharesOnly(cfg, claims)
+	mine := l.shareClaim(i)
+	ri, bi, fast := l.fastShares(i)
+	if fast {
+		l.ix.fastTerms++
 	} else {
-		rs, bs, err = DivideBudget(cfg.RateMilliPerSec, cfg.CapacityMilli, claims)
-	}
-	if err != nil {
-		return 0, 0, err
+		l.ix.fullTerms++
+		claims := make([]ShareClaim, len(l.s.Leases))
+		// Leases are sorted by holder, so slice order is the deterministic
+		// tie-break the division needs; no IDs are built on this hot path.
+		for j := range l.s.Leases {
+			le := &l.s.Leases[j]
+			c := l.shareClaim(j)
+			c.Incumbent = le.Current.CapMilli > 0 && le.Current.CapMilli >= CapFloor(c, cfg.CapacityMilli)
+			claims[j] = c
+		}
+		var rs, bs []int64
+		if l.fault == FaultSliverShares {
+			rs, bs, err = fairSharesOnly(cfg, claims)
+		} else {
+			rs, bs, err = DivideBudget(cfg.RateMilliPerSec, cfg.CapacityMilli, claims)
+		}
+		if err != nil {
+			return 0, 0, err
+		}
+		ri, bi = rs[i], bs[i]
 	}
 	otherRate, otherCap := l.heldExcept(i, l.s.NowNanos)
-	rate = max(0, min(rs[i], cfg.RateMilliPerSec-otherRate))
-	capMilli = max(0, min(bs[i], cfg.CapacityMilli-otherCap))
+	rate = max(0, min(ri, cfg.RateMilliPerSec-otherRate))
+	capMilli = max(0, min(bi, cfg.CapacityMilli-otherCap))
 	if l.fault == FaultFloorOverHeld {
 		// The deliberate bug: a floor granted on top of what others hold.
-		capMilli = max(capMilli, CapFloor(claims[i], cfg.CapacityMilli))
+		capMilli = max(capMilli, CapFloor(mine, cfg.CapacityMilli))
 	}
-	if l.fault != FaultSliverShares && otherCap > 0 && capMilli < CapFloor(claims[i], cfg.CapacityMilli) {
+	if l.fault != FaultSliverShares && otherCap > 0 && capMilli < CapFloor(mine, cfg.CapacityMilli) {
 		return 0, 0, nil
 	}
 	return rate, capMilli, nil
@@ -773,6 +800,9 @@ func (l *Ledger) Grant(nowNanos int64, req GrantRequest) (Grant, error) {
 		DemandMaxCostMilli: req.DemandMaxCostMilli,
 	}
 	var replaced Lease
+	if exists && l.ix.ok {
+		l.removeAt(i) // the index forgets the replaced lease; insertAt below records the new one
+	}
 	if exists {
 		replaced = l.s.Leases[i]
 		if l.fault != FaultForgetReplaced {
@@ -784,10 +814,16 @@ func (l *Ledger) Grant(nowNanos int64, req GrantRequest) (Grant, error) {
 		copy(l.s.Leases[i+1:], l.s.Leases[i:])
 		l.s.Leases[i] = le
 	}
+	if l.ix.ok {
+		l.insertAt(i)
+	} else {
+		l.rebuildIndex()
+	}
 	rate, capMilli, err := l.terms(i)
 	if err != nil {
 		// Unreachable (inputs were validated); undo the insertion anyway so
 		// a failed grant leaves no half-made lease behind.
+		l.ix.ok = false
 		if exists {
 			l.s.Leases[i] = replaced
 		} else {
@@ -804,6 +840,7 @@ func (l *Ledger) Grant(nowNanos int64, req GrantRequest) (Grant, error) {
 	// Rule (c): the bucket's starting tokens come out of the pool.
 	start := min(capMilli, l.s.PoolMilli)
 	var burned int64
+	l.updateHeld(i)
 	if l.fault == FaultStartFullNoDebit {
 		start = capMilli // the deliberate bug: tokens from nowhere
 	} else {
@@ -859,11 +896,9 @@ func (l *Ledger) Renew(nowNanos int64, req RenewRequest) (Grant, error) {
 	if err := l.advance(nowNanos); err != nil {
 		return Grant{}, err
 	}
+	l.ensureIndex()
+	l.setClaim(i, req.Weight, req.DemandRateMilliPerSec, req.DemandBurstMilli, req.DemandMaxCostMilli)
 	cur := &l.s.Leases[i]
-	cur.Weight = req.Weight
-	cur.DemandRateMilliPerSec = req.DemandRateMilliPerSec
-	cur.DemandBurstMilli = req.DemandBurstMilli
-	cur.DemandMaxCostMilli = req.DemandMaxCostMilli
 	rate, capMilli, err := l.terms(i)
 	if err != nil {
 		return Grant{}, err
@@ -904,6 +939,7 @@ func (l *Ledger) Renew(nowNanos int64, req RenewRequest) (Grant, error) {
 			l.s.Stats.DebitedMilli += topUp
 		}
 	}
+	l.updateHeld(i)
 	burned := l.capPool()
 	l.repricePool()
 	return Grant{
@@ -1006,6 +1042,17 @@ func (l *Ledger) converging(i int) bool {
 	wantRate := min(me.DemandRateMilliPerSec, cfg.RateMilliPerSec)
 	wantCap := min(me.DemandBurstMilli, cfg.CapacityMilli)
 	short := me.Current.RateMilliPerSec < wantRate || me.Current.CapMilli < wantCap
+	if ix := &l.ix; ix.ok {
+		others := ix.nVerSup
+		if ix.verSup[i] {
+			others--
+		}
+		if short && others > 0 {
+			return true
+		}
+		floor := min(wantRate, MulDiv(cfg.RateMilliPerSec, max(me.Weight, 1), ix.sumW))
+		return me.Current.RateMilliPerSec < floor-floor/32
+	}
 	var sumW int64
 	for j := range l.s.Leases {
 		le := &l.s.Leases[j]
@@ -1053,6 +1100,9 @@ func (l *Ledger) Release(nowNanos int64, req ReleaseRequest) (ReleaseResult, err
 		// in use. The lease stays as a placeholder holding only them, under
 		// a fresh ID nobody holds (so it cannot be renewed or released),
 		// until Expire removes it at their expiry.
+		if l.ix.ok {
+			l.setClaim(i, le.Weight, 0, 0, le.DemandMaxCostMilli)
+		}
 		le.ID = l.s.NextID
 		l.s.NextID++
 		until := int64(0)
@@ -1062,7 +1112,11 @@ func (l *Ledger) Release(nowNanos int64, req ReleaseRequest) (ReleaseResult, err
 		le.Current = Share{ExpiresNanos: until}
 		le.Superseded = nil
 		le.DemandRateMilliPerSec, le.DemandBurstMilli, le.StartMilli = 0, 0, 0
+		l.updateHeld(i)
 	} else {
+		if l.ix.ok {
+			l.removeAt(i)
+		}
 		l.s.Leases = append(l.s.Leases[:i], l.s.Leases[i+1:]...)
 	}
 	l.s.PoolMilli += credit
@@ -1089,6 +1143,11 @@ func (l *Ledger) ExpireThrough(nowNanos, throughNanos int64) ([]LeaseID, error) 
 		return nil, err
 	}
 	throughNanos = min(throughNanos, nowNanos)
+	if next, found, ok := l.minHold(); ok && (!found || next > throughNanos) {
+		// Nothing to remove (what removeLeases would find, in O(1)).
+		l.repricePool()
+		return nil, nil
+	}
 	// A lease whose replaced leases' terms outlive its own (the lease
 	// duration shrank) stays, holding them, until they expire too.
 	return l.removeLeases(func(le *Lease) bool { return le.holdUntil() <= throughNanos }), nil
@@ -1107,6 +1166,9 @@ func (l *Ledger) removeLeases(gone func(*Lease) bool) []LeaseID {
 		kept = append(kept, l.s.Leases[i])
 	}
 	l.s.Leases = kept
+	if len(ids) > 0 {
+		l.ix.ok = false
+	}
 	l.repricePool()
 	return ids
 }
@@ -1170,6 +1232,7 @@ func (l *Ledger) Reconfigure(nowNanos int64, cfg LedgerConfig) error {
 	if err := l.advance(nowNanos); err != nil {
 		return err
 	}
+	l.ix.ok = false
 	if oldP, newP := l.s.Config.RatePeriod(), cfg.RatePeriod(); oldP != newP {
 		// The rates' unit changes (a rate per minute becomes one per
 		// second, say): restate every lease's terms in the new unit,
@@ -1215,6 +1278,7 @@ func (l *Ledger) HoldAll(nowNanos, untilNanos int64) error {
 	if err := checkTime(untilNanos); err != nil {
 		return err
 	}
+	l.ix.ok = false
 	l.s.Stats.BurnedMilli += l.s.PoolMilli
 	l.s.PoolMilli = 0
 	l.s.HoldAllUntilNanos = max(l.s.HoldAllUntilNanos, untilNanos)

@@ -54,10 +54,14 @@ const (
 	// online audit of the bound (coordinator/audit.go), as a client that
 	// over-admits would show them: the audit's negative control.
 	ReportDouble Fault = "report-double"
+	// AdmitBeforeLease: a client with edges admits a key locally, by no
+	// lease holder, while the key's own lease is on its way after a
+	// promotion (client/edgeroute.go): the switch's negative control.
+	AdmitBeforeLease Fault = "admit-before-lease"
 )
 
 // All lists every fault, for flag help and validation.
-var All = []Fault{AckBeforeCommit, StartFullNoDebit, TimeFromReceipt, ForgetRetired, ClockResumeOwnReading, CreditAtReduction, ForgetReplaced, IgnoreKeyAttributes, ReportDouble}
+var All = []Fault{AckBeforeCommit, StartFullNoDebit, TimeFromReceipt, ForgetRetired, ClockResumeOwnReading, CreditAtReduction, ForgetReplaced, IgnoreKeyAttributes, ReportDouble, AdmitBeforeLease}
 
 func parse(name string) (Fault, error) {
 	for _, f := range All {

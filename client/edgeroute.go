@@ -1,0 +1,503 @@
+package client
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"net"
+	"slices"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/ration-dev/ration/api"
+	"github.com/ration-dev/ration/internal/faults"
+	"github.com/ration-dev/ration/lease"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// Cold keys through edges (docs/design.md §3.4, "Cold keys through
+// edges"). A Client with Config.Edges starts every key "remote": it holds
+// no lease of its own for it and decides each call by one Admission.Check
+// at a `rationd edge`, from the edge's lease. A key whose offered demand
+// at this replica stays at or above EdgeRouting.PromoteRate for
+// PromoteAfter is promoted: the loop acquires a lease for it (calls keep
+// going to the edge until the lease is installed, then use it as any
+// key's). A leased key whose demand (the one its renewals report) stays
+// below DemoteRate for DemoteAfter is demoted: calls go back to the edge,
+// then the lease is released with its unspent tokens, as an idle
+// eviction releases it. Every admission is by a lease holder, the edge or
+// this client: nothing is admitted between the two.
+
+// EdgeRouting tunes when a key is checked at an edge and when it takes a
+// lease of its own (Config.Edges). Zero values take the defaults.
+type EdgeRouting struct {
+	// PromoteRate is H, in tokens per second: a remote key whose offered
+	// cost at this replica is at least H in every evaluation interval for
+	// PromoteAfter gets a lease of its own (default 5/s).
+	PromoteRate float64
+	// DemoteRate is C < H: a leased key whose reported demand stays below
+	// C for DemoteAfter goes back to the edge and releases its lease
+	// (default PromoteRate/5).
+	DemoteRate float64
+	// PromoteAfter is T (default 2s); DemoteAfter is T' ≥ T (default 30s).
+	// A key is also never demoted within DemoteAfter of its promotion.
+	PromoteAfter, DemoteAfter time.Duration
+	// Interval is how often demand is evaluated (default 1s): the offered
+	// rate of a remote key is measured over one interval.
+	Interval time.Duration
+	// MaxSwitches bounds the promotions, and separately the demotions,
+	// decided per interval (default 256): keys no edge could serve first,
+	// then the hottest (for demotions, the coldest); the others wait for
+	// the next interval. So an edge failing under load sends at most
+	// MaxSwitches keys per interval to the cluster, not every key at once.
+	MaxSwitches int
+	// Timeout bounds one Check at an edge (default 500ms).
+	Timeout time.Duration
+	// DownFor is how long an edge that failed a call (unreachable,
+	// overloaded, or three timeouts in a row) is skipped before it is
+	// tried again (default 1s). A call that times out (but not the third
+	// in a row) is refused, Unavailable, and its key stays remote.
+	DownFor time.Duration
+}
+
+func (r *EdgeRouting) setDefaults() error {
+	switch {
+	case r.PromoteRate < 0 || r.DemoteRate < 0:
+		return errors.New("ration: Config.EdgeRouting: rates must not be negative")
+	case r.PromoteAfter < 0 || r.DemoteAfter < 0 || r.Interval < 0 || r.Timeout < 0 || r.DownFor < 0 || r.MaxSwitches < 0:
+		return errors.New("ration: Config.EdgeRouting: durations and MaxSwitches must not be negative")
+	}
+	if r.PromoteRate == 0 {
+		r.PromoteRate = 5
+	}
+	if r.DemoteRate == 0 {
+		r.DemoteRate = r.PromoteRate / 5
+	}
+	if r.DemoteRate >= r.PromoteRate {
+		return fmt.Errorf("ration: Config.EdgeRouting: DemoteRate %v must be below PromoteRate %v (hysteresis)", r.DemoteRate, r.PromoteRate)
+	}
+	if r.PromoteAfter == 0 {
+		r.PromoteAfter = 2 * time.Second
+	}
+	if r.DemoteAfter == 0 {
+		r.DemoteAfter = max(30*time.Second, r.PromoteAfter)
+	}
+	if r.DemoteAfter < r.PromoteAfter {
+		return fmt.Errorf("ration: Config.EdgeRouting: DemoteAfter %v must not be shorter than PromoteAfter %v (hysteresis)", r.DemoteAfter, r.PromoteAfter)
+	}
+	if r.Interval == 0 {
+		r.Interval = time.Second
+	}
+	if r.MaxSwitches == 0 {
+		r.MaxSwitches = 256
+	}
+	if r.Timeout == 0 {
+		r.Timeout = 500 * time.Millisecond
+	}
+	if r.DownFor == 0 {
+		r.DownFor = time.Second
+	}
+	return nil
+}
+
+// checkEdgeAddrs refuses edge addresses grpc would only fail on later,
+// at the first call.
+func checkEdgeAddrs(edges []string) error {
+	seen := map[string]bool{}
+	for i, a := range edges {
+		if seen[a] {
+			return fmt.Errorf("ration: Config.Edges[%d] %q is listed twice", i, a)
+		}
+		seen[a] = true
+		if a == "" || strings.TrimSpace(a) != a {
+			return fmt.Errorf("ration: Config.Edges[%d] %q: empty or padded address; want host:port", i, a)
+		}
+		if strings.Contains(a, "://") || strings.HasPrefix(a, "unix:") {
+			continue // a gRPC target with a scheme: grpc.NewClient checks it
+		}
+		_, port, err := net.SplitHostPort(a)
+		if err != nil {
+			return fmt.Errorf("ration: Config.Edges[%d] %q: want host:port: %v", i, a, err)
+		}
+		if p, err := strconv.Atoi(port); err != nil || p < 1 || p > 65535 {
+			return fmt.Errorf("ration: Config.Edges[%d] %q: port %q is not in 1-65535", i, a, port)
+		}
+	}
+	return nil
+}
+
+// router is the Client's side of the edges: their connections and the
+// counts of what was routed.
+type router struct {
+	cfg   EdgeRouting
+	edges []*edgeConn
+	// nextEval is when the loop next evaluates demand (loop-owned).
+	nextEval int64
+
+	checks, errs, timeouts, promotions, demotions, forced atomic.Int64
+	evals, mostUp, mostDown                               atomic.Int64
+}
+
+type edgeConn struct {
+	addr      string
+	conn      *grpc.ClientConn
+	adm       api.AdmissionClient
+	downUntil atomic.Int64 // local time before which calls skip this edge
+	timeouts  atomic.Int32 // consecutive calls that timed out
+}
+
+// maxTimeouts is how many calls in a row may time out at an edge before it
+// is skipped for DownFor: one slow answer on a loaded host is no outage.
+const maxTimeouts = 3
+
+// markDown skips e for DownFor, logging the first failure of a spell.
+func (c *Client) markDown(e *edgeConn, now int64, err error) {
+	if e.downUntil.Swap(c.clock.Precise()+int64(c.router.cfg.DownFor)) < now {
+		c.log.Warn("edge unreachable; its keys go to the next edge or take leases", "edge", e.addr, "err", err)
+	}
+}
+
+// route is a limiter's routing state. The atomics are shared with
+// callers; the rest is the loop's.
+type route struct {
+	home int // the edge this key goes to first (a hash of its ID)
+	// offered counts the cost (milli-tokens) offered while the key had no
+	// lease of its own: its demand at this replica, measured remotely.
+	offered atomic.Int64
+	// forced is set by a call that found no edge able to serve the key:
+	// the key takes a lease now, and calls stop trying the edges.
+	forced atomic.Bool
+	// switching is set from a promotion until the next demotion (read
+	// only by the negative control: AdmitBeforeLease).
+	switching atomic.Bool
+
+	// Owned by the loop. leasing: the loop acquires and renews the key.
+	leasing                      bool
+	seenOffered                  int64
+	evalOffered, evalAt          int64
+	hotSince, coldSince, leaseAt int64
+}
+
+// startEdges connects (lazily) to the edges, with the servers' dial
+// options (TLS, token, DialOptions apply to edges too).
+func (c *Client) startEdges(opts []grpc.DialOption) error {
+	if len(c.cfg.Edges) == 0 {
+		return nil
+	}
+	if err := checkEdgeAddrs(c.cfg.Edges); err != nil {
+		return err
+	}
+	if err := c.cfg.EdgeRouting.setDefaults(); err != nil {
+		return err
+	}
+	r := &router{cfg: c.cfg.EdgeRouting}
+	for _, a := range c.cfg.Edges {
+		conn, err := grpc.NewClient(a, opts...)
+		if err != nil {
+			r.close()
+			return fmt.Errorf("ration: edge %q: %w", a, err)
+		}
+		r.edges = append(r.edges, &edgeConn{addr: a, conn: conn, adm: api.NewAdmissionClient(conn)})
+	}
+	c.router = r
+	return nil
+}
+
+func (r *router) close() {
+	if r == nil {
+		return
+	}
+	for _, e := range r.edges {
+		_ = e.conn.Close()
+	}
+}
+
+// newRoute is a new limiter's routing state: remote, homed on one edge by
+// its ID, so every replica sends a key to the same edge (one edge lease
+// per cold key, not one per edge). nil without edges.
+func (c *Client) newRoute(id string, now int64) *route {
+	if c.router == nil {
+		return nil
+	}
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(id))
+	return &route{home: int(h.Sum32() % uint32(len(c.router.edges))), evalAt: now}
+}
+
+// wantsLease says whether the loop should acquire for l: always without
+// edges, only once promoted with them. Called by the loop only.
+func (l *Limiter) wantsLease() bool { return l.route == nil || l.route.leasing }
+
+// allowRemote decides a call on a key that has no lease of its own: at its
+// edge, or (ok false) by this client's lease path when no edge could
+// serve it (the key is then promoted at once, see forced).
+func (l *Limiter) allowRemote(costMilli int64) (d Decision, ok bool) {
+	rt, c := l.route, l.c
+	if c.closed.Load() {
+		return l.count(Decision{Verdict: Verdict{Reason: Unavailable}, RetryAfter: lease.RetryNever}), true
+	}
+	addSat(&rt.offered, costMilli)
+	if faults.Active(faults.AdmitBeforeLease) && rt.switching.Load() {
+		// The negative control: admitted locally while the key's lease is
+		// on its way, by no lease holder at all.
+		return Decision{Verdict: Verdict{Allowed: true, Reason: Allowed}}, true
+	}
+	if rt.forced.Load() {
+		return Decision{}, false
+	}
+	if costMilli == 0 {
+		// The Check API has no zero-cost probe (0 means 1): nothing is
+		// spent, so nothing needs a holder.
+		return Decision{Verdict: Verdict{Allowed: true, Reason: Allowed}}, true
+	}
+	r := c.router
+	now := c.clock.Precise()
+	for i := range r.edges {
+		e := r.edges[(rt.home+i)%len(r.edges)]
+		if now < e.downUntil.Load() {
+			continue
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), r.cfg.Timeout)
+		resp, err := e.adm.Check(ctx, &api.CheckRequest{Items: []*api.CheckItem{{Policy: l.policy, Key: l.attrs, Cost: costMilli / lease.MilliPerToken}}})
+		cancel()
+		r.checks.Add(1)
+		if err == nil && len(resp.GetResults()) == 1 {
+			e.timeouts.Store(0)
+			d = decisionOf(resp.GetResults()[0])
+			if d.Reason != Allowed || c.countAllowed.Load() {
+				l.decisions[d.Reason].Add(1)
+			}
+			if d.Shadow {
+				l.shadowed.Add(1)
+			}
+			return d, true
+		}
+		r.errs.Add(1)
+		if err == nil {
+			err = status.Errorf(codes.Internal, "edge %s answered %d results for one item", e.addr, len(resp.GetResults()))
+		}
+		switch status.Code(err) {
+		case codes.Unavailable, codes.Canceled, codes.Unknown, codes.ResourceExhausted:
+			c.markDown(e, now, err)
+			continue
+		case codes.DeadlineExceeded:
+			r.timeouts.Add(1)
+			if e.timeouts.Add(1) >= maxTimeouts {
+				e.timeouts.Store(0)
+				c.markDown(e, now, err)
+				continue
+			}
+			// A slow edge, not a lost one: this call is refused (the
+			// caller has waited Timeout already) and the key stays
+			// remote, so an overloaded edge does not send its keys to
+			// the cluster.
+			return l.count(Decision{Verdict: Verdict{Reason: Unavailable}, RetryAfter: r.cfg.Timeout}), true
+		}
+		// This edge cannot serve the key (a refusal that another edge
+		// would repeat: bad key, unknown service, no permission): lease it.
+		err = fmt.Errorf("ration: edge %s: %w", e.addr, err)
+		l.lastErr.Store(&err)
+		break
+	}
+	if rt.forced.CompareAndSwap(false, true) {
+		c.poke()
+	}
+	return Decision{}, false
+}
+
+// decisionOf turns an edge's answer into a Decision.
+func decisionOf(r *api.CheckResult) Decision {
+	d := Decision{Verdict: Verdict{Allowed: r.GetAllowed(), Shadow: r.GetShadow(), Reason: Limited}, RemainingMilli: r.GetRemaining() * lease.MilliPerToken}
+	for i := range numReasons {
+		if Reason(i).String() == r.GetReason() {
+			d.Reason = Reason(i)
+			break
+		}
+	}
+	if d.Allowed && !d.Shadow {
+		d.Reason = Allowed
+	}
+	if !d.Allowed {
+		switch {
+		case r.GetRetryNever():
+			d.RetryAfter = lease.RetryNever
+		case r.GetRetryAfter() != nil:
+			d.RetryAfter = r.GetRetryAfter().AsDuration()
+		}
+	}
+	return d
+}
+
+// routeRound is the loop's routing step, at the start of each round:
+// remote activity keeps a limiter from idle eviction; every Interval, the
+// demand of each key is evaluated and at most MaxSwitches keys are
+// promoted (first those whose calls found no edge) and MaxSwitches
+// demoted.
+func (c *Client) routeRound(now int64) {
+	r := c.router
+	if r == nil {
+		return
+	}
+	eval := now >= r.nextEval
+	if eval {
+		r.nextEval = now + int64(r.cfg.Interval)
+	}
+	type cand struct {
+		l    *Limiter
+		rate int64
+	}
+	var up, down []cand
+	var force []*Limiter
+	hot := int64(r.cfg.PromoteRate * lease.MilliPerToken)
+	cold := int64(r.cfg.DemoteRate * lease.MilliPerToken)
+	for _, l := range c.snapshot() {
+		rt := l.route
+		if rt == nil {
+			continue
+		}
+		off := rt.offered.Load()
+		if off != rt.seenOffered {
+			l.activeAt = now // offered through the edge: not idle
+			rt.seenOffered = off
+		}
+		if !eval {
+			continue
+		}
+		if rt.forced.Load() && !rt.leasing {
+			force = append(force, l)
+			continue
+		}
+		span := now - rt.evalAt
+		if span <= 0 {
+			continue
+		}
+		rate := lease.MulDiv(max(off-rt.evalOffered, 0), lease.NanosPerSecond, span)
+		from := rt.evalAt
+		rt.evalOffered, rt.evalAt = off, now
+		if !rt.leasing {
+			if rate < hot {
+				rt.hotSince = 0
+				continue
+			}
+			if rt.hotSince == 0 {
+				rt.hotSince = from
+			}
+			if now-rt.hotSince >= int64(r.cfg.PromoteAfter) {
+				up = append(up, cand{l, rate})
+			}
+			continue
+		}
+		est := rate // no lease installed yet: the demand is still measured remotely
+		if t := l.cur.Load(); t != nil {
+			if !l.lastDemand.Known {
+				rt.coldSince = 0
+				continue
+			}
+			est = l.lastDemand.RateMilliPerSec * 4 / 5 // less the report's 25% headroom
+		}
+		if est >= cold {
+			rt.coldSince = 0
+			continue
+		}
+		if rt.coldSince == 0 {
+			rt.coldSince = now
+		}
+		if now-rt.coldSince >= int64(r.cfg.DemoteAfter) && now-rt.leaseAt >= int64(r.cfg.DemoteAfter) {
+			down = append(down, cand{l, est})
+		}
+	}
+	if !eval {
+		return
+	}
+	r.evals.Add(1)
+	force = force[:min(len(force), r.cfg.MaxSwitches)]
+	for _, l := range force {
+		c.promote(l, now)
+	}
+	r.forced.Add(int64(len(force)))
+	slices.SortFunc(up, func(a, b cand) int { return cmp.Compare(b.rate, a.rate) })
+	up = up[:min(len(up), r.cfg.MaxSwitches-len(force))]
+	for _, x := range up {
+		c.promote(x.l, now)
+	}
+	slices.SortFunc(down, func(a, b cand) int { return cmp.Compare(a.rate, b.rate) })
+	down = down[:min(len(down), r.cfg.MaxSwitches)]
+	r.mostUp.Store(max(r.mostUp.Load(), int64(len(up)+len(force))))
+	r.mostDown.Store(max(r.mostDown.Load(), int64(len(down))))
+	if len(down) == 0 {
+		return
+	}
+	ls := make([]*Limiter, len(down))
+	held := make([]*terms, len(down))
+	for i, x := range down {
+		l := x.l
+		ls[i] = l
+		rt := l.route
+		rt.leasing, rt.hotSince, rt.coldSince = false, 0, 0
+		rt.forced.Store(false)
+		rt.switching.Store(false)
+		// Calls that find no lease now go to the edge; calls that loaded
+		// the terms before the swap admit from the lease, which is held
+		// until the release below has drained its bucket.
+		held[i] = l.cur.Swap(nil)
+	}
+	r.demotions.Add(int64(len(down)))
+	if err := c.release(c.stop, now, ls, held); err != nil {
+		c.log.Warn("release of demoted keys failed", "keys", len(ls), "err", err)
+	}
+}
+
+// promote makes the loop acquire a lease for l, in this round. Calls keep
+// going to the edge until the lease is installed (unless forced).
+func (c *Client) promote(l *Limiter, now int64) {
+	rt := l.route
+	rt.leasing, rt.coldSince, rt.hotSince, rt.leaseAt = true, 0, 0, now
+	rt.switching.Store(true)
+	// A fresh measurement: the first acquire asks for as much as is fair,
+	// as a new key's does, instead of the rate since the last report of an
+	// earlier lease.
+	l.meter, l.lastDemand = lease.DemandMeter{}, lease.Demand{}
+	l.retryAt.Store(0)
+	c.router.promotions.Add(1)
+}
+
+// EdgeStats counts what a Client with edges routed (all zero without).
+type EdgeStats struct {
+	// Checks is the calls decided at an edge (Admission.Check calls
+	// answered or failed); Errors the failed ones, Timeouts those of them
+	// that timed out.
+	Checks, Errors, Timeouts int64
+	// Promotions and Demotions count the keys switched to a lease of their
+	// own and back; Forced the promotions because no edge could serve.
+	Promotions, Demotions, Forced int64
+	// Evaluations counts the demand evaluations (one per Interval);
+	// MostPromoted and MostDemoted are the most keys one of them switched
+	// (at most EdgeRouting.MaxSwitches each).
+	Evaluations, MostPromoted, MostDemoted int64
+	// Remote and Leased are the keys routed each way now.
+	Remote, Leased int
+}
+
+// EdgeStats returns the routing counts.
+func (c *Client) EdgeStats() EdgeStats {
+	r := c.router
+	if r == nil {
+		return EdgeStats{}
+	}
+	s := EdgeStats{Checks: r.checks.Load(), Errors: r.errs.Load(), Timeouts: r.timeouts.Load(), Promotions: r.promotions.Load(), Demotions: r.demotions.Load(), Forced: r.forced.Load(),
+		Evaluations: r.evals.Load(), MostPromoted: r.mostUp.Load(), MostDemoted: r.mostDown.Load()}
+	for _, l := range c.snapshot() {
+		if l.route != nil && l.route.switching.Load() {
+			s.Leased++
+		} else if l.route != nil {
+			s.Remote++
+		}
+	}
+	return s
+}
