@@ -55,8 +55,12 @@ type PolicySpec struct {
 	// reads). 0: the rate is rate_milli_per_sec per second.
 	RatePeriodNanos    int64 `protobuf:"varint,45,opt,name=rate_period_nanos,json=ratePeriodNanos,proto3" json:"rate_period_nanos,omitempty"`
 	RateMilliPerPeriod int64 `protobuf:"varint,46,opt,name=rate_milli_per_period,json=rateMilliPerPeriod,proto3" json:"rate_milli_per_period,omitempty"`
-	unknownFields      protoimpl.UnknownFields
-	sizeCache          protoimpl.SizeCache
+	// A fixed window aligned to the calendar: day, week or month (then
+	// window_nanos is 0) in timezone (an IANA name; empty: UTC).
+	Period        string `protobuf:"bytes,47,opt,name=period,proto3" json:"period,omitempty"`
+	Timezone      string `protobuf:"bytes,48,opt,name=timezone,proto3" json:"timezone,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *PolicySpec) Reset() {
@@ -234,6 +238,20 @@ func (x *PolicySpec) GetRateMilliPerPeriod() int64 {
 		return x.RateMilliPerPeriod
 	}
 	return 0
+}
+
+func (x *PolicySpec) GetPeriod() string {
+	if x != nil {
+		return x.Period
+	}
+	return ""
+}
+
+func (x *PolicySpec) GetTimezone() string {
+	if x != nil {
+		return x.Timezone
+	}
+	return ""
 }
 
 type ApplyPoliciesCommand struct {
@@ -663,8 +681,12 @@ func (x *Snapshot) GetAclBootstrapped() bool {
 // SetFeaturesCommand turns on replicated feature switches (bits are only
 // ever added). The leader proposes it once every voter supports them.
 type SetFeaturesCommand struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Features      uint64                 `protobuf:"varint,1,opt,name=features,proto3" json:"features,omitempty"`
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Features uint64                 `protobuf:"varint,1,opt,name=features,proto3" json:"features,omitempty"`
+	// The proposing leader's wall clock (Unix ns). The entry that turns
+	// FeatureWindows on sets the window epoch from it: window time is
+	// cluster time plus (wall_unix_nanos - the entry's cluster time).
+	WallUnixNanos int64 `protobuf:"varint,2,opt,name=wall_unix_nanos,json=wallUnixNanos,proto3" json:"wall_unix_nanos,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -702,6 +724,13 @@ func (*SetFeaturesCommand) Descriptor() ([]byte, []int) {
 func (x *SetFeaturesCommand) GetFeatures() uint64 {
 	if x != nil {
 		return x.Features
+	}
+	return 0
+}
+
+func (x *SetFeaturesCommand) GetWallUnixNanos() int64 {
+	if x != nil {
+		return x.WallUnixNanos
 	}
 	return 0
 }
@@ -1617,11 +1646,377 @@ func (*ACLCommand_Create) isACLCommand_Op() {}
 
 func (*ACLCommand_DeleteAccessorId) isACLCommand_Op() {}
 
+// One frame of kind 6 of a snapshot (fsm/window.go): the first holds the
+// window epoch, every later one a leased window key.
+type WindowFrame struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Window time = cluster time + epoch_offset_nanos; epoch_set says it
+	// was set (by the entry that turned FeatureWindows on).
+	EpochOffsetNanos int64 `protobuf:"varint,1,opt,name=epoch_offset_nanos,json=epochOffsetNanos,proto3" json:"epoch_offset_nanos,omitempty"`
+	EpochSet         bool  `protobuf:"varint,2,opt,name=epoch_set,json=epochSet,proto3" json:"epoch_set,omitempty"`
+	// Windows starting at or before this window time are full after a
+	// restore (rule j for windows); 0: none.
+	ExhaustThroughNanos int64              `protobuf:"varint,3,opt,name=exhaust_through_nanos,json=exhaustThroughNanos,proto3" json:"exhaust_through_nanos,omitempty"`
+	Key                 *WindowKeySnapshot `protobuf:"bytes,4,opt,name=key,proto3" json:"key,omitempty"`
+	unknownFields       protoimpl.UnknownFields
+	sizeCache           protoimpl.SizeCache
+}
+
+func (x *WindowFrame) Reset() {
+	*x = WindowFrame{}
+	mi := &file_command_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WindowFrame) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WindowFrame) ProtoMessage() {}
+
+func (x *WindowFrame) ProtoReflect() protoreflect.Message {
+	mi := &file_command_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WindowFrame.ProtoReflect.Descriptor instead.
+func (*WindowFrame) Descriptor() ([]byte, []int) {
+	return file_command_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *WindowFrame) GetEpochOffsetNanos() int64 {
+	if x != nil {
+		return x.EpochOffsetNanos
+	}
+	return 0
+}
+
+func (x *WindowFrame) GetEpochSet() bool {
+	if x != nil {
+		return x.EpochSet
+	}
+	return false
+}
+
+func (x *WindowFrame) GetExhaustThroughNanos() int64 {
+	if x != nil {
+		return x.ExhaustThroughNanos
+	}
+	return 0
+}
+
+func (x *WindowFrame) GetKey() *WindowKeySnapshot {
+	if x != nil {
+		return x.Key
+	}
+	return nil
+}
+
+type WindowKeySnapshot struct {
+	state               protoimpl.MessageState `protogen:"open.v1"`
+	Policy              string                 `protobuf:"bytes,1,opt,name=policy,proto3" json:"policy,omitempty"`
+	Key                 string                 `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
+	NowNanos            int64                  `protobuf:"varint,3,opt,name=now_nanos,json=nowNanos,proto3" json:"now_nanos,omitempty"`
+	WindowNowNanos      int64                  `protobuf:"varint,4,opt,name=window_now_nanos,json=windowNowNanos,proto3" json:"window_now_nanos,omitempty"`
+	StartNanos          int64                  `protobuf:"varint,5,opt,name=start_nanos,json=startNanos,proto3" json:"start_nanos,omitempty"`
+	EndNanos            int64                  `protobuf:"varint,6,opt,name=end_nanos,json=endNanos,proto3" json:"end_nanos,omitempty"`
+	CountMilli          int64                  `protobuf:"varint,7,opt,name=count_milli,json=countMilli,proto3" json:"count_milli,omitempty"`
+	ExhaustThroughNanos int64                  `protobuf:"varint,8,opt,name=exhaust_through_nanos,json=exhaustThroughNanos,proto3" json:"exhaust_through_nanos,omitempty"`
+	NextId              uint64                 `protobuf:"varint,9,opt,name=next_id,json=nextId,proto3" json:"next_id,omitempty"`
+	Leases              []*WindowLeaseSnapshot `protobuf:"bytes,10,rep,name=leases,proto3" json:"leases,omitempty"`
+	// The definition the ledger last applied.
+	LimitMilli int64  `protobuf:"varint,11,opt,name=limit_milli,json=limitMilli,proto3" json:"limit_milli,omitempty"`
+	FixedNanos int64  `protobuf:"varint,12,opt,name=fixed_nanos,json=fixedNanos,proto3" json:"fixed_nanos,omitempty"`
+	Period     string `protobuf:"bytes,13,opt,name=period,proto3" json:"period,omitempty"`
+	Timezone   string `protobuf:"bytes,14,opt,name=timezone,proto3" json:"timezone,omitempty"`
+	MaxLeases  int64  `protobuf:"varint,15,opt,name=max_leases,json=maxLeases,proto3" json:"max_leases,omitempty"`
+	// sliding-window-approx: the previous window's count is weighed too.
+	Approx         bool  `protobuf:"varint,16,opt,name=approx,proto3" json:"approx,omitempty"`
+	PrevCountMilli int64 `protobuf:"varint,17,opt,name=prev_count_milli,json=prevCountMilli,proto3" json:"prev_count_milli,omitempty"`
+	// The algorithm and key attributes the name's window keys were made
+	// under (the same in every key of a name).
+	Algorithm     string   `protobuf:"bytes,18,opt,name=algorithm,proto3" json:"algorithm,omitempty"`
+	KeyAttributes []string `protobuf:"bytes,19,rep,name=key_attributes,json=keyAttributes,proto3" json:"key_attributes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WindowKeySnapshot) Reset() {
+	*x = WindowKeySnapshot{}
+	mi := &file_command_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WindowKeySnapshot) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WindowKeySnapshot) ProtoMessage() {}
+
+func (x *WindowKeySnapshot) ProtoReflect() protoreflect.Message {
+	mi := &file_command_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WindowKeySnapshot.ProtoReflect.Descriptor instead.
+func (*WindowKeySnapshot) Descriptor() ([]byte, []int) {
+	return file_command_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *WindowKeySnapshot) GetPolicy() string {
+	if x != nil {
+		return x.Policy
+	}
+	return ""
+}
+
+func (x *WindowKeySnapshot) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *WindowKeySnapshot) GetNowNanos() int64 {
+	if x != nil {
+		return x.NowNanos
+	}
+	return 0
+}
+
+func (x *WindowKeySnapshot) GetWindowNowNanos() int64 {
+	if x != nil {
+		return x.WindowNowNanos
+	}
+	return 0
+}
+
+func (x *WindowKeySnapshot) GetStartNanos() int64 {
+	if x != nil {
+		return x.StartNanos
+	}
+	return 0
+}
+
+func (x *WindowKeySnapshot) GetEndNanos() int64 {
+	if x != nil {
+		return x.EndNanos
+	}
+	return 0
+}
+
+func (x *WindowKeySnapshot) GetCountMilli() int64 {
+	if x != nil {
+		return x.CountMilli
+	}
+	return 0
+}
+
+func (x *WindowKeySnapshot) GetExhaustThroughNanos() int64 {
+	if x != nil {
+		return x.ExhaustThroughNanos
+	}
+	return 0
+}
+
+func (x *WindowKeySnapshot) GetNextId() uint64 {
+	if x != nil {
+		return x.NextId
+	}
+	return 0
+}
+
+func (x *WindowKeySnapshot) GetLeases() []*WindowLeaseSnapshot {
+	if x != nil {
+		return x.Leases
+	}
+	return nil
+}
+
+func (x *WindowKeySnapshot) GetLimitMilli() int64 {
+	if x != nil {
+		return x.LimitMilli
+	}
+	return 0
+}
+
+func (x *WindowKeySnapshot) GetFixedNanos() int64 {
+	if x != nil {
+		return x.FixedNanos
+	}
+	return 0
+}
+
+func (x *WindowKeySnapshot) GetPeriod() string {
+	if x != nil {
+		return x.Period
+	}
+	return ""
+}
+
+func (x *WindowKeySnapshot) GetTimezone() string {
+	if x != nil {
+		return x.Timezone
+	}
+	return ""
+}
+
+func (x *WindowKeySnapshot) GetMaxLeases() int64 {
+	if x != nil {
+		return x.MaxLeases
+	}
+	return 0
+}
+
+func (x *WindowKeySnapshot) GetApprox() bool {
+	if x != nil {
+		return x.Approx
+	}
+	return false
+}
+
+func (x *WindowKeySnapshot) GetPrevCountMilli() int64 {
+	if x != nil {
+		return x.PrevCountMilli
+	}
+	return 0
+}
+
+func (x *WindowKeySnapshot) GetAlgorithm() string {
+	if x != nil {
+		return x.Algorithm
+	}
+	return ""
+}
+
+func (x *WindowKeySnapshot) GetKeyAttributes() []string {
+	if x != nil {
+		return x.KeyAttributes
+	}
+	return nil
+}
+
+type WindowLeaseSnapshot struct {
+	state            protoimpl.MessageState `protogen:"open.v1"`
+	Id               uint64                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	ClientId         string                 `protobuf:"bytes,2,opt,name=client_id,json=clientId,proto3" json:"client_id,omitempty"`
+	Incarnation      uint64                 `protobuf:"varint,3,opt,name=incarnation,proto3" json:"incarnation,omitempty"`
+	GrantSeq         uint64                 `protobuf:"varint,4,opt,name=grant_seq,json=grantSeq,proto3" json:"grant_seq,omitempty"`
+	ExpiresNanos     int64                  `protobuf:"varint,5,opt,name=expires_nanos,json=expiresNanos,proto3" json:"expires_nanos,omitempty"`
+	WindowStartNanos int64                  `protobuf:"varint,6,opt,name=window_start_nanos,json=windowStartNanos,proto3" json:"window_start_nanos,omitempty"`
+	GrantedMilli     int64                  `protobuf:"varint,7,opt,name=granted_milli,json=grantedMilli,proto3" json:"granted_milli,omitempty"`
+	Replaced         bool                   `protobuf:"varint,8,opt,name=replaced,proto3" json:"replaced,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
+}
+
+func (x *WindowLeaseSnapshot) Reset() {
+	*x = WindowLeaseSnapshot{}
+	mi := &file_command_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WindowLeaseSnapshot) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WindowLeaseSnapshot) ProtoMessage() {}
+
+func (x *WindowLeaseSnapshot) ProtoReflect() protoreflect.Message {
+	mi := &file_command_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WindowLeaseSnapshot.ProtoReflect.Descriptor instead.
+func (*WindowLeaseSnapshot) Descriptor() ([]byte, []int) {
+	return file_command_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *WindowLeaseSnapshot) GetId() uint64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *WindowLeaseSnapshot) GetClientId() string {
+	if x != nil {
+		return x.ClientId
+	}
+	return ""
+}
+
+func (x *WindowLeaseSnapshot) GetIncarnation() uint64 {
+	if x != nil {
+		return x.Incarnation
+	}
+	return 0
+}
+
+func (x *WindowLeaseSnapshot) GetGrantSeq() uint64 {
+	if x != nil {
+		return x.GrantSeq
+	}
+	return 0
+}
+
+func (x *WindowLeaseSnapshot) GetExpiresNanos() int64 {
+	if x != nil {
+		return x.ExpiresNanos
+	}
+	return 0
+}
+
+func (x *WindowLeaseSnapshot) GetWindowStartNanos() int64 {
+	if x != nil {
+		return x.WindowStartNanos
+	}
+	return 0
+}
+
+func (x *WindowLeaseSnapshot) GetGrantedMilli() int64 {
+	if x != nil {
+		return x.GrantedMilli
+	}
+	return 0
+}
+
+func (x *WindowLeaseSnapshot) GetReplaced() bool {
+	if x != nil {
+		return x.Replaced
+	}
+	return false
+}
+
 var File_command_proto protoreflect.FileDescriptor
 
 const file_command_proto_rawDesc = "" +
 	"\n" +
-	"\rcommand.proto\x12\tration.v1\x1a\fration.proto\"\xee\x06\n" +
+	"\rcommand.proto\x12\tration.v1\x1a\fration.proto\"\xa2\a\n" +
 	"\n" +
 	"PolicySpec\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1c\n" +
@@ -1648,7 +2043,9 @@ const file_command_proto_rawDesc = "" +
 	"\bmax_keys\x18\x12 \x01(\x03R\amaxKeys\x12+\n" +
 	"\x12max_leases_per_key\x18\x13 \x01(\x03R\x0fmaxLeasesPerKey\x12*\n" +
 	"\x11rate_period_nanos\x18- \x01(\x03R\x0fratePeriodNanos\x121\n" +
-	"\x15rate_milli_per_period\x18. \x01(\x03R\x12rateMilliPerPeriod\x1a@\n" +
+	"\x15rate_milli_per_period\x18. \x01(\x03R\x12rateMilliPerPeriod\x12\x16\n" +
+	"\x06period\x18/ \x01(\tR\x06period\x12\x1a\n" +
+	"\btimezone\x180 \x01(\tR\btimezone\x1a@\n" +
 	"\x12ClientWeightsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"I\n" +
@@ -1677,9 +2074,10 @@ const file_command_proto_rawDesc = "" +
 	"\x18restore_hold_until_nanos\x18\b \x01(\x03R\x15restoreHoldUntilNanos\x12.\n" +
 	"\x13lease_id_generation\x18\t \x01(\x04R\x11leaseIdGeneration\x12)\n" +
 	"\x10acl_bootstrapped\x18\n" +
-	" \x01(\bR\x0faclBootstrapped\"0\n" +
+	" \x01(\bR\x0faclBootstrapped\"X\n" +
 	"\x12SetFeaturesCommand\x12\x1a\n" +
-	"\bfeatures\x18\x01 \x01(\x04R\bfeatures\"\xc6\x02\n" +
+	"\bfeatures\x18\x01 \x01(\x04R\bfeatures\x12&\n" +
+	"\x0fwall_unix_nanos\x18\x02 \x01(\x03R\rwallUnixNanos\"\xc6\x02\n" +
 	"\rRetiredPolicy\x12)\n" +
 	"\x04spec\x18\x01 \x01(\v2\x15.ration.v1.PolicySpecR\x04spec\x123\n" +
 	"\aledgers\x18\x02 \x03(\v2\x19.ration.v1.LedgerSnapshotR\aledgers\x12(\n" +
@@ -1768,7 +2166,47 @@ const file_command_proto_rawDesc = "" +
 	"\tbootstrap\x18\x01 \x01(\v2\x13.ration.v1.ACLTokenH\x00R\tbootstrap\x12-\n" +
 	"\x06create\x18\x02 \x01(\v2\x13.ration.v1.ACLTokenH\x00R\x06create\x12.\n" +
 	"\x12delete_accessor_id\x18\x03 \x01(\tH\x00R\x10deleteAccessorIdB\x04\n" +
-	"\x02opB&Z$github.com/ration-dev/ration/api;apib\x06proto3"
+	"\x02op\"\xbc\x01\n" +
+	"\vWindowFrame\x12,\n" +
+	"\x12epoch_offset_nanos\x18\x01 \x01(\x03R\x10epochOffsetNanos\x12\x1b\n" +
+	"\tepoch_set\x18\x02 \x01(\bR\bepochSet\x122\n" +
+	"\x15exhaust_through_nanos\x18\x03 \x01(\x03R\x13exhaustThroughNanos\x12.\n" +
+	"\x03key\x18\x04 \x01(\v2\x1c.ration.v1.WindowKeySnapshotR\x03key\"\x84\x05\n" +
+	"\x11WindowKeySnapshot\x12\x16\n" +
+	"\x06policy\x18\x01 \x01(\tR\x06policy\x12\x10\n" +
+	"\x03key\x18\x02 \x01(\tR\x03key\x12\x1b\n" +
+	"\tnow_nanos\x18\x03 \x01(\x03R\bnowNanos\x12(\n" +
+	"\x10window_now_nanos\x18\x04 \x01(\x03R\x0ewindowNowNanos\x12\x1f\n" +
+	"\vstart_nanos\x18\x05 \x01(\x03R\n" +
+	"startNanos\x12\x1b\n" +
+	"\tend_nanos\x18\x06 \x01(\x03R\bendNanos\x12\x1f\n" +
+	"\vcount_milli\x18\a \x01(\x03R\n" +
+	"countMilli\x122\n" +
+	"\x15exhaust_through_nanos\x18\b \x01(\x03R\x13exhaustThroughNanos\x12\x17\n" +
+	"\anext_id\x18\t \x01(\x04R\x06nextId\x126\n" +
+	"\x06leases\x18\n" +
+	" \x03(\v2\x1e.ration.v1.WindowLeaseSnapshotR\x06leases\x12\x1f\n" +
+	"\vlimit_milli\x18\v \x01(\x03R\n" +
+	"limitMilli\x12\x1f\n" +
+	"\vfixed_nanos\x18\f \x01(\x03R\n" +
+	"fixedNanos\x12\x16\n" +
+	"\x06period\x18\r \x01(\tR\x06period\x12\x1a\n" +
+	"\btimezone\x18\x0e \x01(\tR\btimezone\x12\x1d\n" +
+	"\n" +
+	"max_leases\x18\x0f \x01(\x03R\tmaxLeases\x12\x16\n" +
+	"\x06approx\x18\x10 \x01(\bR\x06approx\x12(\n" +
+	"\x10prev_count_milli\x18\x11 \x01(\x03R\x0eprevCountMilli\x12\x1c\n" +
+	"\talgorithm\x18\x12 \x01(\tR\talgorithm\x12%\n" +
+	"\x0ekey_attributes\x18\x13 \x03(\tR\rkeyAttributes\"\x95\x02\n" +
+	"\x13WindowLeaseSnapshot\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x1b\n" +
+	"\tclient_id\x18\x02 \x01(\tR\bclientId\x12 \n" +
+	"\vincarnation\x18\x03 \x01(\x04R\vincarnation\x12\x1b\n" +
+	"\tgrant_seq\x18\x04 \x01(\x04R\bgrantSeq\x12#\n" +
+	"\rexpires_nanos\x18\x05 \x01(\x03R\fexpiresNanos\x12,\n" +
+	"\x12window_start_nanos\x18\x06 \x01(\x03R\x10windowStartNanos\x12#\n" +
+	"\rgranted_milli\x18\a \x01(\x03R\fgrantedMilli\x12\x1a\n" +
+	"\breplaced\x18\b \x01(\bR\breplacedB&Z$github.com/ration-dev/ration/api;apib\x06proto3"
 
 var (
 	file_command_proto_rawDescOnce sync.Once
@@ -1782,7 +2220,7 @@ func file_command_proto_rawDescGZIP() []byte {
 	return file_command_proto_rawDescData
 }
 
-var file_command_proto_msgTypes = make([]protoimpl.MessageInfo, 18)
+var file_command_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
 var file_command_proto_goTypes = []any{
 	(*PolicySpec)(nil),           // 0: ration.v1.PolicySpec
 	(*ApplyPoliciesCommand)(nil), // 1: ration.v1.ApplyPoliciesCommand
@@ -1801,17 +2239,20 @@ var file_command_proto_goTypes = []any{
 	(*ACLBinding)(nil),           // 14: ration.v1.ACLBinding
 	(*ACLToken)(nil),             // 15: ration.v1.ACLToken
 	(*ACLCommand)(nil),           // 16: ration.v1.ACLCommand
-	nil,                          // 17: ration.v1.PolicySpec.ClientWeightsEntry
-	(*AcquireRequest)(nil),       // 18: ration.v1.AcquireRequest
-	(*RenewRequest)(nil),         // 19: ration.v1.RenewRequest
-	(*ReleaseRequest)(nil),       // 20: ration.v1.ReleaseRequest
+	(*WindowFrame)(nil),          // 17: ration.v1.WindowFrame
+	(*WindowKeySnapshot)(nil),    // 18: ration.v1.WindowKeySnapshot
+	(*WindowLeaseSnapshot)(nil),  // 19: ration.v1.WindowLeaseSnapshot
+	nil,                          // 20: ration.v1.PolicySpec.ClientWeightsEntry
+	(*AcquireRequest)(nil),       // 21: ration.v1.AcquireRequest
+	(*RenewRequest)(nil),         // 22: ration.v1.RenewRequest
+	(*ReleaseRequest)(nil),       // 23: ration.v1.ReleaseRequest
 }
 var file_command_proto_depIdxs = []int32{
-	17, // 0: ration.v1.PolicySpec.client_weights:type_name -> ration.v1.PolicySpec.ClientWeightsEntry
+	20, // 0: ration.v1.PolicySpec.client_weights:type_name -> ration.v1.PolicySpec.ClientWeightsEntry
 	0,  // 1: ration.v1.ApplyPoliciesCommand.policies:type_name -> ration.v1.PolicySpec
-	18, // 2: ration.v1.LeaseOp.acquire:type_name -> ration.v1.AcquireRequest
-	19, // 3: ration.v1.LeaseOp.renew:type_name -> ration.v1.RenewRequest
-	20, // 4: ration.v1.LeaseOp.release:type_name -> ration.v1.ReleaseRequest
+	21, // 2: ration.v1.LeaseOp.acquire:type_name -> ration.v1.AcquireRequest
+	22, // 3: ration.v1.LeaseOp.renew:type_name -> ration.v1.RenewRequest
+	23, // 4: ration.v1.LeaseOp.release:type_name -> ration.v1.ReleaseRequest
 	3,  // 5: ration.v1.LeaseBatchCommand.ops:type_name -> ration.v1.LeaseOp
 	0,  // 6: ration.v1.Snapshot.policies:type_name -> ration.v1.PolicySpec
 	9,  // 7: ration.v1.Snapshot.ledgers:type_name -> ration.v1.LedgerSnapshot
@@ -1827,11 +2268,13 @@ var file_command_proto_depIdxs = []int32{
 	14, // 17: ration.v1.ACLToken.bindings:type_name -> ration.v1.ACLBinding
 	15, // 18: ration.v1.ACLCommand.bootstrap:type_name -> ration.v1.ACLToken
 	15, // 19: ration.v1.ACLCommand.create:type_name -> ration.v1.ACLToken
-	20, // [20:20] is the sub-list for method output_type
-	20, // [20:20] is the sub-list for method input_type
-	20, // [20:20] is the sub-list for extension type_name
-	20, // [20:20] is the sub-list for extension extendee
-	0,  // [0:20] is the sub-list for field type_name
+	18, // 20: ration.v1.WindowFrame.key:type_name -> ration.v1.WindowKeySnapshot
+	19, // 21: ration.v1.WindowKeySnapshot.leases:type_name -> ration.v1.WindowLeaseSnapshot
+	22, // [22:22] is the sub-list for method output_type
+	22, // [22:22] is the sub-list for method input_type
+	22, // [22:22] is the sub-list for extension type_name
+	22, // [22:22] is the sub-list for extension extendee
+	0,  // [0:22] is the sub-list for field type_name
 }
 
 func init() { file_command_proto_init() }
@@ -1856,7 +2299,7 @@ func file_command_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_command_proto_rawDesc), len(file_command_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   18,
+			NumMessages:   21,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

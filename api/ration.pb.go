@@ -855,9 +855,20 @@ type Grant struct {
 	// this lease, to add to the bucket when these terms are installed (never
 	// above cap_milli). At most the raise of the cap (rule i). A client that
 	// does not add them loses them, safely.
-	TopUpMilli    int64 `protobuf:"varint,33,opt,name=top_up_milli,json=topUpMilli,proto3" json:"top_up_milli,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	TopUpMilli int64 `protobuf:"varint,33,opt,name=top_up_milli,json=topUpMilli,proto3" json:"top_up_milli,omitempty"`
+	// A chunk of a leased window policy (docs/design.md §8), else all 0. The
+	// grant is then a bucket with no rate whose cap is the chunk's units
+	// (start_milli, then top_up_milli at renewals) and whose lease ends with
+	// the window. window_limit_milli is the policy's limit L,
+	// window_nanos the current window's length, window_reset_nanos the
+	// window's end less the commit's window time, window_remaining_milli
+	// what the window had left for anyone after this grant (L - G).
+	WindowLimitMilli     int64 `protobuf:"varint,40,opt,name=window_limit_milli,json=windowLimitMilli,proto3" json:"window_limit_milli,omitempty"`
+	WindowNanos          int64 `protobuf:"varint,41,opt,name=window_nanos,json=windowNanos,proto3" json:"window_nanos,omitempty"`
+	WindowResetNanos     int64 `protobuf:"varint,42,opt,name=window_reset_nanos,json=windowResetNanos,proto3" json:"window_reset_nanos,omitempty"`
+	WindowRemainingMilli int64 `protobuf:"varint,43,opt,name=window_remaining_milli,json=windowRemainingMilli,proto3" json:"window_remaining_milli,omitempty"`
+	unknownFields        protoimpl.UnknownFields
+	sizeCache            protoimpl.SizeCache
 }
 
 func (x *Grant) Reset() {
@@ -1012,6 +1023,34 @@ func (x *Grant) GetRatePeriodNanos() int64 {
 func (x *Grant) GetTopUpMilli() int64 {
 	if x != nil {
 		return x.TopUpMilli
+	}
+	return 0
+}
+
+func (x *Grant) GetWindowLimitMilli() int64 {
+	if x != nil {
+		return x.WindowLimitMilli
+	}
+	return 0
+}
+
+func (x *Grant) GetWindowNanos() int64 {
+	if x != nil {
+		return x.WindowNanos
+	}
+	return 0
+}
+
+func (x *Grant) GetWindowResetNanos() int64 {
+	if x != nil {
+		return x.WindowResetNanos
+	}
+	return 0
+}
+
+func (x *Grant) GetWindowRemainingMilli() int64 {
+	if x != nil {
+		return x.WindowRemainingMilli
 	}
 	return 0
 }
@@ -2221,8 +2260,14 @@ type KeyInfo struct {
 	PoolMilli       int64                  `protobuf:"varint,3,opt,name=pool_milli,json=poolMilli,proto3" json:"pool_milli,omitempty"`
 	RateMilliPerSec int64                  `protobuf:"varint,4,opt,name=rate_milli_per_sec,json=rateMilliPerSec,proto3" json:"rate_milli_per_sec,omitempty"`
 	CapacityMilli   int64                  `protobuf:"varint,5,opt,name=capacity_milli,json=capacityMilli,proto3" json:"capacity_milli,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// A leased window key: its current window [start, end) in window time
+	// (Unix ns), the units granted in it (G) and its limit; all 0 otherwise.
+	WindowStartUnixNanos int64 `protobuf:"varint,6,opt,name=window_start_unix_nanos,json=windowStartUnixNanos,proto3" json:"window_start_unix_nanos,omitempty"`
+	WindowEndUnixNanos   int64 `protobuf:"varint,7,opt,name=window_end_unix_nanos,json=windowEndUnixNanos,proto3" json:"window_end_unix_nanos,omitempty"`
+	WindowCountMilli     int64 `protobuf:"varint,8,opt,name=window_count_milli,json=windowCountMilli,proto3" json:"window_count_milli,omitempty"`
+	WindowLimitMilli     int64 `protobuf:"varint,9,opt,name=window_limit_milli,json=windowLimitMilli,proto3" json:"window_limit_milli,omitempty"`
+	unknownFields        protoimpl.UnknownFields
+	sizeCache            protoimpl.SizeCache
 }
 
 func (x *KeyInfo) Reset() {
@@ -2286,6 +2331,34 @@ func (x *KeyInfo) GetRateMilliPerSec() int64 {
 func (x *KeyInfo) GetCapacityMilli() int64 {
 	if x != nil {
 		return x.CapacityMilli
+	}
+	return 0
+}
+
+func (x *KeyInfo) GetWindowStartUnixNanos() int64 {
+	if x != nil {
+		return x.WindowStartUnixNanos
+	}
+	return 0
+}
+
+func (x *KeyInfo) GetWindowEndUnixNanos() int64 {
+	if x != nil {
+		return x.WindowEndUnixNanos
+	}
+	return 0
+}
+
+func (x *KeyInfo) GetWindowCountMilli() int64 {
+	if x != nil {
+		return x.WindowCountMilli
+	}
+	return 0
+}
+
+func (x *KeyInfo) GetWindowLimitMilli() int64 {
+	if x != nil {
+		return x.WindowLimitMilli
 	}
 	return 0
 }
@@ -3309,7 +3382,7 @@ const file_ration_proto_rawDesc = "" +
 	"\bKeyError\x12\x12\n" +
 	"\x04code\x18\x01 \x01(\rR\x04code\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\x12(\n" +
-	"\x04kind\x18\x03 \x01(\x0e2\x14.ration.v1.ErrorKindR\x04kind\"\xaf\x05\n" +
+	"\x04kind\x18\x03 \x01(\x0e2\x14.ration.v1.ErrorKindR\x04kind\"\xe4\x06\n" +
 	"\x05Grant\x12\x19\n" +
 	"\blease_id\x18\x01 \x01(\x04R\aleaseId\x12+\n" +
 	"\x12rate_milli_per_sec\x18\x02 \x01(\x03R\x0frateMilliPerSec\x12\x1b\n" +
@@ -3331,7 +3404,11 @@ const file_ration_proto_rawDesc = "" +
 	"\x15rate_milli_per_period\x18\x1f \x01(\x03R\x12rateMilliPerPeriod\x12*\n" +
 	"\x11rate_period_nanos\x18  \x01(\x03R\x0fratePeriodNanos\x12 \n" +
 	"\ftop_up_milli\x18! \x01(\x03R\n" +
-	"topUpMilli\"]\n" +
+	"topUpMilli\x12,\n" +
+	"\x12window_limit_milli\x18( \x01(\x03R\x10windowLimitMilli\x12!\n" +
+	"\fwindow_nanos\x18) \x01(\x03R\vwindowNanos\x12,\n" +
+	"\x12window_reset_nanos\x18* \x01(\x03R\x10windowResetNanos\x124\n" +
+	"\x16window_remaining_milli\x18+ \x01(\x03R\x14windowRemainingMilli\"]\n" +
 	"\bKeyLease\x12&\n" +
 	"\x05grant\x18\x01 \x01(\v2\x10.ration.v1.GrantR\x05grant\x12)\n" +
 	"\x05error\x18\x02 \x01(\v2\x13.ration.v1.KeyErrorR\x05error\"j\n" +
@@ -3417,14 +3494,18 @@ const file_ration_proto_rawDesc = "" +
 	"\x10expires_in_nanos\x18\n" +
 	" \x01(\x03R\x0eexpiresInNanos\x124\n" +
 	"\x17held_rate_milli_per_sec\x18\v \x01(\x03R\x13heldRateMilliPerSec\x12$\n" +
-	"\x0eheld_cap_milli\x18\f \x01(\x03R\fheldCapMilli\"\xa6\x01\n" +
+	"\x0eheld_cap_milli\x18\f \x01(\x03R\fheldCapMilli\"\xec\x02\n" +
 	"\aKeyInfo\x12\x16\n" +
 	"\x06policy\x18\x01 \x01(\tR\x06policy\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\tR\x03key\x12\x1d\n" +
 	"\n" +
 	"pool_milli\x18\x03 \x01(\x03R\tpoolMilli\x12+\n" +
 	"\x12rate_milli_per_sec\x18\x04 \x01(\x03R\x0frateMilliPerSec\x12%\n" +
-	"\x0ecapacity_milli\x18\x05 \x01(\x03R\rcapacityMilli\"\x98\x01\n" +
+	"\x0ecapacity_milli\x18\x05 \x01(\x03R\rcapacityMilli\x125\n" +
+	"\x17window_start_unix_nanos\x18\x06 \x01(\x03R\x14windowStartUnixNanos\x121\n" +
+	"\x15window_end_unix_nanos\x18\a \x01(\x03R\x12windowEndUnixNanos\x12,\n" +
+	"\x12window_count_milli\x18\b \x01(\x03R\x10windowCountMilli\x12,\n" +
+	"\x12window_limit_milli\x18\t \x01(\x03R\x10windowLimitMilli\"\x98\x01\n" +
 	"\x12ListLeasesResponse\x12,\n" +
 	"\x06leases\x18\x01 \x03(\v2\x14.ration.v1.LeaseInfoR\x06leases\x12&\n" +
 	"\x04keys\x18\x02 \x03(\v2\x12.ration.v1.KeyInfoR\x04keys\x12,\n" +

@@ -135,6 +135,8 @@ type terms struct {
 	// level above the cut cap); the next renewal reports it with the
 	// acknowledgement, and the cluster returns it to the pool (rule i).
 	clampedMilli int64
+	// win: a window policy's chunk (window.go); nil for a token bucket.
+	win *windowTerms
 }
 
 // Limiter admits work for one key of one policy from this replica's lease.
@@ -460,6 +462,9 @@ const shareRetry = 10 * time.Millisecond
 // the policy's burst keeps the old answer.
 func (t *terms) shareWait(now, costMilli int64, d lease.Decision) lease.Decision {
 	untilShare := time.Duration(max(t.renewAt-now, 0)) + shareRetry
+	if t.win != nil {
+		return t.win.wait(now, costMilli, untilShare, t.shareWaitBucket(costMilli, d))
+	}
 	switch {
 	case d.Reason == lease.ReasonExceedsCapacity && t.policyBurst > 0 && costMilli <= t.policyBurst:
 		d.Reason, d.RetryAfter = lease.ReasonLimit, untilShare
@@ -509,6 +514,11 @@ func (l *Limiter) unusable(t *terms, costMilli int64) (Decision, *lease.AtomicBu
 		return Decision{Verdict: Verdict{Reason: Limited}, RemainingMilli: d.RemainingMilli, RetryAfter: d.RetryAfter}, nil
 	}
 	out := Decision{Verdict: Verdict{Reason: Unavailable}, RetryAfter: l.c.cfg.RenewRetryMax}
+	if t.win != nil && t.fallback == nil && !t.expiredAck && !l.c.closed.Load() {
+		if d, ok := t.win.afterDeadline(l.c.clock.Precise()); ok {
+			out = d
+		}
+	}
 	if t.shadow {
 		out.Allowed, out.Shadow = true, true
 	}

@@ -287,7 +287,7 @@ func (l *Limiter) install(tSend int64, g *api.Grant) {
 	b.SetPreciseClock(l.c.clock.Precise)
 	t := &terms{leaseID: g.GetLeaseId(), bucket: b, capMilli: g.GetCapMilli(), rateMilli: g.GetRateMilliPerSec(),
 		ttlNanos: g.GetTtlNanos(), driftPPM: drift, shadow: g.GetShadow(), canonical: g.GetCanonicalKey(), version: g.GetVersion(),
-		policyBurst: g.GetPolicyBurstMilli()}
+		policyBurst: g.GetPolicyBurstMilli(), win: windowOf(g, now)}
 	t.setTimes(tSend, deadline, g.GetRenewAfterNanos())
 	if g.GetFailureMode() == "fail-open" && g.GetFallbackRateMilliPerSec() > 0 {
 		f := g.GetFallbackRateMilliPerSec()
@@ -443,6 +443,7 @@ func (l *Limiter) applyRenewal(tSend int64, old *terms, g *api.Grant) (toppedUp 
 	// here on: these terms are installed, and the next renewal says so.
 	nt.version = g.GetVersion()
 	nt.policyBurst = g.GetPolicyBurstMilli()
+	nt.win = windowOf(g, now)
 	nt.setTimes(tSend, newDeadline, g.GetRenewAfterNanos())
 	l.fails = 0
 	if l.cur.CompareAndSwap(old, &nt) {

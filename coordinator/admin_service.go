@@ -128,6 +128,9 @@ func (a *adminService) ApplyPolicies(ctx context.Context, req *api.ApplyPolicies
 			unleasable = append(unleasable, fmt.Errorf("line %d: %w", p.Line, err))
 			continue
 		}
+		if err := a.s.windowsReady(p); err != nil {
+			return nil, rpcerr.Status(fmt.Errorf("line %d: %w", p.Line, err))
+		}
 		cmd.Policies = append(cmd.Policies, p.ToProto())
 		resp.Applied = append(resp.Applied, p.Name)
 	}

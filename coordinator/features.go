@@ -1,6 +1,8 @@
 package coordinator
 
 import (
+	"time"
+
 	"github.com/hashicorp/raft"
 	"github.com/ration-dev/ration/api"
 	"github.com/ration-dev/ration/fsm"
@@ -42,7 +44,7 @@ func (s *Server) enableFeatures() {
 		s.log.Debug("feature switches wait for every voter to support them", "off", missing, "voters_support", all)
 		return
 	}
-	if _, _, err := s.propose(fsm.CmdSetFeatures, &api.SetFeaturesCommand{Features: want}); err != nil {
+	if _, _, err := s.propose(fsm.CmdSetFeatures, &api.SetFeaturesCommand{Features: want, WallUnixNanos: time.Now().UnixNano()}); err != nil {
 		s.log.Warn("turning on feature switches", "features", want, "err", err)
 		return
 	}

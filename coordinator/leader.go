@@ -207,10 +207,15 @@ func (s *Server) leaderLoop(stop chan struct{}) {
 	s.audit.reset(true) // the audit is leader-local: it starts empty in every term this server leads
 
 	if s.cfg.Policies != nil && len(s.fsm.Policies()) == 0 {
+		s.enableFeatures() // so initial window policies can be applied (windowsReady), if every voter is up
 		cmd := &api.ApplyPoliciesCommand{}
 		for _, p := range s.cfg.Policies.Policies {
 			if err := p.Leasable(); err != nil {
 				s.log.Error("initial policy cannot be leased; skipped", "policy", p.Name, "err", err)
+				continue
+			}
+			if err := s.windowsReady(p); err != nil {
+				s.log.Error("initial window policy skipped until leased windows are on; apply it again then", "policy", p.Name, "err", err)
 				continue
 			}
 			cmd.Policies = append(cmd.Policies, p.ToProto())

@@ -297,8 +297,8 @@ func TestValidationErrors(t *testing.T) {
 		{"negative rate", "policies:\n  - name: bad\n    algorithm: token-bucket\n    rate: -5\n    burst: 10\n", []string{`policy "bad"`, `field "rate"`}},
 		{"unknown field", "policies:\n  - name: bad\n    algorithm: token-bucket\n    rate: 5\n    burst: 10\n    brust: 3\n", []string{`"brust"`}},
 		{"not yaml", "policies: [", []string{"line"}},
-		{"window algorithm", "policies:\n  - name: win\n    algorithm: sliding-window\n    limit: 10\n    window: 1s\n", []string{`policy "win"`, "sliding-window", "token buckets only"}},
-		{"two window algorithms", "policies:\n  - name: win1\n    algorithm: fixed-window\n    limit: 10\n    window: 1s\n  - name: win2\n    algorithm: sliding-window-approx\n    limit: 10\n    window: 1s\n", []string{"line 2:", `policy "win1"`, "line 6:", `policy "win2"`}},
+		{"window algorithm", "policies:\n  - name: win\n    algorithm: sliding-window\n    limit: 10\n    window: 1s\n", []string{`policy "win"`, "sliding-window", "the exact sliding window is for simulate"}},
+		{"two window algorithms", "policies:\n  - name: win1\n    algorithm: sliding-window\n    limit: 10\n    window: 1s\n  - name: win2\n    algorithm: sliding-window\n    limit: 10\n    window: 1s\n", []string{"line 2:", `policy "win1"`, "line 6:", `policy "win2"`}},
 		{"one bad among good", "policies:\n  - name: good\n    algorithm: token-bucket\n    rate: 5\n    burst: 5\n  - name: bad\n    algorithm: token-bucket\n    rate: 5\n    burst: 0\n", []string{`policy "bad"`, `field "burst"`}},
 	} {
 		unchanged := false

@@ -86,7 +86,8 @@ const (
 	FeatureIndexedExpiry uint64 = 1 << 6
 
 	// KnownFeatures is every switch this server can apply.
-	KnownFeatures = FeatureAcks | FeatureRetire | FeatureReturnClamped | FeatureStableRecords | FeatureRestoreHold | FeatureACL | FeatureIndexedExpiry
+	KnownFeatures = FeatureAcks | FeatureRetire | FeatureReturnClamped | FeatureStableRecords | FeatureRestoreHold | FeatureACL | FeatureIndexedExpiry |
+		FeatureWindows // window.go
 )
 
 // IgnorableFlag marks a command type that older servers may skip. An

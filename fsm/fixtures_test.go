@@ -49,6 +49,34 @@ var fixtureScripts = map[string]func(t *testing.T, h *harness){
 			}
 		}
 	},
+	// v4: leased windows (frame kind 6): a fixed window, a calendar month
+	// in Europe/Paris and an approximate sliding window, with chunks, a
+	// released one and a renewed one, and the epoch from a wall clock.
+	"v4-windows": func(t *testing.T, h *harness) {
+		h.apply(CmdSetFeatures, sec, &api.SetFeaturesCommand{Features: KnownFeatures, WallUnixNanos: wallAtSwitch})
+		cmd := windowPolicies("10", `  - name: monthly
+    algorithm: fixed-window
+    limit: 1000
+    period: month
+    timezone: Europe/Paris
+  - name: approx
+    algorithm: sliding-window-approx
+    limit: 8
+    window: 2s
+`)
+		if r := h.apply(CmdApplyPolicies, sec, cmd); r.Err != nil {
+			t.Fatal(r.Err)
+		}
+		a := keyLeaseOf(t, h.batch(2*sec, wAcquire(caller("a", 1, 1), "acme", 4000))).GetGrant()
+		keyLeaseOf(t, h.batch(2*sec, wRenew(caller("a", 1, 2), "acme", a.GetLeaseId(), 4000)))
+		b := keyLeaseOf(t, h.batch(2*sec+1, wAcquire(caller("b", 1, 1), "acme", 4000))).GetGrant()
+		h.batch(2*sec+2, wRelease(caller("b", 1, 2), "acme", b.GetLeaseId(), 1000))
+		for i, pol := range []string{"monthly", "approx"} {
+			op := wAcquire(caller("c", 1, uint64(i+1)), "acme", 4000)
+			op.GetAcquire().Keys[0].Key = &api.Key{Policy: pol}
+			keyLeaseOf(t, h.batch(3*sec, op))
+		}
+	},
 	// v1: no switch on (the format older servers write).
 	"v1-no-features": func(t *testing.T, h *harness) {
 		convergeScript(t, h)

@@ -110,6 +110,8 @@ type state struct {
 	// ACL tokens by accessor ID, and whether bootstrap has run (acl.go).
 	aclBootstrapped bool
 	aclTokens       map[string]*acl.Token
+	// win holds the leased fixed windows (window.go).
+	win windowState
 	// idx is derived from the rest (index.go): never serialized.
 	idx index
 	// ref, in tests only, replaces the indexed expire and revoke by
@@ -244,6 +246,7 @@ func (f *FSM) dispatch(env Envelope, t int64) (*Result, error) {
 			// What is due may depend on a switch (forgetRetired).
 			f.st.rebuildIndex()
 		}
+		f.st.windowsSwitched(t, cmd.GetWallUnixNanos())
 		return &Result{}, nil
 	case CmdACL:
 		cmd, err := decodeBody[api.ACLCommand](env.Body)
@@ -294,8 +297,12 @@ func (s *state) applyPolicies(t int64, cmd *api.ApplyPoliciesCommand) (*Result, 
 		if err := s.checkChange(p); err != nil {
 			return nil, err
 		}
+		if err := s.windowCheckChange(t, p); err != nil {
+			return nil, err
+		}
 	}
 	for _, p := range ps {
+		s.windowInstall(p)
 		if err := s.install(t, p); err != nil {
 			return nil, err
 		}
@@ -400,6 +407,7 @@ func (s *state) begin(t int64, c *api.Caller, kind uint32, n int) ([]byte, error
 // through the holders index with FeatureIndexedExpiry on (index.go),
 // visiting every ledger as a server that predates it does otherwise.
 func (s *state) revoke(t int64, clientID string, incarnation uint64) {
+	s.windowRevoke(clientID, incarnation)
 	switch {
 	case !s.indexedExpiry():
 		s.revokeLegacy(t, clientID, incarnation)
@@ -512,6 +520,9 @@ func (s *state) resolve(t int64, k *api.Key, create bool) (policy.Policy, string
 	p, ok := s.policies[k.GetPolicy()]
 	if !ok {
 		return p, "", nil, fmt.Errorf("%w: policy %q (apply it with rationctl policy apply)", rpcerr.ErrNotFound, k.GetPolicy())
+	}
+	if p.Algorithm.IsWindow() {
+		return p, "", nil, windowNotLeasable(p) // leased in window.go, or not at all
 	}
 	if err := p.Leasable(); err != nil {
 		return p, "", nil, fmt.Errorf("policy %q: %w", p.Name, err)
@@ -676,6 +687,9 @@ func (s *state) acquireKey(t int64, c *api.Caller, k *api.AcquireKey, seen map[s
 	if err := checkDemand(k.GetDemand()); err != nil {
 		return &api.KeyLease{Error: keyError(err)}
 	}
+	if kl, ok := s.windowAcquire(t, c, k, seen); ok {
+		return kl
+	}
 	// (resolve itself checks the policy and key before it creates a key.)
 	p, ck, kl, err := s.resolve(t, k.GetKey(), true)
 	if err != nil {
@@ -748,6 +762,9 @@ func (s *state) renewKey(t int64, c *api.Caller, k *api.RenewKey) *api.KeyLease 
 	if err := checkDemand(k.GetDemand()); err != nil {
 		return &api.KeyLease{Error: keyError(err)}
 	}
+	if kl, ok := s.windowRenew(t, c, k); ok {
+		return kl
+	}
 	// clamped_milli means something only with the switch on: off, it is
 	// ignored (not even checked), as a server that predates it does.
 	var clamped int64
@@ -794,6 +811,10 @@ func (s *state) release(t int64, req *api.ReleaseRequest) (*api.ReleaseResponse,
 	}
 	resp := &api.ReleaseResponse{ClusterTimeNanos: t, Results: make([]*api.ReleaseResult, len(req.GetKeys()))}
 	for i, k := range req.GetKeys() {
+		if wr, ok := s.windowRelease(t, c, k); ok {
+			resp.Results[i] = wr
+			continue
+		}
 		r := &api.ReleaseResult{}
 		_, _, kl, err := s.resolve(t, k.GetKey(), false)
 		if err == nil {
@@ -836,7 +857,12 @@ func unmarshalLease(dup []byte, err error) (*api.LeaseResponse, error) {
 // of clients with no leases not seen for retention. With
 // FeatureIndexedExpiry on it visits only what is due (index.go); off, it
 // visits, and so advances, every ledger, as a server that predates it does.
-func (s *state) expire(t, through, retention int64) (*Result, error) {
+func (s *state) expire(t, through, retention int64) (res *Result, err error) {
+	defer func() {
+		if err == nil {
+			s.windowExpire(t, res)
+		}
+	}()
 	switch {
 	case !s.indexedExpiry():
 		return s.expireLegacy(t, through, retention)

@@ -67,6 +67,10 @@ func (f *FSM) PolicyUsage(name string) (keys, leases int) {
 		keys++
 		leases += kl.ledger.LeaseCount()
 	}
+	for _, l := range f.st.win.keys[name] { // window.go
+		keys++
+		leases += l.LeaseCount()
+	}
 	return keys, leases
 }
 
@@ -128,6 +132,7 @@ func (f *FSM) Leases(policyName, key string, nowNanos int64) *api.ListLeasesResp
 			}
 		}
 	}
+	f.st.windowListing(out, policyName, key, now) // window.go
 	return out
 }
 

@@ -88,6 +88,7 @@ func PrepareRestore(snapshot []byte, now int64, current []policy.Policy) ([]byte
 			}
 		}
 	}
+	st.windowsPrepareRestore()
 	var out bytes.Buffer
 	if err := writeSnapshot(&out, st.export()); err != nil {
 		return nil, err

@@ -50,6 +50,7 @@ type snapshotData struct {
 	retired []*api.LedgerSnapshot
 	clients []*api.ClientRecord
 	tokens  []*api.ACLToken
+	windows []*api.WindowFrame // frame kind 6 (window.go)
 }
 
 type snapshot struct{ data snapshotData }
@@ -112,6 +113,11 @@ func writeSnapshot(w io.Writer, d snapshotData) error {
 			return err
 		}
 	}
+	for _, w := range d.windows {
+		if err := frame(frameWindow, w); err != nil {
+			return err
+		}
+	}
 	if err := bw.WriteByte(frameEnd); err != nil {
 		return err
 	}
@@ -158,6 +164,7 @@ func (s *state) export() snapshotData {
 			Response: append([]byte(nil), c.response...), ResponseKind: c.kind, LastSeenNanos: c.lastSeen,
 		})
 	}
+	d.windows = s.exportWindows()
 	return d
 }
 
@@ -343,6 +350,14 @@ func importState(r io.Reader) (*state, error) {
 				return nil, fmt.Errorf("%w: ACL token %s twice", errSnapshot, tok.AccessorID)
 			}
 			st.aclTokens[tok.AccessorID] = tok
+		case frameWindow:
+			wf := &api.WindowFrame{}
+			if err := proto.Unmarshal(buf, wf); err != nil {
+				return nil, fmt.Errorf("%w: window frame: %v", errSnapshot, err)
+			}
+			if err := st.importWindow(wf); err != nil {
+				return nil, err
+			}
 		default:
 			return nil, fmt.Errorf("%w: unknown frame kind %d", errSnapshot, kind)
 		}
@@ -352,6 +367,9 @@ func importState(r io.Reader) (*state, error) {
 	}
 	if (len(st.aclTokens) > 0 || st.aclBootstrapped) && st.features&FeatureACL == 0 {
 		return nil, fmt.Errorf("%w: ACL tokens without the ACL feature switch", errSnapshot)
+	}
+	if err := st.checkWindowsImported(); err != nil {
+		return nil, err
 	}
 	if len(st.aclTokens) > 0 && !st.aclBootstrapped {
 		return nil, fmt.Errorf("%w: ACL tokens in a state that was never bootstrapped", errSnapshot)

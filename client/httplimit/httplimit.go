@@ -239,7 +239,7 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	decs = decs[:len(lims)]
 	i := m.cfg.Client.AllowAllDetail(cost, lims, decs)
 	if i < 0 {
-		m.admitted(w, route, decs)
+		m.admitted(w, route, decs, lims)
 		next.ServeHTTP(w, r)
 		return
 	}
@@ -265,14 +265,16 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		m.rejectUnavailable(w, d)
 	default:
 		m.metrics.count(policy, route, outLimited)
-		m.rejectQuota(w, m.cfg.Layers[i], cost, d)
+		if !m.rejectWindow(w, m.cfg.Layers[i], lims[i], cost, d) {
+			m.rejectQuota(w, m.cfg.Layers[i], cost, d)
+		}
 	}
 }
 
 // admitted counts an admission, once per layer (shadow_limited for a
 // layer whose shadow policy would have refused), and adds the success
 // headers if asked to. decs holds every layer's decision.
-func (m *Middleware) admitted(w http.ResponseWriter, route string, decs []client.Decision) {
+func (m *Middleware) admitted(w http.ResponseWriter, route string, decs []client.Decision, lims []*client.Limiter) {
 	for i, layer := range m.cfg.Layers {
 		if decs[i].Shadow {
 			m.metrics.count(layer.Policy, route, outShadowLimited)
@@ -286,6 +288,9 @@ func (m *Middleware) admitted(w http.ResponseWriter, route string, decs []client
 		m.metrics.nearLimit(layer.Policy, route)
 	}
 	if m.cfg.SuccessHeaders && !m.cfg.Shadow && !d.Shadow && d.Reason == client.Allowed {
+		if windowSuccess(w.Header(), layer.Policy, lims[last]) {
+			return
+		}
 		setPolicyField(w.Header(), layer)
 		w.Header().Set("RateLimit", rateLimitField(layer.Policy, d.RemainingMilli, refillSeconds(layer, d.RemainingMilli), true))
 	}

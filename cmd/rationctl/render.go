@@ -339,6 +339,11 @@ type keyJSON struct {
 	PoolMilli       int64  `json:"pool_milli"`
 	RateMilliPerSec int64  `json:"rate_milli_per_sec"`
 	CapacityMilli   int64  `json:"capacity_milli"`
+	// A leased window key's current window and count (render_window.go).
+	WindowStartUnixNanos int64 `json:"window_start_unix_nanos,omitempty"`
+	WindowEndUnixNanos   int64 `json:"window_end_unix_nanos,omitempty"`
+	WindowCountMilli     int64 `json:"window_count_milli,omitempty"`
+	WindowLimitMilli     int64 `json:"window_limit_milli,omitempty"`
 }
 
 type leasesJSON struct {
@@ -362,6 +367,8 @@ func writeLeases(w io.Writer, r *api.ListLeasesResponse, asJSON bool) error {
 			out.Keys = append(out.Keys, keyJSON{
 				Policy: k.GetPolicy(), Key: k.GetKey(), PoolMilli: k.GetPoolMilli(),
 				RateMilliPerSec: k.GetRateMilliPerSec(), CapacityMilli: k.GetCapacityMilli(),
+				WindowStartUnixNanos: k.GetWindowStartUnixNanos(), WindowEndUnixNanos: k.GetWindowEndUnixNanos(),
+				WindowCountMilli: k.GetWindowCountMilli(), WindowLimitMilli: k.GetWindowLimitMilli(),
 			})
 		}
 		return writeJSON(w, out)
@@ -389,6 +396,9 @@ func writeLeases(w io.Writer, r *api.ListLeasesResponse, asJSON bool) error {
 		tw := newTable(bw)
 		fmt.Fprintln(tw, "POLICY\tKEY\tPOOL\tRATE/S\tBURST\tLEASES")
 		for _, k := range r.GetKeys() {
+			if k.GetWindowLimitMilli() > 0 {
+				continue // writeWindowCounts
+			}
 			n := 0
 			for _, l := range r.GetLeases() {
 				if l.GetPolicy() == k.GetPolicy() && l.GetKey() == k.GetKey() {
@@ -400,6 +410,7 @@ func writeLeases(w io.Writer, r *api.ListLeasesResponse, asJSON bool) error {
 		}
 		tw.Flush()
 	}
+	writeWindowCounts(bw, r)
 	return bw.Flush()
 }
 

@@ -26,7 +26,7 @@ func TestEdgeUsageErrors(t *testing.T) {
 		t.Fatal(err)
 	}
 	window := filepath.Join(dir, "window.yaml")
-	if err := os.WriteFile(window, []byte("policies:\n  - name: w\n    algorithm: fixed-window\n    limit: 3\n    window: 1s\n"), 0o644); err != nil {
+	if err := os.WriteFile(window, []byte("policies:\n  - name: w\n    algorithm: sliding-window\n    limit: 3\n    window: 1s\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	base := []string{"edge", "--servers", "127.0.0.1:1", "--grpc-addr", "127.0.0.1:0"}

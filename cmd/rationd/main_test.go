@@ -64,7 +64,7 @@ func TestUsageErrors(t *testing.T) {
 	dir := t.TempDir()
 	required := []string{"--id", "n1", "--data-dir", dir, "--raft-addr", "127.0.0.1:1", "--grpc-addr", "127.0.0.1:2", "--gossip-addr", "127.0.0.1:3"}
 	window := filepath.Join(dir, "window.yaml")
-	if err := os.WriteFile(window, []byte("policies:\n  - name: w\n    algorithm: fixed-window\n    limit: 3\n    window: 1s\n"), 0o644); err != nil {
+	if err := os.WriteFile(window, []byte("policies:\n  - name: w\n    algorithm: sliding-window\n    limit: 3\n    window: 1s\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	for _, c := range []struct {
@@ -89,7 +89,7 @@ func TestUsageErrors(t *testing.T) {
 		{"log format", append(required[:len(required):len(required)], "--log-format", "xml"), []string{`rationd: --log-format "xml" is not a format; want text or json`}},
 		{"missing config", append(required[:len(required):len(required)], "--config", filepath.Join(dir, "nope.yaml")), []string{"rationd: --config: open ", "nope.yaml: no such file or directory"}},
 		{"window config", append(required[:len(required):len(required)], "--config", window),
-			[]string{`rationd: --config: ` + window + `: policy is not leasable: policy "w" uses fixed-window: the cluster leases token buckets only`}},
+			[]string{`rationd: --config: ` + window + `: policy is not leasable: policy "w" uses sliding-window: the cluster leases token buckets, fixed windows and approximate sliding windows only`}},
 		{"dev join", []string{"dev", "--join", "127.0.0.1:1"}, []string{"rationd dev: flag provided but not defined: -join", "rationd dev [--grpc-addr"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {

@@ -106,12 +106,19 @@ func (p Policy) Weight(clientID string) int64 {
 }
 
 // Leasable reports whether the cluster can enforce p: nil for a token
-// bucket, an error wrapping ErrNotLeasable otherwise.
+// bucket and a valid fixed or approximate sliding window (leased in
+// chunks, docs/design.md §8), an error wrapping ErrNotLeasable otherwise.
 func (p Policy) Leasable() error {
-	if p.Algorithm == TokenBucket {
+	switch p.Algorithm {
+	case TokenBucket:
+		return nil
+	case FixedWindow, SlidingWindowApprox:
+		if _, err := p.WindowSpec(); err != nil {
+			return fmt.Errorf("%w: policy %q: %v", ErrNotLeasable, p.Name, err)
+		}
 		return nil
 	}
-	return fmt.Errorf("%w: policy %q uses %s: the cluster leases token buckets only; window algorithms are for simulate",
+	return fmt.Errorf("%w: policy %q uses %s: the cluster leases token buckets, fixed windows and approximate sliding windows only; the exact sliding window is for simulate",
 		ErrNotLeasable, p.Name, p.Algorithm)
 }
 

@@ -184,7 +184,7 @@ func TestClusterParseErrors(t *testing.T) {
 	}{
 		// Token-bucket-only fields on a window algorithm.
 		{"lease on window", win("    limit: 1\n    window: 1s\n    lease: {duration: 5s}\n"), 6, "lease",
-			"does not apply to algorithm fixed-window (lease is for token-bucket); fixed-window takes limit, window"},
+			"does not apply to algorithm fixed-window (lease is for token-bucket); fixed-window takes limit, window, period, timezone"},
 		{"weights on window", win("    limit: 1\n    window: 1s\n    weights: {default: 2}\n"), 6, "weights", "does not apply to algorithm fixed-window (weights is for token-bucket)"},
 		{"failure on window", win("    limit: 1\n    window: 1s\n    failure: fail-open\n"), 6, "failure", "does not apply to algorithm fixed-window (failure is for token-bucket)"},
 		{"fallback on window", win("    limit: 1\n    window: 1s\n    fallback_rate: 1\n"), 6, "fallback_rate", "does not apply to algorithm fixed-window (fallback_rate is for token-bucket)"},
@@ -530,7 +530,7 @@ func TestLeasable(t *testing.T) {
 	f := mustParse(t, fullExample)
 	for _, p := range f.Policies {
 		err := p.Leasable()
-		if p.Algorithm == TokenBucket {
+		if p.Algorithm == TokenBucket || p.Algorithm == FixedWindow || p.Algorithm == SlidingWindowApprox {
 			if err != nil {
 				t.Errorf("%s: %v", p.Name, err)
 			}
@@ -540,7 +540,7 @@ func TestLeasable(t *testing.T) {
 			t.Errorf("%s (%s): got %v, want ErrNotLeasable", p.Name, p.Algorithm, err)
 			continue
 		}
-		for _, w := range []string{p.Name, string(p.Algorithm), "the cluster leases token buckets only; window algorithms are for simulate"} {
+		for _, w := range []string{p.Name, string(p.Algorithm), "the cluster leases token buckets, fixed windows and approximate sliding windows only; the exact sliding window is for simulate"} {
 			if !strings.Contains(err.Error(), w) {
 				t.Errorf("%s: %q does not contain %q", p.Name, err, w)
 			}

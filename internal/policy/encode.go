@@ -60,7 +60,14 @@ func (b *builder) policy(p Policy) mapping {
 		m.put(fStart, b.value(start))
 	} else {
 		m.put(fLimit, b.value(number(FormatUnits(p.LimitMilli))))
-		m.put(fWindow, b.value(formatDuration(p.WindowNanos)))
+		if p.Period != "" {
+			m.put(fPeriod, b.value(p.Period))
+		} else {
+			m.put(fWindow, b.value(formatWindow(p.WindowNanos)))
+		}
+		if p.Timezone != "" {
+			m.put(fTimezone, b.value(p.Timezone))
+		}
 	}
 	m.put(fCharge, b.value(string(p.Charge)))
 	if len(p.Key) > 0 {
@@ -198,4 +205,13 @@ func formatDuration(nanos int64) string {
 		s = strings.TrimSuffix(s, "0m")
 	}
 	return s
+}
+
+// formatWindow writes a window of whole days as days (7d), else as
+// formatDuration does.
+func formatWindow(nanos int64) string {
+	if day := int64(24 * time.Hour); nanos > 0 && nanos%day == 0 {
+		return strconv.FormatInt(nanos/day, 10) + "d"
+	}
+	return formatDuration(nanos)
 }

@@ -23,6 +23,8 @@ const (
 	fStart     = "start"
 	fLimit     = "limit"
 	fWindow    = "window"
+	fPeriod    = "period"
+	fTimezone  = "timezone"
 
 	fLease           = "lease"
 	fWeights         = "weights"
@@ -63,6 +65,7 @@ type fieldSpec struct {
 var (
 	tokenBucketOnly  = []Algorithm{TokenBucket}
 	windowAlgorithms = []Algorithm{FixedWindow, SlidingWindow, SlidingWindowApprox}
+	fixedWindowOnly  = []Algorithm{FixedWindow}
 )
 
 // topFields are the fields of the file's top-level mapping.
@@ -81,7 +84,10 @@ var policyFields = []fieldSpec{
 	{name: fBurst, algs: tokenBucketOnly, required: true, want: "want a number of tokens like 10 or 2.5"},
 	{name: fStart, algs: tokenBucketOnly, want: "want full or empty"},
 	{name: fLimit, algs: windowAlgorithms, required: true, want: "want a whole number of units per window like 100"},
-	{name: fWindow, algs: windowAlgorithms, required: true, want: "want a Go duration like 500ms, 1s, 1m or 1h30m"},
+	// window is required unless period is set (parse.go, validate.go).
+	{name: fWindow, algs: windowAlgorithms, want: "want a Go duration like 500ms, 1s, 1m or 1h30m, or whole days like 7d, at most 366d"},
+	{name: fPeriod, algs: fixedWindowOnly, want: "want day, week (ISO weeks, from Monday 00:00) or month, aligned to the calendar in timezone, instead of window"},
+	{name: fTimezone, algs: fixedWindowOnly, want: "want an IANA time zone name like UTC (the default) or Europe/Paris, with period"},
 
 	// Cluster settings.
 	{name: fLease, algs: tokenBucketOnly, want: "want a mapping of duration, renew_after and drift_ppm, like {duration: 5s, renew_after: 1500ms, drift_ppm: 1000}"},

@@ -397,7 +397,7 @@ func (p *parser) walkPolicy(index int, m *yaml.Node) (pol Policy, ok bool) {
 	}
 	if kv, ok := present(fWindow); ok {
 		if s, ok := p.scalar(id, kv, fWindow); ok {
-			d, err := time.ParseDuration(s)
+			d, err := parseWindow(s)
 			switch {
 			case err != nil:
 				p.add(p.errAt(id, kv, fWindow, fmt.Sprintf("%q is not a duration; %s", s, want[fWindow])))
@@ -407,6 +407,25 @@ func (p *parser) walkPolicy(index int, m *yaml.Node) (pol Policy, ok bool) {
 				pol.WindowNanos = int64(d)
 			}
 		}
+	}
+	_, hasWindow := get(fWindow)
+	kvPeriod, hasPeriod := present(fPeriod)
+	if hasPeriod {
+		if s, ok := p.scalar(id, kvPeriod, fPeriod); ok {
+			pol.Period = s
+		}
+	}
+	if kv, ok := present(fTimezone); ok {
+		if s, ok := p.scalar(id, kv, fTimezone); ok {
+			pol.Timezone = s
+		}
+	}
+	if algKnown && pol.Algorithm.IsWindow() && !hasWindow && !hasPeriod {
+		msg := fmt.Sprintf("is required for algorithm %s; %s", pol.Algorithm, want[fWindow])
+		if pol.Algorithm == FixedWindow {
+			msg += " (or period: day, week or month)"
+		}
+		p.add(&Error{Line: m.Line, PolicyName: id.PolicyName, PolicyIndex: index, Field: fWindow, Msg: msg})
 	}
 
 	p.clusterFields(id, &pol, algKnown, rateOK, get, present)
@@ -707,4 +726,16 @@ func editDistance(a, b string) int {
 		prev, cur = cur, prev
 	}
 	return prev[len(b)]
+}
+
+// parseWindow reads a window: a Go duration, or whole days like 7d.
+func parseWindow(s string) (time.Duration, error) {
+	if n, ok := strings.CutSuffix(s, "d"); ok {
+		days, err := strconv.ParseInt(n, 10, 64)
+		if err != nil || days > int64(lease.MaxWindowNanos/int64(24*time.Hour))*1000 {
+			return 0, fmt.Errorf("not a number of days: %q", s)
+		}
+		return time.Duration(days) * 24 * time.Hour, nil
+	}
+	return time.ParseDuration(s)
 }

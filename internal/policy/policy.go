@@ -80,9 +80,13 @@ type Policy struct {
 	BurstMilli      int64
 	StartFull       bool // default true; false for the window algorithms
 
-	// Window algorithms only.
+	// Window algorithms only. A fixed window has either WindowNanos
+	// (windows aligned to multiples of it from the Unix epoch) or Period
+	// (day, week or month in Timezone, "" meaning UTC).
 	LimitMilli  int64
 	WindowNanos int64
+	Period      string
+	Timezone    string
 
 	Charge Charge
 	// Key lists the attributes whose values partition the budget: one
@@ -139,6 +143,13 @@ func (p Policy) NewLimiter(startNanos int64) (lease.Limiter, error) {
 			StartFull:       p.StartFull,
 		}, startNanos)
 	case FixedWindow:
+		if p.Period != "" {
+			spec, err := p.WindowSpec()
+			if err != nil {
+				return nil, err
+			}
+			return lease.NewCalendarWindow(p.LimitMilli, spec)
+		}
 		return lease.NewFixedWindow(p.windowConfig())
 	case SlidingWindow:
 		return lease.NewSlidingWindow(p.windowConfig())
@@ -165,6 +176,15 @@ func (p Policy) RateMilliPerSecCeil() int64 {
 	}
 	return lease.MulDiv(p.RateMilliPerSec, lease.NanosPerSecond, p.RatePeriodNanos) +
 		min(1, lease.MulDiv(p.RateMilliPerSec, lease.NanosPerSecond, 1)%p.RatePeriodNanos)
+}
+
+// WindowSpec is a fixed-window policy's windows (lease.NewWindowSpec's
+// errors for a bad one).
+func (p Policy) WindowSpec() (lease.WindowSpec, error) {
+	if p.Period != "" {
+		return lease.NewWindowSpec(0, p.Period, p.Timezone)
+	}
+	return lease.NewWindowSpec(p.WindowNanos, "", p.Timezone)
 }
 
 func (p Policy) windowConfig() lease.WindowConfig {

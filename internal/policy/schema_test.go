@@ -36,6 +36,15 @@ const everySetting = `policies:
     shadow: true
     max_keys: 7
     max_leases_per_key: 9
+  - name: monthly
+    algorithm: fixed-window
+    limit: 1000000
+    period: month
+    timezone: Europe/Paris
+  - name: weekly
+    algorithm: fixed-window
+    limit: 70
+    window: 7d
 `
 
 // TestEncodeWritesOnlyAcceptedFields: every key the encoder writes, at
@@ -114,7 +123,7 @@ func bucketWith(lines string) string {
 }
 
 const (
-	policyFieldList = "name, algorithm, charge, key, rate, burst, start, limit, window, lease, weights, failure, fallback_rate, shadow, max_keys, max_leases_per_key"
+	policyFieldList = "name, algorithm, charge, key, rate, burst, start, limit, window, period, timezone, lease, weights, failure, fallback_rate, shadow, max_keys, max_leases_per_key"
 )
 
 // TestUnknownFieldInEveryMapping: an unknown field is reported in every
@@ -147,7 +156,7 @@ func TestUnknownFieldInEveryMapping(t *testing.T) {
 		// A lease that does not apply is reported once, not its content;
 		// with an unknown algorithm it is read, to report all at once.
 		{"lease of a window", "policies:\n  - name: a\n    algorithm: fixed-window\n    limit: 1\n    window: 1s\n    lease: {duraton: 5s}\n",
-			`line 6: policy "a": field "lease": does not apply to algorithm fixed-window (lease is for token-bucket); fixed-window takes limit, window`},
+			`line 6: policy "a": field "lease": does not apply to algorithm fixed-window (lease is for token-bucket); fixed-window takes limit, window, period, timezone`},
 		{"lease of an unknown algorithm", "policies:\n  - name: a\n    algorithm: leaky\n    lease: {duraton: 5s}\n",
 			`line 3: policy "a": field "algorithm": "leaky" is not an algorithm; want one of token-bucket, fixed-window, sliding-window, sliding-window-approx` + "\n" +
 				`line 4: policy "a": field "lease.duraton": is not a lease field; did you mean "duration"? Fields are duration, renew_after, drift_ppm`},

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"time"
 	"unicode/utf8"
+
+	"github.com/ration-dev/ration/lease"
 )
 
 // Validate checks a Policy built in code or from a protobuf (FromProto)
@@ -72,13 +74,36 @@ func validate(p Policy) []*Error {
 		if p.WindowNanos != 0 {
 			notHere(fWindow)
 		}
+		if p.Period != "" {
+			notHere(fPeriod)
+		}
+		if p.Timezone != "" {
+			notHere(fTimezone)
+		}
 		errs = append(errs, validateLease(p)...)
 	case algKnown: // a window algorithm
 		if p.LimitMilli < 1000 || p.LimitMilli > MaxLimit*1000 || p.LimitMilli%1000 != 0 {
 			bad(fLimit, "%s is not a whole number in [1, %d]; %s", FormatUnits(p.LimitMilli), MaxLimit, want[fLimit])
 		}
-		if p.WindowNanos <= 0 {
+		switch {
+		case p.Algorithm != FixedWindow && p.Period != "":
+			notHere(fPeriod)
+		case p.Algorithm != FixedWindow && p.Timezone != "":
+			notHere(fTimezone)
+		case p.Period != "" && p.WindowNanos != 0:
+			bad(fPeriod, "is set with window %s; want one of window and period", formatWindow(p.WindowNanos))
+		case p.Period != "":
+			if p.Period != lease.PeriodDay && p.Period != lease.PeriodWeek && p.Period != lease.PeriodMonth {
+				bad(fPeriod, "%q is not a period; %s", p.Period, want[fPeriod])
+			} else if _, err := p.WindowSpec(); err != nil {
+				bad(fTimezone, "%q is not a time zone Go's zone database knows; %s", p.Timezone, want[fTimezone])
+			}
+		case p.Timezone != "":
+			bad(fTimezone, "applies only with period (window %s is aligned to the Unix epoch, not to a zone); %s", formatWindow(p.WindowNanos), want[fTimezone])
+		case p.WindowNanos <= 0:
 			bad(fWindow, "%s is not positive; %s", time.Duration(p.WindowNanos), want[fWindow])
+		case p.WindowNanos > lease.MaxWindowNanos:
+			bad(fWindow, "%s is longer than the maximum 366d; %s", formatWindow(p.WindowNanos), want[fWindow])
 		}
 		for _, f := range []struct {
 			name string

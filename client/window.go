@@ -1,0 +1,112 @@
+package client
+
+import (
+	"time"
+
+	"github.com/ration-dev/ration/api"
+	"github.com/ration-dev/ration/lease"
+)
+
+// Leased fixed windows (docs/design.md §8). A window policy's grant is a
+// chunk: a bucket with no rate whose cap is the chunk's units, topped up
+// at renewals, and whose lease ends with the window. The client uses it
+// like any lease (until its conservative local deadline); what it adds is
+// the window's description, for waits and the RateLimit fields: a refusal
+// while the window has nothing left waits for the reset, and after the
+// chunk's deadline, until the reset, it is Limited, not Unavailable.
+
+// windowTerms is a chunk's window, as of the answer that installed it.
+type windowTerms struct {
+	limitMilli     int64
+	windowNanos    int64
+	resetAt        int64 // local time of the window's end (estimated)
+	remainingMilli int64 // what the window had left for anyone
+	// endsWithWindow: the lease's deadline is the window's end (its TTL
+	// was the time to the reset).
+	endsWithWindow bool
+}
+
+// windowOf returns a grant's window terms, or nil for a token bucket.
+func windowOf(g *api.Grant, now int64) *windowTerms {
+	if g.GetWindowLimitMilli() <= 0 && g.GetWindowNanos() <= 0 {
+		return nil
+	}
+	return &windowTerms{limitMilli: g.GetWindowLimitMilli(), windowNanos: g.GetWindowNanos(),
+		// The commit came before the answer arrived, so this errs late,
+		// by at most the clocks' drift over the rest of the window.
+		resetAt:        now + g.GetWindowResetNanos(),
+		remainingMilli: g.GetWindowRemainingMilli(),
+		endsWithWindow: g.GetTtlNanos() >= g.GetWindowResetNanos()}
+}
+
+// WindowState describes a window policy's current window as this replica
+// last heard of it.
+type WindowState struct {
+	// LimitMilli is the policy's limit per window (milli-units).
+	LimitMilli int64
+	// Window is the current window's length (a calendar day may be 23 or
+	// 25 hours, a month 28 to 31 days).
+	Window time.Duration
+	// ResetIn is the time until the window ends (0 once past).
+	ResetIn time.Duration
+	// LocalMilli is what this replica's chunk has left; ClusterMilli what
+	// the window had left for any replica at the last answer.
+	LocalMilli, ClusterMilli int64
+}
+
+// Window reports the window of a window policy's key; false for a token
+// bucket, or before the first grant.
+func (l *Limiter) Window() (WindowState, bool) {
+	if l.evicted.Load() {
+		if s := l.successor.Load(); s != nil && s != l {
+			return s.Window()
+		}
+	}
+	t := l.cur.Load()
+	if t == nil || t.win == nil {
+		return WindowState{}, false
+	}
+	now := l.c.clock.Precise()
+	ws := WindowState{LimitMilli: t.win.limitMilli, Window: time.Duration(t.win.windowNanos),
+		ResetIn: time.Duration(max(t.win.resetAt-now, 0)), ClusterMilli: t.win.remainingMilli}
+	if now < t.deadline {
+		ws.LocalMilli = t.bucket.LevelMilli(now)
+	}
+	return ws, true
+}
+
+// windowWait turns a window chunk's refusal into a wait: for the reset
+// when the window had nothing left for this cost, else for the next
+// renewal (which asks for more).
+func (w *windowTerms) wait(now, costMilli int64, untilShare time.Duration, d lease.Decision) lease.Decision {
+	if d.Reason != lease.ReasonLimit {
+		return d
+	}
+	if w.remainingMilli < costMilli {
+		d.RetryAfter = time.Duration(max(w.resetAt-now, 0)) + shareRetry
+	} else {
+		d.RetryAfter = untilShare
+	}
+	return d
+}
+
+// afterDeadline is the decision past a chunk's deadline that the window's
+// end set: Limited until the reset (a new chunk follows it), not
+// Unavailable. ok false: the lease ended for another reason (the caller
+// also rules out a lease the cluster refused or cut short, expiredAck).
+func (w *windowTerms) afterDeadline(now int64) (Decision, bool) {
+	if !w.endsWithWindow || now >= w.resetAt+int64(time.Second) {
+		return Decision{}, false
+	}
+	return Decision{Verdict: Verdict{Reason: Limited}, RetryAfter: time.Duration(max(w.resetAt-now, 0)) + shareRetry}, true
+}
+
+// shareWaitBucket is shareWait's mapping of a chunk's refusal: a cost
+// within the policy's limit but above the chunk is Limited (more may come),
+// one above the limit ExceedsCapacity with RetryNever.
+func (t *terms) shareWaitBucket(costMilli int64, d lease.Decision) lease.Decision {
+	if d.Reason == lease.ReasonExceedsCapacity && t.policyBurst > 0 && costMilli <= t.policyBurst {
+		d.Reason = lease.ReasonLimit
+	}
+	return d
+}

@@ -1,0 +1,230 @@
+package client_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ration-dev/ration/api"
+	"github.com/ration-dev/ration/client"
+	"github.com/ration-dev/ration/internal/testcluster"
+	"github.com/ration-dev/ration/lease"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// applyWindowPolicy applies a fixed-window policy once the cluster has
+// turned leased windows on (initial policies are applied before).
+func applyWindowPolicy(t *testing.T, c *testcluster.Cluster, yaml string) {
+	t.Helper()
+	testcluster.WaitFor(t, testcluster.DefaultWait, func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_, err := leaderAdmin(t, c).ApplyPolicies(ctx, &api.ApplyPoliciesRequest{Yaml: yaml})
+		return err
+	})
+}
+
+const windowYAML = `
+policies:
+  - name: win
+    algorithm: fixed-window
+    limit: %d
+    window: %s
+    key: [tenant]
+`
+
+// windowAdmissions stamps admissions with the wall clock (window time is
+// the cluster's clock set from a leader's wall clock, on this machine).
+type windowAdmissions struct {
+	mu sync.Mutex
+	// Per window start: admissions certainly inside it, and those whose
+	// decision interval (widened by the skew allowed between window time
+	// and this clock) touches a boundary.
+	sure, edge map[int64]int64
+}
+
+const windowSkew = 5 * time.Millisecond
+
+func (w *windowAdmissions) note(before, after time.Time, W time.Duration) {
+	lo, hi := before.Add(-windowSkew).UnixNano()/int64(W), after.Add(windowSkew).UnixNano()/int64(W)
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if lo == hi {
+		w.sure[lo]++
+	} else {
+		w.edge[lo]++
+		w.edge[hi]++
+	}
+}
+
+// TestWindowPolicyAdmitsLimitPerWindow: three replicas, each offering far
+// more than the limit, admit L per window between them, never more, on a
+// real cluster, over several windows of 2 s.
+func TestWindowPolicyAdmitsLimitPerWindow(t *testing.T) {
+	const L, W = 20, 2 * time.Second
+	c := startCluster(t, "policies:\n  - {name: other, algorithm: token-bucket, rate: 1, burst: 1}\n")
+	applyWindowPolicy(t, c, fmt.Sprintf(windowYAML, L, "2s"))
+	adm := &windowAdmissions{sure: map[int64]int64{}, edge: map[int64]int64{}}
+	var stop atomic.Bool
+	var wg sync.WaitGroup
+	var refusals atomic.Int64
+	for i := range 3 {
+		cl := newClient(t, client.Config{Servers: servers(c), ClientID: fmt.Sprintf("replica-%d", i)})
+		lim := cl.Limiter("win", client.Key{"tenant": "acme"})
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for !stop.Load() {
+				before := time.Now()
+				d := lim.AllowN(1)
+				after := time.Now()
+				if d.Allowed {
+					adm.note(before, after, W)
+				} else {
+					refusals.Add(1)
+					if d.Reason == client.Limited && d.RetryAfter <= 0 {
+						t.Errorf("a window refusal with no wait: %+v", d)
+					}
+					time.Sleep(2 * time.Millisecond) // offered load, not synchronisation
+				}
+			}
+		}()
+	}
+	// Run until five whole windows have passed since the first admission.
+	first := int64(-1)
+	testcluster.WaitFor(t, 30*time.Second, func() error {
+		adm.mu.Lock()
+		defer adm.mu.Unlock()
+		for k := range adm.sure {
+			if first < 0 || k < first {
+				first = k
+			}
+		}
+		if first < 0 || time.Now().UnixNano()/int64(W) < first+6 {
+			return fmt.Errorf("waiting for five windows after the first admission")
+		}
+		return nil
+	})
+	stop.Store(true)
+	wg.Wait()
+	adm.mu.Lock()
+	defer adm.mu.Unlock()
+	for k := first + 1; k <= first+5; k++ {
+		sure, edge := adm.sure[k], adm.edge[k]
+		t.Logf("window %d: %d admitted inside, %d at its edges", k, sure, edge)
+		if sure > L {
+			t.Errorf("window %d admitted %d, more than the limit %d", k, sure, L)
+		}
+		if sure+edge < L {
+			t.Errorf("window %d admitted only %d (+%d at the edges) of %d under overload", k, sure, edge, L)
+		}
+	}
+	if refusals.Load() == 0 {
+		t.Error("no refusals under overload")
+	}
+}
+
+// TestWindowCarelessCallers: a cost above the limit, zero and negative
+// costs, and WaitN on an exhausted window, through the public API.
+func TestWindowCarelessCallers(t *testing.T) {
+	c := startCluster(t, "policies:\n  - {name: other, algorithm: token-bucket, rate: 1, burst: 1}\n")
+	applyWindowPolicy(t, c, fmt.Sprintf(windowYAML, 5, "1h"))
+	cl := newClient(t, client.Config{Servers: servers(c), ClientID: "careless"})
+	lim := cl.Limiter("win", client.Key{"tenant": "acme"})
+	waitLease(t, nil, lim)
+	if d := lim.AllowN(0); !d.Allowed {
+		t.Fatalf("AllowN(0) on a usable chunk: %+v", d)
+	}
+	if d := lim.AllowN(6); d.Allowed || d.Reason != client.ExceedsCapacity || d.RetryAfter != lease.RetryNever {
+		t.Fatalf("AllowN(6) above the limit 5: %+v", d)
+	}
+	if d := lim.AllowN(-1); d.Allowed || d.Reason != client.InvalidCost {
+		t.Fatalf("AllowN(-1): %+v", d)
+	}
+	// Spend the window (waitLease may have spent one).
+	testcluster.WaitFor(t, testcluster.DefaultWait, func() error {
+		ws, ok := lim.Window()
+		if !ok {
+			return fmt.Errorf("no window")
+		}
+		if ws.LocalMilli == 0 && ws.ClusterMilli == 0 {
+			return nil
+		}
+		lim.AllowN(1)
+		return fmt.Errorf("window has %d local, %d in the cluster", ws.LocalMilli, ws.ClusterMilli)
+	})
+	ws, _ := lim.Window()
+	if ws.LimitMilli != 5000 || ws.Window != time.Hour || ws.ResetIn <= 0 || ws.ResetIn > time.Hour {
+		t.Fatalf("window state %+v", ws)
+	}
+	d := lim.AllowN(1)
+	if d.Allowed || d.Reason != client.Limited || d.RetryAfter < ws.ResetIn-time.Second || d.RetryAfter > time.Hour+time.Second {
+		t.Fatalf("a refusal in a spent window: %+v, want a wait until the reset in %v", d, ws.ResetIn)
+	}
+	// rationctl leases' listing: the key's window count and its chunk.
+	resp, err := listLeases(c, t, "win")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var key *api.KeyInfo
+	for _, k := range resp.GetKeys() {
+		if k.GetKey() == "acme" {
+			key = k
+		}
+	}
+	if key == nil || key.GetWindowCountMilli() != 5000 || key.GetWindowLimitMilli() != 5000 ||
+		key.GetWindowEndUnixNanos()-key.GetWindowStartUnixNanos() != int64(time.Hour) || leaseOf(resp, "careless") == nil {
+		t.Fatalf("listing %v", resp)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	if err := lim.WaitN(ctx, 1); err != client.ErrWouldExceedDeadline {
+		t.Fatalf("WaitN on a spent hour window with a 1 s deadline: %v", err)
+	}
+	// The cluster refuses a window policy it cannot lease precisely.
+	ctx2, cancel2 := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel2()
+	for _, bad := range []struct{ yaml, want string }{
+		{fmt.Sprintf(windowYAML, 5, "1000d"), "is longer than the maximum 366d"},
+		{"policies:\n  - name: m\n    algorithm: fixed-window\n    limit: 5\n    period: month\n    timezone: Europe/Atlantis\n", `"Europe/Atlantis" is not a time zone`},
+		{"policies:\n  - name: s\n    algorithm: sliding-window\n    limit: 5\n    window: 1m\n", "the exact sliding window is for simulate"},
+	} {
+		_, err := leaderAdmin(t, c).ApplyPolicies(ctx2, &api.ApplyPoliciesRequest{Yaml: bad.yaml})
+		if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), bad.want) {
+			t.Errorf("applying %q: %v, want InvalidArgument with %q", bad.yaml, err, bad.want)
+		}
+	}
+}
+
+// TestWindowWaitN: WaitN on a spent window waits for the reset and is then
+// admitted from the next window's chunk; a refusal just before says how
+// long (at most the window).
+func TestWindowWaitN(t *testing.T) {
+	c := startCluster(t, "policies:\n  - {name: other, algorithm: token-bucket, rate: 1, burst: 1}\n")
+	applyWindowPolicy(t, c, fmt.Sprintf(windowYAML, 3, "2s"))
+	cl := newClient(t, client.Config{Servers: servers(c), ClientID: "waiter"})
+	lim := cl.Limiter("win", client.Key{"tenant": "acme"})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	// Spend the current window, whatever is left of it.
+	testcluster.WaitFor(t, testcluster.DefaultWait, func() error {
+		if d := lim.AllowN(1); d.Allowed || d.Reason != client.Limited {
+			return fmt.Errorf("still admitting (%+v)", d)
+		}
+		return nil
+	})
+	d := lim.AllowN(1)
+	if d.Allowed || d.RetryAfter <= 0 || d.RetryAfter > 2*time.Second+time.Second {
+		t.Fatalf("a refusal in a spent 2 s window: %+v", d)
+	}
+	for i := range 3 {
+		if err := lim.WaitN(ctx, 1); err != nil {
+			t.Fatalf("WaitN %d: %v", i, err)
+		}
+	}
+}

@@ -1,0 +1,514 @@
+package fsm
+
+import (
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/ration-dev/ration/api"
+	"github.com/ration-dev/ration/internal/policy"
+	"github.com/ration-dev/ration/internal/rpcerr"
+	"github.com/ration-dev/ration/lease"
+)
+
+// Leased fixed windows (docs/design.md §8). With FeatureWindows on, a
+// fixed-window policy's keys are lease.WindowLedgers, kept here beside the
+// token-bucket ledgers; acquire, renew, release, revoke, expire, snapshots
+// and restores reach them through a few hooks in fsm.go, snapshot.go and
+// restore.go. Window time (the calendar's clock) is cluster time plus a
+// replicated epoch offset, set once by the entry that turns the switch on
+// from its leader's wall clock.
+
+// FeatureWindows: fixed-window policies are leased in chunks
+// (lease.WindowLedger), a policy may name a calendar period and timezone,
+// and snapshots carry window state (frame kind 6). Off, a fixed-window
+// policy is stored but not leased, and one with a period is refused, as on
+// a server that predates it.
+const FeatureWindows uint64 = 1 << 7
+
+// faultWindowSnapshotDropsKeys: snapshots leave out the window keys, so a
+// restarted or caught-up server starts every window count afresh (the
+// fsm window tests' negative control). Outside fault.go's sequence.
+const faultWindowSnapshotDropsKeys fault = 0x40
+
+// frameWindow is a snapshot frame of window state (api.WindowFrame).
+// Older servers refuse the frame kind (and the switch).
+const frameWindow byte = 6
+
+// Window lease settings: a window policy has no lease section; its chunks
+// are leased for at most windowLeaseNanos, renewed after
+// min(windowLeaseNanos/3, window/16) (at least MinEarlyRenewNanos), with
+// the default drift bound.
+const (
+	windowLeaseNanos = int64(policy.DefaultLeaseDuration)
+	windowDriftPPM   = policy.DefaultDriftPPM
+)
+
+type windowState struct {
+	epochSet    bool
+	epochOffset int64 // window time = cluster time + epochOffset
+	// exhaustThrough: after a restore, windows starting at or before it
+	// are full (every key's, created later too).
+	exhaustThrough int64
+	keys           map[string]map[string]*lease.WindowLedger
+	// keying: what each name's keys were made under (windowKeysKept).
+	keying map[string]windowKeying
+}
+
+func (s *state) windowsOn() bool { return s.features&FeatureWindows != 0 }
+
+// windowTime is the window time of cluster time t.
+func (s *state) windowTime(t int64) int64 { return t + s.win.epochOffset }
+
+// windowsSwitched runs after a CmdSetFeatures entry at cluster time t: the
+// entry that turns FeatureWindows on sets the epoch from its leader's wall
+// clock (wallUnix; 0 leaves window time equal to cluster time).
+func (s *state) windowsSwitched(t, wallUnix int64) {
+	if !s.windowsOn() || s.win.epochSet {
+		return
+	}
+	s.win.epochSet = true
+	if wallUnix > 0 {
+		s.win.epochOffset = wallUnix - t
+	}
+}
+
+// windowNotLeasable is the refusal of a window policy's lease with the
+// switch off: word for word what a server that predates it answers (with
+// FeatureStableRecords off the message is in the replicated record).
+func windowNotLeasable(p policy.Policy) error {
+	return fmt.Errorf("policy %q: %w: policy %q uses %s: the cluster leases token buckets only; window algorithms are for simulate",
+		p.Name, policy.ErrNotLeasable, p.Name, p.Algorithm)
+}
+
+// windowPolicy returns the fixed-window policy a key names, if the switch
+// is on and it is one.
+func (s *state) windowPolicy(k *api.Key) (policy.Policy, bool) {
+	p, ok := s.policies[k.GetPolicy()]
+	return p, ok && s.windowsOn() && leasedWindow(p.Algorithm)
+}
+
+// leasedWindow: the window algorithms the cluster leases in chunks.
+func leasedWindow(a policy.Algorithm) bool {
+	return a == policy.FixedWindow || a == policy.SlidingWindowApprox
+}
+
+func windowConfig(p policy.Policy) (lease.WindowLedgerConfig, error) {
+	spec, err := p.WindowSpec()
+	return lease.WindowLedgerConfig{LimitMilli: p.LimitMilli, Spec: spec, MaxLeases: int(p.MaxLeasesPerKey),
+		Approx: p.Algorithm == policy.SlidingWindowApprox}, err
+}
+
+func sameWindowConfig(a, b lease.WindowLedgerConfig) bool {
+	return a.LimitMilli == b.LimitMilli && a.MaxLeases == b.MaxLeases && a.Spec.Equal(b.Spec) && a.Approx == b.Approx
+}
+
+// windowLedger finds (or, with create, makes) a window key's ledger, and
+// applies the policy's current definition to it: a change mid-window keeps
+// the count (lease.WindowLedger.Reconfigure).
+func (s *state) windowLedger(t int64, p policy.Policy, k *api.Key, create bool) (string, *lease.WindowLedger, error) {
+	ck, err := p.CanonicalKey(k.GetAttributes())
+	if err != nil {
+		return "", nil, fmt.Errorf("policy %q: %w", p.Name, err)
+	}
+	cfg, err := windowConfig(p)
+	if err != nil {
+		return ck, nil, fmt.Errorf("policy %q: %w", p.Name, err)
+	}
+	w := s.windowTime(t)
+	l := s.win.keys[p.Name][ck]
+	if l == nil {
+		if !create {
+			return ck, nil, fmt.Errorf("%w: policy %q has no key %q", lease.ErrLeaseNotFound, p.Name, ck)
+		}
+		if int64(len(s.win.keys[p.Name])) >= p.MaxKeys {
+			s.collectWindows(t, p.Name)
+		}
+		if int64(len(s.win.keys[p.Name])) >= p.MaxKeys {
+			return ck, nil, fmt.Errorf("%w: policy %q already tracks max_keys=%d keys", rpcerr.ErrResourceExhausted, p.Name, p.MaxKeys)
+		}
+		if l, err = lease.NewWindowLedger(cfg); err != nil {
+			return ck, nil, fmt.Errorf("policy %q: %w", p.Name, err)
+		}
+		if s.idGeneration > 0 {
+			l.RaiseNextID(s.firstLeaseID())
+		}
+		if s.win.exhaustThrough != 0 {
+			l.ExhaustThrough(s.win.exhaustThrough)
+		}
+		if s.win.keys == nil {
+			s.win.keys = map[string]map[string]*lease.WindowLedger{}
+		}
+		if s.win.keys[p.Name] == nil {
+			s.win.keys[p.Name] = map[string]*lease.WindowLedger{}
+		}
+		s.win.keys[p.Name][ck] = l
+		s.setKeying(p.Name, windowKeying{alg: p.Algorithm, attrs: slices.Clone(p.Key)})
+	}
+	if !sameWindowConfig(l.Config(), cfg) {
+		if err := l.Reconfigure(t, w, cfg); err != nil {
+			return ck, nil, fmt.Errorf("policy %q key %q: %w", p.Name, ck, err)
+		}
+	}
+	return ck, l, nil
+}
+
+// collectWindows drops a policy's window keys that are idle: no chunk, and
+// their window over (a fresh key starts the same way).
+func (s *state) collectWindows(t int64, name string) {
+	w := s.windowTime(t)
+	for ck, l := range s.win.keys[name] {
+		if l.Idle(t, w) {
+			delete(s.win.keys[name], ck)
+		}
+	}
+	if len(s.win.keys[name]) == 0 {
+		delete(s.win.keys, name)
+		delete(s.win.keying, name)
+	}
+}
+
+func (s *state) setKeying(name string, k windowKeying) {
+	if s.win.keying == nil {
+		s.win.keying = map[string]windowKeying{}
+	}
+	s.win.keying[name] = k
+}
+
+// windowRenewAfter is when a chunk's holder renews (asking for more).
+func windowRenewAfter(windowLen int64) int64 {
+	return max(min(windowLeaseNanos/policy.DefaultRenewDivisor, windowLen/16), MinEarlyRenewNanos)
+}
+
+// windowAsk sizes a chunk to the holder's demand: its rate over the time
+// to its next renewal but one (at most to the window's end), at least
+// twice its largest cost and one unit, in whole units (every client cost
+// is whole: a fraction of a unit could never be spent). A demand not yet
+// measured (the client's "as much as is fair" sentinel, above any real
+// rate) asks for L/16, but at least min(L, 10 units), so a new holder's
+// first few requests need no second round trip. (The reported burst, a
+// second of the rate, is a token bucket's measure: it would hand the first
+// asker most of a short window.)
+func windowAsk(d *api.Demand, limit, toEnd, renewAfter int64) int64 {
+	var ask int64
+	if rate := d.GetRateMilliPerSec(); rate > lease.MaxRateMilliPerSec || d.GetBurstMilli() > lease.MaxCapacityMilli {
+		ask = max(limit/16, min(limit, 10*lease.MilliPerToken), d.GetMaxCostMilli())
+	} else {
+		ask = max(lease.MulDiv(rate, min(2*renewAfter, max(toEnd, 0)), lease.NanosPerSecond),
+			2*min(d.GetMaxCostMilli(), lease.MaxCapacityMilli), lease.MilliPerToken)
+	}
+	return min(ask+(lease.MilliPerToken-ask%lease.MilliPerToken)%lease.MilliPerToken, lease.MaxCapacityMilli)
+}
+
+func windowGrantProto(p policy.Policy, ck string, g lease.WindowGrant, renewal bool, w int64) *api.Grant {
+	out := &api.Grant{
+		LeaseId:              uint64(g.LeaseID),
+		CapMilli:             g.TotalMilli,
+		TtlNanos:             g.TTLNanos,
+		RenewAfterNanos:      min(windowRenewAfter(g.End-g.Start), g.TTLNanos),
+		DriftPpm:             windowDriftPPM,
+		FailureMode:          string(policy.FailClosed),
+		Shadow:               p.Shadow,
+		CanonicalKey:         ck,
+		KeyAttributes:        append([]string(nil), p.Key...),
+		KeyAttributesSet:     true,
+		PolicyBurstMilli:     p.LimitMilli,
+		WindowLimitMilli:     g.LimitMilli,
+		WindowNanos:          g.End - g.Start,
+		WindowResetNanos:     g.End - w,
+		WindowRemainingMilli: g.RemainingMilli,
+	}
+	if renewal {
+		out.TopUpMilli = g.ChunkMilli
+	} else {
+		out.StartMilli = g.ChunkMilli
+	}
+	return out
+}
+
+// windowAcquire grants a chunk of a fixed-window key (ok false: not a
+// window key, the caller goes on).
+func (s *state) windowAcquire(t int64, c *api.Caller, k *api.AcquireKey, seen map[string]bool) (*api.KeyLease, bool) {
+	p, ok := s.windowPolicy(k.GetKey())
+	if !ok {
+		return nil, false
+	}
+	ck, l, err := s.windowLedger(t, p, k.GetKey(), true)
+	if err != nil {
+		return &api.KeyLease{Error: keyError(err)}, true
+	}
+	if seen[p.Name+"\x00"+ck] {
+		return &api.KeyLease{Error: keyError(fmt.Errorf("%w: key %s/%s is listed twice in one request", rpcerr.ErrInvalid, p.Name, ck))}, true
+	}
+	seen[p.Name+"\x00"+ck] = true
+	w := s.windowTime(t)
+	start, end, _, _ := l.Window()
+	if end == 0 || w >= end {
+		start, end = l.Config().Spec.At(w)
+	}
+	g, err := l.Grant(t, w, lease.WindowGrantRequest{
+		ClientID: c.GetClientId(), Incarnation: c.GetIncarnation(), Seq: c.GetSeq(),
+		AskMilli: windowAsk(k.GetDemand(), p.LimitMilli, end-w, windowRenewAfter(end-start)),
+		TTLNanos: windowLeaseNanos,
+	})
+	if err != nil {
+		return &api.KeyLease{Error: keyError(leaseErr(p, ck, err))}, true
+	}
+	return &api.KeyLease{Grant: windowGrantProto(p, ck, g, false, w)}, true
+}
+
+// windowRenew extends a chunk and adds to it.
+func (s *state) windowRenew(t int64, c *api.Caller, k *api.RenewKey) (*api.KeyLease, bool) {
+	p, ok := s.windowPolicy(k.GetKey())
+	if !ok {
+		return nil, false
+	}
+	ck, l, err := s.windowLedger(t, p, k.GetKey(), false)
+	if err != nil {
+		return &api.KeyLease{Error: keyError(leaseErr(p, ck, err))}, true
+	}
+	w := s.windowTime(t)
+	start, end, _, _ := l.Window()
+	if end == 0 || w >= end {
+		start, end = l.Config().Spec.At(w)
+	}
+	g, err := l.Renew(t, w, lease.WindowRenewRequest{
+		ClientID: c.GetClientId(), Incarnation: c.GetIncarnation(), LeaseID: lease.LeaseID(k.GetLeaseId()),
+		AskMilli: windowAsk(k.GetDemand(), p.LimitMilli, end-w, windowRenewAfter(end-start)),
+		TTLNanos: windowLeaseNanos,
+	})
+	if err != nil {
+		return &api.KeyLease{Error: keyError(leaseErr(p, ck, err))}, true
+	}
+	return &api.KeyLease{Grant: windowGrantProto(p, ck, g, true, w)}, true
+}
+
+// windowRelease ends a chunk, returning its unspent units to the window if
+// it is still the chunk's.
+func (s *state) windowRelease(t int64, c *api.Caller, k *api.ReleaseKey) (*api.ReleaseResult, bool) {
+	p, ok := s.windowPolicy(k.GetKey())
+	if !ok {
+		return nil, false
+	}
+	r := &api.ReleaseResult{}
+	_, l, err := s.windowLedger(t, p, k.GetKey(), false)
+	if err == nil {
+		unspent := k.GetUnspentMilli()
+		if unspent < 0 || unspent > lease.MaxCapacityMilli {
+			err = fmt.Errorf("%w: unspent_milli %d is outside [0, %d]", rpcerr.ErrInvalid, unspent, lease.MaxCapacityMilli)
+		} else {
+			r.CreditedMilli, err = l.Release(t, s.windowTime(t), c.GetClientId(), c.GetIncarnation(), lease.LeaseID(k.GetLeaseId()), unspent)
+		}
+	}
+	if err != nil {
+		r.Error = keyError(err)
+	}
+	return r, true
+}
+
+// windowRevoke drops the chunks of clientID's incarnations below
+// incarnation, without credit.
+func (s *state) windowRevoke(clientID string, incarnation uint64) {
+	for _, pn := range sortedKeys(s.win.keys) {
+		for _, ck := range sortedKeys(s.win.keys[pn]) {
+			s.win.keys[pn][ck].Revoke(clientID, incarnation)
+		}
+	}
+}
+
+// windowExpire drops expired chunks and collects idle keys (every policy's,
+// deleted ones included).
+func (s *state) windowExpire(t int64, res *Result) {
+	w := s.windowTime(t)
+	for _, pn := range sortedKeys(s.win.keys) {
+		for _, ck := range sortedKeys(s.win.keys[pn]) {
+			n, err := s.win.keys[pn][ck].Expire(t, w)
+			if err == nil {
+				res.expired(pn, n)
+			}
+		}
+		s.collectWindows(t, pn)
+	}
+}
+
+// windowKeying is what a name's window keys were made under: a key's
+// string means one budget only under the same algorithm and key
+// attributes.
+type windowKeying struct {
+	alg   policy.Algorithm
+	attrs []string
+}
+
+// windowKeysKept reports whether p keeps the window keys of its name: it
+// keys them as they were made (or there are none).
+func (s *state) windowKeysKept(p policy.Policy) bool {
+	k, ok := s.win.keying[p.Name]
+	return !ok || len(s.win.keys[p.Name]) == 0 || k.alg == p.Algorithm && slices.Equal(k.attrs, p.Key)
+}
+
+// windowCheckChange refuses a policy change that would start fresh window
+// counts beside live ones: the name still has window keys holding a count
+// in their current window, and the new definition keys them differently
+// (other key attributes, or another algorithm), whether it replaces a
+// live definition or re-creates a deleted one. With the switch off it
+// refuses a calendar period, as a server that predates it does (its
+// validation needs window_nanos).
+func (s *state) windowCheckChange(t int64, p policy.Policy) error {
+	if !s.windowsOn() {
+		if p.Algorithm == policy.FixedWindow && (p.Period != "" || p.Timezone != "") {
+			return fmt.Errorf("%w: policy %q: a window period or timezone needs every server to support leased windows", rpcerr.ErrInvalid, p.Name)
+		}
+		return nil
+	}
+	if s.windowKeysKept(p) {
+		return nil
+	}
+	w := s.windowTime(t)
+	var until int64
+	n := 0
+	for _, l := range s.win.keys[p.Name] {
+		if !l.Idle(t, w) {
+			n++
+			_, end, _, _ := l.Window()
+			until = max(until, end)
+		}
+	}
+	if n == 0 {
+		return nil
+	}
+	return fmt.Errorf("%w: policy %q: %d window keys hold counts in windows that end by %s; a window policy whose key or algorithm changes can be applied once they have ended",
+		rpcerr.ErrPrecondition, p.Name, n, time.Unix(0, until).UTC().Format(time.RFC3339))
+}
+
+// windowInstall drops a name's window keys when its new definition keys
+// them differently (windowCheckChange passed, so they are idle).
+func (s *state) windowInstall(p policy.Policy) {
+	if !s.windowKeysKept(p) {
+		delete(s.win.keys, p.Name)
+		delete(s.win.keying, p.Name)
+	}
+}
+
+// windowsPrepareRestore fills, in the restored state, every window that
+// began by the restore's window time: the state replaced granted chunks
+// the snapshot does not know (rule j for windows).
+func (s *state) windowsPrepareRestore() {
+	if !s.win.epochSet && len(s.win.keys) == 0 {
+		return
+	}
+	s.win.exhaustThrough = max(s.win.exhaustThrough, s.windowTime(s.clusterTime))
+	for _, pn := range sortedKeys(s.win.keys) {
+		for _, ck := range sortedKeys(s.win.keys[pn]) {
+			l := s.win.keys[pn][ck]
+			l.ExhaustThrough(s.win.exhaustThrough)
+			l.RaiseNextID(s.firstLeaseID())
+		}
+	}
+}
+
+// exportWindows is the state's frames of kind 6: the epoch first, then one
+// per key, sorted.
+func (s *state) exportWindows() []*api.WindowFrame {
+	if !s.win.epochSet && len(s.win.keys) == 0 && s.win.exhaustThrough == 0 {
+		return nil
+	}
+	out := []*api.WindowFrame{{EpochOffsetNanos: s.win.epochOffset, EpochSet: s.win.epochSet, ExhaustThroughNanos: s.win.exhaustThrough}}
+	for _, pn := range sortedKeys(s.win.keys) {
+		if s.fault == faultWindowSnapshotDropsKeys {
+			break
+		}
+		for _, ck := range sortedKeys(s.win.keys[pn]) {
+			l := s.win.keys[pn][ck]
+			st, cfg := l.State(), l.Config()
+			ks := &api.WindowKeySnapshot{Policy: pn, Key: ck, NowNanos: st.NowNanos, WindowNowNanos: st.WindowNanos,
+				StartNanos: st.Start, EndNanos: st.End, CountMilli: st.CountMilli, ExhaustThroughNanos: st.ExhaustThrough, NextId: uint64(st.NextID),
+				LimitMilli: cfg.LimitMilli, FixedNanos: cfg.Spec.FixedNanos, Period: cfg.Spec.Period, Timezone: cfg.Spec.Timezone, MaxLeases: int64(cfg.MaxLeases),
+				Approx: cfg.Approx, PrevCountMilli: st.PrevCountMilli,
+				Algorithm: string(s.win.keying[pn].alg), KeyAttributes: slices.Clone(s.win.keying[pn].attrs)}
+			for _, le := range st.Leases {
+				ks.Leases = append(ks.Leases, &api.WindowLeaseSnapshot{Id: uint64(le.ID), ClientId: le.ClientID, Incarnation: le.Incarnation,
+					GrantSeq: le.GrantSeq, ExpiresNanos: le.ExpiresNanos, WindowStartNanos: le.WindowStart, GrantedMilli: le.GrantedMilli, Replaced: le.Replaced})
+			}
+			out = append(out, &api.WindowFrame{Key: ks})
+		}
+	}
+	return out
+}
+
+// importWindow reads one frame of kind 6: the epoch, or a key's ledger with
+// the definition it last applied (its policy's current one is applied at
+// its next use, as on a server that did not restart).
+func (st *state) importWindow(f *api.WindowFrame) error {
+	ks := f.GetKey()
+	if ks == nil {
+		st.win.epochSet, st.win.epochOffset, st.win.exhaustThrough = f.GetEpochSet(), f.GetEpochOffsetNanos(), f.GetExhaustThroughNanos()
+		return nil
+	}
+	spec, err := lease.NewWindowSpec(ks.GetFixedNanos(), ks.GetPeriod(), ks.GetTimezone())
+	if err != nil {
+		return fmt.Errorf("%w: window key %s/%s: %v", errSnapshot, ks.GetPolicy(), ks.GetKey(), err)
+	}
+	cfg := lease.WindowLedgerConfig{LimitMilli: ks.GetLimitMilli(), Spec: spec, MaxLeases: int(ks.GetMaxLeases()), Approx: ks.GetApprox()}
+	ls := lease.WindowLedgerState{NowNanos: ks.GetNowNanos(), WindowNanos: ks.GetWindowNowNanos(), Start: ks.GetStartNanos(), End: ks.GetEndNanos(),
+		CountMilli: ks.GetCountMilli(), PrevCountMilli: ks.GetPrevCountMilli(), ExhaustThrough: ks.GetExhaustThroughNanos(), NextID: lease.LeaseID(ks.GetNextId())}
+	for _, le := range ks.GetLeases() {
+		ls.Leases = append(ls.Leases, lease.WindowLease{ID: lease.LeaseID(le.GetId()), ClientID: le.GetClientId(), Incarnation: le.GetIncarnation(),
+			GrantSeq: le.GetGrantSeq(), ExpiresNanos: le.GetExpiresNanos(), WindowStart: le.GetWindowStartNanos(), GrantedMilli: le.GetGrantedMilli(), Replaced: le.GetReplaced()})
+	}
+	l, err := lease.NewWindowLedgerFromState(cfg, ls)
+	if err != nil {
+		return fmt.Errorf("%w: window key %s/%s: %v", errSnapshot, ks.GetPolicy(), ks.GetKey(), err)
+	}
+	if st.win.keys == nil {
+		st.win.keys = map[string]map[string]*lease.WindowLedger{}
+	}
+	if st.win.keys[ks.GetPolicy()] == nil {
+		st.win.keys[ks.GetPolicy()] = map[string]*lease.WindowLedger{}
+	}
+	if st.win.keys[ks.GetPolicy()][ks.GetKey()] != nil {
+		return fmt.Errorf("%w: window key %s/%s is listed twice", errSnapshot, ks.GetPolicy(), ks.GetKey())
+	}
+	st.win.keys[ks.GetPolicy()][ks.GetKey()] = l
+	k := windowKeying{alg: policy.Algorithm(ks.GetAlgorithm()), attrs: slices.Clone(ks.GetKeyAttributes())}
+	if old, ok := st.win.keying[ks.GetPolicy()]; ok && (old.alg != k.alg || !slices.Equal(old.attrs, k.attrs)) {
+		return fmt.Errorf("%w: window keys of %s made under two keyings", errSnapshot, ks.GetPolicy())
+	}
+	st.setKeying(ks.GetPolicy(), k)
+	return nil
+}
+
+// checkWindowsImported refuses window state without its switch.
+func (st *state) checkWindowsImported() error {
+	if (st.win.epochSet || len(st.win.keys) > 0) && !st.windowsOn() {
+		return fmt.Errorf("%w: window state without the windows feature switch", errSnapshot)
+	}
+	return nil
+}
+
+// windowListing adds the window keys and their chunks to a listing (after
+// the token-bucket ones): a key's current window, its count G and limit;
+// a chunk's units as its cap and grant (no rate).
+func (s *state) windowListing(out *api.ListLeasesResponse, policyName, key string, now int64) {
+	for _, pn := range sortedKeys(s.win.keys) {
+		if policyName != "" && pn != policyName {
+			continue
+		}
+		for _, ck := range sortedKeys(s.win.keys[pn]) {
+			if key != "" && ck != key {
+				continue
+			}
+			l := s.win.keys[pn][ck]
+			start, end, count, limit := l.Window()
+			out.Keys = append(out.Keys, &api.KeyInfo{Policy: pn, Key: ck, CapacityMilli: limit,
+				WindowStartUnixNanos: start, WindowEndUnixNanos: end, WindowCountMilli: count, WindowLimitMilli: limit})
+			for _, le := range l.State().Leases {
+				if le.ExpiresNanos <= now {
+					continue
+				}
+				out.Leases = append(out.Leases, &api.LeaseInfo{Policy: pn, Key: ck, ClientId: le.ClientID, Incarnation: le.Incarnation,
+					LeaseId: uint64(le.ID), CapMilli: le.GrantedMilli, StartMilli: le.GrantedMilli, HeldCapMilli: le.GrantedMilli,
+					ExpiresNanos: le.ExpiresNanos, ExpiresInNanos: le.ExpiresNanos - now})
+			}
+		}
+	}
+}

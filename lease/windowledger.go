@@ -1,0 +1,457 @@
+package lease
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+)
+
+// WindowLedger is the coordinator's state for one key of a leased
+// fixed-window policy (docs/design.md §8): the current window [start, end)
+// in window time, G = the units granted that count in it, and the live
+// chunks. A holder asks for a chunk; the ledger grants min(ask, L − G) and
+// adds it to G. A chunk is valid only for its window: its lease expires, in
+// cluster time, no later than the window's end is due. Unspent units
+// return to G only on an explicit release while the window is still the
+// chunk's; a chunk whose holder dies, or that expires, counts as spent.
+// At a new window G starts at what live chunks (of earlier windows) still
+// hold, which is nothing unless window time ran ahead of cluster time or
+// the window's definition changed.
+//
+// Every operation takes the cluster time t (leases' expiry) and the window
+// time w (Unix nanoseconds, for the calendar); neither may go backwards.
+// Like Ledger it reads no clock and is not safe for concurrent use.
+type WindowLedger struct {
+	cfg WindowLedgerConfig
+	s   WindowLedgerState
+	// fault is a negative control's broken rule (tests only).
+	fault WindowFault
+}
+
+// WindowLedgerConfig configures a WindowLedger.
+type WindowLedgerConfig struct {
+	// LimitMilli is L, the units a window admits (milli-units).
+	LimitMilli int64
+	Spec       WindowSpec
+	// MaxLeases bounds the live chunks (DefaultMaxLeases when 0).
+	MaxLeases int
+	// Approx: sliding-window-approx (fixed windows only). The previous
+	// window's count, weighted by the share of the sliding window it still
+	// covers, is charged too: a grant at window time w leaves
+	// G + ⌈G_prev·(end − w)/W⌉ ≤ L (docs/design.md §8.5).
+	Approx bool
+}
+
+// WindowLease is one holder's chunk.
+type WindowLease struct {
+	ID          LeaseID
+	ClientID    string
+	Incarnation uint64
+	GrantSeq    uint64
+	// ExpiresNanos is the cluster time the chunk lapses at (its holder has
+	// stopped using it by then).
+	ExpiresNanos int64
+	// WindowStart names the window whose count holds GrantedMilli.
+	WindowStart int64
+	// GrantedMilli is every unit the chunk was granted (its cap).
+	GrantedMilli int64
+	// Replaced: a later grant of the same holder replaced it; it stays
+	// until it expires (a second user of the holder may still spend it,
+	// so a new window must still count it), and cannot be renewed.
+	Replaced bool
+}
+
+// WindowLedgerState is everything a WindowLedger replicates.
+type WindowLedgerState struct {
+	NowNanos    int64 // the last cluster time seen
+	WindowNanos int64 // the last window time seen
+	// Start and End are the current window (End 0: none yet).
+	Start, End int64
+	// CountMilli is G: the units granted that count in the current window.
+	CountMilli int64
+	// PrevCountMilli is the previous window's G when it ended, if it is the
+	// window just before the current one (else 0): Approx weighs it.
+	PrevCountMilli int64
+	// ExhaustThrough: every window starting at or before it is full (G =
+	// L) when it begins or now (a restore's hold, docs/design.md §8). 0:
+	// none (window time 0 is 1970).
+	ExhaustThrough int64
+	NextID         LeaseID
+	Leases         []WindowLease // sorted by ID
+}
+
+// WindowGrant is a chunk as granted or renewed.
+type WindowGrant struct {
+	LeaseID LeaseID
+	// ChunkMilli is what this operation added; TotalMilli the chunk's
+	// units in all (the client's cap).
+	ChunkMilli, TotalMilli int64
+	// TTLNanos is the lease's expiry less the commit's cluster time.
+	TTLNanos int64
+	// The window, its limit and what it has left after this operation.
+	Start, End     int64
+	LimitMilli     int64
+	RemainingMilli int64
+}
+
+// WindowGrantRequest asks for a chunk.
+type WindowGrantRequest struct {
+	ClientID    string
+	Incarnation uint64
+	Seq         uint64
+	// AskMilli is the chunk wanted (sized to demand by the caller).
+	AskMilli int64
+	TTLNanos int64
+}
+
+// WindowRenewRequest extends a chunk and asks for more units.
+type WindowRenewRequest struct {
+	ClientID    string
+	Incarnation uint64
+	LeaseID     LeaseID
+	AskMilli    int64
+	TTLNanos    int64
+}
+
+// WindowFault names a deliberately broken window ledger (negative controls).
+type WindowFault uint8
+
+const (
+	WindowFaultNone WindowFault = iota
+	// WindowFaultDeadReturns: an expired chunk returns its units to the
+	// window (as if its dead holder had spent nothing).
+	WindowFaultDeadReturns
+	// WindowFaultRenewUncounted: units a renewal adds are not counted in G.
+	WindowFaultRenewUncounted
+	// WindowFaultNoCarry: a new window starts at 0 even while chunks of an
+	// earlier one are still live.
+	WindowFaultNoCarry
+	// WindowFaultApproxIgnoresPrev: sliding-window-approx grants as a fixed
+	// window, ignoring the previous window's weighted count.
+	WindowFaultApproxIgnoresPrev
+)
+
+// NewWindowLedger returns an empty ledger.
+func NewWindowLedger(cfg WindowLedgerConfig) (*WindowLedger, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	return &WindowLedger{cfg: cfg, s: WindowLedgerState{NextID: 1}}, nil
+}
+
+// NewWindowLedgerFromState rebuilds a ledger from its replicated state.
+func NewWindowLedgerFromState(cfg WindowLedgerConfig, st WindowLedgerState) (*WindowLedger, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	if st.CountMilli < 0 || st.PrevCountMilli < 0 || st.End < st.Start || st.NextID == 0 {
+		return nil, fmt.Errorf("%w: window state count %d, window [%d, %d), next ID %d", ErrInvalidConfig, st.CountMilli, st.Start, st.End, st.NextID)
+	}
+	seen := map[LeaseID]bool{}
+	for _, le := range st.Leases {
+		if le.ID >= st.NextID || seen[le.ID] || le.GrantedMilli < 0 {
+			return nil, fmt.Errorf("%w: window lease %d (next ID %d, units %d)", ErrInvalidConfig, le.ID, st.NextID, le.GrantedMilli)
+		}
+		seen[le.ID] = true
+	}
+	st.Leases = slices.Clone(st.Leases)
+	slices.SortFunc(st.Leases, func(a, b WindowLease) int { return int(a.ID - b.ID) })
+	return &WindowLedger{cfg: cfg, s: st}, nil
+}
+
+func (c WindowLedgerConfig) validate() error {
+	if c.LimitMilli < 0 || c.LimitMilli > MaxCapacityMilli {
+		return fmt.Errorf("%w: window limit %d milli-units is outside [0, %d]", ErrInvalidConfig, c.LimitMilli, MaxCapacityMilli)
+	}
+	if c.Spec.Period == "" && (c.Spec.FixedNanos <= 0 || c.Spec.FixedNanos > MaxWindowNanos) {
+		return fmt.Errorf("%w: window %d ns is outside (0, %d]", ErrInvalidConfig, c.Spec.FixedNanos, MaxWindowNanos)
+	}
+	if c.Approx && c.Spec.Period != "" {
+		return fmt.Errorf("%w: an approximate sliding window needs a fixed window, not a calendar period", ErrInvalidConfig)
+	}
+	return nil
+}
+
+func (c WindowLedgerConfig) maxLeases() int {
+	if c.MaxLeases <= 0 {
+		return DefaultMaxLeases
+	}
+	return c.MaxLeases
+}
+
+// Config returns the ledger's configuration.
+func (l *WindowLedger) Config() WindowLedgerConfig { return l.cfg }
+
+// State returns a copy of the replicated state.
+func (l *WindowLedger) State() WindowLedgerState {
+	st := l.s
+	st.Leases = slices.Clone(l.s.Leases)
+	return st
+}
+
+// injectFault switches the ledger to a broken variant (tests only).
+func (l *WindowLedger) injectFault(f WindowFault) { l.fault = f }
+
+// RaiseNextID makes lease IDs start at least at id (a restore's new
+// generation).
+func (l *WindowLedger) RaiseNextID(id LeaseID) { l.s.NextID = max(l.s.NextID, id) }
+
+// LeaseCount is the number of chunks held (replaced ones included).
+func (l *WindowLedger) LeaseCount() int { return len(l.s.Leases) }
+
+// Window returns the current window, its count G and limit L.
+func (l *WindowLedger) Window() (start, end, countMilli, limitMilli int64) {
+	return l.s.Start, l.s.End, l.s.CountMilli, l.cfg.LimitMilli
+}
+
+// NextExpiry is the earliest chunk expiry, or 0 with no chunk.
+func (l *WindowLedger) NextExpiry() int64 {
+	var next int64
+	for _, le := range l.s.Leases {
+		if next == 0 || le.ExpiresNanos < next {
+			next = le.ExpiresNanos
+		}
+	}
+	return next
+}
+
+// Idle reports whether the ledger can be dropped without changing any
+// answer: no chunk, and its window over by window time w (a fresh ledger
+// then starts the same window with the same count, nothing).
+func (l *WindowLedger) Idle(t, w int64) bool {
+	for _, le := range l.s.Leases {
+		if le.ExpiresNanos > t {
+			return false
+		}
+	}
+	return l.s.End == 0 || w >= l.s.End || l.s.CountMilli == 0 && l.s.ExhaustThrough < l.s.Start
+}
+
+// advance moves to (t, w): expired chunks go (their units stay counted),
+// and at a new window the count restarts from what live chunks still hold.
+func (l *WindowLedger) advance(t, w int64) error {
+	if t < l.s.NowNanos || w < l.s.WindowNanos {
+		return fmt.Errorf("%w: cluster time %d (last %d), window time %d (last %d)", ErrTimeBackwards, t, l.s.NowNanos, w, l.s.WindowNanos)
+	}
+	l.s.NowNanos, l.s.WindowNanos = t, w
+	if l.s.End == 0 || w >= l.s.End {
+		l.roll(t, w)
+	}
+	kept := l.s.Leases[:0]
+	for _, le := range l.s.Leases {
+		if le.ExpiresNanos > t {
+			kept = append(kept, le)
+		} else if l.fault == WindowFaultDeadReturns && le.WindowStart == l.s.Start {
+			l.s.CountMilli = max(l.s.CountMilli-le.GrantedMilli, 0)
+		}
+	}
+	clear(l.s.Leases[len(kept):])
+	l.s.Leases = kept
+	return nil
+}
+
+// roll starts the window holding w. Its count starts at the units of the
+// chunks still live when it began (cluster time Start − (w − t): window
+// time runs with cluster time), which lapse with it only if window time ran
+// ahead of the chunks' expiry or the window's definition changed; chunks
+// that lapsed before it began leave their units in the windows they had.
+func (l *WindowLedger) roll(t, w int64) {
+	oldEnd, oldCount := l.s.End, l.s.CountMilli
+	l.s.Start, l.s.End = l.cfg.Spec.At(w)
+	l.s.PrevCountMilli = 0
+	if oldEnd != 0 && oldEnd == l.s.Start {
+		l.s.PrevCountMilli = oldCount
+	}
+	began := l.s.Start - (w - t)
+	l.s.CountMilli = 0
+	for i := range l.s.Leases {
+		le := &l.s.Leases[i]
+		if le.ExpiresNanos > began && l.fault != WindowFaultNoCarry {
+			l.s.CountMilli = satAdd(l.s.CountMilli, le.GrantedMilli)
+		}
+		le.WindowStart = l.s.Start
+	}
+	l.exhaust()
+}
+
+// exhaust fills a window that a restore's hold covers.
+func (l *WindowLedger) exhaust() {
+	if l.s.ExhaustThrough != 0 && l.s.Start <= l.s.ExhaustThrough {
+		l.s.CountMilli = max(l.s.CountMilli, l.cfg.LimitMilli)
+	}
+}
+
+// ExhaustThrough makes every window starting at or before w full (a
+// restore from a snapshot that may not know what was granted in it).
+func (l *WindowLedger) ExhaustThrough(w int64) {
+	l.s.ExhaustThrough = max(l.s.ExhaustThrough, w)
+	if l.s.End != 0 {
+		l.exhaust()
+	}
+}
+
+// remaining is what a grant at the last window time seen may still give:
+// L − G, less the previous window's weighted count for Approx.
+func (l *WindowLedger) remaining() int64 {
+	left := l.cfg.LimitMilli - l.s.CountMilli
+	if l.cfg.Approx && l.s.PrevCountMilli > 0 && l.fault != WindowFaultApproxIgnoresPrev {
+		W := l.s.End - l.s.Start
+		left -= mulDivCeil(l.s.PrevCountMilli, min(max(l.s.End-l.s.WindowNanos, 0), W), W)
+		// In whole units, as every cost is: a fraction could never be spent.
+		left -= ((left % MilliPerToken) + MilliPerToken) % MilliPerToken
+	}
+	return max(left, 0)
+}
+
+// ttl is a chunk's lease: at most ttlNanos, and over when its window is.
+func (l *WindowLedger) ttl(w, ttlNanos int64) int64 { return max(min(ttlNanos, l.s.End-w), 0) }
+
+func (l *WindowLedger) find(id LeaseID) int {
+	for i := range l.s.Leases {
+		if l.s.Leases[i].ID == id {
+			return i
+		}
+	}
+	return -1
+}
+
+func (l *WindowLedger) answer(le *WindowLease, chunk int64) WindowGrant {
+	return WindowGrant{LeaseID: le.ID, ChunkMilli: chunk, TotalMilli: le.GrantedMilli, TTLNanos: le.ExpiresNanos - l.s.NowNanos,
+		Start: l.s.Start, End: l.s.End, LimitMilli: l.cfg.LimitMilli, RemainingMilli: l.remaining()}
+}
+
+// Grant gives the holder a new chunk of min(ask, L − G), replacing its
+// earlier chunk (which stays counted, and held until it expires).
+func (l *WindowLedger) Grant(t, w int64, req WindowGrantRequest) (WindowGrant, error) {
+	if req.ClientID == "" || req.AskMilli < 0 || req.TTLNanos <= 0 {
+		return WindowGrant{}, fmt.Errorf("%w: client %q, ask %d, ttl %d", ErrInvalidRequest, req.ClientID, req.AskMilli, req.TTLNanos)
+	}
+	if err := l.advance(t, w); err != nil {
+		return WindowGrant{}, err
+	}
+	live := 0
+	for i := range l.s.Leases {
+		le := &l.s.Leases[i]
+		if le.ClientID != req.ClientID || le.Incarnation != req.Incarnation || le.Replaced {
+			live++
+			continue
+		}
+		if req.Seq <= le.GrantSeq {
+			return WindowGrant{}, fmt.Errorf("%w: %s incarnation %d sent grant %d after grant %d", ErrStaleGrant, req.ClientID, req.Incarnation, req.Seq, le.GrantSeq)
+		}
+		le.Replaced = true
+		live++
+	}
+	if live >= l.cfg.maxLeases() {
+		return WindowGrant{}, fmt.Errorf("%w: %d leases", ErrTooManyLeases, live)
+	}
+	chunk := min(req.AskMilli, l.remaining())
+	l.s.CountMilli += chunk
+	le := WindowLease{ID: l.s.NextID, ClientID: req.ClientID, Incarnation: req.Incarnation, GrantSeq: req.Seq,
+		ExpiresNanos: satAdd(t, l.ttl(w, req.TTLNanos)), WindowStart: l.s.Start, GrantedMilli: chunk}
+	l.s.NextID++
+	l.s.Leases = append(l.s.Leases, le)
+	return l.answer(&l.s.Leases[len(l.s.Leases)-1], chunk), nil
+}
+
+// Renew extends a live chunk (never past its window's end) and adds
+// min(ask, L − G) to it.
+func (l *WindowLedger) Renew(t, w int64, req WindowRenewRequest) (WindowGrant, error) {
+	if req.AskMilli < 0 || req.TTLNanos <= 0 {
+		return WindowGrant{}, fmt.Errorf("%w: ask %d, ttl %d", ErrInvalidRequest, req.AskMilli, req.TTLNanos)
+	}
+	if err := l.advance(t, w); err != nil {
+		return WindowGrant{}, err
+	}
+	i := l.find(req.LeaseID)
+	if i < 0 || l.s.Leases[i].ClientID != req.ClientID || l.s.Leases[i].Incarnation != req.Incarnation {
+		return WindowGrant{}, fmt.Errorf("%w: lease %d (it may have expired with its window)", ErrLeaseNotFound, req.LeaseID)
+	}
+	le := &l.s.Leases[i]
+	if le.Replaced {
+		return WindowGrant{}, fmt.Errorf("%w: lease %d was replaced by a later grant", ErrLeaseExpired, req.LeaseID)
+	}
+	chunk := min(req.AskMilli, l.remaining())
+	if l.fault != WindowFaultRenewUncounted {
+		l.s.CountMilli += chunk
+	}
+	le.GrantedMilli = satAdd(le.GrantedMilli, chunk)
+	le.ExpiresNanos = max(le.ExpiresNanos, satAdd(t, l.ttl(w, req.TTLNanos)))
+	return l.answer(le, chunk), nil
+}
+
+// Release ends a chunk whose holder has stopped using it: its unspent
+// units (at most its own) return to G if the chunk's window is still the
+// current one. It returns the units credited.
+func (l *WindowLedger) Release(t, w int64, clientID string, incarnation uint64, id LeaseID, unspentMilli int64) (int64, error) {
+	if unspentMilli < 0 {
+		return 0, fmt.Errorf("%w: unspent %d", ErrInvalidRequest, unspentMilli)
+	}
+	if err := l.advance(t, w); err != nil {
+		return 0, err
+	}
+	i := l.find(id)
+	if i < 0 || l.s.Leases[i].ClientID != clientID || l.s.Leases[i].Incarnation != incarnation {
+		return 0, fmt.Errorf("%w: lease %d", ErrLeaseNotFound, id)
+	}
+	le := l.s.Leases[i]
+	l.s.Leases = slices.Delete(l.s.Leases, i, i+1)
+	if le.WindowStart != l.s.Start || le.Replaced {
+		return 0, nil
+	}
+	credit := min(unspentMilli, le.GrantedMilli, l.s.CountMilli)
+	l.s.CountMilli -= credit
+	l.exhaust()
+	return credit, nil
+}
+
+// Expire drops chunks expired by t (their units stay counted).
+func (l *WindowLedger) Expire(t, w int64) (int, error) {
+	n := len(l.s.Leases)
+	if err := l.advance(t, w); err != nil {
+		return 0, err
+	}
+	return n - len(l.s.Leases), nil
+}
+
+// Revoke drops every chunk of clientID older than incarnation, without
+// credit: that process is gone.
+func (l *WindowLedger) Revoke(clientID string, incarnation uint64) int {
+	n := len(l.s.Leases)
+	l.s.Leases = slices.DeleteFunc(l.s.Leases, func(le WindowLease) bool {
+		return le.ClientID == clientID && le.Incarnation < incarnation
+	})
+	return n - len(l.s.Leases)
+}
+
+// Holders lists the client IDs holding chunks, sorted, once each.
+func (l *WindowLedger) Holders() []string {
+	m := map[string]bool{}
+	for _, le := range l.s.Leases {
+		m[le.ClientID] = true
+	}
+	return slices.Sorted(maps.Keys(m))
+}
+
+// Reconfigure applies a policy change at (t, w) without resetting the
+// count: a new limit keeps G (lowered below G, nothing more is granted); a
+// new window definition moves the current window to the new one holding w,
+// with G carried over.
+func (l *WindowLedger) Reconfigure(t, w int64, cfg WindowLedgerConfig) error {
+	if err := cfg.validate(); err != nil {
+		return err
+	}
+	if err := l.advance(t, w); err != nil {
+		return err
+	}
+	same := l.cfg.Spec.Equal(cfg.Spec)
+	l.cfg = cfg
+	if !same {
+		l.s.Start, l.s.End = cfg.Spec.At(w)
+		for i := range l.s.Leases {
+			l.s.Leases[i].WindowStart = l.s.Start
+		}
+	}
+	l.exhaust()
+	return nil
+}

@@ -1,0 +1,294 @@
+package lease
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"testing"
+
+	"github.com/ration-dev/ration/internal/rapidcontrol"
+	"pgregory.net/rapid"
+)
+
+// The property model of leased windows (docs/design.md §8). Real time moves
+// in whole milliseconds, so every clock (the leader's, which is cluster
+// time, and each client's) advances by an exact number of nanoseconds per
+// step at its own rate within ±ρ; elections freeze cluster time. Window
+// time is cluster time plus a fixed epoch offset, as the FSM has it.
+// Clients ask for chunks, renew them, release them (the release is
+// delayed or lost), die without releasing, restart as a new incarnation,
+// and spend every unit they may until their conservative local deadline.
+// Requests are committed after a random delay, or never; answers are lost
+// at random. The operator changes the limit mid-window. Every admission is
+// recorded with the window the cluster clock is in at that real instant,
+// and the checker demands, per window, admitted ≤ the largest limit in
+// force during the window.
+
+type wmClient struct {
+	id          string
+	incarnation uint64
+	seq         uint64
+	ppm         int64
+	local       int64
+	// The chunk in use: lease, units left, local deadline; none if id 0.
+	lease    LeaseID
+	level    int64
+	deadline int64
+	busy     bool // a request is in flight
+}
+
+type wmReq struct {
+	at     int64 // real time it commits
+	client int
+	inc    uint64
+	kind   int // 0 grant, 1 renew, 2 release
+	seq    uint64
+	lease  LeaseID
+	ask    int64
+	ttl    int64
+	send   int64 // client's local send time
+	unused int64 // release: unspent
+	lost   bool  // the answer is lost
+}
+
+type leasedWindowModel struct {
+	t       *rapid.T
+	l       *WindowLedger
+	rho     int64
+	epoch   int64
+	real    int64
+	cluster int64
+	leader  int64 // leader ppm; frozen while electing
+	elect   bool
+	clients []*wmClient
+	pending []wmReq
+	// admitted and limit, per window start.
+	admitted map[int64]int64
+	maxLimit map[int64]int64
+	grants   int
+	// approx: sliding-window-approx; W its window.
+	approx bool
+	W      int64
+}
+
+func (m *leasedWindowModel) w() int64 { return m.epoch + m.cluster }
+
+func (m *leasedWindowModel) window() int64 { s, _ := m.l.cfg.Spec.At(m.w()); return s }
+
+func (m *leasedWindowModel) noteLimit() {
+	s := m.window()
+	m.maxLimit[s] = max(m.maxLimit[s], m.l.cfg.LimitMilli)
+}
+
+func (m *leasedWindowModel) step(dtMillis int64) {
+	dt := dtMillis * 1_000_000
+	m.real += dt
+	if !m.elect {
+		m.cluster += dtMillis * (PPM + m.leader)
+	}
+	for _, c := range m.clients {
+		c.local += dtMillis * (PPM + c.ppm)
+	}
+	m.noteLimit()
+}
+
+func (m *leasedWindowModel) okErr(err error) {
+	if err != nil && !errors.Is(err, ErrLeaseNotFound) && !errors.Is(err, ErrLeaseExpired) && !errors.Is(err, ErrStaleGrant) && !errors.Is(err, ErrTooManyLeases) {
+		m.t.Fatalf("unexpected ledger error: %v", err)
+	}
+}
+
+// commit applies the due requests (in send order) and delivers answers.
+func (m *leasedWindowModel) commit() {
+	rest := m.pending[:0]
+	for _, r := range m.pending {
+		if r.at > m.real || m.elect {
+			rest = append(rest, r)
+			continue
+		}
+		c := m.clients[r.client]
+		live := r.inc == c.incarnation
+		switch r.kind {
+		case 0:
+			g, err := m.l.Grant(m.cluster, m.w(), WindowGrantRequest{ClientID: c.id, Incarnation: r.inc, Seq: r.seq, AskMilli: r.ask, TTLNanos: r.ttl})
+			m.okErr(err)
+			if live {
+				c.busy = false
+			}
+			if err == nil && live && !r.lost {
+				m.grants++
+				// A new chunk: a fresh bucket (the old one is dropped).
+				c.lease, c.level, c.deadline = g.LeaseID, g.ChunkMilli, ClientDeadline(r.send, g.TTLNanos, m.rho)
+			}
+		case 1:
+			g, err := m.l.Renew(m.cluster, m.w(), WindowRenewRequest{ClientID: c.id, Incarnation: r.inc, LeaseID: r.lease, AskMilli: r.ask, TTLNanos: r.ttl})
+			m.okErr(err)
+			if live {
+				c.busy = false
+			}
+			if err == nil && live && !r.lost && c.lease == r.lease {
+				// The answer adds the chunk (top-up) and takes the later deadline.
+				c.level += g.ChunkMilli
+				c.deadline = max(c.deadline, ClientDeadline(r.send, g.TTLNanos, m.rho))
+			}
+			if err != nil && live && c.lease == r.lease {
+				c.lease, c.level = 0, 0
+			}
+		case 2:
+			_, err := m.l.Release(m.cluster, m.w(), c.id, r.inc, r.lease, r.unused)
+			m.okErr(err)
+		}
+	}
+	m.pending = rest
+}
+
+func (m *leasedWindowModel) send(c int, r wmReq) {
+	r.client, r.inc = c, m.clients[c].incarnation
+	r.at = m.real + rapid.Int64Range(0, 3).Draw(m.t, "delay")*int64(3e7)
+	r.lost = rapid.IntRange(0, 9).Draw(m.t, "lost") == 0
+	if rapid.IntRange(0, 19).Draw(m.t, "dropped") == 0 {
+		return // never arrives (the client may retry with a new seq)
+	}
+	m.pending = append(m.pending, r)
+}
+
+func (m *leasedWindowModel) admit(c *wmClient) {
+	if c.lease == 0 || c.local >= c.deadline || c.level <= 0 {
+		return
+	}
+	cost := min(c.level, rapid.Int64Range(1, 5).Draw(m.t, "cost")*1000)
+	c.level -= cost
+	s := m.window()
+	m.admitted[s] += cost
+	if m.approx {
+		// The approximate sliding estimate at this admission: this
+		// window's admissions plus the previous one's, weighted by the
+		// share of the sliding window it still covers.
+		prev := m.admitted[s-m.W]
+		est := m.admitted[s] + MulDiv(prev, s+m.W-m.w(), m.W)
+		if limit := max(m.maxLimit[s], m.maxLimit[s-m.W]); est > limit {
+			m.t.Fatalf("sliding estimate %d milli-units at window time %d (this window %d, previous %d), more than its limit %d", est, m.w(), m.admitted[s], prev, limit)
+		}
+	}
+}
+
+func runWindowModel(t *rapid.T, fault WindowFault, approx bool) {
+	rho := rapid.SampledFrom([]int64{0, 1000, 50_000, MaxDriftPPM}).Draw(t, "rho")
+	W := rapid.SampledFrom([]int64{300, 1000, 2000}).Draw(t, "W") * 1_000_000
+	L := rapid.Int64Range(1, 40).Draw(t, "L") * 1000
+	spec := WindowSpec{FixedNanos: W}
+	l, err := NewWindowLedger(WindowLedgerConfig{LimitMilli: L, Spec: spec, MaxLeases: 8, Approx: approx})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.injectFault(fault)
+	m := &leasedWindowModel{t: t, l: l, rho: rho, epoch: rapid.Int64Range(0, 1<<40).Draw(t, "epoch"),
+		admitted: map[int64]int64{}, maxLimit: map[int64]int64{}, approx: approx, W: W}
+	m.leader = rapid.Int64Range(-rho, rho).Draw(t, "leader")
+	n := rapid.IntRange(1, 4).Draw(t, "clients")
+	for i := range n {
+		m.clients = append(m.clients, &wmClient{id: fmt.Sprint("c", i), incarnation: 1,
+			ppm: rapid.Int64Range(-rho, rho).Draw(t, "ppm"), local: rapid.Int64Range(0, 1<<40).Draw(t, "offset")})
+	}
+	m.noteLimit()
+	steps := rapid.IntRange(10, 200).Draw(t, "steps")
+	for range steps {
+		m.step(rapid.SampledFrom([]int64{1, 10, 50, 150, 400}).Draw(t, "dt"))
+		m.commit()
+		ci := rapid.IntRange(0, n-1).Draw(t, "who")
+		c := m.clients[ci]
+		ttl := rapid.SampledFrom([]int64{100, 250, 1000, 3000}).Draw(t, "ttl") * 1_000_000
+		ask := rapid.SampledFrom([]int64{0, 1000, L / 2, L, 2 * L}).Draw(t, "ask")
+		switch rapid.IntRange(0, 12).Draw(t, "op") {
+		case 0, 1:
+			if !c.busy || rapid.Bool().Draw(t, "retry") {
+				c.seq++
+				c.busy = true
+				m.send(ci, wmReq{kind: 0, seq: c.seq, ask: ask, ttl: ttl, send: c.local})
+			}
+		case 2, 12:
+			if c.lease != 0 && !c.busy {
+				c.busy = true
+				m.send(ci, wmReq{kind: 1, lease: c.lease, ask: ask, ttl: ttl, send: c.local})
+			}
+		case 3:
+			if c.lease != 0 {
+				// Stop, then release what is left.
+				m.send(ci, wmReq{kind: 2, lease: c.lease, unused: c.level})
+				c.lease, c.level = 0, 0
+			}
+		case 4:
+			// The holder dies: its chunk is gone; it restarts as a new
+			// incarnation, whose first grant revokes the old one's.
+			c.lease, c.level, c.busy = 0, 0, false
+			c.incarnation++
+			m.l.Revoke(c.id, c.incarnation)
+		case 5:
+			_, err := m.l.Expire(m.cluster, m.w())
+			m.okErr(err)
+		case 6:
+			nl := rapid.Int64Range(0, 40).Draw(t, "newL") * 1000
+			if err := m.l.Reconfigure(m.cluster, m.w(), WindowLedgerConfig{LimitMilli: nl, Spec: spec, MaxLeases: 8, Approx: approx}); err != nil {
+				t.Fatal(err)
+			}
+			m.noteLimit()
+		case 7:
+			m.elect = !m.elect
+			if !m.elect {
+				m.leader = rapid.Int64Range(-rho, rho).Draw(t, "leader")
+			}
+		default:
+			for _, c := range m.clients {
+				for range rapid.IntRange(0, 4).Draw(t, "spend") {
+					m.admit(c)
+				}
+			}
+		}
+		for s, a := range m.admitted {
+			if a > m.maxLimit[s] {
+				t.Fatalf("window starting %d admitted %d milli-units, more than its limit %d", s, a, m.maxLimit[s])
+			}
+		}
+		if st := m.l.State(); st.CountMilli < 0 {
+			t.Fatalf("negative count %d", st.CountMilli)
+		}
+	}
+}
+
+func TestWindowLeaseProtocolKeepsBound(t *testing.T) {
+	if f := flag.Lookup("rapid.checks"); f != nil && f.Value.String() == "100" {
+		withRapidFlags(t, map[string]string{"rapid.checks": "1000"})
+	}
+	rapid.Check(t, func(t *rapid.T) { runWindowModel(t, WindowFaultNone, false) })
+}
+
+// TestApproxWindowLeaseProtocolKeepsBound: the same model for
+// sliding-window-approx, whose checker also demands at every admission
+// that this window's admissions plus the previous one's, weighted by the
+// part of the sliding window it still covers, stay within the limit.
+func TestApproxWindowLeaseProtocolKeepsBound(t *testing.T) {
+	if f := flag.Lookup("rapid.checks"); f != nil && f.Value.String() == "100" {
+		withRapidFlags(t, map[string]string{"rapid.checks": "1000"})
+	}
+	rapid.Check(t, func(t *rapid.T) { runWindowModel(t, WindowFaultNone, true) })
+}
+
+// TestWindowNegativeControls: the same checker must catch a ledger whose
+// dead holders' chunks return their units, and one whose renewals are not
+// counted.
+func TestWindowNegativeControls(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		fault  WindowFault
+		approx bool
+	}{
+		{"dead-returns", WindowFaultDeadReturns, false},
+		{"renew-uncounted", WindowFaultRenewUncounted, false},
+		{"approx-ignores-prev", WindowFaultApproxIgnoresPrev, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			withRapidFlags(t, map[string]string{"rapid.nofailfile": "true", "rapid.checks": "20000", "rapid.shrinktime": "1ms"})
+			rapidcontrol.ExpectCaught(t, tc.name, "more than its limit", func(rt *rapid.T) { runWindowModel(rt, tc.fault, tc.approx) })
+		})
+	}
+}

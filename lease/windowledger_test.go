@@ -1,0 +1,141 @@
+package lease
+
+import (
+	"errors"
+	"testing"
+	"time"
+)
+
+func newWL(t *testing.T, limit int64, w time.Duration) *WindowLedger {
+	t.Helper()
+	l, err := NewWindowLedger(WindowLedgerConfig{LimitMilli: limit, Spec: WindowSpec{FixedNanos: int64(w)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+func TestWindowLedgerGrantsUpToLimit(t *testing.T) {
+	l := newWL(t, 10_000, 10*time.Second)
+	g, err := l.Grant(1*sec, 1*sec, WindowGrantRequest{ClientID: "a", Incarnation: 1, Seq: 1, AskMilli: 6000, TTLNanos: 5 * sec})
+	if err != nil || g.ChunkMilli != 6000 || g.RemainingMilli != 4000 || g.TTLNanos != 5*sec || g.Start != 0 || g.End != 10*sec {
+		t.Fatalf("grant %+v %v", g, err)
+	}
+	g2, _ := l.Grant(2*sec, 2*sec, WindowGrantRequest{ClientID: "b", Incarnation: 1, Seq: 1, AskMilli: 6000, TTLNanos: 5 * sec})
+	if g2.ChunkMilli != 4000 || g2.RemainingMilli != 0 {
+		t.Fatalf("second grant %+v", g2)
+	}
+	// A renewal near the end: the lease ends with the window.
+	r, err := l.Renew(5*sec, 5*sec, WindowRenewRequest{ClientID: "a", Incarnation: 1, LeaseID: g.LeaseID, AskMilli: 1000, TTLNanos: 5 * sec})
+	if err != nil || r.ChunkMilli != 0 || r.TTLNanos != 5*sec || r.TotalMilli != 6000 {
+		t.Fatalf("renew %+v %v", r, err)
+	}
+	// Release of b's unspent 1000 returns it; a's chunk expires: spent.
+	if c, err := l.Release(6*sec, 6*sec, "b", 1, g2.LeaseID, 1000); c != 1000 || err != nil {
+		t.Fatalf("release credited %d, %v", c, err)
+	}
+	// b asks again and gets b's returned 1000 only.
+	g3, _ := l.Grant(9*sec, 9*sec, WindowGrantRequest{ClientID: "b", Incarnation: 1, Seq: 2, AskMilli: 5000, TTLNanos: 5 * sec})
+	if g3.ChunkMilli != 1000 || g3.TTLNanos != sec {
+		t.Fatalf("grant after release %+v", g3)
+	}
+	// New window: G restarts at 0 (every chunk lapsed with the old one).
+	g4, _ := l.Grant(10*sec, 10*sec, WindowGrantRequest{ClientID: "a", Incarnation: 1, Seq: 2, AskMilli: 10_000, TTLNanos: 5 * sec})
+	if g4.ChunkMilli != 10_000 || g4.Start != 10*sec {
+		t.Fatalf("new window grant %+v", g4)
+	}
+	// A release of an old window's chunk returns nothing to the new one.
+	if c, err := l.Release(11*sec, 11*sec, "b", 1, g3.LeaseID, 1000); c != 0 || !errors.Is(err, ErrLeaseNotFound) {
+		t.Fatalf("old release credited %d, %v", c, err)
+	}
+}
+
+func TestWindowLedgerLimitChangeKeepsCount(t *testing.T) {
+	l := newWL(t, 10_000, 10*time.Second)
+	g, _ := l.Grant(sec, sec, WindowGrantRequest{ClientID: "a", Incarnation: 1, Seq: 1, AskMilli: 8000, TTLNanos: 5 * sec})
+	cfg := l.Config()
+	cfg.LimitMilli = 5000
+	if err := l.Reconfigure(2*sec, 2*sec, cfg); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, c, _ := l.Window(); c != 8000 {
+		t.Fatalf("count %d after lowering the limit, want 8000 kept", c)
+	}
+	r, _ := l.Renew(3*sec, 3*sec, WindowRenewRequest{ClientID: "a", Incarnation: 1, LeaseID: g.LeaseID, AskMilli: 1000, TTLNanos: 5 * sec})
+	if r.ChunkMilli != 0 || r.RemainingMilli != 0 {
+		t.Fatalf("renew under a lowered limit %+v", r)
+	}
+	cfg.LimitMilli = 9000
+	_ = l.Reconfigure(4*sec, 4*sec, cfg)
+	r, _ = l.Renew(4*sec, 4*sec, WindowRenewRequest{ClientID: "a", Incarnation: 1, LeaseID: g.LeaseID, AskMilli: 5000, TTLNanos: 5 * sec})
+	if r.ChunkMilli != 1000 {
+		t.Fatalf("renew under a raised limit %+v, want 1000", r)
+	}
+}
+
+// A change of the window's definition carries the count into the new
+// window, and a chunk still live when a window begins counts in it.
+func TestWindowLedgerSpecChangeCarries(t *testing.T) {
+	for _, fault := range []WindowFault{WindowFaultNone, WindowFaultNoCarry} {
+		l := newWL(t, 10_000, time.Hour)
+		l.injectFault(fault)
+		l.Grant(sec, sec, WindowGrantRequest{ClientID: "a", Incarnation: 1, Seq: 1, AskMilli: 7000, TTLNanos: 20 * sec})
+		cfg := l.Config()
+		cfg.Spec = WindowSpec{FixedNanos: 10 * sec}
+		if err := l.Reconfigure(2*sec, 2*sec, cfg); err != nil {
+			t.Fatal(err)
+		}
+		if s, e, c, _ := l.Window(); s != 0 || e != 10*sec || c != 7000 {
+			t.Fatalf("after the change window [%d, %d) count %d", s, e, c)
+		}
+		// At 10 s a new 10 s window begins while a's 20 s chunk is live.
+		g, _ := l.Grant(11*sec, 11*sec, WindowGrantRequest{ClientID: "b", Incarnation: 1, Seq: 1, AskMilli: 10_000, TTLNanos: 5 * sec})
+		if fault == WindowFaultNone && g.ChunkMilli != 3000 {
+			t.Fatalf("grant in the next window %+v, want 3000 (a's live 7000 carried)", g)
+		}
+		if fault == WindowFaultNoCarry && g.ChunkMilli != 10_000 {
+			t.Fatalf("the no-carry control granted %d", g.ChunkMilli)
+		}
+		// At 35 s a's chunk (expired at 21 s) lapsed before its window
+		// began: nothing carried.
+		g, _ = l.Grant(35*sec, 35*sec, WindowGrantRequest{ClientID: "c", Incarnation: 1, Seq: 1, AskMilli: 10_000, TTLNanos: 5 * sec})
+		if g.ChunkMilli != 10_000 {
+			t.Fatalf("grant at 35 s %+v", g)
+		}
+	}
+}
+
+func TestWindowLedgerExhaustAndErrors(t *testing.T) {
+	l := newWL(t, 10_000, 10*time.Second)
+	l.ExhaustThrough(5 * sec)
+	if g, _ := l.Grant(sec, sec, WindowGrantRequest{ClientID: "a", Incarnation: 1, Seq: 1, AskMilli: 1000, TTLNanos: sec}); g.ChunkMilli != 0 {
+		t.Fatalf("a held window granted %d", g.ChunkMilli)
+	}
+	if g, _ := l.Grant(10*sec, 10*sec, WindowGrantRequest{ClientID: "a", Incarnation: 1, Seq: 2, AskMilli: 1000, TTLNanos: sec}); g.ChunkMilli != 1000 {
+		t.Fatalf("the window after the hold granted %d", g.ChunkMilli)
+	}
+	if _, err := l.Grant(10*sec, 10*sec, WindowGrantRequest{ClientID: "a", Incarnation: 1, Seq: 2, AskMilli: 1000, TTLNanos: sec}); !errors.Is(err, ErrStaleGrant) {
+		t.Fatalf("stale grant: %v", err)
+	}
+	if _, err := l.Grant(9*sec, 9*sec, WindowGrantRequest{ClientID: "a", Incarnation: 1, Seq: 3, AskMilli: 1000, TTLNanos: sec}); !errors.Is(err, ErrTimeBackwards) {
+		t.Fatalf("time backwards: %v", err)
+	}
+	if _, err := l.Grant(11*sec, 11*sec, WindowGrantRequest{ClientID: "a", Incarnation: 1, Seq: 3, AskMilli: -1, TTLNanos: sec}); !errors.Is(err, ErrInvalidRequest) {
+		t.Fatalf("negative ask: %v", err)
+	}
+	if _, err := l.Release(11*sec, 11*sec, "a", 1, 99, 5); !errors.Is(err, ErrLeaseNotFound) {
+		t.Fatalf("unknown release: %v", err)
+	}
+	if _, err := NewWindowLedger(WindowLedgerConfig{LimitMilli: 1000, Spec: WindowSpec{FixedNanos: MaxWindowNanos + 1}}); !errors.Is(err, ErrInvalidConfig) {
+		t.Fatalf("huge window: %v", err)
+	}
+	st := l.State()
+	l2, err := NewWindowLedgerFromState(l.Config(), st)
+	if err != nil || l2.State().CountMilli != st.CountMilli || len(l2.State().Leases) != len(st.Leases) {
+		t.Fatalf("state round trip: %v", err)
+	}
+	st.NextID = 0
+	if _, err := NewWindowLedgerFromState(l.Config(), st); err == nil {
+		t.Fatal("a lease ID at or above next ID was accepted")
+	}
+}
