@@ -1,0 +1,213 @@
+package lease
+
+import "fmt"
+
+// SlotClient is a replica's side of one concurrency key (docs/concurrency.md
+// §3): the slot lease it holds, the requests it runs, and the rules that
+// decide when a request may start and which version it acknowledges. It is
+// pure arithmetic on the replica's monotonic clock (every time is passed in);
+// the client library wraps it in a lock, a queue and the RPCs, and the
+// property model in slots_sim_test.go drives it directly.
+type SlotClient struct {
+	cfg   SlotClientConfig
+	fault SlotClientFault
+
+	has      bool // a lease is installed
+	id       LeaseID
+	deadline int64 // local: stop starting (and, with M, running) by then
+	limit    int64 // slots of the latest version received
+	latest   uint64
+	acked    uint64 // installed: running dropped to its count since
+	running  int64  // requests this replica runs on the key, under any lease
+}
+
+// SlotClientConfig sets the rules of a replica's slot use.
+type SlotClientConfig struct {
+	DriftPPM int64 // ρ
+	// MaxDurationNanos is M: a request starts only if now + M is within the
+	// lease's deadline, and holds its slot at most M (its context's
+	// deadline). 0: no M, the deadline-cancel rule applies.
+	MaxDurationNanos int64
+	// CancelGraceNanos (without M): running requests' contexts are
+	// cancelled this long before the deadline, and no request starts
+	// after that; work that returns within the grace ends by the deadline.
+	CancelGraceNanos int64
+}
+
+// SlotClientFault names a deliberately broken client rule, for the
+// model's negative controls.
+type SlotClientFault uint8
+
+const (
+	// SlotClientFaultNone is the correct client.
+	SlotClientFaultNone SlotClientFault = iota
+	// SlotClientFaultAckAtOnce acknowledges a lowered version as soon as
+	// it arrives, before the running requests have dropped to its count.
+	SlotClientFaultAckAtOnce
+	// SlotClientFaultIgnoreMaxDuration starts a request while now <
+	// deadline, whatever M.
+	SlotClientFaultIgnoreMaxDuration
+	// SlotClientFaultNoDriftMargin uses a lease until send + TTL.
+	SlotClientFaultNoDriftMargin
+	// SlotClientFaultCancelNoGrace cancels at the deadline itself.
+	SlotClientFaultCancelNoGrace
+)
+
+// NewSlotClient checks the rules' parameters.
+func NewSlotClient(cfg SlotClientConfig) (*SlotClient, error) {
+	if err := ValidateDrift(cfg.DriftPPM); err != nil {
+		return nil, err
+	}
+	if cfg.MaxDurationNanos < 0 || cfg.MaxDurationNanos > MaxTTLNanos {
+		return nil, fmt.Errorf("%w: max duration %d ns is outside [0, %d]", ErrInvalidConfig, cfg.MaxDurationNanos, MaxTTLNanos)
+	}
+	if cfg.CancelGraceNanos < 0 || cfg.CancelGraceNanos > MaxTTLNanos {
+		return nil, fmt.Errorf("%w: cancel grace %d ns is outside [0, %d]", ErrInvalidConfig, cfg.CancelGraceNanos, MaxTTLNanos)
+	}
+	return &SlotClient{cfg: cfg}, nil
+}
+
+// Lease returns the installed lease's ID, and whether there is one.
+func (c *SlotClient) Lease() (LeaseID, bool) { return c.id, c.has }
+
+// Deadline is the installed lease's local deadline.
+func (c *SlotClient) Deadline() int64 { return c.deadline }
+
+// Limit is the slot count of the latest version received.
+func (c *SlotClient) Limit() int64 { return c.limit }
+
+// Running is how many requests the replica runs on the key.
+func (c *SlotClient) Running() int64 { return c.running }
+
+// AckedVersion is what the next renewal acknowledges: the latest version
+// whose count the running requests had dropped to.
+func (c *SlotClient) AckedVersion() uint64 { return c.acked }
+
+// Usable reports whether the lease may still be renewed and used at local
+// time now (else the client acquires anew).
+func (c *SlotClient) Usable(nowLocal int64) bool { return c.has && nowLocal < c.deadline }
+
+func (c *SlotClient) deadlineOf(sendLocal, ttlNanos int64) int64 {
+	if c.fault == SlotClientFaultNoDriftMargin {
+		return satAdd(sendLocal, ttlNanos)
+	}
+	return ClientDeadline(sendLocal, ttlNanos, c.cfg.DriftPPM)
+}
+
+// InstallGrant installs the answer to a grant sent at sendLocal, arriving
+// at nowLocal. An answer arriving after its own deadline is not installed
+// (false): its slots stay unused until the coordinator reclaims them.
+// Requests still running from an earlier lease keep counting against the
+// new one's count.
+func (c *SlotClient) InstallGrant(g SlotGrant, sendLocal, nowLocal int64) bool {
+	d := c.deadlineOf(sendLocal, g.TTLNanos)
+	if d <= nowLocal {
+		return false
+	}
+	c.has, c.id, c.deadline, c.limit, c.latest = true, g.LeaseID, d, g.Slots, g.Version
+	c.acked = 0
+	c.installIfFits()
+	return true
+}
+
+// InstallRenewal installs the answer to a renewal of the installed lease
+// sent at sendLocal, arriving at nowLocal: the later of the two deadlines,
+// the new count as the limit for starts at once, and the new version
+// acknowledged once the running requests fit it. An answer for another
+// lease, or arriving after the later deadline, is not installed (false).
+func (c *SlotClient) InstallRenewal(g SlotGrant, sendLocal, nowLocal int64) bool {
+	if !c.has || g.LeaseID != c.id {
+		return false
+	}
+	d := max(c.deadline, c.deadlineOf(sendLocal, g.TTLNanos))
+	if d <= nowLocal {
+		return false
+	}
+	c.deadline, c.limit, c.latest = d, g.Slots, g.Version
+	c.installIfFits()
+	return true
+}
+
+func (c *SlotClient) installIfFits() {
+	if c.running <= c.limit || c.fault == SlotClientFaultAckAtOnce {
+		c.acked = c.latest
+	}
+}
+
+// Drop forgets the lease (a renewal was refused, or a release is sent):
+// nothing more starts under it. Running requests keep counting.
+func (c *SlotClient) Drop() { c.has = false }
+
+// TryStart starts a request at local time now if the rules allow it, and
+// returns the local time by which it must end: start + M with M, else the
+// cancel time deadline − grace (which a renewal may move later: CancelAt).
+func (c *SlotClient) TryStart(nowLocal int64) (endBy int64, ok bool) {
+	if !c.has || c.running >= c.limit {
+		return 0, false
+	}
+	switch m := c.cfg.MaxDurationNanos; {
+	case m > 0 && c.fault != SlotClientFaultIgnoreMaxDuration:
+		if satAdd(nowLocal, m) > c.deadline {
+			return 0, false
+		}
+		endBy = nowLocal + m
+	case m > 0:
+		if nowLocal >= c.deadline {
+			return 0, false
+		}
+		endBy = nowLocal + m
+	default:
+		at := c.CancelAt()
+		if nowLocal >= at {
+			return 0, false
+		}
+		endBy = at
+	}
+	c.running++
+	return endBy, true
+}
+
+// CancelAt is the local time the deadline-cancel rule cancels running
+// requests' contexts at (without M): the deadline less the grace.
+func (c *SlotClient) CancelAt() int64 {
+	if c.fault == SlotClientFaultCancelNoGrace {
+		return c.deadline
+	}
+	return c.deadline - c.cfg.CancelGraceNanos
+}
+
+// End gives a request's slot back (it returned, failed or panicked).
+func (c *SlotClient) End() {
+	if c.running > 0 {
+		c.running--
+	}
+	if c.has {
+		c.installIfFits()
+	}
+}
+
+// Demand is the count to ask for: running plus waiting requests, at most
+// MaxSlots.
+func (c *SlotClient) Demand(waiting int64) int64 {
+	return min(MaxSlots, c.running+max(waiting, 0))
+}
+
+// ValidateSlotRules checks a concurrency policy's timing against its lease
+// duration: with M, M must be shorter than the usable span
+// ClientUsableNanos(ttl, ρ), or no request could ever start (a start needs
+// now + M within the deadline); without M, the cancel grace must be shorter
+// than it too. A policy with neither M nor a grace is valid, and its bound
+// carries the term ε_over (docs/concurrency.md §4).
+func ValidateSlotRules(cfg SlotClientConfig, ttlNanos int64) error {
+	if _, err := NewSlotClient(cfg); err != nil {
+		return err
+	}
+	usable := ClientUsableNanos(ttlNanos, cfg.DriftPPM)
+	if cfg.MaxDurationNanos > 0 && cfg.MaxDurationNanos >= usable {
+		return fmt.Errorf("%w: max duration %d ns is not shorter than the usable lease span %d ns (lease duration %d ns, drift %d ppm)", ErrInvalidConfig, cfg.MaxDurationNanos, usable, ttlNanos, cfg.DriftPPM)
+	}
+	if cfg.MaxDurationNanos == 0 && cfg.CancelGraceNanos > 0 && cfg.CancelGraceNanos >= usable {
+		return fmt.Errorf("%w: cancel grace %d ns is not shorter than the usable lease span %d ns", ErrInvalidConfig, cfg.CancelGraceNanos, usable)
+	}
+	return nil
+}
