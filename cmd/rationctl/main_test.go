@@ -435,7 +435,8 @@ func TestDocsShowRealOutput(t *testing.T) {
 	if err != nil {
 		t.Skipf("docs not found: %v", err)
 	}
-	for _, name := range []string{"example-compare", "example-chain", "example-chain-json"} {
+	for _, name := range []string{"example-compare", "example-chain", "example-chain-json",
+		"example-start", "paris-table", "minute-aligned", "minute-start"} {
 		out, err := os.ReadFile(goldenPath(name, ".stdout"))
 		if err != nil {
 			t.Fatal(err)
