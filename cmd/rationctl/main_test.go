@@ -39,7 +39,14 @@ var goldenCases = []goldenCase{
 	// Group-by, in both modes.
 	{"groupby-table", []string{"simulate", "--policy", "testdata/tenants.yaml", "--trace", "testdata/tenants.csv", "--group-by", "tenant,route"}},
 	{"groupby-chain-json", []string{"simulate", "--policy", "testdata/chain.yaml", "--trace", "testdata/chain.csv", "--mode", "chain", "--group-by", "tenant", "--json"}},
+	// Windows on the wall clock: an at column across the Paris DST day
+	// and a month end; --start mid-minute under epoch-aligned windows.
+	{"paris-table", []string{"simulate", "--policy", "testdata/paris.yaml", "--trace", "testdata/paris.csv"}},
+	{"paris-json", []string{"simulate", "--policy", "testdata/paris.yaml", "--trace", "testdata/paris.csv", "--json", "--decisions", decisionsArg}},
+	{"minute-aligned", []string{"simulate", "--policy", "testdata/minute.yaml", "--trace", "testdata/minute.csv", "--decisions", decisionsArg}},
+	{"minute-start", []string{"simulate", "--policy", "testdata/minute.yaml", "--trace", "testdata/minute.csv", "--start", "2026-12-01T18:00:30Z", "--decisions", decisionsArg}},
 	// The worked example of docs/simulate.md.
+	{"example-start", []string{"simulate", "--policy", "../../examples/policies.yaml", "--trace", "../../examples/trace.csv", "--start", "2026-03-29T01:59:58+01:00"}},
 	{"example-compare", []string{"simulate", "--policy", "../../examples/policies.yaml", "--trace", "../../examples/trace.csv"}},
 	{"example-chain", []string{"simulate", "--policy", "../../examples/policies.yaml", "--trace", "../../examples/trace.csv", "--mode", "chain", "--group-by", "tenant"}},
 	{"example-chain-json", []string{"simulate", "--policy", "../../examples/policies.yaml", "--trace", "../../examples/trace.csv", "--mode", "chain", "--json"}},
@@ -292,6 +299,16 @@ func TestErrors(t *testing.T) {
 		{"missing trace file", []string{"--policy", "testdata/chain.yaml", "--trace", "testdata/nope.csv"}, 1,
 			[]string{"rationctl simulate: open testdata/nope.csv: no such file or directory\n"}, true},
 
+		{"malformed start", []string{"--policy", "p", "--trace", "t", "--start", "2026-03-29 01:00"}, 2,
+			[]string{`rationctl simulate: --start "2026-03-29 01:00" is not an RFC 3339 time; want a time like 2026-03-28T23:00:00+01:00 or 2026-03-28T22:00:00Z` + "\n"}, false},
+		{"negative queue wait", []string{"--policy", "p", "--trace", "t", "--queue-wait", "-1s"}, 2,
+			[]string{"rationctl simulate: --queue-wait -1s is negative; want 0 (no queue) or a wait like 250ms\n"}, false},
+		{"start with an at column", []string{"--policy", "testdata/paris.yaml", "--trace", "testdata/paris.csv", "--start", "2026-03-29T00:00:00Z"}, 1,
+			[]string{"rationctl simulate: testdata/paris.csv: line 1: a start time is given, but the trace's times are wall-clock already (column at); want --start only with an at_ms column\n"}, true},
+		{"at backwards", []string{"--policy", "testdata/paris.yaml", "--trace", "testdata/paris-backwards.csv"}, 1,
+			[]string{"rationctl simulate: testdata/paris-backwards.csv: line 4: at 2026-03-29T00:10:00+01:00 is earlier than 2026-03-29T00:30:00Z on line 3; rows must be in time order\n"}, true},
+		{"start before 1970", []string{"--policy", "testdata/chain.yaml", "--trace", "testdata/chain.csv", "--start", "1969-07-20T20:17:40Z"}, 1,
+			[]string{"rationctl simulate: start 1969-07-20T20:17:40Z is outside 1970-01-01 to 2200; want an RFC 3339 time like 2026-03-28T23:00:00+01:00\n"}, true},
 		{"no flags", nil, 2, []string{"rationctl simulate: --policy and --trace are required\n", "Run 'rationctl simulate -h' for usage.\n"}, true},
 		{"no trace", []string{"--policy", "testdata/chain.yaml"}, 2, []string{"rationctl simulate: --trace is required\n"}, false},
 		{"bad mode", []string{"--policy", "p", "--trace", "t", "--mode", "both"}, 2, []string{`rationctl simulate: --mode "both" is not a mode; want compare or chain`}, false},
@@ -418,7 +435,8 @@ func TestDocsShowRealOutput(t *testing.T) {
 	if err != nil {
 		t.Skipf("docs not found: %v", err)
 	}
-	for _, name := range []string{"example-compare", "example-chain", "example-chain-json"} {
+	for _, name := range []string{"example-compare", "example-chain", "example-chain-json",
+		"example-start", "paris-table", "minute-aligned", "minute-start"} {
 		out, err := os.ReadFile(goldenPath(name, ".stdout"))
 		if err != nil {
 			t.Fatal(err)

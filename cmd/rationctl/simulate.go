@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/ration-dev/ration/internal/policy"
 	"github.com/ration-dev/ration/internal/simulate"
@@ -20,15 +21,24 @@ func simulateUsage(w io.Writer) {
 	fmt.Fprint(w, `Usage:
   rationctl simulate --policy FILE --trace FILE [--mode compare|chain]
                      [--group-by COL[,COL]] [--json] [--decisions FILE]
+                     [--start RFC3339] [--queue-wait DURATION]
 
 Replays a CSV request trace against the policies in a policy file, with the
 same limiter code the replicas run, and reports what each policy accepts and
 rejects.
 
-The trace has a header line. at_ms (required) is the request time in
-milliseconds since the trace start (up to 3 decimals, never decreasing);
-cost (optional, default 1) is a whole number >= 1; every other column is an
-attribute that policies can key on and --group-by can break results down by.
+The trace has a header line. at_ms is the request time in milliseconds
+since the trace start (up to 3 decimals, never decreasing); instead of it, an
+at column (RFC 3339 times) or a unix_ms column (milliseconds since the Unix
+epoch) puts the trace on the wall clock. cost (optional, default 1) is a
+whole number >= 1; duration_ms (required by concurrency policies) is a
+request's running time; every other column is an attribute that policies can
+key on and --group-by can break results down by.
+
+Windows: with --start (or an at / unix_ms column) window policies count in
+the windows the cluster leases: multiples of the window from the Unix epoch,
+or calendar days, ISO weeks and months in the policy's timezone. Without
+them, at_ms 0 is time 0 and windows are aligned to the trace start.
 
 Modes:
   compare  every policy sees the whole trace on its own (default)
@@ -47,8 +57,9 @@ Exit status: 0 on success, 1 if the files are invalid or unreadable,
 }
 
 type simulateConfig struct {
-	policyPath, tracePath, mode, groupBy, decisionsPath string
-	json                                                bool
+	policyPath, tracePath, mode, groupBy, decisionsPath, start string
+	json                                                       bool
+	queueWait                                                  time.Duration
 }
 
 func simulateFlags() (*flag.FlagSet, *simulateConfig) {
@@ -60,6 +71,8 @@ func simulateFlags() (*flag.FlagSet, *simulateConfig) {
 	fs.StringVar(&c.groupBy, "group-by", "", "also count per value of these trace columns: `COL[,COL]`")
 	fs.BoolVar(&c.json, "json", false, "print the result as JSON instead of a table")
 	fs.StringVar(&c.decisionsPath, "decisions", "", "write one CSV row per request per policy decision to `FILE`")
+	fs.StringVar(&c.start, "start", "", "the wall-clock `TIME` (RFC 3339) of at_ms 0, so windows fall where the cluster puts them; default: windows aligned to the trace start")
+	fs.DurationVar(&c.queueWait, "queue-wait", 0, "how long a request waits (FIFO) for a concurrency slot before it is rejected; 0: no queue")
 	return fs, c
 }
 
@@ -112,6 +125,18 @@ func runSimulate(args []string, stdout, stderr io.Writer) int {
 		}
 	}
 
+	var start *time.Time
+	if c.start != "" {
+		t, err := time.Parse(time.RFC3339Nano, c.start)
+		if err != nil {
+			return usageErr("--start %q is not an RFC 3339 time; want a time like 2026-03-28T23:00:00+01:00 or 2026-03-28T22:00:00Z", c.start)
+		}
+		start = &t
+	}
+	if c.queueWait < 0 {
+		return usageErr("--queue-wait %v is negative; want 0 (no queue) or a wait like 250ms", c.queueWait)
+	}
+
 	fail := func(err error) int {
 		printErr(stderr, simulatePrefix, err)
 		return 1
@@ -126,7 +151,7 @@ func runSimulate(args []string, stdout, stderr io.Writer) int {
 	}
 	defer trace.Close()
 
-	opts := simulate.Options{Mode: mode, GroupBy: groupBy}
+	opts := simulate.Options{Mode: mode, GroupBy: groupBy, Start: start, QueueWait: c.queueWait}
 	var decisions *os.File
 	if c.decisionsPath != "" {
 		if decisions, err = os.Create(c.decisionsPath); err != nil {

@@ -2,12 +2,14 @@
 // policies, using the same lease.Limiter code the replicas run, and reports
 // what each policy would have accepted and rejected.
 //
-// A trace is CSV with a header line. The at_ms column (required) is the
-// request time in milliseconds since the trace start, with up to 3 decimals;
-// the cost column (optional, default 1) is the request's cost, a whole
-// number >= 1; every other column is an attribute that policies can key on
-// and the report can group by. Rows are requests in file order; times must
-// not go backwards.
+// A trace is CSV with a header line. The at_ms column is the request time
+// in milliseconds since the trace start, with up to 3 decimals; instead of
+// it, an at column (RFC 3339) or a unix_ms column (milliseconds since the
+// Unix epoch) gives wall-clock times. The cost column (optional, default 1)
+// is the request's cost, a whole number >= 1; duration_ms (required by
+// concurrency policies) is its running time; every other column is an
+// attribute that policies can key on and the report can group by. Rows are
+// requests in file order; times must not go backwards.
 //
 // Two modes:
 //
@@ -20,8 +22,19 @@
 //     charge it.
 //
 // Each policy gets one limiter per distinct tuple of its key attributes'
-// values, created on first use with its clock at time 0: token buckets start
-// full (or empty) at the trace start and windows are aligned to it.
+// values, created on first use with its clock at the trace start: token
+// buckets start full (or empty) then. Windows are lease.WindowSpec's, as the
+// cluster leases them (docs/design.md §8): multiples of the window from time
+// 0, or calendar days, ISO weeks and months in the policy's zone. On the
+// wall clock (Options.Start, or an at / unix_ms column) time 0 is the Unix
+// epoch; otherwise at_ms 0 is time 0, so windows are aligned to the trace
+// start (Result.Clock says which). Window policies report per-window
+// figures (WindowResult).
+//
+// Concurrency policies (AlgConcurrency, or Options.Concurrency) admit a
+// request when fewer than Limit of its key's requests are running at its
+// start; Options.QueueWait lets it wait FIFO for a slot; a request longer
+// than MaxDurationNanos is cut off there (ConcurrencyResult).
 //
 // Counters. Every policy reports accepted_requests, accepted_work,
 // rejected_requests and rejected_work. Work is the sum of the trace's cost

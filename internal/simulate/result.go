@@ -66,6 +66,11 @@ type Totals struct {
 type PolicyResult struct {
 	Name string `json:"name"`
 	Totals
+	// Windows: per-window figures of a leased window policy
+	// (fixed-window, sliding-window-approx).
+	Windows *WindowResult `json:"windows,omitempty"`
+	// Concurrency: the figures of a concurrency policy.
+	Concurrency *ConcurrencyResult `json:"concurrency,omitempty"`
 }
 
 // Result is the outcome of a replay. Its JSON form is
@@ -75,7 +80,10 @@ type PolicyResult struct {
 //
 // with groups only when grouping and admitted only in chain mode.
 type Result struct {
-	Mode     Mode           `json:"mode"`
+	Mode Mode `json:"mode"`
+	// Clock says what the trace's times are: the trace start (at_ms from
+	// time 0), a --start plus at_ms, or an at / unix_ms column.
+	Clock    string         `json:"clock"`
 	Policies []PolicyResult `json:"policies"`
 	// Admitted is the chain's verdict: a request is accepted iff every
 	// policy accepted it. Nil in compare mode.
@@ -95,6 +103,9 @@ func WriteTable(w io.Writer, r *Result) error {
 	fmt.Fprintf(&head, "mode: %s   requests: %d", r.Mode, r.Requests)
 	if len(r.GroupBy) > 0 {
 		fmt.Fprintf(&head, "   group-by: %s", strings.Join(r.GroupBy, "/"))
+	}
+	if r.Clock != "" {
+		fmt.Fprintf(&head, "\nclock: %s", r.Clock)
 	}
 	if _, err := fmt.Fprintln(w, head.String()); err != nil {
 		return err
@@ -127,7 +138,52 @@ func WriteTable(w io.Writer, r *Result) error {
 	if r.Admitted != nil {
 		block("admitted (chain)", r.Admitted)
 	}
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	return writeExtras(w, r)
+}
+
+// writeExtras renders the window and concurrency figures, if any policy
+// has them.
+func writeExtras(w io.Writer, r *Result) error {
+	var wins, slots bool
+	for _, p := range r.Policies {
+		wins = wins || p.Windows != nil
+		slots = slots || p.Concurrency != nil
+	}
+	if wins {
+		fmt.Fprintln(w, "\nwindows (as the cluster leases them):")
+		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, "POLICY\tWINDOW\tLIMIT\tWINDOWS SEEN\tMAX ADMITTED\tIN WINDOW")
+		for _, p := range r.Policies {
+			if x := p.Windows; x != nil {
+				fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%s\n", p.Name, x.Window, x.Limit, x.Windows, x.MaxAdmitted, x.MaxAdmittedWindow)
+			}
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+	}
+	if slots {
+		fmt.Fprintln(w, "\nconcurrency:")
+		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, "POLICY\tLIMIT\tMAX DURATION\tKEYS\tMAX IN FLIGHT\tUTILISATION\tCUT OFF\tQUEUED\tQUEUE WAIT")
+		for _, p := range r.Policies {
+			if x := p.Concurrency; x != nil {
+				md := "-"
+				if x.MaxDurationMs > 0 {
+					md = strconv.FormatFloat(x.MaxDurationMs, 'f', -1, 64) + "ms"
+				}
+				fmt.Fprintf(tw, "%s\t%d\t%s\t%d\t%d\t%s\t%d\t%d\t%sms\n", p.Name, x.Limit, md, x.Keys, x.MaxInFlight,
+					x.Utilisation, x.CutOff, x.Queued, strconv.FormatFloat(x.QueuedWaitMs, 'f', -1, 64))
+			}
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // Percent is 100*part/whole with one decimal, rounded half up, computed in

@@ -50,6 +50,20 @@ type Options struct {
 	// Decisions, if not nil, receives one CSV row per request per policy
 	// evaluated (see DecisionsHeader).
 	Decisions io.Writer
+	// Start, if not nil, is the wall-clock time of at_ms 0: window
+	// policies then count in the windows the cluster leases (multiples of
+	// the window from the Unix epoch, or calendar periods in their zone).
+	// Without it, at_ms 0 is time 0 and windows are aligned to the trace
+	// start. A trace with an at or unix_ms column is on the wall clock
+	// already and takes no Start.
+	Start *time.Time
+	// QueueWait is how long a request that finds every slot of a
+	// concurrency policy taken waits for one (FIFO) before it is rejected;
+	// 0 rejects at once.
+	QueueWait time.Duration
+	// Concurrency replays the named policies as concurrency limits,
+	// whatever their algorithm (see AlgConcurrency).
+	Concurrency map[string]Concurrency
 }
 
 // DecisionsHeader is the header line of the decisions CSV. Each row is
@@ -70,22 +84,52 @@ type Options struct {
 // shows the remaining budget from its own decision, before the refund.
 const DecisionsHeader = "line,at_ms,policy,decision,reason,remaining,retry_after_ms"
 
+// keyState is one key's replay state under one policy.
+type keyState struct {
+	lim  lease.Limiter // nil for a concurrency policy
+	win  winKey
+	slot slotKey
+}
+
 // polState is one policy's replay state.
 type polState struct {
 	pol    policy.Policy
 	keyIdx []int // trace columns of the key attributes
-	// shared is the one limiter of a policy without key attributes;
-	// limiters holds one per distinct key tuple otherwise.
-	shared   lease.Limiter
-	limiters map[string]lease.Limiter
-	totals   Counters
-	groups   []Counters // indexed by group id
+	// shared is the one key of a policy without key attributes; keys holds
+	// one per distinct key tuple otherwise.
+	shared *keyState
+	keys   map[string]*keyState
+	totals Counters
+	groups []Counters // indexed by group id
+	win    *winState  // leased window policies
+	slots  *slotState // concurrency policies
 }
 
-// limiter returns the limiter for the request rec, creating it on first use.
-// buf is scratch space for the key, returned for reuse.
-func (ps *polState) limiter(rec []string, buf []byte) (lease.Limiter, []byte, error) {
+func (ps *polState) newKey(startNanos int64) (*keyState, error) {
+	ks := &keyState{}
+	if ps.slots != nil {
+		return ks, nil
+	}
+	lim, err := ps.pol.NewLimiter(startNanos)
+	if err != nil {
+		return nil, err
+	}
+	ks.lim = lim
+	return ks, nil
+}
+
+// key returns the state for the request rec, creating it on first use with
+// its clock at startNanos. buf is scratch space for the key, returned for
+// reuse.
+func (ps *polState) key(rec []string, buf []byte, startNanos int64) (*keyState, []byte, error) {
 	if ps.keyIdx == nil {
+		if ps.shared == nil {
+			ks, err := ps.newKey(startNanos)
+			if err != nil {
+				return nil, buf, err
+			}
+			ps.shared = ks
+		}
 		return ps.shared, buf, nil
 	}
 	// Length-prefixed values: no separator can be confused with data.
@@ -94,15 +138,15 @@ func (ps *polState) limiter(rec []string, buf []byte) (lease.Limiter, []byte, er
 		buf = binary.AppendUvarint(buf, uint64(len(rec[i])))
 		buf = append(buf, rec[i]...)
 	}
-	if lim, ok := ps.limiters[string(buf)]; ok { // no allocation
-		return lim, buf, nil
+	if ks, ok := ps.keys[string(buf)]; ok { // no allocation
+		return ks, buf, nil
 	}
-	lim, err := ps.pol.NewLimiter(0)
+	ks, err := ps.newKey(startNanos)
 	if err != nil {
 		return nil, buf, err
 	}
-	ps.limiters[string(buf)] = lim
-	return lim, buf, nil
+	ps.keys[string(buf)] = ks
+	return ks, buf, nil
 }
 
 // Run replays the CSV trace against policies and returns the counters.
@@ -119,6 +163,31 @@ func Run(policies []policy.Policy, trace io.Reader, opts Options) (*Result, erro
 	if _, err := ParseMode(string(mode)); err != nil {
 		return nil, err
 	}
+	if opts.QueueWait < 0 {
+		return nil, fmt.Errorf("queue wait %v is negative; want 0 (no queue) or a wait like 250ms", opts.QueueWait)
+	}
+	if opts.Start != nil && opts.Start.UnixNano() < 0 || opts.Start != nil && opts.Start.Year() > 2200 {
+		return nil, fmt.Errorf("start %s is outside 1970-01-01 to 2200; want an RFC 3339 time like 2026-03-28T23:00:00+01:00", opts.Start.Format(time.RFC3339Nano))
+	}
+
+	states := make([]*polState, len(policies))
+	anySlots := false
+	for i, p := range policies {
+		ps := &polState{pol: p}
+		c, isSlots, err := concurrencyOf(p, opts)
+		if err != nil {
+			return nil, err
+		}
+		if isSlots {
+			ps.slots = &slotState{cfg: c, queueWait: int64(opts.QueueWait)}
+			anySlots = true
+		} else if spec, ok, err := windowSpecOf(p); err != nil {
+			return nil, fmt.Errorf("policy %q: %w", p.Name, err)
+		} else if ok {
+			ps.win = &winState{spec: spec, limitMilli: p.LimitMilli}
+		}
+		states[i] = ps
+	}
 
 	r := csv.NewReader(bufio.NewReaderSize(trace, 256<<10))
 	r.ReuseRecord = true
@@ -131,22 +200,18 @@ func Run(policies []policy.Policy, trace io.Reader, opts Options) (*Result, erro
 		return nil, csvErr(err)
 	}
 	header = slices.Clone(header)
-	h, err := parseHeader(header, policies, opts.GroupBy)
+	h, err := parseHeader(header, policies, opts.GroupBy, anySlots)
 	if err != nil {
 		return nil, err
 	}
-
-	states := make([]*polState, len(policies))
-	for i, p := range policies {
-		ps := &polState{pol: p, keyIdx: h.keyIdx[i]}
-		if ps.keyIdx == nil {
-			if ps.shared, err = p.NewLimiter(0); err != nil {
-				return nil, fmt.Errorf("policy %q: %w", p.Name, err)
-			}
-		} else {
-			ps.limiters = make(map[string]lease.Limiter)
+	if opts.Start != nil && h.timeCol != policy.AttrAtMs {
+		return nil, traceErr(1, "a start time is given, but the trace's times are wall-clock already (column %s); want --start only with an at_ms column", h.timeCol)
+	}
+	for i, ps := range states {
+		ps.keyIdx = h.keyIdx[i]
+		if ps.keyIdx != nil {
+			ps.keys = make(map[string]*keyState)
 		}
-		states[i] = ps
 	}
 
 	var (
@@ -157,16 +222,27 @@ func Run(policies []policy.Policy, trace io.Reader, opts Options) (*Result, erro
 		groupKeys []string
 		keyBuf    = make([]byte, 0, 64)
 		groupBuf  = make([]byte, 0, 64)
-		// Per-request scratch for chain refunds.
-		rowLims = make([]lease.Limiter, len(states))
-		rowCost = make([]int64, len(states))
+		// Per-request scratch for chain refunds and window accounts.
+		rowKeys  = make([]*keyState, len(states))
+		rowCost  = make([]int64, len(states))
+		rowClaim = make([]claim, len(states))
 
 		requests  int64
 		totalWork int64
 		prevAt    int64 = -1
 		prevAtTxt string
 		prevLine  int
+		base      int64 // the clock's time at the trace start
+		haveBase  bool
 	)
+	if h.timeCol == policy.AttrAtMs {
+		// Times are base + at_ms: the start, or 0 (the old clock, whose
+		// windows are aligned to the trace start).
+		haveBase = true
+		if opts.Start != nil {
+			base = opts.Start.UnixNano()
+		}
+	}
 	if opts.Decisions != nil {
 		dw = newDecisionWriter(opts.Decisions)
 		if err := dw.header(); err != nil {
@@ -192,12 +268,35 @@ func Run(policies []policy.Policy, trace io.Reader, opts Options) (*Result, erro
 		}
 
 		atTxt := rec[h.at]
-		at, err := parseAtMs(atTxt)
-		if err != nil {
-			return nil, traceErr(line, "at_ms %q %v; want milliseconds since the trace start, like 12 or 12.345", atTxt, err)
+		var at int64
+		switch h.timeCol {
+		case policy.AttrAtMs:
+			rel, err := parseAtMs(atTxt)
+			if err != nil {
+				return nil, traceErr(line, "at_ms %q %v; want milliseconds since the trace start, like 12 or 12.345", atTxt, err)
+			}
+			if at = base + rel; at < base || at > maxClock {
+				return nil, traceErr(line, "at_ms %s after the start %s is past the year 2200", atTxt, time.Unix(0, base).UTC().Format(time.RFC3339))
+			}
+		case AttrUnixMs:
+			if at, err = parseAtMs(atTxt); err != nil || at > maxClock {
+				if err == nil {
+					err = errTooLate
+				}
+				return nil, traceErr(line, "unix_ms %q %v; want milliseconds since 1970-01-01 UTC, like 1774738800000", atTxt, err)
+			}
+		case AttrAt:
+			t, err := time.Parse(time.RFC3339Nano, atTxt)
+			if err != nil || t.UnixNano() < 0 || t.Year() > 2200 {
+				return nil, traceErr(line, "at %q is not an RFC 3339 time from 1970 to 2200; want a time like 2026-03-29T01:59:00+01:00", atTxt)
+			}
+			at = t.UnixNano()
+		}
+		if !haveBase {
+			base, haveBase = at, true
 		}
 		if at < prevAt {
-			return nil, traceErr(line, "at_ms %s is earlier than %s on line %d; rows must be in time order", atTxt, prevAtTxt, prevLine)
+			return nil, traceErr(line, "%s %s is earlier than %s on line %d; rows must be in time order", h.timeCol, atTxt, prevAtTxt, prevLine)
 		}
 		prevAt, prevAtTxt, prevLine = at, atTxt, line
 
@@ -205,6 +304,15 @@ func Run(policies []policy.Policy, trace io.Reader, opts Options) (*Result, erro
 		if h.cost >= 0 {
 			if cost, err = parseCost(rec[h.cost]); err != nil {
 				return nil, traceErr(line, "cost %q %v; want an integer from 1 to %d", rec[h.cost], err, MaxCost)
+			}
+		}
+		var dur int64
+		if h.dur >= 0 {
+			if dur, err = parseAtMs(rec[h.dur]); err != nil {
+				return nil, traceErr(line, "duration_ms %q %v; want the request's running time in milliseconds, like 250 or 0.5", rec[h.dur], err)
+			}
+			if dur > maxClock-at {
+				return nil, traceErr(line, "duration_ms %s runs past the year 2200", rec[h.dur])
 			}
 		}
 		if totalWork += cost; totalWork < 0 {
@@ -236,37 +344,59 @@ func Run(policies []policy.Policy, trace io.Reader, opts Options) (*Result, erro
 		}
 
 		passed := true
+		evaluated := 0
 		for i, ps := range states {
-			var lim lease.Limiter
-			lim, keyBuf, err = ps.limiter(rec, keyBuf)
+			var ks *keyState
+			ks, keyBuf, err = ps.key(rec, keyBuf, base)
 			if err != nil {
 				return nil, fmt.Errorf("line %d: policy %q: %w", line, ps.pol.Name, err)
 			}
+			evaluated = i + 1
 			costMilli := ps.pol.CostMilli(cost)
-			d, err := lim.Admit(at, costMilli)
-			if err != nil {
-				return nil, fmt.Errorf("line %d: policy %q: %w", line, ps.pol.Name, err)
+			var d lease.Decision
+			if ps.slots != nil {
+				d, rowClaim[i] = ps.slots.admit(&ks.slot, at, dur)
+			} else {
+				if d, err = ks.lim.Admit(at, costMilli); err != nil {
+					return nil, fmt.Errorf("line %d: policy %q: %w", line, ps.pol.Name, err)
+				}
+				if ps.win != nil {
+					ps.win.enter(&ks.win, at)
+					if d.Allowed {
+						ks.win.usedMilli += costMilli
+					}
+				}
+			}
+			rowKeys[i], rowCost[i] = ks, 0
+			if d.Allowed {
+				rowCost[i] = costMilli
 			}
 			ps.totals.add(d.Allowed, cost)
 			if group >= 0 {
 				ps.groups[group].add(d.Allowed, cost)
 			}
 			if dw != nil {
-				if err := dw.row(line, at, ps.pol.Name, d); err != nil {
+				if err := dw.row(line, at-base, ps.pol.Name, d); err != nil {
 					return nil, err
 				}
 			}
-			if mode == ModeChain {
-				if !d.Allowed {
-					passed = false
-					for k := range i {
-						if err := rowLims[k].Refund(at, rowCost[k]); err != nil {
-							return nil, fmt.Errorf("line %d: policy %q: refund: %w", line, states[k].pol.Name, err)
-						}
+			if mode == ModeChain && !d.Allowed {
+				passed = false
+				for k := range i {
+					if err := states[k].refund(rowKeys[k], at, rowCost[k], rowClaim[k]); err != nil {
+						return nil, fmt.Errorf("line %d: policy %q: refund: %w", line, states[k].pol.Name, err)
 					}
-					break
+					rowCost[k] = 0
 				}
-				rowLims[i], rowCost[i] = lim, costMilli
+				break
+			}
+		}
+		for i := range evaluated {
+			if w := states[i].win; w != nil {
+				w.settle(&rowKeys[i].win)
+			}
+			if states[i].slots != nil && rowCost[i] > 0 {
+				rowKeys[i].slot.settle(rowClaim[i])
 			}
 		}
 		if mode == ModeChain {
@@ -286,6 +416,15 @@ func Run(policies []policy.Policy, trace io.Reader, opts Options) (*Result, erro
 	}
 
 	res := &Result{Mode: mode, Requests: requests}
+	switch {
+	case h.timeCol != policy.AttrAtMs:
+		res.Clock = h.timeCol + " column (wall clock)"
+	case opts.Start != nil:
+		res.Clock = "start " + opts.Start.Format(time.RFC3339Nano) + " + at_ms (wall clock)"
+	default:
+		res.Clock = "trace start (windows aligned to it; --start gives wall-clock windows)"
+	}
+	wallClock := res.Clock[0] != 't'
 	if grouping {
 		res.GroupBy = slices.Clone(opts.GroupBy)
 	}
@@ -301,10 +440,22 @@ func Run(policies []policy.Policy, trace io.Reader, opts Options) (*Result, erro
 		return m
 	}
 	for _, ps := range states {
-		res.Policies = append(res.Policies, PolicyResult{
+		pr := PolicyResult{
 			Name:   ps.pol.Name,
 			Totals: Totals{Counters: ps.totals, Groups: groupMap(ps.groups)},
-		})
+		}
+		if w := ps.win; w != nil {
+			wr := &WindowResult{Window: w.spec.String(), Limit: w.limitMilli / lease.MilliPerToken,
+				Windows: w.seen, MaxAdmitted: w.maxUsed / lease.MilliPerToken}
+			if w.seen > 0 {
+				wr.MaxAdmittedWindow = formatWindowStart(w.spec, w.maxUsedFrom, base, wallClock)
+			}
+			pr.Windows = wr
+		}
+		if ps.slots != nil {
+			pr.Concurrency = ps.slots.result(ps.slotKeys(), base)
+		}
+		res.Policies = append(res.Policies, pr)
 	}
 	if mode == ModeChain {
 		res.Admitted = &Totals{Counters: admitted, Groups: groupMap(admGroups)}
@@ -312,14 +463,69 @@ func Run(policies []policy.Policy, trace io.Reader, opts Options) (*Result, erro
 	return res, nil
 }
 
-// headerInfo holds the column positions the replay needs.
-type headerInfo struct {
-	at, cost int
-	keyIdx   [][]int // per policy; nil for a policy without key
-	groupIdx []int
+// maxClock bounds trace times (Unix nanoseconds, or nanoseconds since the
+// trace start): the start of 2200, far inside int64.
+var maxClock = time.Date(2200, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano()
+
+// Time columns beyond at_ms: wall-clock request times.
+const (
+	AttrAt     = "at"      // RFC 3339
+	AttrUnixMs = "unix_ms" // milliseconds since the Unix epoch
+	// AttrDurationMs is a request's running time in milliseconds, for
+	// concurrency policies.
+	AttrDurationMs = "duration_ms"
+)
+
+// refund gives back what the policy took for a request a later chain policy
+// rejected.
+func (ps *polState) refund(ks *keyState, at, costMilli int64, c claim) error {
+	if costMilli == 0 {
+		return nil
+	}
+	if ps.slots != nil {
+		ps.slots.refund(&ks.slot, c)
+		return nil
+	}
+	if ps.win != nil {
+		ks.win.usedMilli = max(0, ks.win.usedMilli-costMilli)
+	}
+	return ks.lim.Refund(at, costMilli)
 }
 
-func parseHeader(header []string, policies []policy.Policy, groupBy []string) (*headerInfo, error) {
+func (ps *polState) slotKeys() []*slotKey {
+	var out []*slotKey
+	if ps.shared != nil {
+		out = append(out, &ps.shared.slot)
+	}
+	for _, ks := range ps.keys {
+		out = append(out, &ks.slot)
+	}
+	return out
+}
+
+// formatWindowStart names a window by its start: a time in the spec's zone
+// on a wall clock, else milliseconds since the trace start.
+func formatWindowStart(spec lease.WindowSpec, start, base int64, wall bool) string {
+	if !wall {
+		b := policy.FormatMilli(nil, (start-base)/1000)
+		return "at_ms " + string(b)
+	}
+	loc := spec.Location
+	if loc == nil {
+		loc = time.UTC
+	}
+	return time.Unix(0, start).In(loc).Format(time.RFC3339Nano)
+}
+
+// headerInfo holds the column positions the replay needs.
+type headerInfo struct {
+	at, cost, dur int
+	timeCol       string  // at_ms, at or unix_ms
+	keyIdx        [][]int // per policy; nil for a policy without key
+	groupIdx      []int
+}
+
+func parseHeader(header []string, policies []policy.Policy, groupBy []string, needDuration bool) (*headerInfo, error) {
 	var errs []error
 	if len(header) > 0 {
 		header[0] = strings.TrimPrefix(header[0], "\ufeff") // a byte order mark
@@ -337,11 +543,25 @@ func parseHeader(header []string, policies []policy.Policy, groupBy []string) (*
 		col[name] = i
 	}
 	have := "the trace has columns " + strings.Join(header, ", ")
-	h := &headerInfo{at: -1, cost: -1}
-	if i, ok := col[policy.AttrAtMs]; ok {
-		h.at = i
-	} else {
-		errs = append(errs, traceErr(1, "no at_ms column; want a header like at_ms,tenant,cost (%s)", have))
+	h := &headerInfo{at: -1, cost: -1, dur: -1}
+	var timeCols []string
+	for _, name := range []string{policy.AttrAtMs, AttrAt, AttrUnixMs} {
+		if i, ok := col[name]; ok {
+			h.at, h.timeCol = i, name
+			timeCols = append(timeCols, name)
+		}
+	}
+	switch len(timeCols) {
+	case 0:
+		errs = append(errs, traceErr(1, "no at_ms column; want a header like at_ms,tenant,cost, or a wall-clock at (RFC 3339) or unix_ms column instead of at_ms (%s)", have))
+	case 1:
+	default:
+		errs = append(errs, traceErr(1, "columns %s all give the request time; want exactly one of at_ms, at and unix_ms", strings.Join(timeCols, " and ")))
+	}
+	if i, ok := col[AttrDurationMs]; ok {
+		h.dur = i
+	} else if needDuration {
+		errs = append(errs, traceErr(1, "no duration_ms column, which concurrency policies need: each request's running time in milliseconds (%s)", have))
 	}
 	if i, ok := col[policy.AttrCost]; ok {
 		h.cost = i

@@ -240,18 +240,22 @@ func TestJSONShape(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := `{"mode":"compare","policies":[` +
-		`{"name":"tenant","accepted_requests":2,"accepted_work":3,"rejected_requests":2,"rejected_work":7},` +
-		`{"name":"route","accepted_requests":3,"accepted_work":8,"rejected_requests":1,"rejected_work":2}]}`
+	want := `{"mode":"compare","clock":"trace start (windows aligned to it; --start gives wall-clock windows)","policies":[` +
+		`{"name":"tenant","accepted_requests":2,"accepted_work":3,"rejected_requests":2,"rejected_work":7,` +
+		`"windows":{"window":"1s","limit":2,"windows":1,"max_admitted":2,"max_admitted_window":"at_ms 0.000"}},` +
+		`{"name":"route","accepted_requests":3,"accepted_work":8,"rejected_requests":1,"rejected_work":2,` +
+		`"windows":{"window":"1s","limit":1,"windows":3,"max_admitted":1,"max_admitted_window":"at_ms 0.000"}}]}`
 	if string(b) != want {
 		t.Errorf("got  %s\nwant %s", b, want)
 	}
 
 	res, _ = run(t, pols, chainTrace, Options{Mode: ModeChain, GroupBy: []string{"tenant"}})
 	b, _ = json.Marshal(res)
-	want = `{"mode":"chain","policies":[` +
-		`{"name":"tenant","accepted_requests":3,"accepted_work":6,"rejected_requests":1,"rejected_work":4,"groups":{"acme":{"accepted_requests":3,"accepted_work":6,"rejected_requests":1,"rejected_work":4}}},` +
-		`{"name":"route","accepted_requests":2,"accepted_work":4,"rejected_requests":1,"rejected_work":2,"groups":{"acme":{"accepted_requests":2,"accepted_work":4,"rejected_requests":1,"rejected_work":2}}}],` +
+	want = `{"mode":"chain","clock":"trace start (windows aligned to it; --start gives wall-clock windows)","policies":[` +
+		`{"name":"tenant","accepted_requests":3,"accepted_work":6,"rejected_requests":1,"rejected_work":4,"groups":{"acme":{"accepted_requests":3,"accepted_work":6,"rejected_requests":1,"rejected_work":4}},` +
+		`"windows":{"window":"1s","limit":2,"windows":1,"max_admitted":2,"max_admitted_window":"at_ms 0.000"}},` +
+		`{"name":"route","accepted_requests":2,"accepted_work":4,"rejected_requests":1,"rejected_work":2,"groups":{"acme":{"accepted_requests":2,"accepted_work":4,"rejected_requests":1,"rejected_work":2}},` +
+		`"windows":{"window":"1s","limit":1,"windows":2,"max_admitted":1,"max_admitted_window":"at_ms 0.000"}}],` +
 		`"admitted":{"accepted_requests":2,"accepted_work":4,"rejected_requests":2,"rejected_work":6,"groups":{"acme":{"accepted_requests":2,"accepted_work":4,"rejected_requests":2,"rejected_work":6}}}}`
 	if string(b) != want {
 		t.Errorf("got  %s\nwant %s", b, want)
@@ -266,6 +270,7 @@ func TestTable(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := `mode: chain   requests: 5   group-by: tenant
+clock: trace start (windows aligned to it; --start gives wall-clock windows)
 POLICY            ACCEPTED  REJECTED  ACCEPT%  WORK ACCEPTED  WORK REJECTED  WORK ACCEPT%
 tenant            4         1         80.0%    7              4              63.6%
   acme            3         1         75.0%    6              4              60.0%
@@ -276,6 +281,11 @@ route             3         1         75.0%    5              2              71.
 admitted (chain)  3         2         60.0%    5              6              45.5%
   acme            2         2         50.0%    4              6              40.0%
   beta            1         0         100.0%   1              0              100.0%
+
+windows (as the cluster leases them):
+POLICY  WINDOW  LIMIT  WINDOWS SEEN  MAX ADMITTED  IN WINDOW
+tenant  1s      2      2             2             at_ms 0.000
+route   1s      1      3             1             at_ms 0.000
 `
 	if b.String() != want {
 		t.Errorf("got\n%s\nwant\n%s", b.String(), want)
@@ -354,7 +364,7 @@ func TestTraceErrors(t *testing.T) {
 	}{
 		{"empty", "", "line 1: the trace is empty; want a header line", Options{}},
 		{"header only", "at_ms,tenant\n", "line 1: the trace has a header but no requests", Options{}},
-		{"no at_ms", "time,tenant\n1,a\n", "line 1: no at_ms column; want a header like at_ms,tenant,cost (the trace has columns time, tenant)", Options{}},
+		{"no at_ms", "time,tenant\n1,a\n", "line 1: no at_ms column; want a header like at_ms,tenant,cost, or a wall-clock at (RFC 3339) or unix_ms column instead of at_ms (the trace has columns time, tenant)", Options{}},
 		{"duplicate column", "at_ms,tenant,tenant\n", `line 1: column "tenant" appears twice (columns 2 and 3)`, Options{}},
 		{"empty column name", "at_ms,tenant,\n", "line 1: column 3 has an empty name", Options{}},
 		{"missing key column", "at_ms,user\n1,a\n", `line 1: policy "p": key attribute "tenant" is not a trace column (the trace has columns at_ms, user)`, Options{}},
