@@ -2012,6 +2012,55 @@ func (x *WindowLeaseSnapshot) GetReplaced() bool {
 	return false
 }
 
+// WindowClockCommand re-synchronises window time to the proposing
+// leader's wall clock (fsm.CmdWindowClock, docs/design.md §8.2): the
+// window epoch offset becomes max(offset, wall_unix_nanos − the entry's
+// cluster time); a step forward above fsm.MaxWindowClockStepNanos is
+// refused. Proposed only with FeatureWindows on.
+type WindowClockCommand struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	WallUnixNanos int64                  `protobuf:"varint,1,opt,name=wall_unix_nanos,json=wallUnixNanos,proto3" json:"wall_unix_nanos,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WindowClockCommand) Reset() {
+	*x = WindowClockCommand{}
+	mi := &file_command_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WindowClockCommand) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WindowClockCommand) ProtoMessage() {}
+
+func (x *WindowClockCommand) ProtoReflect() protoreflect.Message {
+	mi := &file_command_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WindowClockCommand.ProtoReflect.Descriptor instead.
+func (*WindowClockCommand) Descriptor() ([]byte, []int) {
+	return file_command_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *WindowClockCommand) GetWallUnixNanos() int64 {
+	if x != nil {
+		return x.WallUnixNanos
+	}
+	return 0
+}
+
 var File_command_proto protoreflect.FileDescriptor
 
 const file_command_proto_rawDesc = "" +
@@ -2206,7 +2255,9 @@ const file_command_proto_rawDesc = "" +
 	"\rexpires_nanos\x18\x05 \x01(\x03R\fexpiresNanos\x12,\n" +
 	"\x12window_start_nanos\x18\x06 \x01(\x03R\x10windowStartNanos\x12#\n" +
 	"\rgranted_milli\x18\a \x01(\x03R\fgrantedMilli\x12\x1a\n" +
-	"\breplaced\x18\b \x01(\bR\breplacedB&Z$github.com/ration-dev/ration/api;apib\x06proto3"
+	"\breplaced\x18\b \x01(\bR\breplaced\"<\n" +
+	"\x12WindowClockCommand\x12&\n" +
+	"\x0fwall_unix_nanos\x18\x01 \x01(\x03R\rwallUnixNanosB&Z$github.com/ration-dev/ration/api;apib\x06proto3"
 
 var (
 	file_command_proto_rawDescOnce sync.Once
@@ -2220,7 +2271,7 @@ func file_command_proto_rawDescGZIP() []byte {
 	return file_command_proto_rawDescData
 }
 
-var file_command_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
+var file_command_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
 var file_command_proto_goTypes = []any{
 	(*PolicySpec)(nil),           // 0: ration.v1.PolicySpec
 	(*ApplyPoliciesCommand)(nil), // 1: ration.v1.ApplyPoliciesCommand
@@ -2242,17 +2293,18 @@ var file_command_proto_goTypes = []any{
 	(*WindowFrame)(nil),          // 17: ration.v1.WindowFrame
 	(*WindowKeySnapshot)(nil),    // 18: ration.v1.WindowKeySnapshot
 	(*WindowLeaseSnapshot)(nil),  // 19: ration.v1.WindowLeaseSnapshot
-	nil,                          // 20: ration.v1.PolicySpec.ClientWeightsEntry
-	(*AcquireRequest)(nil),       // 21: ration.v1.AcquireRequest
-	(*RenewRequest)(nil),         // 22: ration.v1.RenewRequest
-	(*ReleaseRequest)(nil),       // 23: ration.v1.ReleaseRequest
+	(*WindowClockCommand)(nil),   // 20: ration.v1.WindowClockCommand
+	nil,                          // 21: ration.v1.PolicySpec.ClientWeightsEntry
+	(*AcquireRequest)(nil),       // 22: ration.v1.AcquireRequest
+	(*RenewRequest)(nil),         // 23: ration.v1.RenewRequest
+	(*ReleaseRequest)(nil),       // 24: ration.v1.ReleaseRequest
 }
 var file_command_proto_depIdxs = []int32{
-	20, // 0: ration.v1.PolicySpec.client_weights:type_name -> ration.v1.PolicySpec.ClientWeightsEntry
+	21, // 0: ration.v1.PolicySpec.client_weights:type_name -> ration.v1.PolicySpec.ClientWeightsEntry
 	0,  // 1: ration.v1.ApplyPoliciesCommand.policies:type_name -> ration.v1.PolicySpec
-	21, // 2: ration.v1.LeaseOp.acquire:type_name -> ration.v1.AcquireRequest
-	22, // 3: ration.v1.LeaseOp.renew:type_name -> ration.v1.RenewRequest
-	23, // 4: ration.v1.LeaseOp.release:type_name -> ration.v1.ReleaseRequest
+	22, // 2: ration.v1.LeaseOp.acquire:type_name -> ration.v1.AcquireRequest
+	23, // 3: ration.v1.LeaseOp.renew:type_name -> ration.v1.RenewRequest
+	24, // 4: ration.v1.LeaseOp.release:type_name -> ration.v1.ReleaseRequest
 	3,  // 5: ration.v1.LeaseBatchCommand.ops:type_name -> ration.v1.LeaseOp
 	0,  // 6: ration.v1.Snapshot.policies:type_name -> ration.v1.PolicySpec
 	9,  // 7: ration.v1.Snapshot.ledgers:type_name -> ration.v1.LedgerSnapshot
@@ -2299,7 +2351,7 @@ func file_command_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_command_proto_rawDesc), len(file_command_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   21,
+			NumMessages:   22,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
