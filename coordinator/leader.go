@@ -215,7 +215,7 @@ func (s *Server) leaderLoop(stop chan struct{}) {
 				continue
 			}
 			if err := s.windowsReady(p); err != nil {
-				s.log.Error("initial window policy skipped until leased windows are on; apply it again then", "policy", p.Name, "err", err)
+				s.log.Info("initial window policy deferred until leased windows are on (every voter supports them)", "policy", p.Name)
 				continue
 			}
 			cmd.Policies = append(cmd.Policies, p.ToProto())
@@ -225,6 +225,9 @@ func (s *Server) leaderLoop(stop chan struct{}) {
 		}
 	}
 
+	deferred := s.deferredWindowPolicies()
+	s.syncWindowClock(true)
+
 	expire := time.NewTicker(s.cfg.ExpireInterval)
 	defer expire.Stop()
 	reconcile := time.NewTicker(s.cfg.ReconcileInterval)
@@ -232,6 +235,7 @@ func (s *Server) leaderLoop(stop chan struct{}) {
 	lastExpire := time.Now()
 	s.reconcile()
 	s.enableFeatures()
+	deferred = s.applyDeferredWindowPolicies(deferred)
 	for {
 		select {
 		case <-stop:
@@ -241,9 +245,12 @@ func (s *Server) leaderLoop(stop chan struct{}) {
 		case <-reconcile.C:
 			s.reconcile()
 			s.enableFeatures()
+			deferred = s.applyDeferredWindowPolicies(deferred)
+			s.syncWindowClock(false)
 		case <-s.members.nudge:
 			s.reconcile()
 			s.enableFeatures()
+			deferred = s.applyDeferredWindowPolicies(deferred)
 		case <-expire.C:
 			if s.raft.CurrentTerm() != term {
 				// Leadership was lost and won back between two reads of
@@ -254,6 +261,7 @@ func (s *Server) leaderLoop(stop chan struct{}) {
 					return
 				}
 				s.audit.reset(true)
+				s.syncWindowClock(true)
 				continue
 			}
 			now := s.clock.Now()

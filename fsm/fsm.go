@@ -248,6 +248,12 @@ func (f *FSM) dispatch(env Envelope, t int64) (*Result, error) {
 		}
 		f.st.windowsSwitched(t, cmd.GetWallUnixNanos())
 		return &Result{}, nil
+	case CmdWindowClock:
+		cmd, err := decodeBody[api.WindowClockCommand](env.Body)
+		if err != nil {
+			return nil, err
+		}
+		return f.st.windowClock(t, cmd.GetWallUnixNanos())
 	case CmdACL:
 		cmd, err := decodeBody[api.ACLCommand](env.Body)
 		if err != nil {

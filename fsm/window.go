@@ -16,8 +16,9 @@ import (
 // token-bucket ledgers; acquire, renew, release, revoke, expire, snapshots
 // and restores reach them through a few hooks in fsm.go, snapshot.go and
 // restore.go. Window time (the calendar's clock) is cluster time plus a
-// replicated epoch offset, set once by the entry that turns the switch on
-// from its leader's wall clock.
+// replicated epoch offset, set by the entry that turns the switch on from
+// its leader's wall clock, and moved forward (never back) by re-syncs to
+// later leaders' wall clocks (CmdWindowClock).
 
 // FeatureWindows: fixed-window policies are leased in chunks
 // (lease.WindowLedger), a policy may name a calendar period and timezone,
@@ -30,6 +31,10 @@ const FeatureWindows uint64 = 1 << 7
 // restarted or caught-up server starts every window count afresh (the
 // fsm window tests' negative control). Outside fault.go's sequence.
 const faultWindowSnapshotDropsKeys fault = 0x40
+
+// faultWindowClockBackward: a re-sync also moves window time back (the
+// never-backward rule's negative control). Outside fault.go's sequence.
+const faultWindowClockBackward fault = 0x41
 
 // frameWindow is a snapshot frame of window state (api.WindowFrame).
 // Older servers refuse the frame kind (and the switch).
@@ -71,6 +76,58 @@ func (s *state) windowsSwitched(t, wallUnix int64) {
 	if wallUnix > 0 {
 		s.win.epochOffset = wallUnix - t
 	}
+}
+
+// CmdWindowClock re-synchronises window time to the proposing leader's
+// wall clock (api.WindowClockCommand; docs/design.md §8.2). Not
+// ignorable; proposed only with FeatureWindows on, which every server
+// that knows it supports.
+const CmdWindowClock CommandType = 8
+
+// MaxWindowClockStepNanos is the largest forward step of window time one
+// re-sync may make. Elections freeze cluster time for seconds; a larger
+// gap is a leader's wrong wall clock (or a whole-cluster outage, whose
+// lag is then kept): the entry is refused, leaving window time as it
+// was, rather than skipping windows.
+const MaxWindowClockStepNanos = int64(time.Hour)
+
+// errWindowClock marks a refused re-sync (the leader logs it).
+var errWindowClock = fmt.Errorf("%w: window clock re-sync", rpcerr.ErrPrecondition)
+
+// windowClock applies a re-sync at cluster time t to wall clock wall: the
+// epoch offset only moves forward, to wall − t, by at most
+// MaxWindowClockStepNanos; a wall clock behind window time changes
+// nothing (window time stays monotone).
+func (s *state) windowClock(t, wall int64) (*Result, error) {
+	if !s.windowsOn() || !s.win.epochSet {
+		return nil, fmt.Errorf("%w: leased windows are off", errWindowClock)
+	}
+	w := s.windowTime(t)
+	if wall <= w || s.fault == faultWindowClockBackward {
+		if s.fault == faultWindowClockBackward {
+			s.win.epochOffset = wall - t
+		}
+		return &Result{}, nil
+	}
+	step := wall - w
+	if step < 0 || step > MaxWindowClockStepNanos {
+		return nil, fmt.Errorf("%w: the leader's wall clock %s is %v ahead of window time %s, more than the %v a re-sync may step; refused",
+			errWindowClock, time.Unix(0, wall).UTC().Format(time.RFC3339Nano), time.Duration(step), time.Unix(0, w).UTC().Format(time.RFC3339Nano), time.Duration(MaxWindowClockStepNanos))
+	}
+	s.win.epochOffset += step
+	return &Result{}, nil
+}
+
+// WindowClockLag is how far window time at cluster time t is behind
+// wall (negative: ahead), and whether window time is set (leased windows
+// on). The leader re-syncs when it lags.
+func (f *FSM) WindowClockLag(t, wall int64) (int64, bool) {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	if !f.st.windowsOn() || !f.st.win.epochSet {
+		return 0, false
+	}
+	return wall - f.st.windowTime(max(t, f.st.clusterTime)), true
 }
 
 // windowNotLeasable is the refusal of a window policy's lease with the
