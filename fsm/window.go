@@ -36,6 +36,10 @@ const faultWindowSnapshotDropsKeys fault = 0x40
 // never-backward rule's negative control). Outside fault.go's sequence.
 const faultWindowClockBackward fault = 0x41
 
+// faultWindowIndexSkipsRelease: a window release does not re-index its
+// key (the window index's differential test's negative control).
+const faultWindowIndexSkipsRelease fault = 0x42
+
 // frameWindow is a snapshot frame of window state (api.WindowFrame).
 // Older servers refuse the frame kind (and the switch).
 const frameWindow byte = 6
@@ -58,6 +62,10 @@ type windowState struct {
 	keys           map[string]map[string]*lease.WindowLedger
 	// keying: what each name's keys were made under (windowKeysKept).
 	keying map[string]windowKeying
+	// idx: the window keys' due index (windowindex.go; derived).
+	idx windowIndex
+	// scanRef: the reference scan replaces the index (tests only).
+	scanRef func(s *state, t int64, res *Result)
 }
 
 func (s *state) windowsOn() bool { return s.features&FeatureWindows != 0 }
@@ -106,6 +114,7 @@ func (s *state) windowClock(t, wall int64) (*Result, error) {
 	if wall <= w || s.fault == faultWindowClockBackward {
 		if s.fault == faultWindowClockBackward {
 			s.win.epochOffset = wall - t
+			s.rebuildWindowIndex()
 		}
 		return &Result{}, nil
 	}
@@ -115,6 +124,7 @@ func (s *state) windowClock(t, wall int64) (*Result, error) {
 			errWindowClock, time.Unix(0, wall).UTC().Format(time.RFC3339Nano), time.Duration(step), time.Unix(0, w).UTC().Format(time.RFC3339Nano), time.Duration(MaxWindowClockStepNanos))
 	}
 	s.win.epochOffset += step
+	s.rebuildWindowIndex() // every idle time moved
 	return &Result{}, nil
 }
 
@@ -200,10 +210,13 @@ func (s *state) windowLedger(t int64, p policy.Policy, k *api.Key, create bool) 
 			s.win.keys[p.Name] = map[string]*lease.WindowLedger{}
 		}
 		s.win.keys[p.Name][ck] = l
+		s.windowTouch(p.Name, ck, l)
 		s.setKeying(p.Name, windowKeying{alg: p.Algorithm, attrs: slices.Clone(p.Key)})
 	}
 	if !sameWindowConfig(l.Config(), cfg) {
-		if err := l.Reconfigure(t, w, cfg); err != nil {
+		err := l.Reconfigure(t, w, cfg)
+		s.windowTouch(p.Name, ck, l)
+		if err != nil {
 			return ck, nil, fmt.Errorf("policy %q key %q: %w", p.Name, ck, err)
 		}
 	}
@@ -216,6 +229,7 @@ func (s *state) collectWindows(t int64, name string) {
 	w := s.windowTime(t)
 	for ck, l := range s.win.keys[name] {
 		if l.Idle(t, w) {
+			s.windowUntrack(name, ck)
 			delete(s.win.keys[name], ck)
 		}
 	}
@@ -308,6 +322,7 @@ func (s *state) windowAcquire(t int64, c *api.Caller, k *api.AcquireKey, seen ma
 		AskMilli: windowAsk(k.GetDemand(), p.LimitMilli, end-w, windowRenewAfter(end-start)),
 		TTLNanos: windowLeaseNanos,
 	})
+	s.windowTouch(p.Name, ck, l)
 	if err != nil {
 		return &api.KeyLease{Error: keyError(leaseErr(p, ck, err))}, true
 	}
@@ -334,6 +349,7 @@ func (s *state) windowRenew(t int64, c *api.Caller, k *api.RenewKey) (*api.KeyLe
 		AskMilli: windowAsk(k.GetDemand(), p.LimitMilli, end-w, windowRenewAfter(end-start)),
 		TTLNanos: windowLeaseNanos,
 	})
+	s.windowTouch(p.Name, ck, l)
 	if err != nil {
 		return &api.KeyLease{Error: keyError(leaseErr(p, ck, err))}, true
 	}
@@ -348,8 +364,9 @@ func (s *state) windowRelease(t int64, c *api.Caller, k *api.ReleaseKey) (*api.R
 		return nil, false
 	}
 	r := &api.ReleaseResult{}
-	_, l, err := s.windowLedger(t, p, k.GetKey(), false)
-	if err == nil {
+	ck, l, err := s.windowLedger(t, p, k.GetKey(), false)
+	if err == nil && s.fault != faultWindowIndexSkipsRelease {
+		defer s.windowTouch(p.Name, ck, l)
 		unspent := k.GetUnspentMilli()
 		if unspent < 0 || unspent > lease.MaxCapacityMilli {
 			err = fmt.Errorf("%w: unspent_milli %d is outside [0, %d]", rpcerr.ErrInvalid, unspent, lease.MaxCapacityMilli)
@@ -368,24 +385,21 @@ func (s *state) windowRelease(t int64, c *api.Caller, k *api.ReleaseKey) (*api.R
 func (s *state) windowRevoke(clientID string, incarnation uint64) {
 	for _, pn := range sortedKeys(s.win.keys) {
 		for _, ck := range sortedKeys(s.win.keys[pn]) {
-			s.win.keys[pn][ck].Revoke(clientID, incarnation)
+			if s.win.keys[pn][ck].Revoke(clientID, incarnation) > 0 {
+				s.windowTouch(pn, ck, s.win.keys[pn][ck])
+			}
 		}
 	}
 }
 
 // windowExpire drops expired chunks and collects idle keys (every policy's,
-// deleted ones included).
+// deleted ones included), visiting only the due ones (windowindex.go).
 func (s *state) windowExpire(t int64, res *Result) {
-	w := s.windowTime(t)
-	for _, pn := range sortedKeys(s.win.keys) {
-		for _, ck := range sortedKeys(s.win.keys[pn]) {
-			n, err := s.win.keys[pn][ck].Expire(t, w)
-			if err == nil {
-				res.expired(pn, n)
-			}
-		}
-		s.collectWindows(t, pn)
+	if s.win.scanRef != nil {
+		s.win.scanRef(s, t, res)
+		return
 	}
+	s.windowExpireIndexed(t, res)
 }
 
 // windowKeying is what a name's window keys were made under: a key's
@@ -441,6 +455,9 @@ func (s *state) windowCheckChange(t int64, p policy.Policy) error {
 // them differently (windowCheckChange passed, so they are idle).
 func (s *state) windowInstall(p policy.Policy) {
 	if !s.windowKeysKept(p) {
+		for ck := range s.win.keys[p.Name] {
+			s.windowUntrack(p.Name, ck)
+		}
 		delete(s.win.keys, p.Name)
 		delete(s.win.keying, p.Name)
 	}
@@ -461,6 +478,7 @@ func (s *state) windowsPrepareRestore() {
 			l.RaiseNextID(s.firstLeaseID())
 		}
 	}
+	s.rebuildWindowIndex()
 }
 
 // exportWindows is the state's frames of kind 6: the epoch first, then one
