@@ -129,3 +129,33 @@ func TestWindowIndexNegativeControl(t *testing.T) {
 	}
 	rapidcontrol.ExpectCaught(t, "a release that does not re-index", "differ", windowIndexHistories(t, faultWindowIndexSkipsRelease))
 }
+
+// BenchmarkWindowExpire: an expire entry when nothing is due, with n live
+// window keys, through the index and through the scan it replaced.
+func BenchmarkWindowExpire(b *testing.B) {
+	for _, n := range []int{100, 10_000} {
+		for _, scan := range []bool{false, true} {
+			b.Run(fmt.Sprintf("keys=%d/scan=%v", n, scan), func(b *testing.B) {
+				h := windowsOnHarness(b, 0)
+				cmd := windowPolicies("10", "")
+				cmd.Policies[0].MaxKeys = int64(n)
+				cmd.Policies[0].WindowNanos = int64(3600 * sec)
+				if r := h.apply(CmdApplyPolicies, 0, cmd); r.Err != nil {
+					b.Fatal(r.Err)
+				}
+				for i := range n {
+					h.batch(sec, wAcquire(caller(fmt.Sprint("c", i), 1, 1), fmt.Sprint("t", i), 1000))
+				}
+				if scan {
+					h.f.st.win.scanRef = windowScanReference
+				}
+				at := sec
+				b.ResetTimer()
+				for range b.N {
+					at += 1000
+					h.apply(CmdExpire, at, &api.ExpireCommand{})
+				}
+			})
+		}
+	}
+}
