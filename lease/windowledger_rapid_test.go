@@ -208,7 +208,8 @@ func (m *leasedWindowModel) collect() {
 	if !m.l.Idle(m.cluster, m.w()) {
 		return
 	}
-	next := m.l.State().NextID
+	old := m.l.State()
+	next := old.NextID
 	l, err := NewWindowLedger(m.l.cfg)
 	if err != nil {
 		m.t.Fatal(err)
@@ -216,6 +217,14 @@ func (m *leasedWindowModel) collect() {
 	l.RaiseNextID(next)
 	l.injectFault(m.fault)
 	m.l = l
+	if m.backward && rapid.Bool().Draw(m.t, "back after collect") {
+		// The control's targeted search: window time goes back into the
+		// window the dropped ledger had spent.
+		if old.End != 0 {
+			m.epoch -= m.w() - old.Start
+		}
+		m.noteLimit()
+	}
 }
 
 func runWindowModel(t *rapid.T, fault WindowFault, approx bool) {
@@ -254,7 +263,7 @@ func runWindowModelClock(t *rapid.T, fault WindowFault, approx, backward bool) {
 		// The clock controls search harder for re-syncs, collections and
 		// deaths.
 		case backward:
-			op = []int{op, 13, 14}[rapid.IntRange(0, 2).Draw(t, "bias")]
+			op = []int{op, op, 14}[rapid.IntRange(0, 2).Draw(t, "bias")]
 		}
 		switch op {
 		case 0, 1:
