@@ -687,8 +687,12 @@ type SetFeaturesCommand struct {
 	// FeatureWindows on sets the window epoch from it: window time is
 	// cluster time plus (wall_unix_nanos - the entry's cluster time).
 	WallUnixNanos int64 `protobuf:"varint,2,opt,name=wall_unix_nanos,json=wallUnixNanos,proto3" json:"wall_unix_nanos,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// The initial (--config) window policies the leader deferred while
+	// FeatureWindows was off, applied by the entry that turns it on, right
+	// after the switch (so no leader change can lose them).
+	InitialWindowPolicies *ApplyPoliciesCommand `protobuf:"bytes,50,opt,name=initial_window_policies,json=initialWindowPolicies,proto3" json:"initial_window_policies,omitempty"`
+	unknownFields         protoimpl.UnknownFields
+	sizeCache             protoimpl.SizeCache
 }
 
 func (x *SetFeaturesCommand) Reset() {
@@ -733,6 +737,13 @@ func (x *SetFeaturesCommand) GetWallUnixNanos() int64 {
 		return x.WallUnixNanos
 	}
 	return 0
+}
+
+func (x *SetFeaturesCommand) GetInitialWindowPolicies() *ApplyPoliciesCommand {
+	if x != nil {
+		return x.InitialWindowPolicies
+	}
+	return nil
 }
 
 // RetiredPolicy is a deleted or re-keyed policy's definition and the
@@ -2123,10 +2134,11 @@ const file_command_proto_rawDesc = "" +
 	"\x18restore_hold_until_nanos\x18\b \x01(\x03R\x15restoreHoldUntilNanos\x12.\n" +
 	"\x13lease_id_generation\x18\t \x01(\x04R\x11leaseIdGeneration\x12)\n" +
 	"\x10acl_bootstrapped\x18\n" +
-	" \x01(\bR\x0faclBootstrapped\"X\n" +
+	" \x01(\bR\x0faclBootstrapped\"\xb1\x01\n" +
 	"\x12SetFeaturesCommand\x12\x1a\n" +
 	"\bfeatures\x18\x01 \x01(\x04R\bfeatures\x12&\n" +
-	"\x0fwall_unix_nanos\x18\x02 \x01(\x03R\rwallUnixNanos\"\xc6\x02\n" +
+	"\x0fwall_unix_nanos\x18\x02 \x01(\x03R\rwallUnixNanos\x12W\n" +
+	"\x17initial_window_policies\x182 \x01(\v2\x1f.ration.v1.ApplyPoliciesCommandR\x15initialWindowPolicies\"\xc6\x02\n" +
 	"\rRetiredPolicy\x12)\n" +
 	"\x04spec\x18\x01 \x01(\v2\x15.ration.v1.PolicySpecR\x04spec\x123\n" +
 	"\aledgers\x18\x02 \x03(\v2\x19.ration.v1.LedgerSnapshotR\aledgers\x12(\n" +
@@ -2310,23 +2322,24 @@ var file_command_proto_depIdxs = []int32{
 	9,  // 7: ration.v1.Snapshot.ledgers:type_name -> ration.v1.LedgerSnapshot
 	12, // 8: ration.v1.Snapshot.clients:type_name -> ration.v1.ClientRecord
 	8,  // 9: ration.v1.Snapshot.retired:type_name -> ration.v1.RetiredPolicy
-	0,  // 10: ration.v1.RetiredPolicy.spec:type_name -> ration.v1.PolicySpec
-	9,  // 11: ration.v1.RetiredPolicy.ledgers:type_name -> ration.v1.LedgerSnapshot
-	11, // 12: ration.v1.LedgerSnapshot.leases:type_name -> ration.v1.LeaseSnapshot
-	10, // 13: ration.v1.LeaseSnapshot.current:type_name -> ration.v1.ShareSnapshot
-	10, // 14: ration.v1.LeaseSnapshot.superseded:type_name -> ration.v1.ShareSnapshot
-	10, // 15: ration.v1.LeaseSnapshot.replaced:type_name -> ration.v1.ShareSnapshot
-	13, // 16: ration.v1.ACLBinding.matches:type_name -> ration.v1.ACLMatch
-	14, // 17: ration.v1.ACLToken.bindings:type_name -> ration.v1.ACLBinding
-	15, // 18: ration.v1.ACLCommand.bootstrap:type_name -> ration.v1.ACLToken
-	15, // 19: ration.v1.ACLCommand.create:type_name -> ration.v1.ACLToken
-	18, // 20: ration.v1.WindowFrame.key:type_name -> ration.v1.WindowKeySnapshot
-	19, // 21: ration.v1.WindowKeySnapshot.leases:type_name -> ration.v1.WindowLeaseSnapshot
-	22, // [22:22] is the sub-list for method output_type
-	22, // [22:22] is the sub-list for method input_type
-	22, // [22:22] is the sub-list for extension type_name
-	22, // [22:22] is the sub-list for extension extendee
-	0,  // [0:22] is the sub-list for field type_name
+	1,  // 10: ration.v1.SetFeaturesCommand.initial_window_policies:type_name -> ration.v1.ApplyPoliciesCommand
+	0,  // 11: ration.v1.RetiredPolicy.spec:type_name -> ration.v1.PolicySpec
+	9,  // 12: ration.v1.RetiredPolicy.ledgers:type_name -> ration.v1.LedgerSnapshot
+	11, // 13: ration.v1.LedgerSnapshot.leases:type_name -> ration.v1.LeaseSnapshot
+	10, // 14: ration.v1.LeaseSnapshot.current:type_name -> ration.v1.ShareSnapshot
+	10, // 15: ration.v1.LeaseSnapshot.superseded:type_name -> ration.v1.ShareSnapshot
+	10, // 16: ration.v1.LeaseSnapshot.replaced:type_name -> ration.v1.ShareSnapshot
+	13, // 17: ration.v1.ACLBinding.matches:type_name -> ration.v1.ACLMatch
+	14, // 18: ration.v1.ACLToken.bindings:type_name -> ration.v1.ACLBinding
+	15, // 19: ration.v1.ACLCommand.bootstrap:type_name -> ration.v1.ACLToken
+	15, // 20: ration.v1.ACLCommand.create:type_name -> ration.v1.ACLToken
+	18, // 21: ration.v1.WindowFrame.key:type_name -> ration.v1.WindowKeySnapshot
+	19, // 22: ration.v1.WindowKeySnapshot.leases:type_name -> ration.v1.WindowLeaseSnapshot
+	23, // [23:23] is the sub-list for method output_type
+	23, // [23:23] is the sub-list for method input_type
+	23, // [23:23] is the sub-list for extension type_name
+	23, // [23:23] is the sub-list for extension extendee
+	0,  // [0:23] is the sub-list for field type_name
 }
 
 func init() { file_command_proto_init() }

@@ -207,7 +207,7 @@ func (s *Server) leaderLoop(stop chan struct{}) {
 	s.audit.reset(true) // the audit is leader-local: it starts empty in every term this server leads
 
 	if s.cfg.Policies != nil && len(s.fsm.Policies()) == 0 {
-		s.enableFeatures() // so initial window policies can be applied (windowsReady), if every voter is up
+		s.enableFeatures(false) // so initial window policies can be applied (windowsReady), if every voter is up
 		cmd := &api.ApplyPoliciesCommand{}
 		for _, p := range s.cfg.Policies.Policies {
 			if err := p.Leasable(); err != nil {
@@ -225,7 +225,6 @@ func (s *Server) leaderLoop(stop chan struct{}) {
 		}
 	}
 
-	deferred := s.deferredWindowPolicies()
 	s.syncWindowClock(true)
 
 	expire := time.NewTicker(s.cfg.ExpireInterval)
@@ -234,8 +233,7 @@ func (s *Server) leaderLoop(stop chan struct{}) {
 	defer reconcile.Stop()
 	lastExpire := time.Now()
 	s.reconcile()
-	s.enableFeatures()
-	deferred = s.applyDeferredWindowPolicies(deferred)
+	s.enableFeatures(true)
 	for {
 		select {
 		case <-stop:
@@ -244,13 +242,11 @@ func (s *Server) leaderLoop(stop chan struct{}) {
 			return
 		case <-reconcile.C:
 			s.reconcile()
-			s.enableFeatures()
-			deferred = s.applyDeferredWindowPolicies(deferred)
+			s.enableFeatures(true)
 			s.syncWindowClock(false)
 		case <-s.members.nudge:
 			s.reconcile()
-			s.enableFeatures()
-			deferred = s.applyDeferredWindowPolicies(deferred)
+			s.enableFeatures(true)
 		case <-expire.C:
 			if s.raft.CurrentTerm() != term {
 				// Leadership was lost and won back between two reads of

@@ -29,47 +29,26 @@ func isWindowPolicy(p policy.Policy) bool {
 	return p.Algorithm == policy.FixedWindow || p.Algorithm == policy.SlidingWindowApprox
 }
 
-// deferredWindowPolicies are the initial (--config) window policies this
-// leader must apply once leased windows turn on: with the switch off, a
-// window policy absent from the state was never applied (the leader
+// deferredWindowPolicies are the initial (--config) window policies the
+// entry that turns leased windows on applies (nil: none). With the switch
+// off, a window policy absent from the state was never applied (the leader
 // refuses window policies until the switch is on, so nobody applied and
-// deleted it), whichever leader made the initial apply.
-func (s *Server) deferredWindowPolicies() []policy.Policy {
+// deleted it), whichever leader made the initial apply; carried in the
+// switch's own entry, no leader change can lose them.
+func (s *Server) deferredWindowPolicies() *api.ApplyPoliciesCommand {
 	if s.cfg.Policies == nil || s.fsm.Features()&fsm.FeatureWindows != 0 {
 		return nil
 	}
-	var out []policy.Policy
+	cmd := &api.ApplyPoliciesCommand{}
 	for _, p := range s.cfg.Policies.Policies {
 		if _, ok := s.fsm.Policy(p.Name); !ok && isWindowPolicy(p) && p.Leasable() == nil {
-			out = append(out, p)
-		}
-	}
-	return out
-}
-
-// applyDeferredWindowPolicies applies them once the switch is on (leader
-// only), skipping any an operator applied since, and returns what is
-// still to apply (all of it while the switch is off or the entry fails,
-// so the leader loop tries again).
-func (s *Server) applyDeferredWindowPolicies(deferred []policy.Policy) []policy.Policy {
-	if len(deferred) == 0 || s.fsm.Features()&fsm.FeatureWindows == 0 || !s.leaderReady() {
-		return deferred
-	}
-	cmd := &api.ApplyPoliciesCommand{}
-	for _, p := range deferred {
-		if _, ok := s.fsm.Policy(p.Name); !ok {
 			cmd.Policies = append(cmd.Policies, p.ToProto())
 		}
 	}
 	if len(cmd.Policies) == 0 {
 		return nil
 	}
-	if _, _, err := s.propose(fsm.CmdApplyPolicies, cmd); err != nil {
-		s.log.Warn("applying initial window policies now that leased windows are on; will retry", "err", err)
-		return deferred
-	}
-	s.log.Info("initial window policies applied: leased windows are on", "policies", len(cmd.Policies))
-	return nil
+	return cmd
 }
 
 // windowClockMinLag: the leader re-syncs window time to its wall clock

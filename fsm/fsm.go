@@ -247,6 +247,9 @@ func (f *FSM) dispatch(env Envelope, t int64) (*Result, error) {
 			f.st.rebuildIndex()
 		}
 		f.st.windowsSwitched(t, cmd.GetWallUnixNanos())
+		if ip := cmd.GetInitialWindowPolicies(); ip != nil && f.st.windowsOn() {
+			return f.st.applyPolicies(t, ip) // window.go: deferred initial policies
+		}
 		return &Result{}, nil
 	case CmdWindowClock:
 		cmd, err := decodeBody[api.WindowClockCommand](env.Body)

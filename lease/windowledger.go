@@ -274,10 +274,20 @@ func (l *WindowLedger) roll(t, w int64) {
 	oldEnd, oldCount := l.s.End, l.s.CountMilli
 	l.s.Start, l.s.End = l.cfg.Spec.At(w)
 	l.s.PrevCountMilli = 0
+	began := l.s.Start - (w - t)
 	if oldEnd != 0 && oldEnd == l.s.Start {
 		l.s.PrevCountMilli = oldCount
+	} else if l.cfg.Approx {
+		// The window just before this one saw no operation, but chunks of
+		// an earlier one may have been spent in it after a forward re-sync
+		// of window time: they are its count.
+		W := l.s.End - l.s.Start
+		for _, le := range l.s.Leases {
+			if le.ExpiresNanos > began-W && l.fault != WindowFaultNoCarry {
+				l.s.PrevCountMilli = satAdd(l.s.PrevCountMilli, le.GrantedMilli)
+			}
+		}
 	}
-	began := l.s.Start - (w - t)
 	l.s.CountMilli = 0
 	for i := range l.s.Leases {
 		le := &l.s.Leases[i]
