@@ -687,8 +687,12 @@ type SetFeaturesCommand struct {
 	// FeatureWindows on sets the window epoch from it: window time is
 	// cluster time plus (wall_unix_nanos - the entry's cluster time).
 	WallUnixNanos int64 `protobuf:"varint,2,opt,name=wall_unix_nanos,json=wallUnixNanos,proto3" json:"wall_unix_nanos,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// The initial (--config) window policies the leader deferred while
+	// FeatureWindows was off, applied by the entry that turns it on, right
+	// after the switch (so no leader change can lose them).
+	InitialWindowPolicies *ApplyPoliciesCommand `protobuf:"bytes,50,opt,name=initial_window_policies,json=initialWindowPolicies,proto3" json:"initial_window_policies,omitempty"`
+	unknownFields         protoimpl.UnknownFields
+	sizeCache             protoimpl.SizeCache
 }
 
 func (x *SetFeaturesCommand) Reset() {
@@ -733,6 +737,13 @@ func (x *SetFeaturesCommand) GetWallUnixNanos() int64 {
 		return x.WallUnixNanos
 	}
 	return 0
+}
+
+func (x *SetFeaturesCommand) GetInitialWindowPolicies() *ApplyPoliciesCommand {
+	if x != nil {
+		return x.InitialWindowPolicies
+	}
+	return nil
 }
 
 // RetiredPolicy is a deleted or re-keyed policy's definition and the
@@ -2012,6 +2023,55 @@ func (x *WindowLeaseSnapshot) GetReplaced() bool {
 	return false
 }
 
+// WindowClockCommand re-synchronises window time to the proposing
+// leader's wall clock (fsm.CmdWindowClock, docs/design.md §8.2): the
+// window epoch offset becomes max(offset, wall_unix_nanos − the entry's
+// cluster time); a step forward above fsm.MaxWindowClockStepNanos is
+// refused. Proposed only with FeatureWindows on.
+type WindowClockCommand struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	WallUnixNanos int64                  `protobuf:"varint,1,opt,name=wall_unix_nanos,json=wallUnixNanos,proto3" json:"wall_unix_nanos,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WindowClockCommand) Reset() {
+	*x = WindowClockCommand{}
+	mi := &file_command_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WindowClockCommand) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WindowClockCommand) ProtoMessage() {}
+
+func (x *WindowClockCommand) ProtoReflect() protoreflect.Message {
+	mi := &file_command_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WindowClockCommand.ProtoReflect.Descriptor instead.
+func (*WindowClockCommand) Descriptor() ([]byte, []int) {
+	return file_command_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *WindowClockCommand) GetWallUnixNanos() int64 {
+	if x != nil {
+		return x.WallUnixNanos
+	}
+	return 0
+}
+
 var File_command_proto protoreflect.FileDescriptor
 
 const file_command_proto_rawDesc = "" +
@@ -2074,10 +2134,11 @@ const file_command_proto_rawDesc = "" +
 	"\x18restore_hold_until_nanos\x18\b \x01(\x03R\x15restoreHoldUntilNanos\x12.\n" +
 	"\x13lease_id_generation\x18\t \x01(\x04R\x11leaseIdGeneration\x12)\n" +
 	"\x10acl_bootstrapped\x18\n" +
-	" \x01(\bR\x0faclBootstrapped\"X\n" +
+	" \x01(\bR\x0faclBootstrapped\"\xb1\x01\n" +
 	"\x12SetFeaturesCommand\x12\x1a\n" +
 	"\bfeatures\x18\x01 \x01(\x04R\bfeatures\x12&\n" +
-	"\x0fwall_unix_nanos\x18\x02 \x01(\x03R\rwallUnixNanos\"\xc6\x02\n" +
+	"\x0fwall_unix_nanos\x18\x02 \x01(\x03R\rwallUnixNanos\x12W\n" +
+	"\x17initial_window_policies\x182 \x01(\v2\x1f.ration.v1.ApplyPoliciesCommandR\x15initialWindowPolicies\"\xc6\x02\n" +
 	"\rRetiredPolicy\x12)\n" +
 	"\x04spec\x18\x01 \x01(\v2\x15.ration.v1.PolicySpecR\x04spec\x123\n" +
 	"\aledgers\x18\x02 \x03(\v2\x19.ration.v1.LedgerSnapshotR\aledgers\x12(\n" +
@@ -2206,7 +2267,9 @@ const file_command_proto_rawDesc = "" +
 	"\rexpires_nanos\x18\x05 \x01(\x03R\fexpiresNanos\x12,\n" +
 	"\x12window_start_nanos\x18\x06 \x01(\x03R\x10windowStartNanos\x12#\n" +
 	"\rgranted_milli\x18\a \x01(\x03R\fgrantedMilli\x12\x1a\n" +
-	"\breplaced\x18\b \x01(\bR\breplacedB&Z$github.com/ration-dev/ration/api;apib\x06proto3"
+	"\breplaced\x18\b \x01(\bR\breplaced\"<\n" +
+	"\x12WindowClockCommand\x12&\n" +
+	"\x0fwall_unix_nanos\x18\x01 \x01(\x03R\rwallUnixNanosB&Z$github.com/ration-dev/ration/api;apib\x06proto3"
 
 var (
 	file_command_proto_rawDescOnce sync.Once
@@ -2220,7 +2283,7 @@ func file_command_proto_rawDescGZIP() []byte {
 	return file_command_proto_rawDescData
 }
 
-var file_command_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
+var file_command_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
 var file_command_proto_goTypes = []any{
 	(*PolicySpec)(nil),           // 0: ration.v1.PolicySpec
 	(*ApplyPoliciesCommand)(nil), // 1: ration.v1.ApplyPoliciesCommand
@@ -2242,39 +2305,41 @@ var file_command_proto_goTypes = []any{
 	(*WindowFrame)(nil),          // 17: ration.v1.WindowFrame
 	(*WindowKeySnapshot)(nil),    // 18: ration.v1.WindowKeySnapshot
 	(*WindowLeaseSnapshot)(nil),  // 19: ration.v1.WindowLeaseSnapshot
-	nil,                          // 20: ration.v1.PolicySpec.ClientWeightsEntry
-	(*AcquireRequest)(nil),       // 21: ration.v1.AcquireRequest
-	(*RenewRequest)(nil),         // 22: ration.v1.RenewRequest
-	(*ReleaseRequest)(nil),       // 23: ration.v1.ReleaseRequest
+	(*WindowClockCommand)(nil),   // 20: ration.v1.WindowClockCommand
+	nil,                          // 21: ration.v1.PolicySpec.ClientWeightsEntry
+	(*AcquireRequest)(nil),       // 22: ration.v1.AcquireRequest
+	(*RenewRequest)(nil),         // 23: ration.v1.RenewRequest
+	(*ReleaseRequest)(nil),       // 24: ration.v1.ReleaseRequest
 }
 var file_command_proto_depIdxs = []int32{
-	20, // 0: ration.v1.PolicySpec.client_weights:type_name -> ration.v1.PolicySpec.ClientWeightsEntry
+	21, // 0: ration.v1.PolicySpec.client_weights:type_name -> ration.v1.PolicySpec.ClientWeightsEntry
 	0,  // 1: ration.v1.ApplyPoliciesCommand.policies:type_name -> ration.v1.PolicySpec
-	21, // 2: ration.v1.LeaseOp.acquire:type_name -> ration.v1.AcquireRequest
-	22, // 3: ration.v1.LeaseOp.renew:type_name -> ration.v1.RenewRequest
-	23, // 4: ration.v1.LeaseOp.release:type_name -> ration.v1.ReleaseRequest
+	22, // 2: ration.v1.LeaseOp.acquire:type_name -> ration.v1.AcquireRequest
+	23, // 3: ration.v1.LeaseOp.renew:type_name -> ration.v1.RenewRequest
+	24, // 4: ration.v1.LeaseOp.release:type_name -> ration.v1.ReleaseRequest
 	3,  // 5: ration.v1.LeaseBatchCommand.ops:type_name -> ration.v1.LeaseOp
 	0,  // 6: ration.v1.Snapshot.policies:type_name -> ration.v1.PolicySpec
 	9,  // 7: ration.v1.Snapshot.ledgers:type_name -> ration.v1.LedgerSnapshot
 	12, // 8: ration.v1.Snapshot.clients:type_name -> ration.v1.ClientRecord
 	8,  // 9: ration.v1.Snapshot.retired:type_name -> ration.v1.RetiredPolicy
-	0,  // 10: ration.v1.RetiredPolicy.spec:type_name -> ration.v1.PolicySpec
-	9,  // 11: ration.v1.RetiredPolicy.ledgers:type_name -> ration.v1.LedgerSnapshot
-	11, // 12: ration.v1.LedgerSnapshot.leases:type_name -> ration.v1.LeaseSnapshot
-	10, // 13: ration.v1.LeaseSnapshot.current:type_name -> ration.v1.ShareSnapshot
-	10, // 14: ration.v1.LeaseSnapshot.superseded:type_name -> ration.v1.ShareSnapshot
-	10, // 15: ration.v1.LeaseSnapshot.replaced:type_name -> ration.v1.ShareSnapshot
-	13, // 16: ration.v1.ACLBinding.matches:type_name -> ration.v1.ACLMatch
-	14, // 17: ration.v1.ACLToken.bindings:type_name -> ration.v1.ACLBinding
-	15, // 18: ration.v1.ACLCommand.bootstrap:type_name -> ration.v1.ACLToken
-	15, // 19: ration.v1.ACLCommand.create:type_name -> ration.v1.ACLToken
-	18, // 20: ration.v1.WindowFrame.key:type_name -> ration.v1.WindowKeySnapshot
-	19, // 21: ration.v1.WindowKeySnapshot.leases:type_name -> ration.v1.WindowLeaseSnapshot
-	22, // [22:22] is the sub-list for method output_type
-	22, // [22:22] is the sub-list for method input_type
-	22, // [22:22] is the sub-list for extension type_name
-	22, // [22:22] is the sub-list for extension extendee
-	0,  // [0:22] is the sub-list for field type_name
+	1,  // 10: ration.v1.SetFeaturesCommand.initial_window_policies:type_name -> ration.v1.ApplyPoliciesCommand
+	0,  // 11: ration.v1.RetiredPolicy.spec:type_name -> ration.v1.PolicySpec
+	9,  // 12: ration.v1.RetiredPolicy.ledgers:type_name -> ration.v1.LedgerSnapshot
+	11, // 13: ration.v1.LedgerSnapshot.leases:type_name -> ration.v1.LeaseSnapshot
+	10, // 14: ration.v1.LeaseSnapshot.current:type_name -> ration.v1.ShareSnapshot
+	10, // 15: ration.v1.LeaseSnapshot.superseded:type_name -> ration.v1.ShareSnapshot
+	10, // 16: ration.v1.LeaseSnapshot.replaced:type_name -> ration.v1.ShareSnapshot
+	13, // 17: ration.v1.ACLBinding.matches:type_name -> ration.v1.ACLMatch
+	14, // 18: ration.v1.ACLToken.bindings:type_name -> ration.v1.ACLBinding
+	15, // 19: ration.v1.ACLCommand.bootstrap:type_name -> ration.v1.ACLToken
+	15, // 20: ration.v1.ACLCommand.create:type_name -> ration.v1.ACLToken
+	18, // 21: ration.v1.WindowFrame.key:type_name -> ration.v1.WindowKeySnapshot
+	19, // 22: ration.v1.WindowKeySnapshot.leases:type_name -> ration.v1.WindowLeaseSnapshot
+	23, // [23:23] is the sub-list for method output_type
+	23, // [23:23] is the sub-list for method input_type
+	23, // [23:23] is the sub-list for extension type_name
+	23, // [23:23] is the sub-list for extension extendee
+	0,  // [0:23] is the sub-list for field type_name
 }
 
 func init() { file_command_proto_init() }
@@ -2299,7 +2364,7 @@ func file_command_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_command_proto_rawDesc), len(file_command_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   21,
+			NumMessages:   22,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -29,7 +29,11 @@ func (s *Server) supportedFeatures() uint64 {
 
 // enableFeatures proposes the switches every voter supports and that are
 // still off (leader only).
-func (s *Server) enableFeatures() {
+//
+// withInitial: the entry that turns leased windows on also applies the
+// initial window policies deferred until then (windows.go); false only
+// before the leader's initial apply, which then includes them itself.
+func (s *Server) enableFeatures(withInitial bool) {
 	missing := fsm.KnownFeatures &^ s.fsm.Features()
 	if missing == 0 || !s.IsLeader() {
 		return
@@ -44,9 +48,20 @@ func (s *Server) enableFeatures() {
 		s.log.Debug("feature switches wait for every voter to support them", "off", missing, "voters_support", all)
 		return
 	}
-	if _, _, err := s.propose(fsm.CmdSetFeatures, &api.SetFeaturesCommand{Features: want, WallUnixNanos: time.Now().UnixNano()}); err != nil {
-		s.log.Warn("turning on feature switches", "features", want, "err", err)
+	cmd := &api.SetFeaturesCommand{Features: want, WallUnixNanos: time.Now().UnixNano()}
+	if withInitial && want&fsm.FeatureWindows != 0 {
+		cmd.InitialWindowPolicies = s.deferredWindowPolicies()
+	}
+	if res, _, err := s.propose(fsm.CmdSetFeatures, cmd); err != nil {
+		if res == nil {
+			s.log.Warn("turning on feature switches", "features", want, "err", err)
+			return
+		}
+		// The switch is on; the deferred policies were refused.
+		s.log.Error("feature switches on, but the deferred initial window policies were refused", "features", want, "err", err)
 		return
+	} else if cmd.InitialWindowPolicies != nil {
+		s.log.Info("initial window policies applied with the leased-windows switch", "policies", len(cmd.InitialWindowPolicies.GetPolicies()))
 	}
 	s.log.Info("feature switches on: every voter supports them", "features", want)
 }

@@ -207,7 +207,7 @@ func (s *Server) leaderLoop(stop chan struct{}) {
 	s.audit.reset(true) // the audit is leader-local: it starts empty in every term this server leads
 
 	if s.cfg.Policies != nil && len(s.fsm.Policies()) == 0 {
-		s.enableFeatures() // so initial window policies can be applied (windowsReady), if every voter is up
+		s.enableFeatures(false) // so initial window policies can be applied (windowsReady), if every voter is up
 		cmd := &api.ApplyPoliciesCommand{}
 		for _, p := range s.cfg.Policies.Policies {
 			if err := p.Leasable(); err != nil {
@@ -215,7 +215,7 @@ func (s *Server) leaderLoop(stop chan struct{}) {
 				continue
 			}
 			if err := s.windowsReady(p); err != nil {
-				s.log.Error("initial window policy skipped until leased windows are on; apply it again then", "policy", p.Name, "err", err)
+				s.log.Info("initial window policy deferred until leased windows are on (every voter supports them)", "policy", p.Name)
 				continue
 			}
 			cmd.Policies = append(cmd.Policies, p.ToProto())
@@ -225,13 +225,15 @@ func (s *Server) leaderLoop(stop chan struct{}) {
 		}
 	}
 
+	s.syncWindowClock(true)
+
 	expire := time.NewTicker(s.cfg.ExpireInterval)
 	defer expire.Stop()
 	reconcile := time.NewTicker(s.cfg.ReconcileInterval)
 	defer reconcile.Stop()
 	lastExpire := time.Now()
 	s.reconcile()
-	s.enableFeatures()
+	s.enableFeatures(true)
 	for {
 		select {
 		case <-stop:
@@ -240,10 +242,11 @@ func (s *Server) leaderLoop(stop chan struct{}) {
 			return
 		case <-reconcile.C:
 			s.reconcile()
-			s.enableFeatures()
+			s.enableFeatures(true)
+			s.syncWindowClock(false)
 		case <-s.members.nudge:
 			s.reconcile()
-			s.enableFeatures()
+			s.enableFeatures(true)
 		case <-expire.C:
 			if s.raft.CurrentTerm() != term {
 				// Leadership was lost and won back between two reads of
@@ -254,6 +257,7 @@ func (s *Server) leaderLoop(stop chan struct{}) {
 					return
 				}
 				s.audit.reset(true)
+				s.syncWindowClock(true)
 				continue
 			}
 			now := s.clock.Now()

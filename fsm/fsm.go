@@ -253,7 +253,16 @@ func (f *FSM) dispatch(env Envelope, t int64) (*Result, error) {
 			f.st.rebuildIndex()
 		}
 		f.st.windowsSwitched(t, cmd.GetWallUnixNanos())
+		if ip := cmd.GetInitialWindowPolicies(); ip != nil && f.st.windowsOn() {
+			return f.st.applyPolicies(t, ip) // window.go: deferred initial policies
+		}
 		return &Result{}, nil
+	case CmdWindowClock:
+		cmd, err := decodeBody[api.WindowClockCommand](env.Body)
+		if err != nil {
+			return nil, err
+		}
+		return f.st.windowClock(t, cmd.GetWallUnixNanos())
 	case CmdACL:
 		cmd, err := decodeBody[api.ACLCommand](env.Body)
 		if err != nil {

@@ -314,6 +314,7 @@ func (s *state) rebuildIndex() {
 		c.id, c.pos = id, -1
 		heap.Push(&s.idx.clients, c)
 	}
+	s.rebuildWindowIndex()
 }
 
 // indexedExpiry reports whether expire and revoke go through the indexes.
@@ -437,8 +438,12 @@ func (s *state) revokeIndexed(t int64, clientID string, incarnation uint64) {
 
 // nextDue is the index's earliest entry.
 func (s *state) nextDue() (int64, bool) {
+	wd, wok := s.windowNextDue()
 	if len(s.idx.due) == 0 {
-		return 0, false
+		return wd, wok
+	}
+	if wok && wd < s.idx.due[0].due {
+		return wd, true
 	}
 	return s.idx.due[0].due, true
 }

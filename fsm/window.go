@@ -16,8 +16,9 @@ import (
 // token-bucket ledgers; acquire, renew, release, revoke, expire, snapshots
 // and restores reach them through a few hooks in fsm.go, snapshot.go and
 // restore.go. Window time (the calendar's clock) is cluster time plus a
-// replicated epoch offset, set once by the entry that turns the switch on
-// from its leader's wall clock.
+// replicated epoch offset, set by the entry that turns the switch on from
+// its leader's wall clock, and moved forward (never back) by re-syncs to
+// later leaders' wall clocks (CmdWindowClock).
 
 // FeatureWindows: fixed-window policies are leased in chunks
 // (lease.WindowLedger), a policy may name a calendar period and timezone,
@@ -30,6 +31,14 @@ const FeatureWindows uint64 = 1 << 7
 // restarted or caught-up server starts every window count afresh (the
 // fsm window tests' negative control). Outside fault.go's sequence.
 const faultWindowSnapshotDropsKeys fault = 0x40
+
+// faultWindowClockBackward: a re-sync also moves window time back (the
+// never-backward rule's negative control). Outside fault.go's sequence.
+const faultWindowClockBackward fault = 0x41
+
+// faultWindowIndexSkipsRelease: a window release does not re-index its
+// key (the window index's differential test's negative control).
+const faultWindowIndexSkipsRelease fault = 0x42
 
 // frameWindow is a snapshot frame of window state (api.WindowFrame).
 // Older servers refuse the frame kind (and the switch).
@@ -53,6 +62,10 @@ type windowState struct {
 	keys           map[string]map[string]*lease.WindowLedger
 	// keying: what each name's keys were made under (windowKeysKept).
 	keying map[string]windowKeying
+	// idx: the window keys' due index (windowindex.go; derived).
+	idx windowIndex
+	// scanRef: the reference scan replaces the index (tests only).
+	scanRef func(s *state, t int64, res *Result)
 }
 
 func (s *state) windowsOn() bool { return s.features&FeatureWindows != 0 }
@@ -71,6 +84,60 @@ func (s *state) windowsSwitched(t, wallUnix int64) {
 	if wallUnix > 0 {
 		s.win.epochOffset = wallUnix - t
 	}
+}
+
+// CmdWindowClock re-synchronises window time to the proposing leader's
+// wall clock (api.WindowClockCommand; docs/design.md §8.2). Not
+// ignorable; proposed only with FeatureWindows on, which every server
+// that knows it supports.
+const CmdWindowClock CommandType = 8
+
+// MaxWindowClockStepNanos is the largest forward step of window time one
+// re-sync may make. Elections freeze cluster time for seconds; a larger
+// gap is a leader's wrong wall clock (or a whole-cluster outage, whose
+// lag is then kept): the entry is refused, leaving window time as it
+// was, rather than skipping windows.
+const MaxWindowClockStepNanos = int64(time.Hour)
+
+// errWindowClock marks a refused re-sync (the leader logs it).
+var errWindowClock = fmt.Errorf("%w: window clock re-sync", rpcerr.ErrPrecondition)
+
+// windowClock applies a re-sync at cluster time t to wall clock wall: the
+// epoch offset only moves forward, to wall − t, by at most
+// MaxWindowClockStepNanos; a wall clock behind window time changes
+// nothing (window time stays monotone).
+func (s *state) windowClock(t, wall int64) (*Result, error) {
+	if !s.windowsOn() || !s.win.epochSet {
+		return nil, fmt.Errorf("%w: leased windows are off", errWindowClock)
+	}
+	w := s.windowTime(t)
+	if wall <= w || s.fault == faultWindowClockBackward {
+		if s.fault == faultWindowClockBackward {
+			s.win.epochOffset = wall - t
+			s.rebuildWindowIndex()
+		}
+		return &Result{}, nil
+	}
+	step := wall - w
+	if step < 0 || step > MaxWindowClockStepNanos {
+		return nil, fmt.Errorf("%w: the leader's wall clock %s is %v ahead of window time %s, more than the %v a re-sync may step; refused",
+			errWindowClock, time.Unix(0, wall).UTC().Format(time.RFC3339Nano), time.Duration(step), time.Unix(0, w).UTC().Format(time.RFC3339Nano), time.Duration(MaxWindowClockStepNanos))
+	}
+	s.win.epochOffset += step
+	s.rebuildWindowIndex() // every idle time moved
+	return &Result{}, nil
+}
+
+// WindowClockLag is how far window time at cluster time t is behind
+// wall (negative: ahead), and whether window time is set (leased windows
+// on). The leader re-syncs when it lags.
+func (f *FSM) WindowClockLag(t, wall int64) (int64, bool) {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	if !f.st.windowsOn() || !f.st.win.epochSet {
+		return 0, false
+	}
+	return wall - f.st.windowTime(max(t, f.st.clusterTime)), true
 }
 
 // windowNotLeasable is the refusal of a window policy's lease with the
@@ -143,10 +210,13 @@ func (s *state) windowLedger(t int64, p policy.Policy, k *api.Key, create bool) 
 			s.win.keys[p.Name] = map[string]*lease.WindowLedger{}
 		}
 		s.win.keys[p.Name][ck] = l
+		s.windowTouch(p.Name, ck, l)
 		s.setKeying(p.Name, windowKeying{alg: p.Algorithm, attrs: slices.Clone(p.Key)})
 	}
 	if !sameWindowConfig(l.Config(), cfg) {
-		if err := l.Reconfigure(t, w, cfg); err != nil {
+		err := l.Reconfigure(t, w, cfg)
+		s.windowTouch(p.Name, ck, l)
+		if err != nil {
 			return ck, nil, fmt.Errorf("policy %q key %q: %w", p.Name, ck, err)
 		}
 	}
@@ -159,6 +229,7 @@ func (s *state) collectWindows(t int64, name string) {
 	w := s.windowTime(t)
 	for ck, l := range s.win.keys[name] {
 		if l.Idle(t, w) {
+			s.windowUntrack(name, ck)
 			delete(s.win.keys[name], ck)
 		}
 	}
@@ -251,6 +322,7 @@ func (s *state) windowAcquire(t int64, c *api.Caller, k *api.AcquireKey, seen ma
 		AskMilli: windowAsk(k.GetDemand(), p.LimitMilli, end-w, windowRenewAfter(end-start)),
 		TTLNanos: windowLeaseNanos,
 	})
+	s.windowTouch(p.Name, ck, l)
 	if err != nil {
 		return &api.KeyLease{Error: keyError(leaseErr(p, ck, err))}, true
 	}
@@ -277,6 +349,7 @@ func (s *state) windowRenew(t int64, c *api.Caller, k *api.RenewKey) (*api.KeyLe
 		AskMilli: windowAsk(k.GetDemand(), p.LimitMilli, end-w, windowRenewAfter(end-start)),
 		TTLNanos: windowLeaseNanos,
 	})
+	s.windowTouch(p.Name, ck, l)
 	if err != nil {
 		return &api.KeyLease{Error: keyError(leaseErr(p, ck, err))}, true
 	}
@@ -291,8 +364,9 @@ func (s *state) windowRelease(t int64, c *api.Caller, k *api.ReleaseKey) (*api.R
 		return nil, false
 	}
 	r := &api.ReleaseResult{}
-	_, l, err := s.windowLedger(t, p, k.GetKey(), false)
-	if err == nil {
+	ck, l, err := s.windowLedger(t, p, k.GetKey(), false)
+	if err == nil && s.fault != faultWindowIndexSkipsRelease {
+		defer s.windowTouch(p.Name, ck, l)
 		unspent := k.GetUnspentMilli()
 		if unspent < 0 || unspent > lease.MaxCapacityMilli {
 			err = fmt.Errorf("%w: unspent_milli %d is outside [0, %d]", rpcerr.ErrInvalid, unspent, lease.MaxCapacityMilli)
@@ -311,24 +385,21 @@ func (s *state) windowRelease(t int64, c *api.Caller, k *api.ReleaseKey) (*api.R
 func (s *state) windowRevoke(clientID string, incarnation uint64) {
 	for _, pn := range sortedKeys(s.win.keys) {
 		for _, ck := range sortedKeys(s.win.keys[pn]) {
-			s.win.keys[pn][ck].Revoke(clientID, incarnation)
+			if s.win.keys[pn][ck].Revoke(clientID, incarnation) > 0 {
+				s.windowTouch(pn, ck, s.win.keys[pn][ck])
+			}
 		}
 	}
 }
 
 // windowExpire drops expired chunks and collects idle keys (every policy's,
-// deleted ones included).
+// deleted ones included), visiting only the due ones (windowindex.go).
 func (s *state) windowExpire(t int64, res *Result) {
-	w := s.windowTime(t)
-	for _, pn := range sortedKeys(s.win.keys) {
-		for _, ck := range sortedKeys(s.win.keys[pn]) {
-			n, err := s.win.keys[pn][ck].Expire(t, w)
-			if err == nil {
-				res.expired(pn, n)
-			}
-		}
-		s.collectWindows(t, pn)
+	if s.win.scanRef != nil {
+		s.win.scanRef(s, t, res)
+		return
 	}
+	s.windowExpireIndexed(t, res)
 }
 
 // windowKeying is what a name's window keys were made under: a key's
@@ -384,6 +455,9 @@ func (s *state) windowCheckChange(t int64, p policy.Policy) error {
 // them differently (windowCheckChange passed, so they are idle).
 func (s *state) windowInstall(p policy.Policy) {
 	if !s.windowKeysKept(p) {
+		for ck := range s.win.keys[p.Name] {
+			s.windowUntrack(p.Name, ck)
+		}
 		delete(s.win.keys, p.Name)
 		delete(s.win.keying, p.Name)
 	}
@@ -404,6 +478,7 @@ func (s *state) windowsPrepareRestore() {
 			l.RaiseNextID(s.firstLeaseID())
 		}
 	}
+	s.rebuildWindowIndex()
 }
 
 // exportWindows is the state's frames of kind 6: the epoch first, then one

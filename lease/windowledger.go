@@ -15,8 +15,9 @@ import (
 // return to G only on an explicit release while the window is still the
 // chunk's; a chunk whose holder dies, or that expires, counts as spent.
 // At a new window G starts at what live chunks (of earlier windows) still
-// hold, which is nothing unless window time ran ahead of cluster time or
-// the window's definition changed.
+// hold, which is nothing unless window time jumped ahead of cluster time
+// (a forward re-sync of the epoch offset) or the window's definition
+// changed.
 //
 // Every operation takes the cluster time t (leases' expiry) and the window
 // time w (Unix nanoseconds, for the calendar); neither may go backwards.
@@ -55,7 +56,8 @@ type WindowLease struct {
 	WindowStart int64
 	// GrantedMilli is every unit the chunk was granted (its cap).
 	GrantedMilli int64
-	// Replaced: a later grant of the same holder replaced it; it stays
+	// Replaced: a later grant of the same holder replaced it (or its
+	// incarnation was revoked: Revoke); it stays
 	// until it expires (a second user of the holder may still spend it,
 	// so a new window must still count it), and cannot be renewed.
 	Replaced bool
@@ -129,6 +131,10 @@ const (
 	// WindowFaultApproxIgnoresPrev: sliding-window-approx grants as a fixed
 	// window, ignoring the previous window's weighted count.
 	WindowFaultApproxIgnoresPrev
+	// WindowFaultRevokeDrops: a revoked (dead incarnation's) chunk is
+	// dropped at once, so a window that begins while it still lives (after
+	// a forward re-sync of window time) does not count it.
+	WindowFaultRevokeDrops
 )
 
 // NewWindowLedger returns an empty ledger.
@@ -224,7 +230,16 @@ func (l *WindowLedger) Idle(t, w int64) bool {
 			return false
 		}
 	}
-	return l.s.End == 0 || w >= l.s.End || l.s.CountMilli == 0 && l.s.ExhaustThrough < l.s.Start
+	if l.s.End == 0 {
+		return true
+	}
+	if l.cfg.Approx {
+		// The next window weighs this one's count (PrevCountMilli): only
+		// once that one is over too, or there is no count to weigh, does a
+		// fresh ledger answer the same.
+		return w >= l.s.End+(l.s.End-l.s.Start) || l.s.CountMilli == 0 && (w >= l.s.End || l.s.PrevCountMilli == 0 && l.s.ExhaustThrough < l.s.Start)
+	}
+	return w >= l.s.End || l.s.CountMilli == 0 && l.s.ExhaustThrough < l.s.Start
 }
 
 // advance moves to (t, w): expired chunks go (their units stay counted),
@@ -259,10 +274,20 @@ func (l *WindowLedger) roll(t, w int64) {
 	oldEnd, oldCount := l.s.End, l.s.CountMilli
 	l.s.Start, l.s.End = l.cfg.Spec.At(w)
 	l.s.PrevCountMilli = 0
+	began := l.s.Start - (w - t)
 	if oldEnd != 0 && oldEnd == l.s.Start {
 		l.s.PrevCountMilli = oldCount
+	} else if l.cfg.Approx {
+		// The window just before this one saw no operation, but chunks of
+		// an earlier one may have been spent in it after a forward re-sync
+		// of window time: they are its count.
+		W := l.s.End - l.s.Start
+		for _, le := range l.s.Leases {
+			if le.ExpiresNanos > began-W && l.fault != WindowFaultNoCarry {
+				l.s.PrevCountMilli = satAdd(l.s.PrevCountMilli, le.GrantedMilli)
+			}
+		}
 	}
-	began := l.s.Start - (w - t)
 	l.s.CountMilli = 0
 	for i := range l.s.Leases {
 		le := &l.s.Leases[i]
@@ -414,14 +439,28 @@ func (l *WindowLedger) Expire(t, w int64) (int, error) {
 	return n - len(l.s.Leases), nil
 }
 
-// Revoke drops every chunk of clientID older than incarnation, without
-// credit: that process is gone.
+// Revoke retires every chunk of clientID older than incarnation: that
+// process is gone, so the chunks can no longer be renewed or credited
+// back, but they stay (as replaced) until they expire, still counted in
+// any window that begins while they live: after a forward re-sync of
+// window time (docs/design.md §8.2) a chunk may outlive its window, and
+// its holder may have spent from it in the next one before it died. It
+// returns the chunks retired.
 func (l *WindowLedger) Revoke(clientID string, incarnation uint64) int {
-	n := len(l.s.Leases)
-	l.s.Leases = slices.DeleteFunc(l.s.Leases, func(le WindowLease) bool {
-		return le.ClientID == clientID && le.Incarnation < incarnation
-	})
-	return n - len(l.s.Leases)
+	n := 0
+	for i := range l.s.Leases {
+		le := &l.s.Leases[i]
+		if le.ClientID == clientID && le.Incarnation < incarnation && !le.Replaced {
+			le.Replaced = true
+			n++
+		}
+	}
+	if l.fault == WindowFaultRevokeDrops {
+		l.s.Leases = slices.DeleteFunc(l.s.Leases, func(le WindowLease) bool {
+			return le.ClientID == clientID && le.Incarnation < incarnation
+		})
+	}
+	return n
 }
 
 // Holders lists the client IDs holding chunks, sorted, once each.

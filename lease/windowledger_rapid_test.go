@@ -14,7 +14,11 @@ import (
 // in whole milliseconds, so every clock (the leader's, which is cluster
 // time, and each client's) advances by an exact number of nanoseconds per
 // step at its own rate within ±ρ; elections freeze cluster time. Window
-// time is cluster time plus a fixed epoch offset, as the FSM has it.
+// time is cluster time plus an epoch offset, as the FSM has it, which a
+// re-sync to a leader's wall clock moves forward at random (by up to more
+// than a window: fsm.CmdWindowClock), and the FSM's collection of idle
+// keys drops the ledger when it is idle (a later operation starts a fresh
+// one, as for a new key).
 // Clients ask for chunks, renew them, release them (the release is
 // delayed or lost), die without releasing, restart as a new incarnation,
 // and spend every unit they may until their conservative local deadline.
@@ -34,7 +38,9 @@ type wmClient struct {
 	lease    LeaseID
 	level    int64
 	deadline int64
-	busy     bool // a request is in flight
+	// limit: the largest limit in force at the chunk's grant or renewals.
+	limit int64
+	busy  bool // a request is in flight
 }
 
 type wmReq struct {
@@ -69,6 +75,10 @@ type leasedWindowModel struct {
 	// approx: sliding-window-approx; W its window.
 	approx bool
 	W      int64
+	// backward: re-syncs may also move the offset back (the negative
+	// control of the never-backward rule).
+	backward bool
+	fault    WindowFault
 }
 
 func (m *leasedWindowModel) w() int64 { return m.epoch + m.cluster }
@@ -93,6 +103,9 @@ func (m *leasedWindowModel) step(dtMillis int64) {
 }
 
 func (m *leasedWindowModel) okErr(err error) {
+	if m.backward && errors.Is(err, ErrTimeBackwards) {
+		return
+	}
 	if err != nil && !errors.Is(err, ErrLeaseNotFound) && !errors.Is(err, ErrLeaseExpired) && !errors.Is(err, ErrStaleGrant) && !errors.Is(err, ErrTooManyLeases) {
 		m.t.Fatalf("unexpected ledger error: %v", err)
 	}
@@ -119,6 +132,7 @@ func (m *leasedWindowModel) commit() {
 				m.grants++
 				// A new chunk: a fresh bucket (the old one is dropped).
 				c.lease, c.level, c.deadline = g.LeaseID, g.ChunkMilli, ClientDeadline(r.send, g.TTLNanos, m.rho)
+				c.limit = m.l.cfg.LimitMilli
 			}
 		case 1:
 			g, err := m.l.Renew(m.cluster, m.w(), WindowRenewRequest{ClientID: c.id, Incarnation: r.inc, LeaseID: r.lease, AskMilli: r.ask, TTLNanos: r.ttl})
@@ -129,6 +143,7 @@ func (m *leasedWindowModel) commit() {
 			if err == nil && live && !r.lost && c.lease == r.lease {
 				// The answer adds the chunk (top-up) and takes the later deadline.
 				c.level += g.ChunkMilli
+				c.limit = max(c.limit, m.l.cfg.LimitMilli)
 				c.deadline = max(c.deadline, ClientDeadline(r.send, g.TTLNanos, m.rho))
 			}
 			if err != nil && live && c.lease == r.lease {
@@ -159,6 +174,9 @@ func (m *leasedWindowModel) admit(c *wmClient) {
 	cost := min(c.level, rapid.Int64Range(1, 5).Draw(m.t, "cost")*1000)
 	c.level -= cost
 	s := m.window()
+	// After a forward re-sync a chunk may be spent in a window after its
+	// own: it was granted against the limit then in force.
+	m.maxLimit[s] = max(m.maxLimit[s], c.limit)
 	m.admitted[s] += cost
 	if m.approx {
 		// The approximate sliding estimate at this admission: this
@@ -172,7 +190,48 @@ func (m *leasedWindowModel) admit(c *wmClient) {
 	}
 }
 
+// resync moves window time by a leader's re-sync (forward only, unless the
+// model is the backward control).
+func (m *leasedWindowModel) resync() {
+	jump := rapid.SampledFrom([]int64{1, 40, 300, 1000, 2500}).Draw(m.t, "jump") * 1_000_000
+	if m.backward && rapid.Bool().Draw(m.t, "back") {
+		jump = -jump
+	}
+	m.epoch += jump
+	m.noteLimit()
+}
+
+// collect drops an idle ledger, as the FSM's key collection does: a
+// fresh one takes its place (lease IDs continue, as the FSM's generations
+// keep them unique).
+func (m *leasedWindowModel) collect() {
+	if !m.l.Idle(m.cluster, m.w()) {
+		return
+	}
+	old := m.l.State()
+	next := old.NextID
+	l, err := NewWindowLedger(m.l.cfg)
+	if err != nil {
+		m.t.Fatal(err)
+	}
+	l.RaiseNextID(next)
+	l.injectFault(m.fault)
+	m.l = l
+	if m.backward && rapid.Bool().Draw(m.t, "back after collect") {
+		// The control's targeted search: window time goes back into the
+		// window the dropped ledger had spent.
+		if old.End != 0 {
+			m.epoch -= m.w() - old.Start
+		}
+		m.noteLimit()
+	}
+}
+
 func runWindowModel(t *rapid.T, fault WindowFault, approx bool) {
+	runWindowModelClock(t, fault, approx, false)
+}
+
+func runWindowModelClock(t *rapid.T, fault WindowFault, approx, backward bool) {
 	rho := rapid.SampledFrom([]int64{0, 1000, 50_000, MaxDriftPPM}).Draw(t, "rho")
 	W := rapid.SampledFrom([]int64{300, 1000, 2000}).Draw(t, "W") * 1_000_000
 	L := rapid.Int64Range(1, 40).Draw(t, "L") * 1000
@@ -183,7 +242,7 @@ func runWindowModel(t *rapid.T, fault WindowFault, approx bool) {
 	}
 	l.injectFault(fault)
 	m := &leasedWindowModel{t: t, l: l, rho: rho, epoch: rapid.Int64Range(0, 1<<40).Draw(t, "epoch"),
-		admitted: map[int64]int64{}, maxLimit: map[int64]int64{}, approx: approx, W: W}
+		admitted: map[int64]int64{}, maxLimit: map[int64]int64{}, approx: approx, W: W, backward: backward, fault: fault}
 	m.leader = rapid.Int64Range(-rho, rho).Draw(t, "leader")
 	n := rapid.IntRange(1, 4).Draw(t, "clients")
 	for i := range n {
@@ -199,7 +258,14 @@ func runWindowModel(t *rapid.T, fault WindowFault, approx bool) {
 		c := m.clients[ci]
 		ttl := rapid.SampledFrom([]int64{100, 250, 1000, 3000}).Draw(t, "ttl") * 1_000_000
 		ask := rapid.SampledFrom([]int64{0, 1000, L / 2, L, 2 * L}).Draw(t, "ask")
-		switch rapid.IntRange(0, 12).Draw(t, "op") {
+		op := rapid.IntRange(0, 14).Draw(t, "op")
+		switch {
+		// The clock controls search harder for re-syncs, collections and
+		// deaths.
+		case backward:
+			op = []int{op, op, 14}[rapid.IntRange(0, 2).Draw(t, "bias")]
+		}
+		switch op {
 		case 0, 1:
 			if !c.busy || rapid.Bool().Draw(t, "retry") {
 				c.seq++
@@ -223,14 +289,16 @@ func runWindowModel(t *rapid.T, fault WindowFault, approx bool) {
 			c.lease, c.level, c.busy = 0, 0, false
 			c.incarnation++
 			m.l.Revoke(c.id, c.incarnation)
+		case 13:
+			m.resync()
+		case 14:
+			m.collect()
 		case 5:
 			_, err := m.l.Expire(m.cluster, m.w())
 			m.okErr(err)
 		case 6:
 			nl := rapid.Int64Range(0, 40).Draw(t, "newL") * 1000
-			if err := m.l.Reconfigure(m.cluster, m.w(), WindowLedgerConfig{LimitMilli: nl, Spec: spec, MaxLeases: 8, Approx: approx}); err != nil {
-				t.Fatal(err)
-			}
+			m.okErr(m.l.Reconfigure(m.cluster, m.w(), WindowLedgerConfig{LimitMilli: nl, Spec: spec, MaxLeases: 8, Approx: approx}))
 			m.noteLimit()
 		case 7:
 			m.elect = !m.elect
@@ -285,10 +353,59 @@ func TestWindowNegativeControls(t *testing.T) {
 		{"dead-returns", WindowFaultDeadReturns, false},
 		{"renew-uncounted", WindowFaultRenewUncounted, false},
 		{"approx-ignores-prev", WindowFaultApproxIgnoresPrev, true},
+		// Forward re-syncs of window time let live chunks outlive their
+		// window: a new window that does not count them admits more than L.
+		{"jump-without-carry", WindowFaultNoCarry, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			withRapidFlags(t, map[string]string{"rapid.nofailfile": "true", "rapid.checks": "20000", "rapid.shrinktime": "1ms"})
 			rapidcontrol.ExpectCaught(t, tc.name, "more than its limit", func(rt *rapid.T) { runWindowModel(rt, tc.fault, tc.approx) })
 		})
+	}
+}
+
+// TestWindowBackwardResyncCaught: the never-backward rule's negative
+// control. Re-syncs that may move window time back (the ledger refuses
+// the earlier time, but a key collected once its window was over starts
+// afresh in the window it already spent) must be caught.
+func TestWindowBackwardResyncCaught(t *testing.T) {
+	withRapidFlags(t, map[string]string{"rapid.nofailfile": "true", "rapid.checks": "20000", "rapid.shrinktime": "1ms"})
+	rapidcontrol.ExpectCaught(t, "backward-resync", "more than its limit", func(rt *rapid.T) { runWindowModelClock(rt, WindowFaultNone, false, true) })
+}
+
+// TestWindowRevokedChunkCarriedAfterResync: a dead holder's chunk that a
+// forward re-sync carried past its window's start still counts in the new
+// window when its holder's next incarnation revokes it before any
+// operation rolled the window; the control (WindowFaultRevokeDrops, the
+// chunk dropped at the revoke) lets the new window grant all of L again.
+func TestWindowRevokedChunkCarriedAfterResync(t *testing.T) {
+	for _, fault := range []WindowFault{WindowFaultNone, WindowFaultRevokeDrops} {
+		l, err := NewWindowLedger(WindowLedgerConfig{LimitMilli: 10_000, Spec: WindowSpec{FixedNanos: 1e9}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		l.injectFault(fault)
+		// Window [0, 1 s) at cluster time = window time; a chunk of 6 units
+		// until cluster time 0.9 s.
+		g, err := l.Grant(1e8, 1e8, WindowGrantRequest{ClientID: "a", Incarnation: 1, Seq: 1, AskMilli: 6000, TTLNanos: 8e8})
+		if err != nil || g.ChunkMilli != 6000 {
+			t.Fatalf("grant %v %v", g, err)
+		}
+		// A re-sync moves window time 0.5 s ahead at cluster time 0.6 s:
+		// window [1 s, 2 s) begins at cluster time 0.5 s, while the chunk
+		// lives (its holder may spend it there). The holder dies and its
+		// next incarnation's first grant revokes the chunk.
+		l.Revoke("a", 2)
+		g, err = l.Grant(6e8, 11e8, WindowGrantRequest{ClientID: "a", Incarnation: 2, Seq: 1, AskMilli: 10_000, TTLNanos: 8e8})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := g.ChunkMilli
+		if fault == WindowFaultNone && got != 4000 {
+			t.Fatalf("the new window granted %d after a carried chunk of 6000, want 4000", got)
+		}
+		if fault == WindowFaultRevokeDrops && got != 10_000 {
+			t.Fatalf("control: the new window granted %d, want all 10000 (the dropped chunk uncounted)", got)
+		}
 	}
 }

@@ -1,0 +1,161 @@
+package fsm
+
+import (
+	"bytes"
+	"flag"
+	"fmt"
+	"math"
+	"testing"
+
+	"github.com/ration-dev/ration/api"
+	"github.com/ration-dev/ration/internal/rapidcontrol"
+	"pgregory.net/rapid"
+)
+
+// windowScanReference is the expire of window keys before the index: every
+// key visited in sorted order, the due ones expired and collected.
+func windowScanReference(s *state, t int64, res *Result) {
+	for _, pn := range sortedKeys(s.win.keys) {
+		for _, ck := range sortedKeys(s.win.keys[pn]) {
+			if l := s.win.keys[pn][ck]; s.windowIsDue(t, l) {
+				s.windowExpireKey(t, pn, ck, l, res)
+			}
+		}
+	}
+}
+
+// windowScanNextDue is NextDue's window part by a scan.
+func windowScanNextDue(s *state) (int64, bool) {
+	due, ok := int64(math.MaxInt64), false
+	for _, keys := range s.win.keys {
+		for _, l := range keys {
+			due, ok = min(due, s.windowDueOf(l)), true
+		}
+	}
+	if !ok {
+		return 0, false
+	}
+	return due, ok
+}
+
+// windowIndexHistories: the same random history (grants, renewals and
+// releases on up to five keys of a max_keys=3 policy, expiries, re-syncs
+// of window time, new incarnations, restores) on an FSM whose window
+// expiry goes through the index and on one that scans every key: after
+// every entry both must have the same snapshot, and the index's earliest
+// due time must be the scan's.
+func windowIndexHistories(t *testing.T, broken fault) func(*rapid.T) {
+	return func(rt *rapid.T) {
+		hs := []*harness{windowsOnHarness(t, 0), windowsOnHarness(t, 0)}
+		hs[0].f.st.fault = broken
+		hs[1].f.st.win.scanRef = windowScanReference
+		leases := map[string]uint64{}
+		seqs := map[string]uint64{}
+		inc := map[string]uint64{"a": 1, "b": 1, "c": 1}
+		at := int64(0)
+		for step := range rapid.IntRange(1, 80).Draw(rt, "steps") {
+			at += rapid.Int64Range(0, 900).Draw(rt, "dt") * 1_000_000
+			who := rapid.SampledFrom([]string{"a", "b", "c"}).Draw(rt, "who")
+			tenant := rapid.SampledFrom([]string{"t1", "t2", "t3", "t4", "t5"}).Draw(rt, "tenant")
+			seqs[who]++
+			c := caller(who, inc[who], seqs[who])
+			op := rapid.IntRange(0, 7).Draw(rt, "op")
+			var cmd *api.LeaseBatchCommand
+			switch op {
+			case 0, 1:
+				cmd = &api.LeaseBatchCommand{Ops: []*api.LeaseOp{wAcquire(c, tenant, rapid.Int64Range(0, 20_000).Draw(rt, "rate"))}}
+			case 2:
+				cmd = &api.LeaseBatchCommand{Ops: []*api.LeaseOp{wRenew(c, tenant, leases[who+tenant], 5000)}}
+			case 3:
+				cmd = &api.LeaseBatchCommand{Ops: []*api.LeaseOp{wRelease(c, tenant, leases[who+tenant], rapid.Int64Range(0, 3000).Draw(rt, "unspent"))}}
+			case 4:
+				inc[who]++
+				seqs[who] = 1
+				cmd = &api.LeaseBatchCommand{Ops: []*api.LeaseOp{wAcquire(caller(who, inc[who], 1), tenant, 1000)}}
+			}
+			jump := rapid.Int64Range(0, 3000).Draw(rt, "jump") * 1_000_000
+			var results [2]string
+			for i, h := range hs {
+				switch {
+				case cmd != nil:
+					for _, o := range h.batch(at, cmd.Ops...) {
+						if kl := o.Lease.GetLeases(); i == 0 && len(kl) > 0 && kl[0].GetGrant() != nil {
+							leases[who+tenant] = kl[0].GetGrant().GetLeaseId()
+						}
+					}
+				case op == 5:
+					r := h.apply(CmdExpire, at, &api.ExpireCommand{})
+					results[i] = fmt.Sprint(r.Err, r.ExpiredByPolicy)
+				case op == 6:
+					h.apply(CmdWindowClock, at, &api.WindowClockCommand{WallUnixNanos: wallAtSwitch + at + jump})
+				case op == 7:
+					if err := h.f.Restore(nopCloser{bytes.NewReader(snapshotBytes(t, h.f))}); err != nil {
+						rt.Fatal(err)
+					}
+					h.f.st.win.scanRef = hs[1].f.st.win.scanRef
+					if i == 0 {
+						h.f.st.win.scanRef = nil
+						h.f.st.fault = broken
+					}
+				}
+			}
+			if results[0] != results[1] {
+				rt.Fatalf("step %d: expire results %s (index), %s (scan)", step, results[0], results[1])
+			}
+			if a, b := snapshotBytes(t, hs[0].f), snapshotBytes(t, hs[1].f); !bytes.Equal(a, b) {
+				rt.Fatalf("step %d (op %d): the indexed and the scanning FSM differ", step, op)
+			}
+			d0, ok0 := hs[0].f.st.windowNextDue()
+			d1, ok1 := windowScanNextDue(hs[1].f.st)
+			if d0 != d1 || ok0 != ok1 {
+				rt.Fatalf("step %d: window next due %d %v (index), %d %v (scan)", step, d0, ok0, d1, ok1)
+			}
+		}
+	}
+}
+
+func TestWindowIndexMatchesScan(t *testing.T) {
+	rapid.Check(t, windowIndexHistories(t, faultNone))
+}
+
+func TestWindowIndexNegativeControl(t *testing.T) {
+	for name, v := range map[string]string{"rapid.nofailfile": "true", "rapid.shrinktime": "1ms", "rapid.checks": "2000"} {
+		fl := flag.Lookup(name)
+		old := fl.Value.String()
+		if err := flag.Set(name, v); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = flag.Set(name, old) })
+	}
+	rapidcontrol.ExpectCaught(t, "a release that does not re-index", "differ", windowIndexHistories(t, faultWindowIndexSkipsRelease))
+}
+
+// BenchmarkWindowExpire: an expire entry when nothing is due, with n live
+// window keys, through the index and through the scan it replaced.
+func BenchmarkWindowExpire(b *testing.B) {
+	for _, n := range []int{100, 10_000} {
+		for _, scan := range []bool{false, true} {
+			b.Run(fmt.Sprintf("keys=%d/scan=%v", n, scan), func(b *testing.B) {
+				h := windowsOnHarness(b, 0)
+				cmd := windowPolicies("10", "")
+				cmd.Policies[0].MaxKeys = int64(n)
+				cmd.Policies[0].WindowNanos = int64(3600 * sec)
+				if r := h.apply(CmdApplyPolicies, 0, cmd); r.Err != nil {
+					b.Fatal(r.Err)
+				}
+				for i := range n {
+					h.batch(sec, wAcquire(caller(fmt.Sprint("c", i), 1, 1), fmt.Sprint("t", i), 1000))
+				}
+				if scan {
+					h.f.st.win.scanRef = windowScanReference
+				}
+				at := sec
+				b.ResetTimer()
+				for range b.N {
+					at += 1000
+					h.apply(CmdExpire, at, &api.ExpireCommand{})
+				}
+			})
+		}
+	}
+}
