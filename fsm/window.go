@@ -134,10 +134,26 @@ func (s *state) windowClock(t, wall int64) (*Result, error) {
 func (f *FSM) WindowClockLag(t, wall int64) (int64, bool) {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
-	if !f.st.windowsOn() || !f.st.win.epochSet {
+	if !f.st.windowsOn() || !f.st.win.epochSet || !f.st.hasWindows() {
 		return 0, false
 	}
 	return wall - f.st.windowTime(max(t, f.st.clusterTime)), true
+}
+
+// hasWindows reports whether any window policy or window key exists: with
+// none, window time affects nothing, and a leader does not re-sync it (so a
+// cluster without window policies appends no CmdWindowClock entries, and a
+// restart leaves its state as it was).
+func (s *state) hasWindows() bool {
+	if len(s.win.keys) > 0 {
+		return true
+	}
+	for _, p := range s.policies {
+		if leasedWindow(p.Algorithm) {
+			return true
+		}
+	}
+	return false
 }
 
 // windowNotLeasable is the refusal of a window policy's lease with the
