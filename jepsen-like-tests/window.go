@@ -191,8 +191,9 @@ type WindowCheck struct {
 	Violations []WindowCount
 	Segments   int
 	// Worst is the largest count; MinFull/MeanFull are the utilization
-	// (count / L) over the windows whose inner interval covers at least 90%
-	// of W/(1+ρ) (the others were cut short by a gap in the probes).
+	// (count / L) over the full windows: inner interval at least 90% of
+	// W/(1+ρ) (others were cut short by a gap in the probes) and inside
+	// the load [loadFrom, loadTo].
 	Worst             WindowCount
 	MinFull, MeanFull float64
 	FullWindows       int
@@ -201,7 +202,8 @@ type WindowCheck struct {
 
 // CheckWindows counts the certainly-admitted units per cluster window
 // (see the top of this file) and reports every window above L.
-func CheckWindows(recs []Record, obs []windowObs, window time.Duration, limitMilli int64) WindowCheck {
+// loadFrom and loadTo bound the offered load, for the utilization figure.
+func CheckWindows(recs []Record, obs []windowObs, window time.Duration, limitMilli int64, loadFrom, loadTo int64) WindowCheck {
 	res := WindowCheck{LimitMilli: limitMilli, Window: window}
 	W := int64(window)
 	obs = slices.Clone(obs)
@@ -268,7 +270,7 @@ func CheckWindows(recs []Record, obs []windowObs, window time.Duration, limitMil
 			if wc.AdmittedMilli > res.Worst.AdmittedMilli {
 				res.Worst = wc
 			}
-			if float64(to-from) >= full {
+			if float64(to-from) >= full && from >= loadFrom && to <= loadTo {
 				u := float64(wc.AdmittedMilli) / float64(limitMilli)
 				sumFull += u
 				res.MinFull = min(res.MinFull, u)
