@@ -190,6 +190,9 @@ type WindowCheck struct {
 	Windows    []WindowCount
 	Violations []WindowCount
 	Segments   int
+	// Fast counts consecutive probes whose window times are further apart
+	// than (1+ρ) times the real time between them allows (a failure).
+	Fast int
 	// Worst is the largest count; MinFull/MeanFull are the utilization
 	// (count / L) over the full windows: inner interval at least 90% of
 	// W/(1+ρ) (others were cut short by a gap in the probes) and inside
@@ -225,6 +228,11 @@ func CheckWindows(recs []Record, obs []windowObs, window time.Duration, limitMil
 	for i := 1; i < len(obs); i++ {
 		d := ((obs[i].Phase-obs[i-1].Phase)%W + W) % W
 		maxD := (1 + windowRho) * float64(obs[i].R-obs[i-1].S)
+		if float64(d) > maxD {
+			// Window time ran ahead of (1+ρ)·real time: the model's
+			// clock assumption broke, and no window can be placed by it.
+			res.Fast++
+		}
 		if float64(d+W) > maxD {
 			w[i], seg[i] = w[i-1]+d, seg[i-1]
 		} else {
@@ -288,7 +296,9 @@ func CheckWindows(recs []Record, obs []windowObs, window time.Duration, limitMil
 }
 
 // OK: windows were placed and none admitted more than L.
-func (c WindowCheck) OK() bool { return c.Err == "" && len(c.Windows) > 0 && len(c.Violations) == 0 }
+func (c WindowCheck) OK() bool {
+	return c.Err == "" && c.Fast == 0 && len(c.Windows) > 0 && len(c.Violations) == 0
+}
 
 func (c WindowCheck) Describe() string {
 	if c.Err != "" {
@@ -304,6 +314,9 @@ func (c WindowCheck) Describe() string {
 			v = append(v, fmt.Sprintf("window %d/%d admitted %.0f > L in [%d, %d]", w.Segment, w.Index, float64(w.AdmittedMilli)/1000, w.FromNanos, w.ToNanos))
 		}
 		s = fmt.Sprintf("%d windows certainly above L: %s; ", len(c.Violations), strings.Join(v, "; ")) + s
+	}
+	if c.Fast > 0 {
+		s = fmt.Sprintf("%d probe pairs saw window time run faster than (1+ρ)·real time; ", c.Fast) + s
 	}
 	if len(c.Windows) == 0 {
 		s = "no window placed: nothing was checked; " + s

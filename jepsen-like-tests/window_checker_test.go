@@ -100,6 +100,14 @@ func TestCheckWindowsGapsAndFreezes(t *testing.T) {
 	if c.Segments != 2 || !c.OK() {
 		t.Fatalf("a gap: %s", c.Describe())
 	}
+	// Window time running at twice real time: a failure of the model.
+	fast := probesAt(base, base+2*W, 100_000_000, 1_000_000, 0, W)
+	for i := range fast {
+		fast[i].Phase = (2 * (fast[i].S - base)) % W
+	}
+	if c = CheckWindows(nil, fast, time.Second, 10_000, base, base+2*W); c.OK() || c.Fast == 0 {
+		t.Fatalf("window time at 2x real time passed: %s", c.Describe())
+	}
 	// No probes: nothing checked is a failure, not a pass.
 	if c = CheckWindows(ok, nil, time.Second, 10_000, base, base+8*W); c.OK() {
 		t.Fatalf("no probes passed: %s", c.Describe())
