@@ -100,13 +100,19 @@ func TestCheckWindowsGapsAndFreezes(t *testing.T) {
 	if c.Segments != 2 || !c.OK() {
 		t.Fatalf("a gap: %s", c.Describe())
 	}
-	// Window time running at twice real time: a failure of the model.
-	fast := probesAt(base, base+2*W, 100_000_000, 1_000_000, 0, W)
-	for i := range fast {
-		fast[i].Phase = (2 * (fast[i].S - base)) % W
+	// A forward step of 1.3W (a re-sync) without a gap: a new segment,
+	// and an excess after it is still caught.
+	step := append(probesAt(base, base+2*W, 10_000_000, 1_000_000, 0, W), probesAt(base+2*W, base+6*W, 10_000_000, 1_000_000, W+3*W/10, W)...)
+	c = CheckWindows(ok, step, time.Second, 10_000, base, base+6*W)
+	if c.Segments != 2 || c.Steps != 1 || !c.OK() {
+		t.Fatalf("a forward step: %s", c.Describe())
 	}
-	if c = CheckWindows(nil, fast, time.Second, 10_000, base, base+2*W); c.OK() || c.Fast == 0 {
-		t.Fatalf("window time at 2x real time passed: %s", c.Describe())
+	var after []Record
+	for i := int64(0); i < 11; i++ {
+		after = append(after, adm(base+3*W+3*W/4+i*W/40, 1)) // window time 5.05W to 5.3W: one window
+	}
+	if c = CheckWindows(after, step, time.Second, 10_000, base, base+6*W); c.OK() {
+		t.Fatalf("11 units in one window after a step passed: %s", c.Describe())
 	}
 	// No probes: nothing checked is a failure, not a pass.
 	if c = CheckWindows(ok, nil, time.Second, 10_000, base, base+8*W); c.OK() {
