@@ -9,3 +9,6 @@ func withFault(l *lease.Ledger) *lease.Ledger { return l }
 
 // stateFault is faultNone in a normal build (see fault_on.go).
 func stateFault() fault { return faultNone }
+
+// withWindowFault is the identity in a normal build (see fault_on.go).
+func withWindowFault(l *lease.WindowLedger) *lease.WindowLedger { return l }

@@ -31,3 +31,12 @@ func stateFault() fault {
 	}
 	return faultNone
 }
+
+// withWindowFault breaks a window ledger as faults.WindowDeadReturns says
+// (test builds only).
+func withWindowFault(l *lease.WindowLedger) *lease.WindowLedger {
+	if faults.Active(faults.WindowDeadReturns) {
+		lease.InjectWindowFault(l, lease.WindowFaultDeadReturns)
+	}
+	return l
+}

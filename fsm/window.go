@@ -213,6 +213,7 @@ func (s *state) windowLedger(t int64, p policy.Policy, k *api.Key, create bool) 
 		if l, err = lease.NewWindowLedger(cfg); err != nil {
 			return ck, nil, fmt.Errorf("policy %q: %w", p.Name, err)
 		}
+		l = withWindowFault(l)
 		if s.idGeneration > 0 {
 			l.RaiseNextID(s.firstLeaseID())
 		}
@@ -550,6 +551,7 @@ func (st *state) importWindow(f *api.WindowFrame) error {
 	if err != nil {
 		return fmt.Errorf("%w: window key %s/%s: %v", errSnapshot, ks.GetPolicy(), ks.GetKey(), err)
 	}
+	l = withWindowFault(l)
 	if st.win.keys == nil {
 		st.win.keys = map[string]map[string]*lease.WindowLedger{}
 	}

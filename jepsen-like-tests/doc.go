@@ -27,6 +27,11 @@
 //	                       time-from-receipt negative control)
 //	security.go            the run's CA and certificates, every process's
 //	                       credentials, the plaintext-refused check
+//	window.go              the window workload (issue 16): a leased
+//	                       fixed-window policy, the probe that places the
+//	                       cluster windows in monotonic time, and the
+//	                       window-count checker (certainly admitted units
+//	                       per cluster window ≤ L; utilization per window)
 //	replica/               the client replica program (--routes: per-route
 //	                       limiters of one budget; --edge: an edge's
 //	                       driver, each decision a Check call)
@@ -93,7 +98,8 @@
 // # Running
 //
 //	make jepsen-quick                  every nemesis once, plus the runs that must be caught
-//	make jepsen SEED=42 DURATION=10m   a long randomized run
+//	make jepsen SEED=42 DURATION=10m   the window workload and its control, then a long randomized run
+//	make jepsen-windows                the window workload (TestWindows) and its control (TestWindowNegativeControl)
 //
 // By hand: TestControlsHealthy (every control's scenario with its fault
 // off: must pass), TestDefenceInDepth (issue 11's break 2 with one of its

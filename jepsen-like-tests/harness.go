@@ -37,6 +37,11 @@ type PolicySpec struct {
 	// FallbackRate > 0 makes the policy fail-open with this fallback rate
 	// (tokens/s per replica).
 	FallbackRate int64
+	// Window > 0 makes the policy a leased fixed-window one (window.go):
+	// limit Burst units per Window, windows aligned to multiples of Window
+	// (the short stand-in for a daily window). Rate is then only the
+	// figure for utilization and recovery, Burst/Window.
+	Window time.Duration
 }
 
 func (p PolicySpec) yaml() string { return p.yamlKeyed("[tenant]") }
@@ -44,6 +49,9 @@ func (p PolicySpec) yaml() string { return p.yamlKeyed("[tenant]") }
 // yamlKeyed is the policy with key attributes key (a YAML flow list); the
 // re-key nemesis applies it with "[]".
 func (p PolicySpec) yamlKeyed(key string) string {
+	if p.Window > 0 {
+		return p.windowYAML(key)
+	}
 	return fmt.Sprintf(`policies:
   - name: jepsen
     algorithm: token-bucket
@@ -69,6 +77,9 @@ func (p PolicySpec) failure() string {
 // has rate fᵢ = fallback_rate and burst gᵢ = max(fᵢ·1s, 1 token), so the
 // burst part is a named slack and the rate part raises r.
 func (p PolicySpec) bound(replicas int) BoundSpec {
+	if p.Window > 0 {
+		return p.windowBound()
+	}
 	b := BoundSpec{CapacityMilli: p.Burst * 1000, RateMilliPerSec: p.Rate * 1000}
 	if p.FallbackRate > 0 {
 		n := int64(replicas)

@@ -6,3 +6,7 @@ package lease
 // builds with -tags ration_faults, for the jepsen-like tests' negative
 // controls (internal/faults).
 func InjectFault(l *Ledger, f Fault) { l.injectFault(f) }
+
+// InjectWindowFault switches a window ledger to a broken variant (fault
+// suite builds only, like InjectFault).
+func InjectWindowFault(l *WindowLedger, f WindowFault) { l.injectFault(f) }

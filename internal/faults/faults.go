@@ -58,10 +58,15 @@ const (
 	// lease holder, while the key's own lease is on its way after a
 	// promotion (client/edgeroute.go): the switch's negative control.
 	AdmitBeforeLease Fault = "admit-before-lease"
+	// WindowDeadReturns: a window chunk that expires (its holder dead,
+	// stopped or cut off) returns its units to the window's count
+	// (lease.WindowFaultDeadReturns), though its holder may have spent
+	// them: the fault suite's window-count negative control.
+	WindowDeadReturns Fault = "window-dead-returns"
 )
 
 // All lists every fault, for flag help and validation.
-var All = []Fault{AckBeforeCommit, StartFullNoDebit, TimeFromReceipt, ForgetRetired, ClockResumeOwnReading, CreditAtReduction, ForgetReplaced, IgnoreKeyAttributes, ReportDouble, AdmitBeforeLease}
+var All = []Fault{AckBeforeCommit, StartFullNoDebit, TimeFromReceipt, ForgetRetired, ClockResumeOwnReading, CreditAtReduction, ForgetReplaced, IgnoreKeyAttributes, ReportDouble, AdmitBeforeLease, WindowDeadReturns}
 
 func parse(name string) (Fault, error) {
 	for _, f := range All {

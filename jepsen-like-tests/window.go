@@ -1,0 +1,327 @@
+//go:build jepsen && linux
+
+package jepsen
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/ration-dev/ration/api"
+)
+
+// The window workload (issue 16): the run's policy is a leased
+// fixed-window one (PolicySpec.Window), a short window standing in for a
+// daily one. `window: 3s` is the same rule as `period: day` (a window
+// aligned to the calendar, docs/design.md §8): only the boundaries'
+// arithmetic differs, which lease.TestCalendarWindows checks; the suite
+// shortens the day by choosing the `window:` form, not by moving a clock.
+//
+// The window-count checker needs to know when each cluster window was
+// in force, in the harness's monotonic time, without trusting the
+// replicas' view of it. A probe (windowProbe) asks the cluster for a
+// window chunk on a key of its own (tenant=window-probe, its own budget)
+// every probeEvery: each answer is a committed grant whose
+// window_reset_nanos is end − w, w the commit's window time, so
+// w mod W = W − reset; the commit happened between the call's send s and
+// its answer r. Window time is monotone (it is cluster time plus an offset
+// that re-syncs only ever raise, §8.2), so from observations (s_i, r_i, w_i):
+//
+//	w(x) ≥ w_i  for x ≥ r_i
+//	w(x) ≤ w_i  for x ≤ s_i
+//
+// (no bound on its rate is used: a re-sync steps it forward). Consecutive
+// observations are unwrapped: between steps w_{i+1} − w_i is at least 0
+// and at most (1+ρ)(r_{i+1} − s_i), which fixes the multiple of W when
+// that is below W. A larger difference is a forward step (a re-sync), and
+// it or a gap of more than maxProbeGap between answers (an election, after
+// which the new leader re-syncs by about the gap, possibly more than W)
+// starts a new segment, whose windows are numbered afresh. Window k of a
+// segment, [kW, (k+1)W) in window time, is then certainly in force from the
+// first r_i with w_i ≥ kW to the last s_i with w_i < (k+1)W: an inner
+// approximation of the real time the cluster spent in it (a window cut by
+// a segment break is checked in parts, each a lower bound). An admission
+// counts in window k only when its whole decision interval [t, t_after]
+// lies in that inner interval (certain.go's "certainly admitted"), so
+// every count is at most what the cluster window really admitted, and a
+// count above L is a
+// certain violation. The figure: each window's count over L.
+
+// probeEvery is the probe's period; windowRho is the clock rate error the
+// checker allows window time (ρ is 1000 ppm; twice that, to be safe: a
+// larger ρ only makes the inner intervals shorter).
+const (
+	probeEvery = 50 * time.Millisecond
+	windowRho  = 0.002
+	// maxProbeGap: consecutive answers further apart start a new segment
+	// (an election froze cluster time, and the new leader's re-sync may
+	// step window time forward by about as much, which could wrap W).
+	maxProbeGap = 250 * time.Millisecond
+	probeKey    = "window-probe"
+)
+
+// windowYAML is the fixed-window policy: limit Burst per Window.
+func (p PolicySpec) windowYAML(key string) string {
+	return fmt.Sprintf(`policies:
+  - name: jepsen
+    algorithm: fixed-window
+    limit: %d
+    window: %s
+    key: %s
+    charge: cost
+`, p.Burst, p.Window, key)
+}
+
+// windowBound is the any-interval bound the bound checker applies to a
+// window policy: an interval of length T meets at most T(1+ρ)/W + 2
+// cluster windows (each lasts at least W/(1+ρ) real time), each admitting
+// at most L: 2L + L(1+ρ)/W per second.
+func (p PolicySpec) windowBound() BoundSpec {
+	l := p.Burst * 1000
+	rate := int64(math.Ceil(float64(l) * (1 + windowRho) * float64(time.Second) / float64(p.Window)))
+	return BoundSpec{CapacityMilli: 2 * l, RateMilliPerSec: rate}
+}
+
+// windowObs is one probe answer: sent at S, answered at R (monotonic ns),
+// committed at window time ≡ Phase (mod Window).
+type windowObs struct {
+	S, R, Phase, Window int64
+}
+
+type windowProbe struct {
+	mu   sync.Mutex
+	obs  []windowObs
+	errs int
+	stop chan struct{}
+	done chan struct{}
+}
+
+// startWindowProbe asks for a chunk on the probe key every probeEvery
+// until stop, through the server the leader watch last saw leading (or
+// each server in turn when none).
+func (e *Env) startWindowProbe() *windowProbe {
+	p := &windowProbe{stop: make(chan struct{}), done: make(chan struct{})}
+	inc := uint64(time.Now().UnixNano())
+	go func() {
+		defer close(p.done)
+		t := time.NewTicker(probeEvery)
+		defer t.Stop()
+		seq, turn := uint64(0), 0
+		for {
+			select {
+			case <-p.stop:
+				return
+			case <-t.C:
+			}
+			e.mu.Lock()
+			target := e.leader
+			e.mu.Unlock()
+			if target == "" {
+				srv := e.servers()
+				if len(srv) == 0 {
+					continue
+				}
+				turn++
+				target = srv[turn%len(srv)]
+			}
+			e.mu.Lock()
+			conn := e.conns[target]
+			e.mu.Unlock()
+			if conn == nil {
+				continue
+			}
+			seq++
+			ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+			s := MonoNow()
+			resp, err := api.NewLeasesClient(conn).Acquire(ctx, &api.AcquireRequest{
+				Caller: &api.Caller{ClientId: probeKey, Incarnation: inc, Seq: seq},
+				Keys: []*api.AcquireKey{{Key: &api.Key{Policy: "jepsen", Attributes: map[string]string{"tenant": probeKey}},
+					Demand: &api.Demand{RateMilliPerSec: 1, BurstMilli: 1, MaxCostMilli: 1000}}}, // one unit per chunk
+			})
+			r := MonoNow()
+			cancel()
+			var g *api.Grant
+			if err == nil && len(resp.GetLeases()) == 1 {
+				g = resp.GetLeases()[0].GetGrant()
+			}
+			p.mu.Lock()
+			if g == nil || g.GetWindowNanos() <= 0 || g.GetWindowResetNanos() <= 0 || g.GetWindowResetNanos() > g.GetWindowNanos() {
+				p.errs++
+			} else {
+				p.obs = append(p.obs, windowObs{S: s, R: r, Phase: g.GetWindowNanos() - g.GetWindowResetNanos(), Window: g.GetWindowNanos()})
+			}
+			p.mu.Unlock()
+		}
+	}()
+	return p
+}
+
+// finish stops the probe, writes window-probes.csv and returns the
+// observations.
+func (p *windowProbe) finish(dir string) ([]windowObs, int) {
+	close(p.stop)
+	<-p.done
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var b strings.Builder
+	b.WriteString("sent_mono_ns,answered_mono_ns,window_phase_ns,window_ns\n")
+	for _, o := range p.obs {
+		fmt.Fprintf(&b, "%d,%d,%d,%d\n", o.S, o.R, o.Phase, o.Window)
+	}
+	_ = os.WriteFile(filepath.Join(dir, "window-probes.csv"), []byte(b.String()), 0o644)
+	return slices.Clone(p.obs), p.errs
+}
+
+// WindowCount is one cluster window's certain count.
+type WindowCount struct {
+	Segment, Index int
+	// FromNanos, ToNanos: the inner interval (monotonic ns) certainly in
+	// the window; AdmittedMilli: admissions whose whole decision interval
+	// lies inside it.
+	FromNanos, ToNanos int64
+	AdmittedMilli      int64
+}
+
+// WindowCheck is the window-count checker's result.
+type WindowCheck struct {
+	LimitMilli int64
+	Window     time.Duration
+	Windows    []WindowCount
+	Violations []WindowCount
+	Segments   int
+	// Steps counts consecutive probes whose window times are further apart
+	// than (1+ρ) times the real time between them allows: forward re-syncs.
+	Steps int
+	// Worst is the largest count; MinFull/MeanFull are the utilization
+	// (count / L) over the full windows: inner interval at least 90% of
+	// W/(1+ρ) (others were cut short by a gap in the probes) and inside
+	// the load [loadFrom, loadTo].
+	Worst             WindowCount
+	MinFull, MeanFull float64
+	FullWindows       int
+	Err               string
+}
+
+// CheckWindows counts the certainly-admitted units per cluster window
+// (see the top of this file) and reports every window above L.
+// loadFrom and loadTo bound the offered load, for the utilization figure.
+func CheckWindows(recs []Record, obs []windowObs, window time.Duration, limitMilli int64, loadFrom, loadTo int64) WindowCheck {
+	res := WindowCheck{LimitMilli: limitMilli, Window: window}
+	W := int64(window)
+	obs = slices.Clone(obs)
+	slices.SortStableFunc(obs, func(a, b windowObs) int { return cmp.Compare(a.S, b.S) })
+	for _, o := range obs {
+		if o.Window != W {
+			res.Err = fmt.Sprintf("a probe saw a window of %v, the policy's is %v", time.Duration(o.Window), window)
+			return res
+		}
+	}
+	if len(obs) < 2 {
+		res.Err = fmt.Sprintf("%d probe observations: nothing to place windows by", len(obs))
+		return res
+	}
+	// Unwrap into segments: w[i] in window time relative to its segment.
+	w := make([]int64, len(obs))
+	seg := make([]int, len(obs))
+	w[0] = obs[0].Phase
+	for i := 1; i < len(obs); i++ {
+		d := ((obs[i].Phase-obs[i-1].Phase)%W + W) % W
+		maxD := (1 + windowRho) * float64(obs[i].R-obs[i-1].S)
+		step := float64(d) > maxD
+		if step {
+			// A forward re-sync of window time (docs/design.md §8.2,
+			// CmdWindowClock): its size is unknown modulo W.
+			res.Steps++
+		}
+		if !step && float64(d+W) > maxD && obs[i].R-obs[i-1].S <= int64(maxProbeGap) {
+			w[i], seg[i] = w[i-1]+d, seg[i-1]
+		} else {
+			w[i], seg[i] = obs[i].Phase, seg[i-1]+1
+		}
+	}
+	res.Segments = seg[len(seg)-1] + 1
+	sorted := slices.Clone(recs)
+	slices.SortStableFunc(sorted, func(a, b Record) int { return cmp.Compare(a.TMonoNanos, b.TMonoNanos) })
+	full := float64(W) / (1 + windowRho) * 0.9
+	var sumFull float64
+	res.MinFull = math.Inf(1)
+	for lo := 0; lo < len(obs); {
+		hi := lo
+		for hi < len(obs) && seg[hi] == seg[lo] {
+			hi++
+		}
+		for k := w[lo] / W; k <= w[hi-1]/W; k++ {
+			start, end := k*W, (k+1)*W
+			from, to := int64(math.MaxInt64), int64(math.MinInt64)
+			for i := lo; i < hi; i++ {
+				if w[i] >= start && obs[i].R < from {
+					from = obs[i].R
+				}
+				if w[i] < end {
+					to = max(to, obs[i].S) // w ≤ w_i < end before s_i
+				}
+			}
+			if from == math.MaxInt64 || to == math.MinInt64 || to <= from {
+				continue
+			}
+			wc := WindowCount{Segment: seg[lo], Index: int(k), FromNanos: from, ToNanos: to}
+			j, _ := slices.BinarySearchFunc(sorted, from, func(r Record, t int64) int { return cmp.Compare(r.TMonoNanos, t) })
+			for ; j < len(sorted) && sorted[j].TMonoNanos < to; j++ {
+				if sorted[j].after() < to {
+					wc.AdmittedMilli += sorted[j].CostMilli
+				}
+			}
+			res.Windows = append(res.Windows, wc)
+			if wc.AdmittedMilli > limitMilli {
+				res.Violations = append(res.Violations, wc)
+			}
+			if wc.AdmittedMilli > res.Worst.AdmittedMilli {
+				res.Worst = wc
+			}
+			if float64(to-from) >= full && from >= loadFrom && to <= loadTo {
+				u := float64(wc.AdmittedMilli) / float64(limitMilli)
+				sumFull += u
+				res.MinFull = min(res.MinFull, u)
+				res.FullWindows++
+			}
+		}
+		lo = hi
+	}
+	if res.FullWindows > 0 {
+		res.MeanFull = sumFull / float64(res.FullWindows)
+	} else {
+		res.MinFull = 0
+	}
+	return res
+}
+
+// OK: windows were placed and none admitted more than L.
+func (c WindowCheck) OK() bool { return c.Err == "" && len(c.Windows) > 0 && len(c.Violations) == 0 }
+
+func (c WindowCheck) Describe() string {
+	if c.Err != "" {
+		return c.Err
+	}
+	l := float64(c.LimitMilli) / 1000
+	s := fmt.Sprintf("%d cluster windows of %v placed (%d probe segments, %d forward steps); worst window admitted %.0f of L = %.0f (window %d/%d, %.2fs certain); utilization over %d full windows: min %.1f%%, mean %.1f%% of L",
+		len(c.Windows), c.Window, c.Segments, c.Steps, float64(c.Worst.AdmittedMilli)/1000, l, c.Worst.Segment, c.Worst.Index,
+		float64(c.Worst.ToNanos-c.Worst.FromNanos)/1e9, c.FullWindows, c.MinFull*100, c.MeanFull*100)
+	if len(c.Violations) > 0 {
+		var v []string
+		for _, w := range c.Violations[:min(len(c.Violations), 5)] {
+			v = append(v, fmt.Sprintf("window %d/%d admitted %.0f > L in [%d, %d]", w.Segment, w.Index, float64(w.AdmittedMilli)/1000, w.FromNanos, w.ToNanos))
+		}
+		s = fmt.Sprintf("%d windows certainly above L: %s; ", len(c.Violations), strings.Join(v, "; ")) + s
+	}
+	if len(c.Windows) == 0 {
+		s = "no window placed: nothing was checked; " + s
+	}
+	return s
+}

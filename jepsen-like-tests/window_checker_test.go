@@ -1,0 +1,121 @@
+//go:build jepsen && linux
+
+package jepsen
+
+import (
+	"testing"
+	"time"
+)
+
+// probesAt makes probe observations every step from from to to (ns) of a
+// window time that runs with real time plus off, answered rtt after sent.
+func probesAt(from, to, step, rtt, off, W int64) []windowObs {
+	var out []windowObs
+	for s := from; s < to; s += step {
+		w := s + off + rtt/2 // committed mid-call
+		out = append(out, windowObs{S: s, R: s + rtt, Phase: ((w % W) + W) % W, Window: W})
+	}
+	return out
+}
+
+func adm(t, cost int64) Record {
+	return Record{Replica: "c1", Policy: "jepsen", Key: "tenant=t1", TMonoNanos: t, TAfterNanos: t + 1000, CostMilli: cost * 1000}
+}
+
+// TestCheckWindowsCounts: admissions inside the windows are counted per
+// window, L in each passes, L+1 in one is a violation, and an admission
+// whose interval crosses a boundary is counted nowhere.
+func TestCheckWindowsCounts(t *testing.T) {
+	const W = int64(time.Second)
+	base := 100 * W
+	obs := probesAt(base, base+5*W, 10_000_000, 1_000_000, 0, W)
+	var recs []Record
+	for k := int64(1); k <= 3; k++ {
+		for i := int64(0); i < 10; i++ {
+			recs = append(recs, adm(base+k*W+W/4+i*10_000_000, 1))
+		}
+	}
+	c := CheckWindows(recs, obs, time.Second, 10_000, base, base+5*W)
+	if !c.OK() || c.Worst.AdmittedMilli != 10_000 || c.Segments != 1 {
+		t.Fatalf("L per window: %s", c.Describe())
+	}
+	if c.FullWindows < 3 || c.MeanFull <= 0 {
+		t.Fatalf("utilization: %s", c.Describe())
+	}
+	over := append(append([]Record{}, recs...), adm(base+2*W+W/2, 1))
+	c = CheckWindows(over, obs, time.Second, 10_000, base, base+5*W)
+	if c.OK() || len(c.Violations) != 1 || c.Violations[0].AdmittedMilli != 11_000 {
+		t.Fatalf("L+1 in window 2 not caught: %s", c.Describe())
+	}
+	// Straddling the boundary at base+2W: not certainly in either window.
+	cross := append(append([]Record{}, recs...), Record{Replica: "c1", Policy: "jepsen", Key: "k", TMonoNanos: base + 2*W - 1000, TAfterNanos: base + 2*W + 1000, CostMilli: 50_000})
+	c = CheckWindows(cross, obs, time.Second, 10_000, base, base+5*W)
+	if !c.OK() {
+		t.Fatalf("an admission across a boundary was counted: %s", c.Describe())
+	}
+	// Near a boundary but within the probes' uncertainty: not counted either.
+	near := append(append([]Record{}, recs...), adm(base+3*W+500_000, 50))
+	if c = CheckWindows(near, obs, time.Second, 10_000, base, base+5*W); !c.OK() {
+		t.Fatalf("an admission within a probe's round trip of the boundary was counted: %s", c.Describe())
+	}
+}
+
+// TestCheckWindowsGapsAndFreezes: window time frozen (an election) makes
+// a window last longer in real time, and its admissions still count in
+// it; a gap in the probes longer than a window starts a new segment.
+func TestCheckWindowsGapsAndFreezes(t *testing.T) {
+	const W = int64(time.Second)
+	base := 100 * W
+	// Window time runs until base+1.5W, stands still for 2W, then runs on.
+	obs := probesAt(base, base+W+W/2, 10_000_000, 1_000_000, 0, W)
+	frozen := obs[len(obs)-1].Phase
+	for s := base + W + W/2; s < base+3*W+W/2; s += 10_000_000 {
+		obs = append(obs, windowObs{S: s, R: s + 1_000_000, Phase: frozen, Window: W})
+	}
+	obs = append(obs, probesAt(base+3*W+W/2, base+6*W, 10_000_000, 1_000_000, -2*W, W)...)
+	// 15 units spread over the stretched window 1 (real base+W .. base+3.5W):
+	// more than L = 10 inside one cluster window.
+	var recs []Record
+	for i := int64(0); i < 15; i++ {
+		recs = append(recs, adm(base+W+W/10+i*W/8, 1))
+	}
+	c := CheckWindows(recs, obs, time.Second, 10_000, base, base+6*W)
+	if c.OK() || c.Segments != 1 {
+		t.Fatalf("15 units in one frozen-stretched window not caught: %s", c.Describe())
+	}
+	// The same admissions spread over 3 real windows of running time pass.
+	run := probesAt(base, base+6*W, 10_000_000, 1_000_000, 0, W)
+	var ok []Record
+	for k := int64(1); k <= 3; k++ {
+		for i := int64(0); i < 5; i++ {
+			ok = append(ok, adm(base+k*W+W/10+i*W/8, 1))
+		}
+	}
+	if c = CheckWindows(ok, run, time.Second, 10_000, base, base+6*W); !c.OK() {
+		t.Fatalf("5 per window: %s", c.Describe())
+	}
+	// A 3W gap in the probes: two segments, each window still checked.
+	gap := append(probesAt(base, base+2*W, 10_000_000, 1_000_000, 0, W), probesAt(base+5*W, base+8*W, 10_000_000, 1_000_000, 0, W)...)
+	c = CheckWindows(ok, gap, time.Second, 10_000, base, base+8*W)
+	if c.Segments != 2 || !c.OK() {
+		t.Fatalf("a gap: %s", c.Describe())
+	}
+	// A forward step of 1.3W (a re-sync) without a gap: a new segment,
+	// and an excess after it is still caught.
+	step := append(probesAt(base, base+2*W, 10_000_000, 1_000_000, 0, W), probesAt(base+2*W, base+6*W, 10_000_000, 1_000_000, W+3*W/10, W)...)
+	c = CheckWindows(ok, step, time.Second, 10_000, base, base+6*W)
+	if c.Segments != 2 || c.Steps != 1 || !c.OK() {
+		t.Fatalf("a forward step: %s", c.Describe())
+	}
+	var after []Record
+	for i := int64(0); i < 11; i++ {
+		after = append(after, adm(base+3*W+3*W/4+i*W/40, 1)) // window time 5.05W to 5.3W: one window
+	}
+	if c = CheckWindows(after, step, time.Second, 10_000, base, base+6*W); c.OK() {
+		t.Fatalf("11 units in one window after a step passed: %s", c.Describe())
+	}
+	// No probes: nothing checked is a failure, not a pass.
+	if c = CheckWindows(ok, nil, time.Second, 10_000, base, base+8*W); c.OK() {
+		t.Fatalf("no probes passed: %s", c.Describe())
+	}
+}
