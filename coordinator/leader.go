@@ -214,8 +214,8 @@ func (s *Server) leaderLoop(stop chan struct{}) {
 				s.log.Error("initial policy cannot be leased; skipped", "policy", p.Name, "err", err)
 				continue
 			}
-			if err := s.windowsReady(p); err != nil {
-				s.log.Error("initial window policy skipped until leased windows are on; apply it again then", "policy", p.Name, "err", err)
+			if err := errors.Join(s.windowsReady(p), s.slotsReady(p)); err != nil {
+				s.log.Error("initial policy skipped until its feature switch is on; apply it again then", "policy", p.Name, "err", err)
 				continue
 			}
 			cmd.Policies = append(cmd.Policies, p.ToProto())
