@@ -72,6 +72,23 @@ func (f *inflight) run(t *testing.T, s *client.Slots, hold time.Duration, stop *
 // real cluster; every client gets to run some.
 func TestSlotsClusterWideLimit(t *testing.T) {
 	const N = 4
+	if got := clusterWideMax(t, N, false); got > N {
+		t.Fatalf("%d requests ran at once, more than the limit %d", got, N)
+	}
+}
+
+// TestSlotsClusterWideLimitNegativeControl: one client that starts
+// requests past its slots (client.SlotsIgnoreLimit) is caught.
+func TestSlotsClusterWideLimitNegativeControl(t *testing.T) {
+	const N = 4
+	if got := clusterWideMax(t, N, true); got <= N {
+		t.Fatalf("the control (a client ignoring its slot count) was not caught: at most %d at once", got)
+	} else {
+		t.Logf("caught as expected: %d at once, limit %d", got, N)
+	}
+}
+
+func clusterWideMax(t *testing.T, N int, broken bool) int64 {
 	c := startCluster(t, "policies:\n  - {name: other, algorithm: token-bucket, rate: 1, burst: 1}\n")
 	applyWindowPolicy(t, c, fmt.Sprintf(slotYAML, N))
 	var f inflight
@@ -81,6 +98,9 @@ func TestSlotsClusterWideLimit(t *testing.T) {
 	for i := range 3 {
 		cl := newClient(t, client.Config{Servers: servers(c), ClientID: fmt.Sprintf("replica-%d", i)})
 		s := newSlots(t, cl, "acme")
+		if broken && i == 0 {
+			client.SlotsIgnoreLimit(s)
+		}
 		for range 6 {
 			wg.Add(1)
 			go func() { defer wg.Done(); f.run(t, s, 3*time.Millisecond, &stop, &per[i]) }()
@@ -97,9 +117,7 @@ func TestSlotsClusterWideLimit(t *testing.T) {
 	stop.Store(true)
 	wg.Wait()
 	t.Logf("%d requests, at most %d at once", f.done.Load(), f.max.Load())
-	if f.max.Load() > N {
-		t.Fatalf("%d requests ran at once, more than the limit %d", f.max.Load(), N)
-	}
+	return f.max.Load()
 }
 
 // TestSlotsMoveToBusyClient: a client that goes idle gives its slots
