@@ -29,7 +29,8 @@ import (
 // cancelled cancel_grace before the deadline.
 //
 // Slot leases are held under the client ID ClientID+"/slots" (their own
-// request sequence, so their retries never race the token loop's).
+// request sequence, so their retries never race the token loop's). Close
+// a Slots handle before its Client: it uses the Client's connections.
 
 // ErrSlotQueueFull is returned by Acquire when the queue is at its bound.
 var ErrSlotQueueFull = errors.New("ration: concurrency queue is full")
@@ -336,7 +337,7 @@ func (s *Slots) step() time.Duration {
 	s.mu.Unlock()
 	var err error
 	if has {
-		err = s.renew(id, demand, acked)
+		err = s.renew(s.stop, id, demand, acked)
 	} else {
 		err = s.acquire(demand)
 	}
@@ -404,11 +405,11 @@ func (s *Slots) acquire(demand int64) error {
 	return nil
 }
 
-func (s *Slots) renew(id uint64, demand int64, acked uint64) error {
+func (s *Slots) renew(abort <-chan struct{}, id uint64, demand int64, acked uint64) error {
 	req := &api.RenewRequest{Caller: s.apiCaller(), Keys: []*api.RenewKey{{Key: s.key, LeaseId: id, AckedVersion: acked, Demand: &api.Demand{BurstMilli: demand * lease.MilliPerToken}}}}
 	tSend := s.c.clock.Precise()
 	s.noteSend()
-	resp, err := call(s.c, s.stop, tSend+int64(s.c.cfg.RequestTimeout)*3, func(ctx context.Context, conn *grpc.ClientConn) (*api.LeaseResponse, error) {
+	resp, err := call(s.c, abort, tSend+int64(s.c.cfg.RequestTimeout)*3, func(ctx context.Context, conn *grpc.ClientConn) (*api.LeaseResponse, error) {
 		return api.NewLeasesClient(conn).Renew(ctx, req)
 	})
 	g, err := slotAnswer(resp, err)
@@ -475,7 +476,8 @@ func (s *Slots) finish() {
 		wait := max(min(s.cancelDueLocked(now), time.Duration(s.renewAt-now)), time.Millisecond)
 		s.mu.Unlock()
 		if renewDue {
-			_ = s.renew(uint64(lid), n, acked)
+			_ = s.renew(nil, uint64(lid), n, acked) // Close has closed stop: retry until giveUp
+
 			continue
 		}
 		t := time.NewTimer(wait)
