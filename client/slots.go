@@ -35,12 +35,16 @@ import (
 // ErrSlotQueueFull is returned by Acquire when the queue is at its bound.
 var ErrSlotQueueFull = errors.New("ration: concurrency queue is full")
 
+// ErrSlotWaitTimeout is returned by AcquireWithin when its wait passed.
+var ErrSlotWaitTimeout = errors.New("ration: no concurrency slot free within the maximum wait")
+
 // ErrSlotsClosed is returned by Acquire after Close.
 var ErrSlotsClosed = errors.New("ration: concurrency handle is closed")
 
 // SlotOptions configures a Slots handle.
 type SlotOptions struct {
-	// MaxQueue bounds the requests waiting for a slot (0: 1024).
+	// MaxQueue bounds the requests waiting for a slot (0: 1024; negative:
+	// none wait, Acquire fails at once with ErrSlotQueueFull).
 	MaxQueue int
 }
 
@@ -61,6 +65,9 @@ type Slots struct {
 	closed   bool
 	renewAt  int64 // local
 	lastSend int64 // local
+	// refusedAt: the latest request refused for a full queue (local);
+	// the demand counts one more for slotRefusedFor after it.
+	refusedAt int64
 	ackSoon  bool
 	failures int
 
@@ -93,8 +100,11 @@ type slotRun struct {
 // Slots returns a handle on the key of a concurrency policy that attrs
 // name. Close it when done: its lease is released once nothing runs.
 func (c *Client) Slots(policy string, attrs map[string]string, opts SlotOptions) *Slots {
-	if opts.MaxQueue <= 0 {
+	switch {
+	case opts.MaxQueue == 0:
 		opts.MaxQueue = 1024
+	case opts.MaxQueue < 0:
+		opts.MaxQueue = 0
 	}
 	a := make(map[string]string, len(attrs))
 	for k, v := range attrs {
@@ -119,6 +129,13 @@ func (s *Slots) poke() {
 // start, or cancel_grace before the slot lease's deadline) and the
 // function that gives the slot back; calling it twice is harmless.
 func (s *Slots) Acquire(ctx context.Context) (context.Context, func(), error) {
+	return s.AcquireWithin(ctx, 0)
+}
+
+// AcquireWithin is Acquire waiting at most maxWait (0: only ctx bounds the
+// wait), failing with ErrSlotWaitTimeout after it; the request's context
+// is ctx's, not cut short by maxWait.
+func (s *Slots) AcquireWithin(ctx context.Context, maxWait time.Duration) (context.Context, func(), error) {
 	if err := ctx.Err(); err != nil {
 		return nil, nil, err
 	}
@@ -134,16 +151,32 @@ func (s *Slots) Acquire(ctx context.Context) (context.Context, func(), error) {
 		}
 	}
 	if len(s.waiting) >= s.maxQueue {
+		// Refused, but wanted: the demand counts one more for a while, so
+		// a handle that may not queue still asks for a slot.
+		s.refusedAt = s.c.clock.Precise()
 		s.mu.Unlock()
+		s.poke()
 		return nil, nil, ErrSlotQueueFull
 	}
 	w := &slotWaiter{parent: ctx, ready: make(chan struct{})}
 	s.waiting = append(s.waiting, w)
 	s.mu.Unlock()
 	s.poke() // the demand grew
+	var timeout <-chan time.Time
+	if maxWait > 0 {
+		tm := time.NewTimer(maxWait)
+		defer tm.Stop()
+		timeout = tm.C
+	}
+	var waitErr error
 	select {
 	case <-w.ready:
 	case <-ctx.Done():
+		waitErr = ctx.Err()
+	case <-timeout:
+		waitErr = ErrSlotWaitTimeout
+	}
+	if waitErr != nil {
 		s.mu.Lock()
 		for i, x := range s.waiting {
 			if x == w {
@@ -153,10 +186,10 @@ func (s *Slots) Acquire(ctx context.Context) (context.Context, func(), error) {
 		}
 		started := w.run
 		s.mu.Unlock()
-		if started != nil { // started just as ctx ended: give it back
+		if started != nil { // started just as the wait ended: give it back
 			s.releaser(started)()
 		}
-		return nil, nil, ctx.Err()
+		return nil, nil, waitErr
 	}
 	if w.run == nil {
 		if w.err != nil {
@@ -304,9 +337,13 @@ func (s *Slots) step() time.Duration {
 	now := s.c.clock.Precise()
 	cancelIn := s.cancelDueLocked(now)
 	has := s.sc != nil && s.sc.Usable(now)
-	demand := int64(len(s.waiting))
+	queued := int64(len(s.waiting))
+	if s.refusedAt != 0 && now-s.refusedAt < slotRefusedFor {
+		queued++
+	}
+	demand := queued
 	if s.sc != nil {
-		demand = s.sc.Demand(int64(len(s.waiting)))
+		demand = s.sc.Demand(queued)
 	}
 	var id uint64
 	var acked uint64
@@ -318,7 +355,7 @@ func (s *Slots) step() time.Duration {
 		// Ask for more while requests wait, give back what idles, and
 		// acknowledge a lowered count once running fits it: early, but at
 		// most every slotEarly.
-		early := len(s.waiting) > 0 && s.sc.Limit() < demand || len(s.waiting) == 0 && s.sc.Limit() > demand ||
+		early := queued > 0 && s.sc.Limit() < demand || queued == 0 && s.sc.Limit() > demand ||
 			s.ackSoon && s.sc.Running() <= s.sc.Limit()
 		next = s.renewAt
 		if early {
@@ -365,6 +402,10 @@ func (s *Slots) step() time.Duration {
 
 // slotEarly is the least time between two early renewals.
 const slotEarly = int64(100 * time.Millisecond)
+
+// slotRefusedFor is how long a refusal for a full queue counts in the
+// demand.
+const slotRefusedFor = int64(2 * time.Second)
 
 func (s *Slots) apiCaller() *api.Caller {
 	return &api.Caller{ClientId: s.caller, Incarnation: s.c.cfg.Incarnation, Seq: s.seq.Add(1)}
