@@ -68,8 +68,8 @@ type Slots struct {
 	// refusedAt: the latest request refused for a full queue (local);
 	// the demand counts one more for slotRefusedFor after it.
 	refusedAt int64
-	ackSoon  bool
-	failures int
+	ackSoon   bool
+	failures  int
 
 	wake chan struct{}
 	done chan struct{}
