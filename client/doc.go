@@ -22,17 +22,23 @@
 // for the gap. Terms are only ever installed from a received answer.
 //
 // One background goroutine per Client acquires keys without a usable lease
-// and renews the ones due, each group in one RPC (keys due soon ride along).
+// and renews the ones due, each group in one RPC. A key due within the
+// last quarter of its own renewal span (from the request its terms answer
+// to its renewal time) rides along with the keys due now, so keys granted
+// at nearly the same time renew in one RPC and keep doing so; no key
+// renews more than once per 3/4 of its renew_after however many other
+// keys fall due (1.33× its renewals at worst, against every key renewing
+// at every other key's renewal before issue 15's fix).
 // It reports each key's demand: the cost offered per second, rejected cost
 // included, smoothed by an EWMA when it rises and followed at once when it
 // falls, so fair shares follow real load and an idle replica's share goes
 // to the busy ones within one report (plus the lease duration for which a
-// reduced share stays held). A key that rides along in the first half of
-// its renewal span repeats its last report instead of measuring so short a
-// time. A request is
+// reduced share stays held). A report sent before half of its key's
+// renewal span (riders no longer are: they ride in the last quarter)
+// repeats the last one instead of measuring so short a time. A request is
 // retried unchanged, with the same sequence number (the cluster answers a
-// retry from its record instead of granting twice), with exponential backoff
-// and full jitter, across servers; servers forward to the leader.
+// retry from its record instead of granting twice), with exponential
+// backoff and full jitter, across servers; servers forward to the leader.
 //
 // The first AllowN on a new key waits up to Config.FirstLeaseWait (50ms by
 // default) for the first grant, then answers NoLease; later calls never

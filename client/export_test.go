@@ -1,6 +1,43 @@
 package client
 
+import "testing"
+
 // Test helpers shared with the external test package client_test.
 
 // LookupMetric is lookupMetric (metrics_test.go).
 var LookupMetric = lookupMetric
+
+// RideAlongDivisor is rideAlongDivisor (ridealong_test.go).
+const RideAlongDivisor = rideAlongDivisor
+
+// RenewRPCs is how many Renew RPCs c's loop has sent (each batched RPC
+// once, however many keys it carried, retries included).
+func RenewRPCs(c *Client) uint64 {
+	var n uint64
+	for i := range c.rpcStats.ops[opRenew].buckets {
+		n += c.rpcStats.ops[opRenew].buckets[i].Load()
+	}
+	return n
+}
+
+// SetRideAlongRule puts a broken batching rule in place of dueSoon until
+// t ends, for negative controls: "old" is the rule before issue 15's fix
+// (a key rides along if due within half of deadline − renewAt, which
+// right after its renewal is every key at renew_after ≤ D/3), "none" lets
+// no key ride along. Call it before the Client starts (its loop reads the
+// rule) and close the Client before t ends: cleanups run last-registered
+// first, so start the Client after this call. The package's tests do not
+// run in parallel.
+func SetRideAlongRule(t testing.TB, rule string) {
+	switch rule {
+	case "old":
+		rideAlong = func(_ *Limiter, t *terms, now int64) bool {
+			return !t.expiredAck && now < t.renewAt && t.renewAt-now < (t.deadline-t.renewAt)/2
+		}
+	case "none":
+		rideAlong = func(*Limiter, *terms, int64) bool { return false }
+	default:
+		t.Fatalf("unknown ride-along rule %q", rule)
+	}
+	t.Cleanup(func() { rideAlong = (*Limiter).dueSoon })
+}

@@ -76,10 +76,10 @@ func (c *Client) round() time.Duration {
 			wakeAt = min(wakeAt, t.renewAt)
 		}
 	}
-	// Batch: a key due soon rides along with the ones due now.
+	// Batch: a key due soon rides along with the ones due now (dueSoon).
 	if len(renew) > 0 {
 		for _, l := range c.snapshot() {
-			if t := l.cur.Load(); t != nil && !t.expiredAck && now < t.renewAt && t.renewAt-now < (t.deadline-t.renewAt)/2 {
+			if t := l.cur.Load(); t != nil && rideAlong(l, t, now) {
 				renew = append(renew, l)
 			}
 		}
@@ -112,17 +112,54 @@ func (c *Client) round() time.Duration {
 	return max(time.Duration(wakeAt-c.clock.Precise()), time.Millisecond)
 }
 
+// rideAlongDivisor sets how soon a key must be due to ride along with the
+// renewals due now: within 1/rideAlongDivisor of its own renewal span.
+const rideAlongDivisor = 4
+
+// rideAlong is the batching rule round applies (dueSoon); a variable only
+// so that a test can put a broken rule in its place (export_test.go).
+var rideAlong = (*Limiter).dueSoon
+
+// dueSoon says whether l, holding t, is due for renewal soon enough at now
+// to ride along with another key's renewal: not yet due, but due within a
+// quarter (1/rideAlongDivisor) of its own renewal span, the time from the
+// report its terms answer (reportedAt: the request was sent then) to
+// renewAt. So batching costs at most a quarter of a key's span: a key
+// renews at most once per 3/4 of its renew_after however many other keys
+// fall due (1.33× the renewals at worst, when one is due every round),
+// and it cannot cascade, since a rider's next renewal is a full span away
+// (in phase with the key it rode with, so the two keep going together).
+// Keys granted together renew together anyway (the same renewAt); keys
+// granted within a quarter of the span of each other gather into one
+// renewal at their first one. A rider measures at least 3/4 of its span,
+// so its demand report is a real one (demand). The span is bounded by
+// deadline − renewAt as well (renewAt is at most half-way to the deadline,
+// setTimes), in case reportedAt predates these terms.
+//
+// (The rule before, renewAt − now < (deadline − renewAt)/2, held for
+// every key right after its own renewal when renew_after ≤ D/3, so one key
+// due renewed all of a client's keys, up to ~17× the renewals: issue 15.)
+func (l *Limiter) dueSoon(t *terms, now int64) bool {
+	if t.expiredAck || now >= t.renewAt || now >= t.deadline {
+		return false
+	}
+	span := min(t.renewAt-l.reportedAt, t.deadline-t.renewAt)
+	return span > 0 && t.renewAt-now <= span/rideAlongDivisor
+}
+
 // demand reports the cost offered since the last report as a demand
 // (lease.DemandMeter: the offered rate with headroom, zero for an idle
 // limiter, a burst with room for twice the largest cost seen).
 //
-// A report due long before its renewal (one riding along with another
-// key's renewal, sent soon after this key's own) repeats the last
+// A report sent before half of its renewal span repeats the last
 // estimate and leaves the counts to the next report: over a few
 // milliseconds a steady load often shows no cost at all, and an idle
 // limiter reports zero, so a busy limiter's share would collapse (seen:
 // TestBusyLimiterNotEvicted's limiter, offering 33/s, refused with
-// RetryAfter ~1s under load).
+// RetryAfter ~1s under load, when keys rode along just after their own
+// renewal). A rider now rides only in the last quarter of its span
+// (dueSoon), so this guard no longer fires for riders; it stays for any
+// report still sent early.
 func (l *Limiter) demand(now int64) *api.Demand {
 	if t := l.cur.Load(); t != nil && l.lastDemand.Known {
 		// t.renewAt is reportedAt + renew_after when t answers the last
