@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/fnv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -28,8 +30,10 @@ import (
 // start), or, without max_duration, every running request's context is
 // cancelled cancel_grace before the deadline.
 //
-// Slot leases are held under the client ID ClientID+"/slots" (their own
-// request sequence, so their retries never race the token loop's). Close
+// Each handle holds its slot lease under a client ID of its own,
+// ClientID+"/slots/"+n (n counts the process's handles), with its own
+// request sequence: its retries never race the token loop's or another
+// handle's idempotency record. Close
 // a Slots handle before its Client: it uses the Client's connections.
 
 // ErrSlotQueueFull is returned by Acquire when the queue is at its bound.
@@ -110,11 +114,26 @@ func (c *Client) Slots(policy string, attrs map[string]string, opts SlotOptions)
 	for k, v := range attrs {
 		a[k] = v
 	}
-	s := &Slots{c: c, key: &api.Key{Policy: policy, Attributes: a}, caller: c.cfg.ClientID + "/slots",
+	s := &Slots{c: c, key: &api.Key{Policy: policy, Attributes: a}, caller: slotCallerID(c.cfg.ClientID, slotHandles.Add(1)),
 		running: map[*slotRun]struct{}{}, maxQueue: opts.MaxQueue,
 		wake: make(chan struct{}, 1), done: make(chan struct{}), stop: make(chan struct{})}
 	go s.loop()
 	return s
+}
+
+// slotHandles numbers the process's Slots handles.
+var slotHandles atomic.Uint64
+
+// slotCallerID is handle n's client ID: within the cluster's 256 bytes,
+// a long client ID shortened with a hash of the whole kept.
+func slotCallerID(clientID string, n uint64) string {
+	suffix := fmt.Sprintf("/slots/%d", n)
+	if len(clientID)+len(suffix) <= 256 {
+		return clientID + suffix
+	}
+	h := fnv.New64a()
+	_, _ = h.Write([]byte(clientID))
+	return fmt.Sprintf("%s~%016x%s", strings.ToValidUTF8(clientID[:200], ""), h.Sum64(), suffix)
 }
 
 func (s *Slots) poke() {

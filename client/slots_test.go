@@ -250,4 +250,23 @@ func TestSlotsCarelessCallers(t *testing.T) {
 	if _, _, err := s.Acquire(ctx); !errors.Is(err, client.ErrSlotsClosed) {
 		t.Fatalf("after close: %v", err)
 	}
+	// Several handles of one client, on two keys and twice on one, used at
+	// once: each its own holder, none answered with another's record.
+	hs := []*client.Slots{newSlots(t, cl, "k1"), newSlots(t, cl, "k2"), newSlots(t, cl, "k3"), newSlots(t, cl, "k3")}
+	var wg sync.WaitGroup
+	for _, h := range hs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range 20 {
+				_, rel, err := h.Acquire(ctx)
+				if err != nil {
+					t.Errorf("handle: %v", err)
+					return
+				}
+				rel()
+			}
+		}()
+	}
+	wg.Wait()
 }
