@@ -57,10 +57,16 @@ type PolicySpec struct {
 	RateMilliPerPeriod int64 `protobuf:"varint,46,opt,name=rate_milli_per_period,json=rateMilliPerPeriod,proto3" json:"rate_milli_per_period,omitempty"`
 	// A fixed window aligned to the calendar: day, week or month (then
 	// window_nanos is 0) in timezone (an IANA name; empty: UTC).
-	Period        string `protobuf:"bytes,47,opt,name=period,proto3" json:"period,omitempty"`
-	Timezone      string `protobuf:"bytes,48,opt,name=timezone,proto3" json:"timezone,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Period   string `protobuf:"bytes,47,opt,name=period,proto3" json:"period,omitempty"`
+	Timezone string `protobuf:"bytes,48,opt,name=timezone,proto3" json:"timezone,omitempty"`
+	// A concurrency policy (limit_milli is N·1000, N requests in flight):
+	// max_duration_nanos M, the longest a request holds its slot (0: none),
+	// or, without M, cancel_grace_nanos, how long before its holder's lease
+	// deadline a running request is cancelled (docs/concurrency.md).
+	MaxDurationNanos int64 `protobuf:"varint,70,opt,name=max_duration_nanos,json=maxDurationNanos,proto3" json:"max_duration_nanos,omitempty"`
+	CancelGraceNanos int64 `protobuf:"varint,71,opt,name=cancel_grace_nanos,json=cancelGraceNanos,proto3" json:"cancel_grace_nanos,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *PolicySpec) Reset() {
@@ -252,6 +258,20 @@ func (x *PolicySpec) GetTimezone() string {
 		return x.Timezone
 	}
 	return ""
+}
+
+func (x *PolicySpec) GetMaxDurationNanos() int64 {
+	if x != nil {
+		return x.MaxDurationNanos
+	}
+	return 0
+}
+
+func (x *PolicySpec) GetCancelGraceNanos() int64 {
+	if x != nil {
+		return x.CancelGraceNanos
+	}
+	return 0
 }
 
 type ApplyPoliciesCommand struct {
@@ -2072,11 +2092,314 @@ func (x *WindowClockCommand) GetWallUnixNanos() int64 {
 	return 0
 }
 
+// One frame of kind 7 of a snapshot (fsm/slots.go): one concurrency key's
+// slot ledger (lease.SlotLedgerState).
+type SlotFrame struct {
+	state                protoimpl.MessageState `protogen:"open.v1"`
+	Policy               string                 `protobuf:"bytes,1,opt,name=policy,proto3" json:"policy,omitempty"`
+	Key                  string                 `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
+	Limit                int64                  `protobuf:"varint,3,opt,name=limit,proto3" json:"limit,omitempty"`
+	MaxLeases            int64                  `protobuf:"varint,4,opt,name=max_leases,json=maxLeases,proto3" json:"max_leases,omitempty"`
+	DriftPpm             int64                  `protobuf:"varint,5,opt,name=drift_ppm,json=driftPpm,proto3" json:"drift_ppm,omitempty"`
+	NowNanos             int64                  `protobuf:"varint,6,opt,name=now_nanos,json=nowNanos,proto3" json:"now_nanos,omitempty"`
+	NextId               uint64                 `protobuf:"varint,7,opt,name=next_id,json=nextId,proto3" json:"next_id,omitempty"`
+	HoldAllUntilNanos    int64                  `protobuf:"varint,8,opt,name=hold_all_until_nanos,json=holdAllUntilNanos,proto3" json:"hold_all_until_nanos,omitempty"`
+	OvercommitUntilNanos int64                  `protobuf:"varint,9,opt,name=overcommit_until_nanos,json=overcommitUntilNanos,proto3" json:"overcommit_until_nanos,omitempty"`
+	Leases               []*SlotLeaseSnapshot   `protobuf:"bytes,10,rep,name=leases,proto3" json:"leases,omitempty"`
+	// The key attributes the name's slot keys were made under.
+	KeyAttributes []string `protobuf:"bytes,11,rep,name=key_attributes,json=keyAttributes,proto3" json:"key_attributes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SlotFrame) Reset() {
+	*x = SlotFrame{}
+	mi := &file_command_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SlotFrame) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SlotFrame) ProtoMessage() {}
+
+func (x *SlotFrame) ProtoReflect() protoreflect.Message {
+	mi := &file_command_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SlotFrame.ProtoReflect.Descriptor instead.
+func (*SlotFrame) Descriptor() ([]byte, []int) {
+	return file_command_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *SlotFrame) GetPolicy() string {
+	if x != nil {
+		return x.Policy
+	}
+	return ""
+}
+
+func (x *SlotFrame) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *SlotFrame) GetLimit() int64 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+func (x *SlotFrame) GetMaxLeases() int64 {
+	if x != nil {
+		return x.MaxLeases
+	}
+	return 0
+}
+
+func (x *SlotFrame) GetDriftPpm() int64 {
+	if x != nil {
+		return x.DriftPpm
+	}
+	return 0
+}
+
+func (x *SlotFrame) GetNowNanos() int64 {
+	if x != nil {
+		return x.NowNanos
+	}
+	return 0
+}
+
+func (x *SlotFrame) GetNextId() uint64 {
+	if x != nil {
+		return x.NextId
+	}
+	return 0
+}
+
+func (x *SlotFrame) GetHoldAllUntilNanos() int64 {
+	if x != nil {
+		return x.HoldAllUntilNanos
+	}
+	return 0
+}
+
+func (x *SlotFrame) GetOvercommitUntilNanos() int64 {
+	if x != nil {
+		return x.OvercommitUntilNanos
+	}
+	return 0
+}
+
+func (x *SlotFrame) GetLeases() []*SlotLeaseSnapshot {
+	if x != nil {
+		return x.Leases
+	}
+	return nil
+}
+
+func (x *SlotFrame) GetKeyAttributes() []string {
+	if x != nil {
+		return x.KeyAttributes
+	}
+	return nil
+}
+
+type SlotLeaseSnapshot struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            uint64                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	ClientId      string                 `protobuf:"bytes,2,opt,name=client_id,json=clientId,proto3" json:"client_id,omitempty"`
+	Incarnation   uint64                 `protobuf:"varint,3,opt,name=incarnation,proto3" json:"incarnation,omitempty"`
+	GrantSeq      uint64                 `protobuf:"varint,4,opt,name=grant_seq,json=grantSeq,proto3" json:"grant_seq,omitempty"`
+	Weight        int64                  `protobuf:"varint,5,opt,name=weight,proto3" json:"weight,omitempty"`
+	DemandSlots   int64                  `protobuf:"varint,6,opt,name=demand_slots,json=demandSlots,proto3" json:"demand_slots,omitempty"`
+	Current       *SlotShareSnapshot     `protobuf:"bytes,7,opt,name=current,proto3" json:"current,omitempty"`
+	LastTtlNanos  int64                  `protobuf:"varint,8,opt,name=last_ttl_nanos,json=lastTtlNanos,proto3" json:"last_ttl_nanos,omitempty"`
+	Superseded    []*SlotShareSnapshot   `protobuf:"bytes,9,rep,name=superseded,proto3" json:"superseded,omitempty"`
+	Replaced      []*SlotShareSnapshot   `protobuf:"bytes,10,rep,name=replaced,proto3" json:"replaced,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SlotLeaseSnapshot) Reset() {
+	*x = SlotLeaseSnapshot{}
+	mi := &file_command_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SlotLeaseSnapshot) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SlotLeaseSnapshot) ProtoMessage() {}
+
+func (x *SlotLeaseSnapshot) ProtoReflect() protoreflect.Message {
+	mi := &file_command_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SlotLeaseSnapshot.ProtoReflect.Descriptor instead.
+func (*SlotLeaseSnapshot) Descriptor() ([]byte, []int) {
+	return file_command_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *SlotLeaseSnapshot) GetId() uint64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *SlotLeaseSnapshot) GetClientId() string {
+	if x != nil {
+		return x.ClientId
+	}
+	return ""
+}
+
+func (x *SlotLeaseSnapshot) GetIncarnation() uint64 {
+	if x != nil {
+		return x.Incarnation
+	}
+	return 0
+}
+
+func (x *SlotLeaseSnapshot) GetGrantSeq() uint64 {
+	if x != nil {
+		return x.GrantSeq
+	}
+	return 0
+}
+
+func (x *SlotLeaseSnapshot) GetWeight() int64 {
+	if x != nil {
+		return x.Weight
+	}
+	return 0
+}
+
+func (x *SlotLeaseSnapshot) GetDemandSlots() int64 {
+	if x != nil {
+		return x.DemandSlots
+	}
+	return 0
+}
+
+func (x *SlotLeaseSnapshot) GetCurrent() *SlotShareSnapshot {
+	if x != nil {
+		return x.Current
+	}
+	return nil
+}
+
+func (x *SlotLeaseSnapshot) GetLastTtlNanos() int64 {
+	if x != nil {
+		return x.LastTtlNanos
+	}
+	return 0
+}
+
+func (x *SlotLeaseSnapshot) GetSuperseded() []*SlotShareSnapshot {
+	if x != nil {
+		return x.Superseded
+	}
+	return nil
+}
+
+func (x *SlotLeaseSnapshot) GetReplaced() []*SlotShareSnapshot {
+	if x != nil {
+		return x.Replaced
+	}
+	return nil
+}
+
+type SlotShareSnapshot struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Slots         int64                  `protobuf:"varint,1,opt,name=slots,proto3" json:"slots,omitempty"`
+	ExpiresNanos  int64                  `protobuf:"varint,2,opt,name=expires_nanos,json=expiresNanos,proto3" json:"expires_nanos,omitempty"`
+	Version       uint64                 `protobuf:"varint,3,opt,name=version,proto3" json:"version,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SlotShareSnapshot) Reset() {
+	*x = SlotShareSnapshot{}
+	mi := &file_command_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SlotShareSnapshot) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SlotShareSnapshot) ProtoMessage() {}
+
+func (x *SlotShareSnapshot) ProtoReflect() protoreflect.Message {
+	mi := &file_command_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SlotShareSnapshot.ProtoReflect.Descriptor instead.
+func (*SlotShareSnapshot) Descriptor() ([]byte, []int) {
+	return file_command_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *SlotShareSnapshot) GetSlots() int64 {
+	if x != nil {
+		return x.Slots
+	}
+	return 0
+}
+
+func (x *SlotShareSnapshot) GetExpiresNanos() int64 {
+	if x != nil {
+		return x.ExpiresNanos
+	}
+	return 0
+}
+
+func (x *SlotShareSnapshot) GetVersion() uint64 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
 var File_command_proto protoreflect.FileDescriptor
 
 const file_command_proto_rawDesc = "" +
 	"\n" +
-	"\rcommand.proto\x12\tration.v1\x1a\fration.proto\"\xa2\a\n" +
+	"\rcommand.proto\x12\tration.v1\x1a\fration.proto\"\xfe\a\n" +
 	"\n" +
 	"PolicySpec\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1c\n" +
@@ -2105,7 +2428,9 @@ const file_command_proto_rawDesc = "" +
 	"\x11rate_period_nanos\x18- \x01(\x03R\x0fratePeriodNanos\x121\n" +
 	"\x15rate_milli_per_period\x18. \x01(\x03R\x12rateMilliPerPeriod\x12\x16\n" +
 	"\x06period\x18/ \x01(\tR\x06period\x12\x1a\n" +
-	"\btimezone\x180 \x01(\tR\btimezone\x1a@\n" +
+	"\btimezone\x180 \x01(\tR\btimezone\x12,\n" +
+	"\x12max_duration_nanos\x18F \x01(\x03R\x10maxDurationNanos\x12,\n" +
+	"\x12cancel_grace_nanos\x18G \x01(\x03R\x10cancelGraceNanos\x1a@\n" +
 	"\x12ClientWeightsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"I\n" +
@@ -2269,7 +2594,39 @@ const file_command_proto_rawDesc = "" +
 	"\rgranted_milli\x18\a \x01(\x03R\fgrantedMilli\x12\x1a\n" +
 	"\breplaced\x18\b \x01(\bR\breplaced\"<\n" +
 	"\x12WindowClockCommand\x12&\n" +
-	"\x0fwall_unix_nanos\x18\x01 \x01(\x03R\rwallUnixNanosB&Z$github.com/ration-dev/ration/api;apib\x06proto3"
+	"\x0fwall_unix_nanos\x18\x01 \x01(\x03R\rwallUnixNanos\"\x81\x03\n" +
+	"\tSlotFrame\x12\x16\n" +
+	"\x06policy\x18\x01 \x01(\tR\x06policy\x12\x10\n" +
+	"\x03key\x18\x02 \x01(\tR\x03key\x12\x14\n" +
+	"\x05limit\x18\x03 \x01(\x03R\x05limit\x12\x1d\n" +
+	"\n" +
+	"max_leases\x18\x04 \x01(\x03R\tmaxLeases\x12\x1b\n" +
+	"\tdrift_ppm\x18\x05 \x01(\x03R\bdriftPpm\x12\x1b\n" +
+	"\tnow_nanos\x18\x06 \x01(\x03R\bnowNanos\x12\x17\n" +
+	"\anext_id\x18\a \x01(\x04R\x06nextId\x12/\n" +
+	"\x14hold_all_until_nanos\x18\b \x01(\x03R\x11holdAllUntilNanos\x124\n" +
+	"\x16overcommit_until_nanos\x18\t \x01(\x03R\x14overcommitUntilNanos\x124\n" +
+	"\x06leases\x18\n" +
+	" \x03(\v2\x1c.ration.v1.SlotLeaseSnapshotR\x06leases\x12%\n" +
+	"\x0ekey_attributes\x18\v \x03(\tR\rkeyAttributes\"\x90\x03\n" +
+	"\x11SlotLeaseSnapshot\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x1b\n" +
+	"\tclient_id\x18\x02 \x01(\tR\bclientId\x12 \n" +
+	"\vincarnation\x18\x03 \x01(\x04R\vincarnation\x12\x1b\n" +
+	"\tgrant_seq\x18\x04 \x01(\x04R\bgrantSeq\x12\x16\n" +
+	"\x06weight\x18\x05 \x01(\x03R\x06weight\x12!\n" +
+	"\fdemand_slots\x18\x06 \x01(\x03R\vdemandSlots\x126\n" +
+	"\acurrent\x18\a \x01(\v2\x1c.ration.v1.SlotShareSnapshotR\acurrent\x12$\n" +
+	"\x0elast_ttl_nanos\x18\b \x01(\x03R\flastTtlNanos\x12<\n" +
+	"\n" +
+	"superseded\x18\t \x03(\v2\x1c.ration.v1.SlotShareSnapshotR\n" +
+	"superseded\x128\n" +
+	"\breplaced\x18\n" +
+	" \x03(\v2\x1c.ration.v1.SlotShareSnapshotR\breplaced\"h\n" +
+	"\x11SlotShareSnapshot\x12\x14\n" +
+	"\x05slots\x18\x01 \x01(\x03R\x05slots\x12#\n" +
+	"\rexpires_nanos\x18\x02 \x01(\x03R\fexpiresNanos\x12\x18\n" +
+	"\aversion\x18\x03 \x01(\x04R\aversionB&Z$github.com/ration-dev/ration/api;apib\x06proto3"
 
 var (
 	file_command_proto_rawDescOnce sync.Once
@@ -2283,7 +2640,7 @@ func file_command_proto_rawDescGZIP() []byte {
 	return file_command_proto_rawDescData
 }
 
-var file_command_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
+var file_command_proto_msgTypes = make([]protoimpl.MessageInfo, 25)
 var file_command_proto_goTypes = []any{
 	(*PolicySpec)(nil),           // 0: ration.v1.PolicySpec
 	(*ApplyPoliciesCommand)(nil), // 1: ration.v1.ApplyPoliciesCommand
@@ -2306,17 +2663,20 @@ var file_command_proto_goTypes = []any{
 	(*WindowKeySnapshot)(nil),    // 18: ration.v1.WindowKeySnapshot
 	(*WindowLeaseSnapshot)(nil),  // 19: ration.v1.WindowLeaseSnapshot
 	(*WindowClockCommand)(nil),   // 20: ration.v1.WindowClockCommand
-	nil,                          // 21: ration.v1.PolicySpec.ClientWeightsEntry
-	(*AcquireRequest)(nil),       // 22: ration.v1.AcquireRequest
-	(*RenewRequest)(nil),         // 23: ration.v1.RenewRequest
-	(*ReleaseRequest)(nil),       // 24: ration.v1.ReleaseRequest
+	(*SlotFrame)(nil),            // 21: ration.v1.SlotFrame
+	(*SlotLeaseSnapshot)(nil),    // 22: ration.v1.SlotLeaseSnapshot
+	(*SlotShareSnapshot)(nil),    // 23: ration.v1.SlotShareSnapshot
+	nil,                          // 24: ration.v1.PolicySpec.ClientWeightsEntry
+	(*AcquireRequest)(nil),       // 25: ration.v1.AcquireRequest
+	(*RenewRequest)(nil),         // 26: ration.v1.RenewRequest
+	(*ReleaseRequest)(nil),       // 27: ration.v1.ReleaseRequest
 }
 var file_command_proto_depIdxs = []int32{
-	21, // 0: ration.v1.PolicySpec.client_weights:type_name -> ration.v1.PolicySpec.ClientWeightsEntry
+	24, // 0: ration.v1.PolicySpec.client_weights:type_name -> ration.v1.PolicySpec.ClientWeightsEntry
 	0,  // 1: ration.v1.ApplyPoliciesCommand.policies:type_name -> ration.v1.PolicySpec
-	22, // 2: ration.v1.LeaseOp.acquire:type_name -> ration.v1.AcquireRequest
-	23, // 3: ration.v1.LeaseOp.renew:type_name -> ration.v1.RenewRequest
-	24, // 4: ration.v1.LeaseOp.release:type_name -> ration.v1.ReleaseRequest
+	25, // 2: ration.v1.LeaseOp.acquire:type_name -> ration.v1.AcquireRequest
+	26, // 3: ration.v1.LeaseOp.renew:type_name -> ration.v1.RenewRequest
+	27, // 4: ration.v1.LeaseOp.release:type_name -> ration.v1.ReleaseRequest
 	3,  // 5: ration.v1.LeaseBatchCommand.ops:type_name -> ration.v1.LeaseOp
 	0,  // 6: ration.v1.Snapshot.policies:type_name -> ration.v1.PolicySpec
 	9,  // 7: ration.v1.Snapshot.ledgers:type_name -> ration.v1.LedgerSnapshot
@@ -2335,11 +2695,15 @@ var file_command_proto_depIdxs = []int32{
 	15, // 20: ration.v1.ACLCommand.create:type_name -> ration.v1.ACLToken
 	18, // 21: ration.v1.WindowFrame.key:type_name -> ration.v1.WindowKeySnapshot
 	19, // 22: ration.v1.WindowKeySnapshot.leases:type_name -> ration.v1.WindowLeaseSnapshot
-	23, // [23:23] is the sub-list for method output_type
-	23, // [23:23] is the sub-list for method input_type
-	23, // [23:23] is the sub-list for extension type_name
-	23, // [23:23] is the sub-list for extension extendee
-	0,  // [0:23] is the sub-list for field type_name
+	22, // 23: ration.v1.SlotFrame.leases:type_name -> ration.v1.SlotLeaseSnapshot
+	23, // 24: ration.v1.SlotLeaseSnapshot.current:type_name -> ration.v1.SlotShareSnapshot
+	23, // 25: ration.v1.SlotLeaseSnapshot.superseded:type_name -> ration.v1.SlotShareSnapshot
+	23, // 26: ration.v1.SlotLeaseSnapshot.replaced:type_name -> ration.v1.SlotShareSnapshot
+	27, // [27:27] is the sub-list for method output_type
+	27, // [27:27] is the sub-list for method input_type
+	27, // [27:27] is the sub-list for extension type_name
+	27, // [27:27] is the sub-list for extension extendee
+	0,  // [0:27] is the sub-list for field type_name
 }
 
 func init() { file_command_proto_init() }
@@ -2364,7 +2728,7 @@ func file_command_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_command_proto_rawDesc), len(file_command_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   22,
+			NumMessages:   25,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

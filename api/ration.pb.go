@@ -867,6 +867,21 @@ type Grant struct {
 	WindowNanos          int64 `protobuf:"varint,41,opt,name=window_nanos,json=windowNanos,proto3" json:"window_nanos,omitempty"`
 	WindowResetNanos     int64 `protobuf:"varint,42,opt,name=window_reset_nanos,json=windowResetNanos,proto3" json:"window_reset_nanos,omitempty"`
 	WindowRemainingMilli int64 `protobuf:"varint,43,opt,name=window_remaining_milli,json=windowRemainingMilli,proto3" json:"window_remaining_milli,omitempty"`
+	// A slot lease of a concurrency policy (docs/concurrency.md), else all
+	// 0: run at most slot_count requests at once (cap_milli is
+	// slot_count·1000), acknowledge version at renewals once running
+	// requests have dropped to it. slot_limit is the policy's N;
+	// slot_max_duration_nanos and slot_cancel_grace_nanos its rules.
+	// slot_ack_soon: renew as soon as running requests have dropped to
+	// slot_count (a lowered count is held until then); slot_renew_soon:
+	// renew early, others are giving slots back.
+	SlotLease            bool  `protobuf:"varint,70,opt,name=slot_lease,json=slotLease,proto3" json:"slot_lease,omitempty"`
+	SlotCount            int64 `protobuf:"varint,71,opt,name=slot_count,json=slotCount,proto3" json:"slot_count,omitempty"`
+	SlotLimit            int64 `protobuf:"varint,72,opt,name=slot_limit,json=slotLimit,proto3" json:"slot_limit,omitempty"`
+	SlotMaxDurationNanos int64 `protobuf:"varint,73,opt,name=slot_max_duration_nanos,json=slotMaxDurationNanos,proto3" json:"slot_max_duration_nanos,omitempty"`
+	SlotCancelGraceNanos int64 `protobuf:"varint,74,opt,name=slot_cancel_grace_nanos,json=slotCancelGraceNanos,proto3" json:"slot_cancel_grace_nanos,omitempty"`
+	SlotAckSoon          bool  `protobuf:"varint,75,opt,name=slot_ack_soon,json=slotAckSoon,proto3" json:"slot_ack_soon,omitempty"`
+	SlotRenewSoon        bool  `protobuf:"varint,76,opt,name=slot_renew_soon,json=slotRenewSoon,proto3" json:"slot_renew_soon,omitempty"`
 	unknownFields        protoimpl.UnknownFields
 	sizeCache            protoimpl.SizeCache
 }
@@ -1053,6 +1068,55 @@ func (x *Grant) GetWindowRemainingMilli() int64 {
 		return x.WindowRemainingMilli
 	}
 	return 0
+}
+
+func (x *Grant) GetSlotLease() bool {
+	if x != nil {
+		return x.SlotLease
+	}
+	return false
+}
+
+func (x *Grant) GetSlotCount() int64 {
+	if x != nil {
+		return x.SlotCount
+	}
+	return 0
+}
+
+func (x *Grant) GetSlotLimit() int64 {
+	if x != nil {
+		return x.SlotLimit
+	}
+	return 0
+}
+
+func (x *Grant) GetSlotMaxDurationNanos() int64 {
+	if x != nil {
+		return x.SlotMaxDurationNanos
+	}
+	return 0
+}
+
+func (x *Grant) GetSlotCancelGraceNanos() int64 {
+	if x != nil {
+		return x.SlotCancelGraceNanos
+	}
+	return 0
+}
+
+func (x *Grant) GetSlotAckSoon() bool {
+	if x != nil {
+		return x.SlotAckSoon
+	}
+	return false
+}
+
+func (x *Grant) GetSlotRenewSoon() bool {
+	if x != nil {
+		return x.SlotRenewSoon
+	}
+	return false
 }
 
 type KeyLease struct {
@@ -3382,7 +3446,7 @@ const file_ration_proto_rawDesc = "" +
 	"\bKeyError\x12\x12\n" +
 	"\x04code\x18\x01 \x01(\rR\x04code\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\x12(\n" +
-	"\x04kind\x18\x03 \x01(\x0e2\x14.ration.v1.ErrorKindR\x04kind\"\xe4\x06\n" +
+	"\x04kind\x18\x03 \x01(\x0e2\x14.ration.v1.ErrorKindR\x04kind\"\xfb\b\n" +
 	"\x05Grant\x12\x19\n" +
 	"\blease_id\x18\x01 \x01(\x04R\aleaseId\x12+\n" +
 	"\x12rate_milli_per_sec\x18\x02 \x01(\x03R\x0frateMilliPerSec\x12\x1b\n" +
@@ -3408,7 +3472,17 @@ const file_ration_proto_rawDesc = "" +
 	"\x12window_limit_milli\x18( \x01(\x03R\x10windowLimitMilli\x12!\n" +
 	"\fwindow_nanos\x18) \x01(\x03R\vwindowNanos\x12,\n" +
 	"\x12window_reset_nanos\x18* \x01(\x03R\x10windowResetNanos\x124\n" +
-	"\x16window_remaining_milli\x18+ \x01(\x03R\x14windowRemainingMilli\"]\n" +
+	"\x16window_remaining_milli\x18+ \x01(\x03R\x14windowRemainingMilli\x12\x1d\n" +
+	"\n" +
+	"slot_lease\x18F \x01(\bR\tslotLease\x12\x1d\n" +
+	"\n" +
+	"slot_count\x18G \x01(\x03R\tslotCount\x12\x1d\n" +
+	"\n" +
+	"slot_limit\x18H \x01(\x03R\tslotLimit\x125\n" +
+	"\x17slot_max_duration_nanos\x18I \x01(\x03R\x14slotMaxDurationNanos\x125\n" +
+	"\x17slot_cancel_grace_nanos\x18J \x01(\x03R\x14slotCancelGraceNanos\x12\"\n" +
+	"\rslot_ack_soon\x18K \x01(\bR\vslotAckSoon\x12&\n" +
+	"\x0fslot_renew_soon\x18L \x01(\bR\rslotRenewSoon\"]\n" +
 	"\bKeyLease\x12&\n" +
 	"\x05grant\x18\x01 \x01(\v2\x10.ration.v1.GrantR\x05grant\x12)\n" +
 	"\x05error\x18\x02 \x01(\v2\x13.ration.v1.KeyErrorR\x05error\"j\n" +

@@ -49,8 +49,8 @@ func (s *Server) enableFeatures(withInitial bool) {
 		return
 	}
 	cmd := &api.SetFeaturesCommand{Features: want, WallUnixNanos: time.Now().UnixNano()}
-	if withInitial && want&fsm.FeatureWindows != 0 {
-		cmd.InitialWindowPolicies = s.deferredWindowPolicies()
+	if withInitial {
+		cmd.InitialWindowPolicies = s.deferredPolicies(want)
 	}
 	if res, _, err := s.propose(fsm.CmdSetFeatures, cmd); err != nil {
 		if res == nil {
@@ -58,10 +58,10 @@ func (s *Server) enableFeatures(withInitial bool) {
 			return
 		}
 		// The switch is on; the deferred policies were refused.
-		s.log.Error("feature switches on, but the deferred initial window policies were refused", "features", want, "err", err)
+		s.log.Error("feature switches on, but the deferred initial policies were refused", "features", want, "err", err)
 		return
 	} else if cmd.InitialWindowPolicies != nil {
-		s.log.Info("initial window policies applied with the leased-windows switch", "policies", len(cmd.InitialWindowPolicies.GetPolicies()))
+		s.log.Info("deferred initial policies applied with their feature switch", "policies", len(cmd.InitialWindowPolicies.GetPolicies()))
 	}
 	s.log.Info("feature switches on: every voter supports them", "features", want)
 }

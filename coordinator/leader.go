@@ -214,8 +214,8 @@ func (s *Server) leaderLoop(stop chan struct{}) {
 				s.log.Error("initial policy cannot be leased; skipped", "policy", p.Name, "err", err)
 				continue
 			}
-			if err := s.windowsReady(p); err != nil {
-				s.log.Info("initial window policy deferred until leased windows are on (every voter supports them)", "policy", p.Name)
+			if err := errors.Join(s.windowsReady(p), s.slotsReady(p)); err != nil {
+				s.log.Info("initial policy deferred until its feature switch is on (every voter supports it)", "policy", p.Name, "algorithm", p.Algorithm)
 				continue
 			}
 			cmd.Policies = append(cmd.Policies, p.ToProto())

@@ -29,19 +29,35 @@ func isWindowPolicy(p policy.Policy) bool {
 	return p.Algorithm == policy.FixedWindow || p.Algorithm == policy.SlidingWindowApprox
 }
 
-// deferredWindowPolicies are the initial (--config) window policies the
-// entry that turns leased windows on applies (nil: none). With the switch
-// off, a window policy absent from the state was never applied (the leader
-// refuses window policies until the switch is on, so nobody applied and
-// deleted it), whichever leader made the initial apply; carried in the
-// switch's own entry, no leader change can lose them.
-func (s *Server) deferredWindowPolicies() *api.ApplyPoliciesCommand {
-	if s.cfg.Policies == nil || s.fsm.Features()&fsm.FeatureWindows != 0 {
+// deferredPolicies are the initial (--config) policies that wait for a
+// feature switch this entry turns on (want): window policies for
+// FeatureWindows, concurrency policies for FeatureConcurrency. The entry
+// that turns the switch on applies them (SetFeaturesCommand's
+// initial_window_policies, applied by the FSM once leased windows are on),
+// so no leader change between two entries can lose them. With a switch
+// off, nobody can have applied such a policy, so one absent from the state
+// was never applied (nil: none).
+func (s *Server) deferredPolicies(want uint64) *api.ApplyPoliciesCommand {
+	if s.cfg.Policies == nil {
 		return nil
+	}
+	on := s.fsm.Features()
+	if (on|want)&fsm.FeatureWindows == 0 {
+		return nil // the FSM applies the field only with leased windows on
 	}
 	cmd := &api.ApplyPoliciesCommand{}
 	for _, p := range s.cfg.Policies.Policies {
-		if _, ok := s.fsm.Policy(p.Name); !ok && isWindowPolicy(p) && p.Leasable() == nil {
+		var bit uint64
+		switch {
+		case isWindowPolicy(p):
+			bit = fsm.FeatureWindows
+		case p.Algorithm == policy.Concurrency:
+			bit = fsm.FeatureConcurrency
+		}
+		if bit == 0 || on&bit != 0 || want&bit == 0 {
+			continue
+		}
+		if _, ok := s.fsm.Policy(p.Name); !ok && p.Leasable() == nil {
 			cmd.Policies = append(cmd.Policies, p.ToProto())
 		}
 	}

@@ -22,6 +22,10 @@ policies:
     period: day
     timezone: Europe/Paris
     key: [tenant]
+  - name: inflight
+    algorithm: concurrency
+    limit: 8
+    key: [tenant]
 `
 
 // TestInitialWindowPolicyWaitsForTheSwitch: rationd --config with a window
@@ -33,7 +37,7 @@ func TestInitialWindowPolicyWaitsForTheSwitch(t *testing.T) {
 	if testing.Short() {
 		t.Skip("a real cluster")
 	}
-	adv := fsm.KnownFeatures &^ fsm.FeatureWindows
+	adv := fsm.KnownFeatures &^ (fsm.FeatureWindows | fsm.FeatureConcurrency)
 	c := testcluster.New(t, 3, testcluster.WithPolicies(deferredWindowPolicies),
 		testcluster.WithConfig(func(i int, cfg *coordinator.Config) {
 			if i == 2 {
@@ -52,6 +56,9 @@ func TestInitialWindowPolicyWaitsForTheSwitch(t *testing.T) {
 		return nil
 	})
 	for _, s := range c.Servers() {
+		if _, ok := s.FSM().Policy("inflight"); ok || s.FSM().Features()&fsm.FeatureConcurrency != 0 {
+			t.Fatalf("%s: the concurrency policy applied (features %#x) with a voter that does not support it", s.ID(), s.FSM().Features())
+		}
 		if _, ok := s.FSM().Policy("daily"); ok || s.FSM().Features()&fsm.FeatureWindows != 0 {
 			t.Fatalf("%s: the window policy applied (features %#x) with a voter that does not support leased windows", s.ID(), s.FSM().Features())
 		}
@@ -82,6 +89,9 @@ func TestInitialWindowPolicyWaitsForTheSwitch(t *testing.T) {
 			}
 			if p.Period != "day" || p.Timezone != "Europe/Paris" {
 				return fmt.Errorf("%s: daily is %+v", s.ID(), p)
+			}
+			if _, ok := s.FSM().Policy("inflight"); !ok {
+				return fmt.Errorf("%s: the initial concurrency policy is not applied yet", s.ID())
 			}
 		}
 		return nil

@@ -31,6 +31,8 @@ type capture struct {
 	// frames: proportional to the window keys, which are not in the
 	// copy-on-write maps.
 	windows []*api.WindowFrame
+	// slots: the slot keys (slots.go), copied under the lock likewise.
+	slots []*api.SlotFrame
 
 	// saved holds the ledgers apply replaced since the capture; err a
 	// failed clone. Both guarded by ctx.mu.
@@ -96,6 +98,7 @@ func (s *state) capture(f *FSM) *capture {
 		cp.clients = append(cp.clients, clientCopy{id: id, clientRecord: *rec})
 	}
 	cp.windows = s.exportWindows()
+	cp.slots = s.exportSlots()
 	if f != nil {
 		c.live = append(c.live, cp)
 		c.recompute()
@@ -229,6 +232,11 @@ func writeCapture(w io.Writer, cp *capture) error {
 	}
 	for _, w := range cp.windows {
 		if err := fw.frame(frameWindow, w); err != nil {
+			return err
+		}
+	}
+	for _, sf := range cp.slots {
+		if err := fw.frame(frameSlots, sf); err != nil {
 			return err
 		}
 	}

@@ -115,6 +115,8 @@ type state struct {
 	aclTokens       map[string]*acl.Token
 	// win holds the leased fixed windows (window.go).
 	win windowState
+	// slots holds the concurrency keys (slots.go).
+	slots slotState
 	// idx is derived from the rest (index.go): never serialized.
 	idx index
 	// cow is the snapshots' copy-on-write bookkeeping (cow.go).
@@ -315,9 +317,13 @@ func (s *state) applyPolicies(t int64, cmd *api.ApplyPoliciesCommand) (*Result, 
 		if err := s.windowCheckChange(t, p); err != nil {
 			return nil, err
 		}
+		if err := s.slotCheckChange(t, p); err != nil {
+			return nil, err
+		}
 	}
 	for _, p := range ps {
 		s.windowInstall(p)
+		s.slotInstall(p)
 		if err := s.install(t, p); err != nil {
 			return nil, err
 		}
@@ -423,6 +429,7 @@ func (s *state) begin(t int64, c *api.Caller, kind uint32, n int) ([]byte, error
 // visiting every ledger as a server that predates it does otherwise.
 func (s *state) revoke(t int64, clientID string, incarnation uint64) {
 	s.windowRevoke(clientID, incarnation)
+	s.slotRevoke(t, clientID, incarnation)
 	switch {
 	case !s.indexedExpiry():
 		s.revokeLegacy(t, clientID, incarnation)
@@ -538,6 +545,9 @@ func (s *state) resolve(t int64, k *api.Key, create bool) (policy.Policy, string
 	}
 	if p.Algorithm.IsWindow() {
 		return p, "", nil, windowNotLeasable(p) // leased in window.go, or not at all
+	}
+	if p.Algorithm == policy.Concurrency {
+		return p, "", nil, slotNotLeasable(p) // leased in slots.go
 	}
 	if err := p.Leasable(); err != nil {
 		return p, "", nil, fmt.Errorf("policy %q: %w", p.Name, err)
@@ -706,6 +716,9 @@ func (s *state) acquireKey(t int64, c *api.Caller, k *api.AcquireKey, seen map[s
 	if kl, ok := s.windowAcquire(t, c, k, seen); ok {
 		return kl
 	}
+	if kl, ok := s.slotAcquire(t, c, k, seen); ok {
+		return kl
+	}
 	// (resolve itself checks the policy and key before it creates a key.)
 	p, ck, kl, err := s.resolve(t, k.GetKey(), true)
 	if err != nil {
@@ -781,6 +794,9 @@ func (s *state) renewKey(t int64, c *api.Caller, k *api.RenewKey) *api.KeyLease 
 	if kl, ok := s.windowRenew(t, c, k); ok {
 		return kl
 	}
+	if kl, ok := s.slotRenew(t, c, k); ok {
+		return kl
+	}
 	// clamped_milli means something only with the switch on: off, it is
 	// ignored (not even checked), as a server that predates it does.
 	var clamped int64
@@ -835,6 +851,10 @@ func (s *state) release(t int64, req *api.ReleaseRequest) (*api.ReleaseResponse,
 			resp.Results[i] = wr
 			continue
 		}
+		if sr, ok := s.slotRelease(t, c, k); ok {
+			resp.Results[i] = sr
+			continue
+		}
 		r := &api.ReleaseResult{}
 		_, _, kl, err := s.resolve(t, k.GetKey(), false)
 		if err == nil {
@@ -881,6 +901,7 @@ func (s *state) expire(t, through, retention int64) (res *Result, err error) {
 	defer func() {
 		if err == nil {
 			s.windowExpire(t, res)
+			s.slotExpire(t, through, res)
 		}
 	}()
 	switch {

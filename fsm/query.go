@@ -81,8 +81,12 @@ func (f *FSM) PolicyUsage(name string) (keys, leases int) {
 func (f *FSM) NextDue() (due int64, ok bool) {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
-	// The due index's top (index.go): no scan.
-	return f.st.nextDue()
+	// The due index's top (index.go): no scan; then the slot keys'.
+	due, ok = f.st.nextDue()
+	if sd, sok := f.st.slotsNextDue(); sok && (!ok || sd < due) {
+		due, ok = sd, true
+	}
+	return due, ok
 }
 
 // Leases lists leases and keys, optionally filtered by policy and canonical
@@ -133,6 +137,7 @@ func (f *FSM) Leases(policyName, key string, nowNanos int64) *api.ListLeasesResp
 		}
 	}
 	f.st.windowListing(out, policyName, key, now) // window.go
+	f.st.slotListing(out, policyName, key, now)   // slots.go
 	return out
 }
 

@@ -59,6 +59,7 @@ func PrepareRestore(snapshot []byte, now int64, current []policy.Policy) ([]byte
 			longest = max(longest, r.spec.LeaseDurationNanos)
 		}
 	}
+	longest = max(longest, st.slotsLeaseNanos(current)) // slots.go
 	if longest == 0 {
 		longest = lease.MaxTTLNanos
 	}
@@ -89,6 +90,9 @@ func PrepareRestore(snapshot []byte, now int64, current []policy.Policy) ([]byte
 		}
 	}
 	st.windowsPrepareRestore()
+	if err := st.slotsPrepareRestore(until); err != nil {
+		return nil, err
+	}
 	var out bytes.Buffer
 	if err := writeCapture(&out, st.capture(nil)); err != nil {
 		return nil, err

@@ -221,6 +221,14 @@ func importState(r io.Reader) (*state, error) {
 			if err := st.importWindow(wf); err != nil {
 				return nil, err
 			}
+		case frameSlots:
+			sf := &api.SlotFrame{}
+			if err := proto.Unmarshal(buf, sf); err != nil {
+				return nil, fmt.Errorf("%w: slot frame: %v", errSnapshot, err)
+			}
+			if err := st.importSlots(sf); err != nil {
+				return nil, err
+			}
 		default:
 			return nil, fmt.Errorf("%w: unknown frame kind %d", errSnapshot, kind)
 		}
@@ -232,6 +240,9 @@ func importState(r io.Reader) (*state, error) {
 		return nil, fmt.Errorf("%w: ACL tokens without the ACL feature switch", errSnapshot)
 	}
 	if err := st.checkWindowsImported(); err != nil {
+		return nil, err
+	}
+	if err := st.checkSlotsImported(); err != nil {
 		return nil, err
 	}
 	if len(st.aclTokens) > 0 && !st.aclBootstrapped {

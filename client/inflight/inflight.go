@@ -40,7 +40,9 @@
 // pool at most one lease duration later (never earlier, or two replicas
 // could use one slot). Unlike tokens, slots come back when work finishes,
 // so the lease must also return them early (on release, batched) or the
-// pool drains. ration does not do this today.
+// pool drains. Cluster (cluster.go) does this, for a concurrency policy
+// (docs/concurrency.md): its ClusterLimiter has the same Acquire, Do and
+// Handler shapes over the cluster's slots.
 package inflight
 
 import (

@@ -117,6 +117,11 @@ func (p Policy) Leasable() error {
 			return fmt.Errorf("%w: policy %q: %v", ErrNotLeasable, p.Name, err)
 		}
 		return nil
+	case Concurrency:
+		if err := lease.ValidateSlotRules(p.SlotClientConfig(), int64(DefaultLeaseDuration)); err != nil {
+			return fmt.Errorf("%w: policy %q: %v", ErrNotLeasable, p.Name, err)
+		}
+		return nil
 	}
 	return fmt.Errorf("%w: policy %q uses %s: the cluster leases token buckets, fixed windows and approximate sliding windows only; the exact sliding window is for simulate",
 		ErrNotLeasable, p.Name, p.Algorithm)
@@ -149,4 +154,10 @@ func (p Policy) CanonicalKey(attrs map[string]string) (string, error) {
 		b.WriteString(url.PathEscape(v))
 	}
 	return b.String(), nil
+}
+
+// SlotClientConfig is a concurrency policy's client rules: its max_duration
+// and cancel_grace with the slot lease's drift bound.
+func (p Policy) SlotClientConfig() lease.SlotClientConfig {
+	return lease.SlotClientConfig{DriftPPM: DefaultDriftPPM, MaxDurationNanos: p.MaxDurationNanos, CancelGraceNanos: p.CancelGraceNanos}
 }

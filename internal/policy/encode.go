@@ -69,6 +69,15 @@ func (b *builder) policy(p Policy) mapping {
 			m.put(fTimezone, b.value(p.Timezone))
 		}
 	}
+	if p.Algorithm == Concurrency {
+		m.Content = m.Content[:len(m.Content)-2] // no window
+		if p.MaxDurationNanos != 0 {
+			m.put(fMaxDuration, b.value(formatDuration(p.MaxDurationNanos)))
+		}
+		if p.CancelGraceNanos != 0 {
+			m.put(fCancelGrace, b.value(formatDuration(p.CancelGraceNanos)))
+		}
+	}
 	m.put(fCharge, b.value(string(p.Charge)))
 	if len(p.Key) > 0 {
 		key := b.value(p.Key)

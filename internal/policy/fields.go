@@ -26,6 +26,9 @@ const (
 	fPeriod    = "period"
 	fTimezone  = "timezone"
 
+	fMaxDuration = "max_duration"
+	fCancelGrace = "cancel_grace"
+
 	fLease           = "lease"
 	fWeights         = "weights"
 	fFailure         = "failure"
@@ -66,6 +69,8 @@ var (
 	tokenBucketOnly  = []Algorithm{TokenBucket}
 	windowAlgorithms = []Algorithm{FixedWindow, SlidingWindow, SlidingWindowApprox}
 	fixedWindowOnly  = []Algorithm{FixedWindow}
+	limitAlgorithms  = []Algorithm{FixedWindow, SlidingWindow, SlidingWindowApprox, Concurrency}
+	concurrencyOnly  = []Algorithm{Concurrency}
 )
 
 // topFields are the fields of the file's top-level mapping.
@@ -77,17 +82,19 @@ var topFields = []fieldSpec{
 // (and the walk checks them).
 var policyFields = []fieldSpec{
 	{name: fName, want: "want lower-case letters, digits, '_', '.' or '-', starting with a letter or digit, at most 63 characters, like per-tenant"},
-	{name: fAlgorithm, want: "want one of token-bucket, fixed-window, sliding-window, sliding-window-approx"},
+	{name: fAlgorithm, want: "want one of token-bucket, fixed-window, sliding-window, sliding-window-approx, concurrency"},
 	{name: fCharge, want: "want requests (every request costs 1) or cost (a request costs its cost)"},
 	{name: fKey, want: "want a list of trace attribute names like [tenant] or [tenant, route]"},
 	{name: fRate, algs: tokenBucketOnly, required: true, want: "want tokens per second like 10 or 0.5, or tokens per interval like 1/m, 100/h, 5/s or 3/30s"},
 	{name: fBurst, algs: tokenBucketOnly, required: true, want: "want a number of tokens like 10 or 2.5"},
 	{name: fStart, algs: tokenBucketOnly, want: "want full or empty"},
-	{name: fLimit, algs: windowAlgorithms, required: true, want: "want a whole number of units per window like 100"},
+	{name: fLimit, algs: limitAlgorithms, required: true, want: "want a whole number of units per window like 100 (for concurrency: of requests in flight at once, 0 to 1073741824)"},
 	// window is required unless period is set (parse.go, validate.go).
 	{name: fWindow, algs: windowAlgorithms, want: "want a Go duration like 500ms, 1s, 1m or 1h30m, or whole days like 7d, at most 366d"},
 	{name: fPeriod, algs: fixedWindowOnly, want: "want day, week (ISO weeks, from Monday 00:00) or month, aligned to the calendar in timezone, instead of window"},
 	{name: fTimezone, algs: fixedWindowOnly, want: "want an IANA time zone name like UTC (the default) or Europe/Paris, with period"},
+	{name: fMaxDuration, algs: concurrencyOnly, want: "want a Go duration > 0 shorter than the slot lease's usable span (about 4.99s), like 2s: the longest a request may hold its slot"},
+	{name: fCancelGrace, algs: concurrencyOnly, want: "want a Go duration >= 0 shorter than the slot lease's usable span (about 4.99s), like 200ms, without max_duration: requests are cancelled this long before their slot lease ends"},
 
 	// Cluster settings.
 	{name: fLease, algs: tokenBucketOnly, want: "want a mapping of duration, renew_after and drift_ppm, like {duration: 5s, renew_after: 1500ms, drift_ppm: 1000}"},

@@ -393,7 +393,18 @@ func (p *parser) walkPolicy(index int, m *yaml.Node) (pol Policy, ok bool) {
 		}
 	}
 	if kv, ok := present(fLimit); ok {
-		pol.LimitMilli, _ = p.decimal(id, kv, fLimit, MaxLimit, true)
+		if pol.Algorithm == Concurrency {
+			n, _ := p.integer(id, kv, fLimit, 1, lease.MaxSlots)
+			pol.LimitMilli = n * lease.MilliPerToken
+		} else {
+			pol.LimitMilli, _ = p.decimal(id, kv, fLimit, MaxLimit, true)
+		}
+	}
+	if kv, ok := present(fMaxDuration); ok {
+		pol.MaxDurationNanos, _, _ = p.duration(id, kv, fMaxDuration)
+	}
+	if kv, ok := present(fCancelGrace); ok {
+		pol.CancelGraceNanos, _, _ = p.duration(id, kv, fCancelGrace)
 	}
 	if kv, ok := present(fWindow); ok {
 		if s, ok := p.scalar(id, kv, fWindow); ok {

@@ -20,10 +20,13 @@ const (
 	FixedWindow         Algorithm = "fixed-window"
 	SlidingWindow       Algorithm = "sliding-window"
 	SlidingWindowApprox Algorithm = "sliding-window-approx"
+	// Concurrency bounds the requests in flight at once across the
+	// cluster (docs/concurrency.md): limit whole requests, leased as slots.
+	Concurrency Algorithm = "concurrency"
 )
 
 // Algorithms lists every supported algorithm in documentation order.
-var Algorithms = []Algorithm{TokenBucket, FixedWindow, SlidingWindow, SlidingWindowApprox}
+var Algorithms = []Algorithm{TokenBucket, FixedWindow, SlidingWindow, SlidingWindowApprox, Concurrency}
 
 // IsWindow reports whether a is one of the window algorithms.
 func (a Algorithm) IsWindow() bool {
@@ -87,6 +90,14 @@ type Policy struct {
 	WindowNanos int64
 	Period      string
 	Timezone    string
+
+	// Concurrency only (LimitMilli is then N·1000, N whole requests).
+	// MaxDurationNanos is M: a request starts only if it can end within
+	// its holder's lease, and its context ends M after its start (0: no
+	// M). CancelGraceNanos (without M): running requests' contexts are
+	// cancelled this long before the holder's lease deadline.
+	MaxDurationNanos int64
+	CancelGraceNanos int64
 
 	Charge Charge
 	// Key lists the attributes whose values partition the budget: one
@@ -155,6 +166,8 @@ func (p Policy) NewLimiter(startNanos int64) (lease.Limiter, error) {
 		return lease.NewSlidingWindow(p.windowConfig())
 	case SlidingWindowApprox:
 		return lease.NewApproxSlidingWindow(p.windowConfig())
+	case Concurrency:
+		return nil, fmt.Errorf("%w: policy %q: a concurrency limit bounds requests in flight, not a rate: simulate does not replay it", ErrInvalidPolicy, p.Name)
 	}
 	return nil, fmt.Errorf("%w: policy %q: unknown algorithm %q", ErrInvalidPolicy, p.Name, p.Algorithm)
 }

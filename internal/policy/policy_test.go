@@ -245,7 +245,7 @@ func TestParseErrors(t *testing.T) {
 		{"burst too large", tb("    rate: 1\n    burst: 1000000000001\n"), []string{`policy "p1": field "burst": "1000000000001" is more than the maximum 1000000000000`}, 5},
 		{"bad start", tb("    rate: 1\n    burst: 1\n    start: half\n"), []string{`policy "p1": field "start": "half" is not a start state; want full or empty`}, 6},
 		{"limit on bucket", tb("    rate: 1\n    burst: 1\n    limit: 5\n"),
-			[]string{`policy "p1": field "limit": does not apply to algorithm token-bucket (limit is for fixed-window, sliding-window, sliding-window-approx); token-bucket takes rate, burst, start`}, 6},
+			[]string{`policy "p1": field "limit": does not apply to algorithm token-bucket (limit is for fixed-window, sliding-window, sliding-window-approx, concurrency); token-bucket takes rate, burst, start`}, 6},
 		{"window on bucket", tb("    rate: 1\n    burst: 1\n    window: 1s\n"), []string{`policy "p1": field "window": does not apply to algorithm token-bucket`}, 6},
 
 		{"rate on window", win("    limit: 1\n    window: 1s\n    rate: 1\n"),

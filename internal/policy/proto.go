@@ -36,6 +36,8 @@ func (p Policy) ToProto() *api.PolicySpec {
 		Shadow:                  p.Shadow,
 		MaxKeys:                 p.MaxKeys,
 		MaxLeasesPerKey:         p.MaxLeasesPerKey,
+		MaxDurationNanos:        p.MaxDurationNanos,
+		CancelGraceNanos:        p.CancelGraceNanos,
 	}
 	if len(p.ClientWeights) > 0 {
 		spec.ClientWeights = maps.Clone(p.ClientWeights)
@@ -77,6 +79,8 @@ func FromProto(spec *api.PolicySpec) (Policy, error) {
 		Shadow:                  spec.GetShadow(),
 		MaxKeys:                 spec.GetMaxKeys(),
 		MaxLeasesPerKey:         spec.GetMaxLeasesPerKey(),
+		MaxDurationNanos:        spec.GetMaxDurationNanos(),
+		CancelGraceNanos:        spec.GetCancelGraceNanos(),
 	}
 	if spec.GetRatePeriodNanos() != 0 {
 		p.RateMilliPerSec, p.RatePeriodNanos = spec.GetRateMilliPerPeriod(), spec.GetRatePeriodNanos()

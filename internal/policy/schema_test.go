@@ -45,6 +45,14 @@ const everySetting = `policies:
     algorithm: fixed-window
     limit: 70
     window: 7d
+  - name: inflight
+    algorithm: concurrency
+    limit: 8
+    max_duration: 2s
+  - name: inflight-grace
+    algorithm: concurrency
+    limit: 1
+    cancel_grace: 200ms
 `
 
 // TestEncodeWritesOnlyAcceptedFields: every key the encoder writes, at
@@ -123,7 +131,7 @@ func bucketWith(lines string) string {
 }
 
 const (
-	policyFieldList = "name, algorithm, charge, key, rate, burst, start, limit, window, period, timezone, lease, weights, failure, fallback_rate, shadow, max_keys, max_leases_per_key"
+	policyFieldList = "name, algorithm, charge, key, rate, burst, start, limit, window, period, timezone, max_duration, cancel_grace, lease, weights, failure, fallback_rate, shadow, max_keys, max_leases_per_key"
 )
 
 // TestUnknownFieldInEveryMapping: an unknown field is reported in every
@@ -158,7 +166,7 @@ func TestUnknownFieldInEveryMapping(t *testing.T) {
 		{"lease of a window", "policies:\n  - name: a\n    algorithm: fixed-window\n    limit: 1\n    window: 1s\n    lease: {duraton: 5s}\n",
 			`line 6: policy "a": field "lease": does not apply to algorithm fixed-window (lease is for token-bucket); fixed-window takes limit, window, period, timezone`},
 		{"lease of an unknown algorithm", "policies:\n  - name: a\n    algorithm: leaky\n    lease: {duraton: 5s}\n",
-			`line 3: policy "a": field "algorithm": "leaky" is not an algorithm; want one of token-bucket, fixed-window, sliding-window, sliding-window-approx` + "\n" +
+			`line 3: policy "a": field "algorithm": "leaky" is not an algorithm; want one of token-bucket, fixed-window, sliding-window, sliding-window-approx, concurrency` + "\n" +
 				`line 4: policy "a": field "lease.duraton": is not a lease field; did you mean "duration"? Fields are duration, renew_after, drift_ppm`},
 	}
 	for _, c := range cases {

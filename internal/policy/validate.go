@@ -81,6 +81,8 @@ func validate(p Policy) []*Error {
 			notHere(fTimezone)
 		}
 		errs = append(errs, validateLease(p)...)
+	case p.Algorithm == Concurrency:
+		errs = append(errs, validateConcurrency(p, notHere)...)
 	case algKnown: // a window algorithm
 		if p.LimitMilli < 1000 || p.LimitMilli > MaxLimit*1000 || p.LimitMilli%1000 != 0 {
 			bad(fLimit, "%s is not a whole number in [1, %d]; %s", FormatUnits(p.LimitMilli), MaxLimit, want[fLimit])
@@ -119,6 +121,8 @@ func validate(p Policy) []*Error {
 			{fWeightsClients, len(p.ClientWeights) > 0},
 			{fFailure, p.Failure != ""},
 			{fFallbackRate, p.FallbackRateMilliPerSec != 0},
+			{fMaxDuration, p.MaxDurationNanos != 0},
+			{fCancelGrace, p.CancelGraceNanos != 0},
 		} {
 			if f.set {
 				notHere(f.name)
@@ -133,7 +137,7 @@ func validate(p Policy) []*Error {
 		bad(fMaxLeasesPerKey, "%d %s; %s", p.MaxLeasesPerKey, msg, want[fMaxLeasesPerKey])
 	}
 
-	if len(errs) == 0 {
+	if len(errs) == 0 && p.Algorithm != Concurrency {
 		if _, err := p.NewLimiter(0); err != nil {
 			bad("", "rejected by the limiter: %v", err)
 		}
@@ -264,4 +268,62 @@ func clientIDProblem(id string) string {
 		return fmt.Sprintf("client ID %q is not valid UTF-8", id)
 	}
 	return ""
+}
+
+// validateConcurrency checks a concurrency policy: a whole limit of
+// requests, and its timing rules against the slot lease (lease duration
+// DefaultLeaseDuration, drift DefaultDriftPPM; lease.ValidateSlotRules).
+func validateConcurrency(p Policy, notHere func(string)) []*Error {
+	var errs []*Error
+	bad := func(field, format string, args ...any) {
+		errs = append(errs, &Error{Line: p.Line, PolicyName: p.Name, Field: field, Msg: fmt.Sprintf(format, args...)})
+	}
+	if p.LimitMilli < lease.MilliPerToken || p.LimitMilli > lease.MaxSlots*lease.MilliPerToken || p.LimitMilli%lease.MilliPerToken != 0 {
+		bad(fLimit, "%s is not a whole number of requests in [1, %d]; %s", FormatUnits(p.LimitMilli), lease.MaxSlots, want[fLimit])
+	}
+	usable := usableSpan(int64(DefaultLeaseDuration), DefaultDriftPPM)
+	switch {
+	case p.MaxDurationNanos < 0:
+		bad(fMaxDuration, "%s is negative; %s", time.Duration(p.MaxDurationNanos), want[fMaxDuration])
+	case p.MaxDurationNanos >= usable:
+		bad(fMaxDuration, "%s is not shorter than the slot lease's usable span %s (lease %s, drift_ppm %d), so no request could ever start; %s",
+			time.Duration(p.MaxDurationNanos), formatDuration(usable), formatDuration(int64(DefaultLeaseDuration)), DefaultDriftPPM, want[fMaxDuration])
+	}
+	switch {
+	case p.CancelGraceNanos < 0:
+		bad(fCancelGrace, "%s is negative; %s", time.Duration(p.CancelGraceNanos), want[fCancelGrace])
+	case p.CancelGraceNanos != 0 && p.MaxDurationNanos != 0:
+		bad(fCancelGrace, "is set with max_duration %s, which already ends every request within its lease; want one of max_duration and cancel_grace", time.Duration(p.MaxDurationNanos))
+	case p.CancelGraceNanos >= usable:
+		bad(fCancelGrace, "%s is not shorter than the slot lease's usable span %s, so no request could ever start; %s",
+			time.Duration(p.CancelGraceNanos), formatDuration(usable), want[fCancelGrace])
+	}
+	if len(errs) == 0 {
+		if err := lease.ValidateSlotRules(p.SlotClientConfig(), int64(DefaultLeaseDuration)); err != nil {
+			bad("", "rejected by the slot rules: %v", err)
+		}
+	}
+	for _, f := range []struct {
+		name string
+		set  bool
+	}{
+		{fRate, p.RateMilliPerSec != 0},
+		{fBurst, p.BurstMilli != 0},
+		{fStart, p.StartFull},
+		{fWindow, p.WindowNanos != 0},
+		{fPeriod, p.Period != ""},
+		{fTimezone, p.Timezone != ""},
+		{fLeaseDuration, p.LeaseDurationNanos != 0},
+		{fLeaseRenewAfter, p.RenewAfterNanos != 0},
+		{fLeaseDriftPPM, p.DriftPPM != 0},
+		{fWeightsDefault, p.DefaultWeight != 0},
+		{fWeightsClients, len(p.ClientWeights) > 0},
+		{fFailure, p.Failure != ""},
+		{fFallbackRate, p.FallbackRateMilliPerSec != 0},
+	} {
+		if f.set {
+			notHere(f.name)
+		}
+	}
+	return errs
 }

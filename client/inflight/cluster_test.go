@@ -1,0 +1,123 @@
+package inflight_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ration-dev/ration/api"
+	"github.com/ration-dev/ration/client"
+	"github.com/ration-dev/ration/client/inflight"
+	"github.com/ration-dev/ration/internal/testcluster"
+)
+
+// TestClusterConcurrencyLimit: two replicas' inflight.Cluster limiters on
+// one concurrency policy never run more than its limit at once between
+// them, on a real cluster; a full queue and a bounded wait fail with this
+// package's errors.
+func TestClusterConcurrencyLimit(t *testing.T) {
+	const N = 3
+	c := testcluster.New(t, 3, testcluster.WithPolicies("policies:\n  - {name: other, algorithm: token-bucket, rate: 1, burst: 1}\n"))
+	c.WaitForLeader(t)
+	c.WaitForFeatures(t)
+	yaml := fmt.Sprintf("policies:\n  - {name: inflight, algorithm: concurrency, limit: %d, max_duration: 2s, key: [tenant]}\n", N)
+	testcluster.WaitFor(t, testcluster.DefaultWait, func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		l := c.Leader()
+		if l == nil {
+			return errors.New("no leader")
+		}
+		_, err := c.Admin(c.Index(l)).ApplyPolicies(ctx, &api.ApplyPoliciesRequest{Yaml: yaml})
+		return err
+	})
+	var addrs []string
+	for i := 0; i < c.Len(); i++ {
+		addrs = append(addrs, c.Server(i).GRPCAddr())
+	}
+	var now, peak, done atomic.Int64
+	var wg sync.WaitGroup
+	var stop atomic.Bool
+	lims := make([]*inflight.ClusterLimiter, 2)
+	for i := range lims {
+		cl, err := client.New(context.Background(), client.Config{Servers: addrs, ClientID: fmt.Sprintf("r%d", i)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = cl.Close() })
+		lim := inflight.Cluster(cl, "inflight", "tenant", inflight.Config{MaxQueue: 16, MaxWait: time.Second})
+		t.Cleanup(func() { _ = lim.Close() })
+		lims[i] = lim
+		for range 5 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for !stop.Load() {
+					err := lim.Do(context.Background(), "acme", func(ctx context.Context) error {
+						v := now.Add(1)
+						for m := peak.Load(); v > m && !peak.CompareAndSwap(m, v); m = peak.Load() {
+						}
+						if _, ok := ctx.Deadline(); !ok {
+							t.Error("the slot's context has no deadline (max_duration 2s)")
+						}
+						time.Sleep(2 * time.Millisecond) // the work
+						now.Add(-1)
+						return nil
+					})
+					if err == nil {
+						done.Add(1)
+					} else if !errors.Is(err, inflight.ErrWaitTimeout) {
+						t.Errorf("do: %v", err)
+						return
+					}
+				}
+			}()
+		}
+	}
+	testcluster.WaitFor(t, 60*time.Second, func() error {
+		if done.Load() < 200 {
+			return fmt.Errorf("%d done", done.Load())
+		}
+		return nil
+	})
+	stop.Store(true)
+	wg.Wait()
+	t.Logf("%d requests, at most %d at once", done.Load(), peak.Load())
+	if peak.Load() > N {
+		t.Fatalf("%d at once, more than the limit %d", peak.Load(), N)
+	}
+	// No queue: a busy key fails at once with ErrQueueFull.
+	cl, err := client.New(context.Background(), client.Config{Servers: addrs, ClientID: "r-noqueue"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	nq := inflight.Cluster(cl, "inflight", "tenant", inflight.Config{MaxWait: 100 * time.Millisecond})
+	defer nq.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var releases []func()
+	defer func() {
+		for _, r := range releases {
+			r()
+		}
+	}()
+	testcluster.WaitFor(t, 30*time.Second, func() error {
+		_, rel, err := nq.Acquire(ctx, "other-tenant")
+		if err != nil {
+			return err
+		}
+		releases = append(releases, rel)
+		if len(releases) < N {
+			return fmt.Errorf("%d held", len(releases))
+		}
+		return nil
+	})
+	if _, _, err := nq.Acquire(ctx, "other-tenant"); !errors.Is(err, inflight.ErrQueueFull) {
+		t.Fatalf("a full key with no queue: %v", err)
+	}
+}

@@ -1,0 +1,272 @@
+package client_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ration-dev/ration/client"
+	"github.com/ration-dev/ration/internal/testcluster"
+)
+
+const slotYAML = `
+policies:
+  - name: inflight
+    algorithm: concurrency
+    limit: %d
+    max_duration: 2s
+    key: [tenant]
+`
+
+func newSlots(t *testing.T, cl *client.Client, tenant string) *client.Slots {
+	t.Helper()
+	s := cl.Slots("inflight", map[string]string{"tenant": tenant}, client.SlotOptions{})
+	t.Cleanup(func() { _ = s.Close() })
+	return s
+}
+
+// inflight counts the requests running across every client at once.
+type inflight struct {
+	now, max, done atomic.Int64
+}
+
+func (f *inflight) run(t *testing.T, s *client.Slots, hold time.Duration, stop *atomic.Bool, n *atomic.Int64) {
+	for !stop.Load() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		rctx, release, err := s.Acquire(ctx)
+		cancel()
+		if err != nil {
+			if !errors.Is(err, context.DeadlineExceeded) {
+				t.Errorf("acquire: %v", err)
+				return
+			}
+			continue
+		}
+		v := f.now.Add(1)
+		for {
+			m := f.max.Load()
+			if v <= m || f.max.CompareAndSwap(m, v) {
+				break
+			}
+		}
+		select {
+		case <-time.After(hold): // the request's work
+		case <-rctx.Done():
+		}
+		f.now.Add(-1)
+		release()
+		release() // twice: harmless
+		f.done.Add(1)
+		if n != nil {
+			n.Add(1)
+		}
+	}
+}
+
+// TestSlotsClusterWideLimit: three clients, each with more workers than
+// the limit, never run more than N requests at once between them, on a
+// real cluster; every client gets to run some.
+func TestSlotsClusterWideLimit(t *testing.T) {
+	const N = 4
+	if got := clusterWideMax(t, N, false); got > N {
+		t.Fatalf("%d requests ran at once, more than the limit %d", got, N)
+	}
+}
+
+// TestSlotsClusterWideLimitNegativeControl: one client that starts
+// requests past its slots (client.SlotsIgnoreLimit) is caught.
+func TestSlotsClusterWideLimitNegativeControl(t *testing.T) {
+	const N = 4
+	if got := clusterWideMax(t, N, true); got <= N {
+		t.Fatalf("the control (a client ignoring its slot count) was not caught: at most %d at once", got)
+	} else {
+		t.Logf("caught as expected: %d at once, limit %d", got, N)
+	}
+}
+
+func clusterWideMax(t *testing.T, N int, broken bool) int64 {
+	c := startCluster(t, "policies:\n  - {name: other, algorithm: token-bucket, rate: 1, burst: 1}\n")
+	applyWindowPolicy(t, c, fmt.Sprintf(slotYAML, N))
+	var f inflight
+	var stop atomic.Bool
+	var wg sync.WaitGroup
+	per := make([]atomic.Int64, 3)
+	for i := range 3 {
+		cl := newClient(t, client.Config{Servers: servers(c), ClientID: fmt.Sprintf("replica-%d", i)})
+		s := newSlots(t, cl, "acme")
+		if broken && i == 0 {
+			client.SlotsIgnoreLimit(s)
+		}
+		for range 6 {
+			wg.Add(1)
+			go func() { defer wg.Done(); f.run(t, s, 3*time.Millisecond, &stop, &per[i]) }()
+		}
+	}
+	testcluster.WaitFor(t, 60*time.Second, func() error {
+		for i := range per {
+			if per[i].Load() < 20 {
+				return fmt.Errorf("replica-%d ran %d requests", i, per[i].Load())
+			}
+		}
+		if broken && f.max.Load() <= int64(N) {
+			// The control runs until the checker sees it (or gives up).
+			return fmt.Errorf("the control has run at most %d at once so far", f.max.Load())
+		}
+		return nil
+	})
+	stop.Store(true)
+	wg.Wait()
+	t.Logf("%d requests, at most %d at once", f.done.Load(), f.max.Load())
+	return f.max.Load()
+}
+
+// TestSlotsMoveToBusyClient: a client that goes idle gives its slots
+// back, and a busy one gets them.
+func TestSlotsMoveToBusyClient(t *testing.T) {
+	const N = 4
+	c := startCluster(t, "policies:\n  - {name: other, algorithm: token-bucket, rate: 1, burst: 1}\n")
+	applyWindowPolicy(t, c, fmt.Sprintf(slotYAML, N))
+	a := newSlots(t, newClient(t, client.Config{Servers: servers(c), ClientID: "a"}), "acme")
+	b := newSlots(t, newClient(t, client.Config{Servers: servers(c), ClientID: "b"}), "acme")
+	var f inflight
+	var stopA, stopB atomic.Bool
+	var wg sync.WaitGroup
+	for range 6 {
+		wg.Add(1)
+		go func() { defer wg.Done(); f.run(t, a, 2*time.Millisecond, &stopA, nil) }()
+	}
+	testcluster.WaitFor(t, 30*time.Second, func() error {
+		if l, _, _ := a.State(); l != N {
+			return fmt.Errorf("a holds %d slots", l)
+		}
+		return nil
+	})
+	stopA.Store(true)
+	wg.Wait()
+	for range 6 {
+		wg.Add(1)
+		go func() { defer wg.Done(); f.run(t, b, 2*time.Millisecond, &stopB, nil) }()
+	}
+	testcluster.WaitFor(t, 30*time.Second, func() error {
+		la, _, _ := a.State()
+		lb, _, _ := b.State()
+		if lb != N || la != 0 {
+			return fmt.Errorf("a holds %d slots, b %d", la, lb)
+		}
+		return nil
+	})
+	stopB.Store(true)
+	wg.Wait()
+	if f.max.Load() > N {
+		t.Fatalf("%d requests ran at once, more than the limit %d", f.max.Load(), N)
+	}
+}
+
+// TestSlotsKilledClientReturnAfterExpiry: a client that dies holding every
+// slot (requests running, no release) keeps them held until its lease's
+// expiry, never less; then another client gets them.
+func TestSlotsKilledClientReturnAfterExpiry(t *testing.T) {
+	const N = 2
+	c := startCluster(t, "policies:\n  - {name: other, algorithm: token-bucket, rate: 1, burst: 1}\n")
+	applyWindowPolicy(t, c, fmt.Sprintf(slotYAML, N))
+	a := newSlots(t, newClient(t, client.Config{Servers: servers(c), ClientID: "a"}), "acme")
+	b := newSlots(t, newClient(t, client.Config{Servers: servers(c), ClientID: "b"}), "acme")
+	for range N {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		_, _, err := a.Acquire(ctx) // never released: the process dies
+		cancel()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	lastSend := client.KillSlots(a)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	_, release, err := b.Acquire(ctx)
+	got := time.Now()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer release()
+	// The lease's expiry is at least its last renewal's send time plus the
+	// lease duration (the commit came later), less the clocks' drift.
+	earliest := lastSend.Add(5*time.Second - 5*time.Millisecond)
+	t.Logf("b started %v after a's last renewal", got.Sub(lastSend))
+	if got.Before(earliest) {
+		t.Fatalf("b started %v after a's last renewal, before its lease could expire", got.Sub(lastSend))
+	}
+}
+
+// TestSlotsCarelessCallers: a cancelled context, a policy that is not a
+// concurrency policy, a closed handle, releasing twice.
+func TestSlotsCarelessCallers(t *testing.T) {
+	c := startCluster(t, "policies:\n  - {name: other, algorithm: token-bucket, rate: 1, burst: 1}\n")
+	applyWindowPolicy(t, c, fmt.Sprintf(slotYAML, 1))
+	cl := newClient(t, client.Config{Servers: servers(c), ClientID: "careless"})
+	s := newSlots(t, cl, "acme")
+	done, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, _, err := s.Acquire(done); !errors.Is(err, context.Canceled) {
+		t.Fatalf("a cancelled context: %v", err)
+	}
+	ctx, cancel2 := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel2()
+	_, rel, err := s.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rel()
+	rel() // no double free: the limit stays 1
+	_, rel2, err := s.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	short, cancel3 := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel3()
+	if _, _, err := s.Acquire(short); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("a second request with limit 1: %v", err)
+	}
+	if _, running, _ := s.State(); running != 1 {
+		t.Fatalf("%d running after a double release, want 1", running)
+	}
+	rel2()
+	// A token-bucket policy through Slots: a precise refusal, not a hang.
+	tb := cl.Slots("other", nil, client.SlotOptions{})
+	defer tb.Close()
+	if _, _, err := tb.Acquire(ctx); err == nil || errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("a token-bucket policy: %v", err)
+	}
+	// A policy that does not exist.
+	nx := cl.Slots("nope", nil, client.SlotOptions{})
+	defer nx.Close()
+	if _, _, err := nx.Acquire(ctx); err == nil || errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("no such policy: %v", err)
+	}
+	_ = s.Close()
+	if _, _, err := s.Acquire(ctx); !errors.Is(err, client.ErrSlotsClosed) {
+		t.Fatalf("after close: %v", err)
+	}
+	// Several handles of one client, on two keys and twice on one, used at
+	// once: each its own holder, none answered with another's record.
+	hs := []*client.Slots{newSlots(t, cl, "k1"), newSlots(t, cl, "k2"), newSlots(t, cl, "k3"), newSlots(t, cl, "k3")}
+	var wg sync.WaitGroup
+	for _, h := range hs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range 20 {
+				_, rel, err := h.Acquire(ctx)
+				if err != nil {
+					t.Errorf("handle: %v", err)
+					return
+				}
+				rel()
+			}
+		}()
+	}
+	wg.Wait()
+}

@@ -1,0 +1,475 @@
+package fsm
+
+import (
+	"fmt"
+	"slices"
+
+	"github.com/ration-dev/ration/api"
+	"github.com/ration-dev/ration/internal/policy"
+	"github.com/ration-dev/ration/internal/rpcerr"
+	"github.com/ration-dev/ration/lease"
+)
+
+// Cluster-wide concurrency limits (docs/concurrency.md). With
+// FeatureConcurrency on, a concurrency policy's keys are lease.SlotLedgers,
+// kept here beside the token and window ledgers; the lease batch's acquire,
+// renew and release ops carry slot leases (no new command type), and
+// revoke, expire, snapshots and restores reach them through a few hooks in
+// fsm.go, query.go, capture.go, snapshot.go and restore.go.
+//
+// On the wire a slot lease is a Grant with slot_lease set: slot_count s
+// (and cap_milli s·1000), the version the client acknowledges at renewals
+// (RenewKey.acked_version) once its running requests have dropped to s,
+// and the policy's rules. The demand's burst_milli is the slots asked for
+// (running plus queued requests), in whole requests, rounded up.
+
+// FeatureConcurrency: concurrency policies are applied and leased as slot
+// ledgers (lease.SlotLedger), and snapshots carry them (frame kind 7).
+// Off, a concurrency policy is refused, as on a server that predates it
+// (it does not know the algorithm).
+const FeatureConcurrency uint64 = 1 << 8
+
+// faultSlotSnapshotDropsKeys: snapshots leave out the slot keys, so a
+// restarted or caught-up server forgets every held slot (the fsm slot
+// tests' negative control). Outside fault.go's sequence.
+const faultSlotSnapshotDropsKeys fault = 0x41
+
+// frameSlots is a snapshot frame of one slot key (api.SlotFrame). Older
+// servers refuse the frame kind (and the switch).
+const frameSlots byte = 7
+
+// Slot lease settings: a concurrency policy has no lease section; its
+// slot leases last slotLeaseNanos, renewed after a third of it, with the
+// default drift bound (what policy validation checks max_duration and
+// cancel_grace against).
+const (
+	slotLeaseNanos = int64(policy.DefaultLeaseDuration)
+	slotDriftPPM   = policy.DefaultDriftPPM
+)
+
+type slotState struct {
+	keys map[string]map[string]*lease.SlotLedger
+	// attrs: the key attributes each name's keys were made under.
+	attrs map[string][]string
+}
+
+func (s *state) slotsOn() bool { return s.features&FeatureConcurrency != 0 }
+
+// slotPolicy returns the concurrency policy a key names, if the switch is
+// on and it is one.
+func (s *state) slotPolicy(k *api.Key) (policy.Policy, bool) {
+	p, ok := s.policies[k.GetPolicy()]
+	return p, ok && s.slotsOn() && p.Algorithm == policy.Concurrency
+}
+
+// slotNotLeasable refuses a concurrency policy with the switch off.
+func slotNotLeasable(p policy.Policy) error {
+	return fmt.Errorf("policy %q: %w: policy %q uses %s, which the cluster leases only once every voter supports it (FeatureConcurrency)",
+		p.Name, policy.ErrNotLeasable, p.Name, p.Algorithm)
+}
+
+func slotConfig(p policy.Policy) lease.SlotConfig {
+	return lease.SlotConfig{Limit: p.LimitMilli / lease.MilliPerToken, MaxLeases: int(p.MaxLeasesPerKey), DriftPPM: slotDriftPPM}
+}
+
+// slotLedger finds (or, with create, makes) a slot key's ledger, and
+// applies the policy's current limit to it (lease.SlotLedger.Reconfigure).
+func (s *state) slotLedger(t int64, p policy.Policy, k *api.Key, create bool) (string, *lease.SlotLedger, error) {
+	ck, err := p.CanonicalKey(k.GetAttributes())
+	if err != nil {
+		return "", nil, fmt.Errorf("policy %q: %w", p.Name, err)
+	}
+	cfg := slotConfig(p)
+	l := s.slots.keys[p.Name][ck]
+	if l == nil {
+		if !create {
+			return ck, nil, fmt.Errorf("%w: policy %q has no key %q", lease.ErrLeaseNotFound, p.Name, ck)
+		}
+		if int64(len(s.slots.keys[p.Name])) >= p.MaxKeys {
+			s.collectSlots(t, p.Name)
+		}
+		if int64(len(s.slots.keys[p.Name])) >= p.MaxKeys {
+			return ck, nil, fmt.Errorf("%w: policy %q already tracks max_keys=%d keys", rpcerr.ErrResourceExhausted, p.Name, p.MaxKeys)
+		}
+		if l, err = lease.NewSlotLedger(cfg, t); err != nil {
+			return ck, nil, fmt.Errorf("policy %q: %w", p.Name, err)
+		}
+		if s.idGeneration > 0 {
+			l.RaiseNextID(s.firstLeaseID())
+		}
+		if s.restoreHoldUntil > t {
+			if err := l.HoldAll(t, s.restoreHoldUntil); err != nil {
+				return ck, nil, fmt.Errorf("policy %q: %w", p.Name, err)
+			}
+		}
+		if s.slots.keys == nil {
+			s.slots.keys = map[string]map[string]*lease.SlotLedger{}
+			s.slots.attrs = map[string][]string{}
+		}
+		if s.slots.keys[p.Name] == nil {
+			s.slots.keys[p.Name] = map[string]*lease.SlotLedger{}
+		}
+		s.slots.keys[p.Name][ck] = l
+		s.slots.attrs[p.Name] = slices.Clone(p.Key)
+	}
+	if l.Config() != cfg {
+		if err := l.Reconfigure(max(t, l.NowNanos()), cfg); err != nil {
+			return ck, nil, fmt.Errorf("policy %q key %q: %w", p.Name, ck, err)
+		}
+	}
+	return ck, l, nil
+}
+
+// slotIdle: no lease (replaced holds included) and no restore hold: the
+// ledger is indistinguishable from a fresh one but for its next ID.
+func slotIdle(l *lease.SlotLedger, t int64) bool {
+	st := l.State()
+	return len(st.Leases) == 0 && st.HoldAllUntilNanos <= t
+}
+
+// collectSlots drops a policy's idle slot keys.
+func (s *state) collectSlots(t int64, name string) {
+	for _, ck := range sortedKeys(s.slots.keys[name]) {
+		if slotIdle(s.slots.keys[name][ck], t) {
+			delete(s.slots.keys[name], ck)
+		}
+	}
+	if len(s.slots.keys[name]) == 0 {
+		delete(s.slots.keys, name)
+		delete(s.slots.attrs, name)
+	}
+}
+
+// slotDemand is the slots a demand asks for: its burst in whole requests,
+// rounded up, at most lease.MaxSlots.
+func slotDemand(d *api.Demand) int64 {
+	b := max(d.GetBurstMilli(), 0)
+	return min((b+lease.MilliPerToken-1)/lease.MilliPerToken, lease.MaxSlots)
+}
+
+func slotGrantProto(p policy.Policy, ck string, g lease.SlotGrant) *api.Grant {
+	renewAfter := slotLeaseNanos / policy.DefaultRenewDivisor
+	if g.RenewSoon {
+		renewAfter = MinEarlyRenewNanos
+	}
+	return &api.Grant{
+		LeaseId:              uint64(g.LeaseID),
+		CapMilli:             g.Slots * lease.MilliPerToken,
+		TtlNanos:             g.TTLNanos,
+		RenewAfterNanos:      min(renewAfter, g.TTLNanos),
+		DriftPpm:             slotDriftPPM,
+		FailureMode:          string(policy.FailClosed),
+		Shadow:               p.Shadow,
+		CanonicalKey:         ck,
+		Version:              g.Version,
+		KeyAttributes:        append([]string(nil), p.Key...),
+		KeyAttributesSet:     true,
+		PolicyBurstMilli:     p.LimitMilli,
+		SlotLease:            true,
+		SlotCount:            g.Slots,
+		SlotLimit:            p.LimitMilli / lease.MilliPerToken,
+		SlotMaxDurationNanos: p.MaxDurationNanos,
+		SlotCancelGraceNanos: p.CancelGraceNanos,
+		SlotAckSoon:          g.AckSoon,
+		SlotRenewSoon:        g.RenewSoon,
+	}
+}
+
+// slotAcquire grants a slot lease (ok false: not a slot key, the caller
+// goes on).
+func (s *state) slotAcquire(t int64, c *api.Caller, k *api.AcquireKey, seen map[string]bool) (*api.KeyLease, bool) {
+	p, ok := s.slotPolicy(k.GetKey())
+	if !ok {
+		return nil, false
+	}
+	ck, l, err := s.slotLedger(t, p, k.GetKey(), true)
+	if err != nil {
+		return &api.KeyLease{Error: keyError(err)}, true
+	}
+	if seen[p.Name+"\x00"+ck] {
+		return &api.KeyLease{Error: keyError(fmt.Errorf("%w: key %s/%s is listed twice in one request", rpcerr.ErrInvalid, p.Name, ck))}, true
+	}
+	seen[p.Name+"\x00"+ck] = true
+	g, err := l.Grant(max(t, l.NowNanos()), lease.SlotGrantRequest{
+		ClientID: c.GetClientId(), Incarnation: c.GetIncarnation(), Seq: c.GetSeq(),
+		Weight: max(p.Weight(c.GetClientId()), 1), DemandSlots: slotDemand(k.GetDemand()), TTLNanos: slotLeaseNanos,
+	})
+	if err != nil {
+		return &api.KeyLease{Error: keyError(leaseErr(p, ck, err))}, true
+	}
+	return &api.KeyLease{Grant: slotGrantProto(p, ck, g)}, true
+}
+
+// slotRenew extends a slot lease with a fresh demand and acknowledgement.
+func (s *state) slotRenew(t int64, c *api.Caller, k *api.RenewKey) (*api.KeyLease, bool) {
+	p, ok := s.slotPolicy(k.GetKey())
+	if !ok {
+		return nil, false
+	}
+	ck, l, err := s.slotLedger(t, p, k.GetKey(), false)
+	if err != nil {
+		return &api.KeyLease{Error: keyError(leaseErr(p, ck, err))}, true
+	}
+	g, err := l.Renew(max(t, l.NowNanos()), lease.SlotRenewRequest{
+		ClientID: c.GetClientId(), Incarnation: c.GetIncarnation(), LeaseID: lease.LeaseID(k.GetLeaseId()),
+		Weight: max(p.Weight(c.GetClientId()), 1), DemandSlots: slotDemand(k.GetDemand()), TTLNanos: slotLeaseNanos,
+		AckedVersion: k.GetAckedVersion(),
+	})
+	if err != nil {
+		return &api.KeyLease{Error: keyError(leaseErr(p, ck, err))}, true
+	}
+	return &api.KeyLease{Grant: slotGrantProto(p, ck, g)}, true
+}
+
+// slotRelease ends a slot lease (its holder runs nothing under it).
+func (s *state) slotRelease(t int64, c *api.Caller, k *api.ReleaseKey) (*api.ReleaseResult, bool) {
+	p, ok := s.slotPolicy(k.GetKey())
+	if !ok {
+		return nil, false
+	}
+	r := &api.ReleaseResult{}
+	_, l, err := s.slotLedger(t, p, k.GetKey(), false)
+	if err == nil {
+		err = l.Release(max(t, l.NowNanos()), lease.SlotReleaseRequest{ClientID: c.GetClientId(), Incarnation: c.GetIncarnation(), LeaseID: lease.LeaseID(k.GetLeaseId())})
+	}
+	if err != nil {
+		r.Error = keyError(err)
+	}
+	return r, true
+}
+
+// slotRevoke drops the slot leases of clientID's incarnations below
+// incarnation: that process is gone, and its requests with it.
+func (s *state) slotRevoke(t int64, clientID string, incarnation uint64) {
+	for _, pn := range sortedKeys(s.slots.keys) {
+		for _, ck := range sortedKeys(s.slots.keys[pn]) {
+			l := s.slots.keys[pn][ck]
+			_, _ = l.Revoke(max(t, l.NowNanos()), clientID, incarnation) // only a time error, excluded by max
+		}
+	}
+}
+
+// slotExpire removes the slot leases due by through and collects idle
+// keys (every policy's, deleted ones included).
+func (s *state) slotExpire(t, through int64, res *Result) {
+	for _, pn := range sortedKeys(s.slots.keys) {
+		for _, ck := range sortedKeys(s.slots.keys[pn]) {
+			l := s.slots.keys[pn][ck]
+			now := max(t, l.NowNanos())
+			gone, err := l.ExpireThrough(now, min(through, now))
+			if err == nil {
+				res.expired(pn, len(gone))
+			}
+		}
+		s.collectSlots(t, pn)
+	}
+}
+
+// slotsNextDue is the earliest slot lease expiry (the leader proposes an
+// expire entry then: a slot frees only at an expire entry).
+func (s *state) slotsNextDue() (int64, bool) {
+	best, ok := int64(0), false
+	for _, ks := range s.slots.keys {
+		for _, l := range ks {
+			if e, has := l.NextExpiry(); has && (!ok || e < best) {
+				best, ok = e, true
+			}
+		}
+	}
+	return best, ok
+}
+
+// slotCheckChange refuses, with the switch off, a concurrency policy (a
+// server that predates it does not know the algorithm), and, with it on, a
+// change that would key a name's slots differently (other key attributes,
+// or another algorithm) while its keys hold leases: the old keys' holders
+// still run requests the new keys would not count.
+func (s *state) slotCheckChange(t int64, p policy.Policy) error {
+	if !s.slotsOn() {
+		if p.Algorithm == policy.Concurrency {
+			return fmt.Errorf("%w: policy %q: algorithm concurrency needs every server to support cluster-wide concurrency (FeatureConcurrency)", rpcerr.ErrInvalid, p.Name)
+		}
+		return nil
+	}
+	if s.slotKeysKept(p) {
+		return nil
+	}
+	n := 0
+	for _, l := range s.slots.keys[p.Name] {
+		if !slotIdle(l, t) {
+			n++
+		}
+	}
+	if n == 0 {
+		return nil
+	}
+	return fmt.Errorf("%w: policy %q: %d concurrency keys hold slot leases; a concurrency policy whose key or algorithm changes can be applied once they have expired or been released",
+		rpcerr.ErrPrecondition, p.Name, n)
+}
+
+func (s *state) slotKeysKept(p policy.Policy) bool {
+	attrs, ok := s.slots.attrs[p.Name]
+	return !ok || len(s.slots.keys[p.Name]) == 0 || p.Algorithm == policy.Concurrency && slices.Equal(attrs, p.Key)
+}
+
+// slotInstall drops a name's slot keys when its new definition keys them
+// differently (slotCheckChange passed, so they are idle).
+func (s *state) slotInstall(p policy.Policy) {
+	if !s.slotKeysKept(p) {
+		delete(s.slots.keys, p.Name)
+		delete(s.slots.attrs, p.Name)
+	}
+}
+
+// slotsPrepareRestore applies rule (j) to every slot key of a restored
+// state: every slot held until until, the restored leases dropped, lease
+// IDs in the new generation.
+func (s *state) slotsPrepareRestore(until int64) error {
+	for _, pn := range sortedKeys(s.slots.keys) {
+		for _, ck := range sortedKeys(s.slots.keys[pn]) {
+			l := s.slots.keys[pn][ck]
+			if err := l.HoldAll(max(s.clusterTime, l.NowNanos()), until); err != nil {
+				return fmt.Errorf("fsm: prepare restore: slot key %s/%s: %w", pn, ck, err)
+			}
+			l.RaiseNextID(s.firstLeaseID())
+		}
+	}
+	return nil
+}
+
+func slotShareProto(v lease.SlotShare) *api.SlotShareSnapshot {
+	return &api.SlotShareSnapshot{Slots: v.Slots, ExpiresNanos: v.ExpiresNanos, Version: v.Version}
+}
+
+func slotShareOf(v *api.SlotShareSnapshot) lease.SlotShare {
+	return lease.SlotShare{Slots: v.GetSlots(), ExpiresNanos: v.GetExpiresNanos(), Version: v.GetVersion()}
+}
+
+// exportSlots is the state's frames of kind 7, one per key, sorted: built
+// under the lock at a capture (the slot keys are not in the copy-on-write
+// maps).
+func (s *state) exportSlots() []*api.SlotFrame {
+	if s.fault == faultSlotSnapshotDropsKeys {
+		return nil
+	}
+	var out []*api.SlotFrame
+	for _, pn := range sortedKeys(s.slots.keys) {
+		for _, ck := range sortedKeys(s.slots.keys[pn]) {
+			st := s.slots.keys[pn][ck].State()
+			f := &api.SlotFrame{Policy: pn, Key: ck, Limit: st.Config.Limit, MaxLeases: int64(st.Config.MaxLeases), DriftPpm: st.Config.DriftPPM,
+				NowNanos: st.NowNanos, NextId: uint64(st.NextID), HoldAllUntilNanos: st.HoldAllUntilNanos, OvercommitUntilNanos: st.OvercommitUntilNanos,
+				KeyAttributes: slices.Clone(s.slots.attrs[pn])}
+			for _, le := range st.Leases {
+				ls := &api.SlotLeaseSnapshot{Id: uint64(le.ID), ClientId: le.ClientID, Incarnation: le.Incarnation, GrantSeq: le.GrantSeq,
+					Weight: le.Weight, DemandSlots: le.DemandSlots, Current: slotShareProto(le.Current), LastTtlNanos: le.LastTTLNanos}
+				for _, v := range le.Superseded {
+					ls.Superseded = append(ls.Superseded, slotShareProto(v))
+				}
+				for _, v := range le.Replaced {
+					ls.Replaced = append(ls.Replaced, slotShareProto(v))
+				}
+				f.Leases = append(f.Leases, ls)
+			}
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+// importSlots reads one frame of kind 7, checking the ledger's invariants.
+func (st *state) importSlots(f *api.SlotFrame) error {
+	ls := lease.SlotLedgerState{
+		Config:   lease.SlotConfig{Limit: f.GetLimit(), MaxLeases: int(f.GetMaxLeases()), DriftPPM: f.GetDriftPpm()},
+		NowNanos: f.GetNowNanos(), NextID: lease.LeaseID(f.GetNextId()),
+		HoldAllUntilNanos: f.GetHoldAllUntilNanos(), OvercommitUntilNanos: f.GetOvercommitUntilNanos(),
+	}
+	for _, le := range f.GetLeases() {
+		sl := lease.SlotLease{ID: lease.LeaseID(le.GetId()), ClientID: le.GetClientId(), Incarnation: le.GetIncarnation(), GrantSeq: le.GetGrantSeq(),
+			Weight: le.GetWeight(), DemandSlots: le.GetDemandSlots(), Current: slotShareOf(le.GetCurrent()), LastTTLNanos: le.GetLastTtlNanos()}
+		for _, v := range le.GetSuperseded() {
+			sl.Superseded = append(sl.Superseded, slotShareOf(v))
+		}
+		for _, v := range le.GetReplaced() {
+			sl.Replaced = append(sl.Replaced, slotShareOf(v))
+		}
+		if n := len(ls.Leases); n > 0 {
+			prev := ls.Leases[n-1]
+			if prev.ClientID > sl.ClientID || prev.ClientID == sl.ClientID && prev.Incarnation >= sl.Incarnation {
+				return fmt.Errorf("%w: slot key %s/%s: leases out of order", errSnapshot, f.GetPolicy(), f.GetKey())
+			}
+		}
+		ls.Leases = append(ls.Leases, sl)
+	}
+	l, err := lease.NewSlotLedgerFromState(ls)
+	if err != nil {
+		return fmt.Errorf("%w: slot key %s/%s: %v", errSnapshot, f.GetPolicy(), f.GetKey(), err)
+	}
+	if st.slots.keys == nil {
+		st.slots.keys = map[string]map[string]*lease.SlotLedger{}
+		st.slots.attrs = map[string][]string{}
+	}
+	if st.slots.keys[f.GetPolicy()] == nil {
+		st.slots.keys[f.GetPolicy()] = map[string]*lease.SlotLedger{}
+	}
+	if st.slots.keys[f.GetPolicy()][f.GetKey()] != nil {
+		return fmt.Errorf("%w: slot key %s/%s is listed twice", errSnapshot, f.GetPolicy(), f.GetKey())
+	}
+	if old, ok := st.slots.attrs[f.GetPolicy()]; ok && !slices.Equal(old, f.GetKeyAttributes()) {
+		return fmt.Errorf("%w: slot keys of %s made under two keyings", errSnapshot, f.GetPolicy())
+	}
+	st.slots.keys[f.GetPolicy()][f.GetKey()] = l
+	st.slots.attrs[f.GetPolicy()] = slices.Clone(f.GetKeyAttributes())
+	return nil
+}
+
+// checkSlotsImported refuses slot state without its switch.
+func (st *state) checkSlotsImported() error {
+	if len(st.slots.keys) > 0 && !st.slotsOn() {
+		return fmt.Errorf("%w: slot state without the concurrency feature switch", errSnapshot)
+	}
+	return nil
+}
+
+// slotListing adds the slot keys and their leases to a listing: a key's N
+// as its capacity, a lease's slots as its cap (whole requests ·1000) and
+// its held slots as its held cap.
+func (s *state) slotListing(out *api.ListLeasesResponse, policyName, key string, now int64) {
+	for _, pn := range sortedKeys(s.slots.keys) {
+		if policyName != "" && pn != policyName {
+			continue
+		}
+		for _, ck := range sortedKeys(s.slots.keys[pn]) {
+			if key != "" && ck != key {
+				continue
+			}
+			l := s.slots.keys[pn][ck]
+			out.Keys = append(out.Keys, &api.KeyInfo{Policy: pn, Key: ck, CapacityMilli: l.Config().Limit * lease.MilliPerToken,
+				PoolMilli: l.Free() * lease.MilliPerToken})
+			for _, le := range l.Leases() {
+				out.Leases = append(out.Leases, &api.LeaseInfo{Policy: pn, Key: ck, ClientId: le.ClientID, Incarnation: le.Incarnation,
+					LeaseId: uint64(le.ID), CapMilli: le.Current.Slots * lease.MilliPerToken, HeldCapMilli: le.HeldAt(l.NowNanos()) * lease.MilliPerToken,
+					ExpiresNanos: le.Current.ExpiresNanos, ExpiresInNanos: le.Current.ExpiresNanos - now})
+			}
+		}
+	}
+}
+
+// slotsLeaseNanos is the slot lease duration if the restored state or the
+// current policies have any concurrency key or policy, else 0: the
+// restore hold lasts at least that long.
+func (s *state) slotsLeaseNanos(current []policy.Policy) int64 {
+	if len(s.slots.keys) > 0 {
+		return slotLeaseNanos
+	}
+	for _, p := range current {
+		if p.Algorithm == policy.Concurrency {
+			return slotLeaseNanos
+		}
+	}
+	for _, p := range s.policies {
+		if p.Algorithm == policy.Concurrency {
+			return slotLeaseNanos
+		}
+	}
+	return 0
+}
