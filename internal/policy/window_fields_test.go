@@ -81,8 +81,16 @@ func TestExamplePlanIsLeasable(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(f.Policies) != 3 {
+	// A per-minute rate, a daily and a monthly quota, and a concurrency cap.
+	if len(f.Policies) != 4 {
 		t.Fatalf("%d policies", len(f.Policies))
+	}
+	algs := map[Algorithm]int{}
+	for _, p := range f.Policies {
+		algs[p.Algorithm]++
+	}
+	if algs[TokenBucket] != 1 || algs[FixedWindow] != 2 || algs[Concurrency] != 1 {
+		t.Errorf("algorithms %v, want a token bucket, two fixed windows and a concurrency cap", algs)
 	}
 	for _, p := range f.Policies {
 		if err := p.Leasable(); err != nil {

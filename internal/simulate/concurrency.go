@@ -11,10 +11,9 @@ import (
 )
 
 // AlgConcurrency is the policy algorithm the simulator replays as a
-// concurrency limit (docs/concurrency.md). internal/policy does not parse it
-// yet; a hand-built policy.Policy with this algorithm, or Options.Concurrency,
-// selects it.
-const AlgConcurrency policy.Algorithm = "concurrency"
+// concurrency limit (docs/concurrency.md): policy.Concurrency
+// (`algorithm: concurrency` in a policy file), or Options.Concurrency.
+const AlgConcurrency = policy.Concurrency
 
 // Concurrency is a concurrency policy as the simulator replays it: at most
 // Limit requests of one key in flight; with MaxDurationNanos > 0 a request
@@ -27,11 +26,11 @@ type Concurrency struct {
 
 // concurrencyOf says whether p is replayed as a concurrency policy: when
 // opts.Concurrency names it, or its algorithm is AlgConcurrency (limit
-// LimitMilli/1000, no max duration, until internal/policy carries one).
+// LimitMilli/1000, max duration its max_duration).
 func concurrencyOf(p policy.Policy, opts Options) (Concurrency, bool, error) {
 	c, ok := opts.Concurrency[p.Name]
 	if !ok && p.Algorithm == AlgConcurrency {
-		c, ok = Concurrency{Limit: p.LimitMilli / lease.MilliPerToken}, true
+		c, ok = Concurrency{Limit: p.LimitMilli / lease.MilliPerToken, MaxDurationNanos: p.MaxDurationNanos}, true
 	}
 	if !ok {
 		return c, false, nil

@@ -277,3 +277,17 @@ func TestConcurrencyZeroLimit(t *testing.T) {
 		t.Errorf("utilisation %q", u)
 	}
 }
+
+// TestConcurrencyFromPolicyFile: a policy file's `algorithm: concurrency`
+// with `limit` and `max_duration` is replayed as a concurrency limit (the
+// same replay as Options.Concurrency), without any option.
+func TestConcurrencyFromPolicyFile(t *testing.T) {
+	pols := mustPolicies(t, "policies:\n  - name: conc\n    algorithm: concurrency\n    limit: 2\n    max_duration: 50ms\n    key: [tenant]\n")
+	res, dec := run(t, pols, concTrace, Options{})
+	if got := verdicts(dec, "conc"); got != "aaraaaa" {
+		t.Errorf("verdicts %s, want aaraaaa (as with Options.Concurrency and max_duration 50ms)\n%s", got, dec)
+	}
+	if c := res.Policies[0].Concurrency; c == nil || c.Limit != 2 || c.CutOff != 2 || c.MaxDurationMs != 50 {
+		t.Errorf("concurrency %+v, want limit 2, 2 cut off at 50 ms", c)
+	}
+}
