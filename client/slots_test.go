@@ -36,10 +36,13 @@ type inflight struct {
 
 func (f *inflight) run(t *testing.T, s *client.Slots, hold time.Duration, stop *atomic.Bool, n *atomic.Int64) {
 	for !stop.Load() {
+		// The request's context lives until it ends: the slot's context
+		// is derived from it (cancelling it at once made every request
+		// end at once, holding its slot for no time).
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		rctx, release, err := s.Acquire(ctx)
-		cancel()
 		if err != nil {
+			cancel()
 			if !errors.Is(err, context.DeadlineExceeded) {
 				t.Errorf("acquire: %v", err)
 				return
@@ -60,6 +63,7 @@ func (f *inflight) run(t *testing.T, s *client.Slots, hold time.Duration, stop *
 		f.now.Add(-1)
 		release()
 		release() // twice: harmless
+		cancel()
 		f.done.Add(1)
 		if n != nil {
 			n.Add(1)
