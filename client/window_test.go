@@ -79,6 +79,8 @@ func TestWindowPolicyAdmitsLimitPerWindow(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			pace := time.NewTicker(2 * time.Millisecond)
+			defer pace.Stop()
 			for !stop.Load() {
 				before := time.Now()
 				d := lim.AllowN(1)
@@ -90,7 +92,9 @@ func TestWindowPolicyAdmitsLimitPerWindow(t *testing.T) {
 					if d.Reason == client.Limited && d.RetryAfter <= 0 {
 						t.Errorf("a window refusal with no wait: %+v", d)
 					}
-					time.Sleep(2 * time.Millisecond) // offered load, not synchronisation
+					// Back off before offering again (load pacing): the
+					// next call waits for the pacer's tick.
+					<-pace.C
 				}
 			}
 		}()
