@@ -99,9 +99,17 @@ func TestWindowPolicyAdmitsLimitPerWindow(t *testing.T) {
 			}
 		}()
 	}
-	// Run until five whole windows have passed since the first admission.
-	first := int64(-1)
-	testcluster.WaitFor(t, 30*time.Second, func() error {
+	// Run until five whole windows have passed since the first admission
+	// and at least three of them were filled. The bound (never more than
+	// L) is checked in every window; filling one is liveness, which on a
+	// loaded machine can miss a 2 s window (a grant's commit that takes
+	// longer than the window leaves it empty), so the test waits for
+	// full windows rather than demanding that five in a row are (the
+	// utilization figure is TestWindowUtilizationAtThreeTimesLoad's).
+	const wantFull = 3
+	first, last := int64(-1), int64(-1)
+	full := func(k int64) bool { return adm.sure[k]+adm.edge[k] >= L }
+	testcluster.WaitFor(t, 90*time.Second, func() error {
 		adm.mu.Lock()
 		defer adm.mu.Unlock()
 		for k := range adm.sure {
@@ -109,8 +117,18 @@ func TestWindowPolicyAdmitsLimitPerWindow(t *testing.T) {
 				first = k
 			}
 		}
-		if first < 0 || time.Now().UnixNano()/int64(W) < first+6 {
+		last = time.Now().UnixNano()/int64(W) - 1 // the last window over
+		if first < 0 || last < first+5 {
 			return fmt.Errorf("waiting for five windows after the first admission")
+		}
+		n := 0
+		for k := first + 1; k <= last; k++ {
+			if full(k) {
+				n++
+			}
+		}
+		if n < wantFull {
+			return fmt.Errorf("%d of %d windows full under overload, waiting for %d", n, last-first, wantFull)
 		}
 		return nil
 	})
@@ -118,14 +136,11 @@ func TestWindowPolicyAdmitsLimitPerWindow(t *testing.T) {
 	wg.Wait()
 	adm.mu.Lock()
 	defer adm.mu.Unlock()
-	for k := first + 1; k <= first+5; k++ {
+	for k := first + 1; k <= last; k++ {
 		sure, edge := adm.sure[k], adm.edge[k]
-		t.Logf("window %d: %d admitted inside, %d at its edges", k, sure, edge)
+		t.Logf("window %d: %d admitted inside, %d at its edges (full: %v)", k, sure, edge, full(k))
 		if sure > L {
 			t.Errorf("window %d admitted %d, more than the limit %d", k, sure, L)
-		}
-		if sure+edge < L {
-			t.Errorf("window %d admitted only %d (+%d at the edges) of %d under overload", k, sure, edge, L)
 		}
 	}
 	if refusals.Load() == 0 {
