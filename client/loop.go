@@ -3,6 +3,7 @@ package client
 import (
 	"cmp"
 	"context"
+	"fmt"
 	"math"
 	"slices"
 	"time"
@@ -249,6 +250,14 @@ func (c *Client) acquire(ls []*Limiter) {
 			if codes.Code(e.GetCode()) != codes.Unavailable {
 				l.firstOnce.Do(func() { close(l.first) }) // do not make callers wait for a refusal
 			}
+			continue
+		}
+		if kl.GetGrant().GetSlotLease() {
+			// A concurrency policy: a rate decision has no release, so a
+			// Limiter cannot hold its slots (the lease, one per holder,
+			// lapses at its TTL). Refused like a key the cluster refuses.
+			c.backoffKey(l, fmt.Errorf("%w: policy %q limits requests in flight (its grant is a slot lease); a Limiter's decisions have no release: use Client.Slots", ErrConcurrencyPolicy, l.policy))
+			l.firstOnce.Do(func() { close(l.first) })
 			continue
 		}
 		l.install(tSend, kl.GetGrant())
