@@ -444,7 +444,7 @@ func TestCheckConcurrencyRefused(t *testing.T) {
 	// client refuses it, the edge says why.
 	fresh := startEdge(t, servers(c), nil, "edge-conc-fresh", func(cfg *Config) { cfg.PolicyRefresh = time.Hour })
 	testcluster.WaitFor(t, testcluster.DefaultWait, fresh.e.Ready) // its one read in the hour is done
-	fresh.e.policies.Store(&map[string]policyInfo{}) // as if the first read had not happened
+	fresh.e.policies.Store(&map[string]policyInfo{})               // as if the first read had not happened
 	_, err = fresh.adm.Check(context.Background(), &api.CheckRequest{Items: []*api.CheckItem{item("slots", "c", 1)}})
 	if status.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), `item 0: policy "slots" is a concurrency policy`) {
 		t.Errorf("Check of a concurrency policy the edge did not know: %v", err)
