@@ -252,12 +252,18 @@ func (c *Client) acquire(ls []*Limiter) {
 			}
 			continue
 		}
-		if kl.GetGrant().GetSlotLease() {
+		if g := kl.GetGrant(); g.GetSlotLease() {
 			// A concurrency policy: a rate decision has no release, so a
-			// Limiter cannot hold its slots (the lease, one per holder,
-			// lapses at its TTL). Refused like a key the cluster refuses.
+			// Limiter cannot hold its slots. Refused like a key the
+			// cluster refuses; the slot lease goes back at once.
 			c.backoffKey(l, fmt.Errorf("%w: policy %q limits requests in flight (its grant is a slot lease); a Limiter's decisions have no release: use Client.Slots", ErrConcurrencyPolicy, l.policy))
 			l.firstOnce.Do(func() { close(l.first) })
+			rel := &api.ReleaseRequest{Caller: c.caller(c.nextSeq()), Keys: []*api.ReleaseKey{{Key: &api.Key{Policy: l.policy, Attributes: l.attrs}, LeaseId: g.GetLeaseId()}}}
+			go func() {
+				_, _ = call(c, c.stop, c.clock.Precise()+int64(c.cfg.RequestTimeout)*3, func(ctx context.Context, conn *grpc.ClientConn) (*api.ReleaseResponse, error) {
+					return api.NewLeasesClient(conn).Release(ctx, rel)
+				})
+			}()
 			continue
 		}
 		l.install(tSend, kl.GetGrant())
