@@ -103,11 +103,11 @@ func (e *Edge) result(pol string, lim *client.Limiter, d client.Decision) *api.C
 		windowResult(r, pol, ws)
 		return r
 	}
-	if spec, ok := e.isWindowPolicy(pol); ok {
-		windowSpecResult(r, spec)
+	p, ok := e.policyInfo(pol)
+	if ok && p.spec.Algorithm.IsWindow() {
+		windowSpecResult(r, p.spec)
 		return r
 	}
-	p, ok := e.policyInfo(pol)
 	if !ok || p.rate <= 0 {
 		return r
 	}

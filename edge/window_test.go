@@ -409,6 +409,24 @@ func TestRLSWindow(t *testing.T) {
 		t.Errorf("Retry-After %q, want the seconds to the hour's end (%v)", ra, untilHour())
 	}
 
+	// Careless costs: a probe (hits 0) spends nothing; a cost above L is
+	// OVER_LIMIT with no Retry-After (no wait admits it) and no t.
+	for range 2 {
+		if r := h.should(t, "w", 0, withHits(desc("user=bob"), 0)); r.GetOverallCode() != rlspb.RateLimitResponse_OK || r.GetStatuses()[0].GetLimitRemaining() != 3 {
+			t.Errorf("probe: %v", r)
+		}
+	}
+	resp = h.should(t, "w", 0, withHits(desc("user=bob"), 4))
+	if resp.GetOverallCode() != rlspb.RateLimitResponse_OVER_LIMIT || header(resp, "Retry-After") != "" {
+		t.Errorf("cost 4 of a window of 3: %v", resp)
+	}
+	if _, has := oneMember(t, header(resp, "RateLimit")).Param("t"); has {
+		t.Errorf("cost above the limit: RateLimit %q names a reset", header(resp, "RateLimit"))
+	}
+	if r := h.should(t, "w", 0, withHits(desc("user=bob"), 1<<63)); r.GetOverallCode() != rlspb.RateLimitResponse_OVER_LIMIT {
+		t.Errorf("cost 2^63: %v", r)
+	}
+
 	// The unit mapping on the wire: a calendar week, a 10-minute window
 	// (MINUTE x10), one of 1.5 s (no whole unit: UNKNOWN, the limit as is).
 	for _, c := range []struct {
