@@ -176,8 +176,35 @@ type CheckResult struct {
 	// retry_after_seconds is the Retry-After value (whole seconds, rounded
 	// up) for a refusal that a wait can end; 0 otherwise.
 	RetryAfterSeconds int64 `protobuf:"varint,11,opt,name=retry_after_seconds,json=retryAfterSeconds,proto3" json:"retry_after_seconds,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// Window policies (fixed-window, sliding-window-approx; docs/design.md
+	// §8, docs/envoy.md "Window policies"): the window as this edge last
+	// heard of it from the cluster; all unset for a token bucket, and until
+	// the edge holds the key's first chunk. For a window policy rate and
+	// burst are 0, ratelimit_policy is "policy";q=<window_limit>;w=<window
+	// seconds> and ratelimit "policy";r=<window_remaining>;t=<reset
+	// seconds>; remaining stays this edge's share (its chunk's units left).
+	// A refusal because the window is spent has retry_after at the window's
+	// end (window_reset, plus about one renewal round trip); one while the
+	// window still has units, at this edge's next renewal (which asks for
+	// more). A cost above window_limit is exceeds-capacity, retry_never.
+	//
+	// window_limit is the policy's limit L: whole units per window.
+	WindowLimit int64 `protobuf:"varint,20,opt,name=window_limit,json=windowLimit,proto3" json:"window_limit,omitempty"`
+	// window_length is the current window's length (a calendar day may be
+	// 23 or 25 hours, a month 28 to 31 days).
+	WindowLength *durationpb.Duration `protobuf:"bytes,21,opt,name=window_length,json=windowLength,proto3" json:"window_length,omitempty"`
+	// window_remaining is what the window has left for this caller through
+	// this edge: its chunk's units plus what the window had left for any
+	// holder at the cluster's last answer, at most window_limit. Units
+	// granted to other edges and clients are not in it.
+	WindowRemaining int64 `protobuf:"varint,22,opt,name=window_remaining,json=windowRemaining,proto3" json:"window_remaining,omitempty"`
+	// window_reset is the time until the current window ends (0 once past).
+	WindowReset *durationpb.Duration `protobuf:"bytes,23,opt,name=window_reset,json=windowReset,proto3" json:"window_reset,omitempty"`
+	// window_reset_seconds is window_reset in whole seconds, rounded up
+	// (the t of the RateLimit field).
+	WindowResetSeconds int64 `protobuf:"varint,24,opt,name=window_reset_seconds,json=windowResetSeconds,proto3" json:"window_reset_seconds,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
 }
 
 func (x *CheckResult) Reset() {
@@ -287,6 +314,41 @@ func (x *CheckResult) GetRetryAfterSeconds() int64 {
 	return 0
 }
 
+func (x *CheckResult) GetWindowLimit() int64 {
+	if x != nil {
+		return x.WindowLimit
+	}
+	return 0
+}
+
+func (x *CheckResult) GetWindowLength() *durationpb.Duration {
+	if x != nil {
+		return x.WindowLength
+	}
+	return nil
+}
+
+func (x *CheckResult) GetWindowRemaining() int64 {
+	if x != nil {
+		return x.WindowRemaining
+	}
+	return 0
+}
+
+func (x *CheckResult) GetWindowReset() *durationpb.Duration {
+	if x != nil {
+		return x.WindowReset
+	}
+	return nil
+}
+
+func (x *CheckResult) GetWindowResetSeconds() int64 {
+	if x != nil {
+		return x.WindowResetSeconds
+	}
+	return 0
+}
+
 type CheckResponse struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
 	Results []*CheckResult         `protobuf:"bytes,1,rep,name=results,proto3" json:"results,omitempty"`
@@ -354,7 +416,7 @@ const file_check_proto_rawDesc = "" +
 	"\x04cost\x18\x03 \x01(\x03R\x04cost\x1a6\n" +
 	"\bKeyEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xf5\x02\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xf3\x04\n" +
 	"\vCheckResult\x12\x18\n" +
 	"\aallowed\x18\x01 \x01(\bR\aallowed\x12\x16\n" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\x12\x1c\n" +
@@ -369,7 +431,12 @@ const file_check_proto_rawDesc = "" +
 	"\x04rate\x18\t \x01(\x01R\x04rate\x12\x14\n" +
 	"\x05burst\x18\n" +
 	" \x01(\x03R\x05burst\x12.\n" +
-	"\x13retry_after_seconds\x18\v \x01(\x03R\x11retryAfterSeconds\"[\n" +
+	"\x13retry_after_seconds\x18\v \x01(\x03R\x11retryAfterSeconds\x12!\n" +
+	"\fwindow_limit\x18\x14 \x01(\x03R\vwindowLimit\x12>\n" +
+	"\rwindow_length\x18\x15 \x01(\v2\x19.google.protobuf.DurationR\fwindowLength\x12)\n" +
+	"\x10window_remaining\x18\x16 \x01(\x03R\x0fwindowRemaining\x12<\n" +
+	"\fwindow_reset\x18\x17 \x01(\v2\x19.google.protobuf.DurationR\vwindowReset\x120\n" +
+	"\x14window_reset_seconds\x18\x18 \x01(\x03R\x12windowResetSeconds\"[\n" +
 	"\rCheckResponse\x120\n" +
 	"\aresults\x18\x01 \x03(\v2\x16.ration.v1.CheckResultR\aresults\x12\x18\n" +
 	"\aallowed\x18\x02 \x01(\bR\aallowed2G\n" +
@@ -401,14 +468,16 @@ var file_check_proto_depIdxs = []int32{
 	1, // 0: ration.v1.CheckRequest.items:type_name -> ration.v1.CheckItem
 	4, // 1: ration.v1.CheckItem.key:type_name -> ration.v1.CheckItem.KeyEntry
 	5, // 2: ration.v1.CheckResult.retry_after:type_name -> google.protobuf.Duration
-	2, // 3: ration.v1.CheckResponse.results:type_name -> ration.v1.CheckResult
-	0, // 4: ration.v1.Admission.Check:input_type -> ration.v1.CheckRequest
-	3, // 5: ration.v1.Admission.Check:output_type -> ration.v1.CheckResponse
-	5, // [5:6] is the sub-list for method output_type
-	4, // [4:5] is the sub-list for method input_type
-	4, // [4:4] is the sub-list for extension type_name
-	4, // [4:4] is the sub-list for extension extendee
-	0, // [0:4] is the sub-list for field type_name
+	5, // 3: ration.v1.CheckResult.window_length:type_name -> google.protobuf.Duration
+	5, // 4: ration.v1.CheckResult.window_reset:type_name -> google.protobuf.Duration
+	2, // 5: ration.v1.CheckResponse.results:type_name -> ration.v1.CheckResult
+	0, // 6: ration.v1.Admission.Check:input_type -> ration.v1.CheckRequest
+	3, // 7: ration.v1.Admission.Check:output_type -> ration.v1.CheckResponse
+	7, // [7:8] is the sub-list for method output_type
+	6, // [6:7] is the sub-list for method input_type
+	6, // [6:6] is the sub-list for extension type_name
+	6, // [6:6] is the sub-list for extension extendee
+	0, // [0:6] is the sub-list for field type_name
 }
 
 func init() { file_check_proto_init() }

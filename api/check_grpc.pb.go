@@ -32,7 +32,10 @@ const (
 type AdmissionClient interface {
 	// Check decides every item of the batch from the edge's leases. A batch
 	// of 0 or more than 64 items, an empty policy name, a negative cost or
-	// a key over the size limits is INVALID_ARGUMENT; everything else gets
+	// a key over the size limits is INVALID_ARGUMENT. An item naming a
+	// concurrency policy is FAILED_PRECONDITION, naming the item and the
+	// policy: a Check takes no release, so it cannot hold an in-flight slot
+	// (use the Go client's Slots, docs/concurrency.md). Everything else gets
 	// a result per item, in order.
 	Check(ctx context.Context, in *CheckRequest, opts ...grpc.CallOption) (*CheckResponse, error)
 }
@@ -61,7 +64,10 @@ func (c *admissionClient) Check(ctx context.Context, in *CheckRequest, opts ...g
 type AdmissionServer interface {
 	// Check decides every item of the batch from the edge's leases. A batch
 	// of 0 or more than 64 items, an empty policy name, a negative cost or
-	// a key over the size limits is INVALID_ARGUMENT; everything else gets
+	// a key over the size limits is INVALID_ARGUMENT. An item naming a
+	// concurrency policy is FAILED_PRECONDITION, naming the item and the
+	// policy: a Check takes no release, so it cannot hold an in-flight slot
+	// (use the Go client's Slots, docs/concurrency.md). Everything else gets
 	// a result per item, in order.
 	Check(context.Context, *CheckRequest) (*CheckResponse, error)
 	mustEmbedUnimplementedAdmissionServer()

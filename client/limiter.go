@@ -237,6 +237,10 @@ func (l *Limiter) Err() error {
 	return nil
 }
 
+// ErrConcurrencyPolicy is Limiter.Err's error (wrapped) for a key of a
+// concurrency policy: its decisions are NoLease (use Client.Slots).
+var ErrConcurrencyPolicy = errors.New("ration: a concurrency policy is not a rate")
+
 // ErrTooManyWaiters is returned by WaitN when MaxWaiters callers already wait.
 var ErrTooManyWaiters = errors.New("ration: too many waiters on this limiter")
 

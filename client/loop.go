@@ -3,6 +3,7 @@ package client
 import (
 	"cmp"
 	"context"
+	"fmt"
 	"math"
 	"slices"
 	"time"
@@ -249,6 +250,20 @@ func (c *Client) acquire(ls []*Limiter) {
 			if codes.Code(e.GetCode()) != codes.Unavailable {
 				l.firstOnce.Do(func() { close(l.first) }) // do not make callers wait for a refusal
 			}
+			continue
+		}
+		if g := kl.GetGrant(); g.GetSlotLease() {
+			// A concurrency policy: a rate decision has no release, so a
+			// Limiter cannot hold its slots. Refused like a key the
+			// cluster refuses; the slot lease goes back at once.
+			c.backoffKey(l, fmt.Errorf("%w: policy %q limits requests in flight (its grant is a slot lease); a Limiter's decisions have no release: use Client.Slots", ErrConcurrencyPolicy, l.policy))
+			l.firstOnce.Do(func() { close(l.first) })
+			rel := &api.ReleaseRequest{Caller: c.caller(c.nextSeq()), Keys: []*api.ReleaseKey{{Key: &api.Key{Policy: l.policy, Attributes: l.attrs}, LeaseId: g.GetLeaseId()}}}
+			go func() {
+				_, _ = call(c, c.stop, c.clock.Precise()+int64(c.cfg.RequestTimeout)*3, func(ctx context.Context, conn *grpc.ClientConn) (*api.ReleaseResponse, error) {
+					return api.NewLeasesClient(conn).Release(ctx, rel)
+				})
+			}()
 			continue
 		}
 		l.install(tSend, kl.GetGrant())

@@ -2,6 +2,7 @@ package edge
 
 import (
 	"context"
+	"fmt"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -36,6 +37,10 @@ func (e *Edge) Check(_ context.Context, req *api.CheckRequest) (*api.CheckRespon
 		return nil, err
 	}
 	items := req.GetItems()
+	if err := e.checkConcurrency(items); err != nil {
+		e.m.checkInvalid.Add(1)
+		return nil, err
+	}
 	var lbuf [MaxCheckItems]*client.Limiter
 	var dbuf [MaxCheckItems]client.Decision
 	lims, ds := lbuf[:len(items)], dbuf[:len(items)]
@@ -52,6 +57,15 @@ func (e *Edge) Check(_ context.Context, req *api.CheckRequest) (*api.CheckRespon
 			ds[i] = l.AllowN(costs[i])
 		}
 	}
+	// A concurrency policy the edge did not know of yet: the cluster
+	// answered its key with a slot lease, which the client refused.
+	// Items decided before it stay charged, as with any failed call.
+	for i := range evaluated {
+		if refusedAsConcurrency(lims[i], ds[i]) {
+			e.m.checkInvalid.Add(1)
+			return nil, concurrencyError(fmt.Sprintf("item %d", i), items[i].GetPolicy(), 0, "a Check")
+		}
+	}
 	resp := &api.CheckResponse{Results: make([]*api.CheckResult, len(items)), Allowed: true}
 	for i, it := range items {
 		if i >= evaluated {
@@ -60,7 +74,7 @@ func (e *Edge) Check(_ context.Context, req *api.CheckRequest) (*api.CheckRespon
 			continue
 		}
 		e.noteRefusal(lims[i], ds[i])
-		r := e.result(it.GetPolicy(), ds[i])
+		r := e.result(it.GetPolicy(), lims[i], ds[i])
 		resp.Results[i] = r
 		e.m.checkResult(r.Reason)
 		if !r.Allowed {
@@ -73,7 +87,7 @@ func (e *Edge) Check(_ context.Context, req *api.CheckRequest) (*api.CheckRespon
 	return resp, nil
 }
 
-func (e *Edge) result(pol string, d client.Decision) *api.CheckResult {
+func (e *Edge) result(pol string, lim *client.Limiter, d client.Decision) *api.CheckResult {
 	r := &api.CheckResult{Allowed: d.Allowed, Reason: d.Reason.String(), Remaining: max(d.RemainingMilli/lease.MilliPerToken, 0), Shadow: d.Shadow}
 	refused := !d.Allowed
 	switch {
@@ -84,7 +98,16 @@ func (e *Edge) result(pol string, d client.Decision) *api.CheckResult {
 		r.RetryAfter = durationpb.New(d.RetryAfter)
 		r.RetryAfterSeconds = httplimit.CeilSeconds(d.RetryAfter)
 	}
+	// A window policy: the window's figures, not a bucket's.
+	if ws, ok := lim.Window(); ok {
+		windowResult(r, pol, ws)
+		return r
+	}
 	p, ok := e.policyInfo(pol)
+	if ok && p.spec.Algorithm.IsWindow() {
+		windowSpecResult(r, p.spec)
+		return r
+	}
 	if !ok || p.rate <= 0 {
 		return r
 	}

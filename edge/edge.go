@@ -151,6 +151,9 @@ func New(ctx context.Context, cfg Config) (*Edge, error) {
 	if cfg.ClientID == "" {
 		return nil, errors.New("edge: no client ID")
 	}
+	if err := envoyConcurrency(cfg.Envoy, cfg.Policies); err != nil {
+		return nil, fmt.Errorf("edge: %w", err)
+	}
 	ccfg := client.Config{Servers: cfg.Servers, ClientID: cfg.ClientID, Logger: cfg.Logger.With("part", "client"),
 		FirstLeaseWait: cfg.FirstLeaseWait, NoFirstLeaseWait: cfg.NoFirstLeaseWait, TLS: cfg.TLS, Token: cfg.Token}
 	if cfg.Client != nil {
@@ -226,6 +229,9 @@ func addRuleInfo(m map[string]policyInfo, conf *envoyconf.Config) {
 // cluster, so a rule kept across a reload keeps its tokens; the policies
 // of new rules must be applied by the operator, as at start.
 func (e *Edge) SetEnvoy(conf *envoyconf.Config) {
+	if err := envoyConcurrency(conf, e.cfg.Policies); err != nil {
+		e.log.Error("the new envoy configuration maps rules to concurrency policies; their descriptors are refused with FAILED_PRECONDITION", "err", err)
+	}
 	e.envoy.Store(conf)
 	if cur := e.policies.Load(); cur != nil {
 		m := make(map[string]policyInfo, len(*cur))
@@ -359,6 +365,8 @@ func (e *Edge) installPolicies(resp *api.ListPoliciesResponse, warned map[string
 		case !ok:
 			msg = "missing"
 			missing++
+		case got.spec.Algorithm == policy.Concurrency:
+			msg = "concurrency"
 		case want != nil && (got.spec.RateMilliPerSec != want.RateMilliPerSec || got.spec.RatePeriodNanos != want.RatePeriodNanos ||
 			got.spec.BurstMilli != want.BurstMilli || got.spec.Shadow != want.Shadow || strings.Join(got.spec.Key, ",") != strings.Join(want.Key, ",")):
 			msg = "differs"
@@ -368,6 +376,8 @@ func (e *Edge) installPolicies(resp *api.ListPoliciesResponse, warned map[string
 			switch msg {
 			case "missing":
 				e.log.Warn("the cluster has no policy "+name+"; its requests are refused (fail-closed) until the operator applies it", "for", what)
+			case "concurrency":
+				e.log.Error("the cluster's policy "+name+" is a concurrency policy, which the edge cannot serve (a call has no release): its requests are refused with FAILED_PRECONDITION", "for", what)
 			case "differs":
 				e.log.Warn("the cluster's policy "+name+" differs from the one derived here; the cluster's is enforced", "for", what)
 			}

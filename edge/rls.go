@@ -2,6 +2,7 @@ package edge
 
 import (
 	"context"
+	"fmt"
 	"math"
 	"strconv"
 	"time"
@@ -40,6 +41,10 @@ type rlsSlot struct {
 	result string
 	d      client.Decision
 	done   bool // decided (d is set)
+	// win: a window policy's key, ws its window (read after the
+	// decision).
+	win bool
+	ws  client.WindowState
 }
 
 // rlsServer adapts the Edge to the generated service interface.
@@ -105,6 +110,10 @@ func (e *Edge) ShouldRateLimit(_ context.Context, req *rlspb.RateLimitRequest) (
 		case s.rule.DenyAll():
 			s.result = resDenyAll
 		default:
+			if p, ok := e.concurrencyPolicy(s.rule.Policy); ok {
+				e.m.rlsInvalid.Add(1)
+				return nil, concurrencyError(fmt.Sprintf("descriptor %d (envoy rule %s)", i, s.rule.Label()), s.rule.Policy, p.LimitMilli/lease.MilliPerToken, "Envoy's rate limit call")
+			}
 			s.lim = e.limiter(s.rule.Policy, s.rule.Key(values[:n]))
 		}
 	}
@@ -171,6 +180,19 @@ func (e *Edge) ShouldRateLimit(_ context.Context, req *rlspb.RateLimitRequest) (
 			}
 		}
 	}
+	for i := range slots {
+		if s := &slots[i]; s.lim != nil {
+			s.ws, s.win = s.lim.Window()
+		}
+	}
+	// A concurrency policy the edge did not know of yet (the cluster
+	// answered with a slot lease, which the client refused).
+	for i := range slots {
+		if s := &slots[i]; s.done && refusedAsConcurrency(s.lim, s.d) {
+			e.m.rlsInvalid.Add(1)
+			return nil, concurrencyError(fmt.Sprintf("descriptor %d (envoy rule %s)", i, s.rule.Label()), s.rule.Policy, 0, "Envoy's rate limit call")
+		}
+	}
 	resp := &rlspb.RateLimitResponse{Statuses: make([]*rlspb.RateLimitResponse_DescriptorStatus, len(slots))}
 	headerSlot, headerRem := -1, int64(math.MaxInt64)
 	for i := range slots {
@@ -185,12 +207,20 @@ func (e *Edge) ShouldRateLimit(_ context.Context, req *rlspb.RateLimitRequest) (
 			st.CurrentLimit = currentLimit(s.rule)
 		case s.lim != nil && !s.done:
 			s.result = resNotCharged
-			st.CurrentLimit = currentLimit(s.rule)
+			st.CurrentLimit = e.limitOf(s)
 		case s.lim != nil:
 			e.noteRefusal(s.lim, s.d)
-			st.CurrentLimit = currentLimit(s.rule)
-			st.LimitRemaining = uint32(min(max(s.d.RemainingMilli/lease.MilliPerToken, 0), math.MaxUint32))
-			st.DurationUntilReset = durationpb.New(e.untilReset(s.rule, s.d))
+			st.CurrentLimit = e.limitOf(s)
+			rem := s.d.RemainingMilli
+			if s.win {
+				// The window's figures: what it has left through this
+				// edge, and the time to its end.
+				rem = httplimit.WindowRemainingMilli(s.ws)
+				st.DurationUntilReset = durationpb.New(s.ws.ResetIn)
+			} else {
+				st.DurationUntilReset = durationpb.New(e.untilReset(s.rule, s.d))
+			}
+			st.LimitRemaining = uint32(min(max(rem/lease.MilliPerToken, 0), math.MaxUint32))
 			refused := !s.d.Allowed || s.d.Shadow
 			switch {
 			case refused && s.rule.ShadowMode, s.d.Shadow:
@@ -201,7 +231,6 @@ func (e *Edge) ShouldRateLimit(_ context.Context, req *rlspb.RateLimitRequest) (
 			default:
 				s.result = resOK
 			}
-			rem := s.d.RemainingMilli
 			if st.Code == rlspb.RateLimitResponse_OVER_LIMIT {
 				rem = -1 // the refusing descriptor names the headers
 			}
@@ -292,6 +321,9 @@ func (e *Edge) rateOf(r *envoyconf.Rule) (float64, int64) {
 // fields (client/httplimit's syntax) of the refusing descriptor, or of the
 // one with the least remaining, and Retry-After on a refusal.
 func (e *Edge) headers(s *rlsSlot, over bool) []*corev3.HeaderValue {
+	if s.win {
+		return windowHeaders(s, over)
+	}
 	rate, burst := e.rateOf(s.rule)
 	var out []*corev3.HeaderValue
 	if f := httplimit.PolicyField(s.rule.Policy, rate, burst); f != "" {
@@ -304,4 +336,36 @@ func (e *Edge) headers(s *rlsSlot, over bool) []*corev3.HeaderValue {
 	}
 	out = append(out, &corev3.HeaderValue{Key: "RateLimit", Value: httplimit.RateLimitField(s.rule.Policy, s.d.RemainingMilli, t)})
 	return out
+}
+
+// limitOf is a decided or skipped descriptor's current_limit: the
+// window's (windowLimit) for a window policy, else the rule's.
+func (e *Edge) limitOf(s *rlsSlot) *rlspb.RateLimitResponse_RateLimit {
+	if _, ok := e.isWindowPolicy(s.rule.Policy); ok || s.win {
+		return e.windowLimit(s.rule, s.ws, s.win)
+	}
+	return currentLimit(s.rule)
+}
+
+// windowHeaders are a window policy's response_headers_to_add, as
+// client/httplimit's window layer answers: RateLimit-Policy
+// "name";q=<limit>;w=<window seconds>, RateLimit "name";r=<remaining>;
+// t=<seconds to the reset>, and on a refusal Retry-After: at the reset
+// when the window is spent, at the next renewal when it still has units;
+// none for a cost above the limit (no wait admits it).
+func windowHeaders(s *rlsSlot, over bool) []*corev3.HeaderValue {
+	pol := s.rule.Policy
+	out := []*corev3.HeaderValue{{Key: "RateLimit-Policy", Value: httplimit.WindowPolicyField(pol, s.ws)}}
+	rem, t := httplimit.WindowRemainingMilli(s.ws), httplimit.WindowResetSeconds(s.ws)
+	if over {
+		switch {
+		case s.d.RetryAfter == lease.RetryNever:
+			t = -1
+		case s.d.RetryAfter > 0:
+			out = append(out, &corev3.HeaderValue{Key: "Retry-After", Value: strconv.FormatInt(httplimit.CeilSeconds(s.d.RetryAfter), 10)})
+		default:
+			out = append(out, &corev3.HeaderValue{Key: "Retry-After", Value: strconv.FormatInt(max(t, 1), 10)})
+		}
+	}
+	return append(out, &corev3.HeaderValue{Key: "RateLimit", Value: httplimit.RateLimitField(pol, rem, t)})
 }

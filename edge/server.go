@@ -115,7 +115,7 @@ func (e *Edge) serveCheck(w http.ResponseWriter, r *http.Request) {
 	resp, err := e.Check(r.Context(), req)
 	if err != nil {
 		code := http.StatusInternalServerError
-		if status.Code(err) == codes.InvalidArgument {
+		if c := status.Code(err); c == codes.InvalidArgument || c == codes.FailedPrecondition {
 			code = http.StatusBadRequest
 		}
 		writeError(w, code, err)

@@ -3,6 +3,8 @@ package httplimit
 import (
 	"fmt"
 	"time"
+
+	"github.com/ration-dev/ration/client"
 )
 
 // The RateLimit and RateLimit-Policy field values, for other front ends
@@ -37,3 +39,19 @@ func RefillSeconds(rate float64, burst, remainingMilli int64) int64 {
 // CeilSeconds rounds a wait up to whole seconds, at least 1: the
 // Retry-After of a refusal whose decision said to retry after d.
 func CeilSeconds(d time.Duration) int64 { return ceilSeconds(d) }
+
+// WindowPolicyField returns the RateLimit-Policy value
+// "name";q=<limit>;w=<window seconds> of a window policy's window (as a
+// window layer answers it).
+func WindowPolicyField(policy string, ws client.WindowState) string {
+	return windowPolicyField(policy, ws)
+}
+
+// WindowRemainingMilli is a window's r, in milli-units: what this
+// replica's chunk has left plus what the window had left for any replica
+// at the cluster's last answer, at most the limit.
+func WindowRemainingMilli(ws client.WindowState) int64 { return windowRemaining(ws) }
+
+// WindowResetSeconds is a window's t: the seconds to its end, rounded up
+// (0 once past).
+func WindowResetSeconds(ws client.WindowState) int64 { return resetSeconds(ws) }
