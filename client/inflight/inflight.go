@@ -71,6 +71,11 @@ type Config struct {
 	// MaxWait bounds one wait, on top of the context's deadline; 0 means
 	// only the context bounds it.
 	MaxWait time.Duration
+	// DeadlineMargin (ClusterLimiter only) ends a wait this long before
+	// the context's deadline, with ErrWaitTimeout, so that the refusal
+	// reaches the caller before its deadline does; 0 means a tenth of the
+	// time left when the wait starts, at most 100 ms.
+	DeadlineMargin time.Duration
 }
 
 const numShards = 16

@@ -1,0 +1,50 @@
+//go:build ration_faults
+
+package httplimit_test
+
+import (
+	"testing"
+
+	"github.com/ration-dev/ration/client/inflight"
+)
+
+// TestSlotsMiddlewareNegativeControls breaks the release and the refusal
+// of the one code path every concurrency layer shares
+// (inflight.ClusterLimiter.RunKey) and checks that each test of
+// TestSlotsMiddleware catches its break.
+func TestSlotsMiddlewareNegativeControls(t *testing.T) {
+	e := startSlotEnv(t)
+	// inject breaks RunKey; the mend it returns gives the kept slots
+	// back, and must run (deferred) before the limiters close (cleanup).
+	inject := func(t *testing.T, name string) func() {
+		mend, err := inflight.InjectFault(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return mend
+	}
+	t.Run("KeepOnPanic", func(t *testing.T) {
+		defer inject(t, inflight.FaultKeepOnPanic)()
+		if running := slotsAfterPanic(t, e, "panic-control"); running == 0 {
+			t.Fatal("the control (no release on panic) was not caught: no slot taken after the panics")
+		} else {
+			t.Logf("caught as expected: %d slots still taken", running)
+		}
+	})
+	t.Run("KeepOnCancel", func(t *testing.T) {
+		defer inject(t, inflight.FaultKeepOnCancel)()
+		if running := slotsAfterCancel(t, e, "cancel-control"); running == 0 {
+			t.Fatal("the control (no release on cancel) was not caught: no slot taken after the cancel")
+		} else {
+			t.Logf("caught as expected: %d slots still taken", running)
+		}
+	})
+	t.Run("RunOnRefusal", func(t *testing.T) {
+		defer inject(t, inflight.FaultRunOnRefusal)()
+		if peak := slotsClusterWide(t, e, "limit-control", true); peak <= 3 {
+			t.Fatalf("the control (refused requests run anyway) was not caught: at most %d at once", peak)
+		} else {
+			t.Logf("caught as expected: %d at once, limit 3", peak)
+		}
+	})
+}

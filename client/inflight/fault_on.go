@@ -1,0 +1,63 @@
+//go:build ration_faults
+
+package inflight
+
+import (
+	"fmt"
+	"sync"
+	"sync/atomic"
+)
+
+var injected atomic.Uint32
+
+// Fault names, for InjectFault.
+const (
+	FaultKeepOnPanic  = "keep-slot-on-panic"
+	FaultKeepOnCancel = "keep-slot-on-cancel"
+	FaultRunOnRefusal = "run-on-refusal"
+)
+
+// InjectFault breaks RunKey, process-wide, for a negative control (name
+// "" mends it): FaultKeepOnPanic keeps the slot of a handler that panics,
+// FaultKeepOnCancel the slot of a request whose context ended,
+// FaultRunOnRefusal runs a refused request without a slot. It returns
+// the function that mends it and gives back every slot the fault kept.
+func InjectFault(name string) (mend func(), err error) {
+	f := faultNone
+	switch name {
+	case "":
+	case FaultKeepOnPanic:
+		f = faultKeepOnPanic
+	case FaultKeepOnCancel:
+		f = faultKeepOnCancel
+	case FaultRunOnRefusal:
+		f = faultRunOnRefusal
+	default:
+		return nil, fmt.Errorf("inflight: unknown fault %q", name)
+	}
+	injected.Store(uint32(f))
+	return func() {
+		injected.Store(uint32(faultNone))
+		leakedMu.Lock()
+		rs := leaked
+		leaked = nil
+		leakedMu.Unlock()
+		for _, r := range rs {
+			r()
+		}
+	}, nil
+}
+
+func activeFault() fault { return fault(injected.Load()) }
+
+var (
+	leakedMu sync.Mutex
+	leaked   []func()
+)
+
+// leak keeps a slot's release for the mend function.
+func leak(release func()) {
+	leakedMu.Lock()
+	leaked = append(leaked, release)
+	leakedMu.Unlock()
+}
