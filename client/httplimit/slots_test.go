@@ -443,7 +443,7 @@ func testSlotsAfterRate(t *testing.T, e *slotEnv) {
 	}
 	rec := do(wrapped, "GET", "/", asPrincipal("composed"))
 	problemBody(t, rec, http.StatusTooManyRequests, httplimit.ProblemQuotaExceeded)
-	do(wrapped, "GET", "/", asPrincipal("composed-other")) // spends its token...
+	do(wrapped, "GET", "/", asPrincipal("composed-other"))       // spends its token...
 	rec = do(wrapped, "GET", "/", asPrincipal("composed-other")) // ...then is refused by the rate
 	problemBody(t, rec, http.StatusTooManyRequests, httplimit.ProblemQuotaExceeded)
 	for _, c := range []struct {
