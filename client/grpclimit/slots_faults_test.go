@@ -14,17 +14,8 @@ import (
 // tests of TestSlotsInterceptors catch each break.
 func TestSlotsInterceptorsNegativeControls(t *testing.T) {
 	e := startSlotEnv(t)
-	// inject's mend gives the kept slots back; it must run (deferred)
-	// before the limiters close (cleanup).
-	inject := func(t *testing.T, name string) func() {
-		mend, err := inflight.InjectFault(name)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return mend
-	}
 	t.Run("KeepOnPanic", func(t *testing.T) {
-		defer inject(t, inflight.FaultKeepOnPanic)()
+		defer inflight.InjectFault(inflight.FaultKeepOnPanic)()
 		if running := grpcAfterPanic(t, e); running == 0 {
 			t.Fatal("the control (no release on panic) was not caught: no slot taken after the panics")
 		} else {
@@ -32,7 +23,7 @@ func TestSlotsInterceptorsNegativeControls(t *testing.T) {
 		}
 	})
 	t.Run("RunOnRefusal", func(t *testing.T) {
-		defer inject(t, inflight.FaultRunOnRefusal)()
+		defer inflight.InjectFault(inflight.FaultRunOnRefusal)()
 		if peak := grpcClusterWide(t, e, true); peak <= 3 {
 			t.Fatalf("the control (refused calls run anyway) was not caught: at most %d at once", peak)
 		} else {

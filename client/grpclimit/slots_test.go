@@ -13,7 +13,6 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	testpb "google.golang.org/grpc/interop/grpc_testing"
 	"google.golang.org/grpc/status"
 
@@ -109,14 +108,7 @@ func serveSlots(t *testing.T, cl *client.Client, l *inflight.ClusterLimiter, svc
 	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(recoverUnary, authUnary, g.UnaryServerInterceptor()),
 		grpc.ChainStreamInterceptor(authStream, g.StreamServerInterceptor()))
 	testpb.RegisterTestServiceServer(srv, svc)
-	go func() { _ = srv.Serve(ln) }()
-	t.Cleanup(srv.Stop)
-	conn, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = conn.Close() })
-	return testpb.NewTestServiceClient(conn)
+	return testpb.NewTestServiceClient(start(t, srv, ln))
 }
 
 func (e *slotEnv) limiter(t *testing.T, i int, policy string, cfg inflight.Config) *inflight.ClusterLimiter {

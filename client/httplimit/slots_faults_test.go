@@ -14,17 +14,8 @@ import (
 // TestSlotsMiddleware catches its break.
 func TestSlotsMiddlewareNegativeControls(t *testing.T) {
 	e := startSlotEnv(t)
-	// inject breaks RunKey; the mend it returns gives the kept slots
-	// back, and must run (deferred) before the limiters close (cleanup).
-	inject := func(t *testing.T, name string) func() {
-		mend, err := inflight.InjectFault(name)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return mend
-	}
 	t.Run("KeepOnPanic", func(t *testing.T) {
-		defer inject(t, inflight.FaultKeepOnPanic)()
+		defer inflight.InjectFault(inflight.FaultKeepOnPanic)()
 		if running := slotsAfterPanic(t, e, "panic-control"); running == 0 {
 			t.Fatal("the control (no release on panic) was not caught: no slot taken after the panics")
 		} else {
@@ -32,7 +23,7 @@ func TestSlotsMiddlewareNegativeControls(t *testing.T) {
 		}
 	})
 	t.Run("KeepOnCancel", func(t *testing.T) {
-		defer inject(t, inflight.FaultKeepOnCancel)()
+		defer inflight.InjectFault(inflight.FaultKeepOnCancel)()
 		if running := slotsAfterCancel(t, e, "cancel-control"); running == 0 {
 			t.Fatal("the control (no release on cancel) was not caught: no slot taken after the cancel")
 		} else {
@@ -40,7 +31,7 @@ func TestSlotsMiddlewareNegativeControls(t *testing.T) {
 		}
 	})
 	t.Run("RunOnRefusal", func(t *testing.T) {
-		defer inject(t, inflight.FaultRunOnRefusal)()
+		defer inflight.InjectFault(inflight.FaultRunOnRefusal)()
 		if peak := slotsClusterWide(t, e, "limit-control", true); peak <= 3 {
 			t.Fatalf("the control (refused requests run anyway) was not caught: at most %d at once", peak)
 		} else {

@@ -341,10 +341,10 @@ func testSlotsQueueFull(t *testing.T, e *slotEnv) {
 		}()
 		waitState(t, l, "full", 1, int64(i)) // one running, then one queued
 	}
-	if v := gaugeValue(t, reg, "ration_http_concurrency_queued", "conc-one"); v != 1 {
+	if v := metric(t, reg, "ration_http_concurrency_queued", map[string]string{"policy": "conc-one"}); v != 1 {
 		t.Errorf("queued gauge %v, want 1", v)
 	}
-	if v := gaugeValue(t, reg, "ration_http_concurrency_in_flight", "conc-one"); v != 1 {
+	if v := metric(t, reg, "ration_http_concurrency_in_flight", map[string]string{"policy": "conc-one"}); v != 1 {
 		t.Errorf("in-flight gauge %v, want 1", v)
 	}
 	start := time.Now()
@@ -509,26 +509,4 @@ func testSlotsCareless(t *testing.T, e *slotEnv) {
 	_ = closed.Close()
 	rec = do(mustNew(t, httplimit.Config{Client: e.clients[0], Slots: closed}).Wrap(okHandler), "GET", "/", asPrincipal("acme"))
 	problemBody(t, rec, http.StatusServiceUnavailable, httplimit.ProblemCapacityReduced)
-}
-
-// gaugeValue returns the gauge name{policy}, or 0.
-func gaugeValue(t *testing.T, reg *prometheus.Registry, name, policy string) float64 {
-	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			for _, lp := range m.GetLabel() {
-				if lp.GetName() == "policy" && lp.GetValue() == policy {
-					return m.GetGauge().GetValue()
-				}
-			}
-		}
-	}
-	return 0
 }

@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ration-dev/ration/api"
 	"github.com/ration-dev/ration/client"
 	"github.com/ration-dev/ration/client/inflight"
 	"github.com/ration-dev/ration/internal/testcluster"
@@ -23,18 +22,7 @@ func TestClusterConcurrencyLimit(t *testing.T) {
 	const N = 3
 	c := testcluster.New(t, 3, testcluster.WithPolicies("policies:\n  - {name: other, algorithm: token-bucket, rate: 1, burst: 1}\n"))
 	c.WaitForLeader(t)
-	c.WaitForFeatures(t)
-	yaml := fmt.Sprintf("policies:\n  - {name: inflight, algorithm: concurrency, limit: %d, max_duration: 2s, key: [tenant]}\n", N)
-	testcluster.WaitFor(t, testcluster.DefaultWait, func() error {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		l := c.Leader()
-		if l == nil {
-			return errors.New("no leader")
-		}
-		_, err := c.Admin(c.Index(l)).ApplyPolicies(ctx, &api.ApplyPoliciesRequest{Yaml: yaml})
-		return err
-	})
+	c.ApplyPolicies(t, fmt.Sprintf("policies:\n  - {name: inflight, algorithm: concurrency, limit: %d, max_duration: 2s, key: [tenant]}\n", N))
 	var addrs []string
 	for i := 0; i < c.Len(); i++ {
 		addrs = append(addrs, c.Server(i).GRPCAddr())

@@ -21,8 +21,10 @@ const (
 // "" mends it): FaultKeepOnPanic keeps the slot of a handler that panics,
 // FaultKeepOnCancel the slot of a request whose context ended,
 // FaultRunOnRefusal runs a refused request without a slot. It returns
-// the function that mends it and gives back every slot the fault kept.
-func InjectFault(name string) (mend func(), err error) {
+// the function that mends it and gives back every slot the fault kept:
+// defer it, so that it runs before the limiters close (a limiter's Close
+// waits for its kept slots). An unknown name panics.
+func InjectFault(name string) (mend func()) {
 	f := faultNone
 	switch name {
 	case "":
@@ -33,7 +35,7 @@ func InjectFault(name string) (mend func(), err error) {
 	case FaultRunOnRefusal:
 		f = faultRunOnRefusal
 	default:
-		return nil, fmt.Errorf("inflight: unknown fault %q", name)
+		panic(fmt.Sprintf("inflight: unknown fault %q", name))
 	}
 	injected.Store(uint32(f))
 	return func() {
@@ -45,7 +47,7 @@ func InjectFault(name string) (mend func(), err error) {
 		for _, r := range rs {
 			r()
 		}
-	}, nil
+	}
 }
 
 func activeFault() fault { return fault(injected.Load()) }
