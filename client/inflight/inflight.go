@@ -42,7 +42,14 @@
 // so the lease must also return them early (on release, batched) or the
 // pool drains. Cluster (cluster.go) does this, for a concurrency policy
 // (docs/concurrency.md): its ClusterLimiter has the same Acquire, Do and
-// Handler shapes over the cluster's slots.
+// Handler shapes over the cluster's slots, and RunKey, the one path by
+// which every cluster-wide concurrency layer (ClusterHandler,
+// client/httplimit's and client/grpclimit's Config.Slots) takes a slot,
+// runs its handler and releases the slot however the handler ends. Its
+// wait is bounded by MaxWait and ends DeadlineMargin before the context's
+// deadline, so a refusal reaches the caller in time. Builds with -tags
+// ration_faults can break RunKey on purpose (InjectFault), for the
+// negative controls of those layers' tests.
 package inflight
 
 import (
