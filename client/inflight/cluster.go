@@ -29,16 +29,33 @@ type ClusterLimiter struct {
 	attr   string
 	cfg    Config
 
-	mu      sync.Mutex
-	handles map[string]*client.Slots // by client.LimiterID("", key)
-	closed  bool
+	mu        sync.Mutex
+	handles   map[string]*keyHandle // by client.LimiterID("", key)
+	closed    bool
+	lastSweep time.Time
+	closing   sync.WaitGroup // idle handles being closed
 }
 
+// keyHandle is one key's client.Slots and who uses it: callers inside
+// AcquireKey plus slots held (under the limiter's lock).
+type keyHandle struct {
+	s         *client.Slots
+	users     int
+	idleSince time.Time
+}
+
+// defaultIdleTimeout is Config.IdleTimeout's default.
+const defaultIdleTimeout = time.Minute
+
 // Cluster returns a ClusterLimiter on policy, a concurrency policy keyed
-// on attr (or on nothing, attr ""). Close it before c. Its memory grows
-// with the keys used (one handle each, until Close).
+// on attr (or on nothing, attr ""). Close it before c. It keeps one
+// client.Slots handle (a slot lease, renewed while held) per key used
+// within Config.IdleTimeout.
 func Cluster(c *client.Client, policy, attr string, cfg Config) *ClusterLimiter {
-	return &ClusterLimiter{c: c, policy: policy, attr: attr, cfg: cfg, handles: map[string]*client.Slots{}}
+	if cfg.IdleTimeout == 0 {
+		cfg.IdleTimeout = defaultIdleTimeout
+	}
+	return &ClusterLimiter{c: c, policy: policy, attr: attr, cfg: cfg, handles: map[string]*keyHandle{}}
 }
 
 // Policy is the concurrency policy's name.
@@ -51,23 +68,63 @@ func (l *ClusterLimiter) keyOf(key string) client.Key {
 	return client.Key{l.attr: key}
 }
 
-func (l *ClusterLimiter) handle(key client.Key) (*client.Slots, error) {
+// handle returns key's handle, counted as used until done is called.
+func (l *ClusterLimiter) handle(key client.Key) (*keyHandle, error) {
 	id := client.LimiterID("", key)
+	now := time.Now()
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.closed {
 		return nil, client.ErrSlotsClosed
 	}
-	if s := l.handles[id]; s != nil {
-		return s, nil
+	l.sweepLocked(now)
+	h := l.handles[id]
+	if h == nil {
+		q := l.cfg.MaxQueue
+		if q == 0 {
+			q = -1 // none wait
+		}
+		h = &keyHandle{s: l.c.Slots(l.policy, key, client.SlotOptions{MaxQueue: q})}
+		l.handles[id] = h
 	}
-	q := l.cfg.MaxQueue
-	if q == 0 {
-		q = -1 // none wait
+	h.users++
+	return h, nil
+}
+
+// done ends one use of h.
+func (l *ClusterLimiter) done(h *keyHandle) {
+	l.mu.Lock()
+	if h.users--; h.users == 0 {
+		h.idleSince = time.Now()
 	}
-	s := l.c.Slots(l.policy, key, client.SlotOptions{MaxQueue: q})
-	l.handles[id] = s
-	return s, nil
+	l.mu.Unlock()
+}
+
+// sweepLocked closes, at most every half IdleTimeout, the handles nobody
+// has used for IdleTimeout: their slot leases are released (nothing runs
+// under them), and their keys' next requests make new ones. A handle is
+// dropped only while unused, under the lock that counts its users, so no
+// caller holds a dropped handle.
+func (l *ClusterLimiter) sweepLocked(now time.Time) {
+	if l.cfg.IdleTimeout < 0 || now.Sub(l.lastSweep) < l.cfg.IdleTimeout/2 {
+		return
+	}
+	l.lastSweep = now
+	for id, h := range l.handles {
+		if h.users == 0 && now.Sub(h.idleSince) >= l.cfg.IdleTimeout {
+			delete(l.handles, id)
+			l.closing.Add(1)
+			go func() { defer l.closing.Done(); _ = h.s.Close() }()
+		}
+	}
+}
+
+// Keys returns how many keys have a handle (a slot lease, or one being
+// acquired): those used within IdleTimeout.
+func (l *ClusterLimiter) Keys() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.handles)
 }
 
 // Acquire takes one of key's cluster-wide slots: AcquireKey with the
@@ -89,11 +146,14 @@ func (l *ClusterLimiter) Acquire(ctx context.Context, key string) (context.Conte
 // of the key (a gRPC status: no such policy, not a concurrency policy, a
 // bad key).
 func (l *ClusterLimiter) AcquireKey(ctx context.Context, key client.Key) (context.Context, func(), error) {
-	s, err := l.handle(key)
+	h, err := l.handle(key)
 	if err != nil {
 		return nil, nil, err
 	}
-	slotCtx, release, err := s.AcquireWithin(ctx, waitBound(ctx, l.cfg.MaxWait, l.cfg.DeadlineMargin, time.Now()))
+	slotCtx, release, err := h.s.AcquireWithin(ctx, waitBound(ctx, l.cfg.MaxWait, l.cfg.DeadlineMargin, time.Now()))
+	if err != nil {
+		l.done(h)
+	}
 	switch {
 	case err == nil:
 	case errors.Is(err, client.ErrSlotQueueFull):
@@ -104,7 +164,8 @@ func (l *ClusterLimiter) AcquireKey(ctx context.Context, key client.Key) (contex
 		return nil, nil, err
 	}
 	workCtx, stop := slotContext(ctx, slotCtx)
-	return workCtx, func() { stop(); release() }, nil
+	var once sync.Once
+	return workCtx, func() { once.Do(func() { stop(); release(); l.done(h) }) }, nil
 }
 
 // slotContext is the work's context: ctx's values and deadline (the slot's
@@ -193,12 +254,12 @@ func (l *ClusterLimiter) Do(ctx context.Context, key string, f func(context.Cont
 // waiting for a slot. A key not used yet reports zeros.
 func (l *ClusterLimiter) State(key client.Key) (limit, running, waiting int64) {
 	l.mu.Lock()
-	s := l.handles[client.LimiterID("", key)]
+	h := l.handles[client.LimiterID("", key)]
 	l.mu.Unlock()
-	if s == nil {
+	if h == nil {
 		return 0, 0, 0
 	}
-	return s.State()
+	return h.s.State()
 }
 
 // Close releases every key's slot lease once its running work ends.
@@ -208,9 +269,10 @@ func (l *ClusterLimiter) Close() error {
 	hs := l.handles
 	l.handles = nil
 	l.mu.Unlock()
-	for _, s := range hs {
-		_ = s.Close()
+	for _, h := range hs {
+		_ = h.s.Close()
 	}
+	l.closing.Wait()
 	return nil
 }
 

@@ -112,3 +112,45 @@ func TestClusterConcurrencyLimit(t *testing.T) {
 		t.Fatalf("a full key with no queue: %v", err)
 	}
 }
+
+// TestClusterIdleKeysReleased: a key nobody has used for IdleTimeout has
+// its handle dropped (its slot lease released), a key with a slot held
+// keeps its handle however long, and a dropped key works again.
+func TestClusterIdleKeysReleased(t *testing.T) {
+	c := testcluster.New(t, 1, testcluster.WithPolicies("policies:\n  - {name: other, algorithm: token-bucket, rate: 1, burst: 1}\n"))
+	c.WaitForLeader(t)
+	c.ApplyPolicies(t, "policies:\n  - {name: inflight, algorithm: concurrency, limit: 4, max_duration: 4s, key: [tenant]}\n")
+	cl, err := client.New(context.Background(), client.Config{Servers: []string{c.Server(0).GRPCAddr()}, ClientID: "idle"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	l := inflight.Cluster(cl, "inflight", "tenant", inflight.Config{MaxQueue: 8, IdleTimeout: 50 * time.Millisecond})
+	defer l.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	_, releaseBusy, err := l.Acquire(ctx, "busy")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer releaseBusy()
+	if err := l.Do(ctx, "idle", func(context.Context) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	testcluster.WaitFor(t, testcluster.DefaultWait, func() error {
+		// Each request on "fresh" lets the limiter sweep.
+		if err := l.Do(ctx, "fresh", func(context.Context) error { return nil }); err != nil {
+			return err
+		}
+		if n := l.Keys(); n != 2 {
+			return fmt.Errorf("%d keys, want busy and fresh", n)
+		}
+		return nil
+	})
+	if _, running, _ := l.State(client.Key{"tenant": "busy"}); running != 1 {
+		t.Fatalf("the busy key: %d running, want its slot still held", running)
+	}
+	if err := l.Do(ctx, "idle", func(context.Context) error { return nil }); err != nil {
+		t.Fatalf("a dropped key again: %v", err)
+	}
+}

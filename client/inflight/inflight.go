@@ -83,6 +83,11 @@ type Config struct {
 	// reaches the caller before its deadline does; 0 means a tenth of the
 	// time left when the wait starts, at most 100 ms.
 	DeadlineMargin time.Duration
+	// IdleTimeout (ClusterLimiter only): a key's slot lease is released,
+	// and its handle dropped, once nothing has used it for this long
+	// (default 1 minute; negative: kept until Close). A key's next request
+	// after that waits for a new lease.
+	IdleTimeout time.Duration
 }
 
 const numShards = 16
