@@ -39,3 +39,15 @@ func TestSlotsMiddlewareNegativeControls(t *testing.T) {
 		}
 	})
 }
+
+// TestSlotsCancelGraceNegativeControl: with the handler under the
+// request's context, not the slot's, nothing cancels it when its replica
+// is cut off: TestSlotsCancelGrace's check catches it (about 7 s).
+func TestSlotsCancelGraceNegativeControl(t *testing.T) {
+	defer inflight.InjectFault(inflight.FaultRequestContext)()
+	if ended, after := slotsCutOff(t); ended != nil {
+		t.Fatalf("the control (the request's context) was not caught: the handler's context ended (%v) %v after the cut", ended, after)
+	} else {
+		t.Logf("caught as expected: still running %v after the cut", after)
+	}
+}

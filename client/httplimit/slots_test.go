@@ -510,3 +510,73 @@ func testSlotsCareless(t *testing.T, e *slotEnv) {
 	rec = do(mustNew(t, httplimit.Config{Client: e.clients[0], Slots: closed}).Wrap(okHandler), "GET", "/", asPrincipal("acme"))
 	problemBody(t, rec, http.StatusServiceUnavailable, httplimit.ProblemCapacityReduced)
 }
+
+// TestSlotsCancelGrace: under a cancel_grace policy, a handler whose
+// replica is cut off from the cluster (its one server killed: renewals
+// fail) has its context cancelled grace before the slot lease's deadline,
+// which is at most one lease duration (5 s) after the kill; the slot is
+// then given back. It waits up to a lease duration: about 5 s.
+func TestSlotsCancelGrace(t *testing.T) {
+	if testing.Short() {
+		t.Skip("waits for a slot lease to run out (about 5 s)")
+	}
+	if ended, after := slotsCutOff(t); !errors.Is(ended, context.Canceled) {
+		t.Fatalf("the handler's context after the replica was cut off: %v after %v, want cancelled before the lease's end", ended, after)
+	} else {
+		t.Logf("the handler's context was cancelled %v after the cut", after)
+	}
+}
+
+// slotsCutOff runs a request under policy grace (cancel_grace: 1s) on a
+// one-server cluster, kills the server, and returns how the handler's
+// context ended and how long after the kill (nil if it had not ended
+// 5.5 s after: past the lease's end, which is less than a lease duration
+// after the last renewal, as if no rule cancelled it).
+func slotsCutOff(t *testing.T) (error, time.Duration) {
+	c := testcluster.New(t, 1, testcluster.WithPolicies("policies:\n  - {name: other, algorithm: token-bucket, rate: 1, burst: 1}\n"))
+	c.WaitForLeader(t)
+	c.ApplyPolicies(t, "policies:\n  - {name: grace, algorithm: concurrency, limit: 2, cancel_grace: 1s, key: [tenant]}\n")
+	// A short RequestTimeout: Close's release, against the dead server,
+	// gives up after three of them.
+	cl, err := client.New(context.Background(), client.Config{Servers: []string{c.Config(0).GRPCAddr}, ClientID: "cut-off",
+		RequestTimeout: 300 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	l := inflight.Cluster(cl, "grace", "tenant", inflight.Config{MaxQueue: 8})
+	defer l.Close()
+	started := make(chan struct{})
+	ended := make(chan error, 1)
+	h := mustNew(t, httplimit.Config{Client: cl, Slots: l, Identity: fixedTenant("cut")}).Wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		close(started)
+		if _, ok := r.Context().Deadline(); ok {
+			t.Error("a cancel_grace slot's context has a deadline")
+		}
+		tm := time.NewTimer(5500 * time.Millisecond) // past the lease's end
+		defer tm.Stop()
+		select {
+		case <-r.Context().Done():
+			ended <- r.Context().Err()
+		case <-tm.C:
+			ended <- nil
+		}
+	}))
+	reqCtx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	served := make(chan struct{})
+	go func() {
+		defer close(served)
+		do(h, "GET", "/", func(r *http.Request) *http.Request { return r.WithContext(reqCtx) })
+	}()
+	<-started
+	c.Kill(0)
+	cut := time.Now()
+	err = <-ended
+	after := time.Since(cut)
+	<-served
+	if _, running, _ := l.State(client.Key{"tenant": "cut"}); running != 0 {
+		t.Errorf("%d running after the handler returned", running)
+	}
+	return err, after
+}

@@ -17,4 +17,8 @@ const (
 	// faultRunOnRefusal: a refused request (queue full, wait timed out)
 	// runs anyway, without a slot.
 	faultRunOnRefusal
+	// faultRequestContext: the handler runs under the request's context,
+	// not the slot's: max_duration and the deadline-cancel rule never end
+	// it.
+	faultRequestContext
 )

@@ -15,12 +15,15 @@ const (
 	FaultKeepOnPanic  = "keep-slot-on-panic"
 	FaultKeepOnCancel = "keep-slot-on-cancel"
 	FaultRunOnRefusal = "run-on-refusal"
+	// FaultRequestContext: the handler gets the request's context.
+	FaultRequestContext = "request-context"
 )
 
 // InjectFault breaks RunKey, process-wide, for a negative control (name
 // "" mends it): FaultKeepOnPanic keeps the slot of a handler that panics,
 // FaultKeepOnCancel the slot of a request whose context ended,
-// FaultRunOnRefusal runs a refused request without a slot. It returns
+// FaultRunOnRefusal runs a refused request without a slot,
+// FaultRequestContext runs the handler under the request's context. It returns
 // the function that mends it and gives back every slot the fault kept:
 // defer it, so that it runs before the limiters close (a limiter's Close
 // waits for its kept slots). An unknown name panics.
@@ -34,6 +37,8 @@ func InjectFault(name string) (mend func()) {
 		f = faultKeepOnCancel
 	case FaultRunOnRefusal:
 		f = faultRunOnRefusal
+	case FaultRequestContext:
+		f = faultRequestContext
 	default:
 		panic(fmt.Sprintf("inflight: unknown fault %q", name))
 	}
