@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -489,13 +490,31 @@ func testSlotsCareless(t *testing.T, e *slotEnv) {
 		default:
 			t.Errorf("principal of %d bytes: %d %s", len(p), rec.Code, rec.Body)
 		}
+		t.Logf("principal of %d bytes: %d", len(p), rec.Code)
 		if _, running, waiting := l.State(client.Key{"tenant": p}); running != 0 || waiting != 0 {
 			t.Errorf("principal of %d bytes: %d running, %d waiting after its answer", len(p), running, waiting)
 		}
 	}
+	// An empty key on a policy keyed by tenant, and a huge
+	// X-Forwarded-For behind a trusted proxy (the key is its rightmost
+	// untrusted hop): answers, no panic, nothing held.
+	global := mustNew(t, httplimit.Config{Client: e.clients[0], Slots: l, Identity: fixedTenant("g"), SlotsKey: httplimit.Global()}).Wrap(okHandler)
+	rec := do(global, "GET", "/")
+	if rec.Code != 200 && rec.Code != http.StatusServiceUnavailable {
+		t.Errorf("an empty key: %d %s", rec.Code, rec.Body)
+	}
+	t.Logf("an empty key on a keyed policy: %d", rec.Code)
+	byIP := mustNew(t, httplimit.Config{Client: e.clients[0], Slots: l, Identity: httplimit.ClientIP("tenant", netip.MustParsePrefix("192.0.2.0/24"))}).Wrap(okHandler)
+	rec = do(byIP, "GET", "/", withHeader("X-Forwarded-For", strings.Repeat("198.51.100.7, ", 8<<10)+"203.0.113.5"))
+	if rec.Code != 200 {
+		t.Errorf("a huge X-Forwarded-For: %d %s", rec.Code, rec.Body)
+	}
+	if _, running, waiting := l.State(client.Key{"tenant": "203.0.113.5"}); running != 0 || waiting != 0 {
+		t.Errorf("after a huge X-Forwarded-For: %d running, %d waiting", running, waiting)
+	}
 	// A policy that is not a concurrency policy: 503, not a panic.
 	notConc := e.limiter(t, 0, "conc-rate", inflight.Config{MaxQueue: 8, MaxWait: 5 * time.Second})
-	rec := do(mustNew(t, httplimit.Config{Client: e.clients[0], Slots: notConc}).Wrap(okHandler), "GET", "/", asPrincipal("acme"))
+	rec = do(mustNew(t, httplimit.Config{Client: e.clients[0], Slots: notConc}).Wrap(okHandler), "GET", "/", asPrincipal("acme"))
 	problemBody(t, rec, http.StatusServiceUnavailable, httplimit.ProblemCapacityReduced)
 	// A cancelled request: refused, nothing held.
 	ctx, cancel := context.WithCancel(context.Background())
