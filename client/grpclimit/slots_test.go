@@ -304,13 +304,11 @@ func testSlotRefusals(t *testing.T, e *slotEnv) {
 		t.Errorf("full queue: %v (RetryInfo %v, QuotaFailure %v), want RESOURCE_EXHAUSTED naming conc-one, retry in 1s", err, ri, qf)
 	}
 
-	// The queue has room again once the queued call is cancelled... here,
-	// the deadline: a second queued call, refused 500ms before its 2s.
+	// The deadline: a call on another handle of the same key (its slot is
+	// l's), refused 500ms (DeadlineMargin) before its 2s deadline.
 	waitSlots(t, l, 1, 1)
 	l2 := e.limiter(t, 2, "conc-one", inflight.Config{MaxQueue: 8, MaxWait: time.Minute, DeadlineMargin: 500 * time.Millisecond})
 	tc2 := serveSlots(t, e.clients[2], l2, &slotService{work: func(ctx context.Context) error { <-ctx.Done(); return nil }})
-	// l2 is another handle on the same key: it holds no slot while l's
-	// call runs, so its calls wait, until the margin before the deadline.
 	dctx, dcancel := context.WithTimeout(as("acme"), 2*time.Second)
 	defer dcancel()
 	_, err = tc2.UnaryCall(dctx, &testpb.SimpleRequest{})
