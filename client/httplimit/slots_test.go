@@ -177,7 +177,7 @@ func slotsClusterWide(t *testing.T, e *slotEnv, tenant string, broken bool) int6
 	}
 	testcluster.WaitFor(t, 60*time.Second, func() error {
 		for i := range per {
-			if per[i].Load() < 20 {
+			if per[i].Load() < 50 {
 				return fmt.Errorf("replica %d ran %d requests", i, per[i].Load())
 			}
 		}
