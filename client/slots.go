@@ -74,6 +74,10 @@ type Slots struct {
 	refusedAt int64
 	ackSoon   bool
 	failures  int
+	// cancelTimer applies the deadline-cancel rule at CancelAt whatever
+	// the loop is doing: a renewal retried against a dead cluster blocks
+	// the loop past the deadline (up to 3 RequestTimeouts).
+	cancelTimer *time.Timer
 
 	wake chan struct{}
 	done chan struct{}
@@ -247,6 +251,7 @@ func (s *Slots) tryStartLocked(parent context.Context) *slotRun {
 		r.ctx, r.cancel = context.WithCancel(context.WithoutCancel(parent))
 	}
 	s.running[r] = struct{}{}
+	s.cancelDueLocked(now) // arms the deadline-cancel timer
 	return r
 }
 
@@ -291,6 +296,16 @@ func (s *Slots) cancelDueLocked(now int64) time.Duration {
 			r.cancel()
 		}
 		return time.Hour
+	}
+	// Looked at again at CancelAt (a renewal may have moved it by then).
+	if s.cancelTimer == nil {
+		s.cancelTimer = time.AfterFunc(time.Duration(at-now), func() {
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			s.cancelDueLocked(s.c.clock.Precise())
+		})
+	} else {
+		s.cancelTimer.Reset(time.Duration(at - now))
 	}
 	return time.Duration(at - now)
 }

@@ -71,14 +71,40 @@
 // cluster and would have refused. A refused call also counts "shadow" for
 // each earlier layer whose shadow policy would have refused.
 //
+// # Concurrency
+//
+// Config.Slots adds a cluster-wide concurrency limit: the slots of a
+// policy with algorithm: concurrency, through an inflight.ClusterLimiter
+// (docs/concurrency.md §8). Rate first, then concurrency: a slot is taken
+// after the layers admitted the call, keyed by Config.SlotsKey, waiting in
+// the key's bounded queue up to the limiter's MaxWait and never past the
+// call's deadline less its DeadlineMargin. The handler runs under the
+// slot's context (the call's values and deadline, ended at max_duration or
+// cancel_grace before the slot lease's deadline), and the slot is released
+// however the handler ends: a return, a panic (chain a recovery
+// interceptor outside this one), or a stream's end
+// (inflight.ClusterLimiter.RunKey, the path every concurrency layer
+// shares). A busy key answers RESOURCE_EXHAUSTED with a QuotaFailure
+// naming the policy and a RetryInfo of 1 s; a key the cluster refuses,
+// UNAVAILABLE; a call whose context ended while it waited, its context's
+// status.
+//
+//	slots := inflight.Cluster(c, "calls-inflight", "tenant", inflight.Config{MaxQueue: 32, MaxWait: 2 * time.Second})
+//	defer slots.Close() // after the server
+//	lim, err := grpclimit.New(grpclimit.Config{Client: c, Layers: layers, Slots: slots, SlotsKey: grpclimit.PrincipalKey("tenant")})
+//
 // # Metrics
 //
-// The Interceptor is a prometheus.Collector of one series,
+// The Interceptor is a prometheus.Collector of the series
 //
 //	ration_grpc_server_decisions_total{policy,method,outcome}
+//	ration_grpc_server_concurrency_in_flight{policy}   calls running under a Slots slot
+//	ration_grpc_server_concurrency_queued{policy}      calls waiting for one
 //
-// with outcome allowed, limited (Limited and ExceedsCapacity), shadow (a
-// shadow policy would have refused) or unavailable (NoLease, Unavailable).
+// with outcome allowed, limited (Limited and ExceedsCapacity; for the
+// Slots policy, a busy key), shadow (a shadow policy would have refused),
+// unavailable (NoLease, Unavailable; a key the cluster refuses) or canceled
+// (the call ended while it waited for a slot).
 // Keys and principals are never labels. Calls on the Bypass list and free
 // calls are not counted. client.NewCollector has the per-policy lease
 // and decision series.

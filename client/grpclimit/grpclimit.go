@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/ration-dev/ration/client"
+	"github.com/ration-dev/ration/client/inflight"
 )
 
 // KeyFunc names the budget a call is charged to under one layer's policy,
@@ -110,6 +111,20 @@ type Config struct {
 	// (default: the name itself). Set it if the server has an
 	// UnknownServiceHandler, whose callers choose the names.
 	MethodLabel func(fullMethod string) string
+	// Slots, if set, limits how many calls run at once across the
+	// cluster: the slots of a policy with algorithm: concurrency
+	// (inflight.Cluster; docs/concurrency.md). A slot is taken after the
+	// Layers admitted the call (rate first, then concurrency), waiting in
+	// its key's bounded queue up to the limiter's MaxWait and the call's
+	// deadline; the handler runs under the slot's context, and the slot
+	// is released when the handler returns or panics (for a stream: when
+	// the stream ends). A refusal is RESOURCE_EXHAUSTED with RetryInfo.
+	// Close the ClusterLimiter after the server.
+	Slots *inflight.ClusterLimiter
+	// SlotsKey names the call's key under the Slots policy, as a Layer's
+	// Key does (nil: the policy's one budget, client.Key{}); a nil result
+	// runs the call without a slot.
+	SlotsKey KeyFunc
 }
 
 // Interceptor holds the unary and stream server interceptors of one
@@ -120,6 +135,8 @@ type Interceptor struct {
 	services []string // "/pkg.Service/" prefixes from Bypass
 	limiters sync.Map // client.LimiterID -> *client.Limiter
 	metrics  *prometheus.CounterVec
+	// Config.Slots: calls running under a slot, and waiting for one.
+	slotsInFlight, slotsQueued *prometheus.GaugeVec
 }
 
 // New checks cfg and returns its interceptors.
@@ -127,8 +144,11 @@ func New(cfg Config) (*Interceptor, error) {
 	if cfg.Client == nil {
 		return nil, errors.New("grpclimit: Config.Client is nil")
 	}
-	if len(cfg.Layers) == 0 {
-		return nil, errors.New("grpclimit: Config.Layers is empty")
+	if len(cfg.Layers) == 0 && cfg.Slots == nil {
+		return nil, errors.New("grpclimit: Config.Layers is empty and Config.Slots is nil: nothing to limit")
+	}
+	if cfg.SlotsKey != nil && cfg.Slots == nil {
+		return nil, errors.New("grpclimit: Config.SlotsKey without Config.Slots")
 	}
 	for i, l := range cfg.Layers {
 		if l.Policy == "" {
@@ -157,14 +177,26 @@ func New(cfg Config) (*Interceptor, error) {
 		Namespace: "ration", Subsystem: "grpc_server", Name: "decisions_total",
 		Help: "Calls checked by the ration gRPC interceptors, by policy, method and outcome (allowed, limited, shadow, unavailable).",
 	}, []string{"policy", "method", "outcome"})
+	g.slotsInFlight = prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: "ration", Subsystem: "grpc_server", Name: "concurrency_in_flight",
+		Help: "Calls running under a slot of the cluster-wide concurrency policy (Config.Slots), by policy."}, []string{"policy"})
+	g.slotsQueued = prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: "ration", Subsystem: "grpc_server", Name: "concurrency_queued",
+		Help: "Calls waiting for a slot of the cluster-wide concurrency policy (Config.Slots), by policy."}, []string{"policy"})
 	return g, nil
 }
 
 // Describe implements prometheus.Collector.
-func (g *Interceptor) Describe(ch chan<- *prometheus.Desc) { g.metrics.Describe(ch) }
+func (g *Interceptor) Describe(ch chan<- *prometheus.Desc) {
+	g.metrics.Describe(ch)
+	g.slotsInFlight.Describe(ch)
+	g.slotsQueued.Describe(ch)
+}
 
 // Collect implements prometheus.Collector.
-func (g *Interceptor) Collect(ch chan<- prometheus.Metric) { g.metrics.Collect(ch) }
+func (g *Interceptor) Collect(ch chan<- prometheus.Metric) {
+	g.metrics.Collect(ch)
+	g.slotsInFlight.Collect(ch)
+	g.slotsQueued.Collect(ch)
+}
 
 func (g *Interceptor) bypassed(fullMethod string) bool {
 	if g.exact[fullMethod] {
@@ -181,12 +213,18 @@ func (g *Interceptor) bypassed(fullMethod string) bool {
 // UnaryServerInterceptor checks each call before its handler runs.
 func (g *Interceptor) UnaryServerInterceptor() grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-		if !g.bypassed(info.FullMethod) {
-			if err := g.check(ctx, info.FullMethod, g.cfg.Cost(ctx, info.FullMethod)); err != nil {
-				return nil, err
-			}
+		if g.bypassed(info.FullMethod) {
+			return handler(ctx, req)
 		}
-		return handler(ctx, req)
+		if err := g.check(ctx, info.FullMethod, g.cfg.Cost(ctx, info.FullMethod)); err != nil {
+			return nil, err
+		}
+		var resp any
+		var err error
+		if serr := g.slotted(ctx, info.FullMethod, func(ctx context.Context) { resp, err = handler(ctx, req) }); serr != nil {
+			return nil, serr
+		}
+		return resp, err
 	}
 }
 
@@ -205,7 +243,16 @@ func (g *Interceptor) StreamServerInterceptor() grpc.StreamServerInterceptor {
 		if g.cfg.MessageCost != nil {
 			ss = &meteredStream{ServerStream: ss, g: g, method: info.FullMethod}
 		}
-		return handler(srv, ss)
+		var err error
+		if serr := g.slotted(ctx, info.FullMethod, func(slotCtx context.Context) {
+			if slotCtx != ctx {
+				ss = &slotStream{ServerStream: ss, ctx: slotCtx}
+			}
+			err = handler(srv, ss)
+		}); serr != nil {
+			return serr
+		}
+		return err
 	}
 }
 

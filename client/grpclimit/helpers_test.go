@@ -222,6 +222,16 @@ func serve(t *testing.T, g *grpclimit.Interceptor, auth bool) *server {
 	svc := &testService{}
 	testpb.RegisterTestServiceServer(srv, svc)
 	healthpb.RegisterHealthServer(srv, health.NewServer())
+	conn := start(t, srv, ln)
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(g)
+	return &server{addr: ln.Addr().String(), svc: svc, conn: conn, test: testpb.NewTestServiceClient(conn), health: healthpb.NewHealthClient(conn), reg: reg}
+}
+
+// start serves srv on ln until the test ends, and returns a client
+// connection to it.
+func start(t *testing.T, srv *grpc.Server, ln net.Listener) *grpc.ClientConn {
+	t.Helper()
 	go func() { _ = srv.Serve(ln) }()
 	t.Cleanup(srv.Stop)
 	conn, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
@@ -229,9 +239,7 @@ func serve(t *testing.T, g *grpclimit.Interceptor, auth bool) *server {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = conn.Close() })
-	reg := prometheus.NewPedanticRegistry()
-	reg.MustRegister(g)
-	return &server{addr: ln.Addr().String(), svc: svc, conn: conn, test: testpb.NewTestServiceClient(conn), health: healthpb.NewHealthClient(conn), reg: reg}
+	return conn
 }
 
 func newInterceptor(t *testing.T, cfg grpclimit.Config) *grpclimit.Interceptor {

@@ -11,6 +11,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/ration-dev/ration/client"
+	"github.com/ration-dev/ration/client/inflight"
 	"github.com/ration-dev/ration/lease"
 )
 
@@ -61,6 +62,38 @@ func refusal(d client.Decision, policy string, cost int64) error {
 		details = append(details, &errdetails.RetryInfo{RetryDelay: durationpb.New(delay)})
 	}
 	st := status.New(code, msg)
+	if withDetails, err := st.WithDetails(details...); err == nil {
+		st = withDetails
+	}
+	return st.Err()
+}
+
+// slotRetryDelay is the RetryInfo delay of a concurrency refusal: slots
+// free as calls end, which no one can foresee; a second is the HTTP
+// middleware's Retry-After too.
+const slotRetryDelay = time.Second
+
+// slotRefusal builds the status error of a refused slot (r sorts err):
+//
+//	Busy: RESOURCE_EXHAUSTED with QuotaFailure (the policy) and RetryInfo.
+//	Ended: the context's status (CANCELLED or DEADLINE_EXCEEDED).
+//	Unavailable: UNAVAILABLE with RetryInfo.
+func slotRefusal(r inflight.Refusal, err error, policy string) error {
+	var st *status.Status
+	var details []protoadapt.MessageV1
+	switch r {
+	case inflight.Ended:
+		return status.FromContextError(err).Err()
+	case inflight.Busy:
+		st = status.New(codes.ResourceExhausted, fmt.Sprintf("concurrency limited by policy %s: its slots are all in use across the cluster", policy))
+		details = append(details, &errdetails.QuotaFailure{Violations: []*errdetails.QuotaFailure_Violation{{Subject: policy,
+			Description: "as many calls run at once as the policy allows"}}})
+	default:
+		// The cluster's reason (an unknown policy, say) is the operator's
+		// to read in the server's logs, not the caller's.
+		st = status.New(codes.Unavailable, fmt.Sprintf("concurrency limiter unavailable for policy %s", policy))
+	}
+	details = append(details, &errdetails.RetryInfo{RetryDelay: durationpb.New(slotRetryDelay)})
 	if withDetails, err := st.WithDetails(details...); err == nil {
 		st = withDetails
 	}

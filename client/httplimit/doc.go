@@ -79,14 +79,36 @@
 // acquired before the layers are charged and released when the handler
 // returns or panics; refusals are 429 with ProblemConcurrencyExceeded.
 //
+// Config.Slots adds a cluster-wide concurrency limit: the slots of a
+// policy with algorithm: concurrency, through an inflight.ClusterLimiter
+// (docs/concurrency.md §8). Rate first, then concurrency: a slot is taken
+// after the layers admitted the request, keyed by Config.SlotsKey
+// (default ByCaller), waiting in the key's bounded queue up to the
+// limiter's MaxWait and never past the request's deadline less its
+// DeadlineMargin. The handler runs under the slot's context (it ends at
+// max_duration, or cancel_grace before the slot lease's deadline, and when
+// the request's context ends), and the slot is released however the
+// handler ends, a panic included (inflight.ClusterLimiter.RunKey, the path
+// every concurrency layer shares). A busy key is 429 with
+// ProblemConcurrencyExceeded and Retry-After; a key the cluster refuses is
+// 503 ProblemCapacityReduced.
+//
+//	slots := inflight.Cluster(c, "reports-inflight", "tenant", inflight.Config{MaxQueue: 32, MaxWait: 2 * time.Second})
+//	defer slots.Close() // after the server
+//	mw, err := httplimit.New(httplimit.Config{Client: c, Layers: layers, Slots: slots})
+//
 // # Metrics
 //
 // With Config.Registerer:
 //
 //	ration_http_requests_total{policy,route,outcome}   counter: outcome is allowed, limited, unavailable,
 //	                                                   shadow_limited, shadow_unavailable, concurrency_limited
-//	                                                   or shadow_concurrency_limited (policy "inflight")
+//	                                                   or shadow_concurrency_limited (policy "inflight", or
+//	                                                   the Slots policy, which also counts allowed, canceled
+//	                                                   and unavailable)
 //	ration_http_near_limit_total{policy,route}         counter: admissions leaving the last layer below 20% of its Burst
+//	ration_http_concurrency_in_flight{policy}          gauge: requests running under a Slots slot
+//	ration_http_concurrency_queued{policy}             gauge: requests waiting for a Slots slot
 //
 // route is the route pattern, never the raw path nor any key value. An
 // admitted request counts once per layer (shadow_limited for a layer whose

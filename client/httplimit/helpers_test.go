@@ -175,7 +175,8 @@ func noLimitingHeaders(t *testing.T, rec *httptest.ResponseRecorder) {
 	}
 }
 
-// metric returns the value of the counter series name{labels}, or 0.
+// metric returns the value of the counter or gauge series name{labels},
+// or 0.
 func metric(t *testing.T, reg *prometheus.Registry, name string, labels map[string]string) float64 {
 	t.Helper()
 	mfs, err := reg.Gather()
@@ -200,7 +201,7 @@ func metric(t *testing.T, reg *prometheus.Registry, name string, labels map[stri
 			if len(got) != len(labels) {
 				continue
 			}
-			return m.GetCounter().GetValue()
+			return m.GetCounter().GetValue() + m.GetGauge().GetValue()
 		}
 	}
 	return 0

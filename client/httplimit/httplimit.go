@@ -57,6 +57,19 @@ type Config struct {
 	// InFlightKey names a request's in-flight key. Default: the caller
 	// (Identity.Key).
 	InFlightKey func(r *http.Request, id Identity) (string, error)
+	// Slots, if set, limits how many requests run at once across the
+	// cluster: the slots of a policy with algorithm: concurrency
+	// (inflight.Cluster; docs/concurrency.md). A slot is taken after the
+	// Layers admitted the request (rate first, then concurrency), waiting
+	// in its key's bounded queue up to the limiter's MaxWait and the
+	// request's deadline; the handler runs under the slot's context, and
+	// the slot is released when the handler returns or panics. A refusal
+	// is 429 with ProblemConcurrencyExceeded. Close the ClusterLimiter
+	// after the server.
+	Slots *inflight.ClusterLimiter
+	// SlotsKey builds a request's key under the Slots policy, as a
+	// Layer's Key does. Default: ByCaller.
+	SlotsKey func(r *http.Request, id Identity) (client.Key, error)
 	// Shadow runs the middleware as a dry run: it decides as usual and
 	// counts what it would refuse, but lets every request through and
 	// adds no RateLimit or Retry-After fields. Admitted requests are still
@@ -97,8 +110,14 @@ func New(cfg Config) (*Middleware, error) {
 	if cfg.Client == nil {
 		return nil, errors.New("httplimit: Config.Client is nil")
 	}
-	if len(cfg.Layers) == 0 && cfg.InFlight == nil {
-		return nil, errors.New("httplimit: no Layers and no InFlight: nothing to limit")
+	if len(cfg.Layers) == 0 && cfg.InFlight == nil && cfg.Slots == nil {
+		return nil, errors.New("httplimit: no Layers, no InFlight and no Slots: nothing to limit")
+	}
+	if cfg.SlotsKey != nil && cfg.Slots == nil {
+		return nil, errors.New("httplimit: Config.SlotsKey without Config.Slots")
+	}
+	if cfg.SlotsKey == nil {
+		cfg.SlotsKey = ByCaller()
 	}
 	cfg.Layers = append([]Layer(nil), cfg.Layers...)
 	for i := range cfg.Layers {
@@ -147,8 +166,12 @@ func New(cfg Config) (*Middleware, error) {
 	return m, nil
 }
 
-// Wrap returns next behind the limiter.
+// Wrap returns next behind the limiter. It panics if next is nil, as
+// http.Handle does.
 func (m *Middleware) Wrap(next http.Handler) http.Handler {
+	if next == nil {
+		panic("httplimit: Wrap(nil): no handler to limit")
+	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { m.serve(w, r, next) })
 }
 
@@ -161,6 +184,7 @@ const (
 	outShadowUnavailable = "shadow_unavailable"
 	outConcurrency       = "concurrency_limited"
 	outShadowConcurrency = "shadow_concurrency_limited"
+	outCanceled          = "canceled"
 )
 
 // inflightPolicy is the policy label of the in-flight limiter's outcomes.
@@ -199,6 +223,15 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 			}
 			lims = append(lims, m.cache.get(layer.Policy, k))
 		}
+	}
+	if m.cfg.Slots != nil {
+		// Keyed before anything is charged: a key error spends nothing.
+		k, err := m.cfg.SlotsKey(r, id)
+		if err != nil {
+			m.cfg.OnError(w, r, err)
+			return
+		}
+		next = m.slotted(route, k, next)
 	}
 
 	if m.cfg.InFlight != nil {

@@ -24,7 +24,9 @@ const (
 	// Retry-After. Not the caller's fault and not a quota verdict.
 	ProblemCapacityReduced = "https://ration.dev/problems/capacity-reduced"
 	// ProblemConcurrencyExceeded (429): too many of the caller's requests
-	// are in flight on this server.
+	// are in flight on this server (Config.InFlight), or under a
+	// cluster-wide concurrency policy (Config.Slots); 503 when the
+	// request's context ended while it waited for a slot.
 	ProblemConcurrencyExceeded = "https://ration.dev/problems/concurrency-exceeded"
 	// ProblemKeyUnavailable (500): the default OnError's.
 	ProblemKeyUnavailable = "https://ration.dev/problems/rate-limit-key-unavailable"

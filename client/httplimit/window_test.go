@@ -1,13 +1,10 @@
 package httplimit_test
 
 import (
-	"context"
 	"net/http"
 	"strconv"
 	"testing"
-	"time"
 
-	"github.com/ration-dev/ration/api"
 	"github.com/ration-dev/ration/client/httplimit"
 	"github.com/ration-dev/ration/internal/testcluster"
 )
@@ -20,20 +17,14 @@ import (
 func TestWindowHeaders(t *testing.T) {
 	c := testcluster.New(t, 1, testcluster.WithPolicies("policies:\n  - {name: other, algorithm: token-bucket, rate: 1, burst: 1}\n"))
 	c.WaitForLeader(t)
-	c.WaitForFeatures(t)
-	testcluster.WaitFor(t, testcluster.DefaultWait, func() error {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_, err := c.Admin(0).ApplyPolicies(ctx, &api.ApplyPoliciesRequest{Yaml: `
+	c.ApplyPolicies(t, `
 policies:
   - name: hourly
     algorithm: fixed-window
     limit: 3
     window: 1h
     key: [tenant]
-`})
-		return err
-	})
+`)
 	cl := newClusterClient(t, c, "window-headers")
 	h := mustNew(t, httplimit.Config{Client: cl, SuccessHeaders: true, Layers: []httplimit.Layer{{Policy: "hourly"}}}).Wrap(okHandler)
 	lastR := int64(4)

@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ration-dev/ration/api"
 	"github.com/ration-dev/ration/client"
 	"github.com/ration-dev/ration/client/inflight"
 	"github.com/ration-dev/ration/internal/testcluster"
@@ -23,18 +22,7 @@ func TestClusterConcurrencyLimit(t *testing.T) {
 	const N = 3
 	c := testcluster.New(t, 3, testcluster.WithPolicies("policies:\n  - {name: other, algorithm: token-bucket, rate: 1, burst: 1}\n"))
 	c.WaitForLeader(t)
-	c.WaitForFeatures(t)
-	yaml := fmt.Sprintf("policies:\n  - {name: inflight, algorithm: concurrency, limit: %d, max_duration: 2s, key: [tenant]}\n", N)
-	testcluster.WaitFor(t, testcluster.DefaultWait, func() error {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		l := c.Leader()
-		if l == nil {
-			return errors.New("no leader")
-		}
-		_, err := c.Admin(c.Index(l)).ApplyPolicies(ctx, &api.ApplyPoliciesRequest{Yaml: yaml})
-		return err
-	})
+	c.ApplyPolicies(t, fmt.Sprintf("policies:\n  - {name: inflight, algorithm: concurrency, limit: %d, max_duration: 2s, key: [tenant]}\n", N))
 	var addrs []string
 	for i := 0; i < c.Len(); i++ {
 		addrs = append(addrs, c.Server(i).GRPCAddr())
@@ -122,5 +110,47 @@ func TestClusterConcurrencyLimit(t *testing.T) {
 	})
 	if _, _, err := nq.Acquire(ctx, "other-tenant"); !errors.Is(err, inflight.ErrQueueFull) {
 		t.Fatalf("a full key with no queue: %v", err)
+	}
+}
+
+// TestClusterIdleKeysReleased: a key nobody has used for IdleTimeout has
+// its handle dropped (its slot lease released), a key with a slot held
+// keeps its handle however long, and a dropped key works again.
+func TestClusterIdleKeysReleased(t *testing.T) {
+	c := testcluster.New(t, 1, testcluster.WithPolicies("policies:\n  - {name: other, algorithm: token-bucket, rate: 1, burst: 1}\n"))
+	c.WaitForLeader(t)
+	c.ApplyPolicies(t, "policies:\n  - {name: inflight, algorithm: concurrency, limit: 4, max_duration: 4s, key: [tenant]}\n")
+	cl, err := client.New(context.Background(), client.Config{Servers: []string{c.Server(0).GRPCAddr()}, ClientID: "idle"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	l := inflight.Cluster(cl, "inflight", "tenant", inflight.Config{MaxQueue: 8, IdleTimeout: 50 * time.Millisecond})
+	defer l.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	_, releaseBusy, err := l.Acquire(ctx, "busy")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer releaseBusy()
+	if err := l.Do(ctx, "idle", func(context.Context) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	testcluster.WaitFor(t, testcluster.DefaultWait, func() error {
+		// Each request on "fresh" lets the limiter sweep.
+		if err := l.Do(ctx, "fresh", func(context.Context) error { return nil }); err != nil {
+			return err
+		}
+		if n := l.Keys(); n != 2 {
+			return fmt.Errorf("%d keys, want busy and fresh", n)
+		}
+		return nil
+	})
+	if _, running, _ := l.State(client.Key{"tenant": "busy"}); running != 1 {
+		t.Fatalf("the busy key: %d running, want its slot still held", running)
+	}
+	if err := l.Do(ctx, "idle", func(context.Context) error { return nil }); err != nil {
+		t.Fatalf("a dropped key again: %v", err)
 	}
 }

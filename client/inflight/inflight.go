@@ -42,7 +42,14 @@
 // so the lease must also return them early (on release, batched) or the
 // pool drains. Cluster (cluster.go) does this, for a concurrency policy
 // (docs/concurrency.md): its ClusterLimiter has the same Acquire, Do and
-// Handler shapes over the cluster's slots.
+// Handler shapes over the cluster's slots, and RunKey, the one path by
+// which every cluster-wide concurrency layer (ClusterHandler,
+// client/httplimit's and client/grpclimit's Config.Slots) takes a slot,
+// runs its handler and releases the slot however the handler ends. Its
+// wait is bounded by MaxWait and ends DeadlineMargin before the context's
+// deadline, so a refusal reaches the caller in time. Builds with -tags
+// ration_faults can break RunKey on purpose (InjectFault), for the
+// negative controls of those layers' tests.
 package inflight
 
 import (
@@ -71,6 +78,16 @@ type Config struct {
 	// MaxWait bounds one wait, on top of the context's deadline; 0 means
 	// only the context bounds it.
 	MaxWait time.Duration
+	// DeadlineMargin (ClusterLimiter only) ends a wait this long before
+	// the context's deadline, with ErrWaitTimeout, so that the refusal
+	// reaches the caller before its deadline does; 0 means a tenth of the
+	// time left when the wait starts, at most 100 ms.
+	DeadlineMargin time.Duration
+	// IdleTimeout (ClusterLimiter only): a key's slot lease is released,
+	// and its handle dropped, once nothing has used it for this long
+	// (default 1 minute; negative: kept until Close). A key's next request
+	// after that waits for a new lease.
+	IdleTimeout time.Duration
 }
 
 const numShards = 16
