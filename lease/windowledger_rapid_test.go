@@ -58,8 +58,8 @@ type wmReq struct {
 }
 
 type leasedWindowModel struct {
-	t       *rapid.T
-	l       *WindowLedger
+	t   *rapid.T
+	l   *WindowLedger
 	rho int64
 	// clock is window time as a function of cluster time (the FSM's:
 	// epoch offset, forward re-syncs, slews).
@@ -265,9 +265,9 @@ func runWindowModelClock(t *rapid.T, fault WindowFault, approx, backward bool) {
 }
 
 type windowModelOpts struct {
-	fault                     WindowFault
-	approx, backward          bool
-	slews, slewBack bool
+	fault            WindowFault
+	approx, backward bool
+	slews, slewBack  bool
 }
 
 func runWindowModelOpts(t *rapid.T, o windowModelOpts) {
