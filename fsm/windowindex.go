@@ -82,7 +82,9 @@ func (s *state) windowDueOf(l *lease.WindowLedger) int64 {
 	if st.CountMilli == 0 && st.ExhaustThrough < st.Start && (!cfg.Approx || st.PrevCountMilli == 0) {
 		return math.MinInt64
 	}
-	return over - s.win.epochOffset
+	// The cluster time window time reaches it under the current clock (a
+	// slew in progress delays it; a later step or slew rebuilds the index).
+	return s.windowClockAt().ClusterAt(over)
 }
 
 // windowIsDue: the one rule, for the index and the reference scan alike.
@@ -153,7 +155,7 @@ func (s *state) windowExpireIndexed(t int64, res *Result) {
 // index and of the reference scan).
 func (s *state) windowExpireKey(t int64, name, key string, l *lease.WindowLedger, res *Result) {
 	w := s.windowTime(t)
-	if n, err := l.Expire(t, w); err == nil {
+	if n, err := s.windowObserve(t, l).Expire(t, w); err == nil {
 		res.expired(name, n)
 	}
 	if l.Idle(t, w) {

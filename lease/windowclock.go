@@ -80,22 +80,20 @@ func (c *WindowClock) Slew(t, amount int64) {
 	}
 }
 
-// ClusterAt is the earliest cluster time t ≥ from at which window time
-// reaches w (At(t) ≥ w), under this clock from `from` on: the cluster-time
-// end of a window that ends at w, if no later step or slew changes the
-// clock. A forward step makes the true time earlier, a new slew later.
-func (c WindowClock) ClusterAt(w, from int64) int64 {
-	if c.At(from) >= w {
-		return from
-	}
+// ClusterAt is the earliest cluster time t at which window time reaches w
+// (At(t) ≥ w; At is monotone over all of int64, before SlewStart too): the
+// cluster-time end of a window that ends at w, if no later step or slew
+// changes the clock (a forward step makes the true time earlier, a new
+// slew later). It depends on the clock alone, not on when it is asked.
+func (c WindowClock) ClusterAt(w int64) int64 {
 	if c.SlewNanos <= 0 || w <= c.At(c.SlewStart) {
-		return max(w-c.Offset, from)
+		return w - c.Offset
 	}
 	end := satAdd(c.SlewStart, satMul(c.SlewNanos, WindowSlewDivisor))
 	if w >= c.At(end) {
-		return max(w-c.Offset+c.SlewNanos, from)
+		return w - c.Offset + c.SlewNanos
 	}
-	// Inside the slew: x − ⌊x/D⌋ ≥ y for x = t − SlewStart.
+	// Inside the slew: the least x = t − SlewStart with x − ⌊x/D⌋ ≥ y.
 	y := w - c.Offset - c.SlewStart
 	x := y + y/(WindowSlewDivisor-1)
 	for x-x/WindowSlewDivisor < y {
@@ -104,7 +102,7 @@ func (c WindowClock) ClusterAt(w, from int64) int64 {
 	for x > 0 && (x-1)-(x-1)/WindowSlewDivisor >= y {
 		x--
 	}
-	return max(c.SlewStart+x, from)
+	return c.SlewStart + x
 }
 
 func satMul(a, b int64) int64 {

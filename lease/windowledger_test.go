@@ -166,7 +166,7 @@ func TestWindowSlewedCarry(t *testing.T) {
 		// there). A slew of 5 ms starts then; by cluster time 1.5 s it has
 		// taken all 5 ms back, so window time is cluster time again.
 		c.Step(600*ms, 5*ms)
-		if tb := c.ClusterAt(1000*ms, 600*ms); tb != 995*ms {
+		if tb := c.ClusterAt(1000 * ms); tb != 995*ms {
 			t.Fatalf("the window begins at cluster time %d, want 995 ms", tb)
 		}
 		c.Slew(995*ms, 5*ms)
