@@ -3491,7 +3491,7 @@ type WindowResyncResponse struct {
 	AmountNanos   int64  `protobuf:"varint,85,opt,name=amount_nanos,json=amountNanos,proto3" json:"amount_nanos,omitempty"`
 	Applied       bool   `protobuf:"varint,86,opt,name=applied,proto3" json:"applied,omitempty"`
 	SlewLeftNanos int64  `protobuf:"varint,87,opt,name=slew_left_nanos,json=slewLeftNanos,proto3" json:"slew_left_nanos,omitempty"`
-	Index         int64  `protobuf:"varint,88,opt,name=index,proto3" json:"index,omitempty"`
+	Index         uint64 `protobuf:"varint,88,opt,name=index,proto3" json:"index,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3582,7 +3582,7 @@ func (x *WindowResyncResponse) GetSlewLeftNanos() int64 {
 	return 0
 }
 
-func (x *WindowResyncResponse) GetIndex() int64 {
+func (x *WindowResyncResponse) GetIndex() uint64 {
 	if x != nil {
 		return x.Index
 	}
@@ -3852,7 +3852,7 @@ const file_ration_proto_rawDesc = "" +
 	"\famount_nanos\x18U \x01(\x03R\vamountNanos\x12\x18\n" +
 	"\aapplied\x18V \x01(\bR\aapplied\x12&\n" +
 	"\x0fslew_left_nanos\x18W \x01(\x03R\rslewLeftNanos\x12\x14\n" +
-	"\x05index\x18X \x01(\x03R\x05index*\x9d\x03\n" +
+	"\x05index\x18X \x01(\x04R\x05index*\x9d\x03\n" +
 	"\tErrorKind\x12\x1a\n" +
 	"\x16ERROR_KIND_UNSPECIFIED\x10\x00\x12\x18\n" +
 	"\x14ERROR_KIND_NOT_FOUND\x10\x01\x12\x1f\n" +
