@@ -3492,6 +3492,9 @@ type WindowResyncResponse struct {
 	Applied       bool   `protobuf:"varint,86,opt,name=applied,proto3" json:"applied,omitempty"`
 	SlewLeftNanos int64  `protobuf:"varint,87,opt,name=slew_left_nanos,json=slewLeftNanos,proto3" json:"slew_left_nanos,omitempty"`
 	Index         uint64 `protobuf:"varint,88,opt,name=index,proto3" json:"index,omitempty"`
+	// refused: why the action is beyond the bound allowed (a dry run answers
+	// with it; a real re-sync fails FAILED_PRECONDITION with it).
+	Refused       string `protobuf:"bytes,89,opt,name=refused,proto3" json:"refused,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3587,6 +3590,13 @@ func (x *WindowResyncResponse) GetIndex() uint64 {
 		return x.Index
 	}
 	return 0
+}
+
+func (x *WindowResyncResponse) GetRefused() string {
+	if x != nil {
+		return x.Refused
+	}
+	return ""
 }
 
 var File_ration_proto protoreflect.FileDescriptor
@@ -3842,7 +3852,7 @@ const file_ration_proto_rawDesc = "" +
 	"\x05index\x18\x01 \x01(\x04R\x05index\"T\n" +
 	"\x13WindowResyncRequest\x12$\n" +
 	"\x0emax_step_nanos\x18P \x01(\x03R\fmaxStepNanos\x12\x17\n" +
-	"\adry_run\x18Q \x01(\bR\x06dryRun\"\xbf\x02\n" +
+	"\adry_run\x18Q \x01(\bR\x06dryRun\"\xd9\x02\n" +
 	"\x14WindowResyncResponse\x12\x16\n" +
 	"\x06leader\x18P \x01(\tR\x06leader\x123\n" +
 	"\x16leader_wall_unix_nanos\x18Q \x01(\x03R\x13leaderWallUnixNanos\x12*\n" +
@@ -3852,7 +3862,8 @@ const file_ration_proto_rawDesc = "" +
 	"\famount_nanos\x18U \x01(\x03R\vamountNanos\x12\x18\n" +
 	"\aapplied\x18V \x01(\bR\aapplied\x12&\n" +
 	"\x0fslew_left_nanos\x18W \x01(\x03R\rslewLeftNanos\x12\x14\n" +
-	"\x05index\x18X \x01(\x04R\x05index*\x9d\x03\n" +
+	"\x05index\x18X \x01(\x04R\x05index\x12\x18\n" +
+	"\arefused\x18Y \x01(\tR\arefused*\x9d\x03\n" +
 	"\tErrorKind\x12\x1a\n" +
 	"\x16ERROR_KIND_UNSPECIFIED\x10\x00\x12\x18\n" +
 	"\x14ERROR_KIND_NOT_FOUND\x10\x01\x12\x1f\n" +

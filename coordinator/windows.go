@@ -169,9 +169,13 @@ func (s *Server) windowResync(req *api.WindowResyncRequest) (*api.WindowResyncRe
 		limit = fsm.MaxWindowClockStepNanos
 	}
 	if amount > limit {
-		return nil, fmt.Errorf("%w: window time %s %v (leader %s's wall clock %s), more than the %v allowed; refused (after checking the leader's clock, raise --max-step for a step)",
+		err := fmt.Errorf("%w: window time %s %v (leader %s's wall clock %s), more than the %v allowed; refused (after checking the leader's clock, raise --max-step for a step)",
 			rpcerr.ErrPrecondition, map[string]string{"step": "lags by", "slew": "is ahead by"}[action], time.Duration(amount), s.cfg.ID,
 			time.Unix(0, wall).UTC().Format(time.RFC3339Nano), time.Duration(limit))
+		if !req.GetDryRun() {
+			return nil, err
+		}
+		resp.Refused = err.Error()
 	}
 	if req.GetDryRun() || action == "none" {
 		return resp, nil
