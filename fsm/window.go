@@ -53,6 +53,10 @@ const faultWindowIndexSkipsRelease fault = 0x42
 // progress (the slew's snapshot test's negative control).
 const faultWindowSnapshotDropsSlew fault = 0x43
 
+// faultWindowIndexSkipsHolder: the holder index keeps a key's first
+// holders only (the revoke index's differential test's negative control).
+const faultWindowIndexSkipsHolder fault = 0x44
+
 // frameWindow is a snapshot frame of window state (api.WindowFrame).
 // Older servers refuse the frame kind (and the switch).
 const frameWindow byte = 6
@@ -490,9 +494,20 @@ func (s *state) windowRelease(t int64, c *api.Caller, k *api.ReleaseKey) (*api.R
 	return r, true
 }
 
-// windowRevoke drops the chunks of clientID's incarnations below
-// incarnation, without credit.
+// windowRevoke retires the chunks of clientID's incarnations below
+// incarnation, without credit, visiting only the window keys where the
+// client holds chunks (the index's byClient; the same keys a scan of
+// every key would change, since Revoke changes no other).
 func (s *state) windowRevoke(clientID string, incarnation uint64) {
+	if s.win.scanRef == nil {
+		for _, it := range s.windowHeldBy(clientID) {
+			if it.l.Revoke(clientID, incarnation) > 0 {
+				s.windowTouch(it.name, it.key, it.l)
+			}
+		}
+		return
+	}
+	// The reference scan (tests): every key.
 	for _, pn := range sortedKeys(s.win.keys) {
 		for _, ck := range sortedKeys(s.win.keys[pn]) {
 			if s.win.keys[pn][ck].Revoke(clientID, incarnation) > 0 {
