@@ -2091,8 +2091,8 @@ func (x *WindowLeaseSnapshot) GetReplaced() bool {
 // so they count only then): slew, with window time ahead of the wall
 // clock, starts a slew taking the excess back (at most
 // fsm.MaxWindowClockStepNanos); max_step_nanos > 0 (an operator's
-// re-sync, rationctl windows resync) allows a forward step up to it, at
-// most fsm.MaxWindowClockOperatorStepNanos.
+// re-sync, rationctl windows resync) allows a forward step or a slew up
+// to it, at most fsm.MaxWindowClockOperatorStepNanos.
 type WindowClockCommand struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	WallUnixNanos int64                  `protobuf:"varint,1,opt,name=wall_unix_nanos,json=wallUnixNanos,proto3" json:"wall_unix_nanos,omitempty"`

@@ -144,8 +144,8 @@ func (s *Server) syncWindowClock(loud bool) {
 }
 
 // windowResync is an operator's re-sync (Admin.WindowResync), on the
-// leader: as syncWindowClock, with a forward step of up to maxStep
-// (bounded by fsm.MaxWindowClockOperatorStepNanos) instead of
+// leader: as syncWindowClock, with a forward step or a slew of up to
+// maxStep (bounded by fsm.MaxWindowClockOperatorStepNanos) instead of
 // fsm.MaxWindowClockStepNanos; dryRun only reports.
 func (s *Server) windowResync(req *api.WindowResyncRequest) (*api.WindowResyncResponse, error) {
 	maxStep := req.GetMaxStepNanos()
@@ -165,9 +165,6 @@ func (s *Server) windowResync(req *api.WindowResyncRequest) (*api.WindowResyncRe
 	resp := &api.WindowResyncResponse{Leader: s.cfg.ID, LeaderWallUnixNanos: wall, WindowUnixNanos: st.WindowNanos, LagNanos: st.LagNanos,
 		Action: action, AmountNanos: amount, SlewLeftNanos: st.SlewLeftNanos}
 	limit := max(fsm.MaxWindowClockStepNanos, maxStep)
-	if action == "slew" {
-		limit = fsm.MaxWindowClockStepNanos
-	}
 	if amount > limit {
 		err := fmt.Errorf("%w: window time %s %v (leader %s's wall clock %s), more than the %v allowed; refused (after checking the leader's clock, raise --max-step for a step)",
 			rpcerr.ErrPrecondition, map[string]string{"step": "lags by", "slew": "is ahead by"}[action], time.Duration(amount), s.cfg.ID,

@@ -149,8 +149,8 @@ var errWindowClock = fmt.Errorf("%w: window clock re-sync", rpcerr.ErrPreconditi
 // window time behind wall moves forward to it (ending a slew in
 // progress), by at most MaxWindowClockStepNanos (or the operator's
 // maxStep); window time ahead of wall changes nothing, or with slew starts
-// a slew taking the excess back (window time then runs slower, never
-// back). With FeatureWindowSlew off, slew and maxStep are ignored, as an
+// a slew taking the excess back (at most MaxWindowClockStepNanos, or
+// maxStep: window time then runs slower, never back). With FeatureWindowSlew off, slew and maxStep are ignored, as an
 // older server ignores the fields.
 func (s *state) windowClock(t, wall int64, slew bool, maxStep int64) (*Result, error) {
 	if !s.windowsOn() || !s.win.epochSet {
@@ -174,9 +174,9 @@ func (s *state) windowClock(t, wall int64, slew bool, maxStep int64) (*Result, e
 			return &Result{}, nil
 		}
 		excess := w - wall
-		if excess > MaxWindowClockStepNanos {
+		if limit := max(MaxWindowClockStepNanos, maxStep); excess > limit {
 			return nil, fmt.Errorf("%w: window time %s is %v ahead of the leader's wall clock %s, more than the %v a slew takes back; refused",
-				errWindowClock, time.Unix(0, w).UTC().Format(time.RFC3339Nano), time.Duration(excess), time.Unix(0, wall).UTC().Format(time.RFC3339Nano), time.Duration(MaxWindowClockStepNanos))
+				errWindowClock, time.Unix(0, w).UTC().Format(time.RFC3339Nano), time.Duration(excess), time.Unix(0, wall).UTC().Format(time.RFC3339Nano), time.Duration(limit))
 		}
 		c.Slew(t, excess)
 		s.setWindowClock(c)

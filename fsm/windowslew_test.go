@@ -194,3 +194,16 @@ func TestWindowSlewKeepsClockMonotone(t *testing.T) {
 		t.Fatal("no clock state")
 	}
 }
+
+// TestWindowClockOperatorSlew: an excess above MaxWindowClockStepNanos is
+// slewed only with an operator's max_step_nanos covering it.
+func TestWindowClockOperatorSlew(t *testing.T) {
+	for _, maxStep := range []int64{0, 3 * MaxWindowClockStepNanos} {
+		h := windowsOnHarness(t, 0)
+		excess := 2 * MaxWindowClockStepNanos
+		r := h.apply(CmdWindowClock, sec, &api.WindowClockCommand{WallUnixNanos: h.f.st.windowTime(sec) - excess, Slew: true, MaxStepNanos: maxStep})
+		if ok := maxStep >= excess; ok != (r.Err == nil) || ok != (h.f.st.win.slewNanos == excess) {
+			t.Fatalf("a slew of 2 h with max step %v: %v, slew %d", maxStep, r.Err, h.f.st.win.slewNanos)
+		}
+	}
+}

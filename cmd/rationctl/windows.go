@@ -50,8 +50,9 @@ moves forward by the lag (the windows it skips count every chunk still
 live in them, docs/design.md §8.2), by at most --max-step (default 1 h,
 the bound a leader applies by itself; at most 366 days); window time
 ahead of it is slewed (run at 99% of cluster time until the excess is
-taken back; at most 1 h). A lag above --max-step is refused
-(FailedPrecondition) and nothing changes.
+taken back, 100 times the excess: a day for 14 minutes), likewise at most
+--max-step. A lag or excess above it is refused (FailedPrecondition) and
+nothing changes.
 
 Use it after a whole-cluster outage longer than an hour (cluster time
 stops while no leader runs, so window time then lags the calendar), once
