@@ -2,7 +2,6 @@ package lease
 
 import (
 	"fmt"
-	"maps"
 	"slices"
 )
 
@@ -493,11 +492,15 @@ func (l *WindowLedger) Revoke(clientID string, incarnation uint64) int {
 
 // Holders lists the client IDs holding chunks, sorted, once each.
 func (l *WindowLedger) Holders() []string {
-	m := map[string]bool{}
-	for _, le := range l.s.Leases {
-		m[le.ClientID] = true
+	if len(l.s.Leases) == 0 {
+		return nil
 	}
-	return slices.Sorted(maps.Keys(m))
+	out := make([]string, 0, len(l.s.Leases))
+	for _, le := range l.s.Leases {
+		out = append(out, le.ClientID)
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
 }
 
 // Reconfigure applies a policy change at (t, w) without resetting the
