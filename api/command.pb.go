@@ -1689,8 +1689,15 @@ type WindowFrame struct {
 	// restore (rule j for windows); 0: none.
 	ExhaustThroughNanos int64              `protobuf:"varint,3,opt,name=exhaust_through_nanos,json=exhaustThroughNanos,proto3" json:"exhaust_through_nanos,omitempty"`
 	Key                 *WindowKeySnapshot `protobuf:"bytes,4,opt,name=key,proto3" json:"key,omitempty"`
-	unknownFields       protoimpl.UnknownFields
-	sizeCache           protoimpl.SizeCache
+	// The slew in progress (FeatureWindowSlew, lease.WindowClock): from
+	// cluster time slew_start_nanos window time runs at 99% of cluster time
+	// until slew_nanos are taken back; slewed_nanos is every slew taken
+	// before it. All 0 on a cluster that never slewed.
+	SlewStartNanos int64 `protobuf:"varint,80,opt,name=slew_start_nanos,json=slewStartNanos,proto3" json:"slew_start_nanos,omitempty"`
+	SlewNanos      int64 `protobuf:"varint,81,opt,name=slew_nanos,json=slewNanos,proto3" json:"slew_nanos,omitempty"`
+	SlewedNanos    int64 `protobuf:"varint,82,opt,name=slewed_nanos,json=slewedNanos,proto3" json:"slewed_nanos,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *WindowFrame) Reset() {
@@ -1751,6 +1758,27 @@ func (x *WindowFrame) GetKey() *WindowKeySnapshot {
 	return nil
 }
 
+func (x *WindowFrame) GetSlewStartNanos() int64 {
+	if x != nil {
+		return x.SlewStartNanos
+	}
+	return 0
+}
+
+func (x *WindowFrame) GetSlewNanos() int64 {
+	if x != nil {
+		return x.SlewNanos
+	}
+	return 0
+}
+
+func (x *WindowFrame) GetSlewedNanos() int64 {
+	if x != nil {
+		return x.SlewedNanos
+	}
+	return 0
+}
+
 type WindowKeySnapshot struct {
 	state               protoimpl.MessageState `protogen:"open.v1"`
 	Policy              string                 `protobuf:"bytes,1,opt,name=policy,proto3" json:"policy,omitempty"`
@@ -1776,6 +1804,9 @@ type WindowKeySnapshot struct {
 	// under (the same in every key of a name).
 	Algorithm     string   `protobuf:"bytes,18,opt,name=algorithm,proto3" json:"algorithm,omitempty"`
 	KeyAttributes []string `protobuf:"bytes,19,rep,name=key_attributes,json=keyAttributes,proto3" json:"key_attributes,omitempty"`
+	// The window clock's slew counter at the key's last operation
+	// (lease.WindowLedgerState.SlewedNanos).
+	SlewedNanos   int64 `protobuf:"varint,80,opt,name=slewed_nanos,json=slewedNanos,proto3" json:"slewed_nanos,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1943,6 +1974,13 @@ func (x *WindowKeySnapshot) GetKeyAttributes() []string {
 	return nil
 }
 
+func (x *WindowKeySnapshot) GetSlewedNanos() int64 {
+	if x != nil {
+		return x.SlewedNanos
+	}
+	return 0
+}
+
 type WindowLeaseSnapshot struct {
 	state            protoimpl.MessageState `protogen:"open.v1"`
 	Id               uint64                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
@@ -2048,9 +2086,18 @@ func (x *WindowLeaseSnapshot) GetReplaced() bool {
 // window epoch offset becomes max(offset, wall_unix_nanos − the entry's
 // cluster time); a step forward above fsm.MaxWindowClockStepNanos is
 // refused. Proposed only with FeatureWindows on.
+//
+// With FeatureWindowSlew on (an older server would ignore these fields,
+// so they count only then): slew, with window time ahead of the wall
+// clock, starts a slew taking the excess back (at most
+// fsm.MaxWindowClockStepNanos); max_step_nanos > 0 (an operator's
+// re-sync, rationctl windows resync) allows a forward step or a slew up
+// to it, at most fsm.MaxWindowClockOperatorStepNanos.
 type WindowClockCommand struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	WallUnixNanos int64                  `protobuf:"varint,1,opt,name=wall_unix_nanos,json=wallUnixNanos,proto3" json:"wall_unix_nanos,omitempty"`
+	Slew          bool                   `protobuf:"varint,80,opt,name=slew,proto3" json:"slew,omitempty"`
+	MaxStepNanos  int64                  `protobuf:"varint,81,opt,name=max_step_nanos,json=maxStepNanos,proto3" json:"max_step_nanos,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2088,6 +2135,20 @@ func (*WindowClockCommand) Descriptor() ([]byte, []int) {
 func (x *WindowClockCommand) GetWallUnixNanos() int64 {
 	if x != nil {
 		return x.WallUnixNanos
+	}
+	return 0
+}
+
+func (x *WindowClockCommand) GetSlew() bool {
+	if x != nil {
+		return x.Slew
+	}
+	return false
+}
+
+func (x *WindowClockCommand) GetMaxStepNanos() int64 {
+	if x != nil {
+		return x.MaxStepNanos
 	}
 	return 0
 }
@@ -2552,12 +2613,16 @@ const file_command_proto_rawDesc = "" +
 	"\tbootstrap\x18\x01 \x01(\v2\x13.ration.v1.ACLTokenH\x00R\tbootstrap\x12-\n" +
 	"\x06create\x18\x02 \x01(\v2\x13.ration.v1.ACLTokenH\x00R\x06create\x12.\n" +
 	"\x12delete_accessor_id\x18\x03 \x01(\tH\x00R\x10deleteAccessorIdB\x04\n" +
-	"\x02op\"\xbc\x01\n" +
+	"\x02op\"\xa8\x02\n" +
 	"\vWindowFrame\x12,\n" +
 	"\x12epoch_offset_nanos\x18\x01 \x01(\x03R\x10epochOffsetNanos\x12\x1b\n" +
 	"\tepoch_set\x18\x02 \x01(\bR\bepochSet\x122\n" +
 	"\x15exhaust_through_nanos\x18\x03 \x01(\x03R\x13exhaustThroughNanos\x12.\n" +
-	"\x03key\x18\x04 \x01(\v2\x1c.ration.v1.WindowKeySnapshotR\x03key\"\x84\x05\n" +
+	"\x03key\x18\x04 \x01(\v2\x1c.ration.v1.WindowKeySnapshotR\x03key\x12(\n" +
+	"\x10slew_start_nanos\x18P \x01(\x03R\x0eslewStartNanos\x12\x1d\n" +
+	"\n" +
+	"slew_nanos\x18Q \x01(\x03R\tslewNanos\x12!\n" +
+	"\fslewed_nanos\x18R \x01(\x03R\vslewedNanos\"\xa7\x05\n" +
 	"\x11WindowKeySnapshot\x12\x16\n" +
 	"\x06policy\x18\x01 \x01(\tR\x06policy\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\tR\x03key\x12\x1b\n" +
@@ -2583,7 +2648,8 @@ const file_command_proto_rawDesc = "" +
 	"\x06approx\x18\x10 \x01(\bR\x06approx\x12(\n" +
 	"\x10prev_count_milli\x18\x11 \x01(\x03R\x0eprevCountMilli\x12\x1c\n" +
 	"\talgorithm\x18\x12 \x01(\tR\talgorithm\x12%\n" +
-	"\x0ekey_attributes\x18\x13 \x03(\tR\rkeyAttributes\"\x95\x02\n" +
+	"\x0ekey_attributes\x18\x13 \x03(\tR\rkeyAttributes\x12!\n" +
+	"\fslewed_nanos\x18P \x01(\x03R\vslewedNanos\"\x95\x02\n" +
 	"\x13WindowLeaseSnapshot\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x1b\n" +
 	"\tclient_id\x18\x02 \x01(\tR\bclientId\x12 \n" +
@@ -2592,9 +2658,11 @@ const file_command_proto_rawDesc = "" +
 	"\rexpires_nanos\x18\x05 \x01(\x03R\fexpiresNanos\x12,\n" +
 	"\x12window_start_nanos\x18\x06 \x01(\x03R\x10windowStartNanos\x12#\n" +
 	"\rgranted_milli\x18\a \x01(\x03R\fgrantedMilli\x12\x1a\n" +
-	"\breplaced\x18\b \x01(\bR\breplaced\"<\n" +
+	"\breplaced\x18\b \x01(\bR\breplaced\"v\n" +
 	"\x12WindowClockCommand\x12&\n" +
-	"\x0fwall_unix_nanos\x18\x01 \x01(\x03R\rwallUnixNanos\"\x81\x03\n" +
+	"\x0fwall_unix_nanos\x18\x01 \x01(\x03R\rwallUnixNanos\x12\x12\n" +
+	"\x04slew\x18P \x01(\bR\x04slew\x12$\n" +
+	"\x0emax_step_nanos\x18Q \x01(\x03R\fmaxStepNanos\"\x81\x03\n" +
 	"\tSlotFrame\x12\x16\n" +
 	"\x06policy\x18\x01 \x01(\tR\x06policy\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\tR\x03key\x12\x14\n" +

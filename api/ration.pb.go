@@ -1475,8 +1475,15 @@ type StatusResponse struct {
 	// (a server of a cluster always has last_log_index > 0).
 	LastContactNanos int64  `protobuf:"varint,200,opt,name=last_contact_nanos,json=lastContactNanos,proto3" json:"last_contact_nanos,omitempty"`
 	LastLogIndex     uint64 `protobuf:"varint,201,opt,name=last_log_index,json=lastLogIndex,proto3" json:"last_log_index,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// Window time (docs/design.md §8.2), when leased windows are on and any
+	// window policy or key exists (window_clock_set): how far it lags the
+	// answering server's wall clock (negative: ahead), and what a slew in
+	// progress has still to take back.
+	WindowClockSet      bool  `protobuf:"varint,80,opt,name=window_clock_set,json=windowClockSet,proto3" json:"window_clock_set,omitempty"`
+	WindowLagNanos      int64 `protobuf:"varint,81,opt,name=window_lag_nanos,json=windowLagNanos,proto3" json:"window_lag_nanos,omitempty"`
+	WindowSlewLeftNanos int64 `protobuf:"varint,82,opt,name=window_slew_left_nanos,json=windowSlewLeftNanos,proto3" json:"window_slew_left_nanos,omitempty"`
+	unknownFields       protoimpl.UnknownFields
+	sizeCache           protoimpl.SizeCache
 }
 
 func (x *StatusResponse) Reset() {
@@ -1603,6 +1610,27 @@ func (x *StatusResponse) GetLastContactNanos() int64 {
 func (x *StatusResponse) GetLastLogIndex() uint64 {
 	if x != nil {
 		return x.LastLogIndex
+	}
+	return 0
+}
+
+func (x *StatusResponse) GetWindowClockSet() bool {
+	if x != nil {
+		return x.WindowClockSet
+	}
+	return false
+}
+
+func (x *StatusResponse) GetWindowLagNanos() int64 {
+	if x != nil {
+		return x.WindowLagNanos
+	}
+	return 0
+}
+
+func (x *StatusResponse) GetWindowSlewLeftNanos() int64 {
+	if x != nil {
+		return x.WindowSlewLeftNanos
 	}
 	return 0
 }
@@ -3393,6 +3421,184 @@ func (x *ACLTokenDeleteResponse) GetIndex() uint64 {
 	return 0
 }
 
+type WindowResyncRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The largest forward step allowed (0: the leader's own bound,
+	// fsm.MaxWindowClockStepNanos); above fsm.MaxWindowClockOperatorStepNanos
+	// is refused (INVALID_ARGUMENT).
+	MaxStepNanos int64 `protobuf:"varint,80,opt,name=max_step_nanos,json=maxStepNanos,proto3" json:"max_step_nanos,omitempty"`
+	// dry_run reports the lag and what would be done, proposing nothing.
+	DryRun        bool `protobuf:"varint,81,opt,name=dry_run,json=dryRun,proto3" json:"dry_run,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WindowResyncRequest) Reset() {
+	*x = WindowResyncRequest{}
+	mi := &file_ration_proto_msgTypes[51]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WindowResyncRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WindowResyncRequest) ProtoMessage() {}
+
+func (x *WindowResyncRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_ration_proto_msgTypes[51]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WindowResyncRequest.ProtoReflect.Descriptor instead.
+func (*WindowResyncRequest) Descriptor() ([]byte, []int) {
+	return file_ration_proto_rawDescGZIP(), []int{51}
+}
+
+func (x *WindowResyncRequest) GetMaxStepNanos() int64 {
+	if x != nil {
+		return x.MaxStepNanos
+	}
+	return 0
+}
+
+func (x *WindowResyncRequest) GetDryRun() bool {
+	if x != nil {
+		return x.DryRun
+	}
+	return false
+}
+
+type WindowResyncResponse struct {
+	state               protoimpl.MessageState `protogen:"open.v1"`
+	Leader              string                 `protobuf:"bytes,80,opt,name=leader,proto3" json:"leader,omitempty"`
+	LeaderWallUnixNanos int64                  `protobuf:"varint,81,opt,name=leader_wall_unix_nanos,json=leaderWallUnixNanos,proto3" json:"leader_wall_unix_nanos,omitempty"`
+	// Window time when asked, and its lag behind the leader's wall clock
+	// (negative: ahead).
+	WindowUnixNanos int64 `protobuf:"varint,82,opt,name=window_unix_nanos,json=windowUnixNanos,proto3" json:"window_unix_nanos,omitempty"`
+	LagNanos        int64 `protobuf:"varint,83,opt,name=lag_nanos,json=lagNanos,proto3" json:"lag_nanos,omitempty"`
+	// What was (dry_run: would be) done: "none", "step" or "slew", and by
+	// how much.
+	Action        string `protobuf:"bytes,84,opt,name=action,proto3" json:"action,omitempty"`
+	AmountNanos   int64  `protobuf:"varint,85,opt,name=amount_nanos,json=amountNanos,proto3" json:"amount_nanos,omitempty"`
+	Applied       bool   `protobuf:"varint,86,opt,name=applied,proto3" json:"applied,omitempty"`
+	SlewLeftNanos int64  `protobuf:"varint,87,opt,name=slew_left_nanos,json=slewLeftNanos,proto3" json:"slew_left_nanos,omitempty"`
+	Index         uint64 `protobuf:"varint,88,opt,name=index,proto3" json:"index,omitempty"`
+	// refused: why the action is beyond the bound allowed (a dry run answers
+	// with it; a real re-sync fails FAILED_PRECONDITION with it).
+	Refused       string `protobuf:"bytes,89,opt,name=refused,proto3" json:"refused,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WindowResyncResponse) Reset() {
+	*x = WindowResyncResponse{}
+	mi := &file_ration_proto_msgTypes[52]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WindowResyncResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WindowResyncResponse) ProtoMessage() {}
+
+func (x *WindowResyncResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_ration_proto_msgTypes[52]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WindowResyncResponse.ProtoReflect.Descriptor instead.
+func (*WindowResyncResponse) Descriptor() ([]byte, []int) {
+	return file_ration_proto_rawDescGZIP(), []int{52}
+}
+
+func (x *WindowResyncResponse) GetLeader() string {
+	if x != nil {
+		return x.Leader
+	}
+	return ""
+}
+
+func (x *WindowResyncResponse) GetLeaderWallUnixNanos() int64 {
+	if x != nil {
+		return x.LeaderWallUnixNanos
+	}
+	return 0
+}
+
+func (x *WindowResyncResponse) GetWindowUnixNanos() int64 {
+	if x != nil {
+		return x.WindowUnixNanos
+	}
+	return 0
+}
+
+func (x *WindowResyncResponse) GetLagNanos() int64 {
+	if x != nil {
+		return x.LagNanos
+	}
+	return 0
+}
+
+func (x *WindowResyncResponse) GetAction() string {
+	if x != nil {
+		return x.Action
+	}
+	return ""
+}
+
+func (x *WindowResyncResponse) GetAmountNanos() int64 {
+	if x != nil {
+		return x.AmountNanos
+	}
+	return 0
+}
+
+func (x *WindowResyncResponse) GetApplied() bool {
+	if x != nil {
+		return x.Applied
+	}
+	return false
+}
+
+func (x *WindowResyncResponse) GetSlewLeftNanos() int64 {
+	if x != nil {
+		return x.SlewLeftNanos
+	}
+	return 0
+}
+
+func (x *WindowResyncResponse) GetIndex() uint64 {
+	if x != nil {
+		return x.Index
+	}
+	return 0
+}
+
+func (x *WindowResyncResponse) GetRefused() string {
+	if x != nil {
+		return x.Refused
+	}
+	return ""
+}
+
 var File_ration_proto protoreflect.FileDescriptor
 
 const file_ration_proto_rawDesc = "" +
@@ -3502,7 +3708,7 @@ const file_ration_proto_rawDesc = "" +
 	"\fgrpc_address\x18\x03 \x01(\tR\vgrpcAddress\x12\x1a\n" +
 	"\bsuffrage\x18\x04 \x01(\tR\bsuffrage\x12\x14\n" +
 	"\x05state\x18\x05 \x01(\tR\x05state\x12\x18\n" +
-	"\ahealthy\x18\x06 \x01(\bR\ahealthy\"\xeb\x03\n" +
+	"\ahealthy\x18\x06 \x01(\bR\ahealthy\"\xf4\x04\n" +
 	"\x0eStatusResponse\x12\x16\n" +
 	"\x06leader\x18\x01 \x01(\tR\x06leader\x12\x12\n" +
 	"\x04term\x18\x02 \x01(\x04R\x04term\x12!\n" +
@@ -3519,7 +3725,10 @@ const file_ration_proto_rawDesc = "" +
 	"\tfsm_index\x18\v \x01(\x04R\bfsmIndex\x12(\n" +
 	"\x10fsm_state_sha256\x18\f \x01(\tR\x0efsmStateSha256\x12-\n" +
 	"\x12last_contact_nanos\x18\xc8\x01 \x01(\x03R\x10lastContactNanos\x12%\n" +
-	"\x0elast_log_index\x18\xc9\x01 \x01(\x04R\flastLogIndex\"\x10\n" +
+	"\x0elast_log_index\x18\xc9\x01 \x01(\x04R\flastLogIndex\x12(\n" +
+	"\x10window_clock_set\x18P \x01(\bR\x0ewindowClockSet\x12(\n" +
+	"\x10window_lag_nanos\x18Q \x01(\x03R\x0ewindowLagNanos\x123\n" +
+	"\x16window_slew_left_nanos\x18R \x01(\x03R\x13windowSlewLeftNanos\"\x10\n" +
 	"\x0eMembersRequest\"\xb8\x01\n" +
 	"\x06Member\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
@@ -3640,7 +3849,21 @@ const file_ration_proto_rawDesc = "" +
 	"\vaccessor_id\x18\x01 \x01(\tR\n" +
 	"accessorId\".\n" +
 	"\x16ACLTokenDeleteResponse\x12\x14\n" +
-	"\x05index\x18\x01 \x01(\x04R\x05index*\x9d\x03\n" +
+	"\x05index\x18\x01 \x01(\x04R\x05index\"T\n" +
+	"\x13WindowResyncRequest\x12$\n" +
+	"\x0emax_step_nanos\x18P \x01(\x03R\fmaxStepNanos\x12\x17\n" +
+	"\adry_run\x18Q \x01(\bR\x06dryRun\"\xd9\x02\n" +
+	"\x14WindowResyncResponse\x12\x16\n" +
+	"\x06leader\x18P \x01(\tR\x06leader\x123\n" +
+	"\x16leader_wall_unix_nanos\x18Q \x01(\x03R\x13leaderWallUnixNanos\x12*\n" +
+	"\x11window_unix_nanos\x18R \x01(\x03R\x0fwindowUnixNanos\x12\x1b\n" +
+	"\tlag_nanos\x18S \x01(\x03R\blagNanos\x12\x16\n" +
+	"\x06action\x18T \x01(\tR\x06action\x12!\n" +
+	"\famount_nanos\x18U \x01(\x03R\vamountNanos\x12\x18\n" +
+	"\aapplied\x18V \x01(\bR\aapplied\x12&\n" +
+	"\x0fslew_left_nanos\x18W \x01(\x03R\rslewLeftNanos\x12\x14\n" +
+	"\x05index\x18X \x01(\x04R\x05index\x12\x18\n" +
+	"\arefused\x18Y \x01(\tR\arefused*\x9d\x03\n" +
 	"\tErrorKind\x12\x1a\n" +
 	"\x16ERROR_KIND_UNSPECIFIED\x10\x00\x12\x18\n" +
 	"\x14ERROR_KIND_NOT_FOUND\x10\x01\x12\x1f\n" +
@@ -3666,7 +3889,8 @@ const file_ration_proto_rawDesc = "" +
 	"\x06Leases\x12>\n" +
 	"\aAcquire\x12\x19.ration.v1.AcquireRequest\x1a\x18.ration.v1.LeaseResponse\x12:\n" +
 	"\x05Renew\x12\x17.ration.v1.RenewRequest\x1a\x18.ration.v1.LeaseResponse\x12@\n" +
-	"\aRelease\x12\x19.ration.v1.ReleaseRequest\x1a\x1a.ration.v1.ReleaseResponse2\xd5\t\n" +
+	"\aRelease\x12\x19.ration.v1.ReleaseRequest\x1a\x1a.ration.v1.ReleaseResponse2\xa6\n" +
+	"\n" +
 	"\x05Admin\x12=\n" +
 	"\x06Status\x12\x18.ration.v1.StatusRequest\x1a\x19.ration.v1.StatusResponse\x12@\n" +
 	"\aMembers\x12\x19.ration.v1.MembersRequest\x1a\x1a.ration.v1.MembersResponse\x12R\n" +
@@ -3684,7 +3908,8 @@ const file_ration_proto_rawDesc = "" +
 	"\fACLBootstrap\x12\x1e.ration.v1.ACLBootstrapRequest\x1a\x19.ration.v1.ACLTokenSecret\x12M\n" +
 	"\x0eACLTokenCreate\x12 .ration.v1.ACLTokenCreateRequest\x1a\x19.ration.v1.ACLTokenSecret\x12O\n" +
 	"\fACLTokenList\x12\x1e.ration.v1.ACLTokenListRequest\x1a\x1f.ration.v1.ACLTokenListResponse\x12U\n" +
-	"\x0eACLTokenDelete\x12 .ration.v1.ACLTokenDeleteRequest\x1a!.ration.v1.ACLTokenDeleteResponseB&Z$github.com/ration-dev/ration/api;apib\x06proto3"
+	"\x0eACLTokenDelete\x12 .ration.v1.ACLTokenDeleteRequest\x1a!.ration.v1.ACLTokenDeleteResponse\x12O\n" +
+	"\fWindowResync\x12\x1e.ration.v1.WindowResyncRequest\x1a\x1f.ration.v1.WindowResyncResponseB&Z$github.com/ration-dev/ration/api;apib\x06proto3"
 
 var (
 	file_ration_proto_rawDescOnce sync.Once
@@ -3699,7 +3924,7 @@ func file_ration_proto_rawDescGZIP() []byte {
 }
 
 var file_ration_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_ration_proto_msgTypes = make([]protoimpl.MessageInfo, 53)
+var file_ration_proto_msgTypes = make([]protoimpl.MessageInfo, 55)
 var file_ration_proto_goTypes = []any{
 	(ErrorKind)(0),                  // 0: ration.v1.ErrorKind
 	(KeyringOp)(0),                  // 1: ration.v1.KeyringOp
@@ -3754,11 +3979,13 @@ var file_ration_proto_goTypes = []any{
 	(*ACLTokenListResponse)(nil),    // 50: ration.v1.ACLTokenListResponse
 	(*ACLTokenDeleteRequest)(nil),   // 51: ration.v1.ACLTokenDeleteRequest
 	(*ACLTokenDeleteResponse)(nil),  // 52: ration.v1.ACLTokenDeleteResponse
-	nil,                             // 53: ration.v1.Key.AttributesEntry
-	nil,                             // 54: ration.v1.Member.MetaEntry
+	(*WindowResyncRequest)(nil),     // 53: ration.v1.WindowResyncRequest
+	(*WindowResyncResponse)(nil),    // 54: ration.v1.WindowResyncResponse
+	nil,                             // 55: ration.v1.Key.AttributesEntry
+	nil,                             // 56: ration.v1.Member.MetaEntry
 }
 var file_ration_proto_depIdxs = []int32{
-	53, // 0: ration.v1.Key.attributes:type_name -> ration.v1.Key.AttributesEntry
+	55, // 0: ration.v1.Key.attributes:type_name -> ration.v1.Key.AttributesEntry
 	3,  // 1: ration.v1.AcquireKey.key:type_name -> ration.v1.Key
 	4,  // 2: ration.v1.AcquireKey.demand:type_name -> ration.v1.Demand
 	2,  // 3: ration.v1.AcquireRequest.caller:type_name -> ration.v1.Caller
@@ -3777,7 +4004,7 @@ var file_ration_proto_depIdxs = []int32{
 	11, // 16: ration.v1.ReleaseResult.error:type_name -> ration.v1.KeyError
 	15, // 17: ration.v1.ReleaseResponse.results:type_name -> ration.v1.ReleaseResult
 	18, // 18: ration.v1.StatusResponse.servers:type_name -> ration.v1.ServerStatus
-	54, // 19: ration.v1.Member.meta:type_name -> ration.v1.Member.MetaEntry
+	56, // 19: ration.v1.Member.meta:type_name -> ration.v1.Member.MetaEntry
 	21, // 20: ration.v1.MembersResponse.members:type_name -> ration.v1.Member
 	26, // 21: ration.v1.ListPoliciesResponse.policies:type_name -> ration.v1.PolicyInfo
 	32, // 22: ration.v1.ListLeasesResponse.leases:type_name -> ration.v1.LeaseInfo
@@ -3805,27 +4032,29 @@ var file_ration_proto_depIdxs = []int32{
 	48, // 44: ration.v1.Admin.ACLTokenCreate:input_type -> ration.v1.ACLTokenCreateRequest
 	49, // 45: ration.v1.Admin.ACLTokenList:input_type -> ration.v1.ACLTokenListRequest
 	51, // 46: ration.v1.Admin.ACLTokenDelete:input_type -> ration.v1.ACLTokenDeleteRequest
-	14, // 47: ration.v1.Leases.Acquire:output_type -> ration.v1.LeaseResponse
-	14, // 48: ration.v1.Leases.Renew:output_type -> ration.v1.LeaseResponse
-	16, // 49: ration.v1.Leases.Release:output_type -> ration.v1.ReleaseResponse
-	19, // 50: ration.v1.Admin.Status:output_type -> ration.v1.StatusResponse
-	22, // 51: ration.v1.Admin.Members:output_type -> ration.v1.MembersResponse
-	24, // 52: ration.v1.Admin.ApplyPolicies:output_type -> ration.v1.ApplyPoliciesResponse
-	26, // 53: ration.v1.Admin.GetPolicy:output_type -> ration.v1.PolicyInfo
-	28, // 54: ration.v1.Admin.ListPolicies:output_type -> ration.v1.ListPoliciesResponse
-	30, // 55: ration.v1.Admin.DeletePolicy:output_type -> ration.v1.DeletePolicyResponse
-	34, // 56: ration.v1.Admin.ListLeases:output_type -> ration.v1.ListLeasesResponse
-	36, // 57: ration.v1.Admin.SnapshotSave:output_type -> ration.v1.SnapshotChunk
-	37, // 58: ration.v1.Admin.SnapshotRestore:output_type -> ration.v1.SnapshotRestoreResponse
-	39, // 59: ration.v1.Admin.LeaderTransfer:output_type -> ration.v1.LeaderTransferResponse
-	41, // 60: ration.v1.Admin.RemoveServer:output_type -> ration.v1.RemoveServerResponse
-	44, // 61: ration.v1.Admin.Keyring:output_type -> ration.v1.KeyringResponse
-	47, // 62: ration.v1.Admin.ACLBootstrap:output_type -> ration.v1.ACLTokenSecret
-	47, // 63: ration.v1.Admin.ACLTokenCreate:output_type -> ration.v1.ACLTokenSecret
-	50, // 64: ration.v1.Admin.ACLTokenList:output_type -> ration.v1.ACLTokenListResponse
-	52, // 65: ration.v1.Admin.ACLTokenDelete:output_type -> ration.v1.ACLTokenDeleteResponse
-	47, // [47:66] is the sub-list for method output_type
-	28, // [28:47] is the sub-list for method input_type
+	53, // 47: ration.v1.Admin.WindowResync:input_type -> ration.v1.WindowResyncRequest
+	14, // 48: ration.v1.Leases.Acquire:output_type -> ration.v1.LeaseResponse
+	14, // 49: ration.v1.Leases.Renew:output_type -> ration.v1.LeaseResponse
+	16, // 50: ration.v1.Leases.Release:output_type -> ration.v1.ReleaseResponse
+	19, // 51: ration.v1.Admin.Status:output_type -> ration.v1.StatusResponse
+	22, // 52: ration.v1.Admin.Members:output_type -> ration.v1.MembersResponse
+	24, // 53: ration.v1.Admin.ApplyPolicies:output_type -> ration.v1.ApplyPoliciesResponse
+	26, // 54: ration.v1.Admin.GetPolicy:output_type -> ration.v1.PolicyInfo
+	28, // 55: ration.v1.Admin.ListPolicies:output_type -> ration.v1.ListPoliciesResponse
+	30, // 56: ration.v1.Admin.DeletePolicy:output_type -> ration.v1.DeletePolicyResponse
+	34, // 57: ration.v1.Admin.ListLeases:output_type -> ration.v1.ListLeasesResponse
+	36, // 58: ration.v1.Admin.SnapshotSave:output_type -> ration.v1.SnapshotChunk
+	37, // 59: ration.v1.Admin.SnapshotRestore:output_type -> ration.v1.SnapshotRestoreResponse
+	39, // 60: ration.v1.Admin.LeaderTransfer:output_type -> ration.v1.LeaderTransferResponse
+	41, // 61: ration.v1.Admin.RemoveServer:output_type -> ration.v1.RemoveServerResponse
+	44, // 62: ration.v1.Admin.Keyring:output_type -> ration.v1.KeyringResponse
+	47, // 63: ration.v1.Admin.ACLBootstrap:output_type -> ration.v1.ACLTokenSecret
+	47, // 64: ration.v1.Admin.ACLTokenCreate:output_type -> ration.v1.ACLTokenSecret
+	50, // 65: ration.v1.Admin.ACLTokenList:output_type -> ration.v1.ACLTokenListResponse
+	52, // 66: ration.v1.Admin.ACLTokenDelete:output_type -> ration.v1.ACLTokenDeleteResponse
+	54, // 67: ration.v1.Admin.WindowResync:output_type -> ration.v1.WindowResyncResponse
+	48, // [48:68] is the sub-list for method output_type
+	28, // [28:48] is the sub-list for method input_type
 	28, // [28:28] is the sub-list for extension type_name
 	28, // [28:28] is the sub-list for extension extendee
 	0,  // [0:28] is the sub-list for field type_name
@@ -3842,7 +4071,7 @@ func file_ration_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_ration_proto_rawDesc), len(file_ration_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   53,
+			NumMessages:   55,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

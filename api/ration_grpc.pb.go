@@ -230,6 +230,7 @@ const (
 	Admin_ACLTokenCreate_FullMethodName  = "/ration.v1.Admin/ACLTokenCreate"
 	Admin_ACLTokenList_FullMethodName    = "/ration.v1.Admin/ACLTokenList"
 	Admin_ACLTokenDelete_FullMethodName  = "/ration.v1.Admin/ACLTokenDelete"
+	Admin_WindowResync_FullMethodName    = "/ration.v1.Admin/WindowResync"
 )
 
 // AdminClient is the client API for Admin service.
@@ -265,6 +266,11 @@ type AdminClient interface {
 	ACLTokenCreate(ctx context.Context, in *ACLTokenCreateRequest, opts ...grpc.CallOption) (*ACLTokenSecret, error)
 	ACLTokenList(ctx context.Context, in *ACLTokenListRequest, opts ...grpc.CallOption) (*ACLTokenListResponse, error)
 	ACLTokenDelete(ctx context.Context, in *ACLTokenDeleteRequest, opts ...grpc.CallOption) (*ACLTokenDeleteResponse, error)
+	// WindowResync re-syncs window time to the leader's wall clock with a
+	// step larger than a leader takes by itself (an operator's override of
+	// fsm.MaxWindowClockStepNanos, docs/design.md §8.2), or with dry_run
+	// only reports what it would do. Needs admin:write.
+	WindowResync(ctx context.Context, in *WindowResyncRequest, opts ...grpc.CallOption) (*WindowResyncResponse, error)
 }
 
 type adminClient struct {
@@ -447,6 +453,16 @@ func (c *adminClient) ACLTokenDelete(ctx context.Context, in *ACLTokenDeleteRequ
 	return out, nil
 }
 
+func (c *adminClient) WindowResync(ctx context.Context, in *WindowResyncRequest, opts ...grpc.CallOption) (*WindowResyncResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(WindowResyncResponse)
+	err := c.cc.Invoke(ctx, Admin_WindowResync_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // AdminServer is the server API for Admin service.
 // All implementations must embed UnimplementedAdminServer
 // for forward compatibility.
@@ -480,6 +496,11 @@ type AdminServer interface {
 	ACLTokenCreate(context.Context, *ACLTokenCreateRequest) (*ACLTokenSecret, error)
 	ACLTokenList(context.Context, *ACLTokenListRequest) (*ACLTokenListResponse, error)
 	ACLTokenDelete(context.Context, *ACLTokenDeleteRequest) (*ACLTokenDeleteResponse, error)
+	// WindowResync re-syncs window time to the leader's wall clock with a
+	// step larger than a leader takes by itself (an operator's override of
+	// fsm.MaxWindowClockStepNanos, docs/design.md §8.2), or with dry_run
+	// only reports what it would do. Needs admin:write.
+	WindowResync(context.Context, *WindowResyncRequest) (*WindowResyncResponse, error)
 	mustEmbedUnimplementedAdminServer()
 }
 
@@ -537,6 +558,9 @@ func (UnimplementedAdminServer) ACLTokenList(context.Context, *ACLTokenListReque
 }
 func (UnimplementedAdminServer) ACLTokenDelete(context.Context, *ACLTokenDeleteRequest) (*ACLTokenDeleteResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method ACLTokenDelete not implemented")
+}
+func (UnimplementedAdminServer) WindowResync(context.Context, *WindowResyncRequest) (*WindowResyncResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method WindowResync not implemented")
 }
 func (UnimplementedAdminServer) mustEmbedUnimplementedAdminServer() {}
 func (UnimplementedAdminServer) testEmbeddedByValue()               {}
@@ -829,6 +853,24 @@ func _Admin_ACLTokenDelete_Handler(srv interface{}, ctx context.Context, dec fun
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Admin_WindowResync_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(WindowResyncRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).WindowResync(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_WindowResync_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).WindowResync(ctx, req.(*WindowResyncRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Admin_ServiceDesc is the grpc.ServiceDesc for Admin service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -891,6 +933,10 @@ var Admin_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ACLTokenDelete",
 			Handler:    _Admin_ACLTokenDelete_Handler,
+		},
+		{
+			MethodName: "WindowResync",
+			Handler:    _Admin_WindowResync_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

@@ -149,7 +149,7 @@ var forwardingMethods = map[string]bool{
 	"/ration.v1.Admin/ApplyPolicies": true, "/ration.v1.Admin/GetPolicy": true, "/ration.v1.Admin/ListPolicies": true,
 	"/ration.v1.Admin/DeletePolicy": true, "/ration.v1.Admin/ListLeases": true, "/ration.v1.Admin/LeaderTransfer": true,
 	"/ration.v1.Admin/RemoveServer": true, "/ration.v1.Admin/ACLTokenCreate": true, "/ration.v1.Admin/ACLTokenList": true,
-	"/ration.v1.Admin/ACLTokenDelete": true,
+	"/ration.v1.Admin/ACLTokenDelete": true, "/ration.v1.Admin/WindowResync": true,
 }
 
 // deferredKey marks a call whose ACL check this follower left to the

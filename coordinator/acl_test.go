@@ -376,6 +376,7 @@ func TestACLDeferredCalls(t *testing.T) {
 			_, err := conn.ACLTokenDelete(ctx(), &api.ACLTokenDeleteRequest{AccessorId: "x"})
 			return err
 		},
+		"WindowResync": func() error { _, err := conn.WindowResync(ctx(), &api.WindowResyncRequest{DryRun: true}); return err },
 	}
 	for _, m := range coordinator.ForwardingMethods() {
 		name := m[strings.LastIndex(m, "/")+1:]

@@ -42,6 +42,16 @@ func (a *adminService) Status(ctx context.Context, _ *api.StatusRequest) (*api.S
 	resp.Policies, resp.Keys, resp.Leases = uint64(p), uint64(k), uint64(l)
 	resp.FsmIndex, resp.FsmStateSha256 = a.s.fsm.StateHash()
 	resp.LastLogIndex = s.raft.LastIndex()
+	// Window time against this server's wall clock: at the leader's
+	// current cluster time, or a follower's last applied one (so a
+	// follower shows the lag since that entry too).
+	now := s.clusterNow()
+	if now == 0 {
+		now = s.fsm.ClusterTime()
+	}
+	if wc := s.fsm.WindowClock(now, s.wallNow()); wc.Set {
+		resp.WindowClockSet, resp.WindowLagNanos, resp.WindowSlewLeftNanos = true, wc.LagNanos, wc.SlewLeftNanos
+	}
 	switch lc := s.raft.LastContact(); {
 	case s.IsLeader():
 		resp.LastContactNanos = 0
@@ -270,6 +280,19 @@ func (a *adminService) LeaderTransfer(ctx context.Context, req *api.LeaderTransf
 				}
 			}
 		})
+}
+
+// WindowResync implements api.AdminServer: an operator's re-sync of
+// window time on the leader (windows.go).
+func (a *adminService) WindowResync(ctx context.Context, req *api.WindowResyncRequest) (*api.WindowResyncResponse, error) {
+	if m := req.GetMaxStepNanos(); m < 0 || m > fsm.MaxWindowClockOperatorStepNanos {
+		return nil, rpcerr.Status(fmt.Errorf("%w: max step %v is outside [0, %v]", rpcerr.ErrInvalid, time.Duration(m), time.Duration(fsm.MaxWindowClockOperatorStepNanos)))
+	}
+	return leaderOnly(a, ctx,
+		func(c api.AdminClient, ctx context.Context) (*api.WindowResyncResponse, error) {
+			return c.WindowResync(ctx, req)
+		},
+		func() (*api.WindowResyncResponse, error) { return a.s.windowResync(req) })
 }
 
 // RemoveServer implements api.AdminServer.

@@ -99,6 +99,11 @@ type Config struct {
 	// jepsen-like tests give it a rate error (coarseclock.SetRate).
 	Clock *coarseclock.Clock
 
+	// WallClock is the wall clock a leader re-syncs window time to
+	// (syncWindowClock, rationctl windows resync; default time.Now). Tests
+	// set a skewed one.
+	WallClock func() time.Time
+
 	// AdvertiseFeatures, if set, is read at start: the feature switches
 	// (fsm.FeatureXxx) this server gossips that it supports. nil means all
 	// it knows (fsm.KnownFeatures). Tests set fewer to stand in for a

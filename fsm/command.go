@@ -88,7 +88,8 @@ const (
 	// KnownFeatures is every switch this server can apply.
 	KnownFeatures = FeatureAcks | FeatureRetire | FeatureReturnClamped | FeatureStableRecords | FeatureRestoreHold | FeatureACL | FeatureIndexedExpiry |
 		FeatureWindows | // window.go
-		FeatureConcurrency // slots.go
+		FeatureConcurrency | // slots.go
+		FeatureWindowSlew // window.go
 )
 
 // IgnorableFlag marks a command type that older servers may skip. An

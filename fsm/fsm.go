@@ -264,7 +264,7 @@ func (f *FSM) dispatch(env Envelope, t int64) (*Result, error) {
 		if err != nil {
 			return nil, err
 		}
-		return f.st.windowClock(t, cmd.GetWallUnixNanos())
+		return f.st.windowClock(t, cmd.GetWallUnixNanos(), cmd.GetSlew(), cmd.GetMaxStepNanos())
 	case CmdACL:
 		cmd, err := decodeBody[api.ACLCommand](env.Body)
 		if err != nil {

@@ -27,6 +27,15 @@ import (
 // a server that predates it.
 const FeatureWindows uint64 = 1 << 7
 
+// FeatureWindowSlew: window time ahead of a leader's wall clock is taken
+// back by a slew (a re-sync with slew set: window time then runs at 99%
+// of cluster time until the excess is gone, lease.WindowClock), an
+// operator's re-sync may step further than MaxWindowClockStepNanos
+// (max_step_nanos), and a window key's carry counts the slew since its
+// last operation. Off, a re-sync's slew and max_step_nanos are ignored, as
+// a server that predates them ignores the fields.
+const FeatureWindowSlew uint64 = 1 << 9
+
 // faultWindowSnapshotDropsKeys: snapshots leave out the window keys, so a
 // restarted or caught-up server starts every window count afresh (the
 // fsm window tests' negative control). Outside fault.go's sequence.
@@ -39,6 +48,14 @@ const faultWindowClockBackward fault = 0x41
 // faultWindowIndexSkipsRelease: a window release does not re-index its
 // key (the window index's differential test's negative control).
 const faultWindowIndexSkipsRelease fault = 0x42
+
+// faultWindowSnapshotDropsSlew: snapshots leave out the slew in
+// progress (the slew's snapshot test's negative control).
+const faultWindowSnapshotDropsSlew fault = 0x43
+
+// faultWindowIndexSkipsHolder: the holder index keeps a key's first
+// holders only (the revoke index's differential test's negative control).
+const faultWindowIndexSkipsHolder fault = 0x44
 
 // frameWindow is a snapshot frame of window state (api.WindowFrame).
 // Older servers refuse the frame kind (and the switch).
@@ -55,7 +72,9 @@ const (
 
 type windowState struct {
 	epochSet    bool
-	epochOffset int64 // window time = cluster time + epochOffset
+	epochOffset int64 // window time = cluster time + epochOffset − the slew taken
+	// The slew (lease.WindowClock: SlewStart, SlewNanos, Slewed).
+	slewStart, slewNanos, slewed int64
 	// exhaustThrough: after a restore, windows starting at or before it
 	// are full (every key's, created later too).
 	exhaustThrough int64
@@ -71,7 +90,25 @@ type windowState struct {
 func (s *state) windowsOn() bool { return s.features&FeatureWindows != 0 }
 
 // windowTime is the window time of cluster time t.
-func (s *state) windowTime(t int64) int64 { return t + s.win.epochOffset }
+func (s *state) windowTime(t int64) int64 { return s.windowClockAt().At(t) }
+
+// windowClockAt is window time as a function of cluster time.
+func (s *state) windowClockAt() lease.WindowClock {
+	return lease.WindowClock{Offset: s.win.epochOffset, SlewStart: s.win.slewStart, SlewNanos: s.win.slewNanos, Slewed: s.win.slewed}
+}
+
+func (s *state) setWindowClock(c lease.WindowClock) {
+	s.win.epochOffset, s.win.slewStart, s.win.slewNanos, s.win.slewed = c.Offset, c.SlewStart, c.SlewNanos, c.Slewed
+}
+
+// windowObserve readies a window ledger for an operation at cluster time
+// t: the slew counter bounds how much slower than cluster time window
+// time ran since its last one (lease.WindowLedger.ObserveSlew; 0 on a
+// cluster that never slewed, where the carry is as before).
+func (s *state) windowObserve(t int64, l *lease.WindowLedger) *lease.WindowLedger {
+	l.ObserveSlew(s.windowClockAt().SlewedBy(t))
+	return l
+}
 
 // windowsSwitched runs after a CmdSetFeatures entry at cluster time t: the
 // entry that turns FeatureWindows on sets the epoch from its leader's wall
@@ -93,39 +130,98 @@ func (s *state) windowsSwitched(t, wallUnix int64) {
 const CmdWindowClock CommandType = 8
 
 // MaxWindowClockStepNanos is the largest forward step of window time one
-// re-sync may make. Elections freeze cluster time for seconds; a larger
-// gap is a leader's wrong wall clock (or a whole-cluster outage, whose
-// lag is then kept): the entry is refused, leaving window time as it
-// was, rather than skipping windows.
+// re-sync may make, and the largest excess one slew takes back. Elections
+// freeze cluster time for seconds; a larger gap is a leader's wrong wall
+// clock (or a whole-cluster outage, whose lag is then kept until an
+// operator re-syncs with a larger max_step_nanos): the entry is refused,
+// leaving window time as it was, rather than skipping windows.
 const MaxWindowClockStepNanos = int64(time.Hour)
+
+// MaxWindowClockOperatorStepNanos bounds an operator's re-sync
+// (WindowClockCommand.max_step_nanos): a year and a day, beyond any
+// outage a cluster's state should be stepped across.
+const MaxWindowClockOperatorStepNanos = int64(366 * 24 * time.Hour)
 
 // errWindowClock marks a refused re-sync (the leader logs it).
 var errWindowClock = fmt.Errorf("%w: window clock re-sync", rpcerr.ErrPrecondition)
 
-// windowClock applies a re-sync at cluster time t to wall clock wall: the
-// epoch offset only moves forward, to wall − t, by at most
-// MaxWindowClockStepNanos; a wall clock behind window time changes
-// nothing (window time stays monotone).
-func (s *state) windowClock(t, wall int64) (*Result, error) {
+// windowClock applies a re-sync at cluster time t to wall clock wall:
+// window time behind wall moves forward to it (ending a slew in
+// progress), by at most MaxWindowClockStepNanos (or the operator's
+// maxStep); window time ahead of wall changes nothing, or with slew starts
+// a slew taking the excess back (at most MaxWindowClockStepNanos, or
+// maxStep: window time then runs slower, never back). With FeatureWindowSlew off, slew and maxStep are ignored, as an
+// older server ignores the fields.
+func (s *state) windowClock(t, wall int64, slew bool, maxStep int64) (*Result, error) {
 	if !s.windowsOn() || !s.win.epochSet {
 		return nil, fmt.Errorf("%w: leased windows are off", errWindowClock)
 	}
-	w := s.windowTime(t)
+	if s.features&FeatureWindowSlew == 0 {
+		slew, maxStep = false, 0
+	}
+	if maxStep < 0 || maxStep > MaxWindowClockOperatorStepNanos {
+		return nil, fmt.Errorf("%w: max step %v is outside [0, %v]", errWindowClock, time.Duration(maxStep), time.Duration(MaxWindowClockOperatorStepNanos))
+	}
+	c := s.windowClockAt()
+	w := c.At(t)
 	if wall <= w || s.fault == faultWindowClockBackward {
 		if s.fault == faultWindowClockBackward {
 			s.win.epochOffset = wall - t
 			s.rebuildWindowIndex()
+			return &Result{}, nil
 		}
+		if !slew || wall == w {
+			return &Result{}, nil
+		}
+		excess := w - wall
+		if limit := max(MaxWindowClockStepNanos, maxStep); excess > limit {
+			return nil, fmt.Errorf("%w: window time %s is %v ahead of the leader's wall clock %s, more than the %v a slew takes back; refused",
+				errWindowClock, time.Unix(0, w).UTC().Format(time.RFC3339Nano), time.Duration(excess), time.Unix(0, wall).UTC().Format(time.RFC3339Nano), time.Duration(limit))
+		}
+		c.Slew(t, excess)
+		s.setWindowClock(c)
+		s.rebuildWindowIndex() // every idle time moved later
 		return &Result{}, nil
 	}
 	step := wall - w
-	if step < 0 || step > MaxWindowClockStepNanos {
+	limit := max(MaxWindowClockStepNanos, maxStep)
+	if step < 0 || step > limit {
 		return nil, fmt.Errorf("%w: the leader's wall clock %s is %v ahead of window time %s, more than the %v a re-sync may step; refused",
-			errWindowClock, time.Unix(0, wall).UTC().Format(time.RFC3339Nano), time.Duration(step), time.Unix(0, w).UTC().Format(time.RFC3339Nano), time.Duration(MaxWindowClockStepNanos))
+			errWindowClock, time.Unix(0, wall).UTC().Format(time.RFC3339Nano), time.Duration(step), time.Unix(0, w).UTC().Format(time.RFC3339Nano), time.Duration(limit))
 	}
-	s.win.epochOffset += step
+	c.Step(t, step)
+	s.setWindowClock(c)
 	s.rebuildWindowIndex() // every idle time moved
 	return &Result{}, nil
+}
+
+// WindowClockState is window time as the leader re-syncs it.
+type WindowClockState struct {
+	// Set: leased windows are on and some window policy or key exists.
+	Set bool
+	// WindowNanos is window time (Unix nanoseconds) at the cluster time asked.
+	WindowNanos int64
+	// LagNanos is how far window time is behind the wall clock given
+	// (negative: ahead).
+	LagNanos int64
+	// SlewLeftNanos is what the slew in progress has still to take back.
+	SlewLeftNanos int64
+	// SlewOn: FeatureWindowSlew is on (slews and operator steps apply).
+	SlewOn bool
+}
+
+// WindowClock reports window time at cluster time t against wall clock
+// wall.
+func (f *FSM) WindowClock(t, wall int64) WindowClockState {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	if !f.st.windowsOn() || !f.st.win.epochSet || !f.st.hasWindows() {
+		return WindowClockState{}
+	}
+	t = max(t, f.st.clusterTime)
+	c := f.st.windowClockAt()
+	w := c.At(t)
+	return WindowClockState{Set: true, WindowNanos: w, LagNanos: wall - w, SlewLeftNanos: c.SlewLeft(t), SlewOn: f.st.features&FeatureWindowSlew != 0}
 }
 
 // WindowClockLag is how far window time at cluster time t is behind
@@ -230,6 +326,7 @@ func (s *state) windowLedger(t int64, p policy.Policy, k *api.Key, create bool) 
 		s.windowTouch(p.Name, ck, l)
 		s.setKeying(p.Name, windowKeying{alg: p.Algorithm, attrs: slices.Clone(p.Key)})
 	}
+	s.windowObserve(t, l)
 	if !sameWindowConfig(l.Config(), cfg) {
 		err := l.Reconfigure(t, w, cfg)
 		s.windowTouch(p.Name, ck, l)
@@ -397,9 +494,20 @@ func (s *state) windowRelease(t int64, c *api.Caller, k *api.ReleaseKey) (*api.R
 	return r, true
 }
 
-// windowRevoke drops the chunks of clientID's incarnations below
-// incarnation, without credit.
+// windowRevoke retires the chunks of clientID's incarnations below
+// incarnation, without credit, visiting only the window keys where the
+// client holds chunks (the index's byClient; the same keys a scan of
+// every key would change, since Revoke changes no other).
 func (s *state) windowRevoke(clientID string, incarnation uint64) {
+	if s.win.scanRef == nil {
+		for _, it := range s.windowHeldBy(clientID) {
+			if it.l.Revoke(clientID, incarnation) > 0 {
+				s.windowTouch(it.name, it.key, it.l)
+			}
+		}
+		return
+	}
+	// The reference scan (tests): every key.
 	for _, pn := range sortedKeys(s.win.keys) {
 		for _, ck := range sortedKeys(s.win.keys[pn]) {
 			if s.win.keys[pn][ck].Revoke(clientID, incarnation) > 0 {
@@ -504,7 +612,11 @@ func (s *state) exportWindows() []*api.WindowFrame {
 	if !s.win.epochSet && len(s.win.keys) == 0 && s.win.exhaustThrough == 0 {
 		return nil
 	}
-	out := []*api.WindowFrame{{EpochOffsetNanos: s.win.epochOffset, EpochSet: s.win.epochSet, ExhaustThroughNanos: s.win.exhaustThrough}}
+	out := []*api.WindowFrame{{EpochOffsetNanos: s.win.epochOffset, EpochSet: s.win.epochSet, ExhaustThroughNanos: s.win.exhaustThrough,
+		SlewStartNanos: s.win.slewStart, SlewNanos: s.win.slewNanos, SlewedNanos: s.win.slewed}}
+	if s.fault == faultWindowSnapshotDropsSlew {
+		out[0].SlewStartNanos, out[0].SlewNanos, out[0].SlewedNanos = 0, 0, 0
+	}
 	for _, pn := range sortedKeys(s.win.keys) {
 		if s.fault == faultWindowSnapshotDropsKeys {
 			break
@@ -516,7 +628,7 @@ func (s *state) exportWindows() []*api.WindowFrame {
 				StartNanos: st.Start, EndNanos: st.End, CountMilli: st.CountMilli, ExhaustThroughNanos: st.ExhaustThrough, NextId: uint64(st.NextID),
 				LimitMilli: cfg.LimitMilli, FixedNanos: cfg.Spec.FixedNanos, Period: cfg.Spec.Period, Timezone: cfg.Spec.Timezone, MaxLeases: int64(cfg.MaxLeases),
 				Approx: cfg.Approx, PrevCountMilli: st.PrevCountMilli,
-				Algorithm: string(s.win.keying[pn].alg), KeyAttributes: slices.Clone(s.win.keying[pn].attrs)}
+				Algorithm: string(s.win.keying[pn].alg), KeyAttributes: slices.Clone(s.win.keying[pn].attrs), SlewedNanos: st.SlewedNanos}
 			for _, le := range st.Leases {
 				ks.Leases = append(ks.Leases, &api.WindowLeaseSnapshot{Id: uint64(le.ID), ClientId: le.ClientID, Incarnation: le.Incarnation,
 					GrantSeq: le.GrantSeq, ExpiresNanos: le.ExpiresNanos, WindowStartNanos: le.WindowStart, GrantedMilli: le.GrantedMilli, Replaced: le.Replaced})
@@ -534,6 +646,10 @@ func (st *state) importWindow(f *api.WindowFrame) error {
 	ks := f.GetKey()
 	if ks == nil {
 		st.win.epochSet, st.win.epochOffset, st.win.exhaustThrough = f.GetEpochSet(), f.GetEpochOffsetNanos(), f.GetExhaustThroughNanos()
+		st.win.slewStart, st.win.slewNanos, st.win.slewed = f.GetSlewStartNanos(), f.GetSlewNanos(), f.GetSlewedNanos()
+		if st.win.slewNanos < 0 || st.win.slewed < 0 {
+			return fmt.Errorf("%w: window slew %d, slewed %d", errSnapshot, st.win.slewNanos, st.win.slewed)
+		}
 		return nil
 	}
 	spec, err := lease.NewWindowSpec(ks.GetFixedNanos(), ks.GetPeriod(), ks.GetTimezone())
@@ -542,7 +658,8 @@ func (st *state) importWindow(f *api.WindowFrame) error {
 	}
 	cfg := lease.WindowLedgerConfig{LimitMilli: ks.GetLimitMilli(), Spec: spec, MaxLeases: int(ks.GetMaxLeases()), Approx: ks.GetApprox()}
 	ls := lease.WindowLedgerState{NowNanos: ks.GetNowNanos(), WindowNanos: ks.GetWindowNowNanos(), Start: ks.GetStartNanos(), End: ks.GetEndNanos(),
-		CountMilli: ks.GetCountMilli(), PrevCountMilli: ks.GetPrevCountMilli(), ExhaustThrough: ks.GetExhaustThroughNanos(), NextID: lease.LeaseID(ks.GetNextId())}
+		CountMilli: ks.GetCountMilli(), PrevCountMilli: ks.GetPrevCountMilli(), ExhaustThrough: ks.GetExhaustThroughNanos(), NextID: lease.LeaseID(ks.GetNextId()),
+		SlewedNanos: ks.GetSlewedNanos()}
 	for _, le := range ks.GetLeases() {
 		ls.Leases = append(ls.Leases, lease.WindowLease{ID: lease.LeaseID(le.GetId()), ClientID: le.GetClientId(), Incarnation: le.GetIncarnation(),
 			GrantSeq: le.GetGrantSeq(), ExpiresNanos: le.GetExpiresNanos(), WindowStart: le.GetWindowStartNanos(), GrantedMilli: le.GetGrantedMilli(), Replaced: le.GetReplaced()})

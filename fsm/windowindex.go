@@ -23,6 +23,9 @@ type windowDueItem struct {
 	name, key string
 	pos       int
 	l         *lease.WindowLedger
+	// clients: the ledger's chunk holders at its last touch (sorted), its
+	// entries in windowIndex.byClient.
+	clients []string
 }
 
 func (a *windowDueItem) less(b *windowDueItem) bool {
@@ -60,6 +63,9 @@ func (h *windowDueHeap) Pop() any {
 type windowIndex struct {
 	due   windowDueHeap
 	items map[string]*windowDueItem // policy + "\x00" + key
+	// byClient: the window keys where each client holds a chunk, so a new
+	// incarnation's revoke visits only those (windowRevoke).
+	byClient map[string]map[*windowDueItem]struct{}
 }
 
 // windowDueOf is when an expire entry next has something to do with a
@@ -82,7 +88,9 @@ func (s *state) windowDueOf(l *lease.WindowLedger) int64 {
 	if st.CountMilli == 0 && st.ExhaustThrough < st.Start && (!cfg.Approx || st.PrevCountMilli == 0) {
 		return math.MinInt64
 	}
-	return over - s.win.epochOffset
+	// The cluster time window time reaches it under the current clock (a
+	// slew in progress delays it; a later step or slew rebuilds the index).
+	return s.windowClockAt().ClusterAt(over)
 }
 
 // windowIsDue: the one rule, for the index and the reference scan alike.
@@ -103,6 +111,7 @@ func (s *state) windowTouch(name, key string, l *lease.WindowLedger) {
 		s.win.idx.items[id] = it
 	}
 	it.l, it.due = l, s.windowDueOf(l)
+	s.windowIndexHolders(it, l.Holders())
 	if it.pos < 0 {
 		heap.Push(&s.win.idx.due, it)
 		return
@@ -110,10 +119,56 @@ func (s *state) windowTouch(name, key string, l *lease.WindowLedger) {
 	heap.Fix(&s.win.idx.due, it.pos)
 }
 
+// windowIndexHolders records that it's ledger's chunks are held by
+// clients (sorted), replacing what it recorded before.
+func (s *state) windowIndexHolders(it *windowDueItem, clients []string) {
+	if s.fault == faultWindowIndexSkipsHolder && len(it.clients) > 0 {
+		return // the control: holders added later are not indexed
+	}
+	if slices.Equal(it.clients, clients) {
+		return
+	}
+	for _, c := range it.clients {
+		if !slices.Contains(clients, c) {
+			delete(s.win.idx.byClient[c], it)
+			if len(s.win.idx.byClient[c]) == 0 {
+				delete(s.win.idx.byClient, c)
+			}
+		}
+	}
+	for _, c := range clients {
+		if s.win.idx.byClient == nil {
+			s.win.idx.byClient = map[string]map[*windowDueItem]struct{}{}
+		}
+		if s.win.idx.byClient[c] == nil {
+			s.win.idx.byClient[c] = map[*windowDueItem]struct{}{}
+		}
+		s.win.idx.byClient[c][it] = struct{}{}
+	}
+	it.clients = clients
+}
+
+// windowHeldBy is the window keys where clientID holds a chunk, in key
+// order.
+func (s *state) windowHeldBy(clientID string) []*windowDueItem {
+	out := make([]*windowDueItem, 0, len(s.win.idx.byClient[clientID]))
+	for it := range s.win.idx.byClient[clientID] {
+		out = append(out, it)
+	}
+	slices.SortFunc(out, func(a, b *windowDueItem) int {
+		if c := cmp.Compare(a.name, b.name); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.key, b.key)
+	})
+	return out
+}
+
 // windowUntrack forgets a window key (collected or dropped).
 func (s *state) windowUntrack(name, key string) {
 	id := name + "\x00" + key
 	if it := s.win.idx.items[id]; it != nil {
+		s.windowIndexHolders(it, nil)
 		if it.pos >= 0 {
 			heap.Remove(&s.win.idx.due, it.pos)
 		}
@@ -153,7 +208,7 @@ func (s *state) windowExpireIndexed(t int64, res *Result) {
 // index and of the reference scan).
 func (s *state) windowExpireKey(t int64, name, key string, l *lease.WindowLedger, res *Result) {
 	w := s.windowTime(t)
-	if n, err := l.Expire(t, w); err == nil {
+	if n, err := s.windowObserve(t, l).Expire(t, w); err == nil {
 		res.expired(name, n)
 	}
 	if l.Idle(t, w) {

@@ -40,7 +40,7 @@ func windowScanNextDue(s *state) (int64, bool) {
 
 // windowIndexHistories: the same random history (grants, renewals and
 // releases on up to five keys of a max_keys=3 policy, expiries, re-syncs
-// of window time, new incarnations, restores) on an FSM whose window
+// of window time, slews, new incarnations, restores) on an FSM whose window
 // expiry goes through the index and on one that scans every key: after
 // every entry both must have the same snapshot, and the index's earliest
 // due time must be the scan's.
@@ -59,7 +59,7 @@ func windowIndexHistories(t *testing.T, broken fault) func(*rapid.T) {
 			tenant := rapid.SampledFrom([]string{"t1", "t2", "t3", "t4", "t5"}).Draw(rt, "tenant")
 			seqs[who]++
 			c := caller(who, inc[who], seqs[who])
-			op := rapid.IntRange(0, 7).Draw(rt, "op")
+			op := rapid.IntRange(0, 8).Draw(rt, "op")
 			var cmd *api.LeaseBatchCommand
 			switch op {
 			case 0, 1:
@@ -88,6 +88,9 @@ func windowIndexHistories(t *testing.T, broken fault) func(*rapid.T) {
 					results[i] = fmt.Sprint(r.Err, r.ExpiredByPolicy)
 				case op == 6:
 					h.apply(CmdWindowClock, at, &api.WindowClockCommand{WallUnixNanos: wallAtSwitch + at + jump})
+				case op == 8:
+					// A leader whose wall clock is behind window time: a slew.
+					h.apply(CmdWindowClock, at, &api.WindowClockCommand{WallUnixNanos: hs[0].f.st.windowTime(at) - jump, Slew: true})
 				case op == 7:
 					if err := h.f.Restore(nopCloser{bytes.NewReader(snapshotBytes(t, h.f))}); err != nil {
 						rt.Fatal(err)
@@ -108,7 +111,7 @@ func windowIndexHistories(t *testing.T, broken fault) func(*rapid.T) {
 			d0, ok0 := hs[0].f.st.windowNextDue()
 			d1, ok1 := windowScanNextDue(hs[1].f.st)
 			if d0 != d1 || ok0 != ok1 {
-				rt.Fatalf("step %d: window next due %d %v (index), %d %v (scan)", step, d0, ok0, d1, ok1)
+				rt.Fatalf("step %d: the window next due times differ: %d %v (index), %d %v (scan)", step, d0, ok0, d1, ok1)
 			}
 		}
 	}
@@ -154,6 +157,90 @@ func BenchmarkWindowExpire(b *testing.B) {
 				for range b.N {
 					at += 1000
 					h.apply(CmdExpire, at, &api.ExpireCommand{})
+				}
+			})
+		}
+	}
+}
+
+// TestWindowRevokeIndexNegativeControl: the same differential histories
+// (new incarnations revoke through the holder index on one FSM, by a scan
+// of every window key on the other) catch a holder index that keeps only
+// a key's first holders.
+func TestWindowRevokeIndexNegativeControl(t *testing.T) {
+	for name, v := range map[string]string{"rapid.nofailfile": "true", "rapid.shrinktime": "1ms", "rapid.checks": "2000"} {
+		fl := flag.Lookup(name)
+		old := fl.Value.String()
+		if err := flag.Set(name, v); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = flag.Set(name, old) })
+	}
+	rapidcontrol.ExpectCaught(t, "a holder index that misses later holders", "differ", windowIndexHistories(t, faultWindowIndexSkipsHolder))
+}
+
+// TestWindowRevokeVisitsOnlyHolders: a new incarnation's revoke visits
+// only the window keys its client holds chunks on (the holder index), and
+// the index forgets a client once its keys are collected.
+func TestWindowRevokeVisitsOnlyHolders(t *testing.T) {
+	h := windowsOnHarness(t, 0) // max_keys 3
+	for i, k := range []string{"t1", "t2"} {
+		keyLeaseOf(t, h.batch(sec, wAcquire(caller("other", 1, uint64(i+1)), k, 1000)))
+	}
+	for i, k := range []string{"t2", "t3"} {
+		keyLeaseOf(t, h.batch(sec, wAcquire(caller("a", 1, uint64(i+1)), k, 1000)))
+	}
+	keys := func(c string) (out []string) {
+		for _, it := range h.f.st.windowHeldBy(c) {
+			out = append(out, it.key)
+		}
+		return out
+	}
+	if got := fmt.Sprint(keys("a"), keys("other")); got != "[t2 t3] [t1 t2]" {
+		t.Fatalf("holders: a on %v, other on %v", keys("a"), keys("other"))
+	}
+	// a's next incarnation: its chunks are retired (replaced), other's not.
+	keyLeaseOf(t, h.batch(sec+1, wAcquire(caller("a", 2, 1), "t3", 1000)))
+	for _, k := range []string{"t1", "t2", "t3"} {
+		for _, le := range h.f.st.win.keys["daily"][k].State().Leases {
+			if le.Replaced != (le.ClientID == "a" && le.Incarnation == 1) {
+				t.Fatalf("key %s: chunk %d of %s/%d replaced=%v", k, le.ID, le.ClientID, le.Incarnation, le.Replaced)
+			}
+		}
+	}
+	// Once every chunk expired and the keys were collected, the index
+	// forgets the clients.
+	h.apply(CmdExpire, 10*24*3600*sec, &api.ExpireCommand{})
+	if len(h.f.st.win.keys) != 0 || len(h.f.st.win.idx.byClient) != 0 {
+		t.Fatalf("after every key was collected: %d policies with keys, %d clients in the holder index", len(h.f.st.win.keys), len(h.f.st.win.idx.byClient))
+	}
+}
+
+// BenchmarkWindowRevoke: a new incarnation's first request (which revokes
+// its client's older chunks) with n live window keys held by other
+// clients, through the holder index and through the scan it replaced.
+func BenchmarkWindowRevoke(b *testing.B) {
+	for _, n := range []int{100, 10_000} {
+		for _, scan := range []bool{false, true} {
+			b.Run(fmt.Sprintf("keys=%d/scan=%v", n, scan), func(b *testing.B) {
+				h := windowsOnHarness(b, 0)
+				cmd := windowPolicies("10", "")
+				cmd.Policies[0].MaxKeys = int64(n + 1)
+				cmd.Policies[0].WindowNanos = int64(3600 * sec)
+				if r := h.apply(CmdApplyPolicies, 0, cmd); r.Err != nil {
+					b.Fatal(r.Err)
+				}
+				for i := range n {
+					h.batch(sec, wAcquire(caller(fmt.Sprint("c", i), 1, 1), fmt.Sprint("t", i), 1000))
+				}
+				if scan {
+					h.f.st.win.scanRef = windowScanReference
+				}
+				at := sec
+				b.ResetTimer()
+				for i := range b.N {
+					at += 1000
+					h.batch(at, wAcquire(caller("restarting", uint64(i+1), 1), "mine", 1000))
 				}
 			})
 		}

@@ -2,7 +2,6 @@ package lease
 
 import (
 	"fmt"
-	"maps"
 	"slices"
 )
 
@@ -27,6 +26,8 @@ type WindowLedger struct {
 	s   WindowLedgerState
 	// fault is a negative control's broken rule (tests only).
 	fault WindowFault
+	// slewed is the slew counter at the coming operation (ObserveSlew).
+	slewed int64
 }
 
 // WindowLedgerConfig configures a WindowLedger.
@@ -80,6 +81,10 @@ type WindowLedgerState struct {
 	ExhaustThrough int64
 	NextID         LeaseID
 	Leases         []WindowLease // sorted by ID
+	// SlewedNanos is the window clock's slew counter (WindowClock.SlewedBy)
+	// as of the last operation: how much slower than cluster time window
+	// time has run since is the counter now less this (ObserveSlew).
+	SlewedNanos int64
 }
 
 // WindowGrant is a chunk as granted or renewed.
@@ -135,6 +140,11 @@ const (
 	// dropped at once, so a window that begins while it still lives (after
 	// a forward re-sync of window time) does not count it.
 	WindowFaultRevokeDrops
+	// WindowFaultSlewUncarried: a new window's carry takes its beginning as
+	// if window time had run with cluster time since the last operation,
+	// ignoring a slew (so it begins too late, and misses chunks live when
+	// it did).
+	WindowFaultSlewUncarried
 )
 
 // NewWindowLedger returns an empty ledger.
@@ -242,15 +252,29 @@ func (l *WindowLedger) Idle(t, w int64) bool {
 	return w >= l.s.End || l.s.CountMilli == 0 && l.s.ExhaustThrough < l.s.Start
 }
 
+// ObserveSlew tells the ledger the window clock's slew counter
+// (WindowClock.SlewedBy) at the cluster time of its next operation. A
+// caller whose window time may run slower than cluster time (a slew) sets
+// it before every operation; one whose window time never does leaves it.
+func (l *WindowLedger) ObserveSlew(slewed int64) { l.slewed = slewed }
+
 // advance moves to (t, w): expired chunks go (their units stay counted),
 // and at a new window the count restarts from what live chunks still hold.
 func (l *WindowLedger) advance(t, w int64) error {
 	if t < l.s.NowNanos || w < l.s.WindowNanos {
 		return fmt.Errorf("%w: cluster time %d (last %d), window time %d (last %d)", ErrTimeBackwards, t, l.s.NowNanos, w, l.s.WindowNanos)
 	}
+	// slack: how much window time has run slower than cluster time since
+	// the last operation, at most (a slew), so a window that began since
+	// began at most this much earlier in cluster time than w − t says.
+	slack := max(l.slewed-l.s.SlewedNanos, 0)
+	l.s.SlewedNanos = max(l.s.SlewedNanos, l.slewed)
+	if l.fault == WindowFaultSlewUncarried {
+		slack = 0
+	}
 	l.s.NowNanos, l.s.WindowNanos = t, w
 	if l.s.End == 0 || w >= l.s.End {
-		l.roll(t, w)
+		l.roll(t, w, slack)
 	}
 	kept := l.s.Leases[:0]
 	for _, le := range l.s.Leases {
@@ -266,15 +290,18 @@ func (l *WindowLedger) advance(t, w int64) error {
 }
 
 // roll starts the window holding w. Its count starts at the units of the
-// chunks still live when it began (cluster time Start − (w − t): window
-// time runs with cluster time), which lapse with it only if window time ran
-// ahead of the chunks' expiry or the window's definition changed; chunks
-// that lapsed before it began leave their units in the windows they had.
-func (l *WindowLedger) roll(t, w int64) {
+// chunks still live when it began (at or after cluster time
+// Start − (w − t) − slack: window time runs with cluster time, or slower by
+// at most slack, the slew since the last operation, which came before the
+// window began; forward steps only make the true beginning later), which
+// lapse with it only if window time ran ahead of the chunks' expiry or the
+// window's definition changed; chunks that lapsed before it began leave
+// their units in the windows they had.
+func (l *WindowLedger) roll(t, w, slack int64) {
 	oldEnd, oldCount := l.s.End, l.s.CountMilli
 	l.s.Start, l.s.End = l.cfg.Spec.At(w)
 	l.s.PrevCountMilli = 0
-	began := l.s.Start - (w - t)
+	began := l.s.Start - (w - t) - slack
 	if oldEnd != 0 && oldEnd == l.s.Start {
 		l.s.PrevCountMilli = oldCount
 	} else if l.cfg.Approx {
@@ -465,11 +492,15 @@ func (l *WindowLedger) Revoke(clientID string, incarnation uint64) int {
 
 // Holders lists the client IDs holding chunks, sorted, once each.
 func (l *WindowLedger) Holders() []string {
-	m := map[string]bool{}
-	for _, le := range l.s.Leases {
-		m[le.ClientID] = true
+	if len(l.s.Leases) == 0 {
+		return nil
 	}
-	return slices.Sorted(maps.Keys(m))
+	out := make([]string, 0, len(l.s.Leases))
+	for _, le := range l.s.Leases {
+		out = append(out, le.ClientID)
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
 }
 
 // Reconfigure applies a policy change at (t, w) without resetting the

@@ -58,10 +58,12 @@ type wmReq struct {
 }
 
 type leasedWindowModel struct {
-	t       *rapid.T
-	l       *WindowLedger
-	rho     int64
-	epoch   int64
+	t   *rapid.T
+	l   *WindowLedger
+	rho int64
+	// clock is window time as a function of cluster time (the FSM's:
+	// epoch offset, forward re-syncs, slews).
+	clock   WindowClock
 	real    int64
 	cluster int64
 	leader  int64 // leader ppm; frozen while electing
@@ -78,10 +80,23 @@ type leasedWindowModel struct {
 	// backward: re-syncs may also move the offset back (the negative
 	// control of the never-backward rule).
 	backward bool
-	fault    WindowFault
+	// slews: the leader also slews window time (takes an excess back at
+	// rate 1/WindowSlewDivisor); slewBack: the negative control, a slew
+	// done by moving window time back at once.
+	slews, slewBack bool
+	fault           WindowFault
+	// wmax: the largest window time yet (the never-backward check).
+	wmax int64
 }
 
-func (m *leasedWindowModel) w() int64 { return m.epoch + m.cluster }
+func (m *leasedWindowModel) w() int64 { return m.clock.At(m.cluster) }
+
+// observe tells the ledger the slew counter before an operation, as the
+// FSM does.
+func (m *leasedWindowModel) observe() *WindowLedger {
+	m.l.ObserveSlew(m.clock.SlewedBy(m.cluster))
+	return m.l
+}
 
 func (m *leasedWindowModel) window() int64 { s, _ := m.l.cfg.Spec.At(m.w()); return s }
 
@@ -103,7 +118,7 @@ func (m *leasedWindowModel) step(dtMillis int64) {
 }
 
 func (m *leasedWindowModel) okErr(err error) {
-	if m.backward && errors.Is(err, ErrTimeBackwards) {
+	if (m.backward || m.slewBack) && errors.Is(err, ErrTimeBackwards) {
 		return
 	}
 	if err != nil && !errors.Is(err, ErrLeaseNotFound) && !errors.Is(err, ErrLeaseExpired) && !errors.Is(err, ErrStaleGrant) && !errors.Is(err, ErrTooManyLeases) {
@@ -123,7 +138,7 @@ func (m *leasedWindowModel) commit() {
 		live := r.inc == c.incarnation
 		switch r.kind {
 		case 0:
-			g, err := m.l.Grant(m.cluster, m.w(), WindowGrantRequest{ClientID: c.id, Incarnation: r.inc, Seq: r.seq, AskMilli: r.ask, TTLNanos: r.ttl})
+			g, err := m.observe().Grant(m.cluster, m.w(), WindowGrantRequest{ClientID: c.id, Incarnation: r.inc, Seq: r.seq, AskMilli: r.ask, TTLNanos: r.ttl})
 			m.okErr(err)
 			if live {
 				c.busy = false
@@ -135,7 +150,7 @@ func (m *leasedWindowModel) commit() {
 				c.limit = m.l.cfg.LimitMilli
 			}
 		case 1:
-			g, err := m.l.Renew(m.cluster, m.w(), WindowRenewRequest{ClientID: c.id, Incarnation: r.inc, LeaseID: r.lease, AskMilli: r.ask, TTLNanos: r.ttl})
+			g, err := m.observe().Renew(m.cluster, m.w(), WindowRenewRequest{ClientID: c.id, Incarnation: r.inc, LeaseID: r.lease, AskMilli: r.ask, TTLNanos: r.ttl})
 			m.okErr(err)
 			if live {
 				c.busy = false
@@ -150,7 +165,7 @@ func (m *leasedWindowModel) commit() {
 				c.lease, c.level = 0, 0
 			}
 		case 2:
-			_, err := m.l.Release(m.cluster, m.w(), c.id, r.inc, r.lease, r.unused)
+			_, err := m.observe().Release(m.cluster, m.w(), c.id, r.inc, r.lease, r.unused)
 			m.okErr(err)
 		}
 	}
@@ -195,9 +210,23 @@ func (m *leasedWindowModel) admit(c *wmClient) {
 func (m *leasedWindowModel) resync() {
 	jump := rapid.SampledFrom([]int64{1, 40, 300, 1000, 2500}).Draw(m.t, "jump") * 1_000_000
 	if m.backward && rapid.Bool().Draw(m.t, "back") {
-		jump = -jump
+		m.clock.Offset -= jump
+	} else {
+		m.clock.Step(m.cluster, jump)
 	}
-	m.epoch += jump
+	m.noteLimit()
+}
+
+// slew starts (or replaces) a slew of window time: it then runs at 99% of
+// cluster time until the amount is taken back. The control (slewBack)
+// takes it back at once, moving window time backward.
+func (m *leasedWindowModel) slew() {
+	amount := rapid.SampledFrom([]int64{1, 5, 40, 300, 1000, 2500}).Draw(m.t, "slew") * 1_000_000
+	if m.slewBack {
+		m.clock.Offset -= amount
+	} else {
+		m.clock.Slew(m.cluster, amount)
+	}
 	m.noteLimit()
 }
 
@@ -217,21 +246,32 @@ func (m *leasedWindowModel) collect() {
 	l.RaiseNextID(next)
 	l.injectFault(m.fault)
 	m.l = l
-	if m.backward && rapid.Bool().Draw(m.t, "back after collect") {
+	if (m.backward || m.slewBack) && rapid.Bool().Draw(m.t, "back after collect") {
 		// The control's targeted search: window time goes back into the
 		// window the dropped ledger had spent.
 		if old.End != 0 {
-			m.epoch -= m.w() - old.Start
+			m.clock.Offset -= m.w() - old.Start
 		}
 		m.noteLimit()
 	}
 }
 
 func runWindowModel(t *rapid.T, fault WindowFault, approx bool) {
-	runWindowModelClock(t, fault, approx, false)
+	runWindowModelOpts(t, windowModelOpts{fault: fault, approx: approx, slews: true})
 }
 
 func runWindowModelClock(t *rapid.T, fault WindowFault, approx, backward bool) {
+	runWindowModelOpts(t, windowModelOpts{fault: fault, approx: approx, backward: backward})
+}
+
+type windowModelOpts struct {
+	fault            WindowFault
+	approx, backward bool
+	slews, slewBack  bool
+}
+
+func runWindowModelOpts(t *rapid.T, o windowModelOpts) {
+	fault, approx, backward := o.fault, o.approx, o.backward
 	rho := rapid.SampledFrom([]int64{0, 1000, 50_000, MaxDriftPPM}).Draw(t, "rho")
 	W := rapid.SampledFrom([]int64{300, 1000, 2000}).Draw(t, "W") * 1_000_000
 	L := rapid.Int64Range(1, 40).Draw(t, "L") * 1000
@@ -241,8 +281,9 @@ func runWindowModelClock(t *rapid.T, fault WindowFault, approx, backward bool) {
 		t.Fatal(err)
 	}
 	l.injectFault(fault)
-	m := &leasedWindowModel{t: t, l: l, rho: rho, epoch: rapid.Int64Range(0, 1<<40).Draw(t, "epoch"),
-		admitted: map[int64]int64{}, maxLimit: map[int64]int64{}, approx: approx, W: W, backward: backward, fault: fault}
+	m := &leasedWindowModel{t: t, l: l, rho: rho, clock: WindowClock{Offset: rapid.Int64Range(0, 1<<40).Draw(t, "epoch")},
+		admitted: map[int64]int64{}, maxLimit: map[int64]int64{}, approx: approx, W: W, backward: backward, fault: fault,
+		slews: o.slews || o.slewBack, slewBack: o.slewBack}
 	m.leader = rapid.Int64Range(-rho, rho).Draw(t, "leader")
 	n := rapid.IntRange(1, 4).Draw(t, "clients")
 	for i := range n {
@@ -264,6 +305,11 @@ func runWindowModelClock(t *rapid.T, fault WindowFault, approx, backward bool) {
 		// deaths.
 		case backward:
 			op = []int{op, op, 14}[rapid.IntRange(0, 2).Draw(t, "bias")]
+		case o.slewBack:
+			op = []int{op, op, 15, 14}[rapid.IntRange(0, 3).Draw(t, "bias")]
+		}
+		if op == 13 && m.slews && rapid.Bool().Draw(t, "slew or step") {
+			op = 15
 		}
 		switch op {
 		case 0, 1:
@@ -291,14 +337,16 @@ func runWindowModelClock(t *rapid.T, fault WindowFault, approx, backward bool) {
 			m.l.Revoke(c.id, c.incarnation)
 		case 13:
 			m.resync()
+		case 15:
+			m.slew()
 		case 14:
 			m.collect()
 		case 5:
-			_, err := m.l.Expire(m.cluster, m.w())
+			_, err := m.observe().Expire(m.cluster, m.w())
 			m.okErr(err)
 		case 6:
 			nl := rapid.Int64Range(0, 40).Draw(t, "newL") * 1000
-			m.okErr(m.l.Reconfigure(m.cluster, m.w(), WindowLedgerConfig{LimitMilli: nl, Spec: spec, MaxLeases: 8, Approx: approx}))
+			m.okErr(m.observe().Reconfigure(m.cluster, m.w(), WindowLedgerConfig{LimitMilli: nl, Spec: spec, MaxLeases: 8, Approx: approx}))
 			m.noteLimit()
 		case 7:
 			m.elect = !m.elect
@@ -317,6 +365,10 @@ func runWindowModelClock(t *rapid.T, fault WindowFault, approx, backward bool) {
 				t.Fatalf("window starting %d admitted %d milli-units, more than its limit %d", s, a, m.maxLimit[s])
 			}
 		}
+		if w := m.w(); w < m.wmax && !backward && !o.slewBack {
+			t.Fatalf("window time went back from %d to %d", m.wmax, w)
+		}
+		m.wmax = max(m.wmax, m.w())
 		if st := m.l.State(); st.CountMilli < 0 {
 			t.Fatalf("negative count %d", st.CountMilli)
 		}
@@ -408,4 +460,14 @@ func TestWindowRevokedChunkCarriedAfterResync(t *testing.T) {
 			t.Fatalf("control: the new window granted %d, want all 10000 (the dropped chunk uncounted)", got)
 		}
 	}
+}
+
+// TestWindowSlewBackwardCaught: the slew's negative control. A slew that
+// takes the excess back by moving window time back at once (a collected
+// key then restarts a window it already spent) must be caught.
+func TestWindowSlewBackwardCaught(t *testing.T) {
+	withRapidFlags(t, map[string]string{"rapid.nofailfile": "true", "rapid.checks": "50000", "rapid.shrinktime": "1ms"})
+	rapidcontrol.ExpectCaught(t, "slew-back", "more than its limit", func(rt *rapid.T) {
+		runWindowModelOpts(rt, windowModelOpts{slewBack: true})
+	})
 }

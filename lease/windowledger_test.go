@@ -139,3 +139,51 @@ func TestWindowLedgerExhaustAndErrors(t *testing.T) {
 		t.Fatal("a lease ID at or above next ID was accepted")
 	}
 }
+
+// TestWindowSlewedCarry: a chunk that a forward re-sync let outlive its
+// window, in a window whose beginning a slew then pushed earlier in
+// cluster time than window time less cluster time says at the next
+// operation, still counts in the new window (the carry's slew term,
+// ObserveSlew). Its control (WindowFaultSlewUncarried) grants the new
+// window all of L again beside the chunk its holder spent there.
+func TestWindowSlewedCarry(t *testing.T) {
+	const ms = int64(1e6)
+	for _, fault := range []WindowFault{WindowFaultNone, WindowFaultSlewUncarried} {
+		l, err := NewWindowLedger(WindowLedgerConfig{LimitMilli: 10_000, Spec: WindowSpec{FixedNanos: 1000 * ms}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		l.injectFault(fault)
+		var c WindowClock // window time = cluster time
+		at := func(t int64) int64 { l.ObserveSlew(c.SlewedBy(t)); return c.At(t) }
+		// Window [0, 1 s): a chunk of all 10 units until cluster time 1 s.
+		g, err := l.Grant(500*ms, at(500*ms), WindowGrantRequest{ClientID: "a", Incarnation: 1, Seq: 1, AskMilli: 10_000, TTLNanos: 1000 * ms})
+		if err != nil || g.ChunkMilli != 10_000 || g.TTLNanos != 500*ms {
+			t.Fatalf("grant %+v %v", g, err)
+		}
+		// A re-sync steps window time 5 ms ahead: [1 s, 2 s) begins at
+		// cluster time 995 ms, while the chunk lives (its holder spends it
+		// there). A slew of 5 ms starts then; by cluster time 1.5 s it has
+		// taken all 5 ms back, so window time is cluster time again.
+		c.Step(600*ms, 5*ms)
+		if tb := c.ClusterAt(1000 * ms); tb != 995*ms {
+			t.Fatalf("the window begins at cluster time %d, want 995 ms", tb)
+		}
+		c.Slew(995*ms, 5*ms)
+		if w := c.At(1500 * ms); w != 1500*ms {
+			t.Fatalf("window time %d at cluster time 1.5 s, want 1.5 s", w)
+		}
+		g, err = l.Grant(1500*ms, at(1500*ms), WindowGrantRequest{ClientID: "b", Incarnation: 1, Seq: 1, AskMilli: 10_000, TTLNanos: 1000 * ms})
+		if err != nil {
+			t.Fatal(err)
+		}
+		switch got := g.ChunkMilli; {
+		case fault == WindowFaultNone && got != 0:
+			t.Fatalf("the new window granted %d beside a carried chunk of 10000, want 0", got)
+		case fault == WindowFaultSlewUncarried && got != 10_000:
+			t.Fatalf("control: the new window granted %d, want all 10000 (the carried chunk missed)", got)
+		case fault == WindowFaultSlewUncarried:
+			t.Logf("control caught: the window beginning at cluster time 995 ms granted %d more beside a 10-unit chunk spent in it", got)
+		}
+	}
+}

@@ -89,6 +89,9 @@ type invocation struct {
 	// acl token create (acl.go)
 	aclRole, aclName      string
 	aclBind, aclClientIDs stringList
+	// windows resync (windows.go)
+	maxStep time.Duration
+	dryRun  bool
 	// tls ca|cert create (tlsgen.go)
 	tlsGenOpts *tlsGenOptions
 	stdout     io.Writer

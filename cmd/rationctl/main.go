@@ -16,6 +16,7 @@
 //	keyring    list | install KEY | use KEY | remove KEY | generate
 //	acl        bootstrap | token create | token list | token delete ACCESSOR
 //	tls        ca create | cert create --server|--client
+//	windows    status | resync [--max-step D] [--dry-run]
 //	help       show help for rationctl or a command
 //
 // Every command is a function run(args, stdout, stderr) int registered in
@@ -74,6 +75,7 @@ var commands = []command{
 	group("keyring", "list | install KEY | use KEY | remove KEY | generate: rotate the gossip encryption keys", keyringVerbs),
 	group("acl", "bootstrap | token create --role R ... | token list | token delete ACCESSOR: ACL tokens", aclVerbs),
 	group("tls", "ca create | cert create --server|--client: make a CA and certificates for mutual TLS (local)", tlsVerbs),
+	group("windows", "status | resync [--max-step D] [--dry-run]: window time against the leader's wall clock, and an operator's re-sync", windowsVerbs),
 }
 
 func main() {

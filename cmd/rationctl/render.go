@@ -65,6 +65,14 @@ type statusJSON struct {
 	HealthyVoters    int          `json:"healthy_voters"`
 	FailureTolerance int          `json:"failure_tolerance"`
 	Servers          []serverJSON `json:"servers"`
+	// WindowClock: window time against the answering server's wall clock
+	// (only when leased windows are in use).
+	WindowClock *windowClockJSON `json:"window_clock,omitempty"`
+}
+
+type windowClockJSON struct {
+	LagNanos      int64 `json:"lag_nanos"`
+	SlewLeftNanos int64 `json:"slew_left_nanos"`
 }
 
 // serverJSON is one server in statusJSON. address is the Raft address (the
@@ -113,6 +121,9 @@ func writeStatus(w io.Writer, r *api.StatusResponse, h *clusterHealth, asJSON bo
 		for _, s := range r.GetServers() {
 			out.Servers = append(out.Servers, server(s))
 		}
+		if r.GetWindowClockSet() {
+			out.WindowClock = &windowClockJSON{LagNanos: r.GetWindowLagNanos(), SlewLeftNanos: r.GetWindowSlewLeftNanos()}
+		}
 		return writeJSON(w, out)
 	}
 	bw := bufio.NewWriter(w)
@@ -131,6 +142,9 @@ func writeStatus(w io.Writer, r *api.StatusResponse, h *clusterHealth, asJSON bo
 	fmt.Fprintf(tw, "Leases:\t%d\n", r.GetLeases())
 	fmt.Fprintf(tw, "Answered by:\t%s\n", r.GetAnsweredBy())
 	fmt.Fprintf(tw, "Failure tolerance:\t%d (%d of %d voters healthy, quorum %d)\n", h.failureTolerance, h.healthyVoters, h.voters, h.quorum)
+	if r.GetWindowClockSet() {
+		fmt.Fprintf(tw, "Window time:\t%s\n", windowLag(r.GetWindowLagNanos(), r.GetWindowSlewLeftNanos()))
+	}
 	tw.Flush()
 	fmt.Fprintln(bw)
 	tw = newTable(bw)

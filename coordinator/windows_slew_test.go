@@ -1,0 +1,159 @@
+package coordinator_test
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ration-dev/ration/api"
+	"github.com/ration-dev/ration/coordinator"
+	"github.com/ration-dev/ration/fsm"
+	"github.com/ration-dev/ration/internal/testcluster"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+const slewPolicies = `
+policies:
+  - name: perminute
+    algorithm: fixed-window
+    limit: 100
+    window: 1m
+    key: [tenant]
+`
+
+// skewedCluster is a 3-server cluster whose wall clocks are time.Now plus
+// *skew (nanoseconds; changed by the test), with a window policy.
+// reads counts the wall clock's readings (every server's).
+func skewedCluster(t *testing.T, skew, reads *atomic.Int64, adv func(i int) *uint64) *testcluster.Cluster {
+	c := testcluster.New(t, 3, testcluster.WithPolicies(slewPolicies),
+		testcluster.WithConfig(func(i int, cfg *coordinator.Config) {
+			cfg.WallClock = func() time.Time { reads.Add(1); return time.Now().Add(time.Duration(skew.Load())) }
+			if adv != nil {
+				cfg.AdvertiseFeatures = adv(i)
+			}
+		}))
+	c.WaitForLeader(t)
+	return c
+}
+
+func windowClockOf(s *coordinator.Server, skew int64) fsm.WindowClockState {
+	return s.FSM().WindowClock(s.FSM().ClusterTime(), time.Now().UnixNano()+skew)
+}
+
+// TestLeaderSlewsWindowTimeAhead: once the leader's wall clock is 3 s
+// behind window time (its clock stepped back, as after a wrong wall clock
+// at the switch was corrected), the leader proposes a slew (it cannot step
+// window time back): every server then runs window time at 99% of cluster
+// time, never backward, with equal state. Then a wall clock 2 s ahead is
+// re-synced forward, which ends the slew. The control: with one voter
+// that does not advertise FeatureWindowSlew (a mixed-version cluster) the
+// switch stays off and nothing is slewed (an older server would ignore
+// the slew, so the leader must not propose it).
+func TestLeaderSlewsWindowTimeAhead(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a real cluster")
+	}
+	var skew, reads atomic.Int64
+	c := skewedCluster(t, &skew, &reads, nil)
+	testcluster.WaitFor(t, testcluster.DefaultWait, func() error {
+		for _, s := range c.Servers() {
+			if s.FSM().Features()&fsm.FeatureWindowSlew == 0 || !windowClockOf(s, 0).Set {
+				return fmt.Errorf("%s: window slews are off or window time unset", s.ID())
+			}
+		}
+		return nil
+	})
+	before := windowClockOf(c.Leader(), 0).WindowNanos
+	skew.Store(int64(-3 * time.Second))
+	testcluster.WaitFor(t, testcluster.DefaultWait, func() error {
+		for _, s := range c.Servers() {
+			if st := windowClockOf(s, 0); st.SlewLeftNanos <= 0 {
+				return fmt.Errorf("%s: no slew (lag %v)", s.ID(), time.Duration(st.LagNanos))
+			}
+		}
+		return nil
+	})
+	l := c.Leader()
+	st := windowClockOf(l, skew.Load())
+	if st.WindowNanos < before || st.SlewLeftNanos > int64(3*time.Second+time.Second) || st.SlewLeftNanos < int64(2*time.Second) {
+		t.Fatalf("after the slew: window time %d (was %d), slew left %v; want about 3 s", st.WindowNanos, before, time.Duration(st.SlewLeftNanos))
+	}
+	// The leader does not re-propose while the slew in progress covers the
+	// excess: the slew's start stays.
+	c.WaitForConsistentState(t)
+	resp, err := c.Admin(0).Status(context.Background(), &api.StatusRequest{})
+	if err != nil || !resp.GetWindowClockSet() || resp.GetWindowSlewLeftNanos() <= 0 {
+		t.Fatalf("status %v %v: want the slew in progress", resp, err)
+	}
+	// A wall clock ahead again: re-synced forward, the slew ended.
+	skew.Store(int64(2 * time.Second))
+	testcluster.WaitFor(t, testcluster.DefaultWait, func() error {
+		for _, s := range c.Servers() {
+			if st := windowClockOf(s, skew.Load()); st.SlewLeftNanos != 0 || st.LagNanos > int64(time.Second) {
+				return fmt.Errorf("%s: slew left %v, lag %v", s.ID(), time.Duration(st.SlewLeftNanos), time.Duration(st.LagNanos))
+			}
+		}
+		return nil
+	})
+	c.WaitForConsistentState(t)
+}
+
+// TestMixedClusterDoesNotSlew is the control of the feature gate: one
+// voter without FeatureWindowSlew keeps the switch off, and a leader whose
+// wall clock is behind window time proposes nothing (window time stays
+// ahead, slew 0); the operator's override of the step bound is refused.
+func TestMixedClusterDoesNotSlew(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a real cluster")
+	}
+	var skew, reads atomic.Int64
+	old := fsm.KnownFeatures &^ fsm.FeatureWindowSlew
+	c := skewedCluster(t, &skew, &reads, func(i int) *uint64 {
+		if i == 2 {
+			return &old
+		}
+		return nil
+	})
+	testcluster.WaitFor(t, testcluster.DefaultWait, func() error {
+		if s := c.Leader(); s == nil || !windowClockOf(s, 0).Set {
+			return fmt.Errorf("window time unset")
+		}
+		return nil
+	})
+	// Window time at a cluster time an hour ahead: any slew or step moves it.
+	probe := c.Leader().FSM().ClusterTime() + int64(time.Hour)
+	want := c.Leader().FSM().WindowClock(probe, 0).WindowNanos
+	skew.Store(int64(-3 * time.Second))
+	// A dry-run re-sync reports the excess and no slew (the switch is off);
+	// over several reconciles (each reads the leader's wall clock once,
+	// 200 ms apart) nothing is slewed.
+	for range 3 {
+		from := reads.Load()
+		testcluster.WaitFor(t, testcluster.DefaultWait, func() error {
+			if n := reads.Load() - from; n < 3 {
+				return fmt.Errorf("%d wall clock readings", n)
+			}
+			return nil
+		})
+		c.WaitForConsistentState(t)
+		for _, s := range c.Servers() {
+			if s.FSM().Features()&fsm.FeatureWindowSlew != 0 {
+				t.Fatalf("%s: FeatureWindowSlew on with a voter that does not support it", s.ID())
+			}
+			if st := s.FSM().WindowClock(probe, 0); st.SlewLeftNanos != 0 || st.WindowNanos != want {
+				t.Fatalf("%s: slew left %v, window time moved by %v in a mixed cluster", s.ID(), time.Duration(st.SlewLeftNanos), time.Duration(st.WindowNanos-want))
+			}
+		}
+		r, err := c.Admin(0).WindowResync(context.Background(), &api.WindowResyncRequest{DryRun: true})
+		if err != nil || r.GetAction() != "none" || r.GetLagNanos() > -int64(2*time.Second) || r.GetApplied() {
+			t.Fatalf("dry run in a mixed cluster: %v %v", r, err)
+		}
+	}
+	_, err := c.Admin(1).WindowResync(context.Background(), &api.WindowResyncRequest{MaxStepNanos: int64(3 * time.Hour)})
+	if status.Code(err) != codes.FailedPrecondition {
+		t.Fatalf("an override above 1 h in a mixed cluster: %v, want FailedPrecondition", err)
+	}
+}
