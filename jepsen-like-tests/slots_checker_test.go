@@ -109,9 +109,9 @@ func TestCheckInFlightNothingToCheck(t *testing.T) {
 	}
 }
 
-// TestSlotRecovery: the in-flight count back to 80% of N is found at the
+// TestCheckInFlightSlotRecovery: the in-flight count back to 80% of N is found at the
 // right time, and never is false.
-func TestSlotRecovery(t *testing.T) {
+func TestCheckInFlightSlotRecovery(t *testing.T) {
 	const N = 2
 	var recs []Record
 	for w := range int64(N) {
@@ -129,9 +129,9 @@ func TestSlotRecovery(t *testing.T) {
 	}
 }
 
-// TestHistorySlotsFormat: the concurrency workload's header is read with
+// TestCheckInFlightHistoryFormat: the concurrency workload's header is read with
 // its release times, and release times out of order are an error.
-func TestHistorySlotsFormat(t *testing.T) {
+func TestCheckInFlightHistoryFormat(t *testing.T) {
 	dir := t.TempDir()
 	writeFile(t, dir, "history-c1.csv", HistoryHeaderSlots+"\n"+
 		"100,c1,jepsen,tenant=t1,1000,110,500,505\n"+
