@@ -41,14 +41,11 @@ func withWindowFault(l *lease.WindowLedger) *lease.WindowLedger {
 	return l
 }
 
-// withSlotFault breaks a slot ledger as faults.SlotForgetLowered or
-// faults.SlotEarlyExpiry says (test builds only).
+// withSlotFault breaks a slot ledger as faults.SlotForgetLowered says
+// (test builds only).
 func withSlotFault(l *lease.SlotLedger) *lease.SlotLedger {
 	if faults.Active(faults.SlotForgetLowered) {
 		lease.InjectSlotFault(l, lease.SlotFaultForgetLowered)
-	}
-	if faults.Active(faults.SlotEarlyExpiry) {
-		lease.InjectSlotFault(l, lease.SlotFaultEarlyExpiry)
 	}
 	return l
 }

@@ -13,5 +13,5 @@ func InjectWindowFault(l *WindowLedger, f WindowFault) { l.injectFault(f) }
 
 // InjectSlotFault switches a slot ledger to a broken variant (fault suite
 // builds only, like InjectFault): the jepsen-like tests' in-flight negative
-// control (faults.SlotForgetLowered, faults.SlotEarlyExpiry).
+// control (faults.SlotForgetLowered).
 func InjectSlotFault(l *SlotLedger, f SlotFault) { l.injectFault(f) }

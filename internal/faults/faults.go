@@ -69,14 +69,10 @@ const (
 	// of docs/concurrency.md): the fault suite's in-flight negative
 	// control.
 	SlotForgetLowered Fault = "slot-forget-lowered"
-	// SlotEarlyExpiry: a slot lease's slots are reclaimed an eighth of its
-	// lease duration before its expiry (lease.SlotFaultEarlyExpiry,
-	// breaking S5), while a cut-off holder may still run requests under it.
-	SlotEarlyExpiry Fault = "slot-early-expiry"
 )
 
 // All lists every fault, for flag help and validation.
-var All = []Fault{AckBeforeCommit, StartFullNoDebit, TimeFromReceipt, ForgetRetired, ClockResumeOwnReading, CreditAtReduction, ForgetReplaced, IgnoreKeyAttributes, ReportDouble, AdmitBeforeLease, WindowDeadReturns, SlotForgetLowered, SlotEarlyExpiry}
+var All = []Fault{AckBeforeCommit, StartFullNoDebit, TimeFromReceipt, ForgetRetired, ClockResumeOwnReading, CreditAtReduction, ForgetReplaced, IgnoreKeyAttributes, ReportDouble, AdmitBeforeLease, WindowDeadReturns, SlotForgetLowered}
 
 func parse(name string) (Fault, error) {
 	for _, f := range All {
