@@ -7,7 +7,7 @@ BENCH_COUNT ?= 10
 # did; a count ends without a deadline. make fuzz-quick FUZZTIME=1m still works.
 FUZZTIME ?= 3000x
 
-.PHONY: help demo test test-race fuzz-quick build image compose-up compose-down cluster cluster-stop bench bench-compare bench-scale tools fmt vet lint clean jepsen-deps jepsen-quick jepsen jepsen-windows
+.PHONY: help demo test test-race fuzz-quick build image compose-up compose-down cluster cluster-stop bench bench-compare bench-scale tools fmt vet lint clean jepsen-deps jepsen-quick jepsen jepsen-windows jepsen-concurrency
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -95,10 +95,13 @@ jepsen-deps: ## install what the jepsen-like tests need (iproute2, iptables) whe
 		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq iproute2 iptables)
 
 jepsen-quick: jepsen-deps ## jepsen-like tests: every nemesis once, fail-open, clocks beyond rho and the negative controls (root, ~10 min)
-	$(GO) test -tags jepsen -count=1 -v -timeout 30m ./jepsen-like-tests -run 'TestQuick|TestFailOpen|TestClockBeyondRho|TestNegativeControls|TestCheckWindows'
+	$(GO) test -tags jepsen -count=1 -v -timeout 30m ./jepsen-like-tests -run 'TestQuick|TestFailOpen|TestClockBeyondRho|TestNegativeControls|TestCheckWindows|TestCheckInFlight'
 
-jepsen: jepsen-deps ## the window workload and its control (~3 min), then a long randomized run: make jepsen SEED=42 DURATION=10m (reports in /tmp/ration-jepsen)
-	SEED=$(SEED) DURATION=$(DURATION) $(GO) test -tags jepsen -count=1 -v -timeout 0 ./jepsen-like-tests -run 'TestWindows$$|TestWindowNegativeControl$$|TestLong'
+jepsen: jepsen-deps ## the window and concurrency workloads and their controls (~5 min), then a long randomized run: make jepsen SEED=42 DURATION=10m (reports in /tmp/ration-jepsen)
+	SEED=$(SEED) DURATION=$(DURATION) $(GO) test -tags jepsen -count=1 -v -timeout 0 ./jepsen-like-tests -run 'TestWindows$$|TestWindowNegativeControl$$|TestConcurrency$$|TestConcurrencyNegativeControl$$|TestLong'
 
 jepsen-windows: jepsen-deps ## the window workload (issue 16): fixed windows under the nemeses, the window-count checker and its negative control (root, ~3 min; SEED=…, WINDOW_NEMESES=all)
 	SEED=$(SEED) $(GO) test -tags jepsen -count=1 -v -timeout 30m ./jepsen-like-tests -run 'TestCheckWindows|TestWindows$$|TestWindowNegativeControl$$'
+
+jepsen-concurrency: jepsen-deps ## the concurrency workload (issue 16): a concurrency policy under the nemeses, the in-flight checker and its negative control (root, ~2 min; SEED=…, SLOT_NEMESES=all; the short mode is -run TestConcurrencyQuick)
+	SEED=$(SEED) $(GO) test -tags jepsen -count=1 -v -timeout 30m ./jepsen-like-tests -run 'TestCheckInFlight|TestConcurrency$$|TestConcurrencyNegativeControl$$'

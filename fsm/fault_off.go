@@ -12,3 +12,6 @@ func stateFault() fault { return faultNone }
 
 // withWindowFault is the identity in a normal build (see fault_on.go).
 func withWindowFault(l *lease.WindowLedger) *lease.WindowLedger { return l }
+
+// withSlotFault is the identity in a normal build (see fault_on.go).
+func withSlotFault(l *lease.SlotLedger) *lease.SlotLedger { return l }

@@ -40,3 +40,12 @@ func withWindowFault(l *lease.WindowLedger) *lease.WindowLedger {
 	}
 	return l
 }
+
+// withSlotFault breaks a slot ledger as faults.SlotForgetLowered says
+// (test builds only).
+func withSlotFault(l *lease.SlotLedger) *lease.SlotLedger {
+	if faults.Active(faults.SlotForgetLowered) {
+		lease.InjectSlotFault(l, lease.SlotFaultForgetLowered)
+	}
+	return l
+}

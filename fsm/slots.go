@@ -94,6 +94,7 @@ func (s *state) slotLedger(t int64, p policy.Policy, k *api.Key, create bool) (s
 		if l, err = lease.NewSlotLedger(cfg, t); err != nil {
 			return ck, nil, fmt.Errorf("policy %q: %w", p.Name, err)
 		}
+		l = withSlotFault(l)
 		if s.idGeneration > 0 {
 			l.RaiseNextID(s.firstLeaseID())
 		}
@@ -404,6 +405,7 @@ func (st *state) importSlots(f *api.SlotFrame) error {
 	if err != nil {
 		return fmt.Errorf("%w: slot key %s/%s: %v", errSnapshot, f.GetPolicy(), f.GetKey(), err)
 	}
+	l = withSlotFault(l)
 	if st.slots.keys == nil {
 		st.slots.keys = map[string]map[string]*lease.SlotLedger{}
 		st.slots.attrs = map[string][]string{}

@@ -115,8 +115,13 @@ func (e *Env) bootstrapACL() {
 	}
 	write("operator", create(&api.ACLTokenCreateRequest{Name: "operator", Role: "operator"}))
 	for _, name := range append(append([]string{}, e.cfg.Replicas...), e.cfg.Edges...) {
+		ids := []string{name}
+		if e.cfg.Policy.Slots > 0 {
+			// A client.Slots handle leases as ClientID+"/slots/"+n.
+			ids = append(ids, name+"/slots/*")
+		}
 		write(name, create(&api.ACLTokenCreateRequest{Name: name, Role: "client",
-			Bindings: []string{runPolicy}, ClientIds: []string{name}}))
+			Bindings: []string{runPolicy}, ClientIds: ids}))
 	}
 }
 

@@ -32,9 +32,18 @@
 //	                       cluster windows in monotonic time, and the
 //	                       window-count checker (certainly admitted units
 //	                       per cluster window ≤ L; utilization per window)
+//	slots.go               the concurrency workload (issue 16): a
+//	                       concurrency policy (limit N, max_duration M),
+//	                       the in-flight checker (requests certainly in
+//	                       flight at every instant ≤ N + E, E the
+//	                       history's bound on ε_over), slot liveness and
+//	                       the slot demand-swing nemesis
 //	replica/               the client replica program (--routes: per-route
 //	                       limiters of one budget; --edge: an edge's
-//	                       driver, each decision a Check call)
+//	                       driver, each decision a Check call;
+//	                       --slot-workers: the concurrency workload's
+//	                       workers, each acquiring, holding and releasing
+//	                       a slot in a loop)
 //	controls_test.go       the negative controls, each with its healthy
 //	                       twin (TestControlsHealthy) and break 2's
 //	                       defence in depth (TestDefenceInDepth); the
@@ -60,6 +69,30 @@
 // has no --clock-control. Nor the no-acknowledged-grant-lost check: an
 // edge records no grants. Envoy's ShouldRateLimit is not driven (it is the
 // same decision behind envoyconf's matching, tested in edge/).
+//
+// # The concurrency workload
+//
+// With PolicySpec.Slots > 0 the run's policy is `algorithm: concurrency`,
+// `limit: N`, `max_duration: M` (docs/concurrency.md), and every replica
+// runs RunConfig.SlotWorkers workers (replica --slot-workers) that Acquire
+// a slot through client.Slots, hold it for a random time below M and
+// release it, W·replicas = 3N wanting a slot at once. A request's record
+// (HistoryHeaderSlots) adds to the token workloads' bracketed decision
+// time the readings just before and after its release: the request
+// certainly held its slot from t_after to t_release. The in-flight checker
+// replaces the bound checker: at every instant the requests certainly in
+// flight must be at most N + E(t), where E(t) counts the requests that
+// could be past their lease's deadline then (their slot held longer than
+// M/(1+ρ) since the Acquire was called: a replica stopped mid-request;
+// 0 in runs without client pauses, so the check is then ≤ N exactly).
+// Liveness wants the mean certainly in flight back to 80% of N within 10s
+// of the last heal, and every replica running requests. The
+// no-acknowledged-grant-lost check is not made (client.Slots records no
+// grants). The negative control's servers run slot-forget-lowered
+// (lease.SlotFaultForgetLowered, through lease.InjectSlotFault): a
+// lowered count is freed before the holder drains to it, and the slot
+// demand swing (two replicas' workers in antiphase) makes the other
+// replica take the freed slots while the first still runs them.
 //
 // # Security
 //
@@ -98,12 +131,16 @@
 // # Running
 //
 //	make jepsen-quick                  every nemesis once, plus the runs that must be caught
-//	make jepsen SEED=42 DURATION=10m   the window workload and its control, then a long randomized run
+//	make jepsen SEED=42 DURATION=10m   the window and concurrency workloads and their controls, then a long randomized run
 //	make jepsen-windows                the window workload (TestWindows) and its control (TestWindowNegativeControl)
+//	make jepsen-concurrency            the concurrency workload (TestConcurrency) and its control (TestConcurrencyNegativeControl)
 //
 // By hand: TestControlsHealthy (every control's scenario with its fault
 // off: must pass), TestDefenceInDepth (issue 11's break 2 with one of its
-// two layers broken: the bound must hold), TestNemesis (NEMESES=a,b,…).
+// two layers broken: the bound must hold), TestNemesis (NEMESES=a,b,…),
+// TestConcurrencyControlHealthy (the concurrency control's scenario with
+// its fault off), TestConcurrencyQuick (the concurrency workload's short
+// mode, a healthy run and the control, sized for make jepsen-quick).
 //
 // Each run writes a folder under $RATION_JEPSEN_REPORTS (default
 // /tmp/ration-jepsen): histories, grants, timeline.jsonl, config.txt,

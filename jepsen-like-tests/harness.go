@@ -42,6 +42,13 @@ type PolicySpec struct {
 	// (the short stand-in for a daily window). Rate is then only the
 	// figure for utilization and recovery, Burst/Window.
 	Window time.Duration
+	// Slots > 0 makes the policy a concurrency one (slots.go): limit Slots
+	// requests in flight across the cluster, each ending by MaxDuration.
+	// Lease is then the slot lease's fixed duration (5s), which the client
+	// nemeses cut or pause for longer than; Rate, Burst and RenewAfter are
+	// unused.
+	Slots       int64
+	MaxDuration time.Duration
 }
 
 func (p PolicySpec) yaml() string { return p.yamlKeyed("[tenant]") }
@@ -51,6 +58,9 @@ func (p PolicySpec) yaml() string { return p.yamlKeyed("[tenant]") }
 func (p PolicySpec) yamlKeyed(key string) string {
 	if p.Window > 0 {
 		return p.windowYAML(key)
+	}
+	if p.Slots > 0 {
+		return p.slotsYAML(key)
 	}
 	return fmt.Sprintf(`policies:
   - name: jepsen
@@ -79,6 +89,9 @@ func (p PolicySpec) failure() string {
 func (p PolicySpec) bound(replicas int) BoundSpec {
 	if p.Window > 0 {
 		return p.windowBound()
+	}
+	if p.Slots > 0 {
+		return BoundSpec{CapacityMilli: p.Slots * 1000} // in flight at once, not a rate
 	}
 	b := BoundSpec{CapacityMilli: p.Burst * 1000, RateMilliPerSec: p.Rate * 1000}
 	if p.FallbackRate > 0 {
@@ -117,6 +130,11 @@ type RunConfig struct {
 	// tenant plus route=r1 … (an attribute the policy ignores): per-route
 	// limiters of one budget (replica --routes).
 	Routes int
+	// SlotWorkers > 0 (with a Slots policy): every replica runs that many
+	// workers of the concurrency workload (replica --slot-workers), each
+	// holding a slot for a time drawn from SlotHold ("MIN:MAX").
+	SlotWorkers int
+	SlotHold    string
 	// Snapshot churn: a tiny threshold so followers install snapshots.
 	SnapshotThreshold, TrailingLogs uint64
 	// Plaintext runs every link without TLS and gossip unencrypted. The
@@ -361,6 +379,9 @@ func (e *Env) startReplica(name string, seed int64) {
 	}
 	if e.cfg.Routes > 0 {
 		args = append(args, "--routes", fmt.Sprint(e.cfg.Routes))
+	}
+	if e.cfg.SlotWorkers > 0 {
+		args = append(args, "--slot-workers", fmt.Sprint(e.cfg.SlotWorkers), "--slot-hold", e.cfg.SlotHold)
 	}
 	if len(e.cfg.ClientFaults) > 0 {
 		args = append(args, "--fault", strings.Join(e.cfg.ClientFaults, ","))

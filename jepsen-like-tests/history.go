@@ -39,6 +39,13 @@ const HistoryHeader = "t_mono_ns,replica,policy,key,cost_milli"
 // program writes this form.
 const HistoryHeaderBracketed = HistoryHeader + ",t_after_ns"
 
+// HistoryHeaderSlots is the header of a concurrency workload's file
+// (slots.go): one record per request that held a slot, cost_milli 1000,
+// t_mono_ns and t_after_ns bracketing the Acquire (the slot was taken in
+// between), t_release_ns read just before the release and t_released_ns
+// just after it returned (the slot was given back in between).
+const HistoryHeaderSlots = HistoryHeaderBracketed + ",t_release_ns,t_released_ns"
+
 // HistoryGlob matches the per-replica history files inside a run directory.
 const HistoryGlob = "history-*.csv"
 
@@ -56,6 +63,11 @@ type Record struct {
 	// TAfterNanos is the end of the interval the admission happened in
 	// (>= TMonoNanos); equal to TMonoNanos when the file has no such column.
 	TAfterNanos int64
+	// TReleaseNanos and TReleasedNanos bracket a concurrency request's
+	// release (HistoryHeaderSlots): the slot was held from some time in
+	// [TMonoNanos, TAfterNanos] to some time in [TReleaseNanos,
+	// TReleasedNanos]. Both 0 in the token workloads' files.
+	TReleaseNanos, TReleasedNanos int64
 }
 
 // Admission converts r for internal/quotacheck; Who is the replica.
@@ -91,22 +103,38 @@ func readHistoryFile(name string, recs []Record, intern map[string]string) ([]Re
 		return nil, err
 	}
 	defer f.Close()
-	bracketed := false
+	bracketed, slots := false, false
 	err = eachLine(f, func(n int, line []byte) error {
 		if n == 1 {
 			switch string(line) {
 			case HistoryHeader:
 			case HistoryHeaderBracketed:
 				bracketed = true
+			case HistoryHeaderSlots:
+				bracketed, slots = true, true
 			default:
-				return fmt.Errorf("%s:%d: header is %q, want %q or %q", name, n, line, HistoryHeader, HistoryHeaderBracketed)
+				return fmt.Errorf("%s:%d: header is %q, want %q, %q or %q", name, n, line, HistoryHeader, HistoryHeaderBracketed, HistoryHeaderSlots)
 			}
 			return nil
 		}
+		var rel, released int64
+		if slots {
+			var err error
+			if line, released, err = cutLastInt(line, "t_released_ns"); err == nil {
+				line, rel, err = cutLastInt(line, "t_release_ns")
+			}
+			if err != nil {
+				return fmt.Errorf("%s:%d: %w", name, n, err)
+			}
+		}
 		r, err := parseRecord(line, intern, bracketed)
+		if err == nil && slots && (rel < r.after() || released < rel) {
+			err = fmt.Errorf("release times %d, %d out of order after t_after_ns %d in %q", rel, released, r.after(), line)
+		}
 		if err != nil {
 			return fmt.Errorf("%s:%d: %w", name, n, err)
 		}
+		r.TReleaseNanos, r.TReleasedNanos = rel, released
 		recs = append(recs, r)
 		return nil
 	})
@@ -172,6 +200,19 @@ func parseRecord(line []byte, intern map[string]string, bracketed bool) (Record,
 		Key:         internBytes(intern, field[3]),
 		CostMilli:   cost,
 	}, nil
+}
+
+// cutLastInt splits off line's last comma-separated field, an integer.
+func cutLastInt(line []byte, what string) ([]byte, int64, error) {
+	c := bytes.LastIndexByte(line, ',')
+	if c < 0 {
+		return nil, 0, fmt.Errorf("malformed record %q: no %s", line, what)
+	}
+	v, err := strconv.ParseInt(string(line[c+1:]), 10, 64)
+	if err != nil {
+		return nil, 0, fmt.Errorf("malformed %s in %q: %w", what, line, err)
+	}
+	return line[:c], v, nil
 }
 
 func internBytes(m map[string]string, b []byte) string {

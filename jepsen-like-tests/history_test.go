@@ -40,10 +40,10 @@ func TestHistoryReadMergesAndDropsPartialLastLine(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := []Record{
-		{100, "a", "api", "k1", 500, 100},
-		{100, "b", "api", "", 2000, 100}, // tie: file a before file b
-		{250, "b", "api", "k1", 750, 250},
-		{300, "a", "api", "k1", 1000, 300},
+		{100, "a", "api", "k1", 500, 100, 0, 0},
+		{100, "b", "api", "", 2000, 100, 0, 0}, // tie: file a before file b
+		{250, "b", "api", "k1", 750, 250, 0, 0},
+		{300, "a", "api", "k1", 1000, 300, 0, 0},
 	}
 	if !slices.Equal(recs, want) {
 		t.Fatalf("records\n got %v\nwant %v", recs, want)

@@ -50,3 +50,7 @@ const (
 // purpose: tests in this package call it, and the fault-suite build exposes
 // it through a build-tagged file.
 func (l *Ledger) injectFault(f Fault) { l.fault = f }
+
+// injectFault switches a slot ledger to a broken variant (tests and, through
+// InjectSlotFault, fault-suite builds only).
+func (l *SlotLedger) injectFault(f SlotFault) { l.fault = f }

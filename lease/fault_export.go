@@ -10,3 +10,8 @@ func InjectFault(l *Ledger, f Fault) { l.injectFault(f) }
 // InjectWindowFault switches a window ledger to a broken variant (fault
 // suite builds only, like InjectFault).
 func InjectWindowFault(l *WindowLedger, f WindowFault) { l.injectFault(f) }
+
+// InjectSlotFault switches a slot ledger to a broken variant (fault suite
+// builds only, like InjectFault): the jepsen-like tests' in-flight negative
+// control (faults.SlotForgetLowered).
+func InjectSlotFault(l *SlotLedger, f SlotFault) { l.injectFault(f) }

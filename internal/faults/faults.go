@@ -63,10 +63,16 @@ const (
 	// (lease.WindowFaultDeadReturns), though its holder may have spent
 	// them: the fault suite's window-count negative control.
 	WindowDeadReturns Fault = "window-dead-returns"
+	// SlotForgetLowered: a renewal that lowers a slot lease's count frees
+	// the old count at once, before the client has drained to the new
+	// one and acknowledged it (lease.SlotFaultForgetLowered, breaking S2
+	// of docs/concurrency.md): the fault suite's in-flight negative
+	// control.
+	SlotForgetLowered Fault = "slot-forget-lowered"
 )
 
 // All lists every fault, for flag help and validation.
-var All = []Fault{AckBeforeCommit, StartFullNoDebit, TimeFromReceipt, ForgetRetired, ClockResumeOwnReading, CreditAtReduction, ForgetReplaced, IgnoreKeyAttributes, ReportDouble, AdmitBeforeLease, WindowDeadReturns}
+var All = []Fault{AckBeforeCommit, StartFullNoDebit, TimeFromReceipt, ForgetRetired, ClockResumeOwnReading, CreditAtReduction, ForgetReplaced, IgnoreKeyAttributes, ReportDouble, AdmitBeforeLease, WindowDeadReturns, SlotForgetLowered}
 
 func parse(name string) (Fault, error) {
 	for _, f := range All {

@@ -28,6 +28,11 @@
 // every 100ms and replaces the rate (a number; missing file: keep --rate),
 // so the suite can shift demand while the process runs.
 //
+// With --slot-workers W it runs the concurrency workload instead (slots.go):
+// W workers acquire, hold and release slots of a concurrency policy, and
+// the history gets a line per request with the times around its acquire
+// and its release.
+//
 // Test builds (-tags ration_faults) accept --fault and --clock-control
 // (internal/faults): the client's clock then runs at the rate the control
 // file says.
@@ -95,6 +100,10 @@ type options struct {
 	tlsServerName                                                                   string
 	tlsConfig                                                                       *tls.Config // from the four above; nil: plaintext
 	tokenFile, token                                                                string      // --token-file and what it holds
+	// The concurrency workload (slots.go): --slot-workers > 0.
+	slotWorkers int
+	slotHold    string
+	slotWait    time.Duration
 }
 
 func monoNow() int64 {
@@ -126,6 +135,9 @@ func run(args []string, stderr io.Writer) int {
 	fs.StringVar(&o.tls.Key, "tls-key-file", "", "PEM `FILE` of its private key")
 	fs.StringVar(&o.tokenFile, "token-file", "", "`FILE` holding the ACL token sent to the servers (client.Config.Token)")
 	fs.StringVar(&o.tlsServerName, "tls-server-name", "", "DNS `NAME` the peer's certificate must carry (server.<cluster>.ration for servers); empty: the CA's signature alone is checked")
+	fs.IntVar(&o.slotWorkers, "slot-workers", 0, "the concurrency workload (slots.go): this many workers each acquire a slot of --policy, hold it, release it, and loop; 0: the paced token workload")
+	fs.StringVar(&o.slotHold, "slot-hold", "50ms:400ms", "with --slot-workers: MIN:MAX, a slot is held for a duration drawn uniformly in between (or until max_duration ends the request)")
+	fs.DurationVar(&o.slotWait, "slot-wait", 300*time.Millisecond, "with --slot-workers: the longest a worker waits for a slot before asking again")
 	if faults.Enabled {
 		fs.StringVar(&o.faultList, "fault", "", "TEST BUILD ONLY: broken variants, comma-separated")
 		fs.StringVar(&o.clockControl, "clock-control", "", "TEST BUILD ONLY: clock control file")
@@ -182,6 +194,9 @@ func run(args []string, stderr io.Writer) int {
 		}
 	}
 
+	if o.slotWorkers > 0 {
+		return runSlots(o, attrs, clk, log, stderr)
+	}
 	hist, err := newCSV(fmt.Sprintf("%s/history-%s.csv", o.dir, o.id), "t_mono_ns,replica,policy,key,cost_milli,t_after_ns")
 	if err != nil {
 		fmt.Fprintf(stderr, "replica: %v\n", err)
