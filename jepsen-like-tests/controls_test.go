@@ -206,9 +206,19 @@ func slowRefill(cfg *RunConfig) {
 // TestNegativeControls: binaries built with -tags ration_faults, run with
 // a broken variant switched on, each under the faults that expose it. Each
 // must be caught.
+//
+// The controls run in parallel with each other and with the other
+// expected-violation runs (-parallel, default GOMAXPROCS, at once): each
+// has its own namespaces, subnet and report folder, and a run waits on
+// its clock far more than it computes. A run that must pass every checker
+// (liveness too) stays sequential.
 func TestNegativeControls(t *testing.T) {
+	t.Parallel()
 	for _, c := range controls {
-		t.Run(c.name, func(t *testing.T) { c.run(t, c.serverFaults, c.clientFaults, true, false) })
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			c.run(t, c.serverFaults, c.clientFaults, true, false)
+		})
 	}
 }
 

@@ -123,7 +123,9 @@ func TestNemesis(t *testing.T) {
 //   - leader: servers whose clocks run 50% fast make cluster time, and so
 //     reclaims and the pool's minting, run ahead of real time (ε_leader).
 func TestClockBeyondRho(t *testing.T) {
+	t.Parallel() // expected-violation runs: in parallel, as TestNegativeControls
 	t.Run("client", func(t *testing.T) {
+		t.Parallel()
 		cfg := baseConfig("clock-beyond-rho-client", seedFromEnv(2))
 		e := newEnv(t, cfg)
 		slowCut := Nemesis{"client-clock-beyond-rho-and-cut", func(e *Env, _ *rand.Rand) string {
@@ -140,6 +142,7 @@ func TestClockBeyondRho(t *testing.T) {
 		requirePass(t, e, s)
 	})
 	t.Run("leader", func(t *testing.T) {
+		t.Parallel()
 		cfg := baseConfig("clock-beyond-rho-leader", seedFromEnv(7))
 		e := newEnv(t, cfg)
 		fast := Nemesis{"server-clocks-beyond-rho", func(e *Env, _ *rand.Rand) string {
