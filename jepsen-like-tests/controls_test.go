@@ -207,11 +207,13 @@ func slowRefill(cfg *RunConfig) {
 // a broken variant switched on, each under the faults that expose it. Each
 // must be caught.
 //
-// The controls run in parallel with each other and with the other
-// expected-violation runs (-parallel, default GOMAXPROCS, at once): each
-// has its own namespaces, subnet and report folder, and a run waits on
-// its clock far more than it computes. A run that must pass every checker
-// (liveness too) stays sequential.
+// The controls run in parallel with each other and with make
+// jepsen-quick's other runs (-parallel of them at once, default
+// GOMAXPROCS): each run has its own namespaces, subnet (from its seed),
+// ports on its own addresses and report folder, and waits on its clock far
+// more than it computes (a run is about 0.4 of one core on average). The
+// runs that must pass every checker had their recovery after the last heal
+// at 0-2.7s of the 10s limit when run so.
 func TestNegativeControls(t *testing.T) {
 	t.Parallel()
 	for _, c := range controls {

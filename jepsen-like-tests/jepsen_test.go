@@ -87,6 +87,7 @@ func quickConfig(name string, seed int64) RunConfig {
 // TestQuick: every nemesis once, in order, under 3× load, with snapshot
 // churn throughout; then one mixture.
 func TestQuick(t *testing.T) {
+	t.Parallel() // see TestNegativeControls
 	cfg := quickConfig("quick", seedFromEnv(1))
 	e := newEnv(t, cfg)
 	s := Execute(e, Scenario{Config: cfg, Warmup: 5 * time.Second, Nemeses: quickNemeses})
@@ -123,7 +124,7 @@ func TestNemesis(t *testing.T) {
 //   - leader: servers whose clocks run 50% fast make cluster time, and so
 //     reclaims and the pool's minting, run ahead of real time (ε_leader).
 func TestClockBeyondRho(t *testing.T) {
-	t.Parallel() // expected-violation runs: in parallel, as TestNegativeControls
+	t.Parallel() // see TestNegativeControls
 	t.Run("client", func(t *testing.T) {
 		t.Parallel()
 		cfg := baseConfig("clock-beyond-rho-client", seedFromEnv(2))
@@ -168,6 +169,7 @@ func TestClockBeyondRho(t *testing.T) {
 // fall back to a local limit. The bound then includes the fallback term
 // ε_open = Σ (gᵢ + fᵢ·W) of docs/design.md, and must hold with it.
 func TestFailOpen(t *testing.T) {
+	t.Parallel() // see TestNegativeControls
 	cfg := baseConfig("fail-open", seedFromEnv(6))
 	cfg.Policy.FallbackRate = 40
 	e := newEnv(t, cfg)
