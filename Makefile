@@ -15,10 +15,11 @@ help: ## list the targets
 demo: build ## the main job: a local 3-node cluster; 4 replicas offer 3x a quota for 15s, checked against B + r·W (stop it with make cluster-stop)
 	scripts/demo.sh
 
-# make test: jepsen-quick's runs call t.Parallel (each has its own
-# namespaces) and run GOMAXPROCS at once, go test's default. go test ./...
-# keeps the default -p: four packages at once failed utilization and
-# liveness checks on the loaded 2-core machine.
+# make test: the tests that call t.Parallel (the client package's long
+# real-cluster runs, each with its own cluster; jepsen-quick's runs, each
+# with its own namespaces) run GOMAXPROCS at once, go test's default. Four
+# at once (-parallel 4), or four packages at once (-p 4), failed
+# utilization and liveness checks on the loaded 2-core machine.
 test: ## everything CI runs: vet, every test (property tests, negative controls, golden tests, real clusters), fuzz-quick, then jepsen-quick
 	$(GO) vet ./...
 	$(GO) vet -tags jepsen,ration_faults ./...
