@@ -215,10 +215,10 @@ func slowRefill(cfg *RunConfig) {
 // runs that must pass every checker had their recovery after the last heal
 // at 0-2.7s of the 10s limit when run so.
 func TestNegativeControls(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	for _, c := range controls {
 		t.Run(c.name, func(t *testing.T) {
-			t.Parallel()
+			parallel(t)
 			c.run(t, c.serverFaults, c.clientFaults, true, false)
 		})
 	}
