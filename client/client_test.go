@@ -40,6 +40,7 @@ func (r *recorder) add(who string, costMilli int64) {
 // TestSteadyLoadKeepsBound: four clients offer 3x the quota with weighted
 // costs; every window keeps B + r·W and the steady state uses >= 95% of r.
 func TestSteadyLoadKeepsBound(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("runs a cluster under load for several seconds")
 	}

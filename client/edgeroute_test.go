@@ -234,6 +234,7 @@ func TestEdgeRoutePromoteDemote(t *testing.T) {
 // promotes once, and demand oscillating around H (never below C) keeps the
 // lease: one promotion, no demotion.
 func TestEdgeRouteHysteresis(t *testing.T) {
+	t.Parallel()
 	c := startCluster(t, edgeRoutePolicy)
 	e := startTestEdge(t, c, "edge-1")
 	// H = 40/s, C = 5/s; oscillation between 80/s and 20/s.
@@ -287,6 +288,7 @@ func TestEdgeRouteHysteresis(t *testing.T) {
 // promoted two per evaluation at most, all of them in the end; when they
 // cool, they are demoted two per evaluation at most.
 func TestEdgeRouteSwitchBound(t *testing.T) {
+	t.Parallel()
 	c := startCluster(t, edgeRoutePolicy)
 	e := startTestEdge(t, c, "edge-1")
 	rc := routedClient(t, c, "routed", client.EdgeRouting{PromoteRate: 20, DemoteRate: 5, PromoteAfter: 200 * time.Millisecond,
@@ -496,6 +498,7 @@ var edgeRouteBound = quotacheck.Bound{CapacityMilli: 10_000, RateMilliPerSec: 20
 // (through the edge and from the clients' own leases) holds at most
 // B + r·W.
 func TestEdgeRouteBoundAcrossSwitches(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("loads a cluster through three switch cycles")
 	}

@@ -26,8 +26,9 @@ func RenewRPCs(c *Client) uint64 {
 // right after its renewal is every key at renew_after ≤ D/3), "none" lets
 // no key ride along. Call it before the Client starts (its loop reads the
 // rule) and close the Client before t ends: cleanups run last-registered
-// first, so start the Client after this call. The package's tests do not
-// run in parallel.
+// first, so start the Client after this call. A test that calls it must
+// not call t.Parallel (the rule is the package's); go test starts the
+// parallel tests only after every sequential one has ended.
 func SetRideAlongRule(t testing.TB, rule string) {
 	switch rule {
 	case "old":

@@ -118,6 +118,7 @@ func waitUntilT(t *testing.T, start time.Time, d time.Duration) {
 // TestFailureModes: three clients, on a fail-closed, a fail-open and a
 // shadow policy, each lose the cluster at once (their proxies are cut).
 func TestFailureModes(t *testing.T) {
+	t.Parallel()
 	res := cutRuns(t, time.Second, failLease+1500*time.Millisecond, "closed", "open", "shadowed")
 	t.Run("closed", func(t *testing.T) { checkFailClosed(t, res["closed"]) })
 	t.Run("open", func(t *testing.T) { checkFailOpen(t, res["open"]) })

@@ -20,6 +20,7 @@ import (
 // a new leader is elected admissions resume: the last 2s of the run, which
 // ends 3s after the new leader is seen, admit more than 0.8·r·2s.
 func TestLeaderKillUnderLoad(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("kills a leader under load; runs for ~7s")
 	}

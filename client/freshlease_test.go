@@ -19,6 +19,7 @@ import (
 // one run in sixteen of a key 1-11 milli-tokens above the bound within
 // its first 0.6 s. Several fresh keys per cluster, one after the other.
 func TestFreshLeaseKeepsBound(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("runs a cluster under load for several seconds")
 	}

@@ -34,6 +34,7 @@ policies:
 // against B + r·W = 90. Hammered from two goroutines each, they must keep
 // the bound over every window.
 func TestKeysOfOneBudgetKeepTheBound(t *testing.T) {
+	t.Parallel()
 	c := startCluster(t, holderPolicies)
 	cl := newClient(t, client.Config{Servers: servers(c), ClientID: "one-holder"})
 	// Made together, before any grant tells the client what the policy

@@ -189,11 +189,13 @@ func lifetimeCase(t *testing.T, c *testcluster.Cluster, name string) *history {
 // window across the change keeps B + r·W. Each case failed before budgets
 // outlived their policies (a re-created or re-keyed key started full).
 func TestPolicyChangeKeepsBudget(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("runs a cluster under load for several seconds")
 	}
 	for _, name := range []string{"release", "expire", "delete mid-traffic", "re-key"} {
 		t.Run(name, func(t *testing.T) {
+			t.Parallel() // a cluster each
 			c := startCluster(t, lifetimePolicy)
 			h := lifetimeCase(t, c, name)
 			// A client at ten times r admits right at its mint instants:

@@ -47,6 +47,7 @@ func (m *callMeter) interceptor(server string) grpc.UnaryServerInterceptor {
 // and the most calls one client makes to one server in a second stay
 // far (10x) below the default per-client rate.
 func TestClientStaysUnderLeaseLimits(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("runs a cluster under load for several seconds")
 	}

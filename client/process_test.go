@@ -42,6 +42,7 @@ const (
 // processes alike, less than the ρ = 1000 ppm the policy allows; a step
 // would show up as a jump and could fail the check.)
 func TestSeparateProcesses(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("starts client processes that load a cluster for ~6s")
 	}

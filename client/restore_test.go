@@ -68,6 +68,7 @@ func restoreSnapshot(t *testing.T, c *testcluster.Cluster, snap []byte) error {
 }
 
 func TestRestoreMidTrafficKeepsTheBound(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("runs a cluster for several seconds")
 	}

@@ -250,6 +250,7 @@ func runRideAlong(t testing.TB, cfg rideConfig, alone, arrivals bool) (a, b ride
 // renew the steady ones more than once per 3/4 of renew_after (before the
 // fix every key rode along with every renewal: issue 15).
 func TestRideAlongRenewalsBounded(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("runs a cluster for several seconds")
 	}

@@ -105,6 +105,7 @@ policies:
 // state) is logged, not asserted: this is a real cluster on a shared
 // machine.
 func TestManyReplicasOnASmallBurst(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("12 clients under load for several seconds")
 	}

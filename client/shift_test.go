@@ -44,6 +44,7 @@ var shiftBound = quotacheck.Bound{CapacityMilli: 50_000, RateMilliPerSec: 100_00
 // every 1s window (less what its lease minted while the machine did not
 // run the load: maxLate). The bound holds over the whole run.
 func TestDemandShift(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("runs a cluster under load for ~7s")
 	}
@@ -140,6 +141,7 @@ func halves(a, b *api.LeaseInfo) bool {
 // lease minted while the machine did not run the load: maxLate). The bound
 // holds throughout.
 func TestGracefulCloseReturnsShare(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("runs a cluster under load for several seconds")
 	}
@@ -259,6 +261,7 @@ type leaseObs struct {
 // Unavailable once its own deadline passes, and the bound holds over
 // everyone's admissions, the partitioned client's included.
 func TestCrashedClientReclaimedOnlyAtExpiry(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("waits for a lease to expire under load")
 	}

@@ -174,6 +174,7 @@ func TestSlotsMoveToBusyClient(t *testing.T) {
 // slot (requests running, no release) keeps them held until its lease's
 // expiry, never less; then another client gets them.
 func TestSlotsKilledClientReturnAfterExpiry(t *testing.T) {
+	t.Parallel()
 	const N = 2
 	c := startCluster(t, "policies:\n  - {name: other, algorithm: token-bucket, rate: 1, burst: 1}\n")
 	applyWindowPolicy(t, c, fmt.Sprintf(slotYAML, N))

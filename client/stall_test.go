@@ -21,6 +21,7 @@ import (
 // the cluster so the lease cannot be renewed, and real time runs past the
 // deadline.
 func TestStaleCoarseClockAdmitsNothingPastTheDeadline(t *testing.T) {
+	t.Parallel()
 	c := startCluster(t, `
 policies:
   - name: stall

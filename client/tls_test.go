@@ -45,6 +45,7 @@ func (l *logLines) has(sub string) bool {
 // TestClientTLS: Config.TLS carries the client's certificate to a cluster
 // with mutual TLS; without it the client is refused and says why.
 func TestClientTLS(t *testing.T) {
+	t.Parallel()
 	ca := testtls.NewCA(t, "ca")
 	name := tlsutil.ServerName("ration")
 	stores := make([]*tlsutil.Store, 3)

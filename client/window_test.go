@@ -66,6 +66,7 @@ func (w *windowAdmissions) note(before, after time.Time, W time.Duration) {
 // more than the limit, admit L per window between them, never more, on a
 // real cluster, over several windows of 2 s.
 func TestWindowPolicyAdmitsLimitPerWindow(t *testing.T) {
+	t.Parallel()
 	const L, W = 20, 2 * time.Second
 	c := startCluster(t, "policies:\n  - {name: other, algorithm: token-bucket, rate: 1, burst: 1}\n")
 	applyWindowPolicy(t, c, fmt.Sprintf(windowYAML, L, "2s"))

@@ -130,10 +130,17 @@
 //
 // # Running
 //
-//	make jepsen-quick                  every nemesis once, plus the runs that must be caught
+//	make jepsen-quick                  every nemesis once, the window and concurrency workloads (short), plus the runs that must be caught
 //	make jepsen SEED=42 DURATION=10m   the window and concurrency workloads and their controls, then a long randomized run
 //	make jepsen-windows                the window workload (TestWindows) and its control (TestWindowNegativeControl)
 //	make jepsen-concurrency            the concurrency workload (TestConcurrency) and its control (TestConcurrencyNegativeControl)
+//
+// The runs of make jepsen-quick call t.Parallel: go test runs GOMAXPROCS
+// of them at once (two on the 2-core CI machine). Each has its own
+// namespaces, subnet (from its seed's prefix), addresses and report
+// folder; a run is about 0.4 of a core. Give a new parallel run a seed no
+// other one uses (the prefix is j<seed mod 1000>); with SEED set, every run
+// has that seed and they run one after another.
 //
 // By hand: TestControlsHealthy (every control's scenario with its fault
 // off: must pass), TestDefenceInDepth (issue 11's break 2 with one of its

@@ -540,9 +540,17 @@ func (e *Env) admin(name string) api.AdminClient {
 }
 
 func (e *Env) status(name string) (*api.StatusResponse, error) {
+	e.mu.Lock()
+	cc := e.conns[name]
+	e.mu.Unlock()
+	if cc == nil {
+		// Removed since the caller listed the servers (the membership
+		// nemesis and the leader watch race: a nil connection panicked).
+		return nil, fmt.Errorf("server %s is no longer part of the run", name)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
 	defer cancel()
-	return e.admin(name).Status(ctx, &api.StatusRequest{})
+	return api.NewAdminClient(cc).Status(ctx, &api.StatusRequest{})
 }
 
 // servers returns the servers currently part of the run (n4 while added).

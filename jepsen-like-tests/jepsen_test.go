@@ -43,6 +43,16 @@ func baseConfig(name string, seed int64) RunConfig {
 	}
 }
 
+// parallel marks a run of make jepsen-quick parallel (go test runs
+// GOMAXPROCS of them at once; see TestNegativeControls), unless SEED is
+// set: every run then has that one seed, and so the same namespace prefix
+// (newEnv), and the runs go one after another as before.
+func parallel(t *testing.T) {
+	if os.Getenv("SEED") == "" {
+		t.Parallel()
+	}
+}
+
 func seedFromEnv(def int64) int64 {
 	if s := os.Getenv("SEED"); s != "" {
 		if v, err := strconv.ParseInt(s, 10, 64); err == nil {
@@ -87,6 +97,7 @@ func quickConfig(name string, seed int64) RunConfig {
 // TestQuick: every nemesis once, in order, under 3× load, with snapshot
 // churn throughout; then one mixture.
 func TestQuick(t *testing.T) {
+	parallel(t) // see TestNegativeControls
 	cfg := quickConfig("quick", seedFromEnv(1))
 	e := newEnv(t, cfg)
 	s := Execute(e, Scenario{Config: cfg, Warmup: 5 * time.Second, Nemeses: quickNemeses})
@@ -123,7 +134,9 @@ func TestNemesis(t *testing.T) {
 //   - leader: servers whose clocks run 50% fast make cluster time, and so
 //     reclaims and the pool's minting, run ahead of real time (ε_leader).
 func TestClockBeyondRho(t *testing.T) {
+	parallel(t) // see TestNegativeControls
 	t.Run("client", func(t *testing.T) {
+		parallel(t)
 		cfg := baseConfig("clock-beyond-rho-client", seedFromEnv(2))
 		e := newEnv(t, cfg)
 		slowCut := Nemesis{"client-clock-beyond-rho-and-cut", func(e *Env, _ *rand.Rand) string {
@@ -140,6 +153,7 @@ func TestClockBeyondRho(t *testing.T) {
 		requirePass(t, e, s)
 	})
 	t.Run("leader", func(t *testing.T) {
+		parallel(t)
 		cfg := baseConfig("clock-beyond-rho-leader", seedFromEnv(7))
 		e := newEnv(t, cfg)
 		fast := Nemesis{"server-clocks-beyond-rho", func(e *Env, _ *rand.Rand) string {
@@ -165,6 +179,7 @@ func TestClockBeyondRho(t *testing.T) {
 // fall back to a local limit. The bound then includes the fallback term
 // ε_open = Σ (gᵢ + fᵢ·W) of docs/design.md, and must hold with it.
 func TestFailOpen(t *testing.T) {
+	parallel(t) // see TestNegativeControls
 	cfg := baseConfig("fail-open", seedFromEnv(6))
 	cfg.Policy.FallbackRate = 40
 	e := newEnv(t, cfg)

@@ -90,12 +90,15 @@ func TestConcurrencyControlHealthy(t *testing.T) {
 // replica cut off past its lease and a leader kill, then the control with
 // one demand swing.
 func TestConcurrencyQuick(t *testing.T) {
+	parallel(t)
 	t.Run("healthy", func(t *testing.T) {
+		parallel(t)
 		cfg := slotsConfig("concurrency-quick", seedFromEnv(33))
 		e := newEnv(t, cfg)
 		requirePass(t, e, Execute(e, Scenario{Config: cfg, Warmup: 2 * time.Second, Nemeses: slotQuickNemeses, Tail: 5 * time.Second}))
 	})
 	t.Run("control", func(t *testing.T) {
+		parallel(t)
 		cfg := slotsConfig("nc-slot-forget-lowered-quick", seedFromEnv(34))
 		cfg.ServerFaults = []string{"slot-forget-lowered"}
 		e := newEnv(t, cfg)

@@ -32,6 +32,7 @@ var windowNemesesAll = append(append([]Nemesis{}, windowNemeses...), PauseClient
 // window-count checker must find no cluster window certainly admitting
 // more than L. SEED picks the nemeses' choices.
 func TestWindows(t *testing.T) {
+	parallel(t) // see TestNegativeControls
 	cfg := windowConfig("windows", seedFromEnv(21))
 	e := newEnv(t, cfg)
 	plan := windowNemeses
@@ -62,6 +63,7 @@ var windowControlNemeses = []Nemesis{CutClient, CutClient, CutClient, CutClient}
 
 // TestWindowNegativeControl: window-dead-returns must be caught.
 func TestWindowNegativeControl(t *testing.T) {
+	parallel(t) // see TestNegativeControls
 	cfg := windowControl("nc-window-dead-returns", seedFromEnv(22))
 	cfg.ServerFaults = []string{"window-dead-returns"}
 	e := newEnv(t, cfg)
