@@ -194,6 +194,10 @@ type Client struct {
 
 	wake   chan struct{}
 	closed atomic.Bool
+	// keepSpent: spent window chunks are renewed to their window's end,
+	// not released (spentChunk): a negative control's broken rule, set
+	// by tests only (export_test.go).
+	keepSpent atomic.Bool
 	// countAllowed makes the hot path count allowed decisions (one atomic
 	// add each); a metrics collector turns it on.
 	countAllowed atomic.Bool

@@ -42,3 +42,8 @@ func SetRideAlongRule(t testing.TB, rule string) {
 	}
 	t.Cleanup(func() { rideAlong = (*Limiter).dueSoon })
 }
+
+// KeepSpentWindowChunks gives c the behaviour before spent window chunks
+// were released (window.go's spentChunk): it renews them to the window's
+// end, for the negative control of TestWindowResyncSpentChunkNotCarried.
+func KeepSpentWindowChunks(c *Client) { c.keepSpent.Store(true) }

@@ -333,9 +333,18 @@ func (l *Limiter) rejectCost(cost int64) Decision {
 func (l *Limiter) countAdmitted(t *terms, rem int64) {
 	if rem < t.capMilli/10 {
 		l.nearLimit.Add(1)
+		l.pokeIfSpent(t, rem)
 	}
 	if l.c.countAllowed.Load() {
 		l.decisions[Allowed].Add(1)
+	}
+}
+
+// pokeIfSpent wakes the loop when an admission left a window chunk empty
+// while its window has nothing left: the loop releases it (spentChunk).
+func (l *Limiter) pokeIfSpent(t *terms, rem int64) {
+	if rem == 0 && t.win != nil && t.win.remainingMilli == 0 {
+		l.c.poke()
 	}
 }
 
@@ -437,6 +446,7 @@ func (l *Limiter) allow(costMilli int64, waitFirst bool) (Decision, *lease.Atomi
 		charged = t.bucket
 		if d.RemainingMilli < t.capMilli/10 {
 			l.nearLimit.Add(1)
+			l.pokeIfSpent(t, d.RemainingMilli)
 		}
 	case lease.ReasonExceedsCapacity:
 		out.Reason = ExceedsCapacity

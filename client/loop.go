@@ -63,7 +63,7 @@ func (c *Client) round() time.Duration {
 	c.routeRound(now) // edgeroute.go
 	c.evictIdle(now)
 	wakeAt := now + int64(maxSleep)
-	var acquire, renew []*Limiter
+	var acquire, renew, spent []*Limiter
 	for _, l := range c.snapshot() {
 		t := l.cur.Load()
 		switch {
@@ -71,10 +71,22 @@ func (c *Client) round() time.Duration {
 			if now >= l.retryAt.Load() && l.wantsLease() {
 				acquire = append(acquire, l)
 			}
+		case t.spentChunk(now) && !c.keepSpent.Load():
+			// A spent window chunk is released, not renewed (window.go),
+			// and a new one acquired in its place.
+			spent = append(spent, l)
 		case now >= t.renewAt:
 			renew = append(renew, l)
 		default:
 			wakeAt = min(wakeAt, t.renewAt)
+		}
+	}
+	if len(spent) > 0 {
+		c.releaseSpent(now, spent)
+		for _, l := range spent {
+			if now >= l.retryAt.Load() {
+				acquire = append(acquire, l)
+			}
 		}
 	}
 	// Batch: a key due soon rides along with the ones due now (dueSoon).

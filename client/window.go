@@ -110,3 +110,47 @@ func (t *terms) shareWaitBucket(costMilli int64, d lease.Decision) lease.Decisio
 	}
 	return d
 }
+
+// spentChunk says whether t is a window chunk that can admit nothing more
+// in its window: it had units, all are spent, and the window had nothing
+// left for anyone at the last answer. The loop releases such a chunk at
+// once (releaseSpent) rather than renewing it to the window's end.
+//
+// Why (docs/design.md §8.1): a forward re-sync of window time (every
+// leader change does one, since elections freeze cluster time) ends the
+// current window early while its chunks' leases still run, so the next
+// window starts with G = the units of every chunk still live then, spent
+// or not: the cluster cannot tell spent units from ones that may yet be
+// spent. A replica that spent its chunk in the window's first moments and
+// kept renewing it made the whole next window's L count as spent, and
+// that window admitted nothing. Released, a chunk is no longer live, so
+// only units that may really still be spent are carried.
+func (t *terms) spentChunk(now int64) bool {
+	return t.win != nil && !t.expiredAck && now < t.deadline && t.capMilli > 0 &&
+		t.win.remainingMilli == 0 && t.bucket.LevelMilli(now) == 0
+}
+
+// releaseSpent releases the spent window chunks of ls (spentChunk), with
+// nothing unspent, in one RPC tried once (a chunk whose release fails
+// lives to its expiry, as before), and leaves each limiter refusing as
+// Limited until the window's reset until a new chunk is installed: the
+// caller acquires one at once, which the spent window grants no units,
+// so it renews as any chunk does and picks up units released back into
+// the window, and the next window's.
+func (c *Client) releaseSpent(now int64, ls []*Limiter) {
+	held := make([]*terms, len(ls))
+	for i, l := range ls {
+		t := l.cur.Load()
+		held[i] = t
+		nt := *t
+		w := *t.win
+		w.endsWithWindow = true // refused as Limited until the reset (afterDeadline)
+		nt.win = &w
+		nt.deadline = min(nt.deadline, now)
+		nt.guardFrom = min(nt.guardFrom, nt.deadline)
+		l.cur.CompareAndSwap(t, &nt) // the loop is cur's only writer
+	}
+	if err := c.release(c.stop, now, ls, held); err != nil {
+		c.log.Debug("release of spent window chunks failed", "keys", len(ls), "err", err)
+	}
+}
