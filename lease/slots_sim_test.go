@@ -820,7 +820,10 @@ func TestSlotNegativeControls(t *testing.T) {
 		{"deadline cancel without grace", slotModeCancel, SlotFaultNone, slotModelCancelNoGrace, true, "", slotOverrunControl},
 		{"no rule, checked as if the term were zero", slotModeNone, SlotFaultNone, slotModelStrict, true, "", nil},
 		{"restore without the hold", slotModeMaxDuration, SlotFaultNone, slotModelRestoreNoHold, true, "", nil},
-		{"restore keeping the restored leases", slotModeCancel, SlotFaultNone, slotModelRestoreKeepLeases, false, "", nil},
+		// Rare too: 1 866 to 7 243 histories to the first catch on 6 seeds
+		// (missed once within 20 000); the search stops at the first catch,
+		// so the larger cap costs nothing when it is caught.
+		{"restore keeping the restored leases", slotModeCancel, SlotFaultNone, slotModelRestoreKeepLeases, false, "60000", nil},
 	} {
 		for _, oracle := range []bool{true, false} {
 			if !oracle && !c.boundOnly {
