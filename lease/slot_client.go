@@ -51,6 +51,9 @@ const (
 	SlotClientFaultNoDriftMargin
 	// SlotClientFaultCancelNoGrace cancels at the deadline itself.
 	SlotClientFaultCancelNoGrace
+	// SlotClientFaultNoClockGrain uses ClientDeadline without the margin
+	// SlotClockGrainNanos for clocks read in whole steps.
+	SlotClientFaultNoClockGrain
 )
 
 // NewSlotClient checks the rules' parameters.
@@ -87,11 +90,31 @@ func (c *SlotClient) AckedVersion() uint64 { return c.acked }
 // time now (else the client acquires anew).
 func (c *SlotClient) Usable(nowLocal int64) bool { return c.has && nowLocal < c.deadline }
 
+// SlotClockGrainNanos is the margin the client's slot deadline keeps for
+// clocks read in whole steps (docs/concurrency.md §3, "Clock readings"):
+// ClientDeadline is exact for clocks that run within ±ρ continuously, and
+// has no slack at all when the messages take no time and the two clocks
+// are at opposite edges of ±ρ. A clock read in steps is within ±ρ only up
+// to one step at each end of a span, on the coordinator's side (the
+// commit's reading, from which the answer's TTL counts) and on the
+// replica's (the send's reading, and the reading that reaches the
+// deadline): with steps of g, 2g of margin covers both (g + g·(1−ρ)/(1+ρ)
+// < 2g). 1 µs covers clocks read in steps of up to 500 ns (Linux's
+// monotonic clock reads nanoseconds, Windows' 100 ns), and costs a
+// millionth of a one-second lease. The property model found the case
+// without it: its clocks read whole nanoseconds, and a request cancelled
+// a grace before the deadline that returned after exactly the grace still
+// ran 1 ns after the coordinator's expiry (TestSlotClockGrainRegression).
+const SlotClockGrainNanos = 1000
+
 func (c *SlotClient) deadlineOf(sendLocal, ttlNanos int64) int64 {
-	if c.fault == SlotClientFaultNoDriftMargin {
+	switch c.fault {
+	case SlotClientFaultNoDriftMargin:
 		return satAdd(sendLocal, ttlNanos)
+	case SlotClientFaultNoClockGrain:
+		return ClientDeadline(sendLocal, ttlNanos, c.cfg.DriftPPM)
 	}
-	return ClientDeadline(sendLocal, ttlNanos, c.cfg.DriftPPM)
+	return ClientDeadline(sendLocal, ttlNanos, c.cfg.DriftPPM) - SlotClockGrainNanos
 }
 
 // InstallGrant installs the answer to a grant sent at sendLocal, arriving
@@ -194,7 +217,7 @@ func (c *SlotClient) Demand(waiting int64) int64 {
 
 // ValidateSlotRules checks a concurrency policy's timing against its lease
 // duration: with M, M must be shorter than the usable span
-// ClientUsableNanos(ttl, ρ), or no request could ever start (a start needs
+// ClientUsableNanos(ttl, ρ) − SlotClockGrainNanos, or no request could ever start (a start needs
 // now + M within the deadline); without M, the cancel grace must be shorter
 // than it too. A policy with neither M nor a grace is valid, and its bound
 // carries the term ε_over (docs/concurrency.md §4).
@@ -202,7 +225,7 @@ func ValidateSlotRules(cfg SlotClientConfig, ttlNanos int64) error {
 	if _, err := NewSlotClient(cfg); err != nil {
 		return err
 	}
-	usable := ClientUsableNanos(ttlNanos, cfg.DriftPPM)
+	usable := ClientUsableNanos(ttlNanos, cfg.DriftPPM) - SlotClockGrainNanos
 	if cfg.MaxDurationNanos > 0 && cfg.MaxDurationNanos >= usable {
 		return fmt.Errorf("%w: max duration %d ns is not shorter than the usable lease span %d ns (lease duration %d ns, drift %d ppm)", ErrInvalidConfig, cfg.MaxDurationNanos, usable, ttlNanos, cfg.DriftPPM)
 	}

@@ -26,6 +26,39 @@ func TestSlotClientBadConfig(t *testing.T) {
 	}
 }
 
+// TestSlotClientClockGrain: the deadline is ClientDeadline less the margin
+// for clocks read in whole steps, on grants and renewals alike; an answer
+// whose TTL is no longer than the margin is never usable.
+func TestSlotClientClockGrain(t *testing.T) {
+	const ttl, send = 10 * NanosPerSecond, 5000
+	for _, rho := range []int64{0, 1000, MaxDriftPPM} {
+		c := newSlotClient(t, SlotClientConfig{DriftPPM: rho})
+		if !c.InstallGrant(SlotGrant{LeaseID: 1, Slots: 1, Version: 1, TTLNanos: ttl}, send, send) {
+			t.Fatal("grant not installed")
+		}
+		if want := ClientDeadline(send, ttl, rho) - SlotClockGrainNanos; c.Deadline() != want {
+			t.Fatalf("ρ %d: deadline %d, want %d", rho, c.Deadline(), want)
+		}
+		if !c.InstallRenewal(SlotGrant{LeaseID: 1, Slots: 1, Version: 2, TTLNanos: ttl}, send+1, send+1) {
+			t.Fatal("renewal not installed")
+		}
+		if want := ClientDeadline(send+1, ttl, rho) - SlotClockGrainNanos; c.Deadline() != want {
+			t.Fatalf("ρ %d: renewed deadline %d, want %d", rho, c.Deadline(), want)
+		}
+		// The control: without the margin the deadline is ClientDeadline's.
+		f := newSlotClient(t, SlotClientConfig{DriftPPM: rho})
+		f.fault = SlotClientFaultNoClockGrain
+		f.InstallGrant(SlotGrant{LeaseID: 1, Slots: 1, Version: 1, TTLNanos: ttl}, send, send)
+		if f.Deadline() != ClientDeadline(send, ttl, rho) {
+			t.Fatalf("ρ %d: the control's deadline %d", rho, f.Deadline())
+		}
+	}
+	c := newSlotClient(t, SlotClientConfig{})
+	if c.InstallGrant(SlotGrant{LeaseID: 1, Slots: 1, Version: 1, TTLNanos: SlotClockGrainNanos}, 0, 0) {
+		t.Fatal("installed a grant no longer than the clock margin")
+	}
+}
+
 // TestSlotClientMaxDuration: a request starts only if it can end by the
 // deadline, and must end by start + M.
 func TestSlotClientMaxDuration(t *testing.T) {
@@ -33,7 +66,7 @@ func TestSlotClientMaxDuration(t *testing.T) {
 	if _, ok := c.TryStart(0); ok {
 		t.Fatal("started with no lease")
 	}
-	if !c.InstallGrant(SlotGrant{LeaseID: 1, Slots: 2, Version: 1, TTLNanos: 1000}, 0, 10) {
+	if !c.InstallGrant(SlotGrant{LeaseID: 1, Slots: 2, Version: 1, TTLNanos: 1000 + SlotClockGrainNanos}, 0, 10) {
 		t.Fatal("grant not installed")
 	}
 	if c.Deadline() != 1000 || c.AckedVersion() != 1 {
@@ -51,7 +84,7 @@ func TestSlotClientMaxDuration(t *testing.T) {
 	}
 	// A late grant answer is dropped.
 	d := newSlotClient(t, SlotClientConfig{DriftPPM: 1000})
-	if d.InstallGrant(SlotGrant{LeaseID: 1, Slots: 1, Version: 1, TTLNanos: 1000}, 0, 999) {
+	if d.InstallGrant(SlotGrant{LeaseID: 1, Slots: 1, Version: 1, TTLNanos: 1000 + SlotClockGrainNanos}, 0, 999) {
 		t.Fatal("installed an answer past its drift-shortened deadline")
 	}
 }
@@ -61,13 +94,13 @@ func TestSlotClientMaxDuration(t *testing.T) {
 // acknowledged only once the running requests fit it.
 func TestSlotClientAcknowledgesOnlyOnceDrained(t *testing.T) {
 	c := newSlotClient(t, SlotClientConfig{CancelGraceNanos: 10})
-	c.InstallGrant(SlotGrant{LeaseID: 7, Slots: 4, Version: 1, TTLNanos: 1000}, 0, 0)
+	c.InstallGrant(SlotGrant{LeaseID: 7, Slots: 4, Version: 1, TTLNanos: 1000 + SlotClockGrainNanos}, 0, 0)
 	for range 4 {
 		if _, ok := c.TryStart(1); !ok {
 			t.Fatal("start refused")
 		}
 	}
-	if !c.InstallRenewal(SlotGrant{LeaseID: 7, Slots: 2, Version: 2, TTLNanos: 1000}, 100, 110) {
+	if !c.InstallRenewal(SlotGrant{LeaseID: 7, Slots: 2, Version: 2, TTLNanos: 1000 + SlotClockGrainNanos}, 100, 110) {
 		t.Fatal("renewal not installed")
 	}
 	if c.Deadline() != 1100 || c.Limit() != 2 || c.AckedVersion() != 1 {
@@ -106,7 +139,7 @@ func TestSlotClientAcknowledgesOnlyOnceDrained(t *testing.T) {
 
 func TestValidateSlotRules(t *testing.T) {
 	const ttl = 10 * NanosPerSecond
-	usable := ClientUsableNanos(ttl, 1000)
+	usable := ClientUsableNanos(ttl, 1000) - SlotClockGrainNanos
 	for _, c := range []struct {
 		cfg SlotClientConfig
 		ok  bool

@@ -801,21 +801,29 @@ func TestSlotNegativeControls(t *testing.T) {
 		model     int
 		boundOnly bool // also caught with the oracle off
 		checks    string
+		// boundOnlyHistory replaces the random search of the bound-only
+		// variant by a targeted history that must be caught.
+		boundOnlyHistory func(*testing.T)
 	}{
-		{"lowered grant freed before the client's acknowledgement", slotModeMaxDuration, SlotFaultForgetLowered, slotModelFaultNone, true, ""},
-		{"acknowledgement drops the acknowledged version", slotModeMaxDuration, SlotFaultAckDropsAcked, slotModelFaultNone, true, ""},
-		{"dead holder's slots returned before its expiry", slotModeMaxDuration, SlotFaultEarlyExpiry, slotModelFaultNone, true, ""},
-		{"replaced lease's slots freed at once", slotModeMaxDuration, SlotFaultForgetReplaced, slotModelFaultNone, true, ""},
-		{"client acknowledges before dropping to the new count", slotModeMaxDuration, SlotFaultNone, slotModelAckAtOnce, true, ""},
-		{"client starts ignoring max_duration", slotModeMaxDuration, SlotFaultNone, slotModelIgnoreMaxDuration, false, ""},
+		{"lowered grant freed before the client's acknowledgement", slotModeMaxDuration, SlotFaultForgetLowered, slotModelFaultNone, true, "", nil},
+		{"acknowledgement drops the acknowledged version", slotModeMaxDuration, SlotFaultAckDropsAcked, slotModelFaultNone, true, "", nil},
+		{"dead holder's slots returned before its expiry", slotModeMaxDuration, SlotFaultEarlyExpiry, slotModelFaultNone, true, "", nil},
+		{"replaced lease's slots freed at once", slotModeMaxDuration, SlotFaultForgetReplaced, slotModelFaultNone, true, "", nil},
+		{"client acknowledges before dropping to the new count", slotModeMaxDuration, SlotFaultNone, slotModelAckAtOnce, true, "", nil},
+		{"client starts ignoring max_duration", slotModeMaxDuration, SlotFaultNone, slotModelIgnoreMaxDuration, false, "", nil},
 		// The rarest: about one history in 3000 has a lease reclaimed within
 		// the drift margin while its holder runs a request.
-		{"client deadline without the drift margin", slotModeMaxDuration, SlotFaultNone, slotModelNoDriftMargin, false, "60000"},
-		// Bound only, about one history in 4000.
-		{"deadline cancel without grace", slotModeCancel, SlotFaultNone, slotModelCancelNoGrace, true, "60000"},
-		{"no rule, checked as if the term were zero", slotModeNone, SlotFaultNone, slotModelStrict, true, ""},
-		{"restore without the hold", slotModeMaxDuration, SlotFaultNone, slotModelRestoreNoHold, true, ""},
-		{"restore keeping the restored leases", slotModeCancel, SlotFaultNone, slotModelRestoreKeepLeases, false, ""},
+		{"client deadline without the drift margin", slotModeMaxDuration, SlotFaultNone, slotModelNoDriftMargin, false, "60000", nil},
+		// Bound only, at random about one history in 10 000 (288 to 23 400
+		// to the first catch on 8 seeds, and once not within 60 000): the
+		// bound-only variant is the targeted history of slots_overrun_test.go.
+		{"deadline cancel without grace", slotModeCancel, SlotFaultNone, slotModelCancelNoGrace, true, "", slotOverrunControl},
+		{"no rule, checked as if the term were zero", slotModeNone, SlotFaultNone, slotModelStrict, true, "", nil},
+		{"restore without the hold", slotModeMaxDuration, SlotFaultNone, slotModelRestoreNoHold, true, "", nil},
+		// Rare too: 1 866 to 7 243 histories to the first catch on 6 seeds
+		// (missed once within 20 000); the search stops at the first catch,
+		// so the larger cap costs nothing when it is caught.
+		{"restore keeping the restored leases", slotModeCancel, SlotFaultNone, slotModelRestoreKeepLeases, false, "60000", nil},
 	} {
 		for _, oracle := range []bool{true, false} {
 			if !oracle && !c.boundOnly {
@@ -826,6 +834,10 @@ func TestSlotNegativeControls(t *testing.T) {
 				name += " (bound only)"
 			}
 			t.Run(name, func(t *testing.T) {
+				if !oracle && c.boundOnlyHistory != nil {
+					c.boundOnlyHistory(t)
+					return
+				}
 				checks := c.checks
 				if checks == "" {
 					checks = "20000"
