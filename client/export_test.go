@@ -1,6 +1,9 @@
 package client
 
-import "testing"
+import (
+	"testing"
+	"time"
+)
 
 // Test helpers shared with the external test package client_test.
 
@@ -18,6 +21,22 @@ func RenewRPCs(c *Client) uint64 {
 		n += c.rpcStats.ops[opRenew].buckets[i].Load()
 	}
 	return n
+}
+
+// MinRenewAfter is minRenewAfter (ridealong_test.go).
+const MinRenewAfter = time.Duration(minRenewAfter)
+
+// RenewAtOf is when the current terms of c's limiter for the canonical
+// key fall due for renewal (renewAt, on the client's clock), false if no
+// limiter holds terms for it. Called from Config.OnGrant, which the loop
+// calls right after installing the terms, it reads the terms just granted.
+func RenewAtOf(c *Client, canonical string) (time.Duration, bool) {
+	for _, l := range c.snapshot() {
+		if t := l.cur.Load(); t != nil && t.canonical == canonical {
+			return time.Duration(t.renewAt), true
+		}
+	}
+	return 0, false
 }
 
 // SetRideAlongRule puts a broken batching rule in place of dueSoon until
