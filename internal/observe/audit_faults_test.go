@@ -23,7 +23,7 @@ func TestAuditNegativeControl(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = faults.Set() })
 	r := runAudited(t, auditPolicies, 6*time.Second, nil)
-	fams := r.leaderFamilies(t, 2*float64(r.admitted)*0.9)
+	fams := r.leaderFamilies(t, r.wantReported(2))
 	over := mustValue(t, fams, "ration_bound_windows_over_total", "policy=audited")
 	u := mustValue(t, fams, "ration_bound_utilization", "policy=audited", "window="+observe.WindowLabel(4*time.Second))
 	if over == 0 || u <= 1 {
