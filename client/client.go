@@ -95,6 +95,13 @@ type Config struct {
 	// must return quickly. The jepsen-like tests record acknowledged grants
 	// with it; applications can log or export them.
 	OnGrant func(GrantInfo)
+	// OnRelease, if set, is called for each lease the client is about to
+	// release (an idle key evicted, a spent window chunk, a key moved to
+	// an edge or merged into its budget's limiter, Close), just before the
+	// release is sent: from then on the cluster may drop the lease. It
+	// must return quickly. The jepsen-like tests record releases with it,
+	// so a released lease is not taken for a lost one.
+	OnRelease func(ReleaseInfo)
 	// Edges, if set, lists `rationd edge` gRPC addresses: a key cold at
 	// this replica is decided at an edge (one Admission.Check, from the
 	// edge's lease) instead of taking a lease of its own, until it is hot
@@ -126,6 +133,15 @@ type GrantInfo struct {
 	// Version numbers these terms within the lease (0 from a cluster that
 	// does not number them); the next renewal acknowledges it.
 	Version uint64
+}
+
+// ReleaseInfo describes one lease the client releases.
+type ReleaseInfo struct {
+	Policy, CanonicalKey string
+	LeaseID              uint64
+	// UnspentMilli is what the release hands back (0 for a window chunk
+	// released spent, or a lease past its deadline).
+	UnspentMilli int64
 }
 
 func (c *Config) setDefaults() error {

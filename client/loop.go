@@ -605,6 +605,7 @@ func (c *Client) releaseAll() error {
 func (c *Client) release(abort <-chan struct{}, giveUp int64, ls []*Limiter, held []*terms) error {
 	now := c.clock.Precise()
 	req := &api.ReleaseRequest{Caller: c.caller(c.nextSeq())}
+	var infos []ReleaseInfo // for Config.OnRelease
 	for i, l := range ls {
 		t := held[i]
 		if t == nil || t.expiredAck {
@@ -618,9 +619,15 @@ func (c *Client) release(abort <-chan struct{}, giveUp int64, ls []*Limiter, hel
 		}
 		req.Keys = append(req.Keys, &api.ReleaseKey{Key: &api.Key{Policy: l.policy, Attributes: l.attrs}, LeaseId: t.leaseID, UnspentMilli: unspent,
 			AdmittedMilli: admitted, AdmittedSinceSeq: since})
+		if c.cfg.OnRelease != nil {
+			infos = append(infos, ReleaseInfo{Policy: l.policy, CanonicalKey: t.canonical, LeaseID: t.leaseID, UnspentMilli: unspent})
+		}
 	}
 	if len(req.Keys) == 0 {
 		return nil
+	}
+	for _, ri := range infos {
+		c.cfg.OnRelease(ri)
 	}
 	_, err := call(c, abort, giveUp, func(ctx context.Context, conn *grpc.ClientConn) (*api.ReleaseResponse, error) {
 		return api.NewLeasesClient(conn).Release(ctx, req)

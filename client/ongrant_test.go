@@ -1,6 +1,7 @@
 package client_test
 
 import (
+	"context"
 	"fmt"
 	"sync"
 	"testing"
@@ -45,4 +46,55 @@ func TestOnGrantReportsNewLeaseThenRenewals(t *testing.T) {
 	if err != nil || l == nil || l.GetLeaseId() != first.LeaseID {
 		t.Fatalf("cluster lists %+v (%v), want lease %d", l, err, first.LeaseID)
 	}
+}
+
+// OnRelease reports a lease before its release is sent (here at Close,
+// which releases every lease), with the lease ID OnGrant reported and the
+// tokens handed back; the cluster no longer lists the lease after it.
+func TestOnReleaseReportsReleasedLease(t *testing.T) {
+	c := startCluster(t, evictPolicies)
+	var mu sync.Mutex
+	var grants []client.GrantInfo
+	var rels []client.ReleaseInfo
+	cl, err := client.New(context.Background(), client.Config{Servers: servers(c), ClientID: "onrelease", FirstLeaseWait: 10 * time.Second,
+		Logger: testLogger(t, "onrelease"),
+		OnGrant: func(g client.GrantInfo) {
+			mu.Lock()
+			grants = append(grants, g)
+			mu.Unlock()
+		},
+		OnRelease: func(r client.ReleaseInfo) {
+			mu.Lock()
+			rels = append(rels, r)
+			mu.Unlock()
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitLease(t, nil, cl.Limiter("tenants", client.Key{"tenant": "acme"}))
+	mu.Lock()
+	if len(rels) != 0 {
+		t.Errorf("releases %+v before any was sent", rels)
+	}
+	first := grants[0]
+	mu.Unlock()
+	if err := cl.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(rels) != 1 || rels[0].LeaseID != first.LeaseID || rels[0].Policy != "tenants" ||
+		rels[0].CanonicalKey != first.CanonicalKey || rels[0].UnspentMilli <= 0 {
+		t.Fatalf("releases %+v, want one of lease %d (policy tenants, key %q) handing back unspent tokens", rels, first.LeaseID, first.CanonicalKey)
+	}
+	testcluster.WaitFor(t, testcluster.DefaultWait, func() error {
+		l, err := clusterLease(t, c, "onrelease", "acme")
+		if err != nil {
+			return err
+		}
+		if l != nil {
+			return fmt.Errorf("lease %d still listed after its release", l.GetLeaseId())
+		}
+		return nil
+	})
 }

@@ -37,9 +37,11 @@
 // api.PolicySpec, FromProto re-validating with Validate (the file's rules,
 // on typed values); MarshalSpec encodes a spec deterministically;
 // Policy.CanonicalKey maps a request's attributes to the policy's key;
-// Policy.Weight gives a client's fair-share weight; Policy.Leasable rejects
-// the window algorithms, which only simulate runs. Simulate ignores the
-// cluster settings, shadow included.
+// Policy.Weight gives a client's fair-share weight; Policy.Leasable accepts
+// what the cluster leases (token buckets, fixed and approximate sliding
+// windows, concurrency slots) and rejects the exact sliding window, which
+// only simulate runs. Simulate ignores the cluster settings, shadow
+// included.
 //
 // # DESIGN
 //

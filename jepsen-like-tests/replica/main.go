@@ -8,10 +8,11 @@
 // budget, as httplimit's per-route layers make them): one budget, one lease
 // holder on the cluster, N keys in the application.
 //
-// It writes two CSV files, flushed every 20ms and on exit:
+// It writes three CSV files, flushed every 20ms and on exit:
 //
-//	history-<id>.csv  t_mono_ns,replica,policy,key,cost_milli,t_after_ns   one line per admission
-//	grants-<id>.csv   t_mono_ns,replica,policy,key,lease_id,renewal,deadline_mono_ns,rate_milli,cap_milli
+//	history-<id>.csv   t_mono_ns,replica,policy,key,cost_milli,t_after_ns   one line per admission
+//	grants-<id>.csv    t_mono_ns,replica,policy,key,lease_id,renewal,deadline_mono_ns,rate_milli,cap_milli
+//	releases-<id>.csv  t_mono_ns,replica,policy,key,lease_id,unspent_milli  one line per lease released (just before the RPC)
 //
 // t_mono_ns is CLOCK_MONOTONIC, which every process on the host shares, so
 // the histories of all replicas merge onto one time line. An admission is
@@ -358,6 +359,11 @@ func clientDecider(o options, keys []client.Key, keyField string, clk *coarseclo
 	if err != nil {
 		return decider{}, err
 	}
+	releases, err := newCSV(fmt.Sprintf("%s/releases-%s.csv", o.dir, o.id), "t_mono_ns,replica,policy,key,lease_id,unspent_milli")
+	if err != nil {
+		grants.close()
+		return decider{}, err
+	}
 	c, err := client.New(context.Background(), client.Config{
 		Servers:     strings.Split(o.servers, ","),
 		ClientID:    o.id,
@@ -370,9 +376,15 @@ func clientDecider(o options, keys []client.Key, keyField string, clk *coarseclo
 			now := monoNow()
 			grants.line(fmt.Sprintf("%d,%s,%s,%s,%d,%t,%d,%d,%d", now, o.id, o.policy, keyField, g.LeaseID, g.Renewal, now+int64(g.UsableFor), g.RateMilliPerSec, g.CapMilli))
 		},
+		// A release sent: the cluster may drop the lease from then on, so
+		// the no-acknowledged-grant-lost check does not count it as lost.
+		OnRelease: func(r client.ReleaseInfo) {
+			releases.line(fmt.Sprintf("%d,%s,%s,%s,%d,%d", monoNow(), o.id, o.policy, keyField, r.LeaseID, r.UnspentMilli))
+		},
 	})
 	if err != nil {
 		grants.close()
+		releases.close()
 		return decider{}, err
 	}
 	lims := make([]*client.Limiter, len(keys))
@@ -384,8 +396,8 @@ func clientDecider(o options, keys []client.Key, keyField string, clk *coarseclo
 			d := lims[route].AllowN(cost)
 			return d.Allowed && !d.Shadow
 		},
-		flush: grants.flush,
-		close: func() error { return errors.Join(c.Close(), grants.close()) },
+		flush: func() { grants.flush(); releases.flush() },
+		close: func() error { return errors.Join(c.Close(), grants.close(), releases.close()) },
 	}, nil
 }
 
