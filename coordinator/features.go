@@ -1,8 +1,6 @@
 package coordinator
 
 import (
-	"time"
-
 	"github.com/hashicorp/raft"
 	"github.com/ration-dev/ration/api"
 	"github.com/ration-dev/ration/fsm"
@@ -48,7 +46,7 @@ func (s *Server) enableFeatures(withInitial bool) {
 		s.log.Debug("feature switches wait for every voter to support them", "off", missing, "voters_support", all)
 		return
 	}
-	cmd := &api.SetFeaturesCommand{Features: want, WallUnixNanos: time.Now().UnixNano()}
+	cmd := &api.SetFeaturesCommand{Features: want, WallUnixNanos: s.wallNow()} // window time starts at this wall clock (Config.WallClock)
 	if withInitial {
 		cmd.InitialWindowPolicies = s.deferredPolicies(want)
 	}

@@ -157,3 +157,30 @@ func TestMixedClusterDoesNotSlew(t *testing.T) {
 		t.Fatalf("an override above 1 h in a mixed cluster: %v, want FailedPrecondition", err)
 	}
 }
+
+// TestWindowTimeStartsAtConfiguredWallClock: the entry that turns leased
+// windows on takes its wall clock from Config.WallClock, as re-syncs do,
+// so a cluster whose wall clock is 40 days ahead of the host's (a test's
+// chosen date, or a host set wrong) starts window time there: no lag
+// against that clock. Read from time.Now instead, window time would start
+// 40 days behind it, a lag no re-sync may step (at most 1 h).
+func TestWindowTimeStartsAtConfiguredWallClock(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a real cluster")
+	}
+	var skew, reads atomic.Int64
+	skew.Store(int64(40 * 24 * time.Hour))
+	c := skewedCluster(t, &skew, &reads, nil)
+	testcluster.WaitFor(t, testcluster.DefaultWait, func() error {
+		for _, s := range c.Servers() {
+			st := windowClockOf(s, skew.Load())
+			if !st.Set {
+				return fmt.Errorf("%s: window time unset", s.ID())
+			}
+			if lag := time.Duration(st.LagNanos); lag > 10*time.Second || lag < -10*time.Second {
+				return fmt.Errorf("%s: window time lags the configured wall clock by %v", s.ID(), lag)
+			}
+		}
+		return nil
+	})
+}

@@ -196,6 +196,10 @@ func serve(prog string, o options, policies *policy.File, stderr io.Writer, sign
 		if err := faults.WatchClock(o.clockControl, cfg.Clock, logger, stop); err != nil {
 			return fail(2, fmt.Errorf("--clock-control: %w", err))
 		}
+		// The control file's wall offset moves the wall clock window time
+		// is set and re-synced from (a test's stand-in for a host whose
+		// clock is wrong, or for a date it chooses).
+		cfg.WallClock = faults.WallNow
 	}
 	obs := o.observe.setup(&cfg)
 	defer obs.Close()
