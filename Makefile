@@ -108,13 +108,13 @@ jepsen-deps: ## install what the jepsen-like tests need (iproute2, iptables) whe
 		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq iproute2 iptables)
 
 jepsen-quick: jepsen-deps ## jepsen-like tests: every nemesis once, fail-open, the window and concurrency workloads (issue 16), clocks beyond rho and the negative controls, two runs at once (root, ~7 min)
-	$(GO) test -tags jepsen -count=1 -v -timeout 30m ./jepsen-like-tests -run 'TestQuick|TestFailOpen|TestClockBeyondRho|TestNegativeControls|TestCheckWindows|TestCheckInFlight|TestGrantCheckReleases|TestReadGrants|TestWindows$$|TestWindowNegativeControl$$|TestConcurrencyQuick$$'
+	$(GO) test -tags jepsen -count=1 -v -timeout 30m ./jepsen-like-tests -run 'TestQuick|TestFailOpen|TestClockBeyondRho|TestNegativeControls|TestCheckWindows|TestCheckCalendar|TestCheckInFlight|TestGrantCheckReleases|TestReadGrants|TestWindows$$|TestWindowNegativeControl$$|TestDailyWindow$$|TestDailyWindowNegativeControl$$|TestConcurrencyQuick$$'
 
 jepsen: jepsen-deps ## the window and concurrency workloads and their controls (~5 min), then a long randomized run: make jepsen SEED=42 DURATION=10m (reports in /tmp/ration-jepsen)
-	SEED=$(SEED) DURATION=$(DURATION) $(GO) test -tags jepsen -count=1 -v -timeout 0 ./jepsen-like-tests -run 'TestWindows$$|TestWindowNegativeControl$$|TestConcurrency$$|TestConcurrencyNegativeControl$$|TestLong'
+	SEED=$(SEED) DURATION=$(DURATION) $(GO) test -tags jepsen -count=1 -v -timeout 0 ./jepsen-like-tests -run 'TestWindows$$|TestWindowNegativeControl$$|TestDailyWindow$$|TestDailyWindowNegativeControl$$|TestConcurrency$$|TestConcurrencyNegativeControl$$|TestLong'
 
-jepsen-windows: jepsen-deps ## the window workload (issue 16): fixed windows under the nemeses, the window-count checker and its negative control (root, ~3 min; SEED=…, WINDOW_NEMESES=all)
-	SEED=$(SEED) $(GO) test -tags jepsen -count=1 -v -timeout 30m ./jepsen-like-tests -run 'TestCheckWindows|TestWindows$$|TestWindowNegativeControl$$'
+jepsen-windows: jepsen-deps ## the window workloads (issue 16): 3s windows and a Paris day ending mid-run under the nemeses, the window-count and calendar checkers and their negative controls (root, ~3 min; SEED=…, WINDOW_NEMESES=all)
+	SEED=$(SEED) $(GO) test -tags jepsen -count=1 -v -timeout 30m ./jepsen-like-tests -run 'TestCheckWindows|TestCheckCalendar|TestWindows$$|TestWindowNegativeControl$$|TestDailyWindow$$|TestDailyWindowNegativeControl$$'
 
 jepsen-concurrency: jepsen-deps ## the concurrency workload (issue 16): a concurrency policy under the nemeses, the in-flight checker and its negative control (root, ~2 min; SEED=…, SLOT_NEMESES=all; the short mode is -run TestConcurrencyQuick)
 	SEED=$(SEED) $(GO) test -tags jepsen -count=1 -v -timeout 30m ./jepsen-like-tests -run 'TestCheckInFlight|TestConcurrency$$|TestConcurrencyNegativeControl$$'

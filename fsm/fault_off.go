@@ -15,3 +15,6 @@ func withWindowFault(l *lease.WindowLedger) *lease.WindowLedger { return l }
 
 // withSlotFault is the identity in a normal build (see fault_on.go).
 func withSlotFault(l *lease.SlotLedger) *lease.SlotLedger { return l }
+
+// windowSpecFault is the identity in a normal build (see fault_on.go).
+func windowSpecFault(s lease.WindowSpec) lease.WindowSpec { return s }

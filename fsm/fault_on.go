@@ -3,6 +3,8 @@
 package fsm
 
 import (
+	"time"
+
 	"github.com/ration-dev/ration/internal/faults"
 	"github.com/ration-dev/ration/lease"
 )
@@ -48,4 +50,14 @@ func withSlotFault(l *lease.SlotLedger) *lease.SlotLedger {
 		lease.InjectSlotFault(l, lease.SlotFaultForgetLowered)
 	}
 	return l
+}
+
+// windowSpecFault cuts a calendar window in UTC when faults.WindowZoneUTC
+// is on (test builds only); the spec keeps its timezone's name, so every
+// comparison of specs is unchanged.
+func windowSpecFault(s lease.WindowSpec) lease.WindowSpec {
+	if faults.Active(faults.WindowZoneUTC) && s.Period != "" {
+		s.Location = time.UTC
+	}
+	return s
 }

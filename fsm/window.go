@@ -274,6 +274,7 @@ func leasedWindow(a policy.Algorithm) bool {
 
 func windowConfig(p policy.Policy) (lease.WindowLedgerConfig, error) {
 	spec, err := p.WindowSpec()
+	spec = windowSpecFault(spec)
 	return lease.WindowLedgerConfig{LimitMilli: p.LimitMilli, Spec: spec, MaxLeases: int(p.MaxLeasesPerKey),
 		Approx: p.Algorithm == policy.SlidingWindowApprox}, err
 }

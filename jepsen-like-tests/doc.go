@@ -27,11 +27,14 @@
 //	                       time-from-receipt negative control)
 //	security.go            the run's CA and certificates, every process's
 //	                       credentials, the plaintext-refused check
-//	window.go              the window workload (issue 16): a leased
-//	                       fixed-window policy, the probe that places the
-//	                       cluster windows in monotonic time, and the
+//	window.go              the window workloads (issue 16): a leased
+//	                       fixed-window policy (3s windows, or a
+//	                       Europe/Paris day), the probe that places the
+//	                       cluster windows in monotonic time, the
 //	                       window-count checker (certainly admitted units
 //	                       per cluster window ≤ L; utilization per window)
+//	                       and the calendar checker (a day's window time
+//	                       against the processes' wall-clock calendar)
 //	slots.go               the concurrency workload (issue 16): a
 //	                       concurrency policy (limit N, max_duration M),
 //	                       the in-flight checker (requests certainly in
@@ -94,6 +97,27 @@
 // demand swing (two replicas' workers in antiphase) makes the other
 // replica take the freed slots while the first still runs them.
 //
+// # The daily workload
+//
+// TestDailyWindow runs a real `period: day`, `timezone: Europe/Paris`
+// policy (L = 2000 units a day) with every server's and replica's wall
+// clock moved (RunConfig.WallStart, through their --clock-control files'
+// wall offset, which rationd's window time follows: coordinator
+// Config.WallClock) so that the day ends 30s after they start, at
+// 2027-01-01 00:00 Paris. The day before is spent in seconds and must
+// stay spent across every server killed at once and clocks skewed within
+// ρ (the window-count checker keeps one count per day across the gap in
+// the probe's answers: a day is too long for a gap and its re-sync to
+// wrap), the leader is killed half a second before midnight, and the new
+// day must begin at the calendar's midnight (the calendar checker: each
+// probe answer's phase in its day against the wall clock's, computed with
+// the time package alone, window time at most 10s behind, for an
+// election's frozen cluster time, and 1s ahead) and admit its L once.
+// Settling between nemeses accepts a grant put to use for an admission
+// (a spent day admits nothing). TestDailyWindowNegativeControl's servers
+// run window-zone-utc (days cut in UTC): the calendar checker must catch
+// it.
+//
 // # Security
 //
 // Every run has mutual TLS on every link unless RunConfig.Plaintext is
@@ -132,7 +156,7 @@
 //
 //	make jepsen-quick                  every nemesis once, the window and concurrency workloads (short), plus the runs that must be caught
 //	make jepsen SEED=42 DURATION=10m   the window and concurrency workloads and their controls, then a long randomized run
-//	make jepsen-windows                the window workload (TestWindows) and its control (TestWindowNegativeControl)
+//	make jepsen-windows                the window workloads (TestWindows, TestDailyWindow) and their controls
 //	make jepsen-concurrency            the concurrency workload (TestConcurrency) and its control (TestConcurrencyNegativeControl)
 //
 // The runs of make jepsen-quick call t.Parallel: go test runs GOMAXPROCS

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -42,6 +43,11 @@ type PolicySpec struct {
 	// (the short stand-in for a daily window). Rate is then only the
 	// figure for utilization and recovery, Burst/Window.
 	Window time.Duration
+	// Period and Timezone, if Period is set, make the window a calendar
+	// one (period: day | week | month in timezone) instead of `window:`;
+	// Window is then its length (24h for a day without a DST change),
+	// which the window checkers use.
+	Period, Timezone string
 	// Slots > 0 makes the policy a concurrency one (slots.go): limit Slots
 	// requests in flight across the cluster, each ending by MaxDuration.
 	// Lease is then the slot lease's fixed duration (5s), which the client
@@ -141,6 +147,12 @@ type RunConfig struct {
 	// default is mutual TLS everywhere with certificates made for the run
 	// (security.go).
 	Plaintext bool
+	// WallStart, if set, is the date every server's and replica's wall
+	// clock reads when the run's processes start (the wall_offset_ns of
+	// their --clock-control files, which the clock nemeses keep): leased
+	// windows take window time from the leader's wall clock, so a run can
+	// put a calendar day's end where it wants it (TestDailyWindow).
+	WallStart time.Time
 }
 
 // offeredTokensPerSec is the mean offered load.
@@ -196,6 +208,17 @@ type Env struct {
 	leader    string
 
 	sec *security // nil: plaintext (RunConfig.Plaintext)
+
+	// wallBase is every process' wall offset (RunConfig.WallStart less
+	// the host's clock when the processes started, at monotonic time
+	// wallMono); 0 without WallStart.
+	wallBase, wallMono int64
+}
+
+// procWall is the wall clock the run's processes read at monotonic time
+// mono (the host's, moved by RunConfig.WallStart).
+func (e *Env) procWall(mono int64) time.Time {
+	return e.cfg.WallStart.Add(time.Duration(mono - e.wallMono))
 }
 
 // binaries builds rationd, rationctl and the replica once per test binary,
@@ -263,6 +286,14 @@ func newEnv(t testing.TB, cfg RunConfig) *Env {
 		t.Fatal(err)
 	}
 	t.Cleanup(e.teardown)
+	if !cfg.WallStart.IsZero() {
+		// Before any process starts: a server's first reading of its
+		// wall clock may set window time.
+		e.wallMono, e.wallBase = MonoNow(), int64(time.Until(cfg.WallStart))
+		for _, p := range append(slices.Clone(cfg.Servers), cfg.Replicas...) {
+			e.setClock(p, 0, 0)
+		}
+	}
 	for _, s := range cfg.Servers {
 		e.startServer(s, len(cfg.Servers))
 	}
@@ -510,9 +541,10 @@ func (e *Env) restart(name string) {
 	e.startOn(p.host, name, p.path, p.args)
 }
 
-// setClock writes name's clock control file (read every 10ms).
+// setClock writes name's clock control file (read every 10ms): a rate
+// error and a wall offset, on top of the run's own (RunConfig.WallStart).
 func (e *Env) setClock(name string, ratePPM, wallOffset int64) {
-	body := fmt.Sprintf("rate_ppm=%d\nwall_offset_ns=%d\n", ratePPM, wallOffset)
+	body := fmt.Sprintf("rate_ppm=%d\nwall_offset_ns=%d\n", ratePPM, e.wallBase+wallOffset)
 	tmp := filepath.Join(e.dir, "clock-"+name+".tmp")
 	if err := os.WriteFile(tmp, []byte(body), 0o644); err != nil {
 		e.t.Fatal(err)

@@ -310,14 +310,21 @@ func (e *Env) runNemesis(n Nemesis, rng *rand.Rand) {
 }
 
 // settle waits until there is a leader and every replica's history grew.
+// A calendar window's day may be spent, so nobody admits until it ends:
+// there a replica has settled once it admits or puts a grant to use
+// (its grants file grew).
 func (e *Env) settle() {
-	sizes := e.historySizes()
+	sizes, grants := e.fileSizes("history"), e.fileSizes("grants")
+	calendar := e.cfg.Policy.Period != ""
 	e.waitFor(60*time.Second, "the cluster to settle (a leader, every replica admitting)", func() error {
 		if e.currentLeader() == "" {
 			return fmt.Errorf("no leader")
 		}
-		now := e.historySizes()
+		now, nowGrants := e.fileSizes("history"), e.fileSizes("grants")
 		for _, r := range e.cfg.clients() {
+			if calendar && nowGrants[r] > grants[r] {
+				continue
+			}
 			if now[r] <= sizes[r] {
 				return fmt.Errorf("replica %s has admitted nothing since the fault ended", r)
 			}
@@ -326,10 +333,11 @@ func (e *Env) settle() {
 	})
 }
 
-func (e *Env) historySizes() map[string]int64 {
+// fileSizes is the size of each client's <kind>-<client>.csv.
+func (e *Env) fileSizes(kind string) map[string]int64 {
 	out := map[string]int64{}
 	for _, r := range e.cfg.clients() {
-		if st, err := os.Stat(fmt.Sprintf("%s/history-%s.csv", e.dir, r)); err == nil {
+		if st, err := os.Stat(fmt.Sprintf("%s/%s-%s.csv", e.dir, kind, r)); err == nil {
 			out[r] = st.Size()
 		}
 	}

@@ -318,6 +318,10 @@ func Execute(e *Env, sc Scenario) Summary {
 		wc = &c
 		checkers = append(checkers, CheckerResult{Name: "window-count", OK: c.OK(), Expected: boundExpect,
 			Detail: fmt.Sprintf("%s; %d probe answers, %d probe calls without a window grant", c.Describe(), len(probeObs), probeErrs)})
+		if p := sc.Config.Policy; p.Period != "" {
+			cal := e.checkCalendar(probeObs)
+			checkers = append(checkers, CheckerResult{Name: "calendar", OK: cal.OK(), Expected: boundExpect, Detail: cal.Describe()})
+		}
 	}
 	if e.grantCheck != nil {
 		gc := e.grantCheck.verify(e.dir)
@@ -444,6 +448,9 @@ func Execute(e *Env, sc Scenario) Summary {
 	}
 	if slots {
 		t.Logf("utilization %.3f of N (mean certainly in flight); %d requests; report %s", s.Utilization, len(recs), e.dir)
+	} else if sc.Config.Policy.Period != "" {
+		// B + r·T means nothing for a day's quota seen for a minute.
+		t.Logf("%d admissions, a calendar window's (L = %d a %s: the window-count checker's figures); report %s", len(recs), sc.Config.Policy.Burst, sc.Config.Policy.Period, e.dir)
 	} else {
 		t.Logf("utilization %.3f of B + r·T; %d admissions; report %s", s.Utilization, len(recs), e.dir)
 	}

@@ -13,16 +13,19 @@ import (
 	"strings"
 	"sync"
 	"time"
+	_ "time/tzdata" // the calendar checker's zones, whatever the host has
 
 	"github.com/ration-dev/ration/api"
+	"github.com/ration-dev/ration/fsm"
 )
 
-// The window workload (issue 16): the run's policy is a leased
-// fixed-window one (PolicySpec.Window), a short window standing in for a
-// daily one. `window: 3s` is the same rule as `period: day` (a window
-// aligned to the calendar, docs/design.md §8): only the boundaries'
-// arithmetic differs, which lease.TestCalendarWindows checks; the suite
-// shortens the day by choosing the `window:` form, not by moving a clock.
+// The window workloads (issue 16): the run's policy is a leased
+// fixed-window one (PolicySpec.Window): 3s windows (TestWindows, many
+// windows under every nemesis), or a real `period: day` in Europe/Paris
+// (PolicySpec.Period, TestDailyWindow) whose day the run ends mid-run by
+// moving every process's wall clock (RunConfig.WallStart): one day's end
+// under a leader kill, checked against the wall clock's calendar
+// (CheckCalendar).
 //
 // The window-count checker needs to know when each cluster window was
 // in force, in the harness's monotonic time, without trusting the
@@ -62,21 +65,32 @@ const (
 	windowRho  = 0.002
 	// maxProbeGap: consecutive answers further apart start a new segment
 	// (an election froze cluster time, and the new leader's re-sync may
-	// step window time forward by about as much, which could wrap W).
+	// step window time forward by about as much, which could wrap W),
+	// unless W is long enough that no gap and step can wrap it
+	// (unwrapSpan).
 	maxProbeGap = 250 * time.Millisecond
+	// stepsPerGap bounds the forward re-syncs of window time between two
+	// probe answers, each at most fsm.MaxWindowClockStepNanos (1 h): a
+	// leader re-syncs once when it takes office, and a gap of seconds
+	// holds at most a few elections.
+	stepsPerGap = 4
 	probeKey    = "window-probe"
 )
 
 // windowYAML is the fixed-window policy: limit Burst per Window.
 func (p PolicySpec) windowYAML(key string) string {
+	def := fmt.Sprintf("window: %s", p.Window)
+	if p.Period != "" {
+		def = fmt.Sprintf("period: %s\n    timezone: %s", p.Period, p.Timezone)
+	}
 	return fmt.Sprintf(`policies:
   - name: jepsen
     algorithm: fixed-window
     limit: %d
-    window: %s
+    %s
     key: %s
     charge: cost
-`, p.Burst, p.Window, key)
+`, p.Burst, def, key)
 }
 
 // windowBound is the any-interval bound the bound checker applies to a
@@ -240,7 +254,7 @@ func CheckWindows(recs []Record, obs []windowObs, window time.Duration, limitMil
 			// CmdWindowClock): its size is unknown modulo W.
 			res.Steps++
 		}
-		if !step && float64(d+W) > maxD && obs[i].R-obs[i-1].S <= int64(maxProbeGap) {
+		if (!step && float64(d+W) > maxD && obs[i].R-obs[i-1].S <= int64(maxProbeGap)) || unwrapSpan(W, maxD) {
 			w[i], seg[i] = w[i-1]+d, seg[i-1]
 		} else {
 			w[i], seg[i] = obs[i].Phase, seg[i-1]+1
@@ -302,6 +316,16 @@ func CheckWindows(recs []Record, obs []windowObs, window time.Duration, limitMil
 	return res
 }
 
+// unwrapSpan: between two probe answers window time advances by at most
+// maxD without a forward step ((1+ρ) times the real time between them),
+// plus stepsPerGap steps of at most fsm.MaxWindowClockStepNanos. When that
+// is below W, the phase difference modulo W is the true difference, so
+// the answers stay in one segment across a gap (an election): a daily
+// window is counted as one across a restart of every server.
+func unwrapSpan(W int64, maxD float64) bool {
+	return maxD+stepsPerGap*float64(fsm.MaxWindowClockStepNanos) < float64(W)
+}
+
 // OK: windows were placed and none admitted more than L.
 func (c WindowCheck) OK() bool { return c.Err == "" && len(c.Windows) > 0 && len(c.Violations) == 0 }
 
@@ -322,6 +346,113 @@ func (c WindowCheck) Describe() string {
 	}
 	if len(c.Windows) == 0 {
 		s = "no window placed: nothing was checked; " + s
+	}
+	return s
+}
+
+// Calendar checker bounds: window time may lag the wall clock by an
+// election's frozen cluster time until the new leader re-syncs it (a few
+// seconds here), and run ahead of it by ρ over the run (milliseconds).
+const (
+	calendarMaxLag   = 10 * time.Second
+	calendarMaxAhead = time.Second
+)
+
+// checkCalendar runs CheckCalendar on the run's probe answers, against
+// the processes' wall clock (RunConfig.WallStart), which must be set.
+func (e *Env) checkCalendar(obs []windowObs) CalendarCheck {
+	p := e.cfg.Policy
+	if e.cfg.WallStart.IsZero() {
+		return CalendarCheck{Err: "a calendar window run needs RunConfig.WallStart"}
+	}
+	loc, err := time.LoadLocation(p.Timezone)
+	if err != nil {
+		return CalendarCheck{Err: err.Error()}
+	}
+	return CheckCalendar(obs, p.Period, loc, e.procWall, calendarMaxLag, calendarMaxAhead, true)
+}
+
+// CalendarCheck is the calendar checker's result (a calendar window
+// policy, RunConfig.WallStart): every probe answer's window phase against
+// the day the processes' wall clocks were in, computed here with the
+// time package alone (not lease.WindowSpec, which it checks).
+type CalendarCheck struct {
+	Checked   int
+	Off       []string // the first answers off the calendar
+	OffCount  int
+	Rollovers int // answers whose phase fell below the previous one's: a new day
+	// MaxLag and MaxAhead: how far window time was seen behind and ahead
+	// of the wall clock (at most, given each answer's send and receipt).
+	MaxLag, MaxAhead time.Duration
+	Err              string
+}
+
+// CheckCalendar checks a day period in loc: the answer sent at S and
+// answered at R (monotonic ns) was committed at a window time whose phase
+// in its day is Phase, and window time is the leader's wall clock less a
+// lag of at most maxLag (cluster time frozen by an election until the new
+// leader's re-sync, docs/design.md §8.2) and at most maxAhead ahead of it
+// (ρ): the wall-clock day's phase at R, less Phase, modulo the day, must
+// lie in [−maxAhead, R − S + maxLag]. A day computed in the wrong zone is
+// off by the zones' difference. wantRollover: the run must see a new day.
+func CheckCalendar(obs []windowObs, period string, loc *time.Location, wallAt func(mono int64) time.Time, maxLag, maxAhead time.Duration, wantRollover bool) CalendarCheck {
+	var c CalendarCheck
+	if period != "day" {
+		c.Err = fmt.Sprintf("the calendar checker knows period day, not %q", period)
+		return c
+	}
+	obs = slices.Clone(obs)
+	slices.SortStableFunc(obs, func(a, b windowObs) int { return cmp.Compare(a.S, b.S) })
+	for i, o := range obs {
+		wr := wallAt(o.R).In(loc)
+		y, m, d := wr.Date()
+		midnight := time.Date(y, m, d, 0, 0, 0, 0, loc)
+		W := int64(midnight.AddDate(0, 0, 1).Sub(midnight))
+		if o.Window != W {
+			c.Err = fmt.Sprintf("an answer at %s saw a window of %v; the day there lasts %v", wr.Format(time.RFC3339), time.Duration(o.Window), time.Duration(W))
+			return c
+		}
+		diff := ((int64(wr.Sub(midnight))-o.Phase)%W + W) % W
+		if diff > W/2 {
+			diff -= W
+		}
+		c.Checked++
+		if diff >= 0 {
+			c.MaxLag = max(c.MaxLag, time.Duration(diff-(o.R-o.S)))
+		} else {
+			c.MaxAhead = max(c.MaxAhead, time.Duration(-diff))
+		}
+		if diff < -int64(maxAhead) || diff > o.R-o.S+int64(maxLag) {
+			c.OffCount++
+			if len(c.Off) < 3 {
+				c.Off = append(c.Off, fmt.Sprintf("at %s the window time was %v into its day, the wall clock %v",
+					wr.Format("2006-01-02T15:04:05.000Z07:00"), time.Duration(o.Phase), wr.Sub(midnight)))
+			}
+		}
+		if i > 0 && o.Phase < obs[i-1].Phase {
+			c.Rollovers++
+		}
+	}
+	if c.Checked == 0 {
+		c.Err = "no probe answer: nothing was checked"
+	} else if wantRollover && c.Rollovers == 0 {
+		c.Err = "no new day began during the run: the day boundary was not checked"
+	}
+	return c
+}
+
+// OK: answers were checked, none off the calendar, and the day changed
+// if that was wanted.
+func (c CalendarCheck) OK() bool { return c.Err == "" && c.OffCount == 0 }
+
+func (c CalendarCheck) Describe() string {
+	s := fmt.Sprintf("%d probe answers against the wall-clock calendar, %d new days; window time behind the wall clock by at most %v, ahead by at most %v",
+		c.Checked, c.Rollovers, c.MaxLag.Round(time.Millisecond), c.MaxAhead.Round(time.Millisecond))
+	if c.OffCount > 0 {
+		s = fmt.Sprintf("%d answers off the calendar: %s; ", c.OffCount, strings.Join(c.Off, "; ")) + s
+	}
+	if c.Err != "" {
+		s = c.Err + "; " + s
 	}
 	return s
 }

@@ -119,3 +119,81 @@ func TestCheckWindowsGapsAndFreezes(t *testing.T) {
 		t.Fatalf("no probes passed: %s", c.Describe())
 	}
 }
+
+// TestCheckWindowsDailyAcrossGap: a 24h window stays one segment across a
+// gap in the answers (every server killed) and the forward re-sync after
+// it, so the day's count spans the restart: 1500 units before it and 1500
+// after are 3000 > L = 2000, caught; 1500 and 500 pass. A 3s window
+// breaks its segment at the same gap (each part then a lower bound).
+func TestCheckWindowsDailyAcrossGap(t *testing.T) {
+	const day = int64(24 * time.Hour)
+	base := 1000 * int64(time.Second)
+	off := day - 40*int64(time.Second) // 40s before the day's end
+	obs := probesAt(base, base+10*int64(time.Second), 50_000_000, 2_000_000, off, day)
+	// 3s without answers, then window time 2s ahead of real time (the
+	// re-sync's forward step).
+	obs = append(obs, probesAt(base+13*int64(time.Second), base+20*int64(time.Second), 50_000_000, 2_000_000, off+2*int64(time.Second), day)...)
+	var before, after []Record
+	for i := int64(0); i < 1500; i++ {
+		before = append(before, adm(base+int64(time.Second)+i*5_000_000, 1))
+		after = append(after, adm(base+14*int64(time.Second)+i*3_000_000, 1))
+	}
+	c := CheckWindows(append(append([]Record{}, before...), after...), obs, 24*time.Hour, 2_000_000, base, base+20*int64(time.Second))
+	if c.OK() || c.Segments != 1 || c.Steps != 1 || len(c.Violations) != 1 || c.Violations[0].AdmittedMilli != 3_000_000 {
+		t.Fatalf("3000 units in one day across a restart not caught as one count: %s", c.Describe())
+	}
+	c = CheckWindows(append(append([]Record{}, before...), after[:500]...), obs, 24*time.Hour, 2_000_000, base, base+20*int64(time.Second))
+	if !c.OK() || c.Worst.AdmittedMilli != 2_000_000 {
+		t.Fatalf("2000 units in one day: %s", c.Describe())
+	}
+	// The same answers' gap in a 3s window starts a new segment.
+	const W = int64(3 * time.Second)
+	short := probesAt(base, base+10*int64(time.Second), 50_000_000, 2_000_000, 0, W)
+	short = append(short, probesAt(base+13*int64(time.Second), base+20*int64(time.Second), 50_000_000, 2_000_000, 2*int64(time.Second), W)...)
+	if c := CheckWindows(nil, short, 3*time.Second, 1000, base, base+20*int64(time.Second)); c.Segments != 2 {
+		t.Fatalf("a 3s window kept its segment across a 3s gap: %s", c.Describe())
+	}
+}
+
+// TestCheckCalendar: probe answers of a Europe/Paris day checked against
+// the wall clock's calendar: answers that follow it (window time a little
+// behind, as after an election) pass and the new day is seen; days cut in
+// UTC are an hour off; window time ahead of the wall clock by more than
+// the allowance is off; no new day is an error when one was wanted.
+func TestCheckCalendar(t *testing.T) {
+	paris := mustZone("Europe/Paris")
+	midnight := time.Date(2027, 1, 1, 0, 0, 0, 0, paris)
+	const day = int64(24 * time.Hour)
+	base := 1000 * int64(time.Second)
+	start := midnight.Add(-20 * time.Second) // the wall clock at monotonic base
+	wallAt := func(mono int64) time.Time { return start.Add(time.Duration(mono - base)) }
+	phaseIn := func(loc *time.Location, lag time.Duration) []windowObs {
+		var out []windowObs
+		for s := base; s < base+40*int64(time.Second); s += 50_000_000 {
+			w := wallAt(s + 1_000_000).Add(-lag).In(loc)
+			y, m, d := w.Date()
+			out = append(out, windowObs{S: s, R: s + 2_000_000, Phase: int64(w.Sub(time.Date(y, m, d, 0, 0, 0, 0, loc))), Window: day})
+		}
+		return out
+	}
+	c := CheckCalendar(phaseIn(paris, 3*time.Second), "day", paris, wallAt, 10*time.Second, time.Second, true)
+	if !c.OK() || c.Rollovers != 1 || c.MaxLag < 2*time.Second || c.MaxLag > 3*time.Second {
+		t.Fatalf("Paris days, 3s behind: %s", c.Describe())
+	}
+	if c := CheckCalendar(phaseIn(time.UTC, 0), "day", paris, wallAt, 10*time.Second, time.Second, true); c.OK() || c.OffCount == 0 {
+		t.Fatalf("days cut in UTC passed: %s", c.Describe())
+	}
+	if c := CheckCalendar(phaseIn(paris, -2*time.Second), "day", paris, wallAt, 10*time.Second, time.Second, true); c.OK() || c.MaxAhead < time.Second {
+		t.Fatalf("window time 2s ahead passed: %s", c.Describe())
+	}
+	if c := CheckCalendar(phaseIn(paris, 11*time.Second), "day", paris, wallAt, 10*time.Second, time.Second, true); c.OK() {
+		t.Fatalf("window time 11s behind passed: %s", c.Describe())
+	}
+	early := phaseIn(paris, 0)[:100] // 5s, all before midnight
+	if c := CheckCalendar(early, "day", paris, wallAt, 10*time.Second, time.Second, true); c.OK() || c.Rollovers != 0 {
+		t.Fatalf("no new day, but one wanted: %s", c.Describe())
+	}
+	if c := CheckCalendar(early, "day", paris, wallAt, 10*time.Second, time.Second, false); !c.OK() {
+		t.Fatalf("no new day, none wanted: %s", c.Describe())
+	}
+}

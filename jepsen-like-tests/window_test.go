@@ -3,6 +3,8 @@
 package jepsen
 
 import (
+	"fmt"
+	"math/rand/v2"
 	"os"
 	"testing"
 	"time"
@@ -77,4 +79,80 @@ func TestWindowControlHealthy(t *testing.T) {
 	cfg := windowControl("healthy-window-dead-returns", seedFromEnv(22))
 	e := newEnv(t, cfg)
 	requirePass(t, e, Execute(e, Scenario{Config: cfg, Warmup: 3 * time.Second, Nemeses: windowControlNemeses}))
+}
+
+// The daily workload (issue 16's "daily-style window, shortened with an
+// injected clock"): a real `period: day` policy in Europe/Paris, its
+// count L = 2000 units a day, and the wall clock of every server and
+// replica set (RunConfig.WallStart, their --clock-control files) so that
+// the day ends dailyMidnightAfter after they start: 2027-01-01 00:00
+// Paris, a day's, a month's and a year's end. Four replicas offer about
+// 340 units/s, so each day is spent within seconds: the day before
+// midnight must stay spent across every server killed at once and the
+// clocks skewed within ρ (the window-count checker keeps one count for
+// the day across the restart: see unwrapSpan), the new day must begin at
+// the calendar's midnight while its leader is killed across it (the
+// calendar checker, against the wall clock's own calendar), and the new
+// day's L must be admitted once, then nothing more.
+const dailyMidnightAfter = 30 * time.Second
+
+var dailyMidnight = time.Date(2027, 1, 1, 0, 0, 0, 0, mustZone("Europe/Paris"))
+
+func mustZone(name string) *time.Location {
+	loc, err := time.LoadLocation(name)
+	if err != nil {
+		panic(err)
+	}
+	return loc
+}
+
+func dailyConfig(name string, seed int64) RunConfig {
+	cfg := baseConfig(name, seed)
+	cfg.Policy = PolicySpec{Rate: 1, Burst: 2000, Window: 24 * time.Hour, Period: "day", Timezone: "Europe/Paris",
+		Lease: 5 * time.Second, RenewAfter: time.Second}
+	cfg.RatePerReplica = 50
+	cfg.WallStart = dailyMidnight.Add(-dailyMidnightAfter)
+	return cfg
+}
+
+// killLeaderAcrossMidnight waits until half a second before midnight on
+// the processes' wall clocks, kills the leader and restarts it 2s later:
+// the day changes while the cluster elects a new leader (cluster time
+// frozen, then window time re-synced forward to the new leader's clock).
+var killLeaderAcrossMidnight = Nemesis{"kill-leader-across-midnight", func(e *Env, _ *rand.Rand) string {
+	at := e.wallMono + int64(dailyMidnight.Sub(e.cfg.WallStart)) - int64(500*time.Millisecond)
+	late := ""
+	if d := time.Duration(at - MonoNow()); d > 0 {
+		hold(d)
+	} else {
+		late = fmt.Sprintf(" (%v late: the day had ended already)", (-d).Round(time.Millisecond))
+	}
+	l := e.mustLeader()
+	e.kill(l)
+	hold(2 * time.Second)
+	e.restart(l)
+	return fmt.Sprintf("kill -9 %s half a second before midnight, restarted after 2s%s", l, late)
+}}
+
+var dailyNemeses = []Nemesis{KillAll, ClockWithinRho, killLeaderAcrossMidnight}
+
+// TestDailyWindow: the daily workload must keep L per day (window-count)
+// and the calendar's days (calendar).
+func TestDailyWindow(t *testing.T) {
+	parallel(t) // see TestNegativeControls
+	cfg := dailyConfig("daily", seedFromEnv(23))
+	e := newEnv(t, cfg)
+	requirePass(t, e, Execute(e, Scenario{Config: cfg, Warmup: 4 * time.Second, Nemeses: dailyNemeses}))
+}
+
+// TestDailyWindowNegativeControl: servers built with window-zone-utc cut
+// the policy's days in UTC, an hour off Paris's: the calendar checker
+// must catch it.
+func TestDailyWindowNegativeControl(t *testing.T) {
+	parallel(t) // see TestNegativeControls
+	cfg := dailyConfig("nc-window-zone-utc", seedFromEnv(24))
+	cfg.ServerFaults = []string{"window-zone-utc"}
+	e := newEnv(t, cfg)
+	requirePass(t, e, Execute(e, Scenario{Config: cfg, Warmup: 4 * time.Second, Nemeses: dailyNemeses,
+		Controls: "calendar days cut in UTC, not the policy's timezone", ExpectViolation: true}))
 }

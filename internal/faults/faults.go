@@ -69,10 +69,14 @@ const (
 	// of docs/concurrency.md): the fault suite's in-flight negative
 	// control.
 	SlotForgetLowered Fault = "slot-forget-lowered"
+	// WindowZoneUTC: a calendar window (period: day | week | month) is
+	// cut in UTC, whatever the policy's timezone: the fault suite's
+	// calendar checker's negative control (TestDailyWindowNegativeControl).
+	WindowZoneUTC Fault = "window-zone-utc"
 )
 
 // All lists every fault, for flag help and validation.
-var All = []Fault{AckBeforeCommit, StartFullNoDebit, TimeFromReceipt, ForgetRetired, ClockResumeOwnReading, CreditAtReduction, ForgetReplaced, IgnoreKeyAttributes, ReportDouble, AdmitBeforeLease, WindowDeadReturns, SlotForgetLowered}
+var All = []Fault{AckBeforeCommit, StartFullNoDebit, TimeFromReceipt, ForgetRetired, ClockResumeOwnReading, CreditAtReduction, ForgetReplaced, IgnoreKeyAttributes, ReportDouble, AdmitBeforeLease, WindowDeadReturns, SlotForgetLowered, WindowZoneUTC}
 
 func parse(name string) (Fault, error) {
 	for _, f := range All {

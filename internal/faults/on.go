@@ -43,8 +43,9 @@ func Active(f Fault) bool {
 var wallOffset atomic.Int64
 
 // WallNow is the wall clock as this process sees it, with the offset that
-// the clock control file last set ("wall_offset_ns"). ration takes nothing
-// from the wall clock but a client's default incarnation number.
+// the clock control file last set ("wall_offset_ns"). ration takes from
+// the wall clock a client's default incarnation number and, in rationd
+// (coordinator Config.WallClock), the window time of leased windows.
 func WallNow() time.Time { return time.Now().Add(time.Duration(wallOffset.Load())) }
 
 // ClockControl is what the control file says.
@@ -82,46 +83,51 @@ func ParseControl(b []byte) (ClockControl, error) {
 	return c, nil
 }
 
-// WatchClock polls path every 10ms and applies what it says to clk (rate)
-// and to WallNow (offset), until stop is closed. A missing file means no
-// fault; a malformed one is logged and ignored.
+// WatchClock applies what path says to clk (rate) and to WallNow (offset)
+// at once, then polls it every 10ms until stop is closed (a process
+// restarted with a wall offset reads its offset before anything else). A
+// missing file means no fault; a malformed one is logged and ignored.
 func WatchClock(path string, clk *coarseclock.Clock, log *slog.Logger, stop <-chan struct{}) error {
+	var cur ClockControl
+	var lastErr string
+	apply := func() {
+		b, err := os.ReadFile(path)
+		if os.IsNotExist(err) {
+			b, err = nil, nil
+		}
+		var c ClockControl
+		if err == nil {
+			c, err = ParseControl(b)
+		}
+		if err != nil {
+			if err.Error() != lastErr {
+				log.Error("clock control ignored", "file", path, "err", err)
+				lastErr = err.Error()
+			}
+			return
+		}
+		lastErr = ""
+		if c.RatePPM != cur.RatePPM {
+			clk.SetRate(c.RatePPM)
+			log.Warn("clock fault: monotonic rate changed", "rate_ppm", c.RatePPM)
+		}
+		if c.WallOffsetNS != cur.WallOffsetNS {
+			wallOffset.Store(c.WallOffsetNS)
+			log.Warn("clock fault: wall clock jumped", "offset", time.Duration(c.WallOffsetNS))
+		}
+		cur = c
+	}
+	apply()
 	go func() {
 		t := time.NewTicker(10 * time.Millisecond)
 		defer t.Stop()
-		var cur ClockControl
-		var lastErr string
 		for {
 			select {
 			case <-stop:
 				return
 			case <-t.C:
 			}
-			b, err := os.ReadFile(path)
-			if os.IsNotExist(err) {
-				b, err = nil, nil
-			}
-			var c ClockControl
-			if err == nil {
-				c, err = ParseControl(b)
-			}
-			if err != nil {
-				if err.Error() != lastErr {
-					log.Error("clock control ignored", "file", path, "err", err)
-					lastErr = err.Error()
-				}
-				continue
-			}
-			lastErr = ""
-			if c.RatePPM != cur.RatePPM {
-				clk.SetRate(c.RatePPM)
-				log.Warn("clock fault: monotonic rate changed", "rate_ppm", c.RatePPM)
-			}
-			if c.WallOffsetNS != cur.WallOffsetNS {
-				wallOffset.Store(c.WallOffsetNS)
-				log.Warn("clock fault: wall clock jumped", "offset", time.Duration(c.WallOffsetNS))
-			}
-			cur = c
+			apply()
 		}
 	}()
 	return nil
