@@ -112,7 +112,9 @@
 // day must begin at the calendar's midnight (the calendar checker: each
 // probe answer's phase in its day against the wall clock's, computed with
 // the time package alone, window time at most 10s behind, for an
-// election's frozen cluster time, and 1s ahead) and admit its L once.
+// election's frozen cluster time, and 1s ahead); demand then drops to a
+// quarter, so the new day's L lasts past the run and liveness sees every
+// replica admitting in it.
 // Settling between nemeses accepts a grant put to use for an admission
 // (a spent day admits nothing). TestDailyWindowNegativeControl's servers
 // run window-zone-utc (days cut in UTC): the calendar checker must catch

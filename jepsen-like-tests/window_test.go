@@ -93,7 +93,8 @@ func TestWindowControlHealthy(t *testing.T) {
 // the day across the restart: see unwrapSpan), the new day must begin at
 // the calendar's midnight while its leader is killed across it (the
 // calendar checker, against the wall clock's own calendar), and the new
-// day's L must be admitted once, then nothing more.
+// day, under a quarter of the demand, must admit to every replica
+// (liveness) and at most L.
 const dailyMidnightAfter = 30 * time.Second
 
 var dailyMidnight = time.Date(2027, 1, 1, 0, 0, 0, 0, mustZone("Europe/Paris"))
@@ -119,6 +120,9 @@ func dailyConfig(name string, seed int64) RunConfig {
 // the processes' wall clocks, kills the leader and restarts it 2s later:
 // the day changes while the cluster elects a new leader (cluster time
 // frozen, then window time re-synced forward to the new leader's clock).
+// Then demand drops to a quarter (85 units/s in all), so the new day's L
+// lasts past the run's end and liveness (every replica admitting after
+// the heal) is about the new day, not about who spent it first.
 var killLeaderAcrossMidnight = Nemesis{"kill-leader-across-midnight", func(e *Env, _ *rand.Rand) string {
 	at := e.wallMono + int64(dailyMidnight.Sub(e.cfg.WallStart)) - int64(500*time.Millisecond)
 	late := ""
@@ -131,7 +135,10 @@ var killLeaderAcrossMidnight = Nemesis{"kill-leader-across-midnight", func(e *En
 	e.kill(l)
 	hold(2 * time.Second)
 	e.restart(l)
-	return fmt.Sprintf("kill -9 %s half a second before midnight, restarted after 2s%s", l, late)
+	for _, r := range e.cfg.Replicas {
+		e.setRate(r, e.cfg.RatePerReplica/4)
+	}
+	return fmt.Sprintf("kill -9 %s half a second before midnight, restarted after 2s%s; demand then a quarter", l, late)
 }}
 
 var dailyNemeses = []Nemesis{KillAll, ClockWithinRho, killLeaderAcrossMidnight}
