@@ -95,12 +95,13 @@ type Config struct {
 	// must return quickly. The jepsen-like tests record acknowledged grants
 	// with it; applications can log or export them.
 	OnGrant func(GrantInfo)
-	// OnRelease, if set, is called for each lease the client is about to
-	// release (an idle key evicted, a spent window chunk, a key moved to
-	// an edge or merged into its budget's limiter, Close), just before the
-	// release is sent: from then on the cluster may drop the lease. It
-	// must return quickly. The jepsen-like tests record releases with it,
-	// so a released lease is not taken for a lost one.
+	// OnRelease, if set, is called for each lease put to use that the
+	// client released (an idle key evicted, a spent window chunk, a key
+	// moved to an edge or merged into its budget's limiter, Close), once
+	// the release RPC has returned, with its outcome. It runs on the
+	// background loop's goroutine, or Close's caller's, and must return
+	// quickly. The jepsen-like tests record releases with it, so a lease
+	// its holder gave back is not taken for one the cluster lost.
 	OnRelease func(ReleaseInfo)
 	// Edges, if set, lists `rationd edge` gRPC addresses: a key cold at
 	// this replica is decided at an edge (one Admission.Check, from the
@@ -135,13 +136,22 @@ type GrantInfo struct {
 	Version uint64
 }
 
-// ReleaseInfo describes one lease the client releases.
+// ReleaseInfo describes one lease the client released. The client stops
+// admitting from a lease before it sends the release, whatever the
+// outcome.
 type ReleaseInfo struct {
 	Policy, CanonicalKey string
 	LeaseID              uint64
-	// UnspentMilli is what the release hands back (0 for a window chunk
+	// UnspentMilli is what the release handed back (0 for a window chunk
 	// released spent, or a lease past its deadline).
 	UnspentMilli int64
+	// Took is how long the RPC took, from its send to the callback.
+	Took time.Duration
+	// Err is the RPC's error (the last attempt's): nil when the cluster
+	// answered, so the lease is gone; otherwise the release may or may
+	// not have been applied (a release is tried once, or until a
+	// deadline), and a lease it did not reach expires as usual.
+	Err error
 }
 
 func (c *Config) setDefaults() error {

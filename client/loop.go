@@ -626,12 +626,14 @@ func (c *Client) release(abort <-chan struct{}, giveUp int64, ls []*Limiter, hel
 	if len(req.Keys) == 0 {
 		return nil
 	}
-	for _, ri := range infos {
-		c.cfg.OnRelease(ri)
-	}
 	_, err := call(c, abort, giveUp, func(ctx context.Context, conn *grpc.ClientConn) (*api.ReleaseResponse, error) {
 		return api.NewLeasesClient(conn).Release(ctx, req)
 	})
+	took := time.Duration(c.clock.Precise() - now)
+	for _, ri := range infos {
+		ri.Took, ri.Err = took, err
+		c.cfg.OnRelease(ri)
+	}
 	return err
 }
 

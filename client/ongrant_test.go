@@ -48,9 +48,10 @@ func TestOnGrantReportsNewLeaseThenRenewals(t *testing.T) {
 	}
 }
 
-// OnRelease reports a lease before its release is sent (here at Close,
-// which releases every lease), with the lease ID OnGrant reported and the
-// tokens handed back; the cluster no longer lists the lease after it.
+// OnRelease reports a released lease once its release has returned (here
+// at Close, which releases every lease), with the lease ID OnGrant
+// reported, the tokens handed back and the outcome (answered: no error);
+// the cluster no longer lists the lease.
 func TestOnReleaseReportsReleasedLease(t *testing.T) {
 	c := startCluster(t, evictPolicies)
 	var mu sync.Mutex
@@ -84,8 +85,8 @@ func TestOnReleaseReportsReleasedLease(t *testing.T) {
 	mu.Lock()
 	defer mu.Unlock()
 	if len(rels) != 1 || rels[0].LeaseID != first.LeaseID || rels[0].Policy != "tenants" ||
-		rels[0].CanonicalKey != first.CanonicalKey || rels[0].UnspentMilli <= 0 {
-		t.Fatalf("releases %+v, want one of lease %d (policy tenants, key %q) handing back unspent tokens", rels, first.LeaseID, first.CanonicalKey)
+		rels[0].CanonicalKey != first.CanonicalKey || rels[0].UnspentMilli <= 0 || rels[0].Err != nil || rels[0].Took <= 0 {
+		t.Fatalf("releases %+v, want one of lease %d (policy tenants, key %q) handing back unspent tokens, answered", rels, first.LeaseID, first.CanonicalKey)
 	}
 	testcluster.WaitFor(t, testcluster.DefaultWait, func() error {
 		l, err := clusterLease(t, c, "onrelease", "acme")

@@ -99,9 +99,11 @@ type Config struct {
 	// jepsen-like tests give it a rate error (coarseclock.SetRate).
 	Clock *coarseclock.Clock
 
-	// WallClock is the wall clock a leader re-syncs window time to
-	// (syncWindowClock, rationctl windows resync; default time.Now). Tests
-	// set a skewed one.
+	// WallClock is the wall clock window time starts from (the entry
+	// that turns FeatureWindows on) and a leader re-syncs it to
+	// (syncWindowClock, rationctl windows resync); default time.Now.
+	// Tests set a skewed one (rationd: its --clock-control file's wall
+	// offset, in test builds).
 	WallClock func() time.Time
 
 	// AdvertiseFeatures, if set, is read at start: the feature switches

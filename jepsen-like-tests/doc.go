@@ -103,7 +103,7 @@
 // policy (L = 2000 units a day) with every server's and replica's wall
 // clock moved (RunConfig.WallStart, through their --clock-control files'
 // wall offset, which rationd's window time follows: coordinator
-// Config.WallClock) so that the day ends 30s after they start, at
+// Config.WallClock) so that the day ends 35s after they start, at
 // 2027-01-01 00:00 Paris. The day before is spent in seconds and must
 // stay spent across every server killed at once and clocks skewed within
 // ρ (the window-count checker keeps one count per day across the gap in
@@ -115,8 +115,8 @@
 // election's frozen cluster time, and 1s ahead); demand then drops to a
 // quarter, so the new day's L lasts past the run and liveness sees every
 // replica admitting in it.
-// Settling between nemeses accepts a grant put to use for an admission
-// (a spent day admits nothing). TestDailyWindowNegativeControl's servers
+// Settling between nemeses accepts a grant reaching a replica for an
+// admission (a spent day admits nothing). TestDailyWindowNegativeControl's servers
 // run window-zone-utc (days cut in UTC): the calendar checker must catch
 // it.
 //

@@ -9,7 +9,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -290,7 +289,7 @@ func newEnv(t testing.TB, cfg RunConfig) *Env {
 		// Before any process starts: a server's first reading of its
 		// wall clock may set window time.
 		e.wallMono, e.wallBase = MonoNow(), int64(time.Until(cfg.WallStart))
-		for _, p := range append(slices.Clone(cfg.Servers), cfg.Replicas...) {
+		for _, p := range cfg.Replicas { // the servers' in startServer
 			e.setClock(p, 0, 0)
 		}
 	}
@@ -380,6 +379,13 @@ func (e *Env) serverArgs(name string, bootstrapExpect int) []string {
 }
 
 func (e *Env) startServer(name string, bootstrapExpect int) {
+	if !e.cfg.WallStart.IsZero() {
+		// A server added later (the membership nemesis's n4) reads the
+		// run's wall clock too.
+		if _, err := os.Stat(filepath.Join(e.dir, "clock-"+name)); os.IsNotExist(err) {
+			e.setClock(name, 0, 0)
+		}
+	}
 	e.start(name, filepath.Join(e.bin, "rationd"), e.serverArgs(name, bootstrapExpect))
 	e.mu.Lock()
 	defer e.mu.Unlock()

@@ -226,39 +226,56 @@ func TestReadGrants(t *testing.T) {
 }
 
 // TestGrantCheckReleases: a lease missing after the restart is lost unless
-// its holder sent a release of it before the listing answered (a spent
-// window chunk, an idle key); one released after the answer, or another
-// replica's release of the same lease ID, excuses nothing.
+// its holder's release of it may have been applied before the listing
+// answered: sent before the kill (whatever its outcome), answered, or
+// sent after the listing was asked for. A release sent during the outage
+// that failed reached nobody, one sent after the answer came too late, and
+// another replica's release of the same lease ID is not this one's.
 func TestGrantCheckReleases(t *testing.T) {
 	dir := t.TempDir()
-	// Both grants acknowledged before the kill (t=1000), usable past the
-	// query (t=2000): a has lease 7, b lease 8; the listing has neither.
-	writeFile(t, dir, "grants-a.csv", grantsHeader+"\n100,a,p,k,7,false,5000,0,2000\n")
-	writeFile(t, dir, "grants-b.csv", grantsHeader+"\n100,b,p,k,8,false,5000,0,2000\n")
+	// Grants acknowledged before the kill (t=1000), usable past the query
+	// (t=2000, answered at 2100); the listing has none of them.
+	var grants string
+	for id := 1; id <= 6; id++ {
+		grants += fmt.Sprintf("100,a,p,k,%d,false,5000,0,2000\n", id)
+	}
+	writeFile(t, dir, "grants-a.csv", grantsHeader+"\n"+grants)
+	writeFile(t, dir, "grants-b.csv", grantsHeader+"\n100,b,p,k,7,false,5000,0,2000\n")
 	g := &grantCheck{killedAt: 1000, queriedAt: 2000, answeredAt: 2100, leases: map[string]map[uint64]bool{}}
-	if r := g.verify(dir); r.OK || !strings.Contains(r.Detail, "2 of 2") {
-		t.Fatalf("no releases: %+v; want both lost", r)
+	if r := g.verify(dir); r.OK || !strings.Contains(r.Detail, "7 of 7") {
+		t.Fatalf("no releases: %+v; want all lost", r)
 	}
-	// a released 7 before the answer; b released 8 after it, and a's
-	// release of an 8 is not b's.
-	writeFile(t, dir, "releases-a.csv", releasesHeader+"\n1500,a,p,k,7,0\n1600,a,p,k,8,0\n")
-	writeFile(t, dir, "releases-b.csv", releasesHeader+"\n2200,b,p,k,8,0\n")
-	if r := g.verify(dir); r.OK || !strings.Contains(r.Detail, "1 of 2") || !strings.Contains(r.Detail, "b lease 8") {
-		t.Fatalf("a's release before the answer, b's after: %+v; want b's lease lost", r)
+	writeFile(t, dir, "releases-a.csv", releasesHeader+"\n"+
+		"600,a,p,k,1,0,500,false\n"+ // sent before the kill, failed: excused
+		"1600,a,p,k,2,0,1500,false\n"+ // sent during the outage, failed: lost
+		"1700,a,p,k,3,0,1500,true\n"+ // sent during the outage, answered: excused
+		"2090,a,p,k,4,0,2050,false\n"+ // sent after the query, before its answer: excused
+		"2300,a,p,k,5,0,2200,true\n"+ // sent after the answer: lost
+		"1700,a,p,k,7,0,1500,true\n") // a's lease 7 is not b's: b's 7 lost
+	r := g.verify(dir)
+	for _, want := range []string{"4 of 7", "3 more released", "a lease 2 ", "a lease 5 ", "a lease 6 ", "b lease 7 "} {
+		if !strings.Contains(r.Detail, want) {
+			t.Fatalf("releases: %+v; want %q in the detail", r, want)
+		}
 	}
-	// b's lease in the listing: nothing lost, a's excused.
-	g.leases["b"] = map[uint64]bool{8: true}
-	if r := g.verify(dir); !r.OK || !strings.Contains(r.Detail, "1 more released") {
-		t.Fatalf("b's lease listed: %+v; want pass with a's excused", r)
+	if r.OK {
+		t.Fatalf("releases: %+v passed", r)
+	}
+	// The lost ones listed: nothing lost, three excused.
+	g.leases["a"] = map[uint64]bool{2: true, 5: true, 6: true}
+	g.leases["b"] = map[uint64]bool{7: true}
+	if r := g.verify(dir); !r.OK || !strings.Contains(r.Detail, "3 more released") {
+		t.Fatalf("the unreleased leases listed: %+v; want pass with three excused", r)
 	}
 	// Only released leases: nothing was checked, which is not a pass.
-	g.leases["b"] = nil
-	writeFile(t, dir, "releases-b.csv", releasesHeader+"\n2000,b,p,k,8,0\n")
-	if r := g.verify(dir); r.OK || !strings.Contains(r.Detail, "nothing was checked") {
+	only := t.TempDir()
+	writeFile(t, only, "grants-a.csv", grantsHeader+"\n100,a,p,k,1,false,5000,0,2000\n")
+	writeFile(t, only, "releases-a.csv", releasesHeader+"\n600,a,p,k,1,0,500,true\n")
+	if r := (&grantCheck{killedAt: 1000, queriedAt: 2000, answeredAt: 2100}).verify(only); r.OK || !strings.Contains(r.Detail, "nothing was checked") {
 		t.Fatalf("every lease released: %+v; want nothing checked", r)
 	}
-	writeFile(t, dir, "releases-c.csv", releasesHeader+"\n1,c,p,k,x,0\n2,c,p,k,1,0\n")
-	if r := g.verify(dir); r.OK || !strings.Contains(r.Detail, "releases-c.csv:2") {
+	writeFile(t, only, "releases-c.csv", releasesHeader+"\n1,c,p,k,x,0,1,true\n2,c,p,k,1,0,1,true\n")
+	if r := (&grantCheck{}).verify(only); r.OK || !strings.Contains(r.Detail, "releases-c.csv:2") {
 		t.Fatalf("a malformed release line: %+v", r)
 	}
 }

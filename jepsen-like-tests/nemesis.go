@@ -311,8 +311,9 @@ func (e *Env) runNemesis(n Nemesis, rng *rand.Rand) {
 
 // settle waits until there is a leader and every replica's history grew.
 // A calendar window's day may be spent, so nobody admits until it ends:
-// there a replica has settled once it admits or puts a grant to use
-// (its grants file grew).
+// there a replica has settled once it admits or a grant reaches it (its
+// grants file grew: a renewal of a chunk, even of 0 units, says the
+// replica reaches a leader).
 func (e *Env) settle() {
 	sizes, grants := e.fileSizes("history"), e.fileSizes("grants")
 	calendar := e.cfg.Policy.Period != ""

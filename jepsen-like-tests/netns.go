@@ -31,11 +31,14 @@ import (
 	"hash/fnv"
 	"maps"
 	"net/netip"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 )
 
@@ -92,6 +95,8 @@ type Net struct {
 	closed  bool
 	// hubCreated and gwCreated record what createHub got to, for cleanup after a failure.
 	hubCreated, gwCreated bool
+	// owned: this process's owner file for prefix exists (claimPrefix).
+	owned bool
 }
 
 // NewNet creates one namespace per name, a bridge, and a veth pair per host (eth0 in the
@@ -137,6 +142,10 @@ func NewNet(prefix string, names []string) (*Net, error) {
 	if n.tcPath, err = exec.LookPath("tc"); err != nil {
 		return nil, fmt.Errorf("jepsen: tc (iproute2) needed: %w", err)
 	}
+	if err := claimPrefix(prefix); err != nil {
+		return nil, err
+	}
+	n.owned = true
 	if err := n.createHub(); err != nil {
 		n.destroy()
 		return nil, err
@@ -563,6 +572,9 @@ func (n *Net) Close() error {
 // runs asynchronously in the kernel, and the subnet must be free when destroy returns.
 func (n *Net) destroy() error {
 	var errs []error
+	if n.owned {
+		defer releasePrefix(n.prefix)
+	}
 	if n.gwCreated {
 		errs = append(errs, delLink(n.ipPath, n.gwLink))
 	}
@@ -575,9 +587,65 @@ func (n *Net) destroy() error {
 	return errors.Join(errs...)
 }
 
+// ownerDir holds one file per live Net's prefix, naming the process that
+// made it, so that Sweep spares the networks of runs still going (another
+// go test of this package, or a second checkout's): it deleted a running
+// suite's namespaces from under it when a developer started a second one.
+func ownerDir() string { return filepath.Join(os.TempDir(), "ration-jepsen-nets") }
+
+// claimPrefix records this process as the owner of prefix's network. A
+// prefix another live process owns is refused.
+func claimPrefix(prefix string) error {
+	if err := os.MkdirAll(ownerDir(), 0o755); err != nil {
+		return err
+	}
+	if pid, ok := prefixOwner(prefix); ok && pid != os.Getpid() {
+		return fmt.Errorf("jepsen: net prefix %q is in use by process %d (a run still going)", prefix, pid)
+	}
+	return os.WriteFile(filepath.Join(ownerDir(), prefix), []byte(strconv.Itoa(os.Getpid())), 0o644)
+}
+
+func releasePrefix(prefix string) { os.Remove(filepath.Join(ownerDir(), prefix)) }
+
+// prefixOwner is the live process that owns prefix's network, if any.
+func prefixOwner(prefix string) (int, bool) {
+	b, err := os.ReadFile(filepath.Join(ownerDir(), prefix))
+	if err != nil {
+		return 0, false
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil || pid <= 0 {
+		return 0, false
+	}
+	// Signal 0: does the process exist (ESRCH: it does not).
+	if err := syscall.Kill(pid, 0); err != nil && !errors.Is(err, syscall.EPERM) {
+		return 0, false
+	}
+	return pid, true
+}
+
+// liveOwned: name belongs to a Net whose owner (prefixOwner) is alive.
+func liveOwned(name string) bool {
+	files, err := os.ReadDir(ownerDir())
+	if err != nil {
+		return false
+	}
+	for _, f := range files {
+		p := f.Name()
+		rest, ok := strings.CutPrefix(name, namePrefix+p)
+		if !ok || !(rest == "gw" || rest == ".hub" || strings.HasPrefix(rest, "-")) {
+			continue
+		}
+		if _, live := prefixOwner(p); live {
+			return true
+		}
+	}
+	return false
+}
+
 // Sweep deletes leftovers of earlier runs that crashed: every namespace and every
-// root-namespace link whose name starts with "rj". It does not know whose they are, so it
-// must not run while another suite on this machine holds a live Net.
+// root-namespace link whose name starts with "rj", except those of a Net whose owner process
+// is still alive (a run going on in another go test process: ownerDir).
 func Sweep() error {
 	ip, err := exec.LookPath("ip")
 	if err != nil {
@@ -595,7 +663,7 @@ func Sweep() error {
 			continue
 		}
 		name, _, _ := strings.Cut(strings.TrimSuffix(f[1], ":"), "@")
-		if strings.HasPrefix(name, namePrefix) {
+		if strings.HasPrefix(name, namePrefix) && !liveOwned(name) {
 			errs = append(errs, delLink(ip, name))
 		}
 	}
@@ -606,7 +674,7 @@ func Sweep() error {
 	for _, line := range strings.Split(nss, "\n") {
 		// "rjab-n1 (id: 3)"
 		f := strings.Fields(line)
-		if len(f) > 0 && strings.HasPrefix(f[0], namePrefix) {
+		if len(f) > 0 && strings.HasPrefix(f[0], namePrefix) && !liveOwned(f[0]) {
 			errs = append(errs, delNS(ip, f[0]))
 		}
 	}

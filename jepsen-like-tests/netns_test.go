@@ -10,7 +10,9 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -574,8 +576,10 @@ func TestSweep(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Simulate a crashed run: the Net is never closed, and stray objects lie around.
+	// Simulate a crashed run: the Net is never closed, its owner is dead, and stray objects
+	// lie around.
 	t.Cleanup(func() { n.Close() })
+	setOwner(t, prefix, deadPID(t))
 	for _, argv := range [][]string{
 		{"ip", "netns", "add", "rj" + prefix + "-stray"},
 		{"ip", "link", "add", "rj" + prefix + "x0", "type", "veth", "peer", "name", "rj" + prefix + "x1"},
@@ -645,4 +649,67 @@ func hostNS(t *testing.T, n *Net, name string) string {
 		t.Fatalf("no host %q", name)
 	}
 	return h.NS
+}
+
+// deadPID is the PID of a process that has exited (and been reaped).
+func deadPID(t *testing.T) int {
+	t.Helper()
+	cmd := exec.Command("true")
+	if err := cmd.Run(); err != nil {
+		t.Fatal(err)
+	}
+	return cmd.Process.Pid
+}
+
+func setOwner(t *testing.T, prefix string, pid int) {
+	t.Helper()
+	if err := os.WriteFile(filepath.Join(ownerDir(), prefix), []byte(strconv.Itoa(pid)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestSweepSparesLiveNets: Sweep (which every run of this package starts
+// with) leaves alone a Net whose owner process is alive, here this one and
+// then another live process, while it removes strays of the same prefix
+// that are not the Net's; and NewNet refuses a prefix a live process
+// owns. (A second go test of this package, started while a suite ran,
+// once deleted that suite's namespaces from under it.)
+func TestSweepSparesLiveNets(t *testing.T) {
+	requireRoot(t)
+	prefix := testPrefix()
+	n, err := NewNet(prefix, []string{"a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { n.Close() })
+	if out, err := exec.Command("ip", "link", "add", "rj"+prefix+"x0", "type", "veth", "peer", "name", "rj"+prefix+"x1").CombinedOutput(); err != nil {
+		t.Fatalf("%v %s", err, out)
+	}
+	before := leftovers(t, "rj"+prefix)
+	if err := Sweep(); err != nil {
+		t.Fatalf("Sweep: %v", err)
+	}
+	got := leftovers(t, "rj"+prefix)
+	if len(got) != len(before)-2 {
+		t.Fatalf("Sweep with this process alive: %v left of %v; want all but the two strays", got, before)
+	}
+	other := exec.Command("sleep", "60")
+	if err := other.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { other.Process.Kill(); other.Wait() })
+	setOwner(t, prefix, other.Process.Pid)
+	if err := Sweep(); err != nil {
+		t.Fatalf("Sweep: %v", err)
+	}
+	if again := leftovers(t, "rj"+prefix); len(again) != len(got) {
+		t.Fatalf("Sweep with another live owner: %v left of %v", again, got)
+	}
+	if _, err := NewNet(prefix, []string{"b"}); err == nil || !strings.Contains(err.Error(), "in use by process") {
+		t.Fatalf("NewNet on a prefix a live process owns: %v", err)
+	}
+	if again := leftovers(t, "rj"+prefix); len(again) != len(got) {
+		t.Fatalf("the refused NewNet changed the network: %v left of %v", again, got)
+	}
+	setOwner(t, prefix, os.Getpid())
 }

@@ -61,11 +61,15 @@ func (g *grantCheck) snapshot(e *Env) {
 
 // verify: every grant acknowledged before the kill whose client-side
 // deadline is after the query must be in the restarted cluster's ledger,
-// unless its holder released it before the listing answered (a release
-// sent is the holder's own end of the lease: an idle key, or a window
-// chunk spent, client/window.go's spentChunk). Replicas only: an edge's
-// grants are not recorded (rationd edge offers no grant hook), so its
-// leases are not checked here.
+// unless its holder gave it back (an idle key, a window chunk spent:
+// client/window.go's spentChunk) by a release that may have been applied
+// before the listing answered (released): sent before the kill (it may
+// have committed then, whatever its outcome), answered (sent during the
+// outage, it reached a leader after the restart), or sent after the
+// listing was asked for. A release sent during the outage that failed
+// reached nobody: the lease must still be there. Replicas only: an
+// edge's grants are not recorded (rationd edge offers no grant hook), so
+// its leases are not checked here.
 func (g *grantCheck) verify(dir string) CheckerResult {
 	res := CheckerResult{Name: "no-acknowledged-grant-lost", Expected: ExpectPass}
 	grants, err := readGrants(dir)
@@ -80,7 +84,7 @@ func (g *grantCheck) verify(dir string) CheckerResult {
 	}
 	released := map[[2]string]bool{}
 	for _, r := range rels {
-		if r.t < g.answeredAt {
+		if g.released(r) {
 			released[[2]string{r.replica, strconv.FormatUint(r.leaseID, 10)}] = true
 		}
 	}
@@ -117,14 +121,23 @@ func (g *grantCheck) verify(dir string) CheckerResult {
 	return res
 }
 
+// released: r may have been applied before the listing answered (verify).
+func (g *grantCheck) released(r releaseRec) bool {
+	if r.sent >= g.answeredAt {
+		return false
+	}
+	return r.sent < g.killedAt || r.answered || r.sent >= g.queriedAt
+}
+
 type releaseRec struct {
-	t       int64
-	replica string
-	leaseID uint64
+	sent     int64 // the RPC's send (its return less its duration)
+	replica  string
+	leaseID  uint64
+	answered bool // the cluster answered it
 }
 
 // releasesHeader is the first line of releases-<replica>.csv (replica/main.go).
-const releasesHeader = "t_mono_ns,replica,policy,key,lease_id,unspent_milli"
+const releasesHeader = "t_mono_ns,replica,policy,key,lease_id,unspent_milli,sent_mono_ns,answered"
 
 // readReleases reads releases-*.csv with the history files' rules (a
 // partial last line dropped, any other malformed line an error naming
@@ -132,13 +145,14 @@ const releasesHeader = "t_mono_ns,replica,policy,key,lease_id,unspent_milli"
 // binary, or the slot workload) has no releases.
 func readReleases(dir string) ([]releaseRec, error) {
 	var out []releaseRec
-	err := eachCSV(dir, "releases-*.csv", releasesHeader, 6, func(p []string) error {
-		t, err1 := strconv.ParseInt(p[0], 10, 64)
-		id, err2 := strconv.ParseUint(p[4], 10, 64)
-		if err := errors.Join(err1, err2); err != nil {
+	err := eachCSV(dir, "releases-*.csv", releasesHeader, 8, func(p []string) error {
+		id, err1 := strconv.ParseUint(p[4], 10, 64)
+		sent, err2 := strconv.ParseInt(p[6], 10, 64)
+		ok, err3 := strconv.ParseBool(p[7])
+		if err := errors.Join(err1, err2, err3); err != nil {
 			return err
 		}
-		out = append(out, releaseRec{t: t, replica: p[1], leaseID: id})
+		out = append(out, releaseRec{sent: sent, replica: p[1], leaseID: id, answered: ok})
 		return nil
 	})
 	return out, err

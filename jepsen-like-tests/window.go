@@ -321,7 +321,9 @@ func CheckWindows(recs []Record, obs []windowObs, window time.Duration, limitMil
 // plus stepsPerGap steps of at most fsm.MaxWindowClockStepNanos. When that
 // is below W, the phase difference modulo W is the true difference, so
 // the answers stay in one segment across a gap (an election): a daily
-// window is counted as one across a restart of every server.
+// window is counted as one across a restart of every server. (An
+// operator's `rationctl windows resync --max-step` may step further; the
+// suite never runs one.)
 func unwrapSpan(W int64, maxD float64) bool {
 	return maxD+stepsPerGap*float64(fsm.MaxWindowClockStepNanos) < float64(W)
 }
@@ -381,8 +383,9 @@ type CalendarCheck struct {
 	Off       []string // the first answers off the calendar
 	OffCount  int
 	Rollovers int // answers whose phase fell below the previous one's: a new day
-	// MaxLag and MaxAhead: how far window time was seen behind and ahead
-	// of the wall clock (at most, given each answer's send and receipt).
+	// MaxLag and MaxAhead: the most window time was certainly behind and
+	// certainly ahead of the wall clock at some answer (each answer's
+	// commit lies somewhere between its send and receipt).
 	MaxLag, MaxAhead time.Duration
 	Err              string
 }
@@ -395,6 +398,9 @@ type CalendarCheck struct {
 // (ρ): the wall-clock day's phase at R, less Phase, modulo the day, must
 // lie in [−maxAhead, R − S + maxLag]. A day computed in the wrong zone is
 // off by the zones' difference. wantRollover: the run must see a new day.
+// It knows days without a DST change only (each of 24h, as the run's
+// 2026-12-31 and 2027-01-01 in Paris): a day of 23h or 25h is an error,
+// not a verdict.
 func CheckCalendar(obs []windowObs, period string, loc *time.Location, wallAt func(mono int64) time.Time, maxLag, maxAhead time.Duration, wantRollover bool) CalendarCheck {
 	var c CalendarCheck
 	if period != "day" {
@@ -446,7 +452,7 @@ func CheckCalendar(obs []windowObs, period string, loc *time.Location, wallAt fu
 func (c CalendarCheck) OK() bool { return c.Err == "" && c.OffCount == 0 }
 
 func (c CalendarCheck) Describe() string {
-	s := fmt.Sprintf("%d probe answers against the wall-clock calendar, %d new days; window time behind the wall clock by at most %v, ahead by at most %v",
+	s := fmt.Sprintf("%d probe answers against the wall-clock calendar, %d new days; window time certainly behind the wall clock by up to %v, certainly ahead by up to %v",
 		c.Checked, c.Rollovers, c.MaxLag.Round(time.Millisecond), c.MaxAhead.Round(time.Millisecond))
 	if c.OffCount > 0 {
 		s = fmt.Sprintf("%d answers off the calendar: %s; ", c.OffCount, strings.Join(c.Off, "; ")) + s

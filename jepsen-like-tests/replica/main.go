@@ -12,7 +12,7 @@
 //
 //	history-<id>.csv   t_mono_ns,replica,policy,key,cost_milli,t_after_ns   one line per admission
 //	grants-<id>.csv    t_mono_ns,replica,policy,key,lease_id,renewal,deadline_mono_ns,rate_milli,cap_milli
-//	releases-<id>.csv  t_mono_ns,replica,policy,key,lease_id,unspent_milli  one line per lease released (just before the RPC)
+//	releases-<id>.csv  t_mono_ns,replica,policy,key,lease_id,unspent_milli,sent_mono_ns,answered  one line per lease released, when its RPC returned
 //
 // t_mono_ns is CLOCK_MONOTONIC, which every process on the host shares, so
 // the histories of all replicas merge onto one time line. An admission is
@@ -359,7 +359,7 @@ func clientDecider(o options, keys []client.Key, keyField string, clk *coarseclo
 	if err != nil {
 		return decider{}, err
 	}
-	releases, err := newCSV(fmt.Sprintf("%s/releases-%s.csv", o.dir, o.id), "t_mono_ns,replica,policy,key,lease_id,unspent_milli")
+	releases, err := newCSV(fmt.Sprintf("%s/releases-%s.csv", o.dir, o.id), "t_mono_ns,replica,policy,key,lease_id,unspent_milli,sent_mono_ns,answered")
 	if err != nil {
 		grants.close()
 		return decider{}, err
@@ -376,10 +376,11 @@ func clientDecider(o options, keys []client.Key, keyField string, clk *coarseclo
 			now := monoNow()
 			grants.line(fmt.Sprintf("%d,%s,%s,%s,%d,%t,%d,%d,%d", now, o.id, o.policy, keyField, g.LeaseID, g.Renewal, now+int64(g.UsableFor), g.RateMilliPerSec, g.CapMilli))
 		},
-		// A release sent: the cluster may drop the lease from then on, so
-		// the no-acknowledged-grant-lost check does not count it as lost.
+		// A release and its outcome: the no-acknowledged-grant-lost
+		// check does not count a lease its holder gave back as lost.
 		OnRelease: func(r client.ReleaseInfo) {
-			releases.line(fmt.Sprintf("%d,%s,%s,%s,%d,%d", monoNow(), o.id, o.policy, keyField, r.LeaseID, r.UnspentMilli))
+			now := monoNow()
+			releases.line(fmt.Sprintf("%d,%s,%s,%s,%d,%d,%d,%t", now, o.id, o.policy, keyField, r.LeaseID, r.UnspentMilli, now-int64(r.Took), r.Err == nil))
 		},
 	})
 	if err != nil {
