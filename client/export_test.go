@@ -66,3 +66,6 @@ func SetRideAlongRule(t testing.TB, rule string) {
 // were released (window.go's spentChunk): it renews them to the window's
 // end, for the negative control of TestWindowResyncSpentChunkNotCarried.
 func KeepSpentWindowChunks(c *Client) { c.keepSpent.Store(true) }
+
+// SlotsSends is how many acquires and renewals s's loop has sent.
+func SlotsSends(s *Slots) int64 { return s.sends.Load() }

@@ -72,6 +72,13 @@ type Slots struct {
 	// refusedAt: the latest request refused for a full queue (local);
 	// the demand counts one more for slotRefusedFor after it.
 	refusedAt int64
+	// peak is the most requests running and waiting at once since the
+	// last acquire or renewal was sent: the demand it reports. The count
+	// at the instant of sending alone reads 0 between back-to-back short
+	// requests, and gave every slot back (a replica running one request
+	// after another at concurrency 1 held a limit of 0 half the time and
+	// was refused; BenchmarkSlotsAcquireRelease found it).
+	peak int64
 	ackSoon   bool
 	failures  int
 	// cancelTimer applies the deadline-cancel rule at CancelAt whatever
@@ -87,10 +94,14 @@ type Slots struct {
 	// ignoreLimit (tests): start every request at once, whatever the
 	// slots (the in-flight checker's negative control).
 	ignoreLimit atomic.Bool
+	// instantDemand (tests): report the instantaneous demand, not the
+	// peak (the negative control of TestSlotsBackToBackKeepTheirSlot).
+	instantDemand atomic.Bool
 	lastWall    atomic.Int64 // wall clock of the latest acquire or renewal sent (tests)
+	sends       atomic.Int64 // acquires and renewals sent (tests)
 }
 
-func (s *Slots) noteSend() { s.lastWall.Store(time.Now().UnixNano()) }
+func (s *Slots) noteSend() { s.lastWall.Store(time.Now().UnixNano()); s.sends.Add(1) }
 
 type slotWaiter struct {
 	parent context.Context
@@ -183,6 +194,7 @@ func (s *Slots) AcquireWithin(ctx context.Context, maxWait time.Duration) (conte
 	}
 	w := &slotWaiter{parent: ctx, ready: make(chan struct{})}
 	s.waiting = append(s.waiting, w)
+	s.notePeakLocked()
 	s.mu.Unlock()
 	s.poke() // the demand grew
 	var timeout <-chan time.Time
@@ -251,8 +263,18 @@ func (s *Slots) tryStartLocked(parent context.Context) *slotRun {
 		r.ctx, r.cancel = context.WithCancel(context.WithoutCancel(parent))
 	}
 	s.running[r] = struct{}{}
+	s.notePeakLocked()
 	s.cancelDueLocked(now) // arms the deadline-cancel timer
 	return r
+}
+
+// notePeakLocked raises peak to the requests running and waiting now.
+func (s *Slots) notePeakLocked() {
+	n := int64(len(s.waiting))
+	if s.sc != nil {
+		n = s.sc.Demand(n)
+	}
+	s.peak = max(s.peak, n)
 }
 
 func (s *Slots) releaser(r *slotRun) func() {
@@ -379,6 +401,9 @@ func (s *Slots) step() time.Duration {
 	if s.sc != nil {
 		demand = s.sc.Demand(queued)
 	}
+	if !s.instantDemand.Load() {
+		demand = min(lease.MaxSlots, max(demand, s.peak))
+	}
 	var id uint64
 	var acked uint64
 	due := false
@@ -405,6 +430,8 @@ func (s *Slots) step() time.Duration {
 	}
 	s.mu.Lock()
 	s.lastSend = now
+	s.peak = 0 // the next report's peak starts from what runs and waits now
+	s.notePeakLocked()
 	s.mu.Unlock()
 	var err error
 	if has {

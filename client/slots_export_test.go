@@ -17,3 +17,9 @@ func KillSlots(s *Slots) time.Time {
 // SlotsIgnoreLimit breaks a Slots handle for the in-flight checker's
 // negative control: it starts every request at once, whatever its slots.
 func SlotsIgnoreLimit(s *Slots) { s.ignoreLimit.Store(true) }
+
+// SlotsInstantDemand breaks a Slots handle for
+// TestSlotsBackToBackKeepTheirSlot's negative control: it reports the
+// requests running and waiting at the instant of each renewal, not their
+// peak since the last one.
+func SlotsInstantDemand(s *Slots) { s.instantDemand.Store(true) }

@@ -275,3 +275,76 @@ func TestSlotsCarelessCallers(t *testing.T) {
 	}
 	wg.Wait()
 }
+
+// TestSlotsBackToBackKeepTheirSlot: a replica that runs one short request
+// after another at concurrency 1 (each holds its slot 0.4 ms, then 0.4 ms
+// pass before the next; no queue) keeps its slot across renewals: each
+// renewal asks for the peak in use since the last one, not the count at
+// the instant it is sent (0 half the time here). Counted after the first
+// request starts, over three renewals: nothing refused. The negative
+// control (client.SlotsInstantDemand, the old rule) gives its slot back
+// at the first renewal that reads 0, and its next request is refused.
+func TestSlotsBackToBackKeepTheirSlot(t *testing.T) {
+	t.Parallel()
+	if refused := backToBackRefusals(t, false, 3); refused != 0 {
+		t.Fatalf("%d back-to-back requests refused with the lease held", refused)
+	}
+}
+
+func TestSlotsBackToBackKeepTheirSlotNegativeControl(t *testing.T) {
+	t.Parallel()
+	// Until caught: each renewal reads 0 with probability about 1/2.
+	if refused := backToBackRefusals(t, true, 40); refused == 0 {
+		t.Fatal("the control (instantaneous demand) was not caught: no request refused in 40 renewals")
+	} else {
+		t.Logf("caught as expected: %d requests refused", refused)
+	}
+}
+
+// backToBackRefusals runs the back-to-back requests until the handle has
+// sent renewals more renewals (or, for the control, a request is refused)
+// and returns the refusals.
+func backToBackRefusals(t *testing.T, instant bool, renewals int64) (refused int64) {
+	c := startCluster(t, "policies:\n  - {name: other, algorithm: token-bucket, rate: 1, burst: 1}\n")
+	applyWindowPolicy(t, c, fmt.Sprintf(slotYAML, 4))
+	cl := newClient(t, client.Config{Servers: servers(c), ClientID: "back-to-back"})
+	s := cl.Slots("inflight", map[string]string{"tenant": "acme"}, client.SlotOptions{MaxQueue: -1})
+	t.Cleanup(func() { _ = s.Close() })
+	if instant {
+		client.SlotsInstantDemand(s)
+	}
+	testcluster.WaitFor(t, testcluster.DefaultWait, func() error { // the first lease
+		_, rel, err := s.Acquire(context.Background())
+		if err == nil {
+			rel()
+		}
+		return err
+	})
+	tick := time.NewTicker(400 * time.Microsecond)
+	defer tick.Stop()
+	from := client.SlotsSends(s)
+	var ran int64
+	giveUp := time.Now().Add(90 * time.Second)
+	for client.SlotsSends(s) < from+renewals {
+		if time.Now().After(giveUp) {
+			t.Fatalf("%d renewals in 90s (%d requests ran, %d refused)", client.SlotsSends(s)-from, ran, refused)
+		}
+		<-tick.C // the gap between requests
+		_, rel, err := s.Acquire(context.Background())
+		switch {
+		case errors.Is(err, client.ErrSlotQueueFull):
+			refused++
+			if instant {
+				return refused // caught
+			}
+			continue
+		case err != nil:
+			t.Fatal(err)
+		}
+		ran++
+		<-tick.C // the request's work
+		rel()
+	}
+	t.Logf("%d requests ran, %d refused, over %d renewals", ran, refused, client.SlotsSends(s)-from)
+	return refused
+}
