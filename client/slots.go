@@ -78,9 +78,9 @@ type Slots struct {
 	// requests, and gave every slot back (a replica running one request
 	// after another at concurrency 1 held a limit of 0 half the time and
 	// was refused; BenchmarkSlotsAcquireRelease found it).
-	peak int64
-	ackSoon   bool
-	failures  int
+	peak     int64
+	ackSoon  bool
+	failures int
 	// cancelTimer applies the deadline-cancel rule at CancelAt whatever
 	// the loop is doing: a renewal retried against a dead cluster blocks
 	// the loop past the deadline (up to 3 RequestTimeouts).
@@ -97,8 +97,8 @@ type Slots struct {
 	// instantDemand (tests): report the instantaneous demand, not the
 	// peak (the negative control of TestSlotsBackToBackKeepTheirSlot).
 	instantDemand atomic.Bool
-	lastWall    atomic.Int64 // wall clock of the latest acquire or renewal sent (tests)
-	sends       atomic.Int64 // acquires and renewals sent (tests)
+	lastWall      atomic.Int64 // wall clock of the latest acquire or renewal sent (tests)
+	sends         atomic.Int64 // acquires and renewals sent (tests)
 }
 
 func (s *Slots) noteSend() { s.lastWall.Store(time.Now().UnixNano()); s.sends.Add(1) }
