@@ -500,7 +500,7 @@ func (s *Slots) acquire(demand int64) error {
 			// client until they end.
 			return fmt.Errorf("ration: concurrency rules changed while %d requests run", s.sc.Running())
 		}
-		s.sc, s.maxDur, s.grace = sc, g.GetSlotMaxDurationNanos(), g.GetSlotCancelGraceNanos()
+		s.sc, s.maxDur, s.grace = withSlotClientFault(sc), g.GetSlotMaxDurationNanos(), g.GetSlotCancelGraceNanos()
 	}
 	s.sc.InstallGrant(slotGrantOf(g), tSend, s.c.clock.Precise())
 	s.scheduleLocked(g, tSend)

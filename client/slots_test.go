@@ -348,3 +348,71 @@ func backToBackRefusals(t *testing.T, instant bool, renewals int64) (refused int
 	t.Logf("%d requests ran, %d refused, over %d renewals", ran, refused, client.SlotsSends(s)-from)
 	return refused
 }
+
+// TestSlotsLoweredCountWaitsForDrain: client a runs N long requests (1 s
+// each, in a loop) when b starts wanting slots too; the cluster lowers a's
+// count at a renewal, and a acknowledges it only once its running
+// requests have drained to it, so b gets a's slots only as a's requests
+// end: never more than N in flight between them. Its negative control
+// (client/slots_faults_test.go, -tags ration_faults: a acknowledges the
+// lowered count at once) runs more than N.
+func TestSlotsLoweredCountWaitsForDrain(t *testing.T) {
+	t.Parallel()
+	if got := loweredCountMax(t, nil, false); got > 4 {
+		t.Fatalf("%d requests ran at once, more than the limit 4", got)
+	}
+}
+
+// loweredCountMax runs the scenario of TestSlotsLoweredCountWaitsForDrain
+// and returns the most requests in flight at once. breakA, if set, is
+// called before a's first grant and returns what mends it (a's slot client
+// keeps the broken rule; b's is made after the mend); untilOver runs until
+// more than N ran at once (the control), at most a minute.
+func loweredCountMax(t *testing.T, breakA func() (mend func()), untilOver bool) int64 {
+	const N = 4
+	c := startCluster(t, "policies:\n  - {name: other, algorithm: token-bucket, rate: 1, burst: 1}\n")
+	applyWindowPolicy(t, c, fmt.Sprintf(slotYAML, N))
+	mend := func() {}
+	if breakA != nil {
+		mend = breakA()
+	}
+	a := newSlots(t, newClient(t, client.Config{Servers: servers(c), ClientID: "a"}), "acme")
+	var f inflight
+	var stopA, stopB atomic.Bool
+	var perA, perB atomic.Int64
+	var wg sync.WaitGroup
+	defer func() { stopA.Store(true); stopB.Store(true); wg.Wait() }()
+	// Each client's workers start a quarter of a request apart, so their
+	// requests end spread out (ending all at once, a's drain to its
+	// lowered count before any renewal could acknowledge it early).
+	stagger := func(i int) { <-time.After(time.Duration(i) * 250 * time.Millisecond) }
+	for i := range N {
+		wg.Add(1)
+		go func() { defer wg.Done(); stagger(i); f.run(t, a, time.Second, &stopA, &perA) }()
+	}
+	testcluster.WaitFor(t, 30*time.Second, func() error {
+		if l, r, _ := a.State(); l != N || r != N {
+			return fmt.Errorf("a holds %d slots and runs %d requests", l, r)
+		}
+		return nil
+	})
+	mend()
+	b := newSlots(t, newClient(t, client.Config{Servers: servers(c), ClientID: "b"}), "acme")
+	for i := range N {
+		wg.Add(1)
+		go func() { defer wg.Done(); stagger(i); f.run(t, b, time.Second, &stopB, &perB) }()
+	}
+	testcluster.WaitFor(t, 60*time.Second, func() error {
+		if perB.Load() < 2*N {
+			return fmt.Errorf("b ran %d requests (a %d, at most %d at once)", perB.Load(), perA.Load(), f.max.Load())
+		}
+		if untilOver && f.max.Load() <= N {
+			la, ra, wa := a.State()
+			lb, rb, wb := b.State()
+			return fmt.Errorf("the control has run at most %d at once so far (a: limit %d, running %d, waiting %d; b: %d, %d, %d)", f.max.Load(), la, ra, wa, lb, rb, wb)
+		}
+		return nil
+	})
+	t.Logf("a ran %d requests, b %d; at most %d at once (limit %d)", perA.Load(), perB.Load(), f.max.Load(), N)
+	return f.max.Load()
+}

@@ -15,3 +15,8 @@ func InjectWindowFault(l *WindowLedger, f WindowFault) { l.injectFault(f) }
 // builds only, like InjectFault): the jepsen-like tests' in-flight negative
 // control (faults.SlotForgetLowered).
 func InjectSlotFault(l *SlotLedger, f SlotFault) { l.injectFault(f) }
+
+// InjectSlotClientFault switches a slot client to a broken rule (fault
+// suite builds only, like InjectFault): client.Slots' negative control of
+// the acknowledgement rule on a real cluster (faults.SlotAckAtOnce).
+func InjectSlotClientFault(c *SlotClient, f SlotClientFault) { c.fault = f }

@@ -73,10 +73,15 @@ const (
 	// cut in UTC, whatever the policy's timezone: the fault suite's
 	// calendar checker's negative control (TestDailyWindowNegativeControl).
 	WindowZoneUTC Fault = "window-zone-utc"
+	// SlotAckAtOnce: client.Slots acknowledges a lowered slot count as
+	// soon as it arrives, before its running requests have drained to it
+	// (lease.SlotClientFaultAckAtOnce, breaking S2's client side): the
+	// real-cluster control TestSlotsLoweredCountWaitsForDrainNegativeControl.
+	SlotAckAtOnce Fault = "slot-ack-at-once"
 )
 
 // All lists every fault, for flag help and validation.
-var All = []Fault{AckBeforeCommit, StartFullNoDebit, TimeFromReceipt, ForgetRetired, ClockResumeOwnReading, CreditAtReduction, ForgetReplaced, IgnoreKeyAttributes, ReportDouble, AdmitBeforeLease, WindowDeadReturns, SlotForgetLowered, WindowZoneUTC}
+var All = []Fault{AckBeforeCommit, StartFullNoDebit, TimeFromReceipt, ForgetRetired, ClockResumeOwnReading, CreditAtReduction, ForgetReplaced, IgnoreKeyAttributes, ReportDouble, AdmitBeforeLease, WindowDeadReturns, SlotForgetLowered, WindowZoneUTC, SlotAckAtOnce}
 
 func parse(name string) (Fault, error) {
 	for _, f := range All {

@@ -1,0 +1,17 @@
+//go:build ration_faults
+
+package client
+
+import (
+	"github.com/ration-dev/ration/internal/faults"
+	"github.com/ration-dev/ration/lease"
+)
+
+// withSlotClientFault breaks a new slot client as faults.SlotAckAtOnce
+// says (test builds only).
+func withSlotClientFault(sc *lease.SlotClient) *lease.SlotClient {
+	if faults.Active(faults.SlotAckAtOnce) {
+		lease.InjectSlotClientFault(sc, lease.SlotClientFaultAckAtOnce)
+	}
+	return sc
+}
