@@ -90,7 +90,10 @@ func (c WindowClock) ClusterAt(w int64) int64 {
 		return w - c.Offset
 	}
 	end := satAdd(c.SlewStart, satMul(c.SlewNanos, WindowSlewDivisor))
-	if w >= c.At(end) {
+	// Past the slew's end window time rises with every nanosecond again;
+	// At(end) itself may be reached a nanosecond before end (the last
+	// nanosecond taken back stalls it there), so it is found below.
+	if w > c.At(end) {
 		return w - c.Offset + c.SlewNanos
 	}
 	// Inside the slew: the least x = t − SlewStart with x − ⌊x/D⌋ ≥ y.

@@ -73,3 +73,18 @@ func checkWindowClock(t *rapid.T, broken bool) {
 		}
 	}
 }
+
+// TestWindowClockClusterAtSlewEnd: a slew of 5 ns from cluster time 0
+// takes its last nanosecond back at t = 500, so window time is 495 from
+// t = 499 on; ClusterAt(495) is 499, not the slew's end (500), which the
+// rapid check found (seed 3751187742176009944): the due index then fired a
+// window ending there a nanosecond late.
+func TestWindowClockClusterAtSlewEnd(t *testing.T) {
+	var c WindowClock
+	c.Slew(0, 5)
+	for _, tc := range []struct{ w, want int64 }{{494, 498}, {495, 499}, {496, 501}} {
+		if got := c.ClusterAt(tc.w); got != tc.want || c.At(got) < tc.w || c.At(got-1) >= tc.w {
+			t.Errorf("ClusterAt(%d) = %d (window time there %d, before %d), want %d", tc.w, got, c.At(got), c.At(got-1), tc.want)
+		}
+	}
+}
