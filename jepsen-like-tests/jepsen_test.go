@@ -69,6 +69,16 @@ func requirePass(t *testing.T, e *Env, s Summary) {
 	}
 }
 
+// requireCaughtBy: a negative control passes only if the named checker
+// itself caught it (not, say, liveness alone).
+func requireCaughtBy(t *testing.T, e *Env, s Summary, checker string) {
+	t.Helper()
+	requirePass(t, e, s)
+	if by, _ := s.Extra["caught_by"].([]string); !slices.Contains(by, checker) {
+		t.Fatalf("run %s: caught by %v, not by the %s checker; seed %d; report %s", s.Name, by, checker, s.Seed, e.dir)
+	}
+}
+
 // quickNemeses: the quick run's sequence, every nemesis once, then one
 // mixture. pause-client and client-cut draw any replica or the edge;
 // pause-edge and edge-cut make sure the edge gets both.

@@ -4,20 +4,9 @@ package jepsen
 
 import (
 	"os"
-	"slices"
 	"testing"
 	"time"
 )
-
-// requireCaughtByInFlight: a concurrency control passes only if the
-// in-flight checker itself caught it (not, say, liveness).
-func requireCaughtByInFlight(t *testing.T, e *Env, s Summary) {
-	t.Helper()
-	requirePass(t, e, s)
-	if by, _ := s.Extra["caught_by"].([]string); !slices.Contains(by, "in-flight") {
-		t.Fatalf("run %s: caught by %v, not by the in-flight checker; seed %d; report %s", s.Name, by, s.Seed, e.dir)
-	}
-}
 
 // slotsConfig: a concurrency policy of N = 8 requests in flight with
 // max_duration 1s (the slot lease is 5s), four replicas each running 6
@@ -74,8 +63,8 @@ func TestConcurrencyNegativeControl(t *testing.T) {
 	cfg := slotsConfig("nc-slot-forget-lowered", seedFromEnv(32))
 	cfg.ServerFaults = []string{"slot-forget-lowered"}
 	e := newEnv(t, cfg)
-	requireCaughtByInFlight(t, e, Execute(e, Scenario{Config: cfg, Warmup: 3 * time.Second, Nemeses: slotControlNemeses,
-		Controls: "a lowered slot count freed before the client acknowledges it", ExpectViolation: true, Tail: 5 * time.Second}))
+	requireCaughtBy(t, e, Execute(e, Scenario{Config: cfg, Warmup: 3 * time.Second, Nemeses: slotControlNemeses,
+		Controls: "a lowered slot count freed before the client acknowledges it", ExpectViolation: true, Tail: 5 * time.Second}), "in-flight")
 }
 
 // TestConcurrencyControlHealthy: the control's scenario with the fault
@@ -102,7 +91,7 @@ func TestConcurrencyQuick(t *testing.T) {
 		cfg := slotsConfig("nc-slot-forget-lowered-quick", seedFromEnv(34))
 		cfg.ServerFaults = []string{"slot-forget-lowered"}
 		e := newEnv(t, cfg)
-		requireCaughtByInFlight(t, e, Execute(e, Scenario{Config: cfg, Warmup: 2 * time.Second, Nemeses: []Nemesis{SlotDemandSwing},
-			Controls: "a lowered slot count freed before the client acknowledges it", ExpectViolation: true, Tail: 3 * time.Second}))
+		requireCaughtBy(t, e, Execute(e, Scenario{Config: cfg, Warmup: 2 * time.Second, Nemeses: []Nemesis{SlotDemandSwing},
+			Controls: "a lowered slot count freed before the client acknowledges it", ExpectViolation: true, Tail: 3 * time.Second}), "in-flight")
 	})
 }
