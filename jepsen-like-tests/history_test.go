@@ -242,7 +242,7 @@ func TestGrantCheckReleases(t *testing.T) {
 	writeFile(t, dir, "grants-a.csv", grantsHeader+"\n"+grants)
 	writeFile(t, dir, "grants-b.csv", grantsHeader+"\n100,b,p,k,7,false,5000,0,2000\n")
 	g := &grantCheck{killedAt: 1000, queriedAt: 2000, answeredAt: 2100, leases: map[string]map[uint64]bool{}}
-	if r := g.verify(dir); r.OK || !strings.Contains(r.Detail, "7 of 7") {
+	if r := g.verify(dir, ""); r.OK || !strings.Contains(r.Detail, "7 of 7") {
 		t.Fatalf("no releases: %+v; want all lost", r)
 	}
 	writeFile(t, dir, "releases-a.csv", releasesHeader+"\n"+
@@ -252,7 +252,7 @@ func TestGrantCheckReleases(t *testing.T) {
 		"2090,a,p,k,4,0,2050,false\n"+ // sent after the query, before its answer: excused
 		"2300,a,p,k,5,0,2200,true\n"+ // sent after the answer: lost
 		"1700,a,p,k,7,0,1500,true\n") // a's lease 7 is not b's: b's 7 lost
-	r := g.verify(dir)
+	r := g.verify(dir, "")
 	for _, want := range []string{"4 of 7", "3 more released", "a lease 2 ", "a lease 5 ", "a lease 6 ", "b lease 7 "} {
 		if !strings.Contains(r.Detail, want) {
 			t.Fatalf("releases: %+v; want %q in the detail", r, want)
@@ -264,18 +264,22 @@ func TestGrantCheckReleases(t *testing.T) {
 	// The lost ones listed: nothing lost, three excused.
 	g.leases["a"] = map[uint64]bool{2: true, 5: true, 6: true}
 	g.leases["b"] = map[uint64]bool{7: true}
-	if r := g.verify(dir); !r.OK || !strings.Contains(r.Detail, "3 more released") {
+	if r := g.verify(dir, ""); !r.OK || !strings.Contains(r.Detail, "3 more released") {
 		t.Fatalf("the unreleased leases listed: %+v; want pass with three excused", r)
 	}
 	// Only released leases: nothing was checked, which is not a pass.
 	only := t.TempDir()
 	writeFile(t, only, "grants-a.csv", grantsHeader+"\n100,a,p,k,1,false,5000,0,2000\n")
 	writeFile(t, only, "releases-a.csv", releasesHeader+"\n600,a,p,k,1,0,500,true\n")
-	if r := (&grantCheck{killedAt: 1000, queriedAt: 2000, answeredAt: 2100}).verify(only); r.OK || !strings.Contains(r.Detail, "nothing was checked") {
+	if r := (&grantCheck{killedAt: 1000, queriedAt: 2000, answeredAt: 2100}).verify(only, ""); r.OK || !strings.Contains(r.Detail, "nothing was checked") {
 		t.Fatalf("every lease released: %+v; want nothing checked", r)
 	}
+	// Nothing to compare, and a reason to expect it (a window policy): a pass that says why.
+	if r := (&grantCheck{killedAt: 1000, queriedAt: 2000, answeredAt: 2100}).verify(only, "why"); !r.OK || !strings.Contains(r.Detail, "nothing was checked (why)") {
+		t.Fatalf("nothing to compare, expected: %+v", r)
+	}
 	writeFile(t, only, "releases-c.csv", releasesHeader+"\n1,c,p,k,x,0,1,true\n2,c,p,k,1,0,1,true\n")
-	if r := (&grantCheck{}).verify(only); r.OK || !strings.Contains(r.Detail, "releases-c.csv:2") {
+	if r := (&grantCheck{}).verify(only, "why"); r.OK || !strings.Contains(r.Detail, "releases-c.csv:2") {
 		t.Fatalf("a malformed release line: %+v", r)
 	}
 }
