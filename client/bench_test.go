@@ -62,13 +62,20 @@ policies:
 // then the cluster) run when b's benchmark, sub-benchmarks included, ends.
 func startBenchClient(b *testing.B) *client.Client {
 	b.Helper()
-	c := testcluster.New(b, 3, testcluster.WithPolicies(benchPolicy), testcluster.WithLogLevel(slog.LevelError))
+	return startBenchClientWith(b, benchPolicy, "bench")
+}
+
+// startBenchClientWith starts a 3-node cluster with policies and a client
+// of it with the given ID, both stopped when b ends.
+func startBenchClientWith(b *testing.B, policies, clientID string) *client.Client {
+	b.Helper()
+	c := testcluster.New(b, 3, testcluster.WithPolicies(policies), testcluster.WithLogLevel(slog.LevelError))
 	c.WaitForLeader(b)
 	var addrs []string
 	for i := 0; i < c.Len(); i++ {
 		addrs = append(addrs, c.Server(i).GRPCAddr())
 	}
-	cl, err := client.New(context.Background(), client.Config{Servers: addrs, ClientID: "bench"})
+	cl, err := client.New(context.Background(), client.Config{Servers: addrs, ClientID: clientID})
 	if err != nil {
 		b.Fatal(err)
 	}

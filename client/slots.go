@@ -402,7 +402,7 @@ func (s *Slots) step() time.Duration {
 		demand = s.sc.Demand(queued)
 	}
 	if !s.instantDemand.Load() {
-		demand = min(lease.MaxSlots, max(demand, s.peak))
+		demand = max(demand, s.peak) // both from SlotClient.Demand: at most MaxSlots
 	}
 	var id uint64
 	var acked uint64

@@ -3,7 +3,6 @@ package client_test
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"runtime"
 	"testing"
 	"time"
@@ -36,17 +35,7 @@ policies:
 //
 //	go test ./client -run '^$' -bench SlotsAcquireRelease -count 10 | benchstat -
 func BenchmarkSlotsAcquireRelease(b *testing.B) {
-	c := testcluster.New(b, 3, testcluster.WithPolicies(benchSlotPolicy), testcluster.WithLogLevel(slog.LevelError))
-	c.WaitForLeader(b)
-	var addrs []string
-	for i := 0; i < c.Len(); i++ {
-		addrs = append(addrs, c.Server(i).GRPCAddr())
-	}
-	cl, err := client.New(context.Background(), client.Config{Servers: addrs, ClientID: "bench-slots"})
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { _ = cl.Close() })
+	cl := startBenchClientWith(b, benchSlotPolicy, "bench-slots")
 	s := cl.Slots("benchslots", map[string]string{"tenant": "acme"}, client.SlotOptions{MaxQueue: -1})
 	b.Cleanup(func() { _ = s.Close() })
 	// warm holds n slots at once until the lease grants them (the
