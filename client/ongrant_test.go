@@ -99,3 +99,31 @@ func TestOnReleaseReportsReleasedLease(t *testing.T) {
 		return nil
 	})
 }
+
+// OnRelease reports a release the cluster did not answer with its error:
+// every server is gone when Close releases the lease.
+func TestOnReleaseReportsFailedRelease(t *testing.T) {
+	c := startCluster(t, evictPolicies)
+	var mu sync.Mutex
+	var rels []client.ReleaseInfo
+	cl, err := client.New(context.Background(), client.Config{Servers: servers(c), ClientID: "onrelease-down", FirstLeaseWait: 10 * time.Second,
+		RequestTimeout: 200 * time.Millisecond, Logger: testLogger(t, "onrelease-down"),
+		OnRelease: func(r client.ReleaseInfo) {
+			mu.Lock()
+			rels = append(rels, r)
+			mu.Unlock()
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitLease(t, nil, cl.Limiter("tenants", client.Key{"tenant": "acme"}))
+	for i := range c.Len() {
+		c.Kill(i)
+	}
+	_ = cl.Close() // its release cannot be answered
+	mu.Lock()
+	defer mu.Unlock()
+	if len(rels) != 1 || rels[0].Err == nil || rels[0].LeaseID == 0 {
+		t.Fatalf("releases %+v, want one with the RPC's error", rels)
+	}
+}
