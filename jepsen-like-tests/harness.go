@@ -220,6 +220,10 @@ func (e *Env) procWall(mono int64) time.Time {
 	return e.cfg.WallStart.Add(time.Duration(mono - e.wallMono))
 }
 
+// procMono is the monotonic time at which the processes' wall clock reads
+// wall (procWall's inverse).
+func (e *Env) procMono(wall time.Time) int64 { return e.wallMono + int64(wall.Sub(e.cfg.WallStart)) }
+
 // binaries builds rationd, rationctl and the replica once per test binary,
 // statically, with -tags ration_faults (the faults stay off unless a run
 // asks for them).

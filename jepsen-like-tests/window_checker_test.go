@@ -3,6 +3,7 @@
 package jepsen
 
 import (
+	"strings"
 	"testing"
 	"time"
 )
@@ -195,5 +196,15 @@ func TestCheckCalendar(t *testing.T) {
 	}
 	if c := CheckCalendar(early, "day", paris, wallAt, 10*time.Second, time.Second, false); !c.OK() {
 		t.Fatalf("no new day, none wanted: %s", c.Describe())
+	}
+	// What it does not know is an error, not a verdict: a DST day (the
+	// answers' 24h windows against Paris's 23h 2027-03-28), another period.
+	dst := time.Date(2027, 3, 28, 12, 0, 0, 0, paris)
+	dstAt := func(mono int64) time.Time { return dst.Add(time.Duration(mono - base)) }
+	if c := CheckCalendar(early, "day", paris, dstAt, 10*time.Second, time.Second, false); c.OK() || !strings.Contains(c.Err, "the day there lasts 23h0m0s") {
+		t.Fatalf("a DST day: %s", c.Describe())
+	}
+	if c := CheckCalendar(early, "week", paris, wallAt, 10*time.Second, time.Second, false); c.OK() || !strings.Contains(c.Err, "knows period day") {
+		t.Fatalf("period week: %s", c.Describe())
 	}
 }

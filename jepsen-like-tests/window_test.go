@@ -125,7 +125,7 @@ func dailyConfig(name string, seed int64) RunConfig {
 // lasts past the run's end and liveness (every replica admitting after
 // the heal) is about the new day, not about who spent it first.
 var killLeaderAcrossMidnight = Nemesis{"kill-leader-across-midnight", func(e *Env, _ *rand.Rand) string {
-	at := e.wallMono + int64(dailyMidnight.Sub(e.cfg.WallStart)) - int64(500*time.Millisecond)
+	at := e.procMono(dailyMidnight.Add(-500 * time.Millisecond))
 	late := ""
 	if d := time.Duration(at - MonoNow()); d > 0 {
 		hold(d)
