@@ -272,6 +272,7 @@ func TestErrors(t *testing.T) {
 		{"domain: d\ndescriptors:\n  - a\n", `descriptors must be a list of mappings; found a scalar "a"`},
 		{"domain: [d]\n", "domain must be a string"},
 		{"domain: d\n  bad: [\n", "not valid YAML"},
+		{"---", "bad.yaml: empty file; want a mapping with domain and descriptors"},
 	}
 	for _, tc := range cases {
 		_, err := Load(map[string][]byte{"bad.yaml": []byte(tc.yaml)})
