@@ -69,6 +69,8 @@ func TestRateLimitReset(t *testing.T) {
 		{[]string{`"q";r=0;t=5;d=%"%ff"`}, 0, false},         // invalid UTF-8
 		{[]string{`"q";r=0;t=1234567890123456`}, 0, false},   // 16 digits
 		{[]string{`"q";r=0;t=5;t=8`}, 8 * time.Second, true}, // last param wins
+		{[]string{`"q";r=0;t=5;at=@`}, 0, false},             // a Date with no digits (once a panic)
+		{[]string{"\"q\";r=0;t=5;pk=:YQ\n==:"}, 0, false},    // LF inside Bytes
 		{nil, 0, false},
 	} {
 		got, ok := retry.RateLimitReset(tc.lines)

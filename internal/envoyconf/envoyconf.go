@@ -263,7 +263,9 @@ func (c *Config) load(file string, data []byte) []error {
 	if err := yaml.Unmarshal(data, &doc); err != nil {
 		return []error{&Error{File: file, Msg: "not valid YAML: " + err.Error()}}
 	}
-	if len(doc.Content) == 0 {
+	// A document start ("---") alone is a document of nothing, which
+	// yaml.v3 places on the line past it.
+	if len(doc.Content) == 0 || doc.Content[0].Kind == yaml.ScalarNode && doc.Content[0].Tag == "!!null" && doc.Content[0].Value == "" {
 		return []error{&Error{File: file, Msg: "empty file; want a mapping with domain and descriptors"}}
 	}
 	root := doc.Content[0]
@@ -661,8 +663,10 @@ func (r *Rule) policyText() (string, error) {
 	if int64(r.RequestsPerUnit) > policy.MaxBurst {
 		return "", fmt.Errorf("requests_per_unit %d is more than the largest burst %d", r.RequestsPerUnit, policy.MaxBurst)
 	}
-	if r.Unit == UnitSecond && int64(r.RequestsPerUnit) > policy.MaxRate {
-		return "", fmt.Errorf("requests_per_unit %d per second is more than the largest rate %d", r.RequestsPerUnit, policy.MaxRate)
+	// Up to a day the rate is rpu per unit, and a policy's rate is at
+	// most MaxRate per interval; beyond, it is a day's share, always less.
+	if r.Unit.Seconds() <= 86400 && int64(r.RequestsPerUnit) > policy.MaxRate {
+		return "", fmt.Errorf("requests_per_unit %d per %s is more than the largest rate %d per %s", r.RequestsPerUnit, r.Unit, policy.MaxRate, r.Unit)
 	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "  # %s: %s line %d\n", r.FullKey, r.File, r.Line)

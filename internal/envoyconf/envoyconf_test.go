@@ -266,10 +266,13 @@ func TestErrors(t *testing.T) {
 		{"domain: d\ndescriptors:\n  - key: a\n    value: b\n    share_threshold: true\n", "share_threshold can only be used with a wildcard value"},
 		{"domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: second, requests_per_unit: -1}\n", `"-1" is not a whole number`},
 		{"domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: second, requests_per_unit: 2000000000}\n", "more than the largest rate"},
+		{"domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: minute, requests_per_unit: 4294967295}\n",
+			`bad.yaml: line 3: descriptor "d.a": requests_per_unit 4294967295 per minute is more than the largest rate 1000000000 per minute`},
 		{"domain: d\ndescriptors:\n  - key: a\n    quota_mode: true\n", "quota_mode is not supported"},
 		{"domain: d\ndescriptors:\n  - a\n", `descriptors must be a list of mappings; found a scalar "a"`},
 		{"domain: [d]\n", "domain must be a string"},
 		{"domain: d\n  bad: [\n", "not valid YAML"},
+		{"---", "bad.yaml: empty file; want a mapping with domain and descriptors"},
 	}
 	for _, tc := range cases {
 		_, err := Load(map[string][]byte{"bad.yaml": []byte(tc.yaml)})

@@ -15,7 +15,8 @@ import (
 // A small parser for RFC 9651 (Structured Field Values) Lists, enough to
 // read the RateLimit field: every bare item type is parsed (so a valid
 // field is never refused), and a field that fails to parse is ignored as a
-// whole, as §4.2 requires.
+// whole, as §4.2 requires. FuzzParseList holds it to an independent
+// parser, github.com/dunglas/httpsfv (a test dependency only).
 
 type Kind uint8
 
@@ -220,6 +221,13 @@ func (p *parser) bareItem() (Item, error) {
 		}
 		raw := p.s[p.pos : p.pos+end]
 		p.pos += end + 1
+		// encoding/base64 skips CR and LF; RFC 9651 §4.2.7 allows only
+		// the alphabet and '='.
+		for i := 0; i < len(raw); i++ {
+			if c := raw[i]; !isAlpha(c) && !isDigit(c) && c != '+' && c != '/' && c != '=' {
+				return Item{}, ErrInvalid
+			}
+		}
 		b, err := base64.StdEncoding.DecodeString(raw)
 		if err != nil {
 			return Item{}, ErrInvalid
@@ -252,10 +260,11 @@ func (p *parser) bareItem() (Item, error) {
 }
 
 // number parses an Integer (at most 15 digits) or a Decimal (at most 12
-// integer and 1-3 fractional digits).
+// integer and 1-3 fractional digits). It may start at the end of the
+// input (after a Date's '@').
 func (p *parser) number() (Item, error) {
 	start := p.pos
-	if p.peek() == '-' {
+	if !p.eof() && p.peek() == '-' {
 		p.pos++
 	}
 	digitsStart := p.pos

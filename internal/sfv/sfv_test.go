@@ -25,7 +25,7 @@ func TestParseList(t *testing.T) {
 	if got[3].Item.Kind != Bytes || string(got[3].Item.Bytes) != "hi" {
 		t.Fatalf("bytes %#v", got[3])
 	}
-	for _, bad := range []string{`"x`, `a,`, `"a";Q=1`, `1.2345`, `"a" "b"`, `?2`, `"\x"`} {
+	for _, bad := range []string{`"x`, `a,`, `"a";Q=1`, `1.2345`, `"a" "b"`, `?2`, `"\x"`, `@`, `0, @`, ":YQ\n==:"} {
 		if _, err := ParseList([]string{bad}); err == nil {
 			t.Errorf("%q parsed, want an error", bad)
 		}
