@@ -26,11 +26,19 @@ import (
 // (Before the rule, a's new grant moved their cancel time to its own
 // deadline, which its renewals kept moving: 6 in flight against 4, for as
 // long as they ran.)
-const slotNoRuleYAML = `
+//
+// No max_duration; a cancel grace of 1s, so that a's requests, cancelled a
+// second before their lease's deadline, are certainly gone before b starts
+// on a loaded machine. (With no grace they are cancelled at the deadline
+// itself, which precedes the cluster's expiry only by the drift margin,
+// about 10 ms of a 5 s lease: the bound then counts on work that returns
+// at once, ε_over of docs/concurrency.md §4. The break was the same.)
+const slotCancelGraceYAML = `
 policies:
   - name: inflight
     algorithm: concurrency
     limit: %d
+    cancel_grace: 1s
     key: [tenant]
 `
 
@@ -88,7 +96,7 @@ const (
 func slotsAcrossEvent(t *testing.T, ev slotEvent, breakA func() (mend func()), untilOver bool) (int64, time.Duration) {
 	const N = 4
 	c := startCluster(t, "policies:\n  - {name: other, algorithm: token-bucket, rate: 1, burst: 1}\n")
-	yaml := fmt.Sprintf(slotNoRuleYAML, N)
+	yaml := fmt.Sprintf(slotCancelGraceYAML, N)
 	applyWindowPolicy(t, c, yaml)
 	snap := saveSnapshot(t, c)
 	f := &inflightSpan{limit: N}
