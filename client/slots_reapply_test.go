@@ -81,6 +81,9 @@ func (f *inflightSpan) read() (most int64, above time.Duration) {
 	return f.max, above
 }
 
+// slotsAcrossN is the scenario's limit N.
+const slotsAcrossN = 4
+
 // slotEvent is what happens to the cluster while a's requests run.
 type slotEvent int
 
@@ -94,7 +97,7 @@ const (
 // before a's first grant and returns what mends it; untilOver runs until
 // more than N ran at once (the control).
 func slotsAcrossEvent(t *testing.T, ev slotEvent, breakA func() (mend func()), untilOver bool) (int64, time.Duration) {
-	const N = 4
+	const N = slotsAcrossN
 	c := startCluster(t, "policies:\n  - {name: other, algorithm: token-bucket, rate: 1, burst: 1}\n")
 	yaml := fmt.Sprintf(slotCancelGraceYAML, N)
 	applyWindowPolicy(t, c, yaml)
@@ -139,60 +142,14 @@ func slotsAcrossEvent(t *testing.T, ev slotEvent, breakA func() (mend func()), u
 	})
 	mend()
 
-	switch ev {
-	case slotRestore:
-		if err := restoreSnapshot(t, c, snap); err != nil {
-			t.Fatalf("restore: %v", err)
-		}
-	case slotReapply:
-		testcluster.WaitFor(t, testcluster.DefaultWait, func() error {
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			defer cancel()
-			_, err := leaderAdmin(t, c).DeletePolicy(ctx, &api.DeletePolicyRequest{Name: "inflight"})
-			return err
-		})
-		// Across one renewal: a's is refused, and a drops its lease.
-		testcluster.WaitFor(t, 30*time.Second, func() error {
-			if l, r, _ := a.State(); l != 0 || r != N {
-				return fmt.Errorf("a holds %d slots and runs %d requests", l, r)
-			}
-			return nil
-		})
-		applyWindowPolicy(t, c, yaml)
-	}
+	applySlotEvent(t, c, ev, a, snap, yaml)
 
 	// b: N workers running short requests, as many as b gets slots for.
 	b := newSlots(t, newClient(t, client.Config{Servers: servers(c), ClientID: "b"}), "acme")
 	var bRan atomic.Int64
 	for range N {
 		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				rctx, release, err := b.AcquireWithin(context.Background(), 200*time.Millisecond)
-				if errors.Is(err, client.ErrSlotWaitTimeout) {
-					continue
-				}
-				if err != nil {
-					t.Errorf("b: acquire: %v", err)
-					return
-				}
-				f.enter()
-				select {
-				case <-time.After(100 * time.Millisecond): // the request's work
-				case <-rctx.Done():
-				case <-stop:
-				}
-				f.leave()
-				release()
-				bRan.Add(1)
-			}
-		}()
+		go func() { defer wg.Done(); runShortSlots(t, b, f, stop, &bRan) }()
 	}
 	testcluster.WaitFor(t, 60*time.Second, func() error {
 		most, above := f.read()
@@ -232,5 +189,61 @@ func TestSlotsAcrossReapply(t *testing.T) {
 	}
 	if got, above := slotsAcrossEvent(t, slotReapply, nil, false); got > 4 {
 		t.Fatalf("%d requests ran at once across the delete and re-apply, more than the limit 4 (above it for %v)", got, above)
+	}
+}
+
+// applySlotEvent restores snap, or deletes the policy and, once a's
+// renewal has been refused (a holds no slots, its N requests still run),
+// applies yaml again.
+func applySlotEvent(t *testing.T, c *testcluster.Cluster, ev slotEvent, a *client.Slots, snap []byte, yaml string) {
+	t.Helper()
+	switch ev {
+	case slotRestore:
+		if err := restoreSnapshot(t, c, snap); err != nil {
+			t.Fatalf("restore: %v", err)
+		}
+	case slotReapply:
+		testcluster.WaitFor(t, testcluster.DefaultWait, func() error {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			_, err := leaderAdmin(t, c).DeletePolicy(ctx, &api.DeletePolicyRequest{Name: "inflight"})
+			return err
+		})
+		// Across one renewal: a's is refused, and a drops its lease.
+		testcluster.WaitFor(t, 30*time.Second, func() error {
+			if l, r, _ := a.State(); l != 0 || r != slotsAcrossN {
+				return fmt.Errorf("a holds %d slots and runs %d requests", l, r)
+			}
+			return nil
+		})
+		applyWindowPolicy(t, c, yaml)
+	}
+}
+
+// runShortSlots runs 100 ms requests on s, counted in f, until stop.
+func runShortSlots(t *testing.T, s *client.Slots, f *inflightSpan, stop <-chan struct{}, ran *atomic.Int64) {
+	for {
+		select {
+		case <-stop:
+			return
+		default:
+		}
+		rctx, release, err := s.AcquireWithin(context.Background(), 200*time.Millisecond)
+		if errors.Is(err, client.ErrSlotWaitTimeout) {
+			continue
+		}
+		if err != nil {
+			t.Errorf("acquire: %v", err)
+			return
+		}
+		f.enter()
+		select {
+		case <-time.After(100 * time.Millisecond): // the request's work
+		case <-rctx.Done():
+		case <-stop:
+		}
+		f.leave()
+		release()
+		ran.Add(1)
 	}
 }
