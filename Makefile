@@ -29,7 +29,7 @@ test: ## everything CI runs: vet, every test (property tests, negative controls,
 	$(GO) test -count=1 -tags ration_faults ./internal/faults
 	$(GO) test -count=1 -tags ration_faults -run TestAuditNegativeControl ./internal/observe
 	$(GO) test -count=1 -tags ration_faults -run NegativeControl ./client/httplimit ./client/grpclimit
-	$(GO) test -count=1 -tags ration_faults -run 'TestSlotsLoweredCountWaitsForDrainNegativeControl|TestEdgeRouteSwitchNegativeControl|TestPolicyChangeNegativeControl' ./client
+	$(GO) test -count=1 -tags ration_faults -run 'TestSlotsLoweredCountWaitsForDrainNegativeControl|TestSlotsAcrossRestoreNegativeControl|TestSlotsAcrossReapplyNegativeControl|TestEdgeRouteSwitchNegativeControl|TestPolicyChangeNegativeControl' ./client
 	$(MAKE) fuzz-quick
 	$(MAKE) jepsen-quick
 
@@ -119,5 +119,5 @@ jepsen: jepsen-deps ## the window and concurrency workloads and their controls (
 jepsen-windows: jepsen-deps ## the window workloads (issue 16): 3s windows and a Paris day ending mid-run under the nemeses, the window-count and calendar checkers and their negative controls (root, ~3 min; SEED=…, WINDOW_NEMESES=all)
 	SEED=$(SEED) $(GO) test -tags jepsen -count=1 -v -timeout 30m ./jepsen-like-tests -run 'TestCheckWindows|TestCheckCalendar|TestWindows$$|TestWindowNegativeControl$$|TestDailyWindow$$|TestDailyWindowNegativeControl$$'
 
-jepsen-concurrency: jepsen-deps ## the concurrency workload (issue 16): a concurrency policy under the nemeses, the in-flight checker and its negative control (root, ~2 min; SEED=…, SLOT_NEMESES=all; the short mode is -run TestConcurrencyQuick)
+jepsen-concurrency: jepsen-deps ## the concurrency workload (issue 16): a concurrency policy under the nemeses, the in-flight checker and its negative control (root, ~3 min; SEED=…, SLOT_NEMESES=all; the short mode is -run TestConcurrencyQuick)
 	SEED=$(SEED) $(GO) test -tags jepsen -count=1 -v -timeout 30m ./jepsen-like-tests -run 'TestCheckInFlight|TestConcurrency$$|TestConcurrencyNegativeControl$$'

@@ -28,7 +28,8 @@ import (
 // lease.SlotClient holds the rules: no start past the local deadline less
 // max_duration (and the request's context ends max_duration after its
 // start), or, without max_duration, every running request's context is
-// cancelled cancel_grace before the deadline.
+// cancelled cancel_grace before the deadline of the lease it started
+// under: a renewal of that lease moves it, a later grant never does.
 //
 // Each handle holds its slot lease under a client ID of its own,
 // ClientID+"/slots/"+n (n counts the process's handles), with its own
@@ -59,12 +60,17 @@ type Slots struct {
 	caller string
 	seq    atomic.Uint64
 
-	mu       sync.Mutex
-	sc       *lease.SlotClient // nil until the first grant gives the rules
-	maxDur   int64
-	grace    int64
-	waiting  []*slotWaiter
-	running  map[*slotRun]struct{}
+	mu      sync.Mutex
+	sc      *lease.SlotClient // nil until the first grant gives the rules
+	maxDur  int64
+	grace   int64
+	waiting []*slotWaiter
+	// running: the requests running, by the grant they started under
+	// (lease.SlotStart.GrantNo; 0: started past the limit by the
+	// ignoreLimit control). Each grant's requests are cancelled at that
+	// grant's cancel time, never a later grant's (docs/concurrency.md §3,
+	// rule 7).
+	running  map[uint64]*slotGrantRuns
 	maxQueue int
 	closed   bool
 	renewAt  int64 // local
@@ -114,6 +120,15 @@ type slotRun struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 	once   sync.Once
+	start  lease.SlotStart
+}
+
+// slotGrantRuns are the requests running under one grant.
+type slotGrantRuns struct {
+	runs map[*slotRun]struct{}
+	// cancelledAt: the deadline-cancel rule cancelled them at this cancel
+	// time (a renewal of their lease may move it later: then again).
+	cancelledAt int64
 }
 
 // Slots returns a handle on the key of a concurrency policy that attrs
@@ -130,7 +145,7 @@ func (c *Client) Slots(policy string, attrs map[string]string, opts SlotOptions)
 		a[k] = v
 	}
 	s := &Slots{c: c, key: &api.Key{Policy: policy, Attributes: a}, caller: slotCallerID(c.cfg.ClientID, slotHandles.Add(1)),
-		running: map[*slotRun]struct{}{}, maxQueue: opts.MaxQueue,
+		running: map[uint64]*slotGrantRuns{}, maxQueue: opts.MaxQueue,
 		wake: make(chan struct{}, 1), done: make(chan struct{}), stop: make(chan struct{})}
 	go s.loop()
 	return s
@@ -248,21 +263,26 @@ func (s *Slots) tryStartLocked(parent context.Context) *slotRun {
 		return nil
 	}
 	now := s.c.clock.Precise()
-	endBy, ok := s.sc.TryStart(now)
+	st, ok := s.sc.TryStart(now)
 	if !ok && s.ignoreLimit.Load() {
-		endBy, ok = now+s.maxDur, true
+		st, ok = lease.SlotStart{EndBy: now + s.maxDur}, true
 	}
 	if !ok {
 		return nil
 	}
-	r := &slotRun{}
-	deadline := time.Now().Add(time.Duration(endBy - now))
+	r := &slotRun{start: st}
+	deadline := time.Now().Add(time.Duration(st.EndBy - now))
 	if s.maxDur > 0 {
 		r.ctx, r.cancel = context.WithDeadline(context.WithoutCancel(parent), deadline)
 	} else {
 		r.ctx, r.cancel = context.WithCancel(context.WithoutCancel(parent))
 	}
-	s.running[r] = struct{}{}
+	g := s.running[st.GrantNo]
+	if g == nil {
+		g = &slotGrantRuns{runs: map[*slotRun]struct{}{}}
+		s.running[st.GrantNo] = g
+	}
+	g.runs[r] = struct{}{}
 	s.notePeakLocked()
 	s.cancelDueLocked(now) // arms the deadline-cancel timer
 	return r
@@ -282,8 +302,12 @@ func (s *Slots) releaser(r *slotRun) func() {
 		r.once.Do(func() {
 			r.cancel()
 			s.mu.Lock()
-			delete(s.running, r)
-			s.sc.End()
+			if g := s.running[r.start.GrantNo]; g != nil {
+				if delete(g.runs, r); len(g.runs) == 0 {
+					delete(s.running, r.start.GrantNo)
+				}
+			}
+			s.sc.End(r.start)
 			s.handOffLocked()
 			s.mu.Unlock()
 			s.poke() // an acknowledgement may be due
@@ -305,31 +329,42 @@ func (s *Slots) handOffLocked() {
 	}
 }
 
-// cancelDueLocked cancels every running request's context once the
-// deadline-cancel time has come (without max_duration), and returns the
-// time to look again.
+// cancelDueLocked cancels the contexts of the requests running under each
+// grant once that grant's cancel time has come (without max_duration): the
+// installed lease's deadline less the grace, or, for a lease dropped or
+// replaced since, the one it had then. It returns the time to look again.
 func (s *Slots) cancelDueLocked(now int64) time.Duration {
 	if s.sc == nil || s.maxDur > 0 || len(s.running) == 0 {
 		return time.Hour
 	}
-	at := s.sc.CancelAt()
-	if s.sc.Running() > 0 && now >= at {
-		for r := range s.running {
-			r.cancel()
+	next, found := int64(0), false
+	for no, g := range s.running {
+		at := s.sc.CancelAtOf(no)
+		switch {
+		case no == 0 || g.cancelledAt == at:
+		case now >= at:
+			for r := range g.runs {
+				r.cancel()
+			}
+			g.cancelledAt = at
+		case !found || at < next:
+			next, found = at, true
 		}
+	}
+	if !found {
 		return time.Hour
 	}
-	// Looked at again at CancelAt (a renewal may have moved it by then).
+	// Looked at again then (a renewal may have moved it by then).
 	if s.cancelTimer == nil {
-		s.cancelTimer = time.AfterFunc(time.Duration(at-now), func() {
+		s.cancelTimer = time.AfterFunc(time.Duration(next-now), func() {
 			s.mu.Lock()
 			defer s.mu.Unlock()
 			s.cancelDueLocked(s.c.clock.Precise())
 		})
 	} else {
-		s.cancelTimer.Reset(time.Duration(at - now))
+		s.cancelTimer.Reset(time.Duration(next - now))
 	}
-	return time.Duration(at - now)
+	return time.Duration(next - now)
 }
 
 // Close stops taking requests, refuses the queued ones, and releases the

@@ -6,6 +6,7 @@ import (
 	"cmp"
 	"fmt"
 	"math/rand/v2"
+	"path/filepath"
 	"slices"
 	"strings"
 	"time"
@@ -349,3 +350,34 @@ var SlotDemandSwing = Nemesis{"slot-demand-swing", func(e *Env, _ *rand.Rand) st
 }}
 
 const slotSwingHigh, slotSwingLow = 12, 1
+
+// SlotRestore: the operator saves a snapshot (rationctl snapshot save) and
+// restores it 2 s later under full load (rationctl snapshot restore). Every
+// slot lease is dropped and every slot held for the lease duration (rule
+// (j)); each replica's next renewal is refused, and it acquires anew while
+// the requests of its old lease run: they must end by that lease's
+// deadline, not the new one's (rule 7 of docs/concurrency.md §3).
+var SlotRestore = Nemesis{"slot-restore", func(e *Env, _ *rand.Rand) string {
+	path := filepath.Join(e.dir, "slots.snap")
+	e.mustRationctl("snapshot save", path)
+	hold(2 * time.Second)
+	e.mustRationctl("snapshot restore", path)
+	return "rationctl snapshot save, then snapshot restore 2s later, under load"
+}}
+
+// SlotDeleteReapply: the policy deleted under full load and re-applied
+// 2.5 s later (across a renewal: each replica's is refused, the key being
+// gone). The cluster keeps the deleted policy's slot leases held until
+// their expiry; the replicas acquire anew once it is back, while the
+// requests of their old leases run (rule 7 of docs/concurrency.md §3).
+var SlotDeleteReapply = Nemesis{"slot-delete-reapply", func(e *Env, _ *rand.Rand) string {
+	file := e.policyFile("[tenant]")
+	e.mustRationctl("policy delete", "jepsen")
+	hold(2500 * time.Millisecond)
+	refused, last := e.applyUntilAccepted(file, 2*e.cfg.Policy.Lease+10*time.Second)
+	detail := fmt.Sprintf("rationctl policy delete under load, policy apply 2.5s later (refused %d times)", refused)
+	if last != "" {
+		detail += "; last refusal: " + last
+	}
+	return detail
+}}

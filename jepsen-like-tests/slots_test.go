@@ -25,11 +25,13 @@ func slotsConfig(name string, seed int64) RunConfig {
 // replica cut off past its slot lease (its slots return at the expiry
 // while its last requests end by their max_duration), clocks within ρ, a
 // leader paused, demand swinging between two replicas (slots move under
-// the acknowledgement rule), every server killed at once.
+// the acknowledgement rule), every server killed at once, a snapshot
+// restored and the policy deleted and re-applied under load (every
+// replica's renewal refused while its requests run: rule 7).
 // SLOT_NEMESES=all adds a replica stopped (SIGSTOP) past its lease (its
 // requests then run past it: ε_over, which the checker bounds by E),
 // replicas restarted as new incarnations, degraded networks and a mixture.
-var slotNemeses = []Nemesis{KillLeader, PartitionMajority, CutClient, ClockWithinRho, PauseLeader, SlotDemandSwing, KillAll}
+var slotNemeses = []Nemesis{KillLeader, PartitionMajority, CutClient, ClockWithinRho, PauseLeader, SlotDemandSwing, KillAll, SlotRestore, SlotDeleteReapply}
 
 var slotNemesesAll = append(append([]Nemesis{}, slotNemeses...), PauseClient, RestartReplicas, DegradedNetwork, PartitionLeader, Mix(2))
 

@@ -19,6 +19,34 @@ type SlotClient struct {
 	latest   uint64
 	acked    uint64 // installed: running dropped to its count since
 	running  int64  // requests this replica runs on the key, under any lease
+
+	// grantNo numbers the grants installed (1, 2, ...): the installed
+	// lease's number while has, and the number a request started under it
+	// carries (SlotStart.GrantNo). runningNow counts those requests.
+	grantNo    uint64
+	runningNow int64
+	// earlier: the grants dropped or replaced while requests started under
+	// them still run, with the deadline each had then. No later answer
+	// moves it: a request never outlives the lease it started under
+	// (docs/concurrency.md §3, rule 7).
+	earlier []slotEarlierGrant
+}
+
+// slotEarlierGrant is a grant no longer installed whose requests still run.
+type slotEarlierGrant struct {
+	grantNo  uint64
+	deadline int64
+	running  int64
+}
+
+// SlotStart is a request started under a slot lease: the number of the
+// grant it started under, which its deadline and cancel time follow
+// (DeadlineOf, CancelAtOf) and End gives back, and the local time it must
+// end by (start + M with M, else the grant's cancel time as it was at the
+// start: a renewal of that same lease may move it later).
+type SlotStart struct {
+	GrantNo uint64
+	EndBy   int64
 }
 
 // SlotClientConfig sets the rules of a replica's slot use.
@@ -54,6 +82,11 @@ const (
 	// SlotClientFaultNoClockGrain uses ClientDeadline without the margin
 	// SlotClockGrainNanos for clocks read in whole steps.
 	SlotClientFaultNoClockGrain
+	// SlotClientFaultInstallExtendsOld cancels every running request at
+	// the installed lease's cancel time, whatever lease it started under:
+	// a grant installed after a refused renewal extends the requests of
+	// the lease the cluster no longer counts.
+	SlotClientFaultInstallExtendsOld
 )
 
 // NewSlotClient checks the rules' parameters.
@@ -121,12 +154,15 @@ func (c *SlotClient) deadlineOf(sendLocal, ttlNanos int64) int64 {
 // at nowLocal. An answer arriving after its own deadline is not installed
 // (false): its slots stay unused until the coordinator reclaims them.
 // Requests still running from an earlier lease keep counting against the
-// new one's count.
+// new one's count, and keep that lease's deadline: the new one's is not
+// theirs.
 func (c *SlotClient) InstallGrant(g SlotGrant, sendLocal, nowLocal int64) bool {
 	d := c.deadlineOf(sendLocal, g.TTLNanos)
 	if d <= nowLocal {
 		return false
 	}
+	c.Drop()
+	c.grantNo++
 	c.has, c.id, c.deadline, c.limit, c.latest = true, g.LeaseID, d, g.Slots, g.Version
 	c.acked = 0
 	c.installIfFits()
@@ -158,40 +194,82 @@ func (c *SlotClient) installIfFits() {
 }
 
 // Drop forgets the lease (a renewal was refused, or a release is sent):
-// nothing more starts under it. Running requests keep counting.
-func (c *SlotClient) Drop() { c.has = false }
+// nothing more starts under it. Running requests keep counting, and keep
+// its deadline as it is now: no later grant moves it (CancelAtOf).
+func (c *SlotClient) Drop() {
+	if c.has && c.runningNow > 0 {
+		c.earlier = append(c.earlier, slotEarlierGrant{grantNo: c.grantNo, deadline: c.deadline, running: c.runningNow})
+	}
+	c.has, c.runningNow = false, 0
+}
+
+// GrantNo is the installed lease's grant number (0 before the first).
+func (c *SlotClient) GrantNo() uint64 { return c.grantNo }
+
+// DeadlineOf is the local deadline of the lease that grant n installed:
+// the installed lease's (which its renewals move), or the one an earlier
+// lease had when it was dropped or replaced. A grant under which nothing
+// runs any more has none: 0, already past.
+func (c *SlotClient) DeadlineOf(n uint64) int64 {
+	if c.has && n == c.grantNo {
+		return c.deadline
+	}
+	for _, e := range c.earlier {
+		if e.grantNo == n {
+			return e.deadline
+		}
+	}
+	return 0
+}
+
+// CancelAtOf is the local time the deadline-cancel rule cancels the
+// requests started under grant n at (without M): its lease's deadline
+// less the grace. A request never outlives the lease it started under.
+func (c *SlotClient) CancelAtOf(n uint64) int64 {
+	if c.fault == SlotClientFaultInstallExtendsOld {
+		return c.CancelAt()
+	}
+	d := c.DeadlineOf(n)
+	if c.fault == SlotClientFaultCancelNoGrace {
+		return d
+	}
+	return d - c.cfg.CancelGraceNanos
+}
 
 // TryStart starts a request at local time now if the rules allow it, and
-// returns the local time by which it must end: start + M with M, else the
-// cancel time deadline − grace (which a renewal may move later: CancelAt).
-func (c *SlotClient) TryStart(nowLocal int64) (endBy int64, ok bool) {
+// returns it: the grant it runs under and the local time by which it must
+// end, start + M with M, else the cancel time deadline − grace (which a
+// renewal of the same lease may move later: CancelAtOf).
+func (c *SlotClient) TryStart(nowLocal int64) (SlotStart, bool) {
 	if !c.has || c.running >= c.limit {
-		return 0, false
+		return SlotStart{}, false
 	}
+	var endBy int64
 	switch m := c.cfg.MaxDurationNanos; {
 	case m > 0 && c.fault != SlotClientFaultIgnoreMaxDuration:
 		if satAdd(nowLocal, m) > c.deadline {
-			return 0, false
+			return SlotStart{}, false
 		}
 		endBy = nowLocal + m
 	case m > 0:
 		if nowLocal >= c.deadline {
-			return 0, false
+			return SlotStart{}, false
 		}
 		endBy = nowLocal + m
 	default:
 		at := c.CancelAt()
 		if nowLocal >= at {
-			return 0, false
+			return SlotStart{}, false
 		}
 		endBy = at
 	}
 	c.running++
-	return endBy, true
+	c.runningNow++
+	return SlotStart{GrantNo: c.grantNo, EndBy: endBy}, true
 }
 
-// CancelAt is the local time the deadline-cancel rule cancels running
-// requests' contexts at (without M): the deadline less the grace.
+// CancelAt is the local time the deadline-cancel rule cancels the
+// installed lease's requests at (without M): the deadline less the grace.
 func (c *SlotClient) CancelAt() int64 {
 	if c.fault == SlotClientFaultCancelNoGrace {
 		return c.deadline
@@ -199,14 +277,35 @@ func (c *SlotClient) CancelAt() int64 {
 	return c.deadline - c.cfg.CancelGraceNanos
 }
 
-// End gives a request's slot back (it returned, failed or panicked).
-func (c *SlotClient) End() {
+// End gives back the slot of a request TryStart started (it returned,
+// failed or panicked), once per request: a SlotStart that TryStart did
+// not return changes nothing.
+func (c *SlotClient) End(r SlotStart) {
+	switch i := c.earlierIndex(r.GrantNo); {
+	case i >= 0:
+		if c.earlier[i].running--; c.earlier[i].running == 0 {
+			c.earlier = append(c.earlier[:i], c.earlier[i+1:]...)
+		}
+	case c.has && r.GrantNo == c.grantNo && c.runningNow > 0:
+		c.runningNow--
+	default:
+		return // not started here
+	}
 	if c.running > 0 {
 		c.running--
 	}
 	if c.has {
 		c.installIfFits()
 	}
+}
+
+func (c *SlotClient) earlierIndex(n uint64) int {
+	for i, e := range c.earlier {
+		if e.grantNo == n {
+			return i
+		}
+	}
+	return -1
 }
 
 // Demand is the count to ask for: running plus waiting requests, at most

@@ -72,8 +72,8 @@ func TestSlotClientMaxDuration(t *testing.T) {
 	if c.Deadline() != 1000 || c.AckedVersion() != 1 {
 		t.Fatalf("deadline %d acked %d", c.Deadline(), c.AckedVersion())
 	}
-	if end, ok := c.TryStart(900); !ok || end != 1000 {
-		t.Fatalf("start at deadline − M: %d %v", end, ok)
+	if r, ok := c.TryStart(900); !ok || r.EndBy != 1000 {
+		t.Fatalf("start at deadline − M: %d %v", r.EndBy, ok)
 	}
 	if _, ok := c.TryStart(901); ok {
 		t.Fatal("started a request that could outlive the deadline")
@@ -95,10 +95,13 @@ func TestSlotClientMaxDuration(t *testing.T) {
 func TestSlotClientAcknowledgesOnlyOnceDrained(t *testing.T) {
 	c := newSlotClient(t, SlotClientConfig{CancelGraceNanos: 10})
 	c.InstallGrant(SlotGrant{LeaseID: 7, Slots: 4, Version: 1, TTLNanos: 1000 + SlotClockGrainNanos}, 0, 0)
+	var runs []SlotStart
 	for range 4 {
-		if _, ok := c.TryStart(1); !ok {
+		r, ok := c.TryStart(1)
+		if !ok {
 			t.Fatal("start refused")
 		}
+		runs = append(runs, r)
 	}
 	if !c.InstallRenewal(SlotGrant{LeaseID: 7, Slots: 2, Version: 2, TTLNanos: 1000 + SlotClockGrainNanos}, 100, 110) {
 		t.Fatal("renewal not installed")
@@ -106,14 +109,14 @@ func TestSlotClientAcknowledgesOnlyOnceDrained(t *testing.T) {
 	if c.Deadline() != 1100 || c.Limit() != 2 || c.AckedVersion() != 1 {
 		t.Fatalf("after the lowering: deadline %d limit %d acked %d, want 1100 2 1", c.Deadline(), c.Limit(), c.AckedVersion())
 	}
-	c.End()
+	c.End(runs[0])
 	if _, ok := c.TryStart(120); ok {
 		t.Fatal("started while 3 run under a limit of 2")
 	}
 	if c.AckedVersion() != 1 {
 		t.Fatalf("acknowledged %d with 3 running", c.AckedVersion())
 	}
-	c.End()
+	c.End(runs[1])
 	if c.AckedVersion() != 2 {
 		t.Fatalf("acknowledged %d with 2 running, want 2", c.AckedVersion())
 	}
@@ -154,6 +157,51 @@ func TestValidateSlotRules(t *testing.T) {
 		err := ValidateSlotRules(c.cfg, ttl)
 		if (err == nil) != c.ok || (err != nil && !errors.Is(err, ErrInvalidConfig)) {
 			t.Errorf("%+v: %v, want ok %v", c.cfg, err, c.ok)
+		}
+	}
+}
+
+// TestSlotClientRequestKeepsItsLease: a request keeps the deadline of the
+// lease it started under (rule 7, docs/concurrency.md §3): a renewal of
+// that lease moves it, a later grant does not; the new grant's requests
+// follow the new lease; both count against the new count. The control
+// (SlotClientFaultInstallExtendsOld) moves the old request's cancel time
+// to the new lease's.
+func TestSlotClientRequestKeepsItsLease(t *testing.T) {
+	const ttl = 1000 + SlotClockGrainNanos
+	for _, fault := range []SlotClientFault{SlotClientFaultNone, SlotClientFaultInstallExtendsOld} {
+		c := newSlotClient(t, SlotClientConfig{CancelGraceNanos: 10})
+		c.fault = fault
+		c.InstallGrant(SlotGrant{LeaseID: 1, Slots: 2, Version: 1, TTLNanos: ttl}, 0, 0)
+		old, _ := c.TryStart(1)
+		c.InstallRenewal(SlotGrant{LeaseID: 1, Slots: 2, Version: 2, TTLNanos: ttl}, 100, 100)
+		if c.CancelAtOf(old.GrantNo) != 1090 {
+			t.Fatalf("fault %d: cancel at %d after a renewal, want 1090", fault, c.CancelAtOf(old.GrantNo))
+		}
+		c.Drop() // a refused renewal
+		c.InstallGrant(SlotGrant{LeaseID: 2, Slots: 2, Version: 1, TTLNanos: ttl}, 500, 500)
+		cur, ok := c.TryStart(501)
+		if !ok || cur.GrantNo == old.GrantNo || c.CancelAtOf(cur.GrantNo) != 1490 {
+			t.Fatalf("fault %d: the new lease's request %+v %v, cancel at %d", fault, cur, ok, c.CancelAtOf(cur.GrantNo))
+		}
+		if _, ok := c.TryStart(502); ok {
+			t.Fatalf("fault %d: a third request under a count of 2 (one runs from the old lease)", fault)
+		}
+		got := c.CancelAtOf(old.GrantNo)
+		switch {
+		case fault == SlotClientFaultNone && (got != 1090 || c.DeadlineOf(old.GrantNo) != 1100):
+			t.Fatalf("the old lease's request is cancelled at %d (deadline %d), want 1090 (1100)", got, c.DeadlineOf(old.GrantNo))
+		case fault != SlotClientFaultNone && got != 1490:
+			t.Fatalf("the control cancels the old request at %d, want the new lease's 1490", got)
+		}
+		c.End(old)
+		if c.Running() != 1 || c.DeadlineOf(old.GrantNo) != 0 {
+			t.Fatalf("fault %d: after the old request ended: running %d, its lease's deadline %d", fault, c.Running(), c.DeadlineOf(old.GrantNo))
+		}
+		c.End(SlotStart{GrantNo: 99}) // never started: nothing
+		c.End(cur)
+		if c.Running() != 0 {
+			t.Fatalf("fault %d: running %d", fault, c.Running())
 		}
 	}
 }

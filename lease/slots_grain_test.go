@@ -88,7 +88,8 @@ func TestSlotClockGrainRegression(t *testing.T) {
 		if !cl.InstallRenewal(g, h.local(2006), h.local(2006)) {
 			t.Fatal("renewal not installed")
 		}
-		cancelLocal, ok := cl.TryStart(h.local(2006))
+		r, ok := cl.TryStart(h.local(2006))
+		cancelLocal := r.EndBy
 		if !ok || cancelLocal != cl.CancelAt() {
 			t.Fatalf("start: %d %v", cancelLocal, ok)
 		}

@@ -39,7 +39,8 @@ func slotOverrunHistory(t *testing.T, fault SlotClientFault) (maxInflight, aEnd,
 	if !a.InstallGrant(g, 0, 2*delay) {
 		t.Fatal("A's grant not installed")
 	}
-	cancelAt, ok := a.TryStart(2 * delay)
+	r, ok := a.TryStart(2 * delay)
+	cancelAt := r.EndBy
 	if !ok {
 		t.Fatal("A's request refused")
 	}

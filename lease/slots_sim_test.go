@@ -7,8 +7,12 @@ package lease
 // renew slot leases, start requests under them and end them, get cut off
 // from the coordinator (their messages lost) while their requests run on,
 // crash (their requests die with them) and restart; message delays, lost
-// answers, duplicated renewals, timeouts, releases and expiries. At every
-// event the number of requests in flight across every holder is checked:
+// answers, duplicated renewals, timeouts, releases and expiries; operator
+// snapshot restores (rule (j): every slot held, the leases dropped) and
+// the policy deleted and re-applied (grants, renewals and releases refused
+// meanwhile, the ledger kept), both of which refuse renewals of leases
+// whose requests still run. At every event the number of requests in
+// flight across every holder is checked:
 //
 //   - with max_duration M (a request starts only if now + M is within the
 //     holder's local deadline, and holds its slot at most M) or with the
@@ -17,6 +21,11 @@ package lease
 //     most N;
 //   - with neither, it is at most N plus the named term ε_over: requests
 //     running on a holder whose local clock is past its lease's deadline.
+//
+// With the oracle on (M or the deadline-cancel rule), two more: each
+// holder runs at most what the coordinator holds for it, and no request
+// runs past the deadline of the lease it started under (rule 7 of
+// docs/concurrency.md §3: a later grant never extends it).
 //
 // Negative controls (TestSlotNegativeControls) break one rule each, on the
 // coordinator or the client, and must be caught.
@@ -55,6 +64,10 @@ const (
 	// A restore that holds every slot but keeps the restored leases,
 	// whose versions collide with those issued since the snapshot.
 	slotModelRestoreKeepLeases
+	// The client cancels every running request at the installed lease's
+	// cancel time: a grant installed after a refused renewal (a restore, a
+	// deleted policy) extends the requests of the lease it replaced.
+	slotModelInstallExtendsOld
 )
 
 type slotMode uint8
@@ -108,19 +121,22 @@ type slotMsg struct {
 type slotRun struct {
 	end   int64 // real time the request ends (gives its slot back)
 	lease *slotHolderLease
+	start SlotStart
 }
 
 // slotHolderLease is the model's record of one lease a holder used: the
-// requests started under it point to it, so that ε_over and the
-// deadline-cancel rule use that lease's deadline after the holder has
-// dropped it.
+// requests started under it point to it, so that ε_over and the check that
+// no request outlives its lease use that lease's deadline after the holder
+// has dropped it. The deadline-cancel rule's time is the client's
+// (SlotClient.CancelAtOf): that is the rule under test.
 type slotHolderLease struct {
-	id    LeaseID
-	owner *slotHolder
+	id      LeaseID
+	grantNo uint64 // the SlotClient's number for it
+	owner   *slotHolder
 	// Set when the holder dropped the lease (or replaced it): the deadline
-	// and cancel time it had then.
-	dropped                    bool
-	finalDeadline, finalCancel int64
+	// it had then.
+	dropped       bool
+	finalDeadline int64
 	// cancelledAt: the deadline-cancel rule fired at this cancel time.
 	cancelledAt int64
 }
@@ -132,12 +148,7 @@ func (le *slotHolderLease) deadline() int64 {
 	return le.owner.cl.Deadline()
 }
 
-func (le *slotHolderLease) cancelAt() int64 {
-	if le.dropped {
-		return le.finalCancel
-	}
-	return le.owner.cl.CancelAt()
-}
+func (le *slotHolderLease) cancelAt() int64 { return le.owner.cl.CancelAtOf(le.grantNo) }
 
 type slotHolder struct {
 	id        string
@@ -158,7 +169,7 @@ type slotHolder struct {
 // requests that ran under it.
 func (h *slotHolder) drop() {
 	if h.lease != nil {
-		h.lease.dropped, h.lease.finalDeadline, h.lease.finalCancel = true, h.cl.Deadline(), h.cl.CancelAt()
+		h.lease.dropped, h.lease.finalDeadline = true, h.cl.Deadline()
 		h.lease = nil
 	}
 	h.cl.Drop()
@@ -195,8 +206,13 @@ type slotSim struct {
 	saturate bool
 	noOracle bool // only the in-flight count judges (a control's variant)
 	saved    *SlotLedgerState
-	checkInv bool
-	maxSeen  int64
+	// deletedUntil: the policy is deleted until then (real time), and
+	// re-applied with the same keying: grants, renewals and releases are
+	// refused without touching the ledger, which expires its leases and
+	// comes back as it is (fsm: a deleted policy's slot keys are kept).
+	deletedUntil int64
+	checkInv     bool
+	maxSeen      int64
 
 	segStart, segBase    int64
 	leaderSkew           int64
@@ -287,6 +303,7 @@ func (s *slotSim) newClient() *SlotClient {
 		slotModelIgnoreMaxDuration: SlotClientFaultIgnoreMaxDuration,
 		slotModelNoDriftMargin:     SlotClientFaultNoDriftMargin,
 		slotModelCancelNoGrace:     SlotClientFaultCancelNoGrace,
+		slotModelInstallExtendsOld: SlotClientFaultInstallExtendsOld,
 	}[s.model]
 	return c
 }
@@ -406,7 +423,7 @@ func (s *slotSim) deliverUntil(t int64) {
 func (s *slotSim) endRun(i int) {
 	r := s.runs[i]
 	s.runs = append(s.runs[:i], s.runs[i+1:]...)
-	r.lease.owner.cl.End()
+	r.lease.owner.cl.End(r.start)
 }
 
 func (s *slotSim) invariants(op string) {
@@ -431,6 +448,11 @@ func (s *slotSim) check(what string) {
 	s.maxSeen = max(s.maxSeen, inflight)
 	if s.p.mode != slotModeNone && s.model != slotModelStrict && !s.noOracle {
 		s.oracle(what)
+		// Rule 7: with M or the deadline-cancel rule, a request never
+		// outlives the lease it started under, whatever replaced it.
+		if over > 0 {
+			s.t.Fatalf("concurrency bound broken (a request outlived its lease) at %d after %s: %d requests run past their lease's deadline", s.now, what, over)
+		}
 	}
 	switch {
 	case s.p.mode == slotModeNone && s.model != slotModelStrict:
@@ -477,9 +499,12 @@ func (s *slotSim) deliver(m *slotMsg) {
 	case slotMsgGrant, slotMsgRenew:
 		var g SlotGrant
 		var err error
-		if m.kind == slotMsgGrant {
+		switch {
+		case s.now < s.deletedUntil:
+			err = ErrLeaseNotFound // the policy is gone: refused, the ledger untouched
+		case m.kind == slotMsgGrant:
 			g, err = s.ledger.Grant(s.cluster(s.now), m.grant)
-		} else {
+		default:
 			g, err = s.ledger.Renew(s.cluster(s.now), m.renew)
 		}
 		s.commit()
@@ -493,6 +518,9 @@ func (s *slotSim) deliver(m *slotMsg) {
 		}
 		s.send(&slotMsg{at: s.now + m.respDelay, kind: slotMsgResponse, h: m.h, inc: m.inc, req: m.req, ok: err == nil, resp: g, forRenew: m.kind == slotMsgRenew})
 	case slotMsgRelease:
+		if s.now < s.deletedUntil {
+			return // refused: the lease stays held until its expiry
+		}
 		err := s.ledger.Release(s.cluster(s.now), m.release)
 		s.commit()
 		s.invariants("release")
@@ -523,7 +551,7 @@ func (s *slotSim) deliver(m *slotMsg) {
 				h.drop()
 			}
 			if h.cl.InstallGrant(m.resp, h.sendLocal, local) {
-				h.lease = &slotHolderLease{id: m.resp.LeaseID, owner: h}
+				h.lease = &slotHolderLease{id: m.resp.LeaseID, grantNo: h.cl.GrantNo(), owner: h}
 			}
 			return
 		}
@@ -587,16 +615,17 @@ func (s *slotSim) sendUnlessCut(m *slotMsg) {
 func (s *slotSim) start(hi int) {
 	h := s.holders[hi]
 	local := h.local(s.now)
-	endBy, ok := h.cl.TryStart(local)
+	st, ok := h.cl.TryStart(local)
 	if !ok {
 		return
 	}
+	endBy := st.EndBy
 	natural := rapid.OneOf(rapid.Int64Range(0, s.p.timeout), rapid.Int64Range(0, s.p.ttl), rapid.Int64Range(0, 3*s.p.ttl)).Draw(s.t, "duration")
 	end := local + natural
 	if s.p.mode == slotModeMaxDuration {
 		end = min(end, endBy)
 	}
-	s.runs = append(s.runs, slotRun{end: h.realAtLocal(s.now, end), lease: h.lease})
+	s.runs = append(s.runs, slotRun{end: h.realAtLocal(s.now, end), lease: h.lease, start: st})
 	s.check("start")
 }
 
@@ -672,6 +701,12 @@ func (s *slotSim) restore() {
 	s.check("restore")
 }
 
+// deleteAndReapply deletes the policy now and re-applies it (same keying)
+// up to two lease durations later.
+func (s *slotSim) deleteAndReapply() {
+	s.deletedUntil = s.now + rapid.OneOf(rapid.Int64Range(0, s.p.ttl), rapid.Int64Range(0, 2*s.p.ttl)).Draw(s.t, "deletedFor")
+}
+
 func (s *slotSim) expire() {
 	if s.inElection(s.now) {
 		return
@@ -710,7 +745,7 @@ func runSlotSim(t *rapid.T, mode slotMode, fault SlotFault, model int, oracle bo
 		dt := rapid.OneOf(rapid.Just(int64(0)), rapid.Int64Range(0, p.timeout), rapid.Int64Range(0, p.ttl/10), rapid.Int64Range(0, 2*p.ttl)).Draw(t, "dt")
 		s.deliverUntil(s.now + dt)
 		hi := rapid.IntRange(0, p.holders-1).Draw(t, "holder")
-		switch a := rapid.IntRange(0, 16).Draw(t, "action"); {
+		switch a := rapid.IntRange(0, 17).Draw(t, "action"); {
 		case a < 4:
 			s.request(hi)
 		case a < 9:
@@ -735,6 +770,8 @@ func runSlotSim(t *rapid.T, mode slotMode, fault SlotFault, model int, oracle bo
 			s.expire()
 		case a < 15:
 			s.elect()
+		case a < 16:
+			s.deleteAndReapply()
 		default:
 			if rapid.Bool().Draw(t, "saveOrRestore") {
 				s.save()
@@ -823,6 +860,10 @@ func TestSlotNegativeControls(t *testing.T) {
 		{"deadline cancel without grace", slotModeCancel, SlotFaultNone, slotModelCancelNoGrace, true, "", slotOverrunControl},
 		{"no rule, checked as if the term were zero", slotModeNone, SlotFaultNone, slotModelStrict, true, "", nil},
 		{"restore without the hold", slotModeMaxDuration, SlotFaultNone, slotModelRestoreNoHold, true, "", nil},
+		// A grant installed after a refused renewal (restore, deleted
+		// policy) extends the old lease's requests; the bound-only variant
+		// is the targeted history of slots_reapply_test.go.
+		{"new grant extends the old lease's requests", slotModeCancel, SlotFaultNone, slotModelInstallExtendsOld, true, "", slotReapplyControl},
 		// Rare too: 1 866 to 7 243 histories to the first catch on 6 seeds
 		// (missed once within 20 000); the search stops at the first catch,
 		// so the larger cap costs nothing when it is caught.

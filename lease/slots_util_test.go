@@ -36,7 +36,7 @@ type slotUtilSim struct {
 type slotUtilReplica struct {
 	id       string
 	cl       *SlotClient
-	ends     []int64
+	ends     []slotUtilRun
 	seq      uint64
 	pending  bool
 	arriveAt int64 // when the pending request reaches the coordinator
@@ -45,6 +45,12 @@ type slotUtilReplica struct {
 	answer   *SlotGrant
 	answerAt int64
 	renewAt  int64
+}
+
+// slotUtilRun is a running request: when it ends, and its start.
+type slotUtilRun struct {
+	end   int64
+	start SlotStart
 }
 
 const (
@@ -77,8 +83,8 @@ func (p slotUtilSim) run(t *testing.T, from, to int64) (busy float64, peak int64
 			// Requests end.
 			kept := r.ends[:0]
 			for _, e := range r.ends {
-				if e <= now {
-					r.cl.End()
+				if e.end <= now {
+					r.cl.End(e.start)
 				} else {
 					kept = append(kept, e)
 				}
@@ -128,11 +134,11 @@ func (p slotUtilSim) run(t *testing.T, from, to int64) (busy float64, peak int64
 			}
 			// Start what the rules allow.
 			for k := int64(0); k < waiting; k++ {
-				end, ok := r.cl.TryStart(now)
+				st, ok := r.cl.TryStart(now)
 				if !ok {
 					break
 				}
-				r.ends = append(r.ends, min(now+p.reqLen, end))
+				r.ends = append(r.ends, slotUtilRun{end: min(now+p.reqLen, st.EndBy), start: st})
 			}
 		}
 		var inflight int64

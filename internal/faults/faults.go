@@ -78,10 +78,19 @@ const (
 	// (lease.SlotClientFaultAckAtOnce, breaking S2's client side): the
 	// real-cluster control TestSlotsLoweredCountWaitsForDrainNegativeControl.
 	SlotAckAtOnce Fault = "slot-ack-at-once"
+	// SlotInstallExtendsOld: client.Slots cancels every running request
+	// at the installed slot lease's cancel time, so a grant installed
+	// after a refused renewal (a snapshot restore, a deleted policy)
+	// extends the requests of the lease the cluster no longer counts
+	// (lease.SlotClientFaultInstallExtendsOld, breaking rule 7 of
+	// docs/concurrency.md §3): the real-cluster controls
+	// TestSlotsAcrossRestoreNegativeControl and
+	// TestSlotsAcrossReapplyNegativeControl.
+	SlotInstallExtendsOld Fault = "slot-install-extends-old"
 )
 
 // All lists every fault, for flag help and validation.
-var All = []Fault{AckBeforeCommit, StartFullNoDebit, TimeFromReceipt, ForgetRetired, ClockResumeOwnReading, CreditAtReduction, ForgetReplaced, IgnoreKeyAttributes, ReportDouble, AdmitBeforeLease, WindowDeadReturns, SlotForgetLowered, WindowZoneUTC, SlotAckAtOnce}
+var All = []Fault{AckBeforeCommit, StartFullNoDebit, TimeFromReceipt, ForgetRetired, ClockResumeOwnReading, CreditAtReduction, ForgetReplaced, IgnoreKeyAttributes, ReportDouble, AdmitBeforeLease, WindowDeadReturns, SlotForgetLowered, WindowZoneUTC, SlotAckAtOnce, SlotInstallExtendsOld}
 
 func parse(name string) (Fault, error) {
 	for _, f := range All {
