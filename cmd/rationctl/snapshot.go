@@ -22,10 +22,12 @@ var snapshotVerbs = []verb{
 		name:     "snapshot save",
 		synopsis: "FILE",
 		summary:  "save the cluster state to FILE",
-		help: `Asks the answering server for a snapshot of the cluster state and writes it
-to FILE. The file appears complete or not at all: the chunks go to a
-temporary file next to it, which is renamed once everything arrived.
-A large state may need a --timeout longer than the default.`,
+		help: `Asks for a snapshot of the cluster state and writes it to FILE. The leader
+takes it (another server forwards the request) once it has applied every
+committed change, so FILE holds every change acknowledged before the save.
+The file appears complete or not at all: the chunks go to a temporary file
+next to it, which is renamed once everything arrived. A large state may
+need a --timeout longer than the default.`,
 		args: []string{"FILE"},
 		run:  snapshotSave,
 	},
