@@ -12,6 +12,7 @@ import (
 	"github.com/hashicorp/raft"
 	"github.com/ration-dev/ration/api"
 	"github.com/ration-dev/ration/fsm"
+	"github.com/ration-dev/ration/internal/faults"
 	"github.com/ration-dev/ration/internal/policy"
 	"github.com/ration-dev/ration/internal/rpcerr"
 	"google.golang.org/grpc"
@@ -334,6 +335,9 @@ const snapshotChunk = 256 << 10
 // deposed leader), then takes a Raft snapshot and streams the FSM state.
 // Another server relays the leader's stream.
 func (a *adminService) SnapshotSave(req *api.SnapshotSaveRequest, stream grpc.ServerStreamingServer[api.SnapshotChunk]) error {
+	if faults.Active(faults.SnapshotSaveHere) {
+		return a.streamSnapshot(stream) // the negative control: this server's state, however far behind
+	}
 	conn, fctx, self, err := a.s.fwd.forward(stream.Context())
 	if err != nil {
 		return rpcerr.Status(err)

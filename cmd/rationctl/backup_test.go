@@ -23,60 +23,82 @@ func TestSnapshotSaveHoldsAcknowledgedChanges(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a cluster")
 	}
-	c := testcluster.New(t, 3)
-	c.WaitForStableLeader(t)
-	c.WaitForFeatures(t) // a restore needs FeatureRestoreHold
-	dir := t.TempDir()
-	ctl := func(args ...string) (string, string, int) {
-		t.Helper()
-		var stdout, stderr bytes.Buffer
-		code := run(append(args, "--timeout", "20s"), &stdout, &stderr)
-		return stdout.String(), stderr.String(), code
-	}
-
 	const tries = 20
-	var missing []string
-	snap := ""
-	name := ""
-	for i := range tries {
-		leader := c.WaitForLeader(t)
-		follower := c.Followers()[i%2]
-		name = fmt.Sprintf("backup-%d", i)
-		file := filepath.Join(dir, name+".yaml")
-		yaml := fmt.Sprintf("policies:\n  - name: %s\n    algorithm: token-bucket\n    rate: 10\n    burst: 10\n", name)
-		if err := os.WriteFile(file, []byte(yaml), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		if out, errOut, code := ctl("policy", "apply", "-f", file, "--servers", leader.GRPCAddr()); code != 0 {
-			t.Fatalf("try %d: policy apply: exit %d\n%s%s", i, code, out, errOut)
-		}
-		snap = filepath.Join(dir, name+".snap")
-		if out, errOut, code := ctl("snapshot", "save", snap, "--servers", follower.GRPCAddr()); code != 0 {
-			t.Fatalf("try %d: snapshot save via follower %s: exit %d\n%s%s", i, c.ID(c.Index(follower)), code, out, errOut)
-		}
-		if !snapshotHolds(t, snap, name) {
-			missing = append(missing, name)
-		}
-	}
-	if len(missing) > 0 {
+	b := newBackupRun(t)
+	if missing, _, _ := b.saveRightAfterApply(tries); len(missing) > 0 {
 		t.Fatalf("%d of %d backups saved through a follower right after the apply lack the policy applied: %s",
 			len(missing), tries, strings.Join(missing, ", "))
 	}
 
 	// Restore the last backup over a cluster that has deleted its policy.
+	_, snap, name := b.saveRightAfterApply(1)
+	c := b.c
 	all := strings.Join([]string{c.Server(0).GRPCAddr(), c.Server(1).GRPCAddr(), c.Server(2).GRPCAddr()}, ",")
-	if out, errOut, code := ctl("policy", "delete", name, "--servers", all); code != 0 {
+	if out, errOut, code := b.ctl("policy", "delete", name, "--servers", all); code != 0 {
 		t.Fatalf("policy delete: exit %d\n%s%s", code, out, errOut)
 	}
-	if out, errOut, code := ctl("policy", "get", name, "--servers", all); code == 0 {
+	if out, errOut, code := b.ctl("policy", "get", name, "--servers", all); code == 0 {
 		t.Fatalf("policy get after delete: exit 0\n%s%s", out, errOut)
 	}
-	if out, errOut, code := ctl("snapshot", "restore", snap, "--servers", c.Followers()[0].GRPCAddr()); code != 0 {
+	if out, errOut, code := b.ctl("snapshot", "restore", snap, "--servers", c.Followers()[0].GRPCAddr()); code != 0 {
 		t.Fatalf("snapshot restore: exit %d\n%s%s", code, out, errOut)
 	}
-	if out, errOut, code := ctl("policy", "get", name, "--servers", all); code != 0 || !strings.Contains(out, "name: "+name) {
+	if out, errOut, code := b.ctl("policy", "get", name, "--servers", all); code != 0 || !strings.Contains(out, "name: "+name) {
 		t.Fatalf("policy get after the restore: exit %d\n%s%s", code, out, errOut)
 	}
+}
+
+// backupRun is a 3-server cluster that backups are saved from.
+type backupRun struct {
+	t   *testing.T
+	c   *testcluster.Cluster
+	dir string
+	n   int // policies applied so far
+}
+
+func newBackupRun(t *testing.T) *backupRun {
+	c := testcluster.New(t, 3)
+	c.WaitForStableLeader(t)
+	c.WaitForFeatures(t) // a restore needs FeatureRestoreHold
+	return &backupRun{t: t, c: c, dir: t.TempDir()}
+}
+
+func (b *backupRun) ctl(args ...string) (string, string, int) {
+	b.t.Helper()
+	var stdout, stderr bytes.Buffer
+	code := run(append(args, "--timeout", "20s"), &stdout, &stderr)
+	return stdout.String(), stderr.String(), code
+}
+
+// saveRightAfterApply makes tries backups, each through a follower (the
+// server most likely to lag) at once after applying a new policy at the
+// leader. It returns the policies missing from their backups, and the
+// last backup's file and policy.
+func (b *backupRun) saveRightAfterApply(tries int) (missing []string, snap, name string) {
+	t := b.t
+	t.Helper()
+	for range tries {
+		leader := b.c.WaitForLeader(t)
+		follower := b.c.Followers()[b.n%2]
+		name = fmt.Sprintf("backup-%d", b.n)
+		b.n++
+		file := filepath.Join(b.dir, name+".yaml")
+		yaml := fmt.Sprintf("policies:\n  - name: %s\n    algorithm: token-bucket\n    rate: 10\n    burst: 10\n", name)
+		if err := os.WriteFile(file, []byte(yaml), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if out, errOut, code := b.ctl("policy", "apply", "-f", file, "--servers", leader.GRPCAddr()); code != 0 {
+			t.Fatalf("%s: policy apply: exit %d\n%s%s", name, code, out, errOut)
+		}
+		snap = filepath.Join(b.dir, name+".snap")
+		if out, errOut, code := b.ctl("snapshot", "save", snap, "--servers", follower.GRPCAddr()); code != 0 {
+			t.Fatalf("%s: snapshot save via follower %s: exit %d\n%s%s", name, b.c.ID(b.c.Index(follower)), code, out, errOut)
+		}
+		if !snapshotHolds(t, snap, name) {
+			missing = append(missing, name)
+		}
+	}
+	return missing, snap, name
 }
 
 // snapshotHolds reports whether the snapshot file at path decodes and
