@@ -250,6 +250,7 @@ type AdminClient interface {
 	ListLeases(ctx context.Context, in *ListLeasesRequest, opts ...grpc.CallOption) (*ListLeasesResponse, error)
 	// SnapshotSave streams the leader's state (another server forwards it)
 	// after a Raft barrier: it holds every change acknowledged before it.
+	// With stale, the server asked streams its own state instead.
 	SnapshotSave(ctx context.Context, in *SnapshotSaveRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[SnapshotChunk], error)
 	// SnapshotRestore must be sent to the leader (it is not forwarded: the
 	// upload is large); rationctl finds the leader through Status.
@@ -482,6 +483,7 @@ type AdminServer interface {
 	ListLeases(context.Context, *ListLeasesRequest) (*ListLeasesResponse, error)
 	// SnapshotSave streams the leader's state (another server forwards it)
 	// after a Raft barrier: it holds every change acknowledged before it.
+	// With stale, the server asked streams its own state instead.
 	SnapshotSave(*SnapshotSaveRequest, grpc.ServerStreamingServer[SnapshotChunk]) error
 	// SnapshotRestore must be sent to the leader (it is not forwarded: the
 	// upload is large); rationctl finds the leader through Status.

@@ -333,10 +333,12 @@ const snapshotChunk = 256 << 10
 // append), so the save goes to the leader, which first waits for a Raft
 // barrier (every entry committed before it is applied here; it fails on a
 // deposed leader), then takes a Raft snapshot and streams the FSM state.
-// Another server relays the leader's stream.
+// Another server relays the leader's stream. A stale save (for a cluster
+// without a leader) streams this server's own state.
 func (a *adminService) SnapshotSave(req *api.SnapshotSaveRequest, stream grpc.ServerStreamingServer[api.SnapshotChunk]) error {
-	if faults.Active(faults.SnapshotSaveHere) {
-		return a.streamSnapshot(stream) // the negative control: this server's state, however far behind
+	if req.GetStale() || faults.Active(faults.SnapshotSaveHere) {
+		// The fault is the negative control: every save stale.
+		return a.streamSnapshot(stream)
 	}
 	conn, fctx, self, err := a.s.fwd.forward(stream.Context())
 	if err != nil {

@@ -356,6 +356,8 @@ func TestAdminRequests(t *testing.T) {
 		{[]string{"leader", "transfer", "node3"}, (&api.LeaderTransferRequest{Id: "node3"}).String()},
 		{[]string{"leader", "transfer"}, (&api.LeaderTransferRequest{}).String()},
 		{[]string{"server", "remove", "node3"}, (&api.RemoveServerRequest{Id: "node3"}).String()},
+		{[]string{"snapshot", "save", filepath.Join(t.TempDir(), "s.snap")}, (&api.SnapshotSaveRequest{}).String()},
+		{[]string{"snapshot", "save", "--stale", filepath.Join(t.TempDir(), "s.snap")}, (&api.SnapshotSaveRequest{Stale: true}).String()},
 	} {
 		var stdout, stderr bytes.Buffer
 		if code := run(append(c.args, "--servers", addr), &stdout, &stderr); code != 0 {

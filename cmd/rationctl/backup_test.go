@@ -48,6 +48,38 @@ func TestSnapshotSaveHoldsAcknowledgedChanges(t *testing.T) {
 	}
 }
 
+// TestSnapshotSaveStaleWithoutLeader: with two of three servers dead
+// there is no leader, so a save fails (nothing written) unless --stale
+// asks the survivor for its own state, which holds what it had applied.
+func TestSnapshotSaveStaleWithoutLeader(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a cluster")
+	}
+	b := newBackupRun(t)
+	_, _, name := b.saveRightAfterApply(1)
+	b.c.WaitForConsistentState(t) // the survivor has applied the policy
+	survivor := b.c.Followers()[0]
+	for i := range b.c.Len() {
+		if b.c.Server(i) != survivor {
+			b.c.Kill(i)
+		}
+	}
+	snap := filepath.Join(b.dir, "stale.snap")
+	var stdout, stderr bytes.Buffer
+	if code := run([]string{"snapshot", "save", snap, "--servers", survivor.GRPCAddr(), "--timeout", "2s"}, &stdout, &stderr); code != 1 {
+		t.Errorf("save without a leader: exit %d\n%s%s", code, stdout.String(), stderr.String())
+	}
+	if _, err := os.Stat(snap); !os.IsNotExist(err) {
+		t.Errorf("the failed save wrote %s: %v", snap, err)
+	}
+	if out, errOut, code := b.ctl("snapshot", "save", "--stale", snap, "--servers", survivor.GRPCAddr()); code != 0 {
+		t.Fatalf("save --stale: exit %d\n%s%s", code, out, errOut)
+	}
+	if !snapshotHolds(t, snap, name) {
+		t.Errorf("the stale backup lacks policy %s, which the survivor had applied", name)
+	}
+}
+
 // backupRun is a 3-server cluster that backups are saved from.
 type backupRun struct {
 	t   *testing.T
