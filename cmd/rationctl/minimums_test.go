@@ -38,7 +38,7 @@ func TestPolicyApplyRefusesTooShortDurations(t *testing.T) {
 		return "policies:\n  - name: w\n    algorithm: fixed-window\n    limit: 10\n    window: " + w + "\n"
 	}
 	for _, b := range []struct{ yaml, want string }{
-		{window("1ns"), `rationctl policy apply: InvalidArgument: line 5: policy "w": field "window": "1ns" is shorter than the minimum 1ms (simulate counts time in whole milliseconds), and the cluster leases windows of 1s or longer only; want a Go duration like 1s, 1m or 1h30m, or whole days like 7d: at least 1ms (the cluster leases 1s or longer), at most 366d` + "\n"},
+		{window("1ns"), `rationctl policy apply: InvalidArgument: line 5: policy "w": field "window": "1ns" is shorter than the minimum 1ms (simulate counts time in whole milliseconds); want a Go duration like 1s, 1m or 1h30m, or whole days like 7d: at least 1ms (the cluster leases 1s or longer), at most 366d` + "\n"},
 		{window("1us"), `field "window": "1us" is shorter than the minimum 1ms`},
 		{window("500ms"), `rationctl policy apply: InvalidArgument: invalid argument: line 2: policy is not leasable: policy "w": field "window": 500ms is shorter than 1s, the shortest window the cluster leases (a window's chunk lease ends with the window, so lease round trips and renewals would use up a shorter one); want a window of 1s or longer, or a token bucket for a rate` + "\n"},
 		{"policies:\n  - name: c\n    algorithm: concurrency\n    limit: 2\n    max_duration: 1ns\n", `policy "c": field "max_duration": "1ns" is shorter than the minimum 1ms: every request's context would end before it could do any work`},

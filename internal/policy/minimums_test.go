@@ -18,7 +18,7 @@ func TestDurationMinimums(t *testing.T) {
 		return "policies:\n  - name: p\n    algorithm: " + alg + "\n" + body
 	}
 	bad := []struct{ alg, body, field, want string }{
-		{"fixed-window", "    limit: 10\n    window: 1ns\n", "window", `"1ns" is shorter than the minimum 1ms (simulate counts time in whole milliseconds), and the cluster leases windows of 1s or longer only`},
+		{"fixed-window", "    limit: 10\n    window: 1ns\n", "window", `"1ns" is shorter than the minimum 1ms (simulate counts time in whole milliseconds); want a Go duration like 1s, 1m or 1h30m, or whole days like 7d: at least 1ms (the cluster leases 1s or longer)`},
 		{"sliding-window", "    limit: 10\n    window: 1us\n", "window", `"1us" is shorter than the minimum 1ms`},
 		{"sliding-window-approx", "    limit: 10\n    window: 999us\n", "window", `"999us" is shorter than the minimum 1ms`},
 		{"concurrency", "    limit: 2\n    max_duration: 0s\n", "max_duration", `"0s" is not positive (leave max_duration out for no limit)`},

@@ -424,8 +424,8 @@ func (p *parser) walkPolicy(index int, m *yaml.Node) (pol Policy, ok bool) {
 			case d <= 0:
 				p.add(p.errAt(id, kv, fWindow, fmt.Sprintf("%q is not positive; %s", s, want[fWindow])))
 			case d < MinWindow:
-				p.add(p.errAt(id, kv, fWindow, fmt.Sprintf("%q is shorter than the minimum %s (simulate counts time in whole milliseconds), and the cluster leases windows of %s or longer only; %s",
-					s, formatWindow(int64(MinWindow)), formatWindow(int64(MinLeasedWindow)), want[fWindow])))
+				p.add(p.errAt(id, kv, fWindow, fmt.Sprintf("%q is shorter than the minimum %s (simulate counts time in whole milliseconds); %s",
+					s, formatWindow(int64(MinWindow)), want[fWindow])))
 			default:
 				pol.WindowNanos = int64(d)
 			}
