@@ -2516,7 +2516,11 @@ func (x *ListLeasesResponse) GetClusterTimeNanos() int64 {
 }
 
 type SnapshotSaveRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// stale: take the snapshot on the server asked, from the state it has
+	// applied, without the leader: for a cluster that has lost its quorum.
+	// It may lack the latest acknowledged changes.
+	Stale         bool `protobuf:"varint,1,opt,name=stale,proto3" json:"stale,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2549,6 +2553,13 @@ func (x *SnapshotSaveRequest) ProtoReflect() protoreflect.Message {
 // Deprecated: Use SnapshotSaveRequest.ProtoReflect.Descriptor instead.
 func (*SnapshotSaveRequest) Descriptor() ([]byte, []int) {
 	return file_ration_proto_rawDescGZIP(), []int{33}
+}
+
+func (x *SnapshotSaveRequest) GetStale() bool {
+	if x != nil {
+		return x.Stale
+	}
+	return false
 }
 
 type SnapshotChunk struct {
@@ -3792,8 +3803,9 @@ const file_ration_proto_rawDesc = "" +
 	"\x12ListLeasesResponse\x12,\n" +
 	"\x06leases\x18\x01 \x03(\v2\x14.ration.v1.LeaseInfoR\x06leases\x12&\n" +
 	"\x04keys\x18\x02 \x03(\v2\x12.ration.v1.KeyInfoR\x04keys\x12,\n" +
-	"\x12cluster_time_nanos\x18\x03 \x01(\x03R\x10clusterTimeNanos\"\x15\n" +
-	"\x13SnapshotSaveRequest\"#\n" +
+	"\x12cluster_time_nanos\x18\x03 \x01(\x03R\x10clusterTimeNanos\"+\n" +
+	"\x13SnapshotSaveRequest\x12\x14\n" +
+	"\x05stale\x18\x01 \x01(\bR\x05stale\"#\n" +
 	"\rSnapshotChunk\x12\x12\n" +
 	"\x04data\x18\x01 \x01(\fR\x04data\"/\n" +
 	"\x17SnapshotRestoreResponse\x12\x14\n" +

@@ -248,6 +248,9 @@ type AdminClient interface {
 	ListPolicies(ctx context.Context, in *ListPoliciesRequest, opts ...grpc.CallOption) (*ListPoliciesResponse, error)
 	DeletePolicy(ctx context.Context, in *DeletePolicyRequest, opts ...grpc.CallOption) (*DeletePolicyResponse, error)
 	ListLeases(ctx context.Context, in *ListLeasesRequest, opts ...grpc.CallOption) (*ListLeasesResponse, error)
+	// SnapshotSave streams the leader's state (another server forwards it)
+	// after a Raft barrier: it holds every change acknowledged before it.
+	// With stale, the server asked streams its own state instead.
 	SnapshotSave(ctx context.Context, in *SnapshotSaveRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[SnapshotChunk], error)
 	// SnapshotRestore must be sent to the leader (it is not forwarded: the
 	// upload is large); rationctl finds the leader through Status.
@@ -478,6 +481,9 @@ type AdminServer interface {
 	ListPolicies(context.Context, *ListPoliciesRequest) (*ListPoliciesResponse, error)
 	DeletePolicy(context.Context, *DeletePolicyRequest) (*DeletePolicyResponse, error)
 	ListLeases(context.Context, *ListLeasesRequest) (*ListLeasesResponse, error)
+	// SnapshotSave streams the leader's state (another server forwards it)
+	// after a Raft barrier: it holds every change acknowledged before it.
+	// With stale, the server asked streams its own state instead.
 	SnapshotSave(*SnapshotSaveRequest, grpc.ServerStreamingServer[SnapshotChunk]) error
 	// SnapshotRestore must be sent to the leader (it is not forwarded: the
 	// upload is large); rationctl finds the leader through Status.

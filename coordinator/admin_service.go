@@ -12,6 +12,7 @@ import (
 	"github.com/hashicorp/raft"
 	"github.com/ration-dev/ration/api"
 	"github.com/ration-dev/ration/fsm"
+	"github.com/ration-dev/ration/internal/faults"
 	"github.com/ration-dev/ration/internal/policy"
 	"github.com/ration-dev/ration/internal/rpcerr"
 	"google.golang.org/grpc"
@@ -326,9 +327,56 @@ func (a *adminService) RemoveServer(ctx context.Context, req *api.RemoveServerRe
 
 const snapshotChunk = 256 << 10
 
-// SnapshotSave implements api.AdminServer: it takes a Raft snapshot on the
-// server asked and streams the FSM state.
-func (a *adminService) SnapshotSave(_ *api.SnapshotSaveRequest, stream grpc.ServerStreamingServer[api.SnapshotChunk]) error {
+// SnapshotSave implements api.AdminServer: a backup holds every change
+// acknowledged before it was asked for. A follower may not have applied
+// the latest commits yet (it learns of them with the leader's next
+// append), so the save goes to the leader, which first waits for a Raft
+// barrier (every entry committed before it is applied here; it fails on a
+// deposed leader), then takes a Raft snapshot and streams the FSM state.
+// Another server relays the leader's stream. A stale save (for a cluster
+// without a leader) streams this server's own state.
+func (a *adminService) SnapshotSave(req *api.SnapshotSaveRequest, stream grpc.ServerStreamingServer[api.SnapshotChunk]) error {
+	if req.GetStale() || faults.Active(faults.SnapshotSaveHere) {
+		// The fault is the negative control: every save stale.
+		return a.streamSnapshot(stream)
+	}
+	conn, fctx, self, err := a.s.fwd.forward(stream.Context())
+	if err != nil {
+		return rpcerr.Status(err)
+	}
+	if !self {
+		return relaySnapshot(api.NewAdminClient(conn), fctx, req, stream)
+	}
+	if err := a.s.raft.Barrier(a.s.cfg.ApplyTimeout).Error(); err != nil {
+		return rpcerr.Status(raftErr(err))
+	}
+	return a.streamSnapshot(stream)
+}
+
+// relaySnapshot streams the leader's answer to a forwarded save; its
+// errors are gRPC statuses already.
+func relaySnapshot(leader api.AdminClient, ctx context.Context, req *api.SnapshotSaveRequest, stream grpc.ServerStreamingServer[api.SnapshotChunk]) error {
+	from, err := leader.SnapshotSave(ctx, req)
+	if err != nil {
+		return err
+	}
+	for {
+		c, err := from.Recv()
+		if err == io.EOF {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if err := stream.Send(c); err != nil {
+			return err
+		}
+	}
+}
+
+// streamSnapshot takes a Raft snapshot here (or, with nothing applied
+// since the latest one, reopens that) and streams it.
+func (a *adminService) streamSnapshot(stream grpc.ServerStreamingServer[api.SnapshotChunk]) error {
 	f := a.s.raft.Snapshot()
 	if err := f.Error(); err != nil && err != raft.ErrNothingNewToSnapshot {
 		return rpcerr.Status(raftErr(err))

@@ -77,6 +77,7 @@ type invocation struct {
 	// Command-specific flags.
 	file, policy, key string
 	prune             bool // policy apply --prune
+	stale             bool // snapshot save --stale
 	client, attrs     string
 	rate, burst       string
 	// status: the autopilot thresholds (autopilot.go).

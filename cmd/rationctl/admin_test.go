@@ -356,6 +356,8 @@ func TestAdminRequests(t *testing.T) {
 		{[]string{"leader", "transfer", "node3"}, (&api.LeaderTransferRequest{Id: "node3"}).String()},
 		{[]string{"leader", "transfer"}, (&api.LeaderTransferRequest{}).String()},
 		{[]string{"server", "remove", "node3"}, (&api.RemoveServerRequest{Id: "node3"}).String()},
+		{[]string{"snapshot", "save", filepath.Join(t.TempDir(), "s.snap")}, (&api.SnapshotSaveRequest{}).String()},
+		{[]string{"snapshot", "save", "--stale", filepath.Join(t.TempDir(), "s.snap")}, (&api.SnapshotSaveRequest{Stale: true}).String()},
 	} {
 		var stdout, stderr bytes.Buffer
 		if code := run(append(c.args, "--servers", addr), &stdout, &stderr); code != 0 {
@@ -417,7 +419,7 @@ func TestAdminErrors(t *testing.T) {
 	f := cannedCluster()
 	f.err = status.Error(codes.InvalidArgument,
 		`line 4: policy "x": field "rate": "abc" is not a number; want tokens per second like 10 or 0.5, or tokens per interval like 1/m, 100/h, 5/s or 3/30s`+"\n"+
-			`line 9: policy "w": field "window": "60" is not a duration; want a Go duration like 500ms, 1s, 1m or 1h30m, or whole days like 7d, at most 366d`)
+			`line 9: policy "w": field "window": "60" is not a duration; want a Go duration like 1s, 1m or 1h30m, or whole days like 7d: at least 1ms (the cluster leases 1s or longer), at most 366d`)
 	addr := serve(t, f)
 	dead := deadAddr(t)
 	for _, c := range []struct {
@@ -426,7 +428,7 @@ func TestAdminErrors(t *testing.T) {
 	}{
 		{[]string{"policy", "apply", "-f", "testdata/bad-values.yaml", "--servers", addr},
 			`rationctl policy apply: InvalidArgument: line 4: policy "x": field "rate": "abc" is not a number; want tokens per second like 10 or 0.5, or tokens per interval like 1/m, 100/h, 5/s or 3/30s` + "\n" +
-				`rationctl policy apply: InvalidArgument: line 9: policy "w": field "window": "60" is not a duration; want a Go duration like 500ms, 1s, 1m or 1h30m, or whole days like 7d, at most 366d` + "\n"},
+				`rationctl policy apply: InvalidArgument: line 9: policy "w": field "window": "60" is not a duration; want a Go duration like 1s, 1m or 1h30m, or whole days like 7d: at least 1ms (the cluster leases 1s or longer), at most 366d` + "\n"},
 		{[]string{"policy", "apply", "-f", "testdata/nope.yaml", "--servers", addr},
 			"rationctl policy apply: open testdata/nope.yaml: no such file or directory\n"},
 		{[]string{"status", "--servers", dead},

@@ -281,7 +281,7 @@ func TestErrors(t *testing.T) {
 		{"bad policy values", []string{"--policy", "testdata/bad-values.yaml", "--trace", "testdata/chain.csv"}, 1,
 			[]string{
 				`rationctl simulate: testdata/bad-values.yaml: line 4: policy "per-tenant": field "rate": "abc" is not a number; want tokens per second like 10 or 0.5, or tokens per interval like 1/m, 100/h, 5/s or 3/30s` + "\n" +
-					`rationctl simulate: testdata/bad-values.yaml: line 9: policy "windowed": field "window": "60" is not a duration; want a Go duration like 500ms, 1s, 1m or 1h30m, or whole days like 7d, at most 366d` + "\n",
+					`rationctl simulate: testdata/bad-values.yaml: line 9: policy "windowed": field "window": "60" is not a duration; want a Go duration like 1s, 1m or 1h30m, or whole days like 7d: at least 1ms (the cluster leases 1s or longer), at most 366d` + "\n",
 			}, true},
 		{"unknown field", []string{"--policy", "testdata/unknown-field.yaml", "--trace", "testdata/chain.csv"}, 1,
 			[]string{`rationctl simulate: testdata/unknown-field.yaml: line 6: policy "per-tenant": field "bursts": is not a policy field; did you mean "burst"? Fields are name, algorithm, charge, key, rate, burst, start, limit, window, period, timezone, max_duration, cancel_grace, lease, weights, failure, fallback_rate, shadow, max_keys, max_leases_per_key` + "\n"}, true},

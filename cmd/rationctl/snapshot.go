@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -20,14 +21,21 @@ const restoreChunk = 256 << 10
 var snapshotVerbs = []verb{
 	{
 		name:     "snapshot save",
-		synopsis: "FILE",
+		synopsis: "[--stale] FILE",
 		summary:  "save the cluster state to FILE",
-		help: `Asks the answering server for a snapshot of the cluster state and writes it
-to FILE. The file appears complete or not at all: the chunks go to a
-temporary file next to it, which is renamed once everything arrived.
-A large state may need a --timeout longer than the default.`,
+		help: `Asks for a snapshot of the cluster state and writes it to FILE. The leader
+takes it (another server forwards the request) once it has applied every
+committed change, so FILE holds every change acknowledged before the save.
+Without a leader (quorum lost) that fails; --stale saves the state of the
+server asked instead, which may lack the latest changes.
+The file appears complete or not at all: the chunks go to a temporary file
+next to it, which is renamed once everything arrived. A large state may
+need a --timeout longer than the default.`,
 		args: []string{"FILE"},
-		run:  snapshotSave,
+		flags: func(fs *flag.FlagSet, o *invocation) {
+			fs.BoolVar(&o.stale, "stale", false, "save the state of the server asked, without the leader (for a cluster without one)")
+		},
+		run: snapshotSave,
 	},
 	{
 		name:     "snapshot restore",
@@ -61,7 +69,7 @@ func snapshotSave(ctx context.Context, o *invocation) (err error) {
 			os.Remove(tmp.Name())
 		}
 	}()
-	stream, err := o.admin().SnapshotSave(ctx, &api.SnapshotSaveRequest{})
+	stream, err := o.admin().SnapshotSave(ctx, &api.SnapshotSaveRequest{Stale: o.stale})
 	if err != nil {
 		return err
 	}

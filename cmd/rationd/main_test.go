@@ -324,3 +324,17 @@ func TestSignalDuringStartup(t *testing.T) {
 		t.Errorf("exit %d, stderr:\n%s\nwant exit 1 and %q", code, stderr2.String(), want)
 	}
 }
+
+// TestConfigShortWindow: --config refuses a window too short to lease,
+// naming the file, the policy and the field (checked on loadPolicies, so
+// a regression fails here instead of starting a server).
+func TestConfigShortWindow(t *testing.T) {
+	short := filepath.Join(t.TempDir(), "short.yaml")
+	if err := os.WriteFile(short, []byte("policies:\n  - name: s\n    algorithm: fixed-window\n    limit: 3\n    window: 100ms\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	want := short + `: policy is not leasable: policy "s": field "window": 100ms is shorter than 1s, the shortest window the cluster leases`
+	if _, err := loadPolicies(short); err == nil || !strings.HasPrefix(err.Error(), want) {
+		t.Fatalf("loadPolicies: %v, want %s", err, want)
+	}
+}

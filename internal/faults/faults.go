@@ -87,10 +87,16 @@ const (
 	// TestSlotsAcrossRestoreNegativeControl and
 	// TestSlotsAcrossReapplyNegativeControl.
 	SlotInstallExtendsOld Fault = "slot-install-extends-old"
+	// SnapshotSaveHere: the server asked for a snapshot save takes it from
+	// its own state, without forwarding to the leader or waiting for a
+	// barrier, as before saves went to the leader; a follower's backup
+	// then lacks the changes it has not applied yet: the control
+	// TestSnapshotSaveNegativeControl (cmd/rationctl).
+	SnapshotSaveHere Fault = "snapshot-save-here"
 )
 
 // All lists every fault, for flag help and validation.
-var All = []Fault{AckBeforeCommit, StartFullNoDebit, TimeFromReceipt, ForgetRetired, ClockResumeOwnReading, CreditAtReduction, ForgetReplaced, IgnoreKeyAttributes, ReportDouble, AdmitBeforeLease, WindowDeadReturns, SlotForgetLowered, WindowZoneUTC, SlotAckAtOnce, SlotInstallExtendsOld}
+var All = []Fault{AckBeforeCommit, StartFullNoDebit, TimeFromReceipt, ForgetRetired, ClockResumeOwnReading, CreditAtReduction, ForgetReplaced, IgnoreKeyAttributes, ReportDouble, AdmitBeforeLease, WindowDeadReturns, SlotForgetLowered, WindowZoneUTC, SlotAckAtOnce, SlotInstallExtendsOld, SnapshotSaveHere}
 
 func parse(name string) (Fault, error) {
 	for _, f := range All {

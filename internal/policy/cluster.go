@@ -56,6 +56,15 @@ const (
 	// MaxKeyValueLen is the longest key attribute value CanonicalKey
 	// accepts, in bytes.
 	MaxKeyValueLen = 256
+	// MinLeasedWindow is the shortest window the cluster leases. A
+	// window's chunk lease ends with its window, and its renewals come
+	// every window/16, at least 50 ms (docs/design.md §8.1): in a window
+	// much shorter than a second the lease round trips eat the window.
+	// On an in-process cluster (four replicas offering 3× a limit of 20),
+	// 50 ms windows admitted 0 to 100% of the limit, 100 ms ones 70 to
+	// 85%, 250 ms ones and longer 100%; a real network's round trips are
+	// longer, and RateLimit-Policy counts a window in whole seconds.
+	MinLeasedWindow = time.Second
 )
 
 // Errors of the cluster helpers.
@@ -107,7 +116,12 @@ func (p Policy) Weight(clientID string) int64 {
 
 // Leasable reports whether the cluster can enforce p: nil for a token
 // bucket and a valid fixed or approximate sliding window (leased in
-// chunks, docs/design.md §8), an error wrapping ErrNotLeasable otherwise.
+// chunks, docs/design.md §8) of MinLeasedWindow or longer, an error
+// wrapping ErrNotLeasable otherwise (and an *Error naming the field, for
+// a window too short). The cluster checks it when a policy is applied
+// (rationctl policy apply, rationd --config), never when it replays or
+// restores a stored one, so a shorter window stored before the minimum
+// existed is still served.
 func (p Policy) Leasable() error {
 	switch p.Algorithm {
 	case TokenBucket:
@@ -115,6 +129,11 @@ func (p Policy) Leasable() error {
 	case FixedWindow, SlidingWindowApprox:
 		if _, err := p.WindowSpec(); err != nil {
 			return fmt.Errorf("%w: policy %q: %v", ErrNotLeasable, p.Name, err)
+		}
+		if p.Period == "" && p.WindowNanos < int64(MinLeasedWindow) {
+			return fmt.Errorf("%w: %w", ErrNotLeasable, &Error{PolicyName: p.Name, Field: fWindow, Msg: fmt.Sprintf(
+				"%s is shorter than %s, the shortest window the cluster leases (a window's chunk lease ends with the window, so lease round trips and renewals would use up a shorter one); want a window of %s or longer, or a token bucket for a rate",
+				formatWindow(p.WindowNanos), formatWindow(int64(MinLeasedWindow)), formatWindow(int64(MinLeasedWindow)))})
 		}
 		return nil
 	case Concurrency:

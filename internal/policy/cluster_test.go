@@ -207,7 +207,7 @@ func TestClusterParseErrors(t *testing.T) {
 		{"duration negative", tb(bucket + "    lease:\n      duration: -5s\n"), 7, "lease.duration", `"-5s" is shorter than the minimum 100ms`},
 		{"duration too long", tb(bucket + "    lease:\n      duration: 24h0m0.001s\n"), 7, "lease.duration", `"24h0m0.001s" is longer than the maximum 24h`},
 		{"duration list", tb(bucket + "    lease:\n      duration: [5s]\n"), 7, "lease.duration", "is a list; want a Go duration"},
-		{"renew zero", tb(bucket + "    lease:\n      renew_after: 0s\n"), 7, "lease.renew_after", `"0s" is not positive; want a Go duration > 0`},
+		{"renew zero", tb(bucket + "    lease:\n      renew_after: 0s\n"), 7, "lease.renew_after", `"0s" is not positive; want a Go duration of at least 10ms`},
 		{"renew negative", tb(bucket + "    lease:\n      renew_after: -1s\n"), 7, "lease.renew_after", `"-1s" is not positive`},
 		{"renew not a duration", tb(bucket + "    lease:\n      renew_after: soon\n"), 7, "lease.renew_after", `"soon" is not a duration`},
 		{"renew equals duration", tb(bucket + "    lease:\n      renew_after: 5s\n"), 7, "lease.renew_after",

@@ -55,7 +55,7 @@ func TestConcurrencyFields(t *testing.T) {
 		{"    limit: 1.5\n", `field "limit"`},
 		{"    limit: 1073741825\n", `field "limit"`},
 		{"    limit: 2\n    max_duration: 5s\n", `field "max_duration": 5s is not shorter than the slot lease's usable span`},
-		{"    limit: 2\n    max_duration: -1s\n", `field "max_duration": -1s is negative`},
+		{"    limit: 2\n    max_duration: -1s\n", `field "max_duration": "-1s" is not positive (leave max_duration out for no limit)`},
 		{"    limit: 2\n    max_duration: soon\n", `field "max_duration": "soon" is not a duration`},
 		{"    limit: 2\n    cancel_grace: 5s\n", `field "cancel_grace": 5s is not shorter`},
 		{"    limit: 2\n    max_duration: 1s\n    cancel_grace: 1ms\n", `field "cancel_grace": is set with max_duration 1s`},

@@ -90,10 +90,10 @@ var policyFields = []fieldSpec{
 	{name: fStart, algs: tokenBucketOnly, want: "want full or empty"},
 	{name: fLimit, algs: limitAlgorithms, required: true, want: "want a whole number of units per window like 100 (for concurrency: of requests in flight at once, 0 to 1073741824)"},
 	// window is required unless period is set (parse.go, validate.go).
-	{name: fWindow, algs: windowAlgorithms, want: "want a Go duration like 500ms, 1s, 1m or 1h30m, or whole days like 7d, at most 366d"},
+	{name: fWindow, algs: windowAlgorithms, want: "want a Go duration like 1s, 1m or 1h30m, or whole days like 7d: at least 1ms (the cluster leases 1s or longer), at most 366d"},
 	{name: fPeriod, algs: fixedWindowOnly, want: "want day, week (ISO weeks, from Monday 00:00) or month, aligned to the calendar in timezone, instead of window"},
 	{name: fTimezone, algs: fixedWindowOnly, want: "want an IANA time zone name like UTC (the default) or Europe/Paris, with period"},
-	{name: fMaxDuration, algs: concurrencyOnly, want: "want a Go duration > 0 shorter than the slot lease's usable span (about 4.99s), like 2s: the longest a request may hold its slot"},
+	{name: fMaxDuration, algs: concurrencyOnly, want: "want a Go duration of at least 1ms, shorter than the slot lease's usable span (about 4.99s), like 2s: the longest a request may hold its slot"},
 	{name: fCancelGrace, algs: concurrencyOnly, want: "want a Go duration >= 0 shorter than the slot lease's usable span (about 4.99s), like 200ms, without max_duration: requests are cancelled this long before their slot lease ends"},
 
 	// Cluster settings.
@@ -111,7 +111,7 @@ var policyFields = []fieldSpec{
 var sectionFields = map[string][]fieldSpec{
 	fLease: {
 		{name: lDuration, want: "want a Go duration from 100ms to 24h, like 5s (the default)"},
-		{name: lRenewAfter, want: "want a Go duration > 0 and less than the usable span duration*(1-drift)/(1+drift), like 1500ms (the default is duration/3)"},
+		{name: lRenewAfter, want: "want a Go duration of at least 10ms and less than the usable span duration*(1-drift)/(1+drift), like 1500ms (the default is duration/3)"},
 		{name: lDriftPPM, want: "want a whole number of parts per million from 0 to 100000, like 1000 (the default)"},
 	},
 	fWeights: {

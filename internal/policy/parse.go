@@ -401,7 +401,16 @@ func (p *parser) walkPolicy(index int, m *yaml.Node) (pol Policy, ok bool) {
 		}
 	}
 	if kv, ok := present(fMaxDuration); ok {
-		pol.MaxDurationNanos, _, _ = p.duration(id, kv, fMaxDuration)
+		d, s, ok := p.duration(id, kv, fMaxDuration)
+		switch {
+		case !ok:
+		case d <= 0:
+			p.fail(id, kv, fMaxDuration, fmt.Sprintf("%q is not positive (leave max_duration out for no limit)", s))
+		case d < int64(MinMaxDuration):
+			p.fail(id, kv, fMaxDuration, fmt.Sprintf("%q is shorter than the minimum %s: every request's context would end before it could do any work", s, formatDuration(int64(MinMaxDuration))))
+		default:
+			pol.MaxDurationNanos = d
+		}
 	}
 	if kv, ok := present(fCancelGrace); ok {
 		pol.CancelGraceNanos, _, _ = p.duration(id, kv, fCancelGrace)
@@ -414,6 +423,9 @@ func (p *parser) walkPolicy(index int, m *yaml.Node) (pol Policy, ok bool) {
 				p.add(p.errAt(id, kv, fWindow, fmt.Sprintf("%q is not a duration; %s", s, want[fWindow])))
 			case d <= 0:
 				p.add(p.errAt(id, kv, fWindow, fmt.Sprintf("%q is not positive; %s", s, want[fWindow])))
+			case d < MinWindow:
+				p.add(p.errAt(id, kv, fWindow, fmt.Sprintf("%q is shorter than the minimum %s (simulate counts time in whole milliseconds); %s",
+					s, formatWindow(int64(MinWindow)), want[fWindow])))
 			default:
 				pol.WindowNanos = int64(d)
 			}

@@ -113,6 +113,9 @@ func (p *parser) lease(id *Error, kv keyVal, pol *Policy) {
 		case !ok:
 		case d <= 0:
 			p.add(p.errAt(id, f, fLeaseRenewAfter, fmt.Sprintf("%q is not positive; %s", s, want[fLeaseRenewAfter])))
+		case d < int64(MinRenewAfter):
+			p.add(p.errAt(id, f, fLeaseRenewAfter, fmt.Sprintf("%q is shorter than the minimum %s, the shortest interval clients renew at whatever the cluster answers; %s",
+				s, formatDuration(int64(MinRenewAfter)), want[fLeaseRenewAfter])))
 		case !durOK || !driftOK:
 			// Cannot compare with the usable span; those were reported.
 		default:

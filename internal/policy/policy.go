@@ -3,6 +3,7 @@ package policy
 import (
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/ration-dev/ration/lease"
 )
@@ -61,6 +62,27 @@ const (
 	MaxLimit = lease.MaxCapacityMilli / lease.MilliPerToken
 	// MaxNameLen is the longest policy name.
 	MaxNameLen = 63
+)
+
+// Shortest durations a policy file may set. They are rules for new
+// policies (Parse, and Leasable for MinLeasedWindow), not for stored ones:
+// Validate, which checks policies read back from the log and from
+// snapshots, does not apply them, so a policy stored before they existed
+// still restores.
+const (
+	// MinWindow is the shortest window: rationctl simulate counts time in
+	// whole milliseconds (a trace's at_ms), so a shorter window could not
+	// be told from none. The cluster leases windows of MinLeasedWindow or
+	// longer only.
+	MinWindow = time.Millisecond
+	// MinMaxDuration is the shortest max_duration: a request's context
+	// ends max_duration after it starts, so a shorter one would end every
+	// request before it could do any work.
+	MinMaxDuration = time.Millisecond
+	// MinRenewAfter is the shortest lease.renew_after: clients renew no
+	// more often than this whatever the cluster answers (the client's
+	// minRenewAfter), so a shorter setting would not be what happens.
+	MinRenewAfter = 10 * time.Millisecond
 )
 
 // File is a parsed, validated policy file.

@@ -258,7 +258,7 @@ func TestParseErrors(t *testing.T) {
 		{"limit zero", win("    limit: 0\n    window: 1s\n"), []string{`policy "w1": field "limit": "0" is zero`}, 4},
 		{"limit negative", win("    limit: -3\n    window: 1s\n"), []string{`policy "w1": field "limit": "-3" is negative`}, 4},
 		{"limit too large", win("    limit: 1000000000001\n    window: 1s\n"), []string{`policy "w1": field "limit": "1000000000001" is more than the maximum 1000000000000`}, 4},
-		{"window no unit", win("    limit: 1\n    window: 60\n"), []string{`policy "w1": field "window": "60" is not a duration; want a Go duration like 500ms, 1s, 1m or 1h30m`}, 5},
+		{"window no unit", win("    limit: 1\n    window: 60\n"), []string{`policy "w1": field "window": "60" is not a duration; want a Go duration like 1s, 1m or 1h30m, or whole days`}, 5},
 		{"window zero", win("    limit: 1\n    window: 0s\n"), []string{`policy "w1": field "window": "0s" is not positive`}, 5},
 		{"window negative", win("    limit: 1\n    window: -1m\n"), []string{`policy "w1": field "window": "-1m" is not positive`}, 5},
 

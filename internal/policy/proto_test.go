@@ -228,7 +228,9 @@ func TestValidateAgreesWithParse(t *testing.T) {
 }
 
 // TestRoundTripsProperty generates valid token-bucket cluster settings and
-// checks both round trips (YAML and protobuf) and Validate.
+// checks both round trips (YAML and protobuf) and Validate. A renew_after
+// under MinRenewAfter is valid stored (a policy applied before the
+// minimum existed restores) but refused when parsed, naming the field.
 func TestRoundTripsProperty(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		p := Policy{
@@ -270,6 +272,13 @@ func TestRoundTripsProperty(t *testing.T) {
 			t.Fatal(err)
 		}
 		f, err := Parse(&buf)
+		if p.RenewAfterNanos < int64(MinRenewAfter) {
+			errs := Errors(err)
+			if len(errs) != 1 || errs[0].Field != fLeaseRenewAfter || !strings.Contains(errs[0].Msg, "is shorter than the minimum 10ms") {
+				t.Fatalf("re-parse of renew_after %v: %v, want its refusal", time.Duration(p.RenewAfterNanos), err)
+			}
+			return
+		}
 		if err != nil {
 			t.Fatalf("re-parse: %v", err)
 		}

@@ -45,7 +45,7 @@ func TestWindowPeriodFields(t *testing.T) {
 	bad := []struct {
 		alg, body, want string
 	}{
-		{"fixed-window", "", `field "window": is required for algorithm fixed-window; want a Go duration like 500ms, 1s, 1m or 1h30m, or whole days like 7d, at most 366d (or period: day, week or month)`},
+		{"fixed-window", "", `field "window": is required for algorithm fixed-window; want a Go duration like 1s, 1m or 1h30m, or whole days like 7d: at least 1ms (the cluster leases 1s or longer), at most 366d (or period: day, week or month)`},
 		{"fixed-window", "    window: 1000d\n", `field "window": 1000d is longer than the maximum 366d`},
 		{"fixed-window", "    window: 1h\n    period: day\n", `field "period": is set with window 1h; want one of window and period`},
 		{"fixed-window", "    period: fortnight\n", `field "period": "fortnight" is not a period; want day, week (ISO weeks, from Monday 00:00) or month`},
