@@ -23,4 +23,9 @@ const (
 	// instead of through state.mut, so a snapshot being persisted shows
 	// the renewal (the copy-on-write test's negative control, cow.go).
 	faultRenewSkipsCopy
+	// faultKeyQuotaIgnored: a new key is refused only at max_keys, never
+	// for its first attribute's max_keys_per_value (keyquota.go), as before
+	// key quotas: one tenant can fill max_keys (the key-quota property's
+	// negative control).
+	faultKeyQuotaIgnored
 )

@@ -78,10 +78,15 @@ const (
 	// (lease.SlotClientFaultAckAtOnce, breaking S2's client side): the
 	// real-cluster control TestSlotsLoweredCountWaitsForDrainNegativeControl.
 	SlotAckAtOnce Fault = "slot-ack-at-once"
+	// KeyQuotaIgnored: the state machine refuses a new key only at the
+	// policy's max_keys, never for max_keys_per_value, so one tenant can
+	// fill max_keys and shut the others out (fsm/keyquota.go): the key
+	// quota's negative control.
+	KeyQuotaIgnored Fault = "key-quota-ignored"
 )
 
 // All lists every fault, for flag help and validation.
-var All = []Fault{AckBeforeCommit, StartFullNoDebit, TimeFromReceipt, ForgetRetired, ClockResumeOwnReading, CreditAtReduction, ForgetReplaced, IgnoreKeyAttributes, ReportDouble, AdmitBeforeLease, WindowDeadReturns, SlotForgetLowered, WindowZoneUTC, SlotAckAtOnce}
+var All = []Fault{AckBeforeCommit, StartFullNoDebit, TimeFromReceipt, ForgetRetired, ClockResumeOwnReading, CreditAtReduction, ForgetReplaced, IgnoreKeyAttributes, ReportDouble, AdmitBeforeLease, WindowDeadReturns, SlotForgetLowered, WindowZoneUTC, SlotAckAtOnce, KeyQuotaIgnored}
 
 func parse(name string) (Fault, error) {
 	for _, f := range All {
