@@ -28,4 +28,8 @@ const (
 	// key quotas: one tenant can fill max_keys (the key-quota property's
 	// negative control).
 	faultKeyQuotaIgnored
+	// faultCollectOwing: before a refusal, collectFresh also collects
+	// leaseless keys whose buckets are not full again, which a new key
+	// would refill at once (the grant-time collection's negative control).
+	faultCollectOwing
 )

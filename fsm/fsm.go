@@ -566,10 +566,7 @@ func (s *state) resolve(t int64, k *api.Key, create bool) (policy.Policy, string
 		}
 		return p, ck, kl, nil
 	}
-	if int64(s.keys[p.Name].Len()) >= p.MaxKeys {
-		return p, ck, nil, fmt.Errorf("%w: policy %q already tracks max_keys=%d keys", rpcerr.ErrResourceExhausted, p.Name, p.MaxKeys)
-	}
-	if err := s.checkKeyQuota(p, ck); err != nil {
+	if err := s.roomFor(t, p, ck); err != nil {
 		return p, ck, nil, err
 	}
 	pool, _ := s.startPool(t, p)

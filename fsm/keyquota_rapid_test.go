@@ -19,9 +19,10 @@ import (
 // predicts the one rule: a new key is refused (RESOURCE_EXHAUSTED) exactly
 // when the policy tracks max_keys keys, or, with the switch on, when its
 // tenant already has the policy's cap of them (max_keys_per_value, by
-// default max(1, max_keys/10)). So a tenant under its cap is never refused
-// while the policy has room, whatever the others hold; and no tenant ever
-// creates a key beyond its cap.
+// default max(1, max_keys/10)); with the switch on, keys nobody holds
+// whose buckets are full again (collectable) do not count. So a tenant
+// under its cap is never refused while the policy has room, whatever the
+// others hold; and no tenant ever creates a key beyond its cap.
 
 type quotaParams struct {
 	maxKeys, perValue int // perValue 0: the default
@@ -76,6 +77,7 @@ func runKeyQuota(t *rapid.T, outer testing.TB, f fault) {
 	if f != faultNone {
 		h.f.st.fault = f
 	}
+	h.enableFeatures(FeatureAcks | FeatureRetire | FeatureIndexedExpiry) // a cluster before key quotas
 	on := rapid.Bool().Draw(t, "switch on at start")
 	if on {
 		h.enableFeatures(FeatureKeyQuota)
@@ -102,28 +104,39 @@ func runKeyQuota(t *rapid.T, outer testing.TB, f fault) {
 			client := rapid.SampledFrom([]string{"c1", "c2"}).Draw(t, "client")
 			ck := url.PathEscape(tn) + "/" + url.PathEscape(route)
 			tenantOf[ck] = tn
-			keys := h.f.st.keys["q"].sortedKeys()
-			isNew, mine := true, 0
-			for _, k := range keys {
+			keys := h.f.st.keys["q"]
+			isNew, mine, all := true, 0, 0
+			var kept []string // what the acquire must not collect
+			for _, k := range keys.sortedKeys() {
 				isNew = isNew && k != ck
+				if l := keys.at(k).ledger; on && l.LeaseCount() == 0 && l.PoolFullAt() <= at {
+					continue // collectable: does not count with the switch on
+				}
+				kept = append(kept, k)
+				all++
 				if tenantOf[k] == tn {
 					mine++
 				}
 			}
-			refuse := isNew && (len(keys) >= p.maxKeys || on && mine >= p.cap())
+			refuse := isNew && (all >= p.maxKeys || on && mine >= p.cap())
 			seqs[client]++
 			k := &api.Key{Policy: "q", Attributes: map[string]string{"tenant": tn, "route": route}}
 			ops := h.batch(at, acquire(caller(client, 1, seqs[client]), k))
 			if ops[0].Err != nil {
 				t.Fatalf("acquire: %v", ops[0].Err)
 			}
+			for _, k := range kept {
+				if h.f.st.keys["q"].at(k) == nil {
+					t.Fatalf("collected key %q, which someone holds or whose bucket is not full again", k)
+				}
+			}
 			kl := ops[0].Lease.GetLeases()[0]
 			exhausted := kl.GetError().GetKind() == api.ErrorKind_ERROR_KIND_RESOURCE_EXHAUSTED
 			switch {
 			case refuse && !exhausted:
-				t.Fatalf("key quota broken: tenant %q created key %q with %d of its keys and %d in all tracked (max_keys %d, cap %d, switch on %v): %v", tn, ck, mine, len(keys), p.maxKeys, p.cap(), on, kl)
+				t.Fatalf("key quota broken: tenant %q created key %q with %d of its keys and %d in all held (max_keys %d, cap %d, switch on %v): %v", tn, ck, mine, all, p.maxKeys, p.cap(), on, kl)
 			case !refuse && exhausted:
-				t.Fatalf("tenant %q refused key %q with %d of its keys and %d in all tracked (max_keys %d, cap %d, switch on %v): %v", tn, ck, mine, len(keys), p.maxKeys, p.cap(), on, kl.GetError())
+				t.Fatalf("tenant %q refused key %q with %d of its keys and %d in all held (max_keys %d, cap %d, switch on %v): %v", tn, ck, mine, all, p.maxKeys, p.cap(), on, kl.GetError())
 			case kl.GetGrant() != nil:
 				held = append(held, quotaLease{client, k, kl.GetGrant().GetLeaseId()})
 			}
@@ -192,6 +205,16 @@ func setRapidFlags(t *testing.T, checks string) {
 		}
 		t.Cleanup(func() { _ = flag.Set(name, old) })
 	}
+}
+
+// TestCollectOwingNegativeControl: collecting, before a refusal, keys
+// whose buckets are not full again (a new key there would start full:
+// tokens minted twice) must be caught.
+func TestCollectOwingNegativeControl(t *testing.T) {
+	setRapidFlags(t, "2000")
+	rapidcontrol.ExpectCaught(t, "a collection of keys that owe tokens", "whose bucket is not full again", func(rt *rapid.T) {
+		runKeyQuota(rt, t, faultCollectOwing)
+	})
 }
 
 // TestKeyQuotaNegativeControl: the rule before key quotas (a new key
