@@ -31,8 +31,9 @@ const routesRenewAfter = 2 * time.Second
 // TestBoundTenantCannotFillMaxKeys: a client token bound to tenant=acme
 // sprays twice max_keys distinct routes and keeps every key it got in use;
 // meanwhile a client bound to tenant=globex asks for its first key and is
-// granted it within one renewal interval, with its whole burst, and acme
-// never holds more than its max_keys_per_value
+// granted it within one renewal interval, with its whole burst and at
+// least 90% of its rate, and acme never holds more than its
+// max_keys_per_value
 // (docs/security.md#tenant-isolation). Before key quotas acme took all
 // 200 keys and globex was refused RESOURCE_EXHAUSTED until acme stopped.
 func TestBoundTenantCannotFillMaxKeys(t *testing.T) {
@@ -100,6 +101,18 @@ func TestBoundTenantCannotFillMaxKeys(t *testing.T) {
 	t.Logf("globex admitted %d at once (burst 100)", admitted)
 	if admitted < 90 {
 		t.Fatalf("globex admitted %d of its burst 100 at once", admitted)
+	}
+	// And its rate: 2 s of waiting callers get at least 90% of r·2s = 200
+	// (a wait is admitted as soon as a token is minted).
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	waited := 0
+	for lim.WaitN(ctx, 1) == nil {
+		waited++
+	}
+	t.Logf("globex admitted %d in 2 s at rate 100/s while acme sprays", waited)
+	if waited < 180 {
+		t.Fatalf("globex admitted %d in 2 s, less than 90%% of its rate's 200", waited)
 	}
 	if n := tracked(c, "acme/"); n > 20 {
 		t.Fatalf("acme tracks %d keys, more than its max_keys_per_value 20", n)
