@@ -65,8 +65,13 @@ type PolicySpec struct {
 	// deadline a running request is cancelled (docs/concurrency.md).
 	MaxDurationNanos int64 `protobuf:"varint,70,opt,name=max_duration_nanos,json=maxDurationNanos,proto3" json:"max_duration_nanos,omitempty"`
 	CancelGraceNanos int64 `protobuf:"varint,71,opt,name=cancel_grace_nanos,json=cancelGraceNanos,proto3" json:"cancel_grace_nanos,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// The most live keys of a token-bucket policy that share the value of
+	// its first key attribute (docs/policy.md#max_keys_per_value); 0: the
+	// default, max(1, max_keys/10). Enforced only with the key-quota
+	// feature switch on (fsm.FeatureKeyQuota).
+	MaxKeysPerValue int64 `protobuf:"varint,90,opt,name=max_keys_per_value,json=maxKeysPerValue,proto3" json:"max_keys_per_value,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *PolicySpec) Reset() {
@@ -270,6 +275,13 @@ func (x *PolicySpec) GetMaxDurationNanos() int64 {
 func (x *PolicySpec) GetCancelGraceNanos() int64 {
 	if x != nil {
 		return x.CancelGraceNanos
+	}
+	return 0
+}
+
+func (x *PolicySpec) GetMaxKeysPerValue() int64 {
+	if x != nil {
+		return x.MaxKeysPerValue
 	}
 	return 0
 }
@@ -2460,7 +2472,7 @@ var File_command_proto protoreflect.FileDescriptor
 
 const file_command_proto_rawDesc = "" +
 	"\n" +
-	"\rcommand.proto\x12\tration.v1\x1a\fration.proto\"\xfe\a\n" +
+	"\rcommand.proto\x12\tration.v1\x1a\fration.proto\"\xab\b\n" +
 	"\n" +
 	"PolicySpec\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1c\n" +
@@ -2491,7 +2503,8 @@ const file_command_proto_rawDesc = "" +
 	"\x06period\x18/ \x01(\tR\x06period\x12\x1a\n" +
 	"\btimezone\x180 \x01(\tR\btimezone\x12,\n" +
 	"\x12max_duration_nanos\x18F \x01(\x03R\x10maxDurationNanos\x12,\n" +
-	"\x12cancel_grace_nanos\x18G \x01(\x03R\x10cancelGraceNanos\x1a@\n" +
+	"\x12cancel_grace_nanos\x18G \x01(\x03R\x10cancelGraceNanos\x12+\n" +
+	"\x12max_keys_per_value\x18Z \x01(\x03R\x0fmaxKeysPerValue\x1a@\n" +
 	"\x12ClientWeightsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"I\n" +

@@ -30,7 +30,7 @@ const (
 	ErrorKind_ERROR_KIND_UNSPECIFIED        ErrorKind = 0
 	ErrorKind_ERROR_KIND_NOT_FOUND          ErrorKind = 1 // an unknown policy or key
 	ErrorKind_ERROR_KIND_INVALID_ARGUMENT   ErrorKind = 2 // a malformed request, key, demand or cost
-	ErrorKind_ERROR_KIND_RESOURCE_EXHAUSTED ErrorKind = 3 // a policy's max_keys reached
+	ErrorKind_ERROR_KIND_RESOURCE_EXHAUSTED ErrorKind = 3 // a policy's max_keys or max_keys_per_value reached
 	ErrorKind_ERROR_KIND_TOO_MANY_LEASES    ErrorKind = 4 // a key's max_leases_per_key reached
 	ErrorKind_ERROR_KIND_STALE              ErrorKind = 5 // an older incarnation, or a grant older than the lease it would replace
 	ErrorKind_ERROR_KIND_UNAVAILABLE        ErrorKind = 6

@@ -74,6 +74,18 @@ type Config struct {
 	// eviction comes up to a round later than IdleTimeout, never earlier.
 	// A *Limiter held across its eviction keeps working (see Limiter).
 	IdleTimeout time.Duration
+	// PressureKeys, if positive, releases idle keys early under pressure:
+	// while the client holds more than PressureKeys keys, or a key of its
+	// was refused RESOURCE_EXHAUSTED (a policy's max_keys or
+	// max_keys_per_value reached) in the last 2·RenewRetryMax, a key that
+	// falls due for renewal with no cost offered on it since its last
+	// report is evicted (released, as for IdleTimeout) instead of renewed
+	// (with only the first reason, no more than the keys beyond
+	// PressureKeys), so keys nobody uses stop counting toward max_keys at
+	// the cluster. Its next call takes a new lease. 0 (the default): only IdleTimeout
+	// evicts; rationd edge sets it (edge.DefaultPressureKeys;
+	// docs/security.md#tenant-isolation).
+	PressureKeys int
 	// Clock is the coarse clock of the hot path (default: 1ms, shared).
 	Clock *coarseclock.Clock
 	// Logger receives the background loop's logs (default: discard).
@@ -214,6 +226,10 @@ type Client struct {
 	// (their decisions, and how many), so that metrics counters never go
 	// backwards when a limiter is forgotten.
 	evictedCounts map[string]*policyCounts
+
+	// exhaustedAt is when (local) the cluster last refused a key of this
+	// client RESOURCE_EXHAUSTED, 0 if never (PressureKeys).
+	exhaustedAt atomic.Int64
 
 	rpcStats rpcStats // the loop's RPCs, for metrics (metrics.go)
 	router   *router  // the edges (edgeroute.go); nil without

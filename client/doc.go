@@ -58,7 +58,11 @@
 // held across its eviction keeps working: its next call, on the slow
 // path, goes to the Client's live limiter for the same key (created if
 // there is none, waiting up to FirstLeaseWait for a lease like any new
-// key), and so do its later calls.
+// key), and so do its later calls. Under key pressure (Config.PressureKeys:
+// more keys held than that, or a key refused for a policy's max_keys) a
+// key with no cost offered since its last renewal is evicted when it falls
+// due instead of renewed, so keys nobody uses stop holding the cluster's
+// max_keys (rationd edge sets it; docs/security.md#tenant-isolation).
 //
 // One limiter per budget: the cluster keys a budget by the policy's key
 // attributes only, so keys that differ in other attributes share one

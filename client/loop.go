@@ -63,7 +63,8 @@ func (c *Client) round() time.Duration {
 	c.routeRound(now) // edgeroute.go
 	c.evictIdle(now)
 	wakeAt := now + int64(maxSleep)
-	var acquire, renew, spent []*Limiter
+	var acquire, renew, spent, unused []*Limiter
+	excess := c.excessKeys(now)
 	for _, l := range c.snapshot() {
 		t := l.cur.Load()
 		switch {
@@ -75,11 +76,19 @@ func (c *Client) round() time.Duration {
 			// A spent window chunk is released, not renewed (window.go),
 			// and a new one acquired in its place.
 			spent = append(spent, l)
+		case now >= t.renewAt && len(unused) < excess && !l.offeredSinceReport(t):
+			unused = append(unused, l) // released, not renewed (PressureKeys)
 		case now >= t.renewAt:
 			renew = append(renew, l)
 		default:
 			wakeAt = min(wakeAt, t.renewAt)
 		}
+	}
+	if len(unused) > 0 {
+		// Before this round's acquires: a key refused for max_keys may
+		// find room once the cluster collects these.
+		c.evict(now, unused)
+		c.log.Debug("released keys unused since their last renewal (key pressure)", "keys", len(unused))
 	}
 	if len(spent) > 0 {
 		c.releaseSpent(now, spent)
@@ -92,7 +101,9 @@ func (c *Client) round() time.Duration {
 	// Batch: a key due soon rides along with the ones due now (dueSoon).
 	if len(renew) > 0 {
 		for _, l := range c.snapshot() {
-			if t := l.cur.Load(); t != nil && rideAlong(l, t, now) {
+			// Under pressure an unused key does not ride along: it is
+			// released when it falls due instead (PressureKeys).
+			if t := l.cur.Load(); t != nil && rideAlong(l, t, now) && (excess == 0 || l.offeredSinceReport(t)) {
 				renew = append(renew, l)
 			}
 		}
@@ -257,6 +268,9 @@ func (c *Client) acquire(ls []*Limiter) {
 			continue
 		}
 		if e := kl.GetError(); e != nil {
+			if codes.Code(e.GetCode()) == codes.ResourceExhausted {
+				c.exhaustedAt.Store(max(c.clock.Precise(), 1)) // PressureKeys
+			}
 			c.rpcStats.fail(opAcquire, errorFrom(e))
 			c.backoffKey(l, errorFrom(e))
 			if codes.Code(e.GetCode()) != codes.Unavailable {
@@ -566,8 +580,15 @@ func (c *Client) evictIdle(now int64) {
 	if len(idle) == 0 {
 		return
 	}
+	c.evict(now, idle)
+	c.log.Debug("evicted idle limiters", "keys", len(idle))
+}
+
+// evict forgets the limiters ls and releases their leases with the
+// unspent tokens in one RPC (a release that fails is not retried).
+func (c *Client) evict(now int64, ls []*Limiter) {
 	c.mu.Lock()
-	for _, l := range idle {
+	for _, l := range ls {
 		delete(c.limiters, l.regID)
 		// Before cur is unpublished: a caller that misses the fast path
 		// because cur is nil then sees evicted and goes to a live limiter.
@@ -575,15 +596,45 @@ func (c *Client) evictIdle(now int64) {
 		c.foldEvictedLocked(l)
 	}
 	c.mu.Unlock()
-	held := make([]*terms, len(idle))
-	for i, l := range idle {
+	held := make([]*terms, len(ls))
+	for i, l := range ls {
 		held[i] = l.cur.Swap(nil)
 		l.firstOnce.Do(func() { close(l.first) }) // end first-lease waits: they go to the live limiter
 	}
-	if err := c.release(c.stop, now, idle, held); err != nil {
-		c.log.Warn("release of evicted limiters failed", "keys", len(idle), "err", err)
+	if err := c.release(c.stop, now, ls, held); err != nil {
+		c.log.Warn("release of evicted limiters failed", "keys", len(ls), "err", err)
 	}
-	c.log.Debug("evicted idle limiters", "keys", len(idle))
+}
+
+// excessKeys is how many unused keys a round may release instead of
+// renewing them (PressureKeys): every one while the cluster has refused
+// one of the client's keys RESOURCE_EXHAUSTED within the last
+// 2·RenewRetryMax (a refused key retries at least that often, so this
+// lasts while it is refused); else the keys held beyond PressureKeys.
+func (c *Client) excessKeys(now int64) int {
+	if c.cfg.PressureKeys <= 0 {
+		return 0
+	}
+	if at := c.exhaustedAt.Load(); at != 0 && now-at < 2*int64(c.cfg.RenewRetryMax) {
+		return math.MaxInt
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return max(len(c.limiters)-c.cfg.PressureKeys, 0)
+}
+
+// offeredSinceReport says whether any cost was offered on l since its
+// last demand report (its last renewal or acquire): admitted from t's
+// bucket, refused or admitted elsewhere (unmet), or waiting.
+func (l *Limiter) offeredSinceReport(t *terms) bool {
+	if l.unmet.Load() > 0 || l.waiters.Load() > 0 {
+		return true
+	}
+	consumed := t.bucket.ConsumedMilli()
+	if t.bucket != l.lastBucket {
+		return consumed > 0
+	}
+	return consumed > l.lastConsumed
 }
 
 // releaseAll returns every lease with its unspent tokens (Close).

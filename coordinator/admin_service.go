@@ -139,7 +139,7 @@ func (a *adminService) ApplyPolicies(ctx context.Context, req *api.ApplyPolicies
 			unleasable = append(unleasable, fmt.Errorf("line %d: %w", p.Line, err))
 			continue
 		}
-		if err := errors.Join(a.s.windowsReady(p), a.s.slotsReady(p)); err != nil {
+		if err := errors.Join(a.s.windowsReady(p), a.s.slotsReady(p), a.s.keyQuotaReady(p)); err != nil {
 			return nil, rpcerr.Status(fmt.Errorf("line %d: %w", p.Line, err))
 		}
 		cmd.Policies = append(cmd.Policies, p.ToProto())

@@ -3,13 +3,27 @@ package coordinator_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/ration-dev/ration/api"
 	"github.com/ration-dev/ration/coordinator"
 	"github.com/ration-dev/ration/fsm"
 	"github.com/ration-dev/ration/internal/testcluster"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 )
+
+// quotaPolicy sets max_keys_per_value, which waits for FeatureKeyQuota.
+const quotaPolicy = `
+policies:
+  - name: quota
+    algorithm: token-bucket
+    rate: 100
+    burst: 100
+    key: [tenant, route]
+    max_keys_per_value: 3
+`
 
 const featurePolicy = `
 policies:
@@ -117,6 +131,12 @@ func TestFeatureSwitchWaitsForEveryVoter(t *testing.T) {
 			t.Fatalf("%s has features %#x with a voter that does not support them", s.ID(), f)
 		}
 	}
+	// A policy that sets max_keys_per_value is refused, not stored
+	// without it, until the key-quota switch is on.
+	_, err := c.Admin(0).ApplyPolicies(rpcCtx(t), &api.ApplyPoliciesRequest{Yaml: quotaPolicy})
+	if status.Code(err) != codes.FailedPrecondition || !strings.Contains(status.Convert(err).Message(), "FeatureKeyQuota is off") {
+		t.Fatalf("max_keys_per_value with the switch off: %v, want FailedPrecondition naming FeatureKeyQuota", err)
+	}
 
 	// The older server is upgraded: stopped (as a follower: shutting down
 	// a leader right after it hands leadership over can hang in
@@ -162,6 +182,10 @@ func TestFeatureSwitchWaitsForEveryVoter(t *testing.T) {
 	if got := heldRateOf(t, c, "beta", "c"); c2.GetRateMilliPerSec() != 50_000 || got != 100_000 {
 		t.Fatalf("switch on: reduced to %d, held %d; want 50000 held at 100000 until acknowledged", c2.GetRateMilliPerSec(), got)
 	}
+	retry(t, "apply max_keys_per_value with the switch on", func(ctx context.Context) (*api.ApplyPoliciesResponse, error) {
+		return c.Admin(1).ApplyPolicies(ctx, &api.ApplyPoliciesRequest{Yaml: quotaPolicy})
+	})
+
 	renewOne(t, c, "beta", "c", 3, c1.GetLeaseId(), c2.GetVersion())
 	testcluster.WaitFor(t, testcluster.DefaultWait, func() error {
 		// Server 0 may apply the entry after the answer.
@@ -171,4 +195,9 @@ func TestFeatureSwitchWaitsForEveryVoter(t *testing.T) {
 		return nil
 	})
 	c.WaitForConsistentState(t)
+	for _, s := range c.Servers() {
+		if p, ok := s.FSM().Policy("quota"); !ok || p.MaxKeysPerValue != 3 {
+			t.Fatalf("switch on: %s stored %+v (%v), want max_keys_per_value 3", s.ID(), p, ok)
+		}
+	}
 }

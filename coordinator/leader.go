@@ -218,6 +218,9 @@ func (s *Server) leaderLoop(stop chan struct{}) {
 				s.log.Info("initial policy deferred until its feature switch is on (every voter supports it)", "policy", p.Name, "algorithm", p.Algorithm)
 				continue
 			}
+			if err := s.keyQuotaReady(p); err != nil {
+				s.log.Warn("initial policy applied with the default max_keys_per_value: key quotas wait for every voter to support them; apply the policy again once they do", "policy", p.Name)
+			}
 			cmd.Policies = append(cmd.Policies, p.ToProto())
 		}
 		if _, _, err := s.propose(fsm.CmdApplyPolicies, cmd); err != nil {

@@ -58,6 +58,8 @@ const (
 	MaxNameLen = 256
 	// maxCachedLimiters bounds the cache of limiters by policy and key.
 	maxCachedLimiters = 1 << 16
+	// DefaultPressureKeys is Config.PressureKeys's default.
+	DefaultPressureKeys = 1024
 )
 
 // Config configures an Edge.
@@ -86,6 +88,14 @@ type Config struct {
 	// NoFirstLeaseWait: never wait (a first decision without a lease is
 	// refused at once).
 	NoFirstLeaseWait bool
+	// PressureKeys is client.Config.PressureKeys: while the edge holds
+	// more keys than this, or the cluster refuses one RESOURCE_EXHAUSTED,
+	// a key with no traffic since its last renewal is released instead of
+	// renewed, so callers that pick keys (an Envoy header, an address)
+	// cannot keep max_keys filled with keys nobody uses (default
+	// DefaultPressureKeys; negative: only the client's idle timeout
+	// releases keys; docs/security.md#tenant-isolation).
+	PressureKeys int
 	// PolicyRefresh is how often the edge reads the cluster's policy list
 	// (default 5s).
 	PolicyRefresh time.Duration
@@ -154,8 +164,12 @@ func New(ctx context.Context, cfg Config) (*Edge, error) {
 	if err := envoyConcurrency(cfg.Envoy, cfg.Policies); err != nil {
 		return nil, fmt.Errorf("edge: %w", err)
 	}
+	if cfg.PressureKeys == 0 {
+		cfg.PressureKeys = DefaultPressureKeys
+	}
 	ccfg := client.Config{Servers: cfg.Servers, ClientID: cfg.ClientID, Logger: cfg.Logger.With("part", "client"),
-		FirstLeaseWait: cfg.FirstLeaseWait, NoFirstLeaseWait: cfg.NoFirstLeaseWait, TLS: cfg.TLS, Token: cfg.Token}
+		FirstLeaseWait: cfg.FirstLeaseWait, NoFirstLeaseWait: cfg.NoFirstLeaseWait, TLS: cfg.TLS, Token: cfg.Token,
+		PressureKeys: max(cfg.PressureKeys, 0)}
 	if cfg.Client != nil {
 		cfg.Client(&ccfg)
 	}

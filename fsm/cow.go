@@ -87,6 +87,10 @@ type cowMap[V any] struct {
 	ctx    *cowCtx
 	n      int
 	shards [cowShards]*cowShard[V]
+	// groups counts the keys that share a group (keyGroup: the value of
+	// the first key attribute), for keys that have one (keyquota.go).
+	// Derived from the keys, never serialized; a capture does not need it.
+	groups map[string]int
 }
 
 type cowShard[V any] struct {
@@ -138,8 +142,22 @@ func (m *cowMap[V]) set(k string, v V) {
 	sh := m.own(shardOf(k))
 	if _, had := sh.m[k]; !had {
 		m.n++
+		if g, ok := keyGroup(k); ok {
+			if m.groups == nil {
+				m.groups = map[string]int{}
+			}
+			m.groups[g]++
+		}
 	}
 	sh.m[k] = v
+}
+
+// group is the number of keys in group g (keyGroup).
+func (m *cowMap[V]) group(g string) int {
+	if m == nil {
+		return 0
+	}
+	return m.groups[g]
 }
 
 func (m *cowMap[V]) del(k string) {
@@ -151,6 +169,11 @@ func (m *cowMap[V]) del(k string) {
 	}
 	delete(m.own(i).m, k)
 	m.n--
+	if g, ok := keyGroup(k); ok {
+		if m.groups[g]--; m.groups[g] <= 0 {
+			delete(m.groups, g)
+		}
+	}
 }
 
 func (m *cowMap[V]) Len() int {

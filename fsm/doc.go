@@ -27,6 +27,11 @@
 // count (FeatureIndexedExpiry). They are never serialized: every mutation
 // of a ledger updates them, and a snapshot import rebuilds them.
 //
+// Key quotas (keyquota.go, FeatureKeyQuota) bound the keys one value of a
+// policy's first key attribute (one tenant) may create, from a count per
+// value that each key map derives from its keys; before a key is refused
+// for that cap or max_keys, the keys an expire would collect are collected.
+//
 // Snapshot takes a deep copy under the read lock (cheap: the ledgers are
 // small value structs) and Persist streams it as length-prefixed protobuf
 // frames, so a large state is never marshalled into one buffer. Restore

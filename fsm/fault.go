@@ -23,4 +23,13 @@ const (
 	// instead of through state.mut, so a snapshot being persisted shows
 	// the renewal (the copy-on-write test's negative control, cow.go).
 	faultRenewSkipsCopy
+	// faultKeyQuotaIgnored: a new key is refused only at max_keys, never
+	// for its first attribute's max_keys_per_value (keyquota.go), as before
+	// key quotas: one tenant can fill max_keys (the key-quota property's
+	// negative control).
+	faultKeyQuotaIgnored
+	// faultCollectOwing: before a refusal, collectFresh also collects
+	// leaseless keys whose buckets are not full again, which a new key
+	// would refill at once (the grant-time collection's negative control).
+	faultCollectOwing
 )

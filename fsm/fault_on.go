@@ -25,11 +25,15 @@ func withFault(l *lease.Ledger) *lease.Ledger {
 	return l
 }
 
-// stateFault breaks the state machine as faults.ForgetRetired says (test
-// builds only): read when an FSM is created.
+// stateFault breaks the state machine as faults.ForgetRetired or
+// faults.KeyQuotaIgnored says (test builds only): read when an FSM is
+// created.
 func stateFault() fault {
 	if faults.Active(faults.ForgetRetired) {
 		return faultForgetRetired
+	}
+	if faults.Active(faults.KeyQuotaIgnored) {
+		return faultKeyQuotaIgnored
 	}
 	return faultNone
 }

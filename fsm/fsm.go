@@ -321,6 +321,9 @@ func (s *state) applyPolicies(t int64, cmd *api.ApplyPoliciesCommand) (*Result, 
 			return nil, err
 		}
 	}
+	for i := range ps {
+		ps[i] = s.storedPolicy(ps[i])
+	}
 	for _, p := range ps {
 		s.windowInstall(p)
 		s.slotInstall(p)
@@ -563,8 +566,8 @@ func (s *state) resolve(t int64, k *api.Key, create bool) (policy.Policy, string
 		}
 		return p, ck, kl, nil
 	}
-	if int64(s.keys[p.Name].Len()) >= p.MaxKeys {
-		return p, ck, nil, fmt.Errorf("%w: policy %q already tracks max_keys=%d keys", rpcerr.ErrResourceExhausted, p.Name, p.MaxKeys)
+	if err := s.roomFor(t, p, ck); err != nil {
+		return p, ck, nil, err
 	}
 	pool, _ := s.startPool(t, p)
 	l, err := lease.NewLedgerWithPool(ledgerConfig(p), t, pool)

@@ -117,10 +117,10 @@ func TestCLIAgainstCluster(t *testing.T) {
 		got := *p.Spec
 		// Defaults filled in by the policy parser: checked to be set, not
 		// their values.
-		if got.LeaseDurationNanos <= 0 || got.RenewAfterNanos <= 0 || got.DriftPPM <= 0 || got.DefaultWeight <= 0 || got.MaxKeys <= 0 || got.MaxLeasesPerKey <= 0 {
+		if got.LeaseDurationNanos <= 0 || got.RenewAfterNanos <= 0 || got.DriftPPM <= 0 || got.DefaultWeight <= 0 || got.MaxKeys <= 0 || got.MaxLeasesPerKey <= 0 || got.MaxKeysPerValue <= 0 {
 			t.Errorf("%s: defaults missing: %+v", what, got)
 		}
-		got.LeaseDurationNanos, got.RenewAfterNanos, got.DriftPPM, got.DefaultWeight, got.MaxKeys, got.MaxLeasesPerKey = 0, 0, 0, 0, 0, 0
+		got.LeaseDurationNanos, got.RenewAfterNanos, got.DriftPPM, got.DefaultWeight, got.MaxKeys, got.MaxLeasesPerKey, got.MaxKeysPerValue = 0, 0, 0, 0, 0, 0, 0
 		if !reflect.DeepEqual(got, wantSpec) {
 			t.Errorf("%s: spec %+v\nwant %+v", what, got, wantSpec)
 		}

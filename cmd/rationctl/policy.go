@@ -96,7 +96,7 @@ included, in exact units: "algorithm", "key", "charge",
 "rate_milli_per_sec", "rate_period_nanos" (0: per second), "burst_milli",
 "start_full", "lease_duration_nanos", "renew_after_nanos", "drift_ppm",
 "default_weight", "client_weights", "failure", "shadow", "max_keys",
-"max_leases_per_key", ...}}; a policy this rationctl cannot read has
+"max_leases_per_key", "max_keys_per_value" (the cap in force), ...}}; a policy this rationctl cannot read has
 "unreadable" (why) and "yaml" (as stored) instead of "spec".`,
 		args:  []string{"NAME"},
 		reads: true,

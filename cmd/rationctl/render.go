@@ -248,6 +248,10 @@ type policySpecJSON struct {
 	Shadow                  bool             `json:"shadow"`
 	MaxKeys                 int64            `json:"max_keys"`
 	MaxLeasesPerKey         int64            `json:"max_leases_per_key"`
+	// MaxKeysPerValue is the cap in force for a token bucket (the default
+	// filled in; docs/policy.md#max_keys_per_value-token-bucket), 0 for
+	// other algorithms.
+	MaxKeysPerValue int64 `json:"max_keys_per_value"`
 }
 
 func toPolicyJSON(info *api.PolicyInfo) policyJSON {
@@ -275,6 +279,9 @@ func specOf(p policy.Policy) *policySpecJSON {
 		DefaultWeight: p.DefaultWeight, ClientWeights: map[string]int64{}, Failure: string(p.Failure),
 		FallbackRateMilliPerSec: p.FallbackRateMilliPerSec, Shadow: p.Shadow,
 		MaxKeys: p.MaxKeys, MaxLeasesPerKey: p.MaxLeasesPerKey,
+	}
+	if p.Algorithm == policy.TokenBucket {
+		spec.MaxKeysPerValue = p.KeysPerValue()
 	}
 	for k, v := range p.ClientWeights {
 		spec.ClientWeights[k] = v

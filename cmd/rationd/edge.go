@@ -36,6 +36,7 @@ type edgeOptions struct {
 	envoyConfig         stringList
 	configPath          string
 	firstLeaseWait      time.Duration
+	pressureKeys        int
 	reloadEvery         time.Duration
 	logLevel, logFormat string
 	security            securityOptions // tls.go: the dial to the cluster, and the edge's own listeners
@@ -51,6 +52,7 @@ func edgeFlags(o *edgeOptions) *flag.FlagSet {
 	fs.DurationVar(&o.reloadEvery, "envoy-config-reload", o.reloadEvery, "how often to look for changed --envoy-config files and reload them (0: on SIGHUP only)")
 	fs.StringVar(&o.configPath, "config", o.configPath, "ration policy `FILE` the edge expects the cluster to have (checked and used for RateLimit headers, never applied)")
 	fs.DurationVar(&o.firstLeaseWait, "first-lease-wait", o.firstLeaseWait, "how long a key's first decision waits for its first lease")
+	fs.IntVar(&o.pressureKeys, "pressure-keys", o.pressureKeys, "above this many keys, or while the cluster refuses one for max_keys, release keys with no traffic since their last renewal instead of renewing them (negative: never)")
 	fs.StringVar(&o.logLevel, "log-level", o.logLevel, "debug, info, warn or error")
 	fs.StringVar(&o.logFormat, "log-format", o.logFormat, "text or json")
 	tlsFlags(fs, &o.security)
@@ -83,7 +85,7 @@ Flags:
 }
 
 func defaultEdgeOptions() edgeOptions {
-	return edgeOptions{logLevel: "info", logFormat: "text", firstLeaseWait: 50 * time.Millisecond, reloadEvery: 10 * time.Second,
+	return edgeOptions{logLevel: "info", logFormat: "text", firstLeaseWait: 50 * time.Millisecond, pressureKeys: edge.DefaultPressureKeys, reloadEvery: 10 * time.Second,
 		security: securityOptions{clusterName: "ration"}}
 }
 
@@ -186,7 +188,7 @@ func runEdge(args []string, stdout, stderr io.Writer, signals <-chan os.Signal) 
 		return fail(2, err)
 	}
 	e, err := edge.New(context.Background(), edge.Config{Servers: o.servers, TLS: dialTLS, Token: token, ClientID: id, Envoy: conf, Policies: pols,
-		FirstLeaseWait: o.firstLeaseWait, NoFirstLeaseWait: o.firstLeaseWait == 0, Logger: logger, Registerer: reg})
+		FirstLeaseWait: o.firstLeaseWait, NoFirstLeaseWait: o.firstLeaseWait == 0, PressureKeys: o.pressureKeys, Logger: logger, Registerer: reg})
 	if err != nil {
 		gl.Close()
 		if hl != nil {

@@ -93,10 +93,15 @@ const (
 	// then lacks the changes it has not applied yet: the control
 	// TestSnapshotSaveNegativeControl (cmd/rationctl).
 	SnapshotSaveHere Fault = "snapshot-save-here"
+	// KeyQuotaIgnored: the state machine refuses a new key only at the
+	// policy's max_keys, never for max_keys_per_value, so one tenant can
+	// fill max_keys and shut the others out (fsm/keyquota.go): the key
+	// quota's negative control.
+	KeyQuotaIgnored Fault = "key-quota-ignored"
 )
 
 // All lists every fault, for flag help and validation.
-var All = []Fault{AckBeforeCommit, StartFullNoDebit, TimeFromReceipt, ForgetRetired, ClockResumeOwnReading, CreditAtReduction, ForgetReplaced, IgnoreKeyAttributes, ReportDouble, AdmitBeforeLease, WindowDeadReturns, SlotForgetLowered, WindowZoneUTC, SlotAckAtOnce, SlotInstallExtendsOld, SnapshotSaveHere}
+var All = []Fault{AckBeforeCommit, StartFullNoDebit, TimeFromReceipt, ForgetRetired, ClockResumeOwnReading, CreditAtReduction, ForgetReplaced, IgnoreKeyAttributes, ReportDouble, AdmitBeforeLease, WindowDeadReturns, SlotForgetLowered, WindowZoneUTC, SlotAckAtOnce, SlotInstallExtendsOld, SnapshotSaveHere, KeyQuotaIgnored}
 
 func parse(name string) (Fault, error) {
 	for _, f := range All {

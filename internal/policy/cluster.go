@@ -53,6 +53,11 @@ const (
 	// MaxLeasesPerKeyLimit the largest accepted bound.
 	DefaultMaxLeasesPerKey = 1024
 	MaxLeasesPerKeyLimit   = 65536
+	// DefaultKeysPerValueDivisor: a token-bucket policy's max_keys_per_value
+	// defaults to max_keys/DefaultKeysPerValueDivisor (at least 1), so one
+	// value of its first key attribute (one tenant) holds at most a tenth
+	// of its keys (KeysPerValue).
+	DefaultKeysPerValueDivisor = 10
 	// MaxKeyValueLen is the longest key attribute value CanonicalKey
 	// accepts, in bytes.
 	MaxKeyValueLen = 256
@@ -91,6 +96,17 @@ func (p *Policy) applyDefaults() {
 	}
 	p.MaxKeys = DefaultMaxKeys
 	p.MaxLeasesPerKey = DefaultMaxLeasesPerKey
+}
+
+// KeysPerValue is the most live keys the policy may track that share the
+// value of its first key attribute: MaxKeysPerValue, or when it is 0 (the
+// default) max(1, MaxKeys/DefaultKeysPerValueDivisor). A policy with fewer
+// than two key attributes has one key per value, so it never binds.
+func (p Policy) KeysPerValue() int64 {
+	if p.MaxKeysPerValue > 0 {
+		return p.MaxKeysPerValue
+	}
+	return max(1, p.MaxKeys/DefaultKeysPerValueDivisor)
 }
 
 // defaultRenewAfter is renew_after's default for a lease duration.

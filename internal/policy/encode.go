@@ -129,6 +129,9 @@ func (b *builder) policy(p Policy) mapping {
 	if p.MaxLeasesPerKey != DefaultMaxLeasesPerKey && p.MaxLeasesPerKey != 0 {
 		m.put(fMaxLeasesPerKey, b.value(p.MaxLeasesPerKey))
 	}
+	if p.MaxKeysPerValue != 0 {
+		m.put(fMaxKeysPerValue, b.value(p.MaxKeysPerValue))
+	}
 	return m
 }
 

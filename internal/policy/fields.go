@@ -36,6 +36,7 @@ const (
 	fShadow          = "shadow"
 	fMaxKeys         = "max_keys"
 	fMaxLeasesPerKey = "max_leases_per_key"
+	fMaxKeysPerValue = "max_keys_per_value"
 
 	// Fields of the lease and weights mappings, as written there ...
 	lDuration   = "duration"
@@ -104,6 +105,7 @@ var policyFields = []fieldSpec{
 	{name: fShadow, want: "want true or false"},
 	{name: fMaxKeys, want: "want a whole number from 1 to 1000000, like 10000 (the default)"},
 	{name: fMaxLeasesPerKey, want: "want a whole number from 1 to 65536, like 1024 (the default)"},
+	{name: fMaxKeysPerValue, algs: tokenBucketOnly, want: "want a whole number from 1 to 1000000, like 1000: the most keys sharing one value of the first key attribute (the default is max_keys/10; max_keys or more: no cap)"},
 }
 
 // sectionFields are the fields of the mappings nested in a policy, by the

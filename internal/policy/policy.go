@@ -158,6 +158,9 @@ type Policy struct {
 	// MaxLeasesPerKey bounds the live leases of one key
 	// (DefaultMaxLeasesPerKey).
 	MaxLeasesPerKey int64
+	// MaxKeysPerValue (token buckets) bounds the keys sharing one value of
+	// the first key attribute; 0 is the default (see KeysPerValue).
+	MaxKeysPerValue int64
 
 	// Line is the policy's line in the file (0 when not parsed from a file).
 	Line int

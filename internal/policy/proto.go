@@ -36,6 +36,7 @@ func (p Policy) ToProto() *api.PolicySpec {
 		Shadow:                  p.Shadow,
 		MaxKeys:                 p.MaxKeys,
 		MaxLeasesPerKey:         p.MaxLeasesPerKey,
+		MaxKeysPerValue:         p.MaxKeysPerValue,
 		MaxDurationNanos:        p.MaxDurationNanos,
 		CancelGraceNanos:        p.CancelGraceNanos,
 	}
@@ -79,6 +80,7 @@ func FromProto(spec *api.PolicySpec) (Policy, error) {
 		Shadow:                  spec.GetShadow(),
 		MaxKeys:                 spec.GetMaxKeys(),
 		MaxLeasesPerKey:         spec.GetMaxLeasesPerKey(),
+		MaxKeysPerValue:         spec.GetMaxKeysPerValue(),
 		MaxDurationNanos:        spec.GetMaxDurationNanos(),
 		CancelGraceNanos:        spec.GetCancelGraceNanos(),
 	}

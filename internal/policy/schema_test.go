@@ -27,6 +27,7 @@ const everySetting = `policies:
     shadow: true
     max_keys: 7
     max_leases_per_key: 9
+    max_keys_per_value: 3
   - name: window
     algorithm: sliding-window-approx
     limit: 10
@@ -131,7 +132,7 @@ func bucketWith(lines string) string {
 }
 
 const (
-	policyFieldList = "name, algorithm, charge, key, rate, burst, start, limit, window, period, timezone, max_duration, cancel_grace, lease, weights, failure, fallback_rate, shadow, max_keys, max_leases_per_key"
+	policyFieldList = "name, algorithm, charge, key, rate, burst, start, limit, window, period, timezone, max_duration, cancel_grace, lease, weights, failure, fallback_rate, shadow, max_keys, max_leases_per_key, max_keys_per_value"
 )
 
 // TestUnknownFieldInEveryMapping: an unknown field is reported in every

@@ -123,6 +123,7 @@ func validate(p Policy) []*Error {
 			{fFallbackRate, p.FallbackRateMilliPerSec != 0},
 			{fMaxDuration, p.MaxDurationNanos != 0},
 			{fCancelGrace, p.CancelGraceNanos != 0},
+			{fMaxKeysPerValue, p.MaxKeysPerValue != 0},
 		} {
 			if f.set {
 				notHere(f.name)
@@ -135,6 +136,10 @@ func validate(p Policy) []*Error {
 	}
 	if msg := intRangeProblem(p.MaxLeasesPerKey, 1, MaxLeasesPerKeyLimit); msg != "" {
 		bad(fMaxLeasesPerKey, "%d %s; %s", p.MaxLeasesPerKey, msg, want[fMaxLeasesPerKey])
+	}
+	// 0 is the default (KeysPerValue).
+	if msg := intRangeProblem(p.MaxKeysPerValue, 0, MaxKeysLimit); msg != "" {
+		bad(fMaxKeysPerValue, "%d %s; %s", p.MaxKeysPerValue, msg, want[fMaxKeysPerValue])
 	}
 
 	if len(errs) == 0 && p.Algorithm != Concurrency {
@@ -320,6 +325,7 @@ func validateConcurrency(p Policy, notHere func(string)) []*Error {
 		{fWeightsClients, len(p.ClientWeights) > 0},
 		{fFailure, p.Failure != ""},
 		{fFallbackRate, p.FallbackRateMilliPerSec != 0},
+		{fMaxKeysPerValue, p.MaxKeysPerValue != 0},
 	} {
 		if f.set {
 			notHere(f.name)

@@ -82,7 +82,7 @@ var kindCodes = map[api.ErrorKind]codes.Code{
 var kindMessages = map[api.ErrorKind]string{
 	api.ErrorKind_ERROR_KIND_NOT_FOUND:          "not found: the policy or key does not exist",
 	api.ErrorKind_ERROR_KIND_INVALID_ARGUMENT:   "invalid argument in the request",
-	api.ErrorKind_ERROR_KIND_RESOURCE_EXHAUSTED: "resource exhausted: the policy's max_keys is reached",
+	api.ErrorKind_ERROR_KIND_RESOURCE_EXHAUSTED: "resource exhausted: the policy's max_keys, or its max_keys_per_value for the key's first attribute, is reached",
 	api.ErrorKind_ERROR_KIND_TOO_MANY_LEASES:    "lease: too many leases for this key (max_leases_per_key reached)",
 	api.ErrorKind_ERROR_KIND_STALE:              "stale request: a newer incarnation or grant exists",
 	api.ErrorKind_ERROR_KIND_UNAVAILABLE:        "unavailable",
