@@ -36,7 +36,8 @@ demo: build ## the main job: a local 3-node cluster; 4 replicas offer 3x a quota
 	scripts/demo.sh
 
 # make test runs the negative controls that need -tags ration_faults by
-# name (in the client package, its *_faults_test.go files).
+# name (in the client and coordinator packages, their *_faults_test.go
+# files).
 # make test: the tests that call t.Parallel (the client package's long
 # real-cluster runs, each with its own cluster; jepsen-quick's runs, each
 # with its own namespaces) run GOMAXPROCS at once, go test's default. Four
@@ -48,6 +49,7 @@ test: ## everything CI runs: vet, every test (property tests, negative controls,
 	$(GO) test -count=1 ./...
 	$(GO) test -count=1 -tags ration_faults ./internal/faults
 	$(GO) test -count=1 -tags ration_faults -run TestAuditNegativeControl ./internal/observe
+	$(GO) test -count=1 -tags ration_faults -run TestACLNegativeControl ./coordinator
 	$(GO) test -count=1 -tags ration_faults -run NegativeControl ./client/httplimit ./client/grpclimit
 	$(GO) test -count=1 -tags ration_faults -run 'TestSlotsLoweredCountWaitsForDrainNegativeControl|TestEdgeRouteSwitchNegativeControl|TestPolicyChangeNegativeControl' ./client
 	$(MAKE) fuzz-quick

@@ -172,7 +172,6 @@ func New(cfg Config) (*Server, error) {
 	s.limits = newLeaseLimits(s)
 	opts = append(opts, s.limits.serverOptions()...)
 	s.acl = newACLGate(s)
-	s.acl.ignoreClientIDs = cfg.breakACLClientIDs
 	if cfg.ACL {
 		opts = append(opts, grpc.ChainUnaryInterceptor(s.acl.unary), grpc.ChainStreamInterceptor(s.acl.stream))
 	}
