@@ -33,8 +33,9 @@
 // usage errors, connecting to the first server that answers, and turning a
 // gRPC status into "rationctl <cmd>: Code: message". Rendering (render.go)
 // is separate from calling so tables and JSON are tested from canned
-// responses. rationctl imports only the public API (package api), never
-// the coordinator: it works against any server that speaks the API.
+// responses. rationctl talks to the cluster through the public API only
+// (package api; its own version comes from internal/version), never the
+// coordinator: it works against any server that speaks the API.
 package main
 
 import (
