@@ -2,6 +2,7 @@ package faults
 
 import (
 	"fmt"
+	"maps"
 	"reflect"
 	"sync"
 )
@@ -17,39 +18,57 @@ import (
 // A number is keyed by its Go type: fsm's fault 0x41 and lease.Fault 0x41
 // are different faults.
 
-var numbers = struct {
-	sync.Mutex
+var numbers = newRegistry()
+
+// registry maps a Go type's name to its fault numbers and their names.
+type registry struct {
+	mu     sync.Mutex
 	byType map[string]map[uint64]string
-}{byType: map[string]map[uint64]string{}}
+}
+
+func newRegistry() *registry { return &registry{byType: map[string]map[uint64]string{}} }
+
+// add registers n of typ, named name; it panics if n is taken.
+func (r *registry) add(typ string, n uint64, name string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	m := r.byType[typ]
+	if m == nil {
+		m = map[uint64]string{}
+		r.byType[typ] = m
+	}
+	if prev, ok := m[n]; ok {
+		panic(fmt.Sprintf("faults: %s and %s are both fault number %#x of %s: give one a free number", prev, name, n, typ))
+	}
+	m[n] = name
+}
+
+// names returns a copy of typ's numbers.
+func (r *registry) names(typ string) map[uint64]string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return maps.Clone(r.byType[typ])
+}
+
+// typeKey names a fault type in the registry: "fsm.fault", "lease.Fault".
+func typeKey[T any]() string { return reflect.TypeFor[T]().String() }
 
 // Number registers n, named name (its Go identifier), as a fault number of
 // its type T and returns it:
 //
-//	var faultWindowClockBackward = faults.Number(fault(0x41), "faultWindowClockBackward")
+//	var faultWindowClockBackward = registerFault(fault(0x41), "faultWindowClockBackward")
 //
-// It panics if another fault of T already has n.
+// (registerFault: the package's own shorthand for Number). It panics if
+// another fault of T already has n.
 func Number[T ~uint8 | ~uint16 | ~uint32 | ~uint64](n T, name string) T {
-	typ := reflect.TypeFor[T]().String()
-	numbers.Lock()
-	defer numbers.Unlock()
-	m := numbers.byType[typ]
-	if m == nil {
-		m = map[uint64]string{}
-		numbers.byType[typ] = m
-	}
-	if prev, ok := m[uint64(n)]; ok {
-		panic(fmt.Sprintf("faults: %s and %s are both fault number %#x of %s: give one a free number", prev, name, uint64(n), typ))
-	}
-	m[uint64(n)] = name
+	numbers.add(typeKey[T](), uint64(n), name)
 	return n
 }
 
 // Numbers returns the registered fault numbers of T and their names.
 func Numbers[T ~uint8 | ~uint16 | ~uint32 | ~uint64]() map[T]string {
-	numbers.Lock()
-	defer numbers.Unlock()
 	out := map[T]string{}
-	for n, name := range numbers.byType[reflect.TypeFor[T]().String()] {
+	for n, name := range numbers.names(typeKey[T]()) {
 		out[T(n)] = name
 	}
 	return out
