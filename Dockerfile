@@ -7,6 +7,13 @@
 # build/docker holds rationd, rationctl, this file and an empty data/ (the
 # /data volume, owned by the non-root user).
 FROM scratch
+# make image passes the version the binaries are stamped with.
+ARG VERSION=dev
+ARG REVISION=unknown
+LABEL org.opencontainers.image.title="ration" \
+      org.opencontainers.image.version="$VERSION" \
+      org.opencontainers.image.revision="$REVISION" \
+      org.opencontainers.image.licenses="Apache-2.0"
 COPY rationd rationctl /
 COPY --chown=65532:65532 data /data
 # Non-root (no /etc/passwd in scratch: a numeric user).

@@ -7,7 +7,27 @@ BENCH_COUNT ?= 10
 # did; a count ends without a deadline. make fuzz-quick FUZZTIME=1m still works.
 FUZZTIME ?= 3000x
 
-.PHONY: help demo test test-race fuzz-quick build image compose-up compose-down cluster cluster-stop bench bench-compare bench-scale tools fmt vet lint clean jepsen-deps jepsen-quick jepsen jepsen-windows jepsen-concurrency
+# The version every binary reports (internal/version; rationd version,
+# rationctl version, the Status RPC, ration_build_info): the tag at HEAD,
+# else the last tag and the commits since (git describe), else v0.1.0-dev
+# before the first tag; "-dirty" for a modified tree. make release
+# VERSION=v0.1.0 names it outright. REVISION is the commit.
+ifeq ($(origin VERSION), undefined)
+VERSION := $(shell git describe --tags --match 'v[0-9]*' --dirty 2>/dev/null || echo v0.1.0-dev)
+endif
+ifeq ($(origin REVISION), undefined)
+REVISION := $(shell git rev-parse HEAD 2>/dev/null || echo unknown)$(shell git diff --quiet HEAD 2>/dev/null || echo -dirty)
+endif
+VERSION_PKG := github.com/ration-dev/ration/internal/version
+VERSION_LDFLAGS = -X $(VERSION_PKG).version=$(VERSION) -X $(VERSION_PKG).revision=$(REVISION)
+# A release binary: static, no local paths, no symbol table, version stamped.
+RELEASE_FLAGS = -trimpath -ldflags "-s -w $(VERSION_LDFLAGS)"
+# make release: the platforms and the output directory.
+PLATFORMS ?= linux/amd64 linux/arm64
+DIST ?= dist
+IMAGE_TAG ?= dev
+
+.PHONY: help demo test test-race fuzz-quick build image release release-binaries compose-up compose-down cluster cluster-stop bench bench-compare bench-scale tools fmt vet lint clean jepsen-deps jepsen-quick jepsen jepsen-windows jepsen-concurrency
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -16,8 +36,8 @@ demo: build ## the main job: a local 3-node cluster; 4 replicas offer 3x a quota
 	scripts/demo.sh
 
 # make test runs the negative controls that need -tags ration_faults by
-# name (in the client and fsm packages and cmd/rationctl, their
-# *_faults_test.go files).
+# name (in the client, fsm and coordinator packages and cmd/rationctl,
+# their *_faults_test.go files).
 # make test: the tests that call t.Parallel (the client package's long
 # real-cluster runs, each with its own cluster; jepsen-quick's runs, each
 # with its own namespaces) run GOMAXPROCS at once, go test's default. Four
@@ -29,6 +49,7 @@ test: ## everything CI runs: vet, every test (property tests, negative controls,
 	$(GO) test -count=1 ./...
 	$(GO) test -count=1 -tags ration_faults ./internal/faults
 	$(GO) test -count=1 -tags ration_faults -run TestAuditNegativeControl ./internal/observe
+	$(GO) test -count=1 -tags ration_faults -run TestACLNegativeControl ./coordinator
 	$(GO) test -count=1 -tags ration_faults -run NegativeControl ./client/httplimit ./client/grpclimit
 	$(GO) test -count=1 -tags ration_faults -run 'TestSlotsLoweredCountWaitsForDrainNegativeControl|TestSlotsAcrossRestoreNegativeControl|TestSlotsAcrossReapplyNegativeControl|TestEdgeRouteSwitchNegativeControl|TestPolicyChangeNegativeControl' ./client
 	$(GO) test -count=1 -tags ration_faults -run TestSnapshotSaveNegativeControl ./cmd/rationctl
@@ -59,17 +80,34 @@ fuzz-quick: ## every fuzz target for FUZZTIME each (3000 executions; seeded from
 test-race: ## the tests under the race detector
 	$(GO) test -race -count=1 ./...
 
-build: ## build rationd and rationctl into ./bin
-	CGO_ENABLED=0 $(GO) build -o bin/ ./cmd/rationd ./cmd/rationctl
+build: ## build rationd and rationctl into ./bin (version stamped: bin/rationd version)
+	CGO_ENABLED=0 $(GO) build -ldflags "$(VERSION_LDFLAGS)" -o bin/ ./cmd/rationd ./cmd/rationctl
+
+release: release-binaries ## static rationd and rationctl for linux/amd64 and linux/arm64 in dist/ with SHA256SUMS, and the image ration:VERSION (make release VERSION=v0.1.0)
+	$(MAKE) image IMAGE_TAG=$(VERSION) VERSION=$(VERSION) REVISION=$(REVISION)
+	@echo "release $(VERSION) ($(REVISION)):" && ls -l $(DIST) && cat $(DIST)/SHA256SUMS
+
+# release-binaries: what make release ships, without the image; the release
+# test (cmd/rationctl TestReleaseBinaries) builds through it for the host.
+release-binaries:
+	@mkdir -p $(DIST) && rm -f $(DIST)/rationd-* $(DIST)/rationctl-* $(DIST)/SHA256SUMS
+	@echo "CGO_ENABLED=0 GOOS=.. GOARCH=.. $(GO) build $(subst ",',$(RELEASE_FLAGS)) for $(PLATFORMS)"
+	@set -e; for p in $(PLATFORMS); do os=$${p%/*}; arch=$${p#*/}; \
+		for cmd in rationd rationctl; do \
+			CGO_ENABLED=0 GOOS=$$os GOARCH=$$arch $(GO) build $(RELEASE_FLAGS) -o $(DIST)/$$cmd-$(VERSION)-$$os-$$arch ./cmd/$$cmd; \
+			echo "  $(DIST)/$$cmd-$(VERSION)-$$os-$$arch"; \
+		done; \
+	done
+	cd $(DIST) && sha256sum rationd-* rationctl-* > SHA256SUMS
 
 # docker compose (v2) if the plugin is there, else docker-compose (v1).
 COMPOSE ?= $(shell docker compose version >/dev/null 2>&1 && echo "docker compose" || echo docker-compose)
 
-image: ## build the container image ration:dev: static rationd and rationctl FROM scratch, non-root, /data a volume (no pulls)
+image: ## build the container image ration:dev (IMAGE_TAG): static rationd and rationctl FROM scratch, non-root, /data a volume (no pulls)
 	rm -rf build/docker && mkdir -p build/docker/data
-	CGO_ENABLED=0 $(GO) build -trimpath -o build/docker/ ./cmd/rationd ./cmd/rationctl
+	CGO_ENABLED=0 $(GO) build $(RELEASE_FLAGS) -o build/docker/ ./cmd/rationd ./cmd/rationctl
 	cp Dockerfile build/docker/
-	docker build -q -t ration:dev build/docker
+	docker build -q --build-arg VERSION=$(VERSION) --build-arg REVISION=$(REVISION) -t ration:$(IMAGE_TAG) build/docker
 
 compose-up: image ## start three servers in containers on a private network (deploy/compose.yaml)
 	$(COMPOSE) -f deploy/compose.yaml -p ration up -d
@@ -107,7 +145,7 @@ vet: ## go vet
 	$(GO) vet ./...
 
 clean: ## remove build output
-	rm -rf bin build bench.out bench-scale.out
+	rm -rf bin build dist bench.out bench-scale.out
 
 jepsen-deps: ## install what the jepsen-like tests need (iproute2, iptables) when missing; needs root
 	@command -v ip >/dev/null && command -v iptables-restore >/dev/null || \

@@ -1482,8 +1482,14 @@ type StatusResponse struct {
 	WindowClockSet      bool  `protobuf:"varint,80,opt,name=window_clock_set,json=windowClockSet,proto3" json:"window_clock_set,omitempty"`
 	WindowLagNanos      int64 `protobuf:"varint,81,opt,name=window_lag_nanos,json=windowLagNanos,proto3" json:"window_lag_nanos,omitempty"`
 	WindowSlewLeftNanos int64 `protobuf:"varint,82,opt,name=window_slew_left_nanos,json=windowSlewLeftNanos,proto3" json:"window_slew_left_nanos,omitempty"`
-	unknownFields       protoimpl.UnknownFields
-	sizeCache           protoimpl.SizeCache
+	// The answering server's build (internal/version): its module version
+	// (v0.1.0) and VCS revision. A server older than the field leaves both
+	// empty. rationctl status and version show each server's, so a cluster
+	// half way through an upgrade shows its mix.
+	Version       string `protobuf:"bytes,13,opt,name=version,proto3" json:"version,omitempty"`
+	Revision      string `protobuf:"bytes,14,opt,name=revision,proto3" json:"revision,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *StatusResponse) Reset() {
@@ -1633,6 +1639,20 @@ func (x *StatusResponse) GetWindowSlewLeftNanos() int64 {
 		return x.WindowSlewLeftNanos
 	}
 	return 0
+}
+
+func (x *StatusResponse) GetVersion() string {
+	if x != nil {
+		return x.Version
+	}
+	return ""
+}
+
+func (x *StatusResponse) GetRevision() string {
+	if x != nil {
+		return x.Revision
+	}
+	return ""
 }
 
 type MembersRequest struct {
@@ -3719,7 +3739,7 @@ const file_ration_proto_rawDesc = "" +
 	"\fgrpc_address\x18\x03 \x01(\tR\vgrpcAddress\x12\x1a\n" +
 	"\bsuffrage\x18\x04 \x01(\tR\bsuffrage\x12\x14\n" +
 	"\x05state\x18\x05 \x01(\tR\x05state\x12\x18\n" +
-	"\ahealthy\x18\x06 \x01(\bR\ahealthy\"\xf4\x04\n" +
+	"\ahealthy\x18\x06 \x01(\bR\ahealthy\"\xaa\x05\n" +
 	"\x0eStatusResponse\x12\x16\n" +
 	"\x06leader\x18\x01 \x01(\tR\x06leader\x12\x12\n" +
 	"\x04term\x18\x02 \x01(\x04R\x04term\x12!\n" +
@@ -3739,7 +3759,9 @@ const file_ration_proto_rawDesc = "" +
 	"\x0elast_log_index\x18\xc9\x01 \x01(\x04R\flastLogIndex\x12(\n" +
 	"\x10window_clock_set\x18P \x01(\bR\x0ewindowClockSet\x12(\n" +
 	"\x10window_lag_nanos\x18Q \x01(\x03R\x0ewindowLagNanos\x123\n" +
-	"\x16window_slew_left_nanos\x18R \x01(\x03R\x13windowSlewLeftNanos\"\x10\n" +
+	"\x16window_slew_left_nanos\x18R \x01(\x03R\x13windowSlewLeftNanos\x12\x18\n" +
+	"\aversion\x18\r \x01(\tR\aversion\x12\x1a\n" +
+	"\brevision\x18\x0e \x01(\tR\brevision\"\x10\n" +
 	"\x0eMembersRequest\"\xb8\x01\n" +
 	"\x06Member\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +

@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/ration-dev/ration/internal/version"
 	"github.com/ration-dev/ration/lease"
 )
 
@@ -38,6 +39,10 @@ import (
 //	renewal_duration_seconds{op}             histogram: acquire and renew RPCs, retries included
 //	renewal_errors_total{op,code}            counter: failed RPCs and per-key refusals, by gRPC code
 //
+// and, unprefixed, as the server and the edge carry it:
+//
+//	ration_build_info{version,revision,goversion}  gauge: 1, the client library's build (internal/version)
+//
 // The decision counters include the decisions of evicted limiters. The
 // lease gauges are one series per policy; WithKeyLabel makes them one
 // per key (label key, the canonical key: the raw key attribute values),
@@ -60,6 +65,7 @@ type Collector struct {
 	expiry  *prometheus.Desc
 	latency *prometheus.Desc
 	errs    *prometheus.Desc
+	build   *prometheus.Desc
 }
 
 // CollectorOption configures NewCollector.
@@ -110,8 +116,9 @@ func NewCollector(c *Client, opts ...CollectorOption) *Collector {
 		expiry:  desc("lease_time_to_expiry_seconds", "Time until the soonest usable lease expires unless renewed.", leaseLabels...),
 		latency: desc("renewal_duration_seconds", "Duration of the background loop's acquire and renew RPCs, retries included.", "op"),
 		errs:    desc("renewal_errors_total", "Failed acquire and renew RPCs and per-key refusals, by gRPC code.", "op", "code"),
+		build:   version.BuildInfoDesc(o.constLabels),
 	}
-	col.descs = []*prometheus.Desc{col.dec, col.shadow, col.near, col.lims, col.evicts, col.leases, col.rate, col.capTok, col.expiry, col.latency, col.errs}
+	col.descs = []*prometheus.Desc{col.dec, col.shadow, col.near, col.lims, col.evicts, col.leases, col.rate, col.capTok, col.expiry, col.latency, col.errs, col.build}
 	return col
 }
 
@@ -187,6 +194,7 @@ type leaseAgg struct {
 
 // Collect implements prometheus.Collector.
 func (col *Collector) Collect(ch chan<- prometheus.Metric) {
+	ch <- version.BuildInfoMetric(col.build)
 	c := col.c
 	now := c.clock.Precise()
 	live, counts := c.snapshotWithEvicted()

@@ -14,6 +14,7 @@ import (
 
 	"github.com/ration-dev/ration/api"
 	"github.com/ration-dev/ration/internal/testcluster"
+	"github.com/ration-dev/ration/internal/version"
 )
 
 // offlineClient is a Client without a background loop or servers: the
@@ -201,6 +202,17 @@ ration_client_lease_rate_tokens_per_second{key="globex",policy="writes",replica=
 	}
 	if n := testutil.CollectAndCount(col, "ration_client_leases"); n != 2 {
 		t.Errorf("%d lease series with WithKeyLabel, want 2", n)
+	}
+	// The build's gauge, with the collector's const labels (several
+	// clients in one registry stay apart).
+	in := version.Get()
+	want = `
+# HELP ration_build_info A metric with a constant '1' value labeled by the version, VCS revision and Go version ration was built from.
+# TYPE ration_build_info gauge
+ration_build_info{goversion="` + in.GoVersion + `",replica="r1",revision="` + in.Revision + `",version="` + in.Version + `"} 1
+`
+	if err := testutil.CollectAndCompare(col, strings.NewReader(want), version.BuildInfoName); err != nil {
+		t.Fatal(err)
 	}
 }
 

@@ -44,10 +44,6 @@ type aclGate struct {
 	mu       sync.Mutex
 	version  uint64
 	resolved map[[sha256.Size]byte]*acl.Token // nil value: no such token
-	// ignoreClientIDs is a negative control (tests only): the lease check
-	// skips a client token's client-ID patterns, so any client ID may be
-	// leased or revoked under, as before the rule.
-	ignoreClientIDs bool
 }
 
 func newACLGate(s *Server) *aclGate {
@@ -211,7 +207,9 @@ func (g *aclGate) check(ctx context.Context, method string, req any) (*acl.Token
 		return tok, err
 	}
 	clientID, keys := g.scope(req)
-	if g.ignoreClientIDs && tok.Role == acl.Client && right == acl.RightLease {
+	// The negative control (acl_faults.go; false, so compiled out, in a
+	// normal build): any client ID may be leased or revoked under.
+	if ignoreACLClientIDs() && tok.Role == acl.Client && right == acl.RightLease {
 		broken := *tok // the cached token is shared: break a copy
 		broken.ClientIDs = []string{"*"}
 		tok = &broken
@@ -456,10 +454,6 @@ func (a *adminService) ACLTokenDelete(ctx context.Context, req *api.ACLTokenDele
 			return &api.ACLTokenDeleteResponse{Index: idx}, err
 		})
 }
-
-// BreakACLClientIDs is a negative control for tests: the server ignores a
-// client token's client-ID patterns (see aclGate.ignoreClientIDs).
-func BreakACLClientIDs(c *Config) { c.breakACLClientIDs = true }
 
 // ForwardingMethods lists forwardingMethods, sorted (for tests).
 func ForwardingMethods() []string { return slices.Sorted(maps.Keys(forwardingMethods)) }

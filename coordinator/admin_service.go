@@ -15,6 +15,7 @@ import (
 	"github.com/ration-dev/ration/internal/faults"
 	"github.com/ration-dev/ration/internal/policy"
 	"github.com/ration-dev/ration/internal/rpcerr"
+	"github.com/ration-dev/ration/internal/version"
 	"google.golang.org/grpc"
 )
 
@@ -38,6 +39,8 @@ func (a *adminService) Status(ctx context.Context, _ *api.StatusRequest) (*api.S
 		AppliedIndex:     s.raft.AppliedIndex(),
 		AnsweredBy:       s.cfg.ID,
 		ClusterTimeNanos: s.fsm.ClusterTime(),
+		Version:          version.Version(),
+		Revision:         version.Get().Revision,
 	}
 	p, k, l, _ := s.fsm.Counts()
 	resp.Policies, resp.Keys, resp.Leases = uint64(p), uint64(k), uint64(l)

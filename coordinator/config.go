@@ -134,8 +134,6 @@ type Config struct {
 	// without it answers its local reads (status, members) to anyone, and
 	// forwards everything else to a leader that checks.
 	ACL bool
-	// breakACLClientIDs: BreakACLClientIDs (a negative control).
-	breakACLClientIDs bool
 	// GossipKey, if set, turns on gossip encryption (memberlist's keyring)
 	// with this key (16, 24 or 32 bytes); a node without a key of the ring
 	// cannot join. The ring, once rotated (Admin.Keyring), lives in

@@ -16,6 +16,7 @@ import (
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
 	"github.com/ration-dev/ration/api"
 	"github.com/ration-dev/ration/fsm"
+	"github.com/ration-dev/ration/internal/version"
 	"go.etcd.io/bbolt"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
@@ -172,7 +173,6 @@ func New(cfg Config) (*Server, error) {
 	s.limits = newLeaseLimits(s)
 	opts = append(opts, s.limits.serverOptions()...)
 	s.acl = newACLGate(s)
-	s.acl.ignoreClientIDs = cfg.breakACLClientIDs
 	if cfg.ACL {
 		opts = append(opts, grpc.ChainUnaryInterceptor(s.acl.unary), grpc.ChainStreamInterceptor(s.acl.stream))
 	}
@@ -203,7 +203,7 @@ func New(cfg Config) (*Server, error) {
 	if len(cfg.Join) > 0 {
 		s.goRun(s.joinLoop)
 	}
-	s.log.Info("rationd started", "raft", cfg.RaftAddr, "grpc", cfg.GRPCAddr, "gossip", cfg.GossipAddr,
+	s.log.Info("rationd started", "version", version.Version(), "revision", version.Get().Revision, "raft", cfg.RaftAddr, "grpc", cfg.GRPCAddr, "gossip", cfg.GossipAddr,
 		"data_dir", cfg.DataDir, "bootstrap_expect", cfg.BootstrapExpect, "existing_state", hasState,
 		"tls", cfg.TLS != nil, "verify_server_hostname", cfg.peerServerName() != "", "acl", cfg.ACL)
 	ok = true

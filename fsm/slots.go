@@ -32,7 +32,7 @@ const FeatureConcurrency uint64 = 1 << 8
 // faultSlotSnapshotDropsKeys: snapshots leave out the slot keys, so a
 // restarted or caught-up server forgets every held slot (the fsm slot
 // tests' negative control). Outside fault.go's sequence.
-const faultSlotSnapshotDropsKeys fault = 0x41
+var faultSlotSnapshotDropsKeys = registerFault(fault(0x50), "faultSlotSnapshotDropsKeys")
 
 // frameSlots is a snapshot frame of one slot key (api.SlotFrame). Older
 // servers refuse the frame kind (and the switch).

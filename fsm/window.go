@@ -39,23 +39,23 @@ const FeatureWindowSlew uint64 = 1 << 9
 // faultWindowSnapshotDropsKeys: snapshots leave out the window keys, so a
 // restarted or caught-up server starts every window count afresh (the
 // fsm window tests' negative control). Outside fault.go's sequence.
-const faultWindowSnapshotDropsKeys fault = 0x40
+var faultWindowSnapshotDropsKeys = registerFault(fault(0x40), "faultWindowSnapshotDropsKeys")
 
 // faultWindowClockBackward: a re-sync also moves window time back (the
 // never-backward rule's negative control). Outside fault.go's sequence.
-const faultWindowClockBackward fault = 0x41
+var faultWindowClockBackward = registerFault(fault(0x41), "faultWindowClockBackward")
 
 // faultWindowIndexSkipsRelease: a window release does not re-index its
 // key (the window index's differential test's negative control).
-const faultWindowIndexSkipsRelease fault = 0x42
+var faultWindowIndexSkipsRelease = registerFault(fault(0x42), "faultWindowIndexSkipsRelease")
 
 // faultWindowSnapshotDropsSlew: snapshots leave out the slew in
 // progress (the slew's snapshot test's negative control).
-const faultWindowSnapshotDropsSlew fault = 0x43
+var faultWindowSnapshotDropsSlew = registerFault(fault(0x43), "faultWindowSnapshotDropsSlew")
 
 // faultWindowIndexSkipsHolder: the holder index keeps a key's first
 // holders only (the revoke index's differential test's negative control).
-const faultWindowIndexSkipsHolder fault = 0x44
+var faultWindowIndexSkipsHolder = registerFault(fault(0x44), "faultWindowIndexSkipsHolder")
 
 // frameWindow is a snapshot frame of window state (api.WindowFrame).
 // Older servers refuse the frame kind (and the switch).

@@ -1,5 +1,7 @@
 package lease
 
+import "github.com/ration-dev/ration/internal/faults"
+
 // Fault names a deliberately broken ledger behaviour. Faults exist only so
 // that negative-control tests can prove the quota checkers catch real bugs;
 // nothing outside tests and fault-suite builds may set one.
@@ -45,6 +47,52 @@ const (
 	// breaking rule (i): tokens from nowhere.
 	FaultTopUpNoDebit
 )
+
+// Every fault number of the package is registered (internal/faults.Number):
+// two faults of one type sharing a number panic when the package loads.
+// The iota blocks (Fault here, WindowFault, SlotFault, SlotClientFault)
+// are registered below; a fault numbered by hand is declared through
+// registerFault itself (faultIndexHeldNotReduced). The package's tests
+// check that every fault declared is registered (faultstest).
+var _ = []any{
+	registerFault(FaultNone, "FaultNone"),
+	registerFault(FaultStartFullNoDebit, "FaultStartFullNoDebit"),
+	registerFault(FaultForgetSuperseded, "FaultForgetSuperseded"),
+	registerFault(FaultAckDropsAcked, "FaultAckDropsAcked"),
+	registerFault(FaultAckDropsNewer, "FaultAckDropsNewer"),
+	registerFault(FaultForgetReplaced, "FaultForgetReplaced"),
+	registerFault(FaultSliverShares, "FaultSliverShares"),
+	registerFault(FaultFloorOverHeld, "FaultFloorOverHeld"),
+	registerFault(FaultCreditAtReduction, "FaultCreditAtReduction"),
+	registerFault(FaultTopUpNoDebit, "FaultTopUpNoDebit"),
+
+	registerFault(WindowFaultNone, "WindowFaultNone"),
+	registerFault(WindowFaultDeadReturns, "WindowFaultDeadReturns"),
+	registerFault(WindowFaultRenewUncounted, "WindowFaultRenewUncounted"),
+	registerFault(WindowFaultNoCarry, "WindowFaultNoCarry"),
+	registerFault(WindowFaultApproxIgnoresPrev, "WindowFaultApproxIgnoresPrev"),
+	registerFault(WindowFaultRevokeDrops, "WindowFaultRevokeDrops"),
+	registerFault(WindowFaultSlewUncarried, "WindowFaultSlewUncarried"),
+
+	registerFault(SlotFaultNone, "SlotFaultNone"),
+	registerFault(SlotFaultForgetLowered, "SlotFaultForgetLowered"),
+	registerFault(SlotFaultAckDropsAcked, "SlotFaultAckDropsAcked"),
+	registerFault(SlotFaultEarlyExpiry, "SlotFaultEarlyExpiry"),
+	registerFault(SlotFaultForgetReplaced, "SlotFaultForgetReplaced"),
+
+	registerFault(SlotClientFaultNone, "SlotClientFaultNone"),
+	registerFault(SlotClientFaultAckAtOnce, "SlotClientFaultAckAtOnce"),
+	registerFault(SlotClientFaultIgnoreMaxDuration, "SlotClientFaultIgnoreMaxDuration"),
+	registerFault(SlotClientFaultNoDriftMargin, "SlotClientFaultNoDriftMargin"),
+	registerFault(SlotClientFaultCancelNoGrace, "SlotClientFaultCancelNoGrace"),
+	registerFault(SlotClientFaultNoClockGrain, "SlotClientFaultNoClockGrain"),
+	registerFault(SlotClientFaultInstallExtendsOld, "SlotClientFaultInstallExtendsOld"),
+}
+
+// registerFault declares fault number n (faults.Number).
+func registerFault[T Fault | WindowFault | SlotFault | SlotClientFault](n T, name string) T {
+	return faults.Number(n, name)
+}
 
 // injectFault switches a ledger to a broken variant. It is unexported on
 // purpose: tests in this package call it, and the fault-suite build exposes

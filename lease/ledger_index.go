@@ -78,7 +78,7 @@ const heldExactLimit = int64(1) << 46
 // faultIndexHeldNotReduced is a test-only fault: a renewal adds its
 // lease's new held terms to the index's sums without taking its old ones
 // out. The differential tests must catch it (TestLedgerIndexNegativeControl).
-const faultIndexHeldNotReduced Fault = 200
+var faultIndexHeldNotReduced = registerFault(Fault(200), "faultIndexHeldNotReduced")
 
 // sortedSum is the multiset of one division's positive demands, in
 // ascending order, with the sums of its blocks of sumBlock consecutive

@@ -31,7 +31,7 @@ type subsetIndex struct {
 // faultSubsetKeepsBoundary is a test-only fault: a candidate moving into
 // the first K does not push the K-th out, so the subset has one member too
 // many (TestLedgerIndexNegativeControl).
-const faultSubsetKeepsBoundary Fault = 201
+var faultSubsetKeepsBoundary = registerFault(Fault(201), "faultSubsetKeepsBoundary")
 
 func (l *Ledger) incumbent(j int) bool {
 	c := l.s.Leases[j].Current.CapMilli

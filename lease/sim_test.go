@@ -167,11 +167,11 @@ type simServer struct {
 // server that wins leadership back resumes its clock from its own last
 // reading (coordinator's old clusterClock.takeOver) instead of from the
 // committed cluster time.
-const faultClockResumeOwnReading Fault = 255
+var faultClockResumeOwnReading = registerFault(Fault(255), "faultClockResumeOwnReading")
 
 // faultRestoreNoHold is a fault of the model's operator: a snapshot
 // restore without the hold of rule (j), as rationd restored before it.
-const faultRestoreNoHold Fault = 254
+var faultRestoreNoHold = registerFault(Fault(254), "faultRestoreNoHold")
 
 // commit records that an entry commits now (a coordinator operation).
 func (s *sim) commit() { s.committed = max(s.committed, s.cluster(s.now)) }

@@ -1,5 +1,7 @@
 package inflight
 
+import "github.com/ration-dev/ration/internal/faults"
+
 // Deliberately broken variants of RunKey, the negative controls of the
 // tests of every cluster-wide concurrency layer. They exist only in
 // binaries built with -tags ration_faults (fault_on.go: InjectFault); in a
@@ -22,3 +24,14 @@ const (
 	// it.
 	faultRequestContext
 )
+
+// The fault numbers, registered (internal/faults.Number: a number given
+// twice panics when the package loads) while staying constants, so that
+// the compiler still drops the broken branches of a normal build.
+var _ = []fault{
+	faults.Number(faultNone, "faultNone"),
+	faults.Number(faultKeepOnPanic, "faultKeepOnPanic"),
+	faults.Number(faultKeepOnCancel, "faultKeepOnCancel"),
+	faults.Number(faultRunOnRefusal, "faultRunOnRefusal"),
+	faults.Number(faultRequestContext, "faultRequestContext"),
+}

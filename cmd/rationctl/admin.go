@@ -90,6 +90,8 @@ type invocation struct {
 	// acl token create (acl.go)
 	aclRole, aclName      string
 	aclBind, aclClientIDs stringList
+	// version --client (version.go)
+	clientOnly bool
 	// windows resync (windows.go)
 	maxStep time.Duration
 	dryRun  bool

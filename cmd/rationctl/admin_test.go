@@ -217,6 +217,7 @@ func cannedCluster() *fakeAdmin {
 			Leader: "node2", Term: 7, CommitIndex: 1234, AppliedIndex: 1233, AnsweredBy: "node1",
 			ClusterTimeNanos: 83_456_789_123, Policies: 2, Keys: 3, Leases: 2,
 			LastContactNanos: 12_345_678, LastLogIndex: 1234,
+			Version: "v0.1.1", Revision: "5e2f0a9c7d3b1e4f6a8c0b2d4e6f8a0c1b3d5e7f",
 			Servers: []*api.ServerStatus{
 				{Id: "node1", RaftAddress: "127.0.0.1:7410", GrpcAddress: "127.0.0.1:7400", Suffrage: "voter", State: "follower", Healthy: true},
 				{Id: "node2", RaftAddress: "127.0.0.1:7411", GrpcAddress: "127.0.0.1:7401", Suffrage: "voter", State: "leader", Healthy: true},
@@ -255,11 +256,13 @@ func cannedCluster() *fakeAdmin {
 }
 
 // cannedNode2 is node2 of cannedCluster answering Status itself: the
-// leader, 6 entries ahead of node1.
+// leader, 6 entries ahead of node1, one release behind it (an upgrade
+// half done).
 func cannedNode2() *fakeAdmin {
 	f := cannedCluster()
 	st := f.status // a fresh canned cluster's: not shared
 	st.AnsweredBy, st.CommitIndex, st.AppliedIndex, st.LastContactNanos, st.LastLogIndex = "node2", 1240, 1240, 0, 1240
+	st.Version, st.Revision = "v0.1.0", "28bdce9c0a1b2c3d4e5f60718293a4b5c6d7e8f9"
 	return f
 }
 

@@ -18,7 +18,9 @@ var statusVerb = verb{
 time of the server that answered, how many policies, keys and leases the
 cluster holds, the failure tolerance, and every server in the Raft
 configuration with its addresses, suffrage, Raft state, gossip health, last
-contact with the leader, last log index and autopilot health.
+contact with the leader, last log index, version (as the server reports
+it: a cluster half way through an upgrade shows its mix) and autopilot
+health.
 
 Every server is asked for its own figures (from here: a server rationctl
 cannot reach is unhealthy). A server is healthy, as Consul's autopilot
@@ -33,7 +35,8 @@ the quorum (voters/2 + 1), 0 without a leader.
 "voters", "quorum", "healthy_voters", "failure_tolerance",
 "servers": [{"id", "address" (Raft), "grpc_address", "suffrage", "state",
 "healthy" (alive in gossip), "answered", "term", "last_contact_nanos" (-1:
-never or unknown), "last_log_index", "autopilot_healthy", "problem"}]}.`,
+never or unknown), "last_log_index", "version", "revision",
+"autopilot_healthy", "problem"}]}.`,
 	reads: true,
 	flags: func(fs *flag.FlagSet, o *invocation) {
 		fs.DurationVar(&o.maxLastContact, "max-last-contact", defaultMaxLastContact,

@@ -17,6 +17,7 @@
 //	acl        bootstrap | token create | token list | token delete ACCESSOR
 //	tls        ca create | cert create --server|--client
 //	windows    status | resync [--max-step D] [--dry-run]
+//	version    rationctl's version and every server's [--client]
 //	help       show help for rationctl or a command
 //
 // Every command is a function run(args, stdout, stderr) int registered in
@@ -32,8 +33,9 @@
 // usage errors, connecting to the first server that answers, and turning a
 // gRPC status into "rationctl <cmd>: Code: message". Rendering (render.go)
 // is separate from calling so tables and JSON are tested from canned
-// responses. rationctl imports only the public API (package api), never
-// the coordinator: it works against any server that speaks the API.
+// responses. rationctl talks to the cluster through the public API only
+// (package api; its own version comes from internal/version), never the
+// coordinator: it works against any server that speaks the API.
 package main
 
 import (
@@ -76,6 +78,7 @@ var commands = []command{
 	group("acl", "bootstrap | token create --role R ... | token list | token delete ACCESSOR: ACL tokens", aclVerbs),
 	group("tls", "ca create | cert create --server|--client: make a CA and certificates for mutual TLS (local)", tlsVerbs),
 	group("windows", "status | resync [--max-step D] [--dry-run]: window time against the leader's wall clock, and an operator's re-sync", windowsVerbs),
+	single(versionVerb),
 }
 
 func main() {
@@ -84,6 +87,10 @@ func main() {
 
 // run dispatches to a subcommand and returns the exit code.
 func run(args []string, stdout, stderr io.Writer) int {
+	if len(args) > 0 && (args[0] == "--version" || args[0] == "-version") {
+		// rationctl's own, as rationd --version says rationd's.
+		args = append([]string{"version", "--client"}, args[1:]...)
+	}
 	globals, args, err := splitGlobal(args)
 	if err != nil {
 		fmt.Fprintf(stderr, "rationctl: %v\n", err)

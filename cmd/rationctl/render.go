@@ -91,6 +91,8 @@ type serverJSON struct {
 	Term             uint64 `json:"term"`
 	LastContactNanos int64  `json:"last_contact_nanos"`
 	LastLogIndex     uint64 `json:"last_log_index"`
+	Version          string `json:"version"`
+	Revision         string `json:"revision"`
 	AutopilotHealthy bool   `json:"autopilot_healthy"`
 	Problem          string `json:"problem"`
 }
@@ -106,6 +108,7 @@ func writeStatus(w io.Writer, r *api.StatusResponse, h *clusterHealth, asJSON bo
 			if sh.resp != nil {
 				out.Answered, out.Term = true, sh.resp.GetTerm()
 				out.LastContactNanos, out.LastLogIndex = sh.resp.GetLastContactNanos(), sh.resp.GetLastLogIndex()
+				out.Version, out.Revision = sh.resp.GetVersion(), sh.resp.GetRevision()
 			}
 		}
 		return out
@@ -148,12 +151,12 @@ func writeStatus(w io.Writer, r *api.StatusResponse, h *clusterHealth, asJSON bo
 	tw.Flush()
 	fmt.Fprintln(bw)
 	tw = newTable(bw)
-	fmt.Fprintln(tw, "ID\tRAFT ADDRESS\tGRPC ADDRESS\tSUFFRAGE\tSTATE\tGOSSIP\tLAST CONTACT\tLAST INDEX\tHEALTHY")
+	fmt.Fprintln(tw, "ID\tRAFT ADDRESS\tGRPC ADDRESS\tSUFFRAGE\tSTATE\tGOSSIP\tLAST CONTACT\tLAST INDEX\tVERSION\tHEALTHY")
 	for _, s := range r.GetServers() {
 		sj := server(s)
-		contact, index := "-", "-"
+		contact, index, ver := "-", "-", "-"
 		if sj.Answered {
-			index = fmt.Sprint(sj.LastLogIndex)
+			index, ver = fmt.Sprint(sj.LastLogIndex), serverVersion(sj.Version)
 			switch {
 			case sj.LastContactNanos == 0 && sj.State == "leader":
 				contact = "(leader)"
@@ -171,8 +174,8 @@ func writeStatus(w io.Writer, r *api.StatusResponse, h *clusterHealth, asJSON bo
 		if !sj.AutopilotHealthy {
 			health = "no: " + sj.Problem
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", sj.ID, sj.Address, orDash(sj.GRPCAddress),
-			sj.Suffrage, sj.State, gossip, contact, index, health)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", sj.ID, sj.Address, orDash(sj.GRPCAddress),
+			sj.Suffrage, sj.State, gossip, contact, index, ver, health)
 	}
 	tw.Flush()
 	return bw.Flush()

@@ -27,6 +27,7 @@ import (
 	"github.com/ration-dev/ration/edge"
 	"github.com/ration-dev/ration/internal/envoyconf"
 	"github.com/ration-dev/ration/internal/policy"
+	"github.com/ration-dev/ration/internal/version"
 )
 
 type edgeOptions struct {
@@ -217,7 +218,7 @@ func runEdge(args []string, stdout, stderr io.Writer, signals <-chan os.Signal) 
 	if conf != nil {
 		rules = len(conf.Rules)
 	}
-	logger.Info("edge started", "client_id", id, "servers", o.servers.String(), "domains", domainList(conf), "rules", rules)
+	logger.Info("edge started", "version", version.Version(), "revision", version.Get().Revision, "client_id", id, "servers", o.servers.String(), "domains", domainList(conf), "rules", rules)
 	stopReload := make(chan struct{})
 	defer close(stopReload)
 	if reloader != nil {

@@ -44,6 +44,7 @@ import (
 	"github.com/ration-dev/ration/internal/coarseclock"
 	"github.com/ration-dev/ration/internal/faults"
 	"github.com/ration-dev/ration/internal/policy"
+	"github.com/ration-dev/ration/internal/version"
 )
 
 // shutdownTimeout bounds a graceful shutdown (gRPC drain) after a signal.
@@ -75,6 +76,8 @@ Usage:
   rationd dev [flags]   a single-node cluster with a demo policy (rationd dev -h)
   rationd edge [flags]  a lease holder answering Envoy's rate limit service and
                         the Check API for other processes (rationd edge -h)
+  rationd version       print the version, VCS revision and Go version (also
+                        rationd --version)
 
 A new three-server cluster: start each server with --bootstrap-expect 3 and
 --join listing the others' gossip addresses; they bootstrap together once
@@ -111,6 +114,9 @@ func run(args []string, stdout, stderr io.Writer, signals <-chan os.Signal) int 
 		return runEdge(args[1:], stdout, stderr, signals)
 	case "help":
 		usage(stdout)
+		return 0
+	case "version", "--version", "-version":
+		fmt.Fprintf(stdout, "rationd %s\n", version.Get())
 		return 0
 	}
 	o := defaultOptions()

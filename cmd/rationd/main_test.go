@@ -19,6 +19,7 @@ import (
 
 	"github.com/ration-dev/ration/api"
 	"github.com/ration-dev/ration/coordinator"
+	"github.com/ration-dev/ration/internal/version"
 )
 
 func TestFlagsToConfig(t *testing.T) {
@@ -104,6 +105,18 @@ func TestUsageErrors(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestVersion: rationd version and --version print the build's version,
+// revision, Go version and platform, and exit 0.
+func TestVersion(t *testing.T) {
+	for _, args := range [][]string{{"version"}, {"--version"}, {"-version"}} {
+		var stdout, stderr bytes.Buffer
+		code := run(args, &stdout, &stderr, nil)
+		if want := "rationd " + version.Get().String() + "\n"; code != 0 || stdout.String() != want || stderr.Len() > 0 {
+			t.Errorf("%v: exit %d, stdout %q, stderr %q; want %q", args, code, stdout.String(), stderr.String(), want)
+		}
 	}
 }
 

@@ -6,6 +6,11 @@
 //
 // Faults are process-wide and set once at startup, before the server or
 // client they affect starts.
+//
+// The package also keeps, in every build, the registry of fault numbers
+// (numbers.go): the numbered broken variants of fsm, lease and
+// client/inflight are declared through Number, which refuses a number
+// given twice when the declaring package loads.
 package faults
 
 import "fmt"

@@ -47,6 +47,7 @@ import (
 
 	"github.com/ration-dev/ration/api"
 	"github.com/ration-dev/ration/coordinator"
+	"github.com/ration-dev/ration/internal/version"
 )
 
 // Options configure an Observer.
@@ -109,7 +110,7 @@ func New(opts Options) *Observer {
 		stop:   make(chan struct{}),
 	}
 	o.calls = newCallCounters(o.policyExists)
-	o.reg.MustRegister(o.grpcMet, o.calls, &serverCollector{o: o})
+	o.reg.MustRegister(o.grpcMet, o.calls, &serverCollector{o: o}, version.NewCollector())
 	if opts.ProcessMetrics {
 		o.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	}

@@ -25,6 +25,7 @@ import (
 	"github.com/ration-dev/ration/coordinator"
 	"github.com/ration-dev/ration/internal/observe"
 	"github.com/ration-dev/ration/internal/testcluster"
+	"github.com/ration-dev/ration/internal/version"
 )
 
 const policies = `policies:
@@ -160,6 +161,10 @@ func TestMetricsMove(t *testing.T) {
 	}
 	if v := mustValue(t, before, "ration_raft_state", "state=leader"); v != 1 {
 		t.Errorf("leader's raft_state{leader} = %v", v)
+	}
+	in := version.Get()
+	if v := mustValue(t, before, version.BuildInfoName, "version="+in.Version, "revision="+in.Revision, "goversion="+in.GoVersion); v != 1 {
+		t.Errorf("ration_build_info = %v, want 1", v)
 	}
 
 	// Traffic through a follower: 3 keys acquired, one renewed, one

@@ -1,0 +1,8 @@
+//go:build !ration_faults
+
+package coordinator
+
+// ignoreACLClientIDs is false in a normal build, so the compiler drops the
+// broken branch of aclGate.check; builds with -tags ration_faults have
+// BreakACLClientIDs (acl_faults.go) instead.
+func ignoreACLClientIDs() bool { return false }

@@ -1,0 +1,14 @@
+package fsm
+
+import (
+	"testing"
+
+	"github.com/ration-dev/ration/internal/faults/faultstest"
+)
+
+// TestFaultNumbersRegistered: every fault declared in this package has
+// its number registered, so that two sharing a number panic when the
+// package loads (fault.go; window and slot faults once shared 0x41).
+func TestFaultNumbersRegistered(t *testing.T) {
+	faultstest.AllRegistered[fault](t, "fault")
+}

@@ -1,0 +1,17 @@
+package lease
+
+import (
+	"testing"
+
+	"github.com/ration-dev/ration/internal/faults/faultstest"
+)
+
+// TestFaultNumbersRegistered: every fault declared in this package (its
+// tests' too) has its number registered, so that two faults of one type
+// sharing a number panic when the package loads (fault.go).
+func TestFaultNumbersRegistered(t *testing.T) {
+	faultstest.AllRegistered[Fault](t, "Fault")
+	faultstest.AllRegistered[WindowFault](t, "WindowFault")
+	faultstest.AllRegistered[SlotFault](t, "SlotFault")
+	faultstest.AllRegistered[SlotClientFault](t, "SlotClientFault")
+}
