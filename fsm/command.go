@@ -89,7 +89,8 @@ const (
 	KnownFeatures = FeatureAcks | FeatureRetire | FeatureReturnClamped | FeatureStableRecords | FeatureRestoreHold | FeatureACL | FeatureIndexedExpiry |
 		FeatureWindows | // window.go
 		FeatureConcurrency | // slots.go
-		FeatureWindowSlew // window.go
+		FeatureWindowSlew | // window.go
+		FeatureWindowSpent // window.go
 )
 
 // IgnorableFlag marks a command type that older servers may skip. An

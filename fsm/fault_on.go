@@ -25,11 +25,17 @@ func withFault(l *lease.Ledger) *lease.Ledger {
 	return l
 }
 
-// stateFault breaks the state machine as faults.ForgetRetired says (test
-// builds only): read when an FSM is created.
+// stateFault breaks the state machine as faults.ForgetRetired,
+// faults.WindowRestoreClockBack or faults.WindowForgetSpent says (test
+// builds only): read when an FSM (or a restore's state) is created.
 func stateFault() fault {
-	if faults.Active(faults.ForgetRetired) {
+	switch {
+	case faults.Active(faults.ForgetRetired):
 		return faultForgetRetired
+	case faults.Active(faults.WindowRestoreClockBack):
+		return faultWindowRestoreSnapshotClock
+	case faults.Active(faults.WindowForgetSpent):
+		return faultWindowForgetSpent
 	}
 	return faultNone
 }
