@@ -168,6 +168,16 @@ func definitionRoundTrip(t *testing.T, broken fault) (int64, error) {
 	for at := 3 * sec; at <= 8*sec; at += sec {
 		h.apply(CmdExpire, at, &api.ExpireCommand{})
 	}
+	// The key stays (not idle while the month it left is not over), due
+	// for collection when the month ends, not at each expire.
+	if broken == faultNone {
+		if h.f.st.win.keys["daily"]["acme"] == nil {
+			return 0, fmt.Errorf("the key was collected while the month it left is not over")
+		}
+		if due, ok := h.f.st.windowNextDue(); !ok || due != 31*24*3600*sec {
+			return 0, fmt.Errorf("the key is due at cluster time %v (%v), want the month's end, 31 days", secs(due), ok)
+		}
+	}
 	// A restart in between: the count of the month survives the snapshot.
 	snap := snapshotBytes(t, h.f)
 	h2 := &harness{t: t, f: New(nil), index: h.index}
