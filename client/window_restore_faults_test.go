@@ -12,8 +12,12 @@ import (
 // TestWindowRestoreAfterElectionsNegativeControl: with the old restore
 // rule back (the snapshot's window clock as it was: faults
 // window-restore-clock-back), window time goes back across the restore by
-// the re-syncs since the snapshot. The check of TestWindowRestoreAfterElections
-// must catch it.
+// the re-syncs since the snapshot, and the spent window admits L again.
+// The checks of TestWindowRestoreAfterElections must catch it: the step
+// (unless the leader's next reconcile, 200 ms on, re-synced window time
+// forward before the reading: window time was back in between) or the
+// count (the window spent before the restore, no longer full when window
+// time comes back to it).
 func TestWindowRestoreAfterElectionsNegativeControl(t *testing.T) {
 	if testing.Short() {
 		t.Skip("a real cluster for about 30 s")
@@ -25,8 +29,8 @@ func TestWindowRestoreAfterElectionsNegativeControl(t *testing.T) {
 	step, perWindow := restoreAfterElections(t)
 	k, sure := fullestWindow(perWindow)
 	t.Logf("control: window time's step across the restore: %v; the fullest 4 s window (%d) admitted %d for certain (L = 20)", step, k, sure)
-	if step >= -200*time.Millisecond {
-		t.Fatalf("the control was not caught: window time stepped %v across the restore", step)
+	if step >= -200*time.Millisecond && sure <= 20 {
+		t.Fatalf("the control was not caught: window time stepped %v across the restore, the fullest window admitted %d", step, sure)
 	}
 }
 
