@@ -127,8 +127,9 @@ func satMul(a, b int64) int64 {
 // It returns the step taken (0: none).
 func (c WindowClock) Restored(t, floor, slewed int64) (WindowClock, int64) {
 	c.settle(t) // the same function from t on, nothing in progress taken yet
-	step := max(floor-c.At(t), 0)
-	if step > 0 {
+	var step int64
+	if w := c.At(t); floor > w { // compared, not subtracted: floor may be math.MinInt64
+		step = floor - w
 		c.Step(t, step)
 	}
 	c.Slewed = max(c.Slewed, slewed)
