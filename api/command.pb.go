@@ -1818,7 +1818,11 @@ type WindowKeySnapshot struct {
 	KeyAttributes []string `protobuf:"bytes,19,rep,name=key_attributes,json=keyAttributes,proto3" json:"key_attributes,omitempty"`
 	// The window clock's slew counter at the key's last operation
 	// (lease.WindowLedgerState.SlewedNanos).
-	SlewedNanos   int64 `protobuf:"varint,80,opt,name=slewed_nanos,json=slewedNanos,proto3" json:"slewed_nanos,omitempty"`
+	SlewedNanos int64 `protobuf:"varint,80,opt,name=slewed_nanos,json=slewedNanos,proto3" json:"slewed_nanos,omitempty"`
+	// With FeatureWindowSpent: the windows of other definitions the key
+	// counted in that have not yet ended, with their counts
+	// (lease.WindowLedgerState.Spent; docs/design.md §8.2, "Changes").
+	Spent         []*WindowSpentSnapshot `protobuf:"bytes,81,rep,name=spent,proto3" json:"spent,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1993,6 +1997,99 @@ func (x *WindowKeySnapshot) GetSlewedNanos() int64 {
 	return 0
 }
 
+func (x *WindowKeySnapshot) GetSpent() []*WindowSpentSnapshot {
+	if x != nil {
+		return x.Spent
+	}
+	return nil
+}
+
+// A window of another definition than a key's current one, and its count
+// (lease.WindowSpent).
+type WindowSpentSnapshot struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	FixedNanos    int64                  `protobuf:"varint,1,opt,name=fixed_nanos,json=fixedNanos,proto3" json:"fixed_nanos,omitempty"`
+	Period        string                 `protobuf:"bytes,2,opt,name=period,proto3" json:"period,omitempty"`
+	Timezone      string                 `protobuf:"bytes,3,opt,name=timezone,proto3" json:"timezone,omitempty"`
+	StartNanos    int64                  `protobuf:"varint,4,opt,name=start_nanos,json=startNanos,proto3" json:"start_nanos,omitempty"`
+	EndNanos      int64                  `protobuf:"varint,5,opt,name=end_nanos,json=endNanos,proto3" json:"end_nanos,omitempty"`
+	CountMilli    int64                  `protobuf:"varint,6,opt,name=count_milli,json=countMilli,proto3" json:"count_milli,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WindowSpentSnapshot) Reset() {
+	*x = WindowSpentSnapshot{}
+	mi := &file_command_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WindowSpentSnapshot) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WindowSpentSnapshot) ProtoMessage() {}
+
+func (x *WindowSpentSnapshot) ProtoReflect() protoreflect.Message {
+	mi := &file_command_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WindowSpentSnapshot.ProtoReflect.Descriptor instead.
+func (*WindowSpentSnapshot) Descriptor() ([]byte, []int) {
+	return file_command_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *WindowSpentSnapshot) GetFixedNanos() int64 {
+	if x != nil {
+		return x.FixedNanos
+	}
+	return 0
+}
+
+func (x *WindowSpentSnapshot) GetPeriod() string {
+	if x != nil {
+		return x.Period
+	}
+	return ""
+}
+
+func (x *WindowSpentSnapshot) GetTimezone() string {
+	if x != nil {
+		return x.Timezone
+	}
+	return ""
+}
+
+func (x *WindowSpentSnapshot) GetStartNanos() int64 {
+	if x != nil {
+		return x.StartNanos
+	}
+	return 0
+}
+
+func (x *WindowSpentSnapshot) GetEndNanos() int64 {
+	if x != nil {
+		return x.EndNanos
+	}
+	return 0
+}
+
+func (x *WindowSpentSnapshot) GetCountMilli() int64 {
+	if x != nil {
+		return x.CountMilli
+	}
+	return 0
+}
+
 type WindowLeaseSnapshot struct {
 	state            protoimpl.MessageState `protogen:"open.v1"`
 	Id               uint64                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
@@ -2009,7 +2106,7 @@ type WindowLeaseSnapshot struct {
 
 func (x *WindowLeaseSnapshot) Reset() {
 	*x = WindowLeaseSnapshot{}
-	mi := &file_command_proto_msgTypes[19]
+	mi := &file_command_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2021,7 +2118,7 @@ func (x *WindowLeaseSnapshot) String() string {
 func (*WindowLeaseSnapshot) ProtoMessage() {}
 
 func (x *WindowLeaseSnapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[19]
+	mi := &file_command_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2034,7 +2131,7 @@ func (x *WindowLeaseSnapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WindowLeaseSnapshot.ProtoReflect.Descriptor instead.
 func (*WindowLeaseSnapshot) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{19}
+	return file_command_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *WindowLeaseSnapshot) GetId() uint64 {
@@ -2116,7 +2213,7 @@ type WindowClockCommand struct {
 
 func (x *WindowClockCommand) Reset() {
 	*x = WindowClockCommand{}
-	mi := &file_command_proto_msgTypes[20]
+	mi := &file_command_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2128,7 +2225,7 @@ func (x *WindowClockCommand) String() string {
 func (*WindowClockCommand) ProtoMessage() {}
 
 func (x *WindowClockCommand) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[20]
+	mi := &file_command_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2141,7 +2238,7 @@ func (x *WindowClockCommand) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WindowClockCommand.ProtoReflect.Descriptor instead.
 func (*WindowClockCommand) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{20}
+	return file_command_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *WindowClockCommand) GetWallUnixNanos() int64 {
@@ -2187,7 +2284,7 @@ type SlotFrame struct {
 
 func (x *SlotFrame) Reset() {
 	*x = SlotFrame{}
-	mi := &file_command_proto_msgTypes[21]
+	mi := &file_command_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2199,7 +2296,7 @@ func (x *SlotFrame) String() string {
 func (*SlotFrame) ProtoMessage() {}
 
 func (x *SlotFrame) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[21]
+	mi := &file_command_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2212,7 +2309,7 @@ func (x *SlotFrame) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SlotFrame.ProtoReflect.Descriptor instead.
 func (*SlotFrame) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{21}
+	return file_command_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *SlotFrame) GetPolicy() string {
@@ -2310,7 +2407,7 @@ type SlotLeaseSnapshot struct {
 
 func (x *SlotLeaseSnapshot) Reset() {
 	*x = SlotLeaseSnapshot{}
-	mi := &file_command_proto_msgTypes[22]
+	mi := &file_command_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2322,7 +2419,7 @@ func (x *SlotLeaseSnapshot) String() string {
 func (*SlotLeaseSnapshot) ProtoMessage() {}
 
 func (x *SlotLeaseSnapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[22]
+	mi := &file_command_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2335,7 +2432,7 @@ func (x *SlotLeaseSnapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SlotLeaseSnapshot.ProtoReflect.Descriptor instead.
 func (*SlotLeaseSnapshot) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{22}
+	return file_command_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *SlotLeaseSnapshot) GetId() uint64 {
@@ -2419,7 +2516,7 @@ type SlotShareSnapshot struct {
 
 func (x *SlotShareSnapshot) Reset() {
 	*x = SlotShareSnapshot{}
-	mi := &file_command_proto_msgTypes[23]
+	mi := &file_command_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2431,7 +2528,7 @@ func (x *SlotShareSnapshot) String() string {
 func (*SlotShareSnapshot) ProtoMessage() {}
 
 func (x *SlotShareSnapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_command_proto_msgTypes[23]
+	mi := &file_command_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2444,7 +2541,7 @@ func (x *SlotShareSnapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SlotShareSnapshot.ProtoReflect.Descriptor instead.
 func (*SlotShareSnapshot) Descriptor() ([]byte, []int) {
-	return file_command_proto_rawDescGZIP(), []int{23}
+	return file_command_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *SlotShareSnapshot) GetSlots() int64 {
@@ -2635,7 +2732,7 @@ const file_command_proto_rawDesc = "" +
 	"\x10slew_start_nanos\x18P \x01(\x03R\x0eslewStartNanos\x12\x1d\n" +
 	"\n" +
 	"slew_nanos\x18Q \x01(\x03R\tslewNanos\x12!\n" +
-	"\fslewed_nanos\x18R \x01(\x03R\vslewedNanos\"\xa7\x05\n" +
+	"\fslewed_nanos\x18R \x01(\x03R\vslewedNanos\"\xdd\x05\n" +
 	"\x11WindowKeySnapshot\x12\x16\n" +
 	"\x06policy\x18\x01 \x01(\tR\x06policy\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\tR\x03key\x12\x1b\n" +
@@ -2662,7 +2759,18 @@ const file_command_proto_rawDesc = "" +
 	"\x10prev_count_milli\x18\x11 \x01(\x03R\x0eprevCountMilli\x12\x1c\n" +
 	"\talgorithm\x18\x12 \x01(\tR\talgorithm\x12%\n" +
 	"\x0ekey_attributes\x18\x13 \x03(\tR\rkeyAttributes\x12!\n" +
-	"\fslewed_nanos\x18P \x01(\x03R\vslewedNanos\"\x95\x02\n" +
+	"\fslewed_nanos\x18P \x01(\x03R\vslewedNanos\x124\n" +
+	"\x05spent\x18Q \x03(\v2\x1e.ration.v1.WindowSpentSnapshotR\x05spent\"\xc9\x01\n" +
+	"\x13WindowSpentSnapshot\x12\x1f\n" +
+	"\vfixed_nanos\x18\x01 \x01(\x03R\n" +
+	"fixedNanos\x12\x16\n" +
+	"\x06period\x18\x02 \x01(\tR\x06period\x12\x1a\n" +
+	"\btimezone\x18\x03 \x01(\tR\btimezone\x12\x1f\n" +
+	"\vstart_nanos\x18\x04 \x01(\x03R\n" +
+	"startNanos\x12\x1b\n" +
+	"\tend_nanos\x18\x05 \x01(\x03R\bendNanos\x12\x1f\n" +
+	"\vcount_milli\x18\x06 \x01(\x03R\n" +
+	"countMilli\"\x95\x02\n" +
 	"\x13WindowLeaseSnapshot\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x1b\n" +
 	"\tclient_id\x18\x02 \x01(\tR\bclientId\x12 \n" +
@@ -2721,7 +2829,7 @@ func file_command_proto_rawDescGZIP() []byte {
 	return file_command_proto_rawDescData
 }
 
-var file_command_proto_msgTypes = make([]protoimpl.MessageInfo, 25)
+var file_command_proto_msgTypes = make([]protoimpl.MessageInfo, 26)
 var file_command_proto_goTypes = []any{
 	(*PolicySpec)(nil),           // 0: ration.v1.PolicySpec
 	(*ApplyPoliciesCommand)(nil), // 1: ration.v1.ApplyPoliciesCommand
@@ -2742,22 +2850,23 @@ var file_command_proto_goTypes = []any{
 	(*ACLCommand)(nil),           // 16: ration.v1.ACLCommand
 	(*WindowFrame)(nil),          // 17: ration.v1.WindowFrame
 	(*WindowKeySnapshot)(nil),    // 18: ration.v1.WindowKeySnapshot
-	(*WindowLeaseSnapshot)(nil),  // 19: ration.v1.WindowLeaseSnapshot
-	(*WindowClockCommand)(nil),   // 20: ration.v1.WindowClockCommand
-	(*SlotFrame)(nil),            // 21: ration.v1.SlotFrame
-	(*SlotLeaseSnapshot)(nil),    // 22: ration.v1.SlotLeaseSnapshot
-	(*SlotShareSnapshot)(nil),    // 23: ration.v1.SlotShareSnapshot
-	nil,                          // 24: ration.v1.PolicySpec.ClientWeightsEntry
-	(*AcquireRequest)(nil),       // 25: ration.v1.AcquireRequest
-	(*RenewRequest)(nil),         // 26: ration.v1.RenewRequest
-	(*ReleaseRequest)(nil),       // 27: ration.v1.ReleaseRequest
+	(*WindowSpentSnapshot)(nil),  // 19: ration.v1.WindowSpentSnapshot
+	(*WindowLeaseSnapshot)(nil),  // 20: ration.v1.WindowLeaseSnapshot
+	(*WindowClockCommand)(nil),   // 21: ration.v1.WindowClockCommand
+	(*SlotFrame)(nil),            // 22: ration.v1.SlotFrame
+	(*SlotLeaseSnapshot)(nil),    // 23: ration.v1.SlotLeaseSnapshot
+	(*SlotShareSnapshot)(nil),    // 24: ration.v1.SlotShareSnapshot
+	nil,                          // 25: ration.v1.PolicySpec.ClientWeightsEntry
+	(*AcquireRequest)(nil),       // 26: ration.v1.AcquireRequest
+	(*RenewRequest)(nil),         // 27: ration.v1.RenewRequest
+	(*ReleaseRequest)(nil),       // 28: ration.v1.ReleaseRequest
 }
 var file_command_proto_depIdxs = []int32{
-	24, // 0: ration.v1.PolicySpec.client_weights:type_name -> ration.v1.PolicySpec.ClientWeightsEntry
+	25, // 0: ration.v1.PolicySpec.client_weights:type_name -> ration.v1.PolicySpec.ClientWeightsEntry
 	0,  // 1: ration.v1.ApplyPoliciesCommand.policies:type_name -> ration.v1.PolicySpec
-	25, // 2: ration.v1.LeaseOp.acquire:type_name -> ration.v1.AcquireRequest
-	26, // 3: ration.v1.LeaseOp.renew:type_name -> ration.v1.RenewRequest
-	27, // 4: ration.v1.LeaseOp.release:type_name -> ration.v1.ReleaseRequest
+	26, // 2: ration.v1.LeaseOp.acquire:type_name -> ration.v1.AcquireRequest
+	27, // 3: ration.v1.LeaseOp.renew:type_name -> ration.v1.RenewRequest
+	28, // 4: ration.v1.LeaseOp.release:type_name -> ration.v1.ReleaseRequest
 	3,  // 5: ration.v1.LeaseBatchCommand.ops:type_name -> ration.v1.LeaseOp
 	0,  // 6: ration.v1.Snapshot.policies:type_name -> ration.v1.PolicySpec
 	9,  // 7: ration.v1.Snapshot.ledgers:type_name -> ration.v1.LedgerSnapshot
@@ -2775,16 +2884,17 @@ var file_command_proto_depIdxs = []int32{
 	15, // 19: ration.v1.ACLCommand.bootstrap:type_name -> ration.v1.ACLToken
 	15, // 20: ration.v1.ACLCommand.create:type_name -> ration.v1.ACLToken
 	18, // 21: ration.v1.WindowFrame.key:type_name -> ration.v1.WindowKeySnapshot
-	19, // 22: ration.v1.WindowKeySnapshot.leases:type_name -> ration.v1.WindowLeaseSnapshot
-	22, // 23: ration.v1.SlotFrame.leases:type_name -> ration.v1.SlotLeaseSnapshot
-	23, // 24: ration.v1.SlotLeaseSnapshot.current:type_name -> ration.v1.SlotShareSnapshot
-	23, // 25: ration.v1.SlotLeaseSnapshot.superseded:type_name -> ration.v1.SlotShareSnapshot
-	23, // 26: ration.v1.SlotLeaseSnapshot.replaced:type_name -> ration.v1.SlotShareSnapshot
-	27, // [27:27] is the sub-list for method output_type
-	27, // [27:27] is the sub-list for method input_type
-	27, // [27:27] is the sub-list for extension type_name
-	27, // [27:27] is the sub-list for extension extendee
-	0,  // [0:27] is the sub-list for field type_name
+	20, // 22: ration.v1.WindowKeySnapshot.leases:type_name -> ration.v1.WindowLeaseSnapshot
+	19, // 23: ration.v1.WindowKeySnapshot.spent:type_name -> ration.v1.WindowSpentSnapshot
+	23, // 24: ration.v1.SlotFrame.leases:type_name -> ration.v1.SlotLeaseSnapshot
+	24, // 25: ration.v1.SlotLeaseSnapshot.current:type_name -> ration.v1.SlotShareSnapshot
+	24, // 26: ration.v1.SlotLeaseSnapshot.superseded:type_name -> ration.v1.SlotShareSnapshot
+	24, // 27: ration.v1.SlotLeaseSnapshot.replaced:type_name -> ration.v1.SlotShareSnapshot
+	28, // [28:28] is the sub-list for method output_type
+	28, // [28:28] is the sub-list for method input_type
+	28, // [28:28] is the sub-list for extension type_name
+	28, // [28:28] is the sub-list for extension extendee
+	0,  // [0:28] is the sub-list for field type_name
 }
 
 func init() { file_command_proto_init() }
@@ -2809,7 +2919,7 @@ func file_command_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_command_proto_rawDesc), len(file_command_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   25,
+			NumMessages:   26,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -457,14 +457,30 @@ func (a *adminService) SnapshotRestore(stream grpc.ClientStreamingServer[api.Sna
 	if a.s.fsm.Features()&fsm.FeatureRestoreHold == 0 {
 		return rpcerr.Status(fmt.Errorf("%w: snapshot restore needs every voter to support holding budgets across a restore (feature switch %#x is off); upgrade every server first", rpcerr.ErrPrecondition, fsm.FeatureRestoreHold))
 	}
-	prepared, err := fsm.PrepareRestore(buf.Bytes(), a.s.fsm.ClusterTime(), a.s.fsm.Policies())
-	if err != nil {
-		return rpcerr.Status(fmt.Errorf("%w: %v", rpcerr.ErrInvalid, err))
-	}
-	buf = *bytes.NewBuffer(prepared)
-	meta := &raft.SnapshotMeta{Version: raft.SnapshotVersionMax, Size: int64(buf.Len())}
-	if err := a.s.raft.Restore(meta, &buf, time.Minute); err != nil {
-		return rpcerr.Status(raftErr(err))
+	if err := a.s.prepareRestore(buf.Bytes()); err != nil {
+		return rpcerr.Status(err)
 	}
 	return stream.SendAndClose(&api.SnapshotRestoreResponse{Index: a.s.raft.AppliedIndex()})
+}
+
+// prepareRestore rewrites an operator's snapshot for this leader's state
+// (fsm.PrepareRestore) and has Raft install it, with no re-sync of window
+// time between the two: the window time the restore keeps is the latest
+// applied (a re-sync applied after it would be lost, moving window time
+// back; docs/design.md §8.2).
+func (s *Server) prepareRestore(snapshot []byte) error {
+	s.windowClockMu.Lock()
+	defer s.windowClockMu.Unlock()
+	if err := s.raft.Barrier(s.cfg.ApplyTimeout).Error(); err != nil {
+		return raftErr(err)
+	}
+	prepared, err := fsm.PrepareRestore(snapshot, s.fsm.RestoreBase())
+	if err != nil {
+		return fmt.Errorf("%w: %v", rpcerr.ErrInvalid, err)
+	}
+	meta := &raft.SnapshotMeta{Version: raft.SnapshotVersionMax, Size: int64(len(prepared))}
+	if err := s.raft.Restore(meta, bytes.NewReader(prepared), time.Minute); err != nil {
+		return raftErr(err)
+	}
+	return nil
 }

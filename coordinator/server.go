@@ -43,6 +43,9 @@ type Server struct {
 	audit   *audit
 	acl     *aclGate
 	limits  *leaseLimits
+	// windowClockMu serialises re-syncs of window time with a snapshot
+	// restore, which reads the window clock it keeps (windows.go).
+	windowClockMu sync.Mutex
 
 	shutdownOnce sync.Once
 	shutdownCh   chan struct{}

@@ -107,6 +107,10 @@ func windowClockAction(st fsm.WindowClockState) (string, int64) {
 // (once per term), as a wrong wall clock or a whole-cluster outage needs
 // an operator's eye (rationctl windows resync --max-step).
 func (s *Server) syncWindowClock(loud bool) {
+	if !s.windowClockMu.TryLock() {
+		return // a snapshot restore is in progress; the next round re-syncs
+	}
+	defer s.windowClockMu.Unlock()
 	now := s.clusterNow()
 	if now == 0 {
 		return
@@ -148,6 +152,8 @@ func (s *Server) syncWindowClock(loud bool) {
 // maxStep (bounded by fsm.MaxWindowClockOperatorStepNanos) instead of
 // fsm.MaxWindowClockStepNanos; dryRun only reports.
 func (s *Server) windowResync(req *api.WindowResyncRequest) (*api.WindowResyncResponse, error) {
+	s.windowClockMu.Lock()
+	defer s.windowClockMu.Unlock()
 	maxStep := req.GetMaxStepNanos()
 	now := s.clusterNow()
 	if now == 0 {

@@ -90,7 +90,8 @@ const (
 		FeatureWindows | // window.go
 		FeatureConcurrency | // slots.go
 		FeatureWindowSlew | // window.go
-		FeatureKeyQuota // keyquota.go
+		FeatureKeyQuota | // keyquota.go
+		FeatureWindowSpent // window.go
 )
 
 // IgnorableFlag marks a command type that older servers may skip. An

@@ -25,14 +25,19 @@ func withFault(l *lease.Ledger) *lease.Ledger {
 	return l
 }
 
-// stateFault breaks the state machine as faults.ForgetRetired or
-// faults.KeyQuotaIgnored says (test builds only): read when an FSM is
-// created.
+// stateFault breaks the state machine as faults.ForgetRetired,
+// faults.KeyQuotaIgnored, faults.WindowRestoreClockBack or
+// faults.WindowForgetSpent says (test builds only): read when an FSM (or a
+// restore's state) is created.
 func stateFault() fault {
-	if faults.Active(faults.ForgetRetired) {
+	switch {
+	case faults.Active(faults.ForgetRetired):
 		return faultForgetRetired
-	}
-	if faults.Active(faults.KeyQuotaIgnored) {
+	case faults.Active(faults.WindowRestoreClockBack):
+		return faultWindowRestoreSnapshotClock
+	case faults.Active(faults.WindowForgetSpent):
+		return faultWindowForgetSpent
+	case faults.Active(faults.KeyQuotaIgnored):
 		return faultKeyQuotaIgnored
 	}
 	return faultNone

@@ -77,6 +77,19 @@ var fixtureScripts = map[string]func(t *testing.T, h *harness){
 			keyLeaseOf(t, h.batch(3*sec, op))
 		}
 	},
+	// v5: a window key that left a spent month for 1 s windows
+	// (FeatureWindowSpent: WindowKeySnapshot.spent).
+	"v5-window-spent": func(t *testing.T, h *harness) {
+		h.apply(CmdSetFeatures, sec, &api.SetFeaturesCommand{Features: KnownFeatures, WallUnixNanos: wallAtSwitch})
+		if r := h.apply(CmdApplyPolicies, sec, windowPolicyAt("20", "period: month")); r.Err != nil {
+			t.Fatal(r.Err)
+		}
+		keyLeaseOf(t, h.batch(2*sec, wAcquire(caller("a", 1, 1), "acme", 100_000_000)))
+		if r := h.apply(CmdApplyPolicies, 3*sec, windowPolicyAt("20", "window: 1s")); r.Err != nil {
+			t.Fatal(r.Err)
+		}
+		keyLeaseOf(t, h.batch(3*sec, wAcquire(caller("b", 1, 1), "acme", 1000)))
+	},
 	// v1: no switch on (the format older servers write).
 	"v1-no-features": func(t *testing.T, h *harness) {
 		convergeScript(t, h)

@@ -272,7 +272,7 @@ func FuzzRestore(f *testing.F) {
 			checkLedgers(t, h.f, "after an expire on a restored state")
 			sameAfterRoundTrip(t, h.f, "after an expire on a restored state")
 		}
-		prepared, err := PrepareRestore(data, 5*sec, h.f.Policies())
+		prepared, err := PrepareRestore(data, baseAt(h.f, 5*sec))
 		if err != nil {
 			return
 		}

@@ -114,7 +114,7 @@ func TestPrepareRestoreHoldsEveryBudget(t *testing.T) {
 	a := grantOf(t, h.batch(sec, acquire(caller("a", 1, 1), tenant("acme"))))
 	snap := snapshotBytes(t, h.f)
 	now := 20 * sec
-	prepared, err := PrepareRestore(snap, now, h.f.Policies())
+	prepared, err := PrepareRestore(snap, baseAt(h.f, now))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -32,21 +32,57 @@ import (
 //     release or renewal of a lease granted before the restore cannot end
 //     a new lease that reuses its ID.
 //
+//   - window time never goes back: the restored window clock is the
+//     replaced state's, stepped forward to the snapshot's own window time
+//     if that is later (window.go, windowsPrepareRestore);
+//
 // The cost is an outage of one lease duration for every key, which a
 // disaster-recovery restore can afford; the bound holds across it.
 
 // RestoreHoldMarginNanos is added to the longest lease duration.
 const RestoreHoldMarginNanos = int64(1e9)
 
+// RestoreBase is what a restore keeps of the state it replaces
+// (FSM.RestoreBase): its applied cluster time, its policies and its window
+// clock.
+type RestoreBase struct {
+	// ClusterTime is the replaced state's applied cluster time.
+	ClusterTime int64
+	// Policies are the replaced state's policies.
+	Policies []policy.Policy
+	// win is the replaced state's window clock, if set, and its window
+	// feature switches.
+	winSet      bool
+	winClock    lease.WindowClock
+	winFeatures uint64
+	// fault is the replaced state's broken rule (tests only).
+	fault fault
+}
+
+// RestoreBase reads, under one lock, what PrepareRestore keeps of this
+// state. The leader calls it with no window re-sync in flight (the
+// coordinator serialises the two), so the window time it reads is the
+// latest the cluster applied.
+func (f *FSM) RestoreBase() RestoreBase {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	b := RestoreBase{ClusterTime: f.st.clusterTime, winSet: f.st.win.epochSet, winClock: f.st.windowClockAt(),
+		winFeatures: f.st.features & (FeatureWindows | FeatureWindowSlew | FeatureWindowSpent), fault: f.st.fault}
+	for _, n := range sortedKeys(f.st.policies) {
+		b.Policies = append(b.Policies, f.st.policies[n])
+	}
+	return b
+}
+
 // PrepareRestore rewrites snapshot (the bytes an operator restores) for a
-// cluster whose applied cluster time is now and whose policies (the
-// current ones) are current: see above. It refuses a snapshot this server
-// cannot read.
-func PrepareRestore(snapshot []byte, now int64, current []policy.Policy) ([]byte, error) {
+// cluster whose state is base (the current one): see above. It refuses a
+// snapshot this server cannot read.
+func PrepareRestore(snapshot []byte, base RestoreBase) ([]byte, error) {
 	st, err := importState(bytes.NewReader(snapshot))
 	if err != nil {
 		return nil, err
 	}
+	now, current := base.ClusterTime, base.Policies
 	longest := int64(0)
 	for _, p := range current {
 		longest = max(longest, p.LeaseDurationNanos)
@@ -63,6 +99,7 @@ func PrepareRestore(snapshot []byte, now int64, current []policy.Policy) ([]byte
 	if longest == 0 {
 		longest = lease.MaxTTLNanos
 	}
+	snapTime := st.clusterTime
 	st.clusterTime = max(st.clusterTime, now)
 	until := st.clusterTime + longest + RestoreHoldMarginNanos
 	st.restoreHoldUntil = max(st.restoreHoldUntil, until)
@@ -89,7 +126,7 @@ func PrepareRestore(snapshot []byte, now int64, current []policy.Policy) ([]byte
 			}
 		}
 	}
-	st.windowsPrepareRestore()
+	st.windowsPrepareRestore(base, snapTime)
 	if err := st.slotsPrepareRestore(until); err != nil {
 		return nil, err
 	}

@@ -149,7 +149,7 @@ func TestSlotsSurviveSnapshotAndRestore(t *testing.T) {
 			t.Fatalf("after a's release b got %v", g3)
 		}
 		// An operator's restore: every slot held, the leases dropped.
-		prepared, err := PrepareRestore(snapshotBytes(t, h2.f), 4*sec, nil)
+		prepared, err := PrepareRestore(snapshotBytes(t, h2.f), RestoreBase{ClusterTime: 4 * sec})
 		if err != nil {
 			t.Fatal(err)
 		}

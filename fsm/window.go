@@ -2,6 +2,7 @@ package fsm
 
 import (
 	"fmt"
+	"math"
 	"slices"
 	"time"
 
@@ -36,6 +37,14 @@ const FeatureWindows uint64 = 1 << 7
 // a server that predates them ignores the fields.
 const FeatureWindowSlew uint64 = 1 << 9
 
+// FeatureWindowSpent: a change of a window key's definition remembers the
+// count of the window it leaves until that window ends
+// (lease.WindowLedgerConfig.KeepSpent; snapshot field
+// WindowKeySnapshot.spent), so a change back within it (month -> 1s ->
+// month) resumes that count, and the key is not collected meanwhile. Off,
+// a change forgets it, as a server that predates it does.
+const FeatureWindowSpent uint64 = 1 << 11
+
 // faultWindowSnapshotDropsKeys: snapshots leave out the window keys, so a
 // restarted or caught-up server starts every window count afresh (the
 // fsm window tests' negative control). Outside fault.go's sequence.
@@ -56,6 +65,16 @@ var faultWindowSnapshotDropsSlew = registerFault(fault(0x43), "faultWindowSnapsh
 // faultWindowIndexSkipsHolder: the holder index keeps a key's first
 // holders only (the revoke index's differential test's negative control).
 var faultWindowIndexSkipsHolder = registerFault(fault(0x44), "faultWindowIndexSkipsHolder")
+
+// faultWindowRestoreSnapshotClock: a restore takes the snapshot's window
+// clock as it is, so window time goes back by the re-syncs since the
+// snapshot (the restore rule's negative control, the old behaviour).
+var faultWindowRestoreSnapshotClock = registerFault(fault(0x45), "faultWindowRestoreSnapshotClock")
+
+// faultWindowForgetSpent: a change of a window key's definition forgets
+// the count of the window it leaves, as with FeatureWindowSpent off (the
+// rule's negative control, the old behaviour).
+var faultWindowForgetSpent = registerFault(fault(0x46), "faultWindowForgetSpent")
 
 // frameWindow is a snapshot frame of window state (api.WindowFrame).
 // Older servers refuse the frame kind (and the switch).
@@ -280,7 +299,7 @@ func windowConfig(p policy.Policy) (lease.WindowLedgerConfig, error) {
 }
 
 func sameWindowConfig(a, b lease.WindowLedgerConfig) bool {
-	return a.LimitMilli == b.LimitMilli && a.MaxLeases == b.MaxLeases && a.Spec.Equal(b.Spec) && a.Approx == b.Approx
+	return a.LimitMilli == b.LimitMilli && a.MaxLeases == b.MaxLeases && a.Spec.Equal(b.Spec) && a.Approx == b.Approx && a.KeepSpent == b.KeepSpent
 }
 
 // windowLedger finds (or, with create, makes) a window key's ledger, and
@@ -292,6 +311,7 @@ func (s *state) windowLedger(t int64, p policy.Policy, k *api.Key, create bool) 
 		return "", nil, fmt.Errorf("policy %q: %w", p.Name, err)
 	}
 	cfg, err := windowConfig(p)
+	cfg.KeepSpent = s.features&FeatureWindowSpent != 0 && s.fault != faultWindowForgetSpent
 	if err != nil {
 		return ck, nil, fmt.Errorf("policy %q: %w", p.Name, err)
 	}
@@ -589,14 +609,47 @@ func (s *state) windowInstall(p policy.Policy) {
 	}
 }
 
-// windowsPrepareRestore fills, in the restored state, every window that
-// began by the restore's window time: the state replaced granted chunks
-// the snapshot does not know (rule j for windows).
-func (s *state) windowsPrepareRestore() {
-	if !s.win.epochSet && len(s.win.keys) == 0 {
+// windowsPrepareRestore applies rule (j) to the restored window state
+// (docs/design.md §8.2, "Restarts, leader changes, snapshots"), at the
+// restored cluster time (max of the snapshot's, snapTime, and base's).
+// Window time never goes back: the restored clock is base's (the replaced
+// state's; lease.WindowClock.Restored), stepped forward to the snapshot's
+// own window time if that is later; a snapshot taken before the elections
+// since (whose re-syncs stepped window time forward) would otherwise move
+// it back by their sum and restart windows already spent. Then every
+// window that began by the restored window time RestoreHoldMarginNanos
+// later (chunks the replaced state may have granted after base was read),
+// or, if the clock was stepped, a window lease later (chunks the replaced
+// state granted may then outlive their window), is full: the snapshot
+// does not know what the replaced state granted in it.
+func (s *state) windowsPrepareRestore(base RestoreBase, snapTime int64) {
+	if !s.win.epochSet && len(s.win.keys) == 0 && !base.winSet {
 		return
 	}
-	s.win.exhaustThrough = max(s.win.exhaustThrough, s.windowTime(s.clusterTime))
+	t, step := s.clusterTime, int64(0)
+	if base.winSet && s.fault != faultWindowRestoreSnapshotClock && base.fault != faultWindowRestoreSnapshotClock {
+		floor, slewed := int64(math.MinInt64), int64(0)
+		if s.win.epochSet {
+			c := s.windowClockAt()
+			floor, slewed = c.At(snapTime), c.SlewedBy(snapTime)
+		}
+		for _, pn := range sortedKeys(s.win.keys) {
+			for _, ck := range sortedKeys(s.win.keys[pn]) {
+				st := s.win.keys[pn][ck].State()
+				floor, slewed = max(floor, st.WindowNanos), max(slewed, st.SlewedNanos)
+			}
+		}
+		var c lease.WindowClock
+		c, step = base.winClock.Restored(t, floor, slewed)
+		s.setWindowClock(c)
+		s.win.epochSet = true
+		s.features |= base.winFeatures
+	}
+	through := t + RestoreHoldMarginNanos
+	if step > 0 {
+		through += windowLeaseNanos
+	}
+	s.win.exhaustThrough = max(s.win.exhaustThrough, s.windowTime(through))
 	for _, pn := range sortedKeys(s.win.keys) {
 		for _, ck := range sortedKeys(s.win.keys[pn]) {
 			l := s.win.keys[pn][ck]
@@ -630,6 +683,10 @@ func (s *state) exportWindows() []*api.WindowFrame {
 				LimitMilli: cfg.LimitMilli, FixedNanos: cfg.Spec.FixedNanos, Period: cfg.Spec.Period, Timezone: cfg.Spec.Timezone, MaxLeases: int64(cfg.MaxLeases),
 				Approx: cfg.Approx, PrevCountMilli: st.PrevCountMilli,
 				Algorithm: string(s.win.keying[pn].alg), KeyAttributes: slices.Clone(s.win.keying[pn].attrs), SlewedNanos: st.SlewedNanos}
+			for _, sp := range st.Spent {
+				ks.Spent = append(ks.Spent, &api.WindowSpentSnapshot{FixedNanos: sp.Spec.FixedNanos, Period: sp.Spec.Period, Timezone: sp.Spec.Timezone,
+					StartNanos: sp.Start, EndNanos: sp.End, CountMilli: sp.CountMilli})
+			}
 			for _, le := range st.Leases {
 				ks.Leases = append(ks.Leases, &api.WindowLeaseSnapshot{Id: uint64(le.ID), ClientId: le.ClientID, Incarnation: le.Incarnation,
 					GrantSeq: le.GrantSeq, ExpiresNanos: le.ExpiresNanos, WindowStartNanos: le.WindowStart, GrantedMilli: le.GrantedMilli, Replaced: le.Replaced})
@@ -657,10 +714,18 @@ func (st *state) importWindow(f *api.WindowFrame) error {
 	if err != nil {
 		return fmt.Errorf("%w: window key %s/%s: %v", errSnapshot, ks.GetPolicy(), ks.GetKey(), err)
 	}
-	cfg := lease.WindowLedgerConfig{LimitMilli: ks.GetLimitMilli(), Spec: spec, MaxLeases: int(ks.GetMaxLeases()), Approx: ks.GetApprox()}
+	cfg := lease.WindowLedgerConfig{LimitMilli: ks.GetLimitMilli(), Spec: spec, MaxLeases: int(ks.GetMaxLeases()), Approx: ks.GetApprox(),
+		KeepSpent: st.features&FeatureWindowSpent != 0}
 	ls := lease.WindowLedgerState{NowNanos: ks.GetNowNanos(), WindowNanos: ks.GetWindowNowNanos(), Start: ks.GetStartNanos(), End: ks.GetEndNanos(),
 		CountMilli: ks.GetCountMilli(), PrevCountMilli: ks.GetPrevCountMilli(), ExhaustThrough: ks.GetExhaustThroughNanos(), NextID: lease.LeaseID(ks.GetNextId()),
 		SlewedNanos: ks.GetSlewedNanos()}
+	for _, sp := range ks.GetSpent() {
+		spec, err := lease.NewWindowSpec(sp.GetFixedNanos(), sp.GetPeriod(), sp.GetTimezone())
+		if err != nil {
+			return fmt.Errorf("%w: window key %s/%s: spent window: %v", errSnapshot, ks.GetPolicy(), ks.GetKey(), err)
+		}
+		ls.Spent = append(ls.Spent, lease.WindowSpent{Spec: spec, Start: sp.GetStartNanos(), End: sp.GetEndNanos(), CountMilli: sp.GetCountMilli()})
+	}
 	for _, le := range ks.GetLeases() {
 		ls.Leases = append(ls.Leases, lease.WindowLease{ID: lease.LeaseID(le.GetId()), ClientID: le.GetClientId(), Incarnation: le.GetIncarnation(),
 			GrantSeq: le.GetGrantSeq(), ExpiresNanos: le.GetExpiresNanos(), WindowStart: le.GetWindowStartNanos(), GrantedMilli: le.GetGrantedMilli(), Replaced: le.GetReplaced()})

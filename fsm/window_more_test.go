@@ -18,7 +18,7 @@ func TestWindowRestoreFillsCurrentWindows(t *testing.T) {
 	snap := snapshotBytes(t, h.f) // no window key yet
 	keyLeaseOf(t, h.batch(2*sec, wAcquire(caller("a", 1, 1), "acme", 100_000)))
 	// Restore the older snapshot at cluster time 2.5 s (window [2 s, 4 s)).
-	prepared, err := PrepareRestore(snap, 2*sec+sec/2, h.f.Policies())
+	prepared, err := PrepareRestore(snap, baseAt(h.f, 2*sec+sec/2))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -148,4 +148,12 @@ func TestWindowRecreateUnderOtherKeysRefused(t *testing.T) {
 	if r := rh.apply(CmdApplyPolicies, 3*sec, rekeyed); code(r.Err) != codes.FailedPrecondition {
 		t.Fatalf("re-key after a restore: %v", r.Err)
 	}
+}
+
+// baseAt is f's state as a restore replaces it, at applied cluster time
+// now (a test's stand-in for the time the leader has applied).
+func baseAt(f *FSM, now int64) RestoreBase {
+	b := f.RestoreBase()
+	b.ClusterTime = now
+	return b
 }

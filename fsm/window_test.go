@@ -179,10 +179,14 @@ func TestWindowCountSurvivesSnapshotAndPolicyChange(t *testing.T) {
 }
 
 // windowHistories: random acquires, renewals, releases, expiries and
-// snapshot restores of one window key by three clients that spend all they
-// are granted at once; per window (of the commit's window time), what they
-// spent must stay within the limit, and replaying the log on a second FSM
-// must give the same state hash.
+// snapshot restores (a restart's) of one window key by three clients that
+// spend all they are granted at once, with forward re-syncs of window time
+// (elections), an operator's restores (rule j) of snapshots saved earlier
+// in the history, and changes of the window's definition (2 s and 6 s,
+// back and forth, as month -> 1s -> month); window time must never go
+// back, per window of each definition what they were granted must stay
+// within the limit, and replaying the log (the operator's restores as
+// the same prepared bytes) on a second FSM must give the same state hash.
 func windowHistories(t *testing.T, broken fault) func(*rapid.T) {
 	return func(rt *rapid.T) {
 		h := windowsOnHarness(t, 0)
@@ -191,12 +195,16 @@ func windowHistories(t *testing.T, broken fault) func(*rapid.T) {
 			ct  CommandType
 			at  int64
 			msg proto.Message
+			// restored: an operator's restore of these prepared bytes.
+			restored []byte
 		}
 		var log []entry
 		do := func(ct CommandType, at int64, msg proto.Message) *Result {
-			log = append(log, entry{ct, at, msg})
+			log = append(log, entry{ct: ct, at: at, msg: msg})
 			return h.apply(ct, at, msg)
 		}
+		var saved [][]byte
+		wmax := int64(0)
 		bat := func(at int64, op *api.LeaseOp) *api.KeyLease {
 			r := do(CmdLeaseBatch, at, &api.LeaseBatchCommand{Ops: []*api.LeaseOp{op}})
 			if r.Ops[0].Err != nil {
@@ -209,7 +217,7 @@ func windowHistories(t *testing.T, broken fault) func(*rapid.T) {
 		}
 		leases := map[string]uint64{}
 		seqs := map[string]uint64{}
-		spent := map[int64]int64{}
+		spent := map[[2]int64]int64{}
 		at := int64(0)
 		for range rapid.IntRange(1, 60).Draw(rt, "steps") {
 			at += rapid.Int64Range(0, 700).Draw(rt, "dt") * 1_000_000
@@ -217,7 +225,33 @@ func windowHistories(t *testing.T, broken fault) func(*rapid.T) {
 			seqs[who]++
 			c := caller(who, 1, seqs[who])
 			var kl *api.KeyLease
-			switch rapid.IntRange(0, 4).Draw(rt, "op") {
+			op := rapid.IntRange(0, 7).Draw(rt, "op")
+			if broken == faultWindowForgetSpent && rapid.IntRange(0, 3).Draw(rt, "bias") == 0 {
+				op = 7 // the control's targeted search: more definition changes
+			}
+			switch op {
+			case 5:
+				jump := rapid.SampledFrom([]int64{1, 300, 2500, 4000}).Draw(rt, "jump") * 1_000_000
+				do(CmdWindowClock, at, &api.WindowClockCommand{WallUnixNanos: h.f.st.windowTime(max(at, h.f.st.clusterTime)) + jump})
+			case 6:
+				if len(saved) == 0 || rapid.Bool().Draw(rt, "save") {
+					saved = append(saved, snapshotBytes(t, h.f))
+					break
+				}
+				snap := rapid.SampledFrom(saved).Draw(rt, "snapshot")
+				prepared, err := PrepareRestore(snap, baseAt(h.f, max(at, h.f.st.clusterTime)))
+				if err != nil {
+					rt.Fatal(err)
+				}
+				if err := h.f.Restore(nopCloser{bytes.NewReader(prepared)}); err != nil {
+					rt.Fatal(err)
+				}
+				log = append(log, entry{restored: prepared})
+			case 7:
+				win := rapid.SampledFrom([]string{"window: 2s", "window: 6s"}).Draw(rt, "definition")
+				if r := do(CmdApplyPolicies, at, windowPolicyAt("10", win)); r.Err != nil {
+					rt.Fatal(r.Err)
+				}
 			case 0, 1:
 				kl = bat(at, wAcquire(c, "acme", rapid.Int64Range(0, 20_000).Draw(rt, "rate")))
 			case 2:
@@ -240,13 +274,18 @@ func windowHistories(t *testing.T, broken fault) func(*rapid.T) {
 					do(CmdExpire, at, &api.ExpireCommand{})
 				}
 			}
+			w := h.f.st.windowTime(h.f.st.clusterTime)
+			if w < wmax {
+				rt.Fatalf("window time went back %v, to %d from %d", secs(wmax-w), w, wmax)
+			}
+			wmax = w
 			if g := kl.GetGrant(); g != nil {
 				leases[who] = g.GetLeaseId()
-				w := h.f.st.windowTime(at)
-				start := w - w%(2*sec)
-				spent[start] += g.GetStartMilli() + g.GetTopUpMilli()
-				if spent[start] > 10_000 {
-					rt.Fatalf("window at %d: %d milli-units granted and spent, more than its limit 10000", start, spent[start])
+				// The grant's window, of the definition it was granted under.
+				win := [2]int64{g.GetWindowNanos(), w + g.GetWindowResetNanos() - g.GetWindowNanos()}
+				spent[win] += g.GetStartMilli() + g.GetTopUpMilli()
+				if spent[win] > 10_000 {
+					rt.Fatalf("window at %d of %v: %d milli-units granted and spent, more than its limit 10000", win[1], secs(win[0]), spent[win])
 				}
 			}
 			if e := kl.GetError(); e != nil && !strings.Contains(e.GetMessage(), "lease") {
@@ -261,6 +300,12 @@ func windowHistories(t *testing.T, broken fault) func(*rapid.T) {
 		r := windowsOnHarness(t, 0)
 		r.f.st.fault = broken
 		for _, e := range log {
+			if e.restored != nil {
+				if err := r.f.Restore(nopCloser{bytes.NewReader(e.restored)}); err != nil {
+					rt.Fatal(err)
+				}
+				continue
+			}
 			r.apply(e.ct, e.at, e.msg)
 		}
 		_, a := h.f.StateHash()
@@ -276,7 +321,7 @@ func TestWindowRandomHistories(t *testing.T) {
 }
 
 func TestWindowRandomHistoriesNegativeControl(t *testing.T) {
-	for name, v := range map[string]string{"rapid.nofailfile": "true", "rapid.shrinktime": "1ms"} {
+	for name, v := range map[string]string{"rapid.nofailfile": "true", "rapid.shrinktime": "1ms", "rapid.checks": "100"} {
 		fl := flag.Lookup(name)
 		old := fl.Value.String()
 		if err := flag.Set(name, v); err != nil {
@@ -285,4 +330,13 @@ func TestWindowRandomHistoriesNegativeControl(t *testing.T) {
 		t.Cleanup(func() { _ = flag.Set(name, old) })
 	}
 	rapidcontrol.ExpectCaught(t, "snapshots that drop window keys", "more than its limit", windowHistories(t, faultWindowSnapshotDropsKeys))
+	// A restore that takes the snapshot's window clock (the rule before)
+	// moves window time back by the re-syncs since the snapshot.
+	rapidcontrol.ExpectCaught(t, "a restore that takes the snapshot's window clock", "window time went back", windowHistories(t, faultWindowRestoreSnapshotClock))
+	// A definition change that forgets the count of the window it leaves
+	// (the rule before FeatureWindowSpent) grants it a second count.
+	if err := flag.Set("rapid.checks", "10000"); err != nil {
+		t.Fatal(err)
+	}
+	rapidcontrol.ExpectCaught(t, "a definition change that forgets the window it leaves", "more than its limit", windowHistories(t, faultWindowForgetSpent))
 }

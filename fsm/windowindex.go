@@ -86,7 +86,15 @@ func (s *state) windowDueOf(l *lease.WindowLedger) int64 {
 		over = st.End + (st.End - st.Start)
 	}
 	if st.CountMilli == 0 && st.ExhaustThrough < st.Start && (!cfg.Approx || st.PrevCountMilli == 0) {
-		return math.MinInt64
+		over = math.MinInt64
+	}
+	// Nor before the windows of other definitions it left with a count are
+	// over (a change back resumes them: lease.WindowLedgerState.Spent).
+	for _, sp := range st.Spent {
+		over = max(over, sp.End)
+	}
+	if over == math.MinInt64 {
+		return over
 	}
 	// The cluster time window time reaches it under the current clock (a
 	// slew in progress delays it; a later step or slew rebuilds the index).

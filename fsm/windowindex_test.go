@@ -40,7 +40,8 @@ func windowScanNextDue(s *state) (int64, bool) {
 
 // windowIndexHistories: the same random history (grants, renewals and
 // releases on up to five keys of a max_keys=3 policy, expiries, re-syncs
-// of window time, slews, new incarnations, restores) on an FSM whose window
+// of window time, slews, new incarnations, restores, changes of the
+// window's definition) on an FSM whose window
 // expiry goes through the index and on one that scans every key: after
 // every entry both must have the same snapshot, and the index's earliest
 // due time must be the scan's.
@@ -59,7 +60,8 @@ func windowIndexHistories(t *testing.T, broken fault) func(*rapid.T) {
 			tenant := rapid.SampledFrom([]string{"t1", "t2", "t3", "t4", "t5"}).Draw(rt, "tenant")
 			seqs[who]++
 			c := caller(who, inc[who], seqs[who])
-			op := rapid.IntRange(0, 8).Draw(rt, "op")
+			op := rapid.IntRange(0, 9).Draw(rt, "op")
+			def := rapid.SampledFrom([]string{"window: 2s", "window: 6s"}).Draw(rt, "definition")
 			var cmd *api.LeaseBatchCommand
 			switch op {
 			case 0, 1:
@@ -88,6 +90,10 @@ func windowIndexHistories(t *testing.T, broken fault) func(*rapid.T) {
 					results[i] = fmt.Sprint(r.Err, r.ExpiredByPolicy)
 				case op == 6:
 					h.apply(CmdWindowClock, at, &api.WindowClockCommand{WallUnixNanos: wallAtSwitch + at + jump})
+				case op == 9:
+					// A change of the window's definition (keys keep the
+					// windows they leave: lease.WindowLedgerState.Spent).
+					h.apply(CmdApplyPolicies, at, windowPolicyAt("10", def))
 				case op == 8:
 					// A leader whose wall clock is behind window time: a slew.
 					h.apply(CmdWindowClock, at, &api.WindowClockCommand{WallUnixNanos: hs[0].f.st.windowTime(at) - jump, Slew: true})

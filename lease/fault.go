@@ -73,6 +73,7 @@ var _ = []any{
 	registerFault(WindowFaultApproxIgnoresPrev, "WindowFaultApproxIgnoresPrev"),
 	registerFault(WindowFaultRevokeDrops, "WindowFaultRevokeDrops"),
 	registerFault(WindowFaultSlewUncarried, "WindowFaultSlewUncarried"),
+	registerFault(WindowFaultForgetSpent, "WindowFaultForgetSpent"),
 
 	registerFault(SlotFaultNone, "SlotFaultNone"),
 	registerFault(SlotFaultForgetLowered, "SlotFaultForgetLowered"),

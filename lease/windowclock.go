@@ -114,3 +114,24 @@ func satMul(a, b int64) int64 {
 	}
 	return a * b
 }
+
+// Restored is the clock a snapshot restore installs at cluster time t
+// (docs/design.md §8.2, "Restarts, leader changes, snapshots"): c, the
+// restoring cluster's clock, stepped forward to floor if its window time
+// at t is below it (ending its slew), with its slew counter at least
+// slewed. floor is the snapshot's own window time (at the cluster time it
+// was taken), which every restored ledger has seen; slewed is the
+// snapshot's slew counter there, so no restored ledger sees the counter go
+// back. Window time so never goes back across a restore: from t on the
+// result is c itself or, stepped, at least c (a step runs at full speed).
+// It returns the step taken (0: none).
+func (c WindowClock) Restored(t, floor, slewed int64) (WindowClock, int64) {
+	c.settle(t) // the same function from t on, nothing in progress taken yet
+	var step int64
+	if w := c.At(t); floor > w { // compared, not subtracted: floor may be math.MinInt64
+		step = floor - w
+		c.Step(t, step)
+	}
+	c.Slewed = max(c.Slewed, slewed)
+	return c, step
+}

@@ -1,6 +1,7 @@
 package lease
 
 import (
+	"math"
 	"testing"
 
 	"github.com/ration-dev/ration/internal/rapidcontrol"
@@ -86,5 +87,66 @@ func TestWindowClockClusterAtSlewEnd(t *testing.T) {
 		if got := c.ClusterAt(tc.w); got != tc.want || c.At(got) < tc.w || c.At(got-1) >= tc.w {
 			t.Errorf("ClusterAt(%d) = %d (window time there %d, before %d), want %d", tc.w, got, c.At(got), c.At(got-1), tc.want)
 		}
+	}
+}
+
+// TestWindowClockRestored: the clock a restore installs at cluster time t
+// (WindowClock.Restored) is at t at least the restoring clock and the
+// floor, never behind the restoring clock from t on, monotone, and its
+// slew counter at least the floor's; stepped, by exactly what the floor
+// was ahead (math.MinInt64, no floor, never steps). Its control, the
+// snapshot's clock taken as it is (the rule before), goes back.
+func TestWindowClockRestored(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) { checkWindowClockRestored(t, false) })
+	t.Run("control", func(t *testing.T) {
+		withRapidFlags(t, map[string]string{"rapid.nofailfile": "true", "rapid.shrinktime": "1ms"})
+		rapidcontrol.ExpectCaught(t, "snapshot-clock", "behind the restoring clock", func(rt *rapid.T) { checkWindowClockRestored(rt, true) })
+	})
+}
+
+// randomClock is a clock after random steps and slews up to cluster time
+// at most 10 s.
+func randomClock(t *rapid.T, name string) WindowClock {
+	c := WindowClock{Offset: rapid.Int64Range(0, 1<<40).Draw(t, name+"offset")}
+	var now int64
+	for range rapid.IntRange(0, 6).Draw(t, name+"changes") {
+		now += rapid.Int64Range(0, 2e9).Draw(t, name+"dt")
+		amount := rapid.Int64Range(0, 3e9).Draw(t, name+"amount")
+		if rapid.Bool().Draw(t, name+"slew") {
+			c.Slew(now, amount)
+		} else {
+			c.Step(now, amount)
+		}
+	}
+	return c
+}
+
+func checkWindowClockRestored(t *rapid.T, broken bool) {
+	c, snap := randomClock(t, "current "), randomClock(t, "snapshot ")
+	snapAt := rapid.Int64Range(0, 12e9).Draw(t, "snapshot taken")
+	at := max(snapAt, rapid.Int64Range(10e9, 14e9).Draw(t, "restore"))
+	floor, slewed := snap.At(snapAt), snap.SlewedBy(snapAt)
+	if rapid.Bool().Draw(t, "no floor") {
+		floor, slewed = math.MinInt64, 0
+	}
+	r, step := c.Restored(at, floor, slewed)
+	if broken {
+		r, step = snap, 0
+	}
+	if w := r.At(at); w < c.At(at) || w < floor {
+		t.Fatalf("window time %d at the restore, behind the restoring clock's %d or the floor %d", w, c.At(at), floor)
+	}
+	if want := max(floor-c.At(at), 0); floor != math.MinInt64 && step != want || floor == math.MinInt64 && step != 0 {
+		t.Fatalf("stepped %d, want %d", step, want)
+	}
+	prev := r.At(at)
+	for tt := at; tt < at+300e9; tt += rapid.Int64Range(1, 60e9).Draw(t, "dt") {
+		if r.At(tt) < c.At(tt) {
+			t.Fatalf("window time %d at cluster time %d, behind the restoring clock's %d", r.At(tt), tt, c.At(tt))
+		}
+		if r.At(tt) < prev || r.SlewedBy(tt) < slewed {
+			t.Fatalf("window time %d after %d, slew counter %d below %d", r.At(tt), prev, r.SlewedBy(tt), slewed)
+		}
+		prev = r.At(tt)
 	}
 }

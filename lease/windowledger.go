@@ -1,8 +1,10 @@
 package lease
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
+	"strings"
 )
 
 // WindowLedger is the coordinator's state for one key of a leased
@@ -37,6 +39,12 @@ type WindowLedgerConfig struct {
 	Spec       WindowSpec
 	// MaxLeases bounds the live chunks (DefaultMaxLeases when 0).
 	MaxLeases int
+	// KeepSpent: a change of the window's definition remembers the count
+	// of the window it leaves until that window ends (Reconfigure), so a
+	// change back within it resumes that count instead of starting the
+	// window afresh (fsm.FeatureWindowSpent; docs/design.md §8.2,
+	// "Changes"). Off, as before the switch, a change forgets it.
+	KeepSpent bool
 	// Approx: sliding-window-approx (fixed windows only). The previous
 	// window's count, weighted by the share of the sliding window it still
 	// covers, is charged too: a grant at window time w leaves
@@ -85,7 +93,26 @@ type WindowLedgerState struct {
 	// as of the last operation: how much slower than cluster time window
 	// time has run since is the counter now less this (ObserveSlew).
 	SlewedNanos int64
+	// Spent is the count of each window of another definition the key
+	// counted in that has not yet ended (KeepSpent), sorted by Start then
+	// definition; at most MaxWindowSpent.
+	Spent []WindowSpent
 }
+
+// WindowSpent is a window of another definition than the key's current
+// one, and the count G it had when the key's definition last changed away
+// from it (docs/design.md §8.2, "Changes").
+type WindowSpent struct {
+	Spec       WindowSpec
+	Start, End int64
+	CountMilli int64
+}
+
+// MaxWindowSpent bounds WindowLedgerState.Spent: a key whose definition
+// changes more often than that within one window has its oldest spent
+// window folded into ExhaustThrough (it, and every window of any
+// definition starting by its start, is then full), never forgotten.
+const MaxWindowSpent = 8
 
 // WindowGrant is a chunk as granted or renewed.
 type WindowGrant struct {
@@ -145,6 +172,10 @@ const (
 	// ignoring a slew (so it begins too late, and misses chunks live when
 	// it did).
 	WindowFaultSlewUncarried
+	// WindowFaultForgetSpent: a change of the window's definition forgets
+	// the count of the window it leaves (as if KeepSpent were off), so a
+	// change back within that window starts it afresh.
+	WindowFaultForgetSpent
 )
 
 // NewWindowLedger returns an empty ledger.
@@ -170,6 +201,15 @@ func NewWindowLedgerFromState(cfg WindowLedgerConfig, st WindowLedgerState) (*Wi
 		}
 		seen[le.ID] = true
 	}
+	if len(st.Spent) > MaxWindowSpent {
+		return nil, fmt.Errorf("%w: %d spent windows, more than %d", ErrInvalidConfig, len(st.Spent), MaxWindowSpent)
+	}
+	for _, sp := range st.Spent {
+		if sp.End <= sp.Start || sp.CountMilli <= 0 {
+			return nil, fmt.Errorf("%w: spent window [%d, %d) count %d", ErrInvalidConfig, sp.Start, sp.End, sp.CountMilli)
+		}
+	}
+	st.Spent = slices.Clone(st.Spent)
 	st.Leases = slices.Clone(st.Leases)
 	slices.SortFunc(st.Leases, func(a, b WindowLease) int { return int(a.ID - b.ID) })
 	return &WindowLedger{cfg: cfg, s: st}, nil
@@ -202,6 +242,7 @@ func (l *WindowLedger) Config() WindowLedgerConfig { return l.cfg }
 func (l *WindowLedger) State() WindowLedgerState {
 	st := l.s
 	st.Leases = slices.Clone(l.s.Leases)
+	st.Spent = slices.Clone(l.s.Spent)
 	return st
 }
 
@@ -235,6 +276,11 @@ func (l *WindowLedger) NextExpiry() int64 {
 // answer: no chunk, and its window over by window time w (a fresh ledger
 // then starts the same window with the same count, nothing).
 func (l *WindowLedger) Idle(t, w int64) bool {
+	for _, sp := range l.s.Spent {
+		if w < sp.End {
+			return false // a change back within it resumes its count
+		}
+	}
 	for _, le := range l.s.Leases {
 		if le.ExpiresNanos > t {
 			return false
@@ -273,6 +319,7 @@ func (l *WindowLedger) advance(t, w int64) error {
 		slack = 0
 	}
 	l.s.NowNanos, l.s.WindowNanos = t, w
+	l.s.Spent = slices.DeleteFunc(l.s.Spent, func(sp WindowSpent) bool { return w >= sp.End })
 	if l.s.End == 0 || w >= l.s.End {
 		l.roll(t, w, slack)
 	}
@@ -515,13 +562,58 @@ func (l *WindowLedger) Reconfigure(t, w int64, cfg WindowLedgerConfig) error {
 		return err
 	}
 	same := l.cfg.Spec.Equal(cfg.Spec)
+	old := l.cfg.Spec
 	l.cfg = cfg
 	if !same {
+		keep := cfg.KeepSpent && l.fault != WindowFaultForgetSpent
+		if keep && l.s.End != 0 && l.s.CountMilli > 0 {
+			l.rememberSpent(WindowSpent{Spec: old, Start: l.s.Start, End: l.s.End, CountMilli: l.s.CountMilli})
+		}
 		l.s.Start, l.s.End = cfg.Spec.At(w)
 		for i := range l.s.Leases {
 			l.s.Leases[i].WindowStart = l.s.Start
 		}
+		// Back in a window it already counted in: its count resumes, plus
+		// the count carried from the window left (its live chunks may be
+		// spent here too, as at any change), so nothing granted in it
+		// before is granted again (docs/design.md §8.2, "Changes").
+		if i := l.findSpent(cfg.Spec, l.s.Start); i >= 0 {
+			if keep {
+				l.s.CountMilli = satAdd(l.s.CountMilli, l.s.Spent[i].CountMilli)
+			}
+			l.s.Spent = slices.Delete(l.s.Spent, i, i+1)
+		}
 	}
 	l.exhaust()
 	return nil
+}
+
+func (l *WindowLedger) findSpent(spec WindowSpec, start int64) int {
+	return slices.IndexFunc(l.s.Spent, func(sp WindowSpent) bool { return sp.Start == start && sp.Spec.Equal(spec) })
+}
+
+// rememberSpent records a window the key leaves with a count, replacing
+// an earlier record of it; past MaxWindowSpent the oldest record is folded
+// into ExhaustThrough (its window, and any starting by its start, full).
+func (l *WindowLedger) rememberSpent(sp WindowSpent) {
+	if i := l.findSpent(sp.Spec, sp.Start); i >= 0 {
+		sp.CountMilli = max(sp.CountMilli, l.s.Spent[i].CountMilli)
+		l.s.Spent = slices.Delete(l.s.Spent, i, i+1)
+	}
+	l.s.Spent = append(l.s.Spent, sp)
+	slices.SortStableFunc(l.s.Spent, func(a, b WindowSpent) int {
+		switch {
+		case a.Start != b.Start:
+			return cmp.Compare(a.Start, b.Start)
+		case a.Spec.Period != b.Spec.Period:
+			return strings.Compare(a.Spec.Period, b.Spec.Period)
+		case a.Spec.Timezone != b.Spec.Timezone:
+			return strings.Compare(a.Spec.Timezone, b.Spec.Timezone)
+		}
+		return cmp.Compare(a.Spec.FixedNanos, b.Spec.FixedNanos)
+	})
+	for len(l.s.Spent) > MaxWindowSpent {
+		l.s.ExhaustThrough = max(l.s.ExhaustThrough, l.s.Spent[0].Start)
+		l.s.Spent = slices.Delete(l.s.Spent, 0, 1)
+	}
 }

@@ -87,6 +87,22 @@ type leasedWindowModel struct {
 	fault           WindowFault
 	// wmax: the largest window time yet (the never-backward check).
 	wmax int64
+	// specs: the operator also changes the window's definition between
+	// these (KeepSpent on); net: the units granted less those credited
+	// back per window of each definition while it was in force.
+	specs []WindowSpec
+	net   map[specWindow]int64
+}
+
+// specWindow names a window of one definition.
+type specWindow struct{ fixed, start int64 }
+
+// noteNet counts delta granted (or, negative, credited) in the key's
+// current window, under its current definition.
+func (m *leasedWindowModel) noteNet(delta int64) {
+	if m.net != nil && delta != 0 {
+		m.net[specWindow{m.l.cfg.Spec.FixedNanos, m.l.s.Start}] += delta
+	}
 }
 
 func (m *leasedWindowModel) w() int64 { return m.clock.At(m.cluster) }
@@ -140,6 +156,9 @@ func (m *leasedWindowModel) commit() {
 		case 0:
 			g, err := m.observe().Grant(m.cluster, m.w(), WindowGrantRequest{ClientID: c.id, Incarnation: r.inc, Seq: r.seq, AskMilli: r.ask, TTLNanos: r.ttl})
 			m.okErr(err)
+			if err == nil {
+				m.noteNet(g.ChunkMilli)
+			}
 			if live {
 				c.busy = false
 			}
@@ -152,6 +171,9 @@ func (m *leasedWindowModel) commit() {
 		case 1:
 			g, err := m.observe().Renew(m.cluster, m.w(), WindowRenewRequest{ClientID: c.id, Incarnation: r.inc, LeaseID: r.lease, AskMilli: r.ask, TTLNanos: r.ttl})
 			m.okErr(err)
+			if err == nil {
+				m.noteNet(g.ChunkMilli)
+			}
 			if live {
 				c.busy = false
 			}
@@ -165,8 +187,9 @@ func (m *leasedWindowModel) commit() {
 				c.lease, c.level = 0, 0
 			}
 		case 2:
-			_, err := m.observe().Release(m.cluster, m.w(), c.id, r.inc, r.lease, r.unused)
+			credit, err := m.observe().Release(m.cluster, m.w(), c.id, r.inc, r.lease, r.unused)
 			m.okErr(err)
+			m.noteNet(-credit)
 		}
 	}
 	m.pending = rest
@@ -268,6 +291,15 @@ type windowModelOpts struct {
 	fault            WindowFault
 	approx, backward bool
 	slews, slewBack  bool
+	// specChanges: the limit-change op changes the window's definition
+	// instead (between W and 3W, as a month and a day), and the checker
+	// demands, per window of each definition, that the units granted in it
+	// while it was in force (less those credited back) stay within L: a
+	// change back within a window never grants it a second count. (Its
+	// admissions may exceed L by the units of chunks granted under the
+	// other definition still live at the change back, which no rule can
+	// take back: docs/design.md §8.2, "Changes".)
+	specChanges bool
 }
 
 func runWindowModelOpts(t *rapid.T, o windowModelOpts) {
@@ -276,14 +308,22 @@ func runWindowModelOpts(t *rapid.T, o windowModelOpts) {
 	W := rapid.SampledFrom([]int64{300, 1000, 2000}).Draw(t, "W") * 1_000_000
 	L := rapid.Int64Range(1, 40).Draw(t, "L") * 1000
 	spec := WindowSpec{FixedNanos: W}
-	l, err := NewWindowLedger(WindowLedgerConfig{LimitMilli: L, Spec: spec, MaxLeases: 8, Approx: approx})
+	var specs []WindowSpec
+	if o.specChanges {
+		specs = []WindowSpec{spec, {FixedNanos: 3 * W}}
+		spec = rapid.SampledFrom(specs).Draw(t, "spec")
+	}
+	l, err := NewWindowLedger(WindowLedgerConfig{LimitMilli: L, Spec: spec, MaxLeases: 8, Approx: approx, KeepSpent: o.specChanges})
 	if err != nil {
 		t.Fatal(err)
 	}
 	l.injectFault(fault)
 	m := &leasedWindowModel{t: t, l: l, rho: rho, clock: WindowClock{Offset: rapid.Int64Range(0, 1<<40).Draw(t, "epoch")},
 		admitted: map[int64]int64{}, maxLimit: map[int64]int64{}, approx: approx, W: W, backward: backward, fault: fault,
-		slews: o.slews || o.slewBack, slewBack: o.slewBack}
+		slews: o.slews || o.slewBack, slewBack: o.slewBack, specs: specs}
+	if o.specChanges {
+		m.net = map[specWindow]int64{}
+	}
 	m.leader = rapid.Int64Range(-rho, rho).Draw(t, "leader")
 	n := rapid.IntRange(1, 4).Draw(t, "clients")
 	for i := range n {
@@ -345,6 +385,12 @@ func runWindowModelOpts(t *rapid.T, o windowModelOpts) {
 			_, err := m.observe().Expire(m.cluster, m.w())
 			m.okErr(err)
 		case 6:
+			if m.specs != nil {
+				spec = rapid.SampledFrom(m.specs).Draw(t, "newSpec")
+				m.okErr(m.observe().Reconfigure(m.cluster, m.w(), WindowLedgerConfig{LimitMilli: L, Spec: spec, MaxLeases: 8, KeepSpent: true}))
+				m.noteLimit()
+				break
+			}
 			nl := rapid.Int64Range(0, 40).Draw(t, "newL") * 1000
 			m.okErr(m.observe().Reconfigure(m.cluster, m.w(), WindowLedgerConfig{LimitMilli: nl, Spec: spec, MaxLeases: 8, Approx: approx}))
 			m.noteLimit()
@@ -360,7 +406,15 @@ func runWindowModelOpts(t *rapid.T, o windowModelOpts) {
 				}
 			}
 		}
+		for k, g := range m.net {
+			if g > L {
+				t.Fatalf("window [%d, +%d) granted %d milli-units while its definition was in force, more than its limit %d", k.start, k.fixed, g, L)
+			}
+		}
 		for s, a := range m.admitted {
+			if m.specs != nil {
+				break // the windows of two definitions: the grant check above
+			}
 			if a > m.maxLimit[s] {
 				t.Fatalf("window starting %d admitted %d milli-units, more than its limit %d", s, a, m.maxLimit[s])
 			}
@@ -391,6 +445,25 @@ func TestApproxWindowLeaseProtocolKeepsBound(t *testing.T) {
 		withRapidFlags(t, map[string]string{"rapid.checks": "1000"})
 	}
 	rapid.Check(t, func(t *rapid.T) { runWindowModel(t, WindowFaultNone, true) })
+}
+
+// TestWindowDefinitionChangesKeepBound: the model with the operator
+// changing the window's definition back and forth (W and 3W) mid-window:
+// no window of either definition is granted more than L while it is in
+// force. Its control (WindowFaultForgetSpent, the rule before: a change
+// forgets the count of the window it leaves) is caught.
+func TestWindowDefinitionChangesKeepBound(t *testing.T) {
+	if f := flag.Lookup("rapid.checks"); f != nil && f.Value.String() == "100" {
+		withRapidFlags(t, map[string]string{"rapid.checks": "1000"})
+	}
+	rapid.Check(t, func(t *rapid.T) { runWindowModelOpts(t, windowModelOpts{slews: true, specChanges: true}) })
+}
+
+func TestWindowDefinitionChangeForgetSpentCaught(t *testing.T) {
+	withRapidFlags(t, map[string]string{"rapid.nofailfile": "true", "rapid.checks": "20000", "rapid.shrinktime": "1ms"})
+	rapidcontrol.ExpectCaught(t, "forget-spent", "more than its limit", func(rt *rapid.T) {
+		runWindowModelOpts(rt, windowModelOpts{slews: true, specChanges: true, fault: WindowFaultForgetSpent})
+	})
 }
 
 // TestWindowNegativeControls: the same checker must catch a ledger whose

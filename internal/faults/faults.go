@@ -103,10 +103,22 @@ const (
 	// fill max_keys and shut the others out (fsm/keyquota.go): the key
 	// quota's negative control.
 	KeyQuotaIgnored Fault = "key-quota-ignored"
+	// WindowRestoreClockBack: a snapshot restore takes the snapshot's
+	// window clock as it is, so window time goes back by the re-syncs
+	// (elections) since the snapshot and windows already spent start
+	// afresh (the rule before docs/design.md §8.2's restore rule): the
+	// real-cluster control TestWindowRestoreAfterElectionsNegativeControl.
+	WindowRestoreClockBack Fault = "window-restore-clock-back"
+	// WindowForgetSpent: a change of a window key's definition forgets the
+	// count of the window it leaves (the rule before
+	// fsm.FeatureWindowSpent), so month -> 1s -> month within one month
+	// starts the month afresh: the real-cluster control
+	// TestWindowDefinitionRoundTripNegativeControl.
+	WindowForgetSpent Fault = "window-forget-spent"
 )
 
 // All lists every fault, for flag help and validation.
-var All = []Fault{AckBeforeCommit, StartFullNoDebit, TimeFromReceipt, ForgetRetired, ClockResumeOwnReading, CreditAtReduction, ForgetReplaced, IgnoreKeyAttributes, ReportDouble, AdmitBeforeLease, WindowDeadReturns, SlotForgetLowered, WindowZoneUTC, SlotAckAtOnce, SlotInstallExtendsOld, SnapshotSaveHere, KeyQuotaIgnored}
+var All = []Fault{AckBeforeCommit, StartFullNoDebit, TimeFromReceipt, ForgetRetired, ClockResumeOwnReading, CreditAtReduction, ForgetReplaced, IgnoreKeyAttributes, ReportDouble, AdmitBeforeLease, WindowDeadReturns, SlotForgetLowered, WindowZoneUTC, SlotAckAtOnce, SlotInstallExtendsOld, SnapshotSaveHere, KeyQuotaIgnored, WindowRestoreClockBack, WindowForgetSpent}
 
 func parse(name string) (Fault, error) {
 	for _, f := range All {
