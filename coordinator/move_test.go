@@ -82,3 +82,33 @@ func TestAllServersMoveToNewAddresses(t *testing.T) {
 	// And the leases still renew.
 	renewAll(t, c, c.Index(c.WaitForLeader(t)), acks)
 }
+
+// One server comes back on a new address while the others run: the leader
+// rewrites its address, and it catches up and serves.
+func TestOneServerMovesWhileOthersRun(t *testing.T) {
+	c := testcluster.New(t, 3, testcluster.WithPolicies(testPolicies),
+		testcluster.WithHosts("127.0.1.1", "127.0.1.2", "127.0.1.3"))
+	leader := c.WaitForStableLeader(t)
+	li := c.Index(leader)
+	mover := (li + 1) % 3
+	acks := acquireSome(t, c, li, 2)
+
+	c.Kill(mover)
+	c.MoveTo(t, mover, "127.0.2.1")
+	want := c.Config(mover).RaftAddr
+	c.WaitFor(t, testcluster.DefaultWait, func() error {
+		for _, s := range c.Servers() {
+			addrs, err := raftAddrs(s)
+			if err != nil {
+				return err
+			}
+			if got := addrs[c.ID(mover)]; got != want {
+				return fmt.Errorf("%s holds %s at %q, want %q", s.ID(), c.ID(mover), got, want)
+			}
+		}
+		return nil
+	})
+	c.WaitForVoters(t, c.ID(0), c.ID(1), c.ID(2))
+	c.WaitForConsistentState(t)
+	checkAcked(t, listLeases(t, c, mover), acks)
+}

@@ -543,6 +543,34 @@ func (c *Cluster) MoveAll(t testing.TB, hosts ...string) {
 	}
 }
 
+// MoveTo starts stopped server i again on host, on new ports, with the
+// same ID and data directory, joining the other servers' gossip addresses
+// (a server rescheduled onto another machine with its volume).
+func (c *Cluster) MoveTo(t testing.TB, i int, host string) {
+	t.Helper()
+	nd := c.node(i)
+	c.mu.Lock()
+	running := nd.srv != nil
+	if conn, ok := c.conns[i]; ok {
+		_ = conn.Close() // dialled to the old address
+		delete(c.conns, i)
+	}
+	nd.host = host
+	nd.cfg.Join = nil
+	for _, o := range c.nodes {
+		if o != nd {
+			nd.cfg.Join = append(nd.cfg.Join, o.cfg.GossipAddr)
+		}
+	}
+	c.mu.Unlock()
+	if running {
+		t.Fatalf("testcluster: MoveTo(%d): %s is running", i, nd.cfg.ID)
+	}
+	if err := c.startFresh(nd); err != nil {
+		t.Fatalf("testcluster: MoveTo(%d): start %s: %v", i, nd.cfg.ID, err)
+	}
+}
+
 // AddServer starts one more server that joins the cluster through gossip
 // (BootstrapExpect 0; the leader's reconcile adds it to Raft) and returns
 // its index. It does not wait for it to become a voter.
