@@ -1,11 +1,13 @@
 package coordinator
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"log/slog"
 	"math"
 	"net"
+	"strconv"
 	"strings"
 	"time"
 
@@ -18,13 +20,28 @@ import (
 // Config is everything a server needs. cmd/rationd builds it from flags;
 // tests use TestConfig.
 type Config struct {
-	ID         string // unique, stable server ID
-	DataDir    string // raft log, stable store and snapshots live here
-	RaftAddr   string // host:port for Raft RPCs (bind and advertise)
-	GRPCAddr   string // host:port for the lease and admin APIs
-	GossipAddr string // host:port for memberlist (TCP and UDP)
+	ID      string // unique, stable server ID
+	DataDir string // raft log, stable store and snapshots live here
 
-	// Join lists gossip addresses of existing servers.
+	// The addresses this server binds: host:port, the host an IP of this
+	// machine, or 0.0.0.0 or :: for every interface.
+	RaftAddr   string // Raft RPCs
+	GRPCAddr   string // the lease and admin APIs
+	GossipAddr string // memberlist (TCP and UDP)
+
+	// The addresses peers reach this server at, gossiped to them ("":
+	// the bind address, which then must name one interface). A host may be
+	// a DNS name (a StatefulSet pod's stable name): a Raft or gRPC name is
+	// resolved on every dial, a gossip name at each start. Peers find a
+	// server's current Raft address in gossip by its ID, so a server that
+	// comes back at a new address is found again (docs/operations.md,
+	// "Moving servers").
+	AdvertiseRaftAddr   string
+	AdvertiseGRPCAddr   string
+	AdvertiseGossipAddr string
+
+	// Join lists gossip addresses of existing servers (host:port; a host
+	// may be a DNS name, resolved again on every attempt).
 	Join []string
 	// BootstrapExpect: when this many servers (with the same expect) have
 	// joined gossip and none has Raft state, they bootstrap once, together.
@@ -216,9 +233,18 @@ func (c Config) Validate() error {
 	if c.DataDir == "" {
 		bad("--data-dir is required")
 	}
-	for _, a := range []struct{ flag, addr string }{{"--raft-addr", c.RaftAddr}, {"--grpc-addr", c.GRPCAddr}, {"--gossip-addr", c.GossipAddr}} {
-		if _, _, err := net.SplitHostPort(a.addr); err != nil {
-			bad("%s %q is not host:port", a.flag, a.addr)
+	for _, a := range []struct{ flag, bind, advertise string }{
+		{"raft-addr", c.RaftAddr, c.AdvertiseRaftAddr},
+		{"grpc-addr", c.GRPCAddr, c.AdvertiseGRPCAddr},
+		{"gossip-addr", c.GossipAddr, c.AdvertiseGossipAddr},
+	} {
+		if err := checkAddrs(a.flag, a.bind, a.advertise); err != nil {
+			errs = append(errs, fmt.Errorf("%w: %w", ErrInvalidConfig, err))
+		}
+	}
+	for _, j := range c.Join {
+		if _, _, err := net.SplitHostPort(j); err != nil {
+			bad("--join %q is not host:port", j)
 		}
 	}
 	if c.BootstrapExpect < 0 {
@@ -261,6 +287,38 @@ func (c Config) Validate() error {
 	}
 	return errors.Join(errs...)
 }
+
+// checkAddrs checks one bind address and its advertise address (flag is
+// the bind flag's name without dashes).
+func checkAddrs(flag, bind, advertise string) error {
+	host, _, err := net.SplitHostPort(bind)
+	if err != nil {
+		return fmt.Errorf("--%s %q is not host:port", flag, bind)
+	}
+	if advertise == "" {
+		if ip := net.ParseIP(host); host == "" || ip != nil && ip.IsUnspecified() {
+			return fmt.Errorf("--%s %q binds every interface: set --advertise-%s to the address peers reach this server at", flag, bind, flag)
+		}
+		return nil
+	}
+	host, port, err := net.SplitHostPort(advertise)
+	if err != nil {
+		return fmt.Errorf("--advertise-%s %q is not host:port", flag, advertise)
+	}
+	if ip := net.ParseIP(host); host == "" || ip != nil && ip.IsUnspecified() {
+		return fmt.Errorf("--advertise-%s %q names no host peers can reach", flag, advertise)
+	}
+	if n, err := strconv.ParseUint(port, 10, 16); err != nil || n == 0 {
+		return fmt.Errorf("--advertise-%s %q: port %q is not 1-65535", flag, advertise, port)
+	}
+	return nil
+}
+
+// raftAdvertise, grpcAdvertise and gossipAdvertise are the addresses peers
+// reach this server at.
+func (c Config) raftAdvertise() string   { return cmp.Or(c.AdvertiseRaftAddr, c.RaftAddr) }
+func (c Config) grpcAdvertise() string   { return cmp.Or(c.AdvertiseGRPCAddr, c.GRPCAddr) }
+func (c Config) gossipAdvertise() string { return cmp.Or(c.AdvertiseGossipAddr, c.GossipAddr) }
 
 // peerServerName is the DNS name a peer server's certificate must carry,
 // or "" when server hostnames are not verified.

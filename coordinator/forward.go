@@ -133,7 +133,7 @@ func (f *forwarder) conn(addr string) (*grpc.ClientConn, error) {
 // grpcAddrOf finds a server's gRPC address in gossip metadata.
 func (s *Server) grpcAddrOf(id string) (string, bool) {
 	if id == s.cfg.ID {
-		return s.cfg.GRPCAddr, true
+		return s.cfg.grpcAdvertise(), true
 	}
 	for _, m := range s.members.members() {
 		if m.ok && m.Meta.ID == id {

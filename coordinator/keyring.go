@@ -199,7 +199,7 @@ func (a *adminService) Keyring(ctx context.Context, req *api.KeyringRequest) (*a
 	}
 	local := func() *api.KeyringNodeResult {
 		err := s.members.keys.apply(req.GetOp(), key)
-		r := s.members.keys.result(s.cfg.ID, s.cfg.GRPCAddr)
+		r := s.members.keys.result(s.cfg.ID, s.cfg.grpcAdvertise())
 		if err != nil {
 			r.Error = rpcerr.Status(err).Error()
 		}

@@ -338,13 +338,11 @@ func (s *Server) reconcile() {
 	s.members.mu.Lock()
 	plan := planReconcile(raft.ServerID(s.cfg.ID), s.members.members(), f.Configuration(), s.members.deadAt, time.Now(), s.cfg.ReapTimeout)
 	s.members.mu.Unlock()
-	for _, srv := range plan.replace {
-		s.log.Info("server came back at a new address; replacing its entry", "id", srv.ID, "addr", srv.Address)
-		if err := s.raft.RemoveServer(srv.ID, 0, s.cfg.ApplyTimeout).Error(); err != nil {
-			s.log.Warn("remove for replace", "id", srv.ID, "err", err)
-			continue
+	for _, srv := range plan.readdress {
+		s.log.Info("server gossips a new raft address; updating the configuration", "id", srv.ID, "addr", srv.Address)
+		if err := s.raft.AddVoter(srv.ID, srv.Address, 0, s.cfg.ApplyTimeout).Error(); err != nil {
+			s.log.Warn("update voter address", "id", srv.ID, "err", err)
 		}
-		plan.add = append(plan.add, srv)
 	}
 	for _, srv := range plan.add {
 		s.log.Info("adding voter", "id", srv.ID, "addr", srv.Address)

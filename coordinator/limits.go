@@ -227,7 +227,8 @@ func (l *leaseLimits) fromServerIP(ctx context.Context) bool {
 		h, _, err := net.SplitHostPort(addr)
 		return err == nil && ip.Equal(net.ParseIP(h))
 	}
-	if same(l.s.cfg.GossipAddr) || same(l.s.cfg.GRPCAddr) || same(l.s.cfg.RaftAddr) {
+	c := l.s.cfg
+	if same(c.GossipAddr) || same(c.GRPCAddr) || same(c.RaftAddr) || same(c.gossipAdvertise()) || same(c.grpcAdvertise()) || same(c.raftAdvertise()) {
 		return true
 	}
 	for _, m := range l.s.members.members() {

@@ -128,20 +128,25 @@ func (m *membership) poke() {
 }
 
 func startMembership(cfg Config, meta serverMeta, logger *slog.Logger) (*membership, error) {
-	host, portStr, err := net.SplitHostPort(cfg.GossipAddr)
+	host, port, err := splitPort(cfg.GossipAddr)
 	if err != nil {
 		return nil, err
 	}
-	port, err := strconv.Atoi(portStr)
+	// memberlist advertises an IP: a name is resolved once per start.
+	advHost, advPort, err := splitPort(cfg.gossipAdvertise())
 	if err != nil {
-		return nil, fmt.Errorf("gossip port %q: %w", portStr, err)
+		return nil, err
+	}
+	advIP, err := resolveOne(advHost)
+	if err != nil {
+		return nil, fmt.Errorf("--advertise-gossip-addr %q: %w", cfg.gossipAdvertise(), err)
 	}
 	m := &membership{log: logger, meta: meta, nudge: make(chan struct{}, 1), deadAt: map[string]time.Time{},
 		view: map[string]viewEntry{}}
 	mc := memberlist.DefaultLANConfig()
 	mc.Name = cfg.ID
 	mc.BindAddr, mc.BindPort = host, port
-	mc.AdvertiseAddr, mc.AdvertisePort = host, port
+	mc.AdvertiseAddr, mc.AdvertisePort = advIP, advPort
 	mc.Delegate = mlDelegate{m}
 	mc.Events = mlDelegate{m}
 	mc.Logger = stdlogFor(logger, "memberlist")
@@ -181,6 +186,39 @@ func startMembership(cfg Config, meta serverMeta, logger *slog.Logger) (*members
 	return m, nil
 }
 
+func splitPort(addr string) (string, int, error) {
+	host, portStr, err := net.SplitHostPort(addr)
+	if err != nil {
+		return "", 0, err
+	}
+	port, err := strconv.ParseUint(portStr, 10, 16)
+	if err != nil {
+		return "", 0, fmt.Errorf("port %q of %q: %w", portStr, addr, err)
+	}
+	return host, int(port), nil
+}
+
+// resolveOne returns host if it is an IP, else the first IPv4 address of
+// the name (else its first address).
+func resolveOne(host string) (string, error) {
+	if net.ParseIP(host) != nil {
+		return host, nil
+	}
+	ips, err := net.LookupIP(host)
+	if err != nil {
+		return "", err
+	}
+	if len(ips) == 0 {
+		return "", fmt.Errorf("%q has no address", host)
+	}
+	for _, ip := range ips {
+		if ip.To4() != nil {
+			return ip.String(), nil
+		}
+	}
+	return ips[0].String(), nil
+}
+
 // join contacts the given gossip addresses; it succeeds if any answers.
 func (m *membership) join(addrs []string) (int, error) {
 	if len(addrs) == 0 {
@@ -215,6 +253,19 @@ func (m *membership) members() []memberInfo {
 	m.vmu.Unlock()
 	sort.Slice(out, func(a, b int) bool { return out[a].Name < out[b].Name })
 	return out
+}
+
+// raftAddrOf returns the Raft address server id last gossiped. A member
+// gone from gossip keeps its last address: nothing newer is known.
+func (m *membership) raftAddrOf(id string) (string, bool) {
+	m.vmu.Lock()
+	defer m.vmu.Unlock()
+	// A server's gossip name is its ID (startMembership).
+	e, ok := m.view[id]
+	if !ok || !e.info.ok || e.info.Meta.ID != id || e.info.Meta.RaftAddr == "" {
+		return "", false
+	}
+	return e.info.Meta.RaftAddr, true
 }
 
 // leave says it is leaving, leaves gossip gracefully and stops.
@@ -257,11 +308,14 @@ func bootstrapConfig(members []memberInfo, expect int) (raft.Configuration, bool
 }
 
 // reconcilePlan decides, from gossip and the Raft configuration, which
-// servers to add, replace and remove. It is pure so it can be tested alone.
+// servers to add, readdress and remove. It is pure so it can be tested alone.
 type reconcilePlan struct {
-	add     []raft.Server // new voters
-	replace []raft.Server // same ID, new address: remove then add
-	remove  []raft.ServerID
+	add []raft.Server // new voters
+	// readdress: same ID, a new gossiped address, this server's own
+	// included. AddVoter with the same ID rewrites the address in place:
+	// the server stays a voter throughout.
+	readdress []raft.Server
+	remove    []raft.ServerID
 }
 
 func planReconcile(self raft.ServerID, members []memberInfo, cfg raft.Configuration, deadAt map[string]time.Time, now time.Time, reap time.Duration) reconcilePlan {
@@ -299,8 +353,8 @@ func planReconcile(self raft.ServerID, members []memberInfo, cfg raft.Configurat
 		switch {
 		case !ok:
 			p.add = append(p.add, want)
-		case cur.Address != want.Address && want.ID != self:
-			p.replace = append(p.replace, want)
+		case cur.Address != want.Address:
+			p.readdress = append(p.readdress, want)
 		}
 	}
 	// Removals: a server gone from gossip for longer than reap, or that

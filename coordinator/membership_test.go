@@ -43,13 +43,13 @@ func TestPlanReconcile(t *testing.T) {
 	nonvoterCfg.Servers = append(nonvoterCfg.Servers, raft.Server{Suffrage: raft.Nonvoter, ID: "s4", Address: raft.ServerAddress(raftAddr("s4"))})
 
 	tests := []struct {
-		name    string
-		members []memberInfo
-		cfg     raft.Configuration
-		deadAt  map[string]time.Time
-		add     []string
-		replace []string
-		remove  []string
+		name      string
+		members   []memberInfo
+		cfg       raft.Configuration
+		deadAt    map[string]time.Time
+		add       []string
+		readdress []string
+		remove    []string
 	}{
 		{name: "steady", members: []memberInfo{member("s1", "alive"), member("s2", "alive"), member("s3", "alive")},
 			cfg: voters("s1", "s2", "s3")},
@@ -57,10 +57,10 @@ func TestPlanReconcile(t *testing.T) {
 			cfg: voters("s1", "s2", "s3"), add: []string{"s4"}},
 		{name: "member without meta is ignored", members: []memberInfo{member("s1", "alive"), member("s2", "alive"), member("s3", "alive"), noMeta},
 			cfg: voters("s1", "s2", "s3")},
-		{name: "new address is replaced", members: []memberInfo{member("s1", "alive"), moved, member("s3", "alive")},
-			cfg: voters("s1", "s2", "s3"), replace: []string{"s2"}},
-		{name: "own new address is left alone", members: []memberInfo{movedSelf, member("s2", "alive"), member("s3", "alive")},
-			cfg: voters("s1", "s2", "s3")},
+		{name: "new address is rewritten", members: []memberInfo{member("s1", "alive"), moved, member("s3", "alive")},
+			cfg: voters("s1", "s2", "s3"), readdress: []string{"s2"}},
+		{name: "own new address is rewritten too", members: []memberInfo{movedSelf, member("s2", "alive"), member("s3", "alive")},
+			cfg: voters("s1", "s2", "s3"), readdress: []string{"s1"}},
 		{name: "just died: not removed, clock starts", members: []memberInfo{member("s1", "alive"), member("s2", "alive"), member("s3", "alive"), member("s4", "dead")},
 			cfg: voters("s1", "s2", "s3", "s4")},
 		{name: "dead shorter than reap", members: []memberInfo{member("s1", "alive"), member("s2", "alive"), member("s3", "alive"), member("s4", "dead")},
@@ -116,8 +116,8 @@ func TestPlanReconcile(t *testing.T) {
 			if got := ids(p.add); !slices.Equal(got, tc.add) {
 				t.Errorf("add %v, want %v", got, tc.add)
 			}
-			if got := ids(p.replace); !slices.Equal(got, tc.replace) {
-				t.Errorf("replace %v, want %v", got, tc.replace)
+			if got := ids(p.readdress); !slices.Equal(got, tc.readdress) {
+				t.Errorf("readdress %v, want %v", got, tc.readdress)
 			}
 			if !slices.Equal(remove, tc.remove) {
 				t.Errorf("remove %v, want %v", remove, tc.remove)
@@ -131,8 +131,8 @@ func TestPlanReconcileAddsAtGossipAddress(t *testing.T) {
 	moved.Meta.RaftAddr = "10.0.9.9:7000"
 	p := planReconcile("s1", []memberInfo{member("s1", "alive"), moved, member("s3", "alive"), member("s4", "alive")},
 		voters("s1", "s2", "s3"), map[string]time.Time{}, time.Now(), time.Minute)
-	if len(p.replace) != 1 || p.replace[0].Address != "10.0.9.9:7000" {
-		t.Errorf("replace %v, want s2 at 10.0.9.9:7000", p.replace)
+	if len(p.readdress) != 1 || p.readdress[0].Address != "10.0.9.9:7000" {
+		t.Errorf("readdress %v, want s2 at 10.0.9.9:7000", p.readdress)
 	}
 	if len(p.add) != 1 || p.add[0].Address != raft.ServerAddress(raftAddr("s4")) {
 		t.Errorf("add %v, want s4 at %s", p.add, raftAddr("s4"))

@@ -111,11 +111,22 @@ func New(cfg Config) (*Server, error) {
 		raftServerTLS = cfg.TLS.ServerConfig(cfg.peerServerName())
 		raftClientTLS = cfg.TLS.ClientConfig(cfg.peerServerName())
 	}
-	stream, err := newStreamLayer(raftLn, cfg.RaftAddr, raftServerTLS, raftClientTLS)
+	stream := newStreamLayer(raftLn, cfg.raftAdvertise(), raftServerTLS, raftClientTLS)
+	hasState, err := raft.HasExistingState(store, store, snaps)
+	if err != nil {
+		raftLn.Close()
+		return nil, fmt.Errorf("raft state: %w", err)
+	}
+	// Gossip starts before Raft: the transport asks it where peers are.
+	s.members, err = startMembership(cfg, serverMeta{
+		ID: cfg.ID, RaftAddr: cfg.raftAdvertise(), GRPCAddr: cfg.grpcAdvertise(), Expect: cfg.BootstrapExpect, HasState: hasState,
+		Features: s.supportedFeatures(),
+	}, logger)
 	if err != nil {
 		raftLn.Close()
 		return nil, err
 	}
+	addrs := &raftAddresses{members: s.members}
 	// MaxRPCsInFlight 1: no pipelined replication. hashicorp/raft's
 	// pipeline (v1.7.3) can deadlock: when the follower's answer ends its
 	// decoder (a newer term, as after a leadership transfer, or a refused
@@ -129,6 +140,7 @@ func New(cfg Config) (*Server, error) {
 	// operations into few entries (not measured against pipelining).
 	s.transport = raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
 		Stream: stream, MaxPool: 3, MaxRPCsInFlight: 1, Timeout: 10 * time.Second, Logger: hclogFor(logger, "raft-net"),
+		ServerAddressProvider: addrs,
 	})
 
 	rc := raft.DefaultConfig()
@@ -141,23 +153,12 @@ func New(cfg Config) (*Server, error) {
 	rc.SnapshotInterval = cfg.SnapshotInterval
 	rc.SnapshotThreshold = cfg.SnapshotThreshold
 	rc.TrailingLogs = cfg.TrailingLogs
-	hasState, err := raft.HasExistingState(store, store, snaps)
-	if err != nil {
-		return nil, fmt.Errorf("raft state: %w", err)
-	}
 	r, err := raft.NewRaft(rc, s.fsm, store, store, snaps, s.transport)
 	if err != nil {
 		return nil, fmt.Errorf("raft: %w", err)
 	}
 	s.raft = r
-
-	s.members, err = startMembership(cfg, serverMeta{
-		ID: cfg.ID, RaftAddr: cfg.RaftAddr, GRPCAddr: cfg.GRPCAddr, Expect: cfg.BootstrapExpect, HasState: hasState,
-		Features: s.supportedFeatures(),
-	}, logger)
-	if err != nil {
-		return nil, err
-	}
+	addrs.raft.Store(r)
 
 	s.batcher = newBatcher(s)
 	s.fwd = newForwarder(s)
@@ -207,6 +208,7 @@ func New(cfg Config) (*Server, error) {
 		s.goRun(s.joinLoop)
 	}
 	s.log.Info("rationd started", "version", version.Version(), "revision", version.Get().Revision, "raft", cfg.RaftAddr, "grpc", cfg.GRPCAddr, "gossip", cfg.GossipAddr,
+		"advertise_raft", cfg.raftAdvertise(), "advertise_grpc", cfg.grpcAdvertise(), "advertise_gossip", cfg.gossipAdvertise(),
 		"data_dir", cfg.DataDir, "bootstrap_expect", cfg.BootstrapExpect, "existing_state", hasState,
 		"tls", cfg.TLS != nil, "verify_server_hostname", cfg.peerServerName() != "", "acl", cfg.ACL)
 	ok = true

@@ -86,7 +86,8 @@ type leases struct {
 // starts deploy/compose.yaml's three servers and edge, applies a policy,
 // takes a lease, checks the edge admits through its Check API, kills the
 // leader's container, and checks that a new leader keeps the policy and the
-// lease.
+// lease; then it recreates all three servers' containers at once on new
+// addresses and checks the same.
 func TestComposeFailover(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds an image and runs containers; skipped with -short")
@@ -155,13 +156,16 @@ func TestComposeFailover(t *testing.T) {
 		t.Fatal(err)
 	}
 	containers := map[string]string{} // node ID -> container ID
-	for _, n := range []string{"node1", "node2", "node3", "edge"} {
-		id, err := dc("ps", "-q", n)
-		if err != nil || strings.TrimSpace(id) == "" {
-			t.Fatalf("container of %s: %q %v", n, id, err)
+	findContainers := func() {
+		for _, n := range []string{"node1", "node2", "node3", "edge"} {
+			id, err := dc("ps", "-q", n)
+			if err != nil || strings.TrimSpace(id) == "" {
+				t.Fatalf("container of %s: %q %v", n, id, err)
+			}
+			containers[n] = strings.TrimSpace(id)
 		}
-		containers[n] = strings.TrimSpace(id)
 	}
+	findContainers()
 	uid, err := run(t, "", nil, "docker", "top", containers["node1"], "-o", "uid,pid")
 	if err != nil {
 		t.Fatal(err)
@@ -169,7 +173,8 @@ func TestComposeFailover(t *testing.T) {
 	if !strings.Contains(uid, "65532") {
 		t.Errorf("rationd does not run as 65532:\n%s", uid)
 	}
-	servers := subnet + ".11:7400," + subnet + ".12:7400," + subnet + ".13:7400"
+	// Service names: the servers move below.
+	servers := "node1:7400,node2:7400,node3:7400"
 	// ctl runs rationctl inside a running container (the network is
 	// private), on every server in turn.
 	ctl := func(in string, container string, args ...string) (string, error) {
@@ -272,6 +277,50 @@ func TestComposeFailover(t *testing.T) {
 		return false, out
 	})
 	t.Logf("leader %s killed; new leader kept policy and lease %d", old, grant.LeaseID)
+
+	// Every server's container is removed and created again at once on a
+	// new address, with its volume (a StatefulSet rescheduled whole):
+	// they elect a leader and keep the policy and the lease
+	// (docs/operations.md, "Moving servers").
+	if _, err := dc("stop", "-t", "20", "node1", "node2", "node3"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := dc("rm", "-f", "node1", "node2", "node3"); err != nil {
+		t.Fatal(err)
+	}
+	env = append(env, "RATION_NODE1_HOST=21", "RATION_NODE2_HOST=22", "RATION_NODE3_HOST=23")
+	moved := time.Now()
+	if _, err := dc("up", "-d", "--no-deps", "node1", "node2", "node3"); err != nil {
+		t.Fatal(err)
+	}
+	findContainers()
+	for i, n := range []string{"node1", "node2", "node3"} {
+		ip, err := run(t, "", nil, "docker", "inspect", "-f", "{{range .NetworkSettings.Networks}}{{.IPAddress}}{{end}}", containers[n])
+		if want := fmt.Sprintf("%s.%d", subnet, 21+i); err != nil || strings.TrimSpace(ip) != want {
+			t.Fatalf("%s at %q (%v), want %s", n, strings.TrimSpace(ip), err, want)
+		}
+	}
+	waitFor(t, 90*time.Second, "a leader and three healthy voters after the move", func() (bool, string) {
+		s, note := st(containers["node1"])
+		return s.Leader != "" && s.FailureTolerance == 1, note
+	})
+	t.Logf("all three servers moved to %s.21-23: a leader and three healthy voters %v after starting them", subnet, time.Since(moved).Round(time.Millisecond))
+	waitFor(t, 30*time.Second, "the lease after the move", func() (bool, string) {
+		out, err := ctl("", containers["node2"], "leases", "--json", "--policy", "compose")
+		if err != nil {
+			return false, err.Error()
+		}
+		var ls leases
+		if err := json.Unmarshal([]byte(out), &ls); err != nil {
+			return false, err.Error()
+		}
+		for _, l := range ls.Leases {
+			if l.LeaseID == grant.LeaseID && l.ClientID == "compose-client" && l.Key == "acme" {
+				return true, out
+			}
+		}
+		return false, out
+	})
 }
 
 func firstLine(s string) string {

@@ -20,12 +20,14 @@ import (
 type options struct {
 	id, dataDir                    string
 	raftAddr, grpcAddr, gossipAddr string
-	join                           addrList
-	bootstrapExpect                int
-	configPath                     string
-	logLevel, logFormat            string
-	observe                        observeOptions
-	security                       securityOptions // tls.go
+	// What peers dial ("": the bind address).
+	advRaftAddr, advGRPCAddr, advGossipAddr string
+	join                                    addrList
+	bootstrapExpect                         int
+	configPath                              string
+	logLevel, logFormat                     string
+	observe                                 observeOptions
+	security                                securityOptions // tls.go
 
 	// Raft snapshot tuning (0 keeps coordinator.DefaultConfig's value).
 	snapshotThreshold, trailingLogs uint64
@@ -77,10 +79,16 @@ func serverFlags(name string, o *options) *flag.FlagSet {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.StringVar(&o.id, "id", o.id, "unique, stable server `ID`; required")
 	fs.StringVar(&o.dataDir, "data-dir", o.dataDir, "`DIR` for the Raft log, stable store and snapshots; required")
-	fs.StringVar(&o.raftAddr, "raft-addr", o.raftAddr, "`HOST:PORT` for Raft (bind and advertise); required")
-	fs.StringVar(&o.grpcAddr, "grpc-addr", o.grpcAddr, "`HOST:PORT` for the lease and admin gRPC APIs; required")
-	fs.StringVar(&o.gossipAddr, "gossip-addr", o.gossipAddr, "`HOST:PORT` for gossip, TCP and UDP; required")
-	fs.Var(&o.join, "join", "gossip addresses of other servers: `HOST:PORT[,HOST:PORT]` (repeatable)")
+	fs.StringVar(&o.raftAddr, "raft-addr", o.raftAddr, "`HOST:PORT` Raft binds (HOST an IP of this machine, or 0.0.0.0 with --advertise-raft-addr); required")
+	fs.StringVar(&o.grpcAddr, "grpc-addr", o.grpcAddr, "`HOST:PORT` the lease and admin gRPC APIs bind; required")
+	fs.StringVar(&o.gossipAddr, "gossip-addr", o.gossipAddr, "`HOST:PORT` gossip binds, TCP and UDP; required")
+	fs.StringVar(&o.advRaftAddr, "advertise-raft-addr", o.advRaftAddr,
+		"`HOST:PORT` other servers reach Raft at; HOST may be a DNS name, resolved on every dial (default: --raft-addr)")
+	fs.StringVar(&o.advGRPCAddr, "advertise-grpc-addr", o.advGRPCAddr,
+		"`HOST:PORT` other servers forward calls to; HOST may be a DNS name (default: --grpc-addr)")
+	fs.StringVar(&o.advGossipAddr, "advertise-gossip-addr", o.advGossipAddr,
+		"`HOST:PORT` other servers gossip with; a DNS name is resolved at start (default: --gossip-addr)")
+	fs.Var(&o.join, "join", "gossip addresses of other servers: `HOST:PORT[,HOST:PORT]` (repeatable); a DNS name is resolved on every attempt")
 	fs.IntVar(&o.bootstrapExpect, "bootstrap-expect", o.bootstrapExpect,
 		"bootstrap a new cluster once `N` servers started with the same N have met in gossip; 0 never bootstraps (join an existing cluster)")
 	fs.StringVar(&o.configPath, "config", o.configPath,
@@ -182,6 +190,9 @@ func (o options) config(logger *slog.Logger, policies *policy.File) coordinator.
 	cfg.RaftAddr = o.raftAddr
 	cfg.GRPCAddr = o.grpcAddr
 	cfg.GossipAddr = o.gossipAddr
+	cfg.AdvertiseRaftAddr = o.advRaftAddr
+	cfg.AdvertiseGRPCAddr = o.advGRPCAddr
+	cfg.AdvertiseGossipAddr = o.advGossipAddr
 	cfg.Join = append([]string(nil), o.join...)
 	cfg.BootstrapExpect = o.bootstrapExpect
 	cfg.Logger = logger

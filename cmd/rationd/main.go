@@ -2,6 +2,7 @@
 // leases token-bucket budgets to client replicas.
 //
 //	rationd --id ID --data-dir DIR --raft-addr HOST:PORT --grpc-addr HOST:PORT --gossip-addr HOST:PORT
+//	        [--advertise-raft-addr HOST:PORT] [--advertise-grpc-addr HOST:PORT] [--advertise-gossip-addr HOST:PORT]
 //	        [--join HOST:PORT[,HOST:PORT]] [--bootstrap-expect N] [--config FILE]
 //	        [--log-level info] [--log-format text|json]
 //	        [--http-addr HOST:PORT [--enable-pprof]]
@@ -68,7 +69,9 @@ to client replicas.
 
 Usage:
   rationd --id ID --data-dir DIR --raft-addr HOST:PORT --grpc-addr HOST:PORT
-          --gossip-addr HOST:PORT [--join HOST:PORT[,HOST:PORT]]
+          --gossip-addr HOST:PORT [--advertise-raft-addr HOST:PORT]
+          [--advertise-grpc-addr HOST:PORT] [--advertise-gossip-addr HOST:PORT]
+          [--join HOST:PORT[,HOST:PORT]]
           [--bootstrap-expect N] [--config FILE] [--log-level info]
           [--log-format text|json] [--http-addr HOST:PORT [--enable-pprof]]
           [--tls-ca-file F --tls-cert-file F --tls-key-file F
@@ -82,7 +85,9 @@ Usage:
 A new three-server cluster: start each server with --bootstrap-expect 3 and
 --join listing the others' gossip addresses; they bootstrap together once
 all three have met. A server joining an existing cluster leaves
---bootstrap-expect at 0.
+--bootstrap-expect at 0. The --*-addr flags are what the server binds; the
+--advertise-* flags what other servers reach it at (default: the same;
+HOST may be a DNS name), needed with 0.0.0.0 (docs/operations.md).
 
 Flags:
 `)

@@ -39,6 +39,7 @@ type options struct {
 	mutators []func(i int, c *coordinator.Config)
 	logLevel slog.Level
 	tls      *tls.Config
+	hosts    []string
 }
 
 // WithPolicies sets the policy file (YAML, docs/policy.md; token buckets
@@ -60,6 +61,13 @@ func WithConfig(f func(i int, c *coordinator.Config)) Option {
 // (Config.TLS).
 func WithClientTLS(cfg *tls.Config) Option {
 	return func(o *options) { o.tls = cfg }
+}
+
+// WithHosts puts server i's listeners on hosts[i] (default, and past the
+// list's end: 127.0.0.1). Any address of 127.0.0.0/8 works on Linux
+// without setup, so servers can have addresses of their own.
+func WithHosts(hosts ...string) Option {
+	return func(o *options) { o.hosts = hosts }
 }
 
 // WithLogLevel sets the lowest level servers log at (default Info).
@@ -86,6 +94,7 @@ type Cluster struct {
 
 type node struct {
 	index int
+	host  string // the IP its listeners bind
 	cfg   coordinator.Config
 	srv   *coordinator.Server // nil while down
 
@@ -150,7 +159,11 @@ func (c *Cluster) newNode(t testing.TB, i, expect int) *node {
 	cfg.BootstrapExpect = expect
 	cfg.Policies = c.opts.policies
 	cfg.Logger = slog.New(&handler{log: c.log, node: id, level: c.opts.logLevel})
-	nd := &node{index: i, cfg: cfg, pending: map[string]net.Listener{}}
+	host := "127.0.0.1"
+	if i < len(c.opts.hosts) {
+		host = c.opts.hosts[i]
+	}
+	nd := &node{index: i, host: host, cfg: cfg, pending: map[string]net.Listener{}}
 	nd.cfg.Listen = nd.listen
 	return nd
 }
@@ -188,41 +201,51 @@ func (nd *node) closePending() {
 	}
 }
 
-// startFresh starts a server on new ports, retrying on fresh ports if the
-// gossip port was taken between probing and binding.
+// startFresh starts a server on new ports of its host, retrying on fresh
+// ports if the gossip port was taken between probing and binding.
 func (c *Cluster) startFresh(nd *node) error {
 	var lastErr error
 	for range 10 {
-		raftLn, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
+		if err := c.reserve(nd); err != nil {
 			return err
 		}
-		grpcLn, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			raftLn.Close()
-			return err
-		}
-		gossip, err := freeGossipAddr()
-		if err != nil {
-			raftLn.Close()
-			grpcLn.Close()
-			return err
-		}
-		c.mu.Lock()
-		nd.cfg.RaftAddr = raftLn.Addr().String()
-		nd.cfg.GRPCAddr = grpcLn.Addr().String()
-		nd.cfg.GossipAddr = gossip
-		c.mu.Unlock()
-		nd.mu.Lock()
-		nd.pending[raftLn.Addr().String()] = raftLn
-		nd.pending[grpcLn.Addr().String()] = grpcLn
-		nd.mu.Unlock()
 		if lastErr = c.startNode(nd); lastErr == nil {
 			return nil
 		}
 		c.t.Logf("testcluster: starting %s failed, retrying on new ports: %v", nd.cfg.ID, lastErr)
 	}
 	return lastErr
+}
+
+// reserve picks new ports on nd's host: it opens the Raft and gRPC
+// listeners for the server to take (Config.Listen) and finds a gossip port
+// free for TCP and UDP.
+func (c *Cluster) reserve(nd *node) error {
+	raftLn, err := net.Listen("tcp", net.JoinHostPort(nd.host, "0"))
+	if err != nil {
+		return err
+	}
+	grpcLn, err := net.Listen("tcp", net.JoinHostPort(nd.host, "0"))
+	if err != nil {
+		raftLn.Close()
+		return err
+	}
+	gossip, err := freeGossipAddr(nd.host)
+	if err != nil {
+		raftLn.Close()
+		grpcLn.Close()
+		return err
+	}
+	c.mu.Lock()
+	nd.cfg.RaftAddr = raftLn.Addr().String()
+	nd.cfg.GRPCAddr = grpcLn.Addr().String()
+	nd.cfg.GossipAddr = gossip
+	c.mu.Unlock()
+	nd.mu.Lock()
+	nd.pending[raftLn.Addr().String()] = raftLn
+	nd.pending[grpcLn.Addr().String()] = grpcLn
+	nd.mu.Unlock()
+	return nil
 }
 
 // startAgain starts a stopped server on its old addresses, retrying while
@@ -273,11 +296,11 @@ func (c *Cluster) startNode(nd *node) error {
 	return nil
 }
 
-// freeGossipAddr finds a loopback port free for both TCP and UDP.
-func freeGossipAddr() (string, error) {
+// freeGossipAddr finds a port of host free for both TCP and UDP.
+func freeGossipAddr(host string) (string, error) {
 	var lastErr error
 	for range 100 {
-		tl, err := net.Listen("tcp", "127.0.0.1:0")
+		tl, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
 		if err != nil {
 			return "", err
 		}
@@ -467,6 +490,84 @@ func (c *Cluster) Restart(i int) {
 	}
 	if err := c.startAgain(nd); err != nil {
 		c.t.Fatalf("testcluster: restart %s: %v", nd.cfg.ID, err)
+	}
+}
+
+// MoveAll starts every server, all stopped, again at once on new
+// addresses: server i on hosts[i] and new ports, with the same ID and data
+// directory, each joining the others' new gossip addresses. This is what a
+// Kubernetes StatefulSet rescheduled at once does: same names and volumes,
+// new pod IPs. Every address any server had before is gone.
+func (c *Cluster) MoveAll(t testing.TB, hosts ...string) {
+	t.Helper()
+	c.mu.Lock()
+	nodes := append([]*node(nil), c.nodes...)
+	for i, conn := range c.conns {
+		// Dialled to the old address.
+		_ = conn.Close()
+		delete(c.conns, i)
+	}
+	c.mu.Unlock()
+	if len(hosts) != len(nodes) {
+		t.Fatalf("testcluster: MoveAll: %d hosts for %d servers", len(hosts), len(nodes))
+	}
+	for i, nd := range nodes {
+		if c.Server(i) != nil {
+			t.Fatalf("testcluster: MoveAll: %s is running", nd.cfg.ID)
+		}
+		nd.host = hosts[i]
+		if err := c.reserve(nd); err != nil {
+			t.Fatalf("testcluster: MoveAll: %v", err)
+		}
+	}
+	c.mu.Lock()
+	for _, nd := range nodes {
+		nd.cfg.Join = nil
+		for _, o := range nodes {
+			if o != nd {
+				nd.cfg.Join = append(nd.cfg.Join, o.cfg.GossipAddr)
+			}
+		}
+	}
+	c.mu.Unlock()
+	for _, nd := range nodes {
+		// On a failure (the gossip port taken meanwhile) startFresh
+		// moves on to new ports; the others still join through the rest.
+		err := c.startNode(nd)
+		if err != nil {
+			err = c.startFresh(nd)
+		}
+		if err != nil {
+			t.Fatalf("testcluster: MoveAll: start %s: %v", nd.cfg.ID, err)
+		}
+	}
+}
+
+// MoveTo starts stopped server i again on host, on new ports, with the
+// same ID and data directory, joining the other servers' gossip addresses
+// (a server rescheduled onto another machine with its volume).
+func (c *Cluster) MoveTo(t testing.TB, i int, host string) {
+	t.Helper()
+	nd := c.node(i)
+	c.mu.Lock()
+	running := nd.srv != nil
+	if conn, ok := c.conns[i]; ok {
+		_ = conn.Close() // dialled to the old address
+		delete(c.conns, i)
+	}
+	nd.host = host
+	nd.cfg.Join = nil
+	for _, o := range c.nodes {
+		if o != nd {
+			nd.cfg.Join = append(nd.cfg.Join, o.cfg.GossipAddr)
+		}
+	}
+	c.mu.Unlock()
+	if running {
+		t.Fatalf("testcluster: MoveTo(%d): %s is running", i, nd.cfg.ID)
+	}
+	if err := c.startFresh(nd); err != nil {
+		t.Fatalf("testcluster: MoveTo(%d): start %s: %v", i, nd.cfg.ID, err)
 	}
 }
 
