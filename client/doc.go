@@ -66,6 +66,11 @@
 // rule 7). Costs are checked before any arithmetic on them: above MaxCost
 // is ExceedsCapacity, negative is InvalidCost, 0 spends nothing.
 //
+// Keys are bytes: a name or value that protobuf cannot carry (not UTF-8,
+// or over MaxKeyValueLen bytes) travels as its WireKeyValue, so it is
+// limited like any other and never fails the batched call of other keys;
+// a key no cluster can lease (ErrInvalidKey) is refused at once, alone.
+//
 // Cold keys through edges: with Config.Edges, a key this replica calls
 // rarely holds no lease here; each call is one Admission.Check at a
 // `rationd edge`, decided from the edge's lease (an RPC on the caller's
