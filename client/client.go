@@ -13,6 +13,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"github.com/ration-dev/ration/api"
 	"github.com/ration-dev/ration/internal/acl"
@@ -164,6 +165,10 @@ func (c *Config) setDefaults() error {
 	}
 	if c.ClientID == "" || len(c.ClientID) > 256 {
 		return errors.New("ration: Config.ClientID must be 1-256 bytes")
+	}
+	if !utf8.ValidString(c.ClientID) {
+		// Every request carries it as a protobuf string: none could be sent.
+		return fmt.Errorf("ration: Config.ClientID %q is not UTF-8", c.ClientID)
 	}
 	if c.Incarnation == 0 {
 		c.Incarnation = uint64(time.Now().UnixNano())

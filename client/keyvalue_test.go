@@ -1,6 +1,7 @@
 package client_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"strings"
@@ -97,6 +98,15 @@ func TestOddKeysDoNotPoisonBatch(t *testing.T) {
 	}
 	if err := cl.WireLimiter("tenants", client.Key{"tenant": "\xfe"}).Err(); !errors.Is(err, client.ErrInvalidKey) {
 		t.Fatalf("WireLimiter of raw bytes: Err = %v, want ErrInvalidKey", err)
+	}
+}
+
+// TestClientIDNotUTF8: every request carries the client ID as a protobuf
+// string, so one that is not UTF-8 is refused by New, not by every call.
+func TestClientIDNotUTF8(t *testing.T) {
+	_, err := client.New(context.Background(), client.Config{Servers: []string{"127.0.0.1:1"}, ClientID: "replica-\xff"})
+	if err == nil || !strings.Contains(err.Error(), "not UTF-8") {
+		t.Fatalf("New with a client ID that is not UTF-8: %v, want an error", err)
 	}
 }
 
