@@ -22,7 +22,9 @@
 // for the gap. Terms are only ever installed from a received answer.
 //
 // One background goroutine per Client acquires keys without a usable lease
-// and renews the ones due, each group in one RPC. A key due within the
+// and renews the ones due, each group in batched RPCs (at most 1024 keys
+// and about 1 MiB each, so no key's size fails another's request). A key
+// due within the
 // last quarter of its own renewal span (from the request its terms answer
 // to its renewal time) rides along with the keys due now, so keys granted
 // at nearly the same time renew in one RPC and keep doing so; no key

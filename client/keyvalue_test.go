@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
 	"unicode/utf8"
 
 	"pgregory.net/rapid"
@@ -98,6 +100,79 @@ func TestOddKeysDoNotPoisonBatch(t *testing.T) {
 	}
 	if err := cl.WireLimiter("tenants", client.Key{"tenant": "\xfe"}).Err(); !errors.Is(err, client.ErrInvalidKey) {
 		t.Fatalf("WireLimiter of raw bytes: Err = %v, want ErrInvalidKey", err)
+	}
+}
+
+// fatKeyPolicy's leases outlast the test, so that none lapses on a slow
+// machine while 5 MiB of keys renew.
+const fatKeyPolicy = `
+policies:
+  - name: tenants
+    algorithm: token-bucket
+    rate: 0.01
+    burst: 3
+    key: [tenant]
+    lease: {duration: 60s, renew_after: 20s, drift_ppm: 1000}
+`
+
+// TestFatKeysDoNotPoisonBatch: 300 new keys of 32 attributes with 256-
+// byte names and values (16 KiB each, 5 MiB together, over the servers'
+// 4 MiB request bound) created with 20 ordinary ones: every key is
+// leased, and Close releases them, no request refused for its size: the
+// batches are bounded in bytes as well as keys. Before, 307 of the 320
+// keys were never leased (ResourceExhausted for each batch), and Close
+// released none (ResourceExhausted).
+func TestFatKeysDoNotPoisonBatch(t *testing.T) {
+	t.Parallel()
+	if testing.Short() {
+		t.Skip("leases 320 keys")
+	}
+	c := startCluster(t, fatKeyPolicy)
+	var released, failed atomic.Int64
+	var lastErr atomic.Pointer[error]
+	// A long request timeout: Close's releases share 2 of them, and a
+	// loaded machine may take seconds to apply 5 MiB.
+	cl := newClient(t, client.Config{Servers: servers(c), ClientID: "fat-keys", RequestTimeout: 15 * time.Second, OnRelease: func(ri client.ReleaseInfo) {
+		if ri.Err != nil {
+			failed.Add(1)
+			lastErr.Store(&ri.Err)
+			return
+		}
+		released.Add(1)
+	}})
+	waitLease(t, nil, cl.Limiter("tenants", client.Key{"tenant": "warm"}))
+	var ls []*client.Limiter
+	for i := range 300 {
+		k := client.Key{"tenant": fmt.Sprint("fat-", i)}
+		for j := range client.MaxKeyAttributes - 1 {
+			k[fmt.Sprintf("%0256d", j)] = strings.Repeat("v", client.MaxKeyValueLen)
+		}
+		ls = append(ls, cl.Limiter("tenants", k))
+	}
+	for i := range 20 {
+		ls = append(ls, cl.Limiter("tenants", client.Key{"tenant": fmt.Sprint("thin-", i)}))
+	}
+	seen := make([]bool, len(ls)) // leased at some check
+	testcluster.WaitFor(t, testcluster.DefaultWait, func() error {
+		missing := 0
+		var last error
+		for i, l := range ls {
+			seen[i] = seen[i] || leased(l)
+			if !seen[i] {
+				missing++
+				last = l.Err()
+			}
+		}
+		if missing > 0 {
+			return fmt.Errorf("%d of %d keys not leased (an error: %v)", missing, len(ls), last)
+		}
+		return nil
+	})
+	if err := cl.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	if n := released.Load(); failed.Load() > 0 || n != int64(len(ls))+1 {
+		t.Fatalf("Close released %d leases, %d failed (%v); want all %d", n, failed.Load(), lastErr.Load(), len(ls)+1)
 	}
 }
 
