@@ -13,6 +13,7 @@ import (
 	"pgregory.net/rapid"
 
 	"github.com/ration-dev/ration/client"
+	"github.com/ration-dev/ration/coordinator"
 	"github.com/ration-dev/ration/internal/policy"
 	"github.com/ration-dev/ration/internal/testcluster"
 )
@@ -174,6 +175,40 @@ func TestFatKeysDoNotPoisonBatch(t *testing.T) {
 	if n := released.Load(); failed.Load() > 0 || n != int64(len(ls))+1 {
 		t.Fatalf("Close released %d leases, %d failed (%v); want all %d", n, failed.Load(), lastErr.Load(), len(ls)+1)
 	}
+}
+
+// TestStricterServerRefusesOnlyTheKeysOverItsBounds: servers whose
+// bounds are tighter than the client's (8 keys per request) refuse a
+// batch of 30 new keys whole: the client halves a batch refused whole as
+// INVALID_ARGUMENT until the refusal ends on the keys it is about, so
+// every key is leased. Before, none of the 30 was.
+func TestStricterServerRefusesOnlyTheKeysOverItsBounds(t *testing.T) {
+	t.Parallel()
+	c := testcluster.New(t, 3, testcluster.WithPolicies(oddKeyPolicy), testcluster.WithConfig(func(_ int, cfg *coordinator.Config) {
+		cfg.MaxKeysPerRequest = 8
+	}))
+	c.WaitForLeader(t)
+	c.WaitForFeatures(t)
+	cl := newClient(t, client.Config{Servers: servers(c), ClientID: "strict"})
+	waitLease(t, nil, cl.Limiter("tenants", client.Key{"tenant": "warm"}))
+	var ls []*client.Limiter
+	for i := range 30 {
+		ls = append(ls, cl.Limiter("tenants", client.Key{"tenant": fmt.Sprint("t-", i)}))
+	}
+	testcluster.WaitFor(t, testcluster.DefaultWait, func() error {
+		missing := 0
+		var last error
+		for _, l := range ls {
+			if !leased(l) {
+				missing++
+				last = l.Err()
+			}
+		}
+		if missing > 0 {
+			return fmt.Errorf("%d of %d keys not leased (an error: %v)", missing, len(ls), last)
+		}
+		return nil
+	})
 }
 
 // TestClientIDNotUTF8: every request carries the client ID as a protobuf

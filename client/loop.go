@@ -275,6 +275,16 @@ func (c *Client) acquire(ls []*Limiter) {
 	tSend = c.leaseStart(tSend)
 	if err != nil || len(resp.GetLeases()) != len(ls) {
 		c.rpcStats.fail(opAcquire, err)
+		if status.Code(err) == codes.InvalidArgument && len(ls) > 1 {
+			// Refused whole for what some of its keys are (a server's
+			// bounds, stricter than this client knows): halves, so that
+			// the refusal ends on those keys alone and the others are
+			// granted now (at worst 2n−1 requests for n keys, once per
+			// backoff of the keys refused).
+			c.acquire(ls[:len(ls)/2])
+			c.acquire(ls[len(ls)/2:])
+			return
+		}
 		c.log.Warn("acquire failed", "keys", len(ls), "err", err)
 		for _, l := range ls {
 			c.backoffKey(l, err)
