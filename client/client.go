@@ -13,6 +13,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"github.com/ration-dev/ration/api"
 	"github.com/ration-dev/ration/internal/acl"
@@ -36,6 +37,10 @@ import (
 // that turns out to share its budget with another becomes an alias of it.
 // After a policy update that changes the key attributes, every limiter
 // admits from the budget its own key names under the new ones.
+//
+// Names and values are bytes: one that is not UTF-8, or is longer than
+// MaxKeyValueLen bytes, is a budget of its own like any other, known to
+// the cluster by its WireKeyValue.
 type Key map[string]string
 
 // Config configures a Client.
@@ -172,6 +177,10 @@ func (c *Config) setDefaults() error {
 	}
 	if c.ClientID == "" || len(c.ClientID) > 256 {
 		return errors.New("ration: Config.ClientID must be 1-256 bytes")
+	}
+	if !utf8.ValidString(c.ClientID) {
+		// Every request carries it as a protobuf string: none could be sent.
+		return fmt.Errorf("ration: Config.ClientID %q is not UTF-8", c.ClientID)
 	}
 	if c.Incarnation == 0 {
 		c.Incarnation = uint64(time.Now().UnixNano())
@@ -324,7 +333,25 @@ func LimiterID(policy string, key Key) string {
 //
 // Keys that differ only in attributes the policy does not key on share one
 // budget, and their limiters one bucket (see Key).
+//
+// Names and values may hold any bytes: each is known to the cluster by
+// its WireKeyValue. A key no cluster can lease (ErrInvalidKey: an empty
+// or non-UTF-8 policy name, too many attributes) gets a limiter refused at
+// once: its decisions are NoLease and its Err says why.
 func (c *Client) Limiter(policy string, key Key) *Limiter {
+	return c.WireLimiter(policy, wireKey(key))
+}
+
+// WireLimiter is Limiter for a key whose names and values are already in
+// the form the cluster knows them by (each its own WireKeyValue), as the
+// edge's Check API carries them: it maps nothing, so such a key names
+// the same budget as the raw bytes did on the Limiter that made it. A
+// name or value not in that form (not UTF-8, or over MaxKeyValueLen
+// bytes) makes the limiter refused at once with ErrInvalidKey.
+func (c *Client) WireLimiter(policy string, key Key) *Limiter {
+	if err := keyProblem(policy, key); err != nil {
+		return c.refusedLimiter(policy, key, err)
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	id := c.canonicalIDLocked(policy, key)
@@ -375,6 +402,16 @@ func (c *Client) addLimiterLocked(id, policy string, attrs map[string]string) *L
 	l.route = c.newRoute(l.id, l.activeAt)
 	c.limiters[id] = l
 	c.poke()
+	return l
+}
+
+// refusedLimiter is the limiter of a key no cluster can lease: never
+// registered, so never in a request; every decision is NoLease at once,
+// Err and WaitN return err.
+func (c *Client) refusedLimiter(policy string, key Key, err error) *Limiter {
+	l := &Limiter{c: c, policy: policy, attrs: copyKey(key), id: LimiterID(policy, key), first: make(chan struct{}), activeAt: c.clock.Precise(), invalid: err}
+	l.firstOnce.Do(func() { close(l.first) })
+	l.lastErr.Store(&err)
 	return l
 }
 

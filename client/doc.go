@@ -22,7 +22,9 @@
 // for the gap. Terms are only ever installed from a received answer.
 //
 // One background goroutine per Client acquires keys without a usable lease
-// and renews the ones due, each group in one RPC. A key due within the
+// and renews the ones due, each group in batched RPCs (at most 1024 keys
+// and about 1 MiB each, so no key's size fails another's request). A key
+// due within the
 // last quarter of its own renewal span (from the request its terms answer
 // to its renewal time) rides along with the keys due now, so keys granted
 // at nearly the same time renew in one RPC and keep doing so; no key
@@ -69,6 +71,11 @@
 // limiter, one lease and one bucket here (see Key; docs/design.md §3.4
 // rule 7). Costs are checked before any arithmetic on them: above MaxCost
 // is ExceedsCapacity, negative is InvalidCost, 0 spends nothing.
+//
+// Keys are bytes: a name or value that protobuf cannot carry (not UTF-8,
+// or over MaxKeyValueLen bytes) travels as its WireKeyValue, so it is
+// limited like any other and never fails the batched call of other keys;
+// a key no cluster can lease (ErrInvalidKey) is refused at once, alone.
 //
 // Cold keys through edges: with Config.Edges, a key this replica calls
 // rarely holds no lease here; each call is one Admission.Check at a

@@ -181,7 +181,10 @@ type Limiter struct {
 	nearLimit atomic.Int64             // admissions leaving < 10% of the cap
 	waiters   atomic.Int64
 	lastErr   atomic.Pointer[error]
-	retryAt   atomic.Int64 // local time before which the loop does not retry
+	// invalid, set at creation, is why no cluster can lease the key
+	// (keyProblem; Client.refusedLimiter): it is never sent.
+	invalid error
+	retryAt atomic.Int64 // local time before which the loop does not retry
 	// firstUntil is when the first-lease wait ends (local time; 0 before
 	// the first call): calls before the first grant wait until then, later
 	// ones not at all.
@@ -576,6 +579,8 @@ func (l *Limiter) WaitN(ctx context.Context, cost int64) error {
 			return nil
 		case d.Reason == ExceedsCapacity:
 			return fmt.Errorf("ration: cost %d exceeds the capacity of %s", cost, l.id)
+		case l.invalid != nil:
+			return l.invalid // no wait leases this key
 		}
 		wait := max(d.RetryAfter, time.Millisecond)
 		if dl, ok := ctx.Deadline(); ok && time.Until(dl) < wait {

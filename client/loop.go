@@ -57,7 +57,7 @@ func (c *Client) snapshot() []*Limiter {
 }
 
 // round acquires keys without a usable lease and renews the ones due,
-// each group in one batched RPC, and returns how long to sleep.
+// each group in batched RPCs (batchLen), and returns how long to sleep.
 func (c *Client) round() time.Duration {
 	now := c.clock.Precise()
 	c.routeRound(now) // edgeroute.go
@@ -117,7 +117,7 @@ func (c *Client) round() time.Duration {
 		var now []*Limiter
 		now, acquire = c.acquireable(acquire)
 		for len(now) > 0 {
-			n := min(len(now), 1024)
+			n := batchLen(now)
 			c.acquire(now[:n])
 			now = now[n:]
 		}
@@ -129,11 +129,43 @@ func (c *Client) round() time.Duration {
 	// budget's limiter (keying.go): it has no lease to renew any more.
 	renew = slices.DeleteFunc(renew, func(l *Limiter) bool { return l.cur.Load() == nil })
 	for len(renew) > 0 {
-		n := min(len(renew), 1024)
+		n := batchLen(renew)
 		c.renew(renew[:n])
 		renew = renew[n:]
 	}
 	return max(time.Duration(wakeAt-c.clock.Precise()), time.Millisecond)
+}
+
+// One batched request holds at most maxBatchKeys keys (the servers'
+// default max_keys_per_request) of about maxBatchBytes in all (a quarter
+// of their default request bound, 4 MiB): a server refuses a request
+// over either whole, so the keys of one large batch would fail together
+// for the size of some of them.
+const (
+	maxBatchKeys  = 1024
+	maxBatchBytes = 1 << 20
+)
+
+// batchLen is how many of ls, from the first, go in one request (at
+// least one).
+func batchLen(ls []*Limiter) int {
+	size := 0
+	for i, l := range ls {
+		size += l.wireSize()
+		if i == maxBatchKeys || (i > 0 && size > maxBatchBytes) {
+			return i
+		}
+	}
+	return len(ls)
+}
+
+// wireSize is a generous estimate of l's key in a request, in bytes.
+func (l *Limiter) wireSize() int {
+	n := len(l.policy) + 64 // framing, demand, lease ID, audit report
+	for k, v := range l.attrs {
+		n += len(k) + len(v) + 8
+	}
+	return n
 }
 
 // rideAlongDivisor sets how soon a key must be due to ride along with the
@@ -254,6 +286,16 @@ func (c *Client) acquire(ls []*Limiter) {
 	tSend = c.leaseStart(tSend)
 	if err != nil || len(resp.GetLeases()) != len(ls) {
 		c.rpcStats.fail(opAcquire, err)
+		if status.Code(err) == codes.InvalidArgument && len(ls) > 1 {
+			// Refused whole for what some of its keys are (a server's
+			// bounds, stricter than this client knows): halves, so that
+			// the refusal ends on those keys alone and the others are
+			// granted now (at worst 2n−1 requests for n keys, once per
+			// backoff of the keys refused).
+			c.acquire(ls[:len(ls)/2])
+			c.acquire(ls[len(ls)/2:])
+			return
+		}
 		c.log.Warn("acquire failed", "keys", len(ls), "err", err)
 		for _, l := range ls {
 			c.backoffKey(l, err)
@@ -649,11 +691,23 @@ func (c *Client) releaseAll() error {
 }
 
 // release returns the leases ls hold (held[i] is ls[i]'s terms, nil if
-// none) with their unspent tokens, in one RPC retried until giveUp (local
-// time) or abort. Each bucket stops minting before it is drained, so a
-// caller still holding the terms cannot take tokens minted after the
-// release.
+// none) with their unspent tokens, in RPCs of batchLen keys each, every
+// one retried until giveUp (local time) or abort; the first error is
+// returned. Each bucket stops minting before it is drained, so a caller
+// still holding the terms cannot take tokens minted after the release.
 func (c *Client) release(abort <-chan struct{}, giveUp int64, ls []*Limiter, held []*terms) error {
+	var first error
+	for len(ls) > 0 {
+		n := batchLen(ls)
+		if err := c.releaseBatch(abort, giveUp, ls[:n], held[:n]); err != nil && first == nil {
+			first = err
+		}
+		ls, held = ls[n:], held[n:]
+	}
+	return first
+}
+
+func (c *Client) releaseBatch(abort <-chan struct{}, giveUp int64, ls []*Limiter, held []*terms) error {
 	now := c.clock.Precise()
 	req := &api.ReleaseRequest{Caller: c.caller(c.nextSeq())}
 	var infos []ReleaseInfo // for Config.OnRelease

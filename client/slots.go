@@ -132,7 +132,8 @@ type slotGrantRuns struct {
 }
 
 // Slots returns a handle on the key of a concurrency policy that attrs
-// name. Close it when done: its lease is released once nothing runs.
+// name (any bytes, each known by its WireKeyValue). Close it when done:
+// its lease is released once nothing runs.
 func (c *Client) Slots(policy string, attrs map[string]string, opts SlotOptions) *Slots {
 	switch {
 	case opts.MaxQueue == 0:
@@ -142,7 +143,7 @@ func (c *Client) Slots(policy string, attrs map[string]string, opts SlotOptions)
 	}
 	a := make(map[string]string, len(attrs))
 	for k, v := range attrs {
-		a[k] = v
+		a[WireKeyValue(k)] = WireKeyValue(v) // any bytes (Client.Limiter)
 	}
 	s := &Slots{c: c, key: &api.Key{Policy: policy, Attributes: a}, caller: slotCallerID(c.cfg.ClientID, slotHandles.Add(1)),
 		running: map[uint64]*slotGrantRuns{}, maxQueue: opts.MaxQueue,

@@ -53,8 +53,9 @@ const (
 	// MaxKeyAttrs bounds the attributes of one Check item's key.
 	MaxKeyAttrs = 32
 	// MaxNameLen bounds a descriptor entry's key and a Check key's
-	// attribute names, in bytes; values are bounded by
-	// policy.MaxKeyValueLen.
+	// attribute names, in bytes. A Check key's values are bounded by
+	// policy.MaxKeyValueLen; a descriptor's are not (a long one is known
+	// by its client.WireKeyValue).
 	MaxNameLen = 256
 	// maxCachedLimiters bounds the cache of limiters by policy and key.
 	maxCachedLimiters = 1 << 16
@@ -430,8 +431,10 @@ func (e *Edge) policyInfo(name string) (policyInfo, bool) {
 	return p, ok
 }
 
-// limiter returns the client's limiter for policy and key, from a bounded
-// cache (Client.Limiter is cheap to use, not to look up).
+// limiter returns the client's limiter for policy and key, whose values
+// are wire names (client.WireKeyValue: Check's as they came, a
+// descriptor's mapped), from a bounded cache (Client.Limiter is cheap to
+// use, not to look up).
 func (e *Edge) limiter(pol string, key client.Key) *client.Limiter {
 	id := client.LimiterID(pol, key)
 	e.limMu.RLock()
@@ -440,7 +443,7 @@ func (e *Edge) limiter(pol string, key client.Key) *client.Limiter {
 	if ok {
 		return l
 	}
-	l = e.client.Limiter(pol, key)
+	l = e.client.WireLimiter(pol, key) // key's values are wire names
 	e.limMu.Lock()
 	if len(e.limiters) >= maxCachedLimiters {
 		// Forget them all: the client keeps the limiters (and evicts idle

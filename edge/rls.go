@@ -16,7 +16,6 @@ import (
 	"github.com/ration-dev/ration/client"
 	"github.com/ration-dev/ration/client/httplimit"
 	"github.com/ration-dev/ration/internal/envoyconf"
-	"github.com/ration-dev/ration/internal/policy"
 	"github.com/ration-dev/ration/lease"
 )
 
@@ -114,7 +113,12 @@ func (e *Edge) ShouldRateLimit(_ context.Context, req *rlspb.RateLimitRequest) (
 				e.m.rlsInvalid.Add(1)
 				return nil, concurrencyError(fmt.Sprintf("descriptor %d (envoy rule %s)", i, s.rule.Label()), s.rule.Policy, p.LimitMilli/lease.MilliPerToken, "Envoy's rate limit call")
 			}
-			s.lim = e.limiter(s.rule.Policy, s.rule.Key(values[:n]))
+			// Values are bytes (rlsdecode.go): each known by its wire name.
+			key := s.rule.Key(values[:n])
+			for a, v := range key {
+				key[a] = client.WireKeyValue(v)
+			}
+			s.lim = e.limiter(s.rule.Policy, key)
 		}
 	}
 	// Replaced rules drop out (envoyproxy/ratelimit: a limit whose name a
@@ -277,9 +281,6 @@ func validateRLS(req *rlspb.RateLimitRequest) error {
 			}
 			if len(en.GetKey()) > MaxNameLen {
 				return status.Errorf(codes.InvalidArgument, "descriptor %d entry %d: key of %d bytes; at most %d", i, j, len(en.GetKey()), MaxNameLen)
-			}
-			if len(en.GetValue()) > policy.MaxKeyValueLen {
-				return status.Errorf(codes.InvalidArgument, "descriptor %d entry %d (%s): value of %d bytes; at most %d", i, j, en.GetKey(), len(en.GetValue()), policy.MaxKeyValueLen)
 			}
 		}
 	}

@@ -30,7 +30,7 @@ var healthServices = []string{"", rlspb.RateLimitService_ServiceDesc.ServiceName
 // status follows Ready (it changes when Ready does) until the edge is
 // closed.
 func (e *Edge) RegisterGRPC(s *grpc.Server) {
-	rlspb.RegisterRateLimitServiceServer(s, rlsServer{e: e})
+	s.RegisterService(&rlsServiceDesc, rlsServer{e: e}) // decodes values that are not UTF-8 (rlsdecode.go)
 	api.RegisterAdmissionServer(s, admissionServer{e: e})
 	hs := health.NewServer()
 	healthpb.RegisterHealthServer(s, hs)
