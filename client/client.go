@@ -86,7 +86,8 @@ type Config struct {
 	// evicts; rationd edge sets it (edge.DefaultPressureKeys;
 	// docs/security.md#tenant-isolation).
 	PressureKeys int
-	// Clock is the coarse clock of the hot path (default: 1ms, shared).
+	// Clock is the hot path's clock, read fresh on every decision and
+	// floored to its resolution (Clock.Fresh; default: 1ms, shared).
 	Clock *coarseclock.Clock
 	// Logger receives the background loop's logs (default: discard).
 	Logger *slog.Logger
