@@ -90,5 +90,8 @@
 //
 // A new process is a new incarnation (Config.Incarnation defaults to the
 // start time in nanoseconds): the cluster releases the previous
-// incarnation's leases as soon as this one speaks.
+// incarnation's leases of the same Config.ClientID as soon as this one
+// speaks. Without a ClientID a Client is named after its host, process ID
+// and number in the process (DefaultClientID): unique, but new at every
+// restart, so a predecessor's leases are then left to expire.
 package client
