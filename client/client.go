@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"os"
 	"sort"
 	"strconv"
 	"strings"
@@ -48,7 +49,16 @@ type Config struct {
 	// Servers lists rationd gRPC addresses; any one will do (they forward
 	// to the leader), the client moves to the next on failure.
 	Servers []string
-	// ClientID names this replica; unique among live replicas.
+	// ClientID names this replica; unique among live replicas. Empty: the
+	// host name, the process ID and this Client's number in the process
+	// (DefaultClientID), so a process's Clients never share one. Set it to
+	// a name that stays the same across restarts where that helps: a
+	// restarted process that keeps its ClientID makes the cluster release
+	// its predecessor's leases at its first request (Incarnation), while a
+	// new ClientID leaves them held until they expire, up to a lease
+	// duration of budget unused (never more than the bound admits). A
+	// client token bound to client IDs (docs/security.md) needs it set to
+	// a name the token allows.
 	ClientID string
 	// Incarnation distinguishes this process from earlier ones with the same
 	// ClientID; 0 means the wall-clock time in nanoseconds. The cluster
@@ -91,7 +101,8 @@ type Config struct {
 	// evicts; rationd edge sets it (edge.DefaultPressureKeys;
 	// docs/security.md#tenant-isolation).
 	PressureKeys int
-	// Clock is the coarse clock of the hot path (default: 1ms, shared).
+	// Clock is the hot path's clock, read fresh on every decision and
+	// floored to its resolution (Clock.Fresh; default: 1ms, shared).
 	Clock *coarseclock.Clock
 	// Logger receives the background loop's logs (default: discard).
 	Logger *slog.Logger
@@ -175,8 +186,11 @@ func (c *Config) setDefaults() error {
 	if len(c.Servers) == 0 {
 		return errors.New("ration: Config.Servers is empty")
 	}
-	if c.ClientID == "" || len(c.ClientID) > 256 {
-		return errors.New("ration: Config.ClientID must be 1-256 bytes")
+	if c.ClientID == "" {
+		c.ClientID = DefaultClientID()
+	}
+	if len(c.ClientID) > 256 {
+		return errors.New("ration: Config.ClientID must be at most 256 bytes")
 	}
 	if !utf8.ValidString(c.ClientID) {
 		// Every request carries it as a protobuf string: none could be sent.
@@ -210,6 +224,26 @@ func (c *Config) setDefaults() error {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
 	return nil
+}
+
+// defaultClients numbers the Clients made with an empty ClientID.
+var defaultClients atomic.Uint64
+
+// DefaultClientID returns the ClientID of a Config that has none:
+// "<hostname>-<pid>-<n>", n counting such Clients in this process from 1
+// (the host name cut so the ID fits 256 bytes; "localhost" if the host
+// name cannot be read). In a container the host name is usually the
+// container's or pod's name.
+func DefaultClientID() string {
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		host = "localhost"
+	}
+	suffix := fmt.Sprintf("-%d-%d", os.Getpid(), defaultClients.Add(1))
+	if len(host)+len(suffix) > 256 {
+		host = host[:256-len(suffix)]
+	}
+	return host + suffix
 }
 
 // Client holds this replica's leases and renews them in the background.

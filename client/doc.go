@@ -8,12 +8,18 @@
 //
 // # Design
 //
-// The hot path (AllowN on a key that holds a lease) is one atomic load of a
-// coarse monotonic clock (internal/coarseclock, which lags real time and so
-// only mints fewer tokens) and one operation on the lock-free
-// lease.AtomicBucket: no RPC, no allocation, no mutex. Near a lease's
-// deadline (its last quarter) it reads the precise clock instead, because a
-// lagging reading there could use the lease past its deadline.
+// The hot path (AllowN on a key that holds a lease) is one read of the
+// monotonic clock, floored to the clock's resolution of 1ms
+// (coarseclock.Clock.Fresh: a floored reading only lags, so it only mints
+// fewer tokens, and calls within one millisecond see the same reading, so
+// most skip the refill) and one operation on the lock-free
+// lease.AtomicBucket: no RPC, no allocation, no mutex. It does not read
+// the coarse clock's cached value alone: after a stall (SIGSTOP, a VM
+// pause) that value can be seconds old until its refresh goroutine runs,
+// and a lease could be used past its deadline. In the last quarter of a
+// lease's usable span (at least 100ms) it decides on the unfloored
+// reading (Clock.Precise). Its cost per decision is in BENCHMARKS.md,
+// "Client hot path".
 //
 // The timing rules are the Foundation's (docs/design.md §3): terms answered
 // to a request sent at t_send are usable until t_send + TTL·(1−ρ)/(1+ρ) on
@@ -29,8 +35,8 @@
 // to its renewal time) rides along with the keys due now, so keys granted
 // at nearly the same time renew in one RPC and keep doing so; no key
 // renews more than once per 3/4 of its renew_after however many other
-// keys fall due (1.33× its renewals at worst, against every key renewing
-// at every other key's renewal before issue 15's fix).
+// keys fall due (1.33× its renewals at worst, where every key once renewed
+// at every other key's renewal; docs/scaling.md).
 // It reports each key's demand: the cost offered per second, rejected cost
 // included, smoothed by an EWMA when it rises and followed at once when it
 // falls, so fair shares follow real load and an idle replica's share goes
@@ -91,5 +97,8 @@
 //
 // A new process is a new incarnation (Config.Incarnation defaults to the
 // start time in nanoseconds): the cluster releases the previous
-// incarnation's leases as soon as this one speaks.
+// incarnation's leases of the same Config.ClientID as soon as this one
+// speaks. Without a ClientID a Client is named after its host, process ID
+// and number in the process (DefaultClientID): unique, but new at every
+// restart, so a predecessor's leases are then left to expire.
 package client

@@ -270,7 +270,7 @@ func (l *Limiter) Allow() bool {
 }
 
 // AllowN decides, without blocking (but see Config.FirstLeaseWait), whether
-// cost tokens may be spent now. The common case is one atomic clock read
+// cost tokens may be spent now. The common case is one monotonic clock read
 // and one lock-free bucket operation: no RPC, no allocation, no mutex.
 //
 // Costs: a cost above MaxCost (more than any policy's burst) is
@@ -281,10 +281,11 @@ func (l *Limiter) Allow() bool {
 // Unavailable otherwise, so it probes the lease without spending.
 //
 // The fast path makes no call: a live lease, away from its deadline (the
-// coarse clock below the precomputed guard band), tokens in the bucket with
-// no refill due, nothing to count. A refill (at most once per coarse-clock
-// tick), a refusal and anything near the deadline go through allowN, which
-// decides exactly as the full path always has.
+// clock's reading, floored to its resolution, below the precomputed guard
+// band), tokens in the bucket with no refill due, nothing to count. A
+// refill (at most once per resolution, 1ms by default), a refusal and
+// anything near the deadline go through allowN, which decides exactly as
+// the full path always has.
 func (l *Limiter) AllowN(cost int64) Decision {
 	// One compare keeps costs outside [1, MaxCost] (0, negative, too large)
 	// off the fast path, before the cost is multiplied.

@@ -444,8 +444,8 @@ func (t *terms) setTimes(tSend, deadline, renewAfter int64) {
 	t.deadline = deadline
 	span := deadline - tSend
 	t.renewAt = tSend + min(max(renewAfter, minRenewAfter), span/2)
-	// The hot path trusts the coarse clock until the last quarter of the
-	// usable span (at least 100ms of it), then reads the precise clock.
+	// The hot path decides on a floored reading (Clock.Fresh) until the last
+	// quarter of the usable span (at least 100ms of it), then on a precise one.
 	guard := max(span/4, int64(100*time.Millisecond))
 	t.guardFrom = max(tSend, deadline-guard)
 }
