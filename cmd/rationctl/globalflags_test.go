@@ -71,7 +71,10 @@ func TestCLIAgainstCluster(t *testing.T) {
 		t.Skip("starts a cluster")
 	}
 	c := testcluster.New(t, 3)
-	c.WaitForLeader(t)
+	// status asks the first server, which must already know the leader:
+	// WaitForLeader returns as soon as one server leads, before the
+	// others have heard from it (a loaded CI run asked s0 then).
+	c.WaitForStableLeader(t)
 	var addrs []string
 	for i := range c.Len() {
 		addrs = append(addrs, c.Server(i).GRPCAddr())
