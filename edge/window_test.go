@@ -67,10 +67,15 @@ const bucketOnly = "policies:\n  - {name: other, algorithm: token-bucket, rate: 
 // Check: every result describes the window (limit, length, reset within
 // it); remaining falls by one per admission; the admission that spends
 // the window is followed by a refusal whose retry_after is the time to
-// the reset; after the reset the window starts again at L−1.
+// the reset; after the reset the window starts again at L−1 (its end
+// and its count are only checked when no leader change came in between:
+// see below).
 func TestCheckWindowAcrossBoundary(t *testing.T) {
 	const L, W = 5, 2 * time.Second
 	c := startCluster(t, bucketOnly)
+	// Leader changes from here on, and re-syncs of window time (which
+	// follow one, maybe one before the watch began).
+	elections, resyncs := c.Watch("became leader"), c.Watch("window time re-synced")
 	applyPolicies(t, c, fmt.Sprintf("policies:\n  - {name: win, algorithm: fixed-window, limit: %d, window: 2s, key: [tenant]}\n", L))
 	h := startEdge(t, servers(c), nil, "edge-win")
 	h.waitKnows(t, "win", policy.FixedWindow)
@@ -113,7 +118,7 @@ func TestCheckWindowAcrossBoundary(t *testing.T) {
 	var refusal *api.CheckResult
 	var refusedAt time.Time
 	testcluster.WaitFor(t, 4*W, func() error {
-		r, at, _ := checkWin()
+		r, _, at := checkWin()
 		switch {
 		case r.GetAllowed():
 			if last != nil && last.GetAllowed() && r.GetWindowRemaining() >= last.GetWindowRemaining() &&
@@ -148,10 +153,12 @@ func TestCheckWindowAcrossBoundary(t *testing.T) {
 		t.Errorf("retry_after_seconds %d for retry_after %v, want %d", refusal.GetRetryAfterSeconds(), ra, want)
 	}
 
-	// After the reset: admitted again, the window's count restarted.
+	// After the reset: admitted again. (Not within a fixed time: an
+	// election freezes cluster time, and with it the window's end, for as
+	// long as it takes, seconds on a loaded machine.)
 	var next *api.CheckResult
 	var nextAt time.Time
-	testcluster.WaitFor(t, 2*W, func() error {
+	testcluster.WaitFor(t, testcluster.DefaultWait, func() error {
 		r, _, at := checkWin()
 		if !r.GetAllowed() {
 			return fmt.Errorf("refused: %v", r)
@@ -159,19 +166,50 @@ func TestCheckWindowAcrossBoundary(t *testing.T) {
 		next, nextAt = r, at
 		return nil
 	})
-	// Window time is the leader's wall clock, on this machine: the new
-	// window cannot have begun before the refusal's reset (5 ms of skew;
-	// the refusal's decision came after refusedAt, the admission's
-	// before nextAt).
-	if early := refusedAt.Add(reset).Sub(nextAt); early > 5*time.Millisecond {
-		t.Errorf("admitted %v before the reset the refusal named", early)
+	if next.GetWindowRemaining() < 0 || next.GetWindowRemaining() > L-1 {
+		t.Errorf("first admission of a new window: window_remaining %d, want at most %d", next.GetWindowRemaining(), L-1)
+	}
+	// The rest compares window time with this machine's wall clock: it
+	// is the leader's wall clock (the feature switch set it so) until a
+	// leader change. An election freezes cluster time, so window time
+	// lags, up to seconds here, until the new leader's re-sync steps it
+	// forward, ending the window early; and a chunk still live then
+	// counts in the next window (design.md §8.1, §8.2). An election
+	// during startCluster shows here as its re-sync.
+	changes, steps := 0, 0
+	for i := range c.Len() {
+		changes += elections.Count(c.ID(i))
+		steps += resyncs.Count(c.ID(i))
+	}
+	if changes > 0 || steps > 0 {
+		t.Logf("%d leader changes, %d re-syncs: window time was not the wall clock; the window's end and its count not checked", changes, steps)
+		return
 	}
 	if next.GetWindowRemaining() != L-1 {
 		t.Errorf("first admission of a new window: window_remaining %d, want %d", next.GetWindowRemaining(), L-1)
 	}
-	// It began at the reset: it ends W after it (skew, and the time the
-	// calls took).
-	begun := nextAt.Sub(refusedAt.Add(reset))
+	// The refused window's end: windows are multiples of W from the
+	// Unix epoch in window time. The refusal's reset is not that end
+	// less the refusal's time: it errs late, never early
+	// (client.windowOf), since the edge counts it from when the chunk's
+	// answer arrived, not from the commit that stamped the window time.
+	// It is late by that answer's latency: 14 and 89 ms, in 2 of 30 runs
+	// on a loaded 2-core machine, past the 5 ms this test allowed when it
+	// checked admissions against the reset; an admission may come before
+	// the stated reset, never before the end. So the end is the last
+	// multiple of W at or before the refusal's latest time (refusedAt:
+	// just after the call) plus its reset (less than W late).
+	end := time.Unix(0, refusedAt.Add(reset).UnixNano()/int64(W)*int64(W))
+	t.Logf("the refusal's reset was %v after the window's end", refusedAt.Add(reset).Sub(end))
+	// The new window began at the commit of its chunk's grant, when
+	// window time had reached end: at or after end on the wall clock
+	// (5 ms of skew), before the answer arrived (nextAt: just after it).
+	if early := end.Sub(nextAt); early > 5*time.Millisecond {
+		t.Errorf("admitted %v before the end %v of the window the refusal named (reset %v)", early, end.Format(time.RFC3339Nano), reset)
+	}
+	// It began at end: it ends W after it (skew, and the time the calls
+	// took; its reset errs late too).
+	begun := nextAt.Sub(end)
 	if got := next.GetWindowReset().AsDuration(); got < W-begun-250*time.Millisecond || got > W {
 		t.Errorf("a window that began %v ago ends in %v; want about %v", begun, got, W-begun)
 	}
