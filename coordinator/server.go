@@ -30,7 +30,7 @@ type Server struct {
 
 	fsm       *fsm.FSM
 	raft      *raft.Raft
-	transport *raft.NetworkTransport
+	transport *gatedTransport
 	store     *raftboltdb.BoltStore
 	members   *membership
 
@@ -138,10 +138,10 @@ func New(cfg Config) (*Server, error) {
 	// stays up never sends that follower another entry. Synchronous
 	// appends should cost little here, since the batcher already groups
 	// operations into few entries (not measured against pipelining).
-	s.transport = raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
+	s.transport = &gatedTransport{NetworkTransport: raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
 		Stream: stream, MaxPool: 3, MaxRPCsInFlight: 1, Timeout: 10 * time.Second, Logger: hclogFor(logger, "raft-net"),
 		ServerAddressProvider: addrs,
-	})
+	})}
 
 	rc := raft.DefaultConfig()
 	rc.LocalID = raft.ServerID(cfg.ID)
@@ -366,6 +366,9 @@ func (s *Server) closeAll(leaveGossip bool) error {
 		errs = append(errs, s.raft.Shutdown().Error())
 	}
 	if s.transport != nil {
+		// Before the store closes: a heartbeat under way may still save
+		// a term (heartbeat_gate.go).
+		s.transport.fence()
 		errs = append(errs, s.transport.Close())
 	}
 	if s.store != nil {
