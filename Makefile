@@ -151,8 +151,8 @@ jepsen-deps: ## install what the jepsen-like tests need (iproute2, iptables) whe
 	@command -v ip >/dev/null && command -v iptables-restore >/dev/null || \
 		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq iproute2 iptables)
 
-jepsen-quick: jepsen-deps ## jepsen-like tests: every nemesis once, fail-open, the window and concurrency workloads (issue 16), clocks beyond rho and the negative controls, two runs at once (root, ~7 min)
-	$(GO) test -tags jepsen -count=1 -v -timeout 30m ./jepsen-like-tests -run 'TestQuick|TestFailOpen|TestClockBeyondRho|TestNegativeControls|TestCheckWindows|TestCheckCalendar|TestCheckInFlight|TestGrantCheckReleases|TestReadGrants|TestSweep|TestWindows$$|TestWindowNegativeControl$$|TestDailyWindow$$|TestDailyWindowNegativeControl$$|TestConcurrencyQuick$$'
+jepsen-quick: jepsen-deps ## jepsen-like tests: every nemesis once, fail-open, the window and concurrency workloads (issue 16), the tenants workload (one tenant spraying keys), clocks beyond rho and the negative controls, two runs at once (root, ~7 min)
+	$(GO) test -tags jepsen -count=1 -v -timeout 30m ./jepsen-like-tests -run 'TestQuick|TestFailOpen|TestClockBeyondRho|TestNegativeControls|TestCheckWindows|TestCheckCalendar|TestCheckInFlight|TestGrantCheckReleases|TestReadGrants|TestSweep|TestWindows$$|TestWindowNegativeControl$$|TestDailyWindow$$|TestDailyWindowNegativeControl$$|TestConcurrencyQuick$$|TestTenantSpray$$|TestTenantSprayNegativeControl$$'
 
 jepsen: jepsen-deps ## the window and concurrency workloads and their controls (~5 min), then a long randomized run: make jepsen SEED=42 DURATION=10m (reports in /tmp/ration-jepsen)
 	SEED=$(SEED) DURATION=$(DURATION) $(GO) test -tags jepsen -count=1 -v -timeout 0 ./jepsen-like-tests -run 'TestWindows$$|TestWindowNegativeControl$$|TestDailyWindow$$|TestDailyWindowNegativeControl$$|TestConcurrency$$|TestConcurrencyNegativeControl$$|TestLong'

@@ -41,6 +41,15 @@
 //	                       flight at every instant ≤ N + E, E the
 //	                       history's bound on ε_over), slot liveness and
 //	                       the slot demand-swing nemesis
+//	tenants.go             the tenants workload: one tenant (acme)
+//	                       spraying distinct routes of a policy keyed
+//	                       [tenant, route] while every other replica, its
+//	                       own tenant, runs at more than its quota; the
+//	                       tenant-share checker (each other tenant admits
+//	                       ≥ 90% of r·(T − renew_after) + B) and the
+//	                       spray-keys checker (acme never holds more than
+//	                       max_keys_per_value keys in the leader's lease
+//	                       listing)
 //	replica/               the client replica program (--routes: per-route
 //	                       limiters of one budget; --edge: an edge's
 //	                       driver, each decision a Check call;
@@ -156,7 +165,7 @@
 //
 // # Running
 //
-//	make jepsen-quick                  every nemesis once, the window and concurrency workloads (short), plus the runs that must be caught
+//	make jepsen-quick                  every nemesis once, the window, concurrency and tenants workloads (short), plus the runs that must be caught
 //	make jepsen SEED=42 DURATION=10m   the window and concurrency workloads and their controls, then a long randomized run
 //	make jepsen-windows                the window workloads (TestWindows, TestDailyWindow) and their controls
 //	make jepsen-concurrency            the concurrency workload (TestConcurrency) and its control (TestConcurrencyNegativeControl)

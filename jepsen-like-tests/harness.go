@@ -54,9 +54,21 @@ type PolicySpec struct {
 	// unused.
 	Slots       int64
 	MaxDuration time.Duration
+	// Key is the policy's key attributes, a YAML flow list ("":
+	// "[tenant]"). MaxKeys and MaxKeysPerValue, if > 0, are a
+	// token-bucket policy's max_keys and max_keys_per_value
+	// (docs/policy.md#max_keys_per_value-token-bucket; the tenants
+	// workload, tenants.go).
+	Key                      string
+	MaxKeys, MaxKeysPerValue int64
 }
 
-func (p PolicySpec) yaml() string { return p.yamlKeyed("[tenant]") }
+func (p PolicySpec) yaml() string {
+	if p.Key != "" {
+		return p.yamlKeyed(p.Key)
+	}
+	return p.yamlKeyed("[tenant]")
+}
 
 // yamlKeyed is the policy with key attributes key (a YAML flow list); the
 // re-key nemesis applies it with "[]".
@@ -77,7 +89,20 @@ func (p PolicySpec) yamlKeyed(key string) string {
     lease:
       duration: %s
       renew_after: %s
-%s`, p.Rate, p.Burst, key, p.Lease, p.RenewAfter, p.failure())
+%s%s`, p.Rate, p.Burst, key, p.Lease, p.RenewAfter, p.failure(), p.keyBounds())
+}
+
+// keyBounds is a token-bucket policy's max_keys and max_keys_per_value
+// lines, those set.
+func (p PolicySpec) keyBounds() string {
+	s := ""
+	if p.MaxKeys > 0 {
+		s += fmt.Sprintf("    max_keys: %d\n", p.MaxKeys)
+	}
+	if p.MaxKeysPerValue > 0 {
+		s += fmt.Sprintf("    max_keys_per_value: %d\n", p.MaxKeysPerValue)
+	}
+	return s
 }
 
 func (p PolicySpec) failure() string {
@@ -132,8 +157,9 @@ type RunConfig struct {
 	DelayedReplica string
 	ResponseDelay  time.Duration
 	// Routes > 0: every replica offers its load over that many keys, its
-	// tenant plus route=r1 … (an attribute the policy ignores): per-route
-	// limiters of one budget (replica --routes).
+	// tenant plus route=r1 … (an attribute the policy ignores unless
+	// PolicySpec.Key names it): per-route limiters of one budget (replica
+	// --routes).
 	Routes int
 	// SlotWorkers > 0 (with a Slots policy): every replica runs that many
 	// workers of the concurrency workload (replica --slot-workers), each
@@ -152,6 +178,10 @@ type RunConfig struct {
 	// windows take window time from the leader's wall clock, so a run can
 	// put a calendar day's end where it wants it (TestDailyWindow).
 	WallStart time.Time
+	// Spray, if set, is the tenants workload (tenants.go): every replica
+	// has its own tenant, and newEnv starts none of them (the workload
+	// starts the sprayer, then the others).
+	Spray *Spray
 }
 
 // offeredTokensPerSec is the mean offered load.
@@ -329,8 +359,10 @@ func newEnv(t testing.TB, cfg RunConfig) *Env {
 			e.proxied[cfg.DelayedReplica] = append(e.proxied[cfg.DelayedReplica], p)
 		}
 	}
-	for i, r := range cfg.Replicas {
-		e.startReplica(r, int64(i+1))
+	if cfg.Spray == nil {
+		for i, r := range cfg.Replicas {
+			e.startReplica(r, int64(i+1))
+		}
 	}
 	for i, ed := range cfg.Edges {
 		e.startEdge(ed)
@@ -411,15 +443,23 @@ func (e *Env) startReplica(name string, seed int64) {
 		}
 		servers = strings.Join(a, ",")
 	}
+	key, rate, routes := "tenant=t1", e.cfg.RatePerReplica, e.cfg.Routes
+	if sp := e.cfg.Spray; sp != nil {
+		// Its own tenant, on one route (the policy keys on both).
+		key, routes = fmt.Sprintf("tenant=t%d", seed), 1
+		if name == sp.Replica {
+			key, rate, routes = "tenant="+sprayTenant, sp.Rate, sp.Routes
+		}
+	}
 	args := []string{
-		"--servers", servers, "--id", name, "--policy", "jepsen", "--key", "tenant=t1",
-		"--rate", fmt.Sprint(e.cfg.RatePerReplica), "--cost-mix", e.cfg.CostMix,
+		"--servers", servers, "--id", name, "--policy", "jepsen", "--key", key,
+		"--rate", fmt.Sprint(rate), "--cost-mix", e.cfg.CostMix,
 		"--duration", "1h", "--dir", e.dir, "--seed", fmt.Sprint(e.cfg.Seed*100 + seed),
 		"--rate-file", filepath.Join(e.dir, "rate-"+name),
 		"--clock-control", filepath.Join(e.dir, "clock-"+name),
 	}
-	if e.cfg.Routes > 0 {
-		args = append(args, "--routes", fmt.Sprint(e.cfg.Routes))
+	if routes > 0 {
+		args = append(args, "--routes", fmt.Sprint(routes))
 	}
 	if e.cfg.SlotWorkers > 0 {
 		args = append(args, "--slot-workers", fmt.Sprint(e.cfg.SlotWorkers), "--slot-hold", e.cfg.SlotHold)

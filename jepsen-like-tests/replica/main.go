@@ -6,7 +6,9 @@
 // it offers the load over N limiters whose keys add route=r1 … rN to --key,
 // an attribute the policy ignores (per-route limiters on a per-tenant
 // budget, as httplimit's per-route layers make them): one budget, one lease
-// holder on the cluster, N keys in the application.
+// holder on the cluster, N keys in the application. Under a policy keyed
+// [tenant, route] (the tenants workload's) each route is a budget of its
+// own, and N routes are N keys at the cluster.
 //
 // It writes three CSV files, flushed every 20ms and on exit:
 //
@@ -130,7 +132,7 @@ func run(args []string, stderr io.Writer) int {
 	fs.Float64Var(&o.rate, "rate", 100, "offered requests per second")
 	fs.DurationVar(&o.duration, "duration", time.Minute, "stop offering after this long (SIGTERM stops earlier)")
 	fs.Uint64Var(&o.seed, "seed", 1, "PRNG seed for the cost draws")
-	fs.IntVar(&o.routes, "routes", 0, "offer the load over N keys, --key plus route=r1 … route=rN, each request on one drawn at random (the policy keys on --key's attributes only, so they are one budget); 0: --key alone")
+	fs.IntVar(&o.routes, "routes", 0, "offer the load over N keys, --key plus route=r1 … route=rN, each request on one drawn at random (one budget if the policy keys on --key's attributes only; N keys at the cluster if it keys on route too); 0: --key alone")
 	fs.StringVar(&o.tls.CA, "tls-ca-file", "", "PEM `FILE` of the CA that signs the peer's certificate; turns on TLS")
 	fs.StringVar(&o.tls.Cert, "tls-cert-file", "", "PEM `FILE` of this process's client certificate (mutual TLS)")
 	fs.StringVar(&o.tls.Key, "tls-key-file", "", "PEM `FILE` of its private key")
