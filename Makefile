@@ -36,8 +36,12 @@ demo: build ## the main job: a local 3-node cluster; 4 replicas offer 3x a quota
 	scripts/demo.sh
 
 # make test runs the negative controls that need -tags ration_faults by
-# name (in the client, fsm and coordinator packages and cmd/rationctl,
-# their *_faults_test.go files).
+# name (in the client and coordinator packages and cmd/rationctl, their
+# *_faults_test.go files), and lease and fsm whole under the tag: a
+# normal build compiles their broken variants out (fault.go: faultsBuilt),
+# so their controls (*_faults_test.go, and the control cases of tests
+# that also check the rule) run only there; about 90 s on a loaded 2-core
+# machine.
 # make test: the tests that call t.Parallel (the client package's long
 # real-cluster runs, each with its own cluster; jepsen-quick's runs, each
 # with its own namespaces) run GOMAXPROCS at once, go test's default. Four
@@ -53,7 +57,7 @@ test: ## everything CI runs: vet, every test (property tests, negative controls,
 	$(GO) test -count=1 -tags ration_faults -run NegativeControl ./client/httplimit ./client/grpclimit
 	$(GO) test -count=1 -tags ration_faults -run 'TestSlotsLoweredCountWaitsForDrainNegativeControl|TestSlotsAcrossRestoreNegativeControl|TestSlotsAcrossReapplyNegativeControl|TestEdgeRouteSwitchNegativeControl|TestPolicyChangeNegativeControl|TestWindowRestoreAfterElectionsNegativeControl|TestWindowDefinitionRoundTripNegativeControl' ./client
 	$(GO) test -count=1 -tags ration_faults -run TestSnapshotSaveNegativeControl ./cmd/rationctl
-	$(GO) test -count=1 -tags ration_faults -run TestKeyQuotaFaultNegativeControl ./fsm
+	$(GO) test -count=1 -tags ration_faults ./lease ./fsm
 	$(MAKE) fuzz-quick
 	$(MAKE) jepsen-quick
 

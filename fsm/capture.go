@@ -68,7 +68,7 @@ func (s *state) capture(f *FSM) *capture {
 	cp.header = &api.Snapshot{ClusterTimeNanos: s.clusterTime, AppliedDigest: append([]byte(nil), s.digest...), Features: s.features,
 		RestoreHoldUntilNanos: s.restoreHoldUntil, LeaseIdGeneration: s.idGeneration, AclBootstrapped: s.aclBootstrapped}
 	for _, id := range sortedKeys(s.aclTokens) {
-		if s.fault == faultSnapshotDropsTokens {
+		if s.has(faultSnapshotDropsTokens) {
 			break
 		}
 		cp.tokens = append(cp.tokens, TokenToProto(s.aclTokens[id]))

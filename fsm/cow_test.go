@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
-	"flag"
 	"fmt"
 	"strconv"
 	"testing"
@@ -12,7 +11,6 @@ import (
 	"github.com/hashicorp/raft"
 	"github.com/ration-dev/ration/api"
 	"github.com/ration-dev/ration/internal/acl"
-	"github.com/ration-dev/ration/internal/rapidcontrol"
 	"google.golang.org/protobuf/proto"
 	"pgregory.net/rapid"
 )
@@ -402,22 +400,6 @@ func TestSnapshotIsPointInTime(t *testing.T) {
 	if cov.renewed == 0 || cov.clones == 0 || cov.shardCopies == 0 || cov.captures == 0 {
 		t.Fatalf("the histories never reached part of the copy-on-write: %+v", *cov)
 	}
-}
-
-// TestSnapshotCopyOnWriteNegativeControl: a renewal that changes its
-// ledger in place (skipping state.mut) must be caught by the same check.
-func TestSnapshotCopyOnWriteNegativeControl(t *testing.T) {
-	for name, v := range map[string]string{"rapid.nofailfile": "true", "rapid.checks": "2000", "rapid.shrinktime": "1ms"} {
-		fl := flag.Lookup(name)
-		old := fl.Value.String()
-		if err := flag.Set(name, v); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = flag.Set(name, old) })
-	}
-	rapidcontrol.ExpectCaught(t, "a renewal that skips the copy-on-write", "is not the state at its capture", func(rt *rapid.T) {
-		runPointInTime(rt, t, faultRenewSkipsCopy, nil)
-	})
 }
 
 // TestSnapshotPersistConcurrentWithApply: Persist runs on its own

@@ -12,3 +12,10 @@ import (
 func TestFaultNumbersRegistered(t *testing.T) {
 	faultstest.AllRegistered[fault](t, "fault")
 }
+
+// TestFaultChecksCompileOut: every fault check of this package's
+// production files is guarded by faultsBuilt (fault.go: has), so that a
+// build without -tags ration_faults carries no broken branch.
+func TestFaultChecksCompileOut(t *testing.T) {
+	faultstest.AllGuarded(t)
+}

@@ -814,7 +814,7 @@ func (s *state) renewKey(t int64, c *api.Caller, k *api.RenewKey) *api.KeyLease 
 		return &api.KeyLease{Error: keyError(err)}
 	}
 	l := kl.ledger // the negative control changes it in place
-	if s.fault != faultRenewSkipsCopy {
+	if !s.has(faultRenewSkipsCopy) {
 		l = s.mut(kl)
 	}
 	g, err := l.Renew(t, lease.RenewRequest{
@@ -866,7 +866,7 @@ func (s *state) release(t int64, req *api.ReleaseRequest) (*api.ReleaseResponse,
 				ClientID: c.GetClientId(), Incarnation: c.GetIncarnation(),
 				LeaseID: lease.LeaseID(k.GetLeaseId()), UnspentMilli: k.GetUnspentMilli(),
 			})
-			if s.fault != faultIndexSkipsRelease {
+			if !s.has(faultIndexSkipsRelease) {
 				s.touch(kl)
 			}
 			r.CreditedMilli = rr.CreditedMilli

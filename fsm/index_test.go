@@ -3,7 +3,6 @@ package fsm
 import (
 	"bytes"
 	"cmp"
-	"flag"
 	"fmt"
 	"maps"
 	"slices"
@@ -13,7 +12,6 @@ import (
 	"github.com/hashicorp/raft"
 	"github.com/ration-dev/ration/api"
 	"github.com/ration-dev/ration/internal/policy"
-	"github.com/ration-dev/ration/internal/rapidcontrol"
 	"google.golang.org/protobuf/proto"
 	"pgregory.net/rapid"
 )
@@ -446,22 +444,6 @@ func TestIndexMatchesRebuildAndScan(t *testing.T) {
 	if cov.expired == 0 || cov.collected == 0 || cov.revoked == 0 || cov.retiredKeys == 0 || cov.floors == 0 || cov.dropped == 0 {
 		t.Fatalf("the histories never reached part of what the indexes cover: %+v", *cov)
 	}
-}
-
-// TestIndexNegativeControl: a build whose release forgets to update the
-// indexes must be caught by the same property.
-func TestIndexNegativeControl(t *testing.T) {
-	for name, v := range map[string]string{"rapid.nofailfile": "true", "rapid.checks": "2000", "rapid.shrinktime": "1ms"} {
-		fl := flag.Lookup(name)
-		old := fl.Value.String()
-		if err := flag.Set(name, v); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = flag.Set(name, old) })
-	}
-	rapidcontrol.ExpectCaught(t, "a release that skips the indexes", "stale index", func(rt *rapid.T) {
-		runIndexProperty(rt, t, faultIndexSkipsRelease, nil)
-	})
 }
 
 // With FeatureIndexedExpiry off (a voter predates it), an expire with

@@ -75,7 +75,7 @@ func (s *state) checkRoom(p policy.Policy, ck string) error {
 	if int64(s.keys[p.Name].Len()) >= p.MaxKeys {
 		return fmt.Errorf("%w: policy %q already tracks max_keys=%d keys", rpcerr.ErrResourceExhausted, p.Name, p.MaxKeys)
 	}
-	if !s.keyQuotaOn() || s.fault == faultKeyQuotaIgnored {
+	if !s.keyQuotaOn() || s.has(faultKeyQuotaIgnored) {
 		return nil
 	}
 	g, ok := keyGroup(ck)
@@ -106,13 +106,13 @@ func (s *state) collectFresh(t int64) {
 	}
 	var back []*dueItem
 	res := &Result{}
-	for n := 0; n < collectScan && len(s.idx.due) > 0 && (s.idx.due[0].due <= t || s.fault == faultCollectOwing); n++ {
+	for n := 0; n < collectScan && len(s.idx.due) > 0 && (s.idx.due[0].due <= t || s.has(faultCollectOwing)); n++ {
 		it := heap.Pop(&s.idx.due).(*dueItem)
 		if it.kind != dueLive || it.kl.ledger.LeaseCount() > 0 {
 			back = append(back, it)
 			continue
 		}
-		if s.fault == faultCollectOwing {
+		if s.has(faultCollectOwing) {
 			s.dropLive(it.kl)
 			continue
 		}

@@ -24,3 +24,22 @@ func TestKeyQuotaFaultNegativeControl(t *testing.T) {
 		runKeyQuota(rt, t, faultNone)
 	})
 }
+
+// TestCollectOwingNegativeControl: collecting, before a refusal, keys
+// whose buckets are not full again (a new key there would start full:
+// tokens minted twice) must be caught.
+func TestCollectOwingNegativeControl(t *testing.T) {
+	setRapidFlags(t, "2000")
+	rapidcontrol.ExpectCaught(t, "a collection of keys that owe tokens", "whose bucket is not full again", func(rt *rapid.T) {
+		runKeyQuota(rt, t, faultCollectOwing)
+	})
+}
+
+// TestKeyQuotaNegativeControl: the rule before key quotas (a new key
+// refused only at max_keys) must be caught.
+func TestKeyQuotaNegativeControl(t *testing.T) {
+	setRapidFlags(t, "2000")
+	rapidcontrol.ExpectCaught(t, "a state machine without key quotas", "key quota broken", func(rt *rapid.T) {
+		runKeyQuota(rt, t, faultKeyQuotaIgnored)
+	})
+}

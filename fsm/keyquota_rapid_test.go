@@ -8,7 +8,6 @@ import (
 	"testing"
 
 	"github.com/ration-dev/ration/api"
-	"github.com/ration-dev/ration/internal/rapidcontrol"
 	"pgregory.net/rapid"
 )
 
@@ -205,23 +204,4 @@ func setRapidFlags(t *testing.T, checks string) {
 		}
 		t.Cleanup(func() { _ = flag.Set(name, old) })
 	}
-}
-
-// TestCollectOwingNegativeControl: collecting, before a refusal, keys
-// whose buckets are not full again (a new key there would start full:
-// tokens minted twice) must be caught.
-func TestCollectOwingNegativeControl(t *testing.T) {
-	setRapidFlags(t, "2000")
-	rapidcontrol.ExpectCaught(t, "a collection of keys that owe tokens", "whose bucket is not full again", func(rt *rapid.T) {
-		runKeyQuota(rt, t, faultCollectOwing)
-	})
-}
-
-// TestKeyQuotaNegativeControl: the rule before key quotas (a new key
-// refused only at max_keys) must be caught.
-func TestKeyQuotaNegativeControl(t *testing.T) {
-	setRapidFlags(t, "2000")
-	rapidcontrol.ExpectCaught(t, "a state machine without key quotas", "key quota broken", func(rt *rapid.T) {
-		runKeyQuota(rt, t, faultKeyQuotaIgnored)
-	})
 }

@@ -273,5 +273,5 @@ func liveLeases(keys *ledgerMap) (n int, until int64) {
 // server that predates it applies the old rule), and in the negative
 // control that restores that rule.
 func (s *state) forgetRetired() bool {
-	return s.fault == faultForgetRetired || s.features&FeatureRetire == 0
+	return s.has(faultForgetRetired) || s.features&FeatureRetire == 0
 }

@@ -32,7 +32,9 @@ const FeatureConcurrency uint64 = 1 << 8
 // faultSlotSnapshotDropsKeys: snapshots leave out the slot keys, so a
 // restarted or caught-up server forgets every held slot (the fsm slot
 // tests' negative control). Outside fault.go's sequence.
-var faultSlotSnapshotDropsKeys = registerFault(fault(0x50), "faultSlotSnapshotDropsKeys")
+const faultSlotSnapshotDropsKeys fault = 0x50
+
+var _ = registerFault(faultSlotSnapshotDropsKeys, "faultSlotSnapshotDropsKeys")
 
 // frameSlots is a snapshot frame of one slot key (api.SlotFrame). Older
 // servers refuse the frame kind (and the switch).
@@ -350,7 +352,7 @@ func slotShareOf(v *api.SlotShareSnapshot) lease.SlotShare {
 // under the lock at a capture (the slot keys are not in the copy-on-write
 // maps).
 func (s *state) exportSlots() []*api.SlotFrame {
-	if s.fault == faultSlotSnapshotDropsKeys {
+	if s.has(faultSlotSnapshotDropsKeys) {
 		return nil
 	}
 	var out []*api.SlotFrame

@@ -2,13 +2,11 @@ package fsm
 
 import (
 	"bytes"
-	"flag"
 	"strings"
 	"testing"
 
 	"github.com/ration-dev/ration/api"
 	"github.com/ration-dev/ration/internal/policy"
-	"github.com/ration-dev/ration/internal/rapidcontrol"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/proto"
 	"pgregory.net/rapid"
@@ -111,7 +109,7 @@ func TestSlotsWaitForTheirSwitch(t *testing.T) {
 // hashes; a snapshot with slot keys but not the switch is refused; an
 // operator's restore holds every slot for a lease duration.
 func TestSlotsSurviveSnapshotAndRestore(t *testing.T) {
-	for _, broken := range []bool{false, true} {
+	for _, broken := range controls(false, true) {
 		h := slotsOnHarness(t, 0, "4")
 		if broken {
 			h.f.st.fault = faultSlotSnapshotDropsKeys
@@ -327,16 +325,4 @@ func slotHistories(t *testing.T, broken fault) func(*rapid.T) {
 
 func TestSlotRandomHistories(t *testing.T) {
 	rapid.Check(t, slotHistories(t, faultNone))
-}
-
-func TestSlotRandomHistoriesNegativeControl(t *testing.T) {
-	for name, v := range map[string]string{"rapid.nofailfile": "true", "rapid.shrinktime": "1ms"} {
-		fl := flag.Lookup(name)
-		old := fl.Value.String()
-		if err := flag.Set(name, v); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = flag.Set(name, old) })
-	}
-	rapidcontrol.ExpectCaught(t, "snapshots that drop slot keys", "more than the limit", slotHistories(t, faultSlotSnapshotDropsKeys))
 }

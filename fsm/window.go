@@ -48,33 +48,47 @@ const FeatureWindowSpent uint64 = 1 << 11
 // faultWindowSnapshotDropsKeys: snapshots leave out the window keys, so a
 // restarted or caught-up server starts every window count afresh (the
 // fsm window tests' negative control). Outside fault.go's sequence.
-var faultWindowSnapshotDropsKeys = registerFault(fault(0x40), "faultWindowSnapshotDropsKeys")
+const faultWindowSnapshotDropsKeys fault = 0x40
+
+var _ = registerFault(faultWindowSnapshotDropsKeys, "faultWindowSnapshotDropsKeys")
 
 // faultWindowClockBackward: a re-sync also moves window time back (the
 // never-backward rule's negative control). Outside fault.go's sequence.
-var faultWindowClockBackward = registerFault(fault(0x41), "faultWindowClockBackward")
+const faultWindowClockBackward fault = 0x41
+
+var _ = registerFault(faultWindowClockBackward, "faultWindowClockBackward")
 
 // faultWindowIndexSkipsRelease: a window release does not re-index its
 // key (the window index's differential test's negative control).
-var faultWindowIndexSkipsRelease = registerFault(fault(0x42), "faultWindowIndexSkipsRelease")
+const faultWindowIndexSkipsRelease fault = 0x42
+
+var _ = registerFault(faultWindowIndexSkipsRelease, "faultWindowIndexSkipsRelease")
 
 // faultWindowSnapshotDropsSlew: snapshots leave out the slew in
 // progress (the slew's snapshot test's negative control).
-var faultWindowSnapshotDropsSlew = registerFault(fault(0x43), "faultWindowSnapshotDropsSlew")
+const faultWindowSnapshotDropsSlew fault = 0x43
+
+var _ = registerFault(faultWindowSnapshotDropsSlew, "faultWindowSnapshotDropsSlew")
 
 // faultWindowIndexSkipsHolder: the holder index keeps a key's first
 // holders only (the revoke index's differential test's negative control).
-var faultWindowIndexSkipsHolder = registerFault(fault(0x44), "faultWindowIndexSkipsHolder")
+const faultWindowIndexSkipsHolder fault = 0x44
+
+var _ = registerFault(faultWindowIndexSkipsHolder, "faultWindowIndexSkipsHolder")
 
 // faultWindowRestoreSnapshotClock: a restore takes the snapshot's window
 // clock as it is, so window time goes back by the re-syncs since the
 // snapshot (the restore rule's negative control, the old behaviour).
-var faultWindowRestoreSnapshotClock = registerFault(fault(0x45), "faultWindowRestoreSnapshotClock")
+const faultWindowRestoreSnapshotClock fault = 0x45
+
+var _ = registerFault(faultWindowRestoreSnapshotClock, "faultWindowRestoreSnapshotClock")
 
 // faultWindowForgetSpent: a change of a window key's definition forgets
 // the count of the window it leaves, as with FeatureWindowSpent off (the
 // rule's negative control, the old behaviour).
-var faultWindowForgetSpent = registerFault(fault(0x46), "faultWindowForgetSpent")
+const faultWindowForgetSpent fault = 0x46
+
+var _ = registerFault(faultWindowForgetSpent, "faultWindowForgetSpent")
 
 // frameWindow is a snapshot frame of window state (api.WindowFrame).
 // Older servers refuse the frame kind (and the switch).
@@ -183,8 +197,8 @@ func (s *state) windowClock(t, wall int64, slew bool, maxStep int64) (*Result, e
 	}
 	c := s.windowClockAt()
 	w := c.At(t)
-	if wall <= w || s.fault == faultWindowClockBackward {
-		if s.fault == faultWindowClockBackward {
+	if wall <= w || s.has(faultWindowClockBackward) {
+		if s.has(faultWindowClockBackward) {
 			s.win.epochOffset = wall - t
 			s.rebuildWindowIndex()
 			return &Result{}, nil
@@ -311,7 +325,7 @@ func (s *state) windowLedger(t int64, p policy.Policy, k *api.Key, create bool) 
 		return "", nil, fmt.Errorf("policy %q: %w", p.Name, err)
 	}
 	cfg, err := windowConfig(p)
-	cfg.KeepSpent = s.features&FeatureWindowSpent != 0 && s.fault != faultWindowForgetSpent
+	cfg.KeepSpent = s.features&FeatureWindowSpent != 0 && !s.has(faultWindowForgetSpent)
 	if err != nil {
 		return ck, nil, fmt.Errorf("policy %q: %w", p.Name, err)
 	}
@@ -500,7 +514,7 @@ func (s *state) windowRelease(t int64, c *api.Caller, k *api.ReleaseKey) (*api.R
 	}
 	r := &api.ReleaseResult{}
 	ck, l, err := s.windowLedger(t, p, k.GetKey(), false)
-	if err == nil && s.fault != faultWindowIndexSkipsRelease {
+	if err == nil && !s.has(faultWindowIndexSkipsRelease) {
 		defer s.windowTouch(p.Name, ck, l)
 		unspent := k.GetUnspentMilli()
 		if unspent < 0 || unspent > lease.MaxCapacityMilli {
@@ -627,7 +641,7 @@ func (s *state) windowsPrepareRestore(base RestoreBase, snapTime int64) {
 		return
 	}
 	t, step := s.clusterTime, int64(0)
-	if base.winSet && s.fault != faultWindowRestoreSnapshotClock && base.fault != faultWindowRestoreSnapshotClock {
+	if base.winSet && !s.has(faultWindowRestoreSnapshotClock) && !base.has(faultWindowRestoreSnapshotClock) {
 		floor, slewed := int64(math.MinInt64), int64(0)
 		if s.win.epochSet {
 			c := s.windowClockAt()
@@ -668,11 +682,11 @@ func (s *state) exportWindows() []*api.WindowFrame {
 	}
 	out := []*api.WindowFrame{{EpochOffsetNanos: s.win.epochOffset, EpochSet: s.win.epochSet, ExhaustThroughNanos: s.win.exhaustThrough,
 		SlewStartNanos: s.win.slewStart, SlewNanos: s.win.slewNanos, SlewedNanos: s.win.slewed}}
-	if s.fault == faultWindowSnapshotDropsSlew {
+	if s.has(faultWindowSnapshotDropsSlew) {
 		out[0].SlewStartNanos, out[0].SlewNanos, out[0].SlewedNanos = 0, 0, 0
 	}
 	for _, pn := range sortedKeys(s.win.keys) {
-		if s.fault == faultWindowSnapshotDropsKeys {
+		if s.has(faultWindowSnapshotDropsKeys) {
 			break
 		}
 		for _, ck := range sortedKeys(s.win.keys[pn]) {

@@ -2,13 +2,11 @@ package fsm
 
 import (
 	"bytes"
-	"flag"
 	"strings"
 	"testing"
 
 	"github.com/ration-dev/ration/api"
 	"github.com/ration-dev/ration/internal/policy"
-	"github.com/ration-dev/ration/internal/rapidcontrol"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/proto"
 	"pgregory.net/rapid"
@@ -108,7 +106,7 @@ func TestWindowsWaitForTheirSwitch(t *testing.T) {
 // snapshot (a restarted server grants no more than one that did not), and
 // re-applying the policy with a lower or higher limit mid-window keeps it.
 func TestWindowCountSurvivesSnapshotAndPolicyChange(t *testing.T) {
-	for _, broken := range []bool{false, true} {
+	for _, broken := range controls(false, true) {
 		h := windowsOnHarness(t, 0)
 		if broken {
 			h.f.st.fault = faultWindowSnapshotDropsKeys
@@ -318,25 +316,4 @@ func windowHistories(t *testing.T, broken fault) func(*rapid.T) {
 
 func TestWindowRandomHistories(t *testing.T) {
 	rapid.Check(t, windowHistories(t, faultNone))
-}
-
-func TestWindowRandomHistoriesNegativeControl(t *testing.T) {
-	for name, v := range map[string]string{"rapid.nofailfile": "true", "rapid.shrinktime": "1ms", "rapid.checks": "100"} {
-		fl := flag.Lookup(name)
-		old := fl.Value.String()
-		if err := flag.Set(name, v); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = flag.Set(name, old) })
-	}
-	rapidcontrol.ExpectCaught(t, "snapshots that drop window keys", "more than its limit", windowHistories(t, faultWindowSnapshotDropsKeys))
-	// A restore that takes the snapshot's window clock (the rule before)
-	// moves window time back by the re-syncs since the snapshot.
-	rapidcontrol.ExpectCaught(t, "a restore that takes the snapshot's window clock", "window time went back", windowHistories(t, faultWindowRestoreSnapshotClock))
-	// A definition change that forgets the count of the window it leaves
-	// (the rule before FeatureWindowSpent) grants it a second count.
-	if err := flag.Set("rapid.checks", "10000"); err != nil {
-		t.Fatal(err)
-	}
-	rapidcontrol.ExpectCaught(t, "a definition change that forgets the window it leaves", "more than its limit", windowHistories(t, faultWindowForgetSpent))
 }

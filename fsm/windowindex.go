@@ -130,7 +130,7 @@ func (s *state) windowTouch(name, key string, l *lease.WindowLedger) {
 // windowIndexHolders records that it's ledger's chunks are held by
 // clients (sorted), replacing what it recorded before.
 func (s *state) windowIndexHolders(it *windowDueItem, clients []string) {
-	if s.fault == faultWindowIndexSkipsHolder && len(it.clients) > 0 {
+	if s.has(faultWindowIndexSkipsHolder) && len(it.clients) > 0 {
 		return // the control: holders added later are not indexed
 	}
 	if slices.Equal(it.clients, clients) {

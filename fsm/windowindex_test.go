@@ -2,13 +2,11 @@ package fsm
 
 import (
 	"bytes"
-	"flag"
 	"fmt"
 	"math"
 	"testing"
 
 	"github.com/ration-dev/ration/api"
-	"github.com/ration-dev/ration/internal/rapidcontrol"
 	"pgregory.net/rapid"
 )
 
@@ -127,18 +125,6 @@ func TestWindowIndexMatchesScan(t *testing.T) {
 	rapid.Check(t, windowIndexHistories(t, faultNone))
 }
 
-func TestWindowIndexNegativeControl(t *testing.T) {
-	for name, v := range map[string]string{"rapid.nofailfile": "true", "rapid.shrinktime": "1ms", "rapid.checks": "2000"} {
-		fl := flag.Lookup(name)
-		old := fl.Value.String()
-		if err := flag.Set(name, v); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = flag.Set(name, old) })
-	}
-	rapidcontrol.ExpectCaught(t, "a release that does not re-index", "differ", windowIndexHistories(t, faultWindowIndexSkipsRelease))
-}
-
 // BenchmarkWindowExpire: an expire entry when nothing is due, with n live
 // window keys, through the index and through the scan it replaced.
 func BenchmarkWindowExpire(b *testing.B) {
@@ -167,22 +153,6 @@ func BenchmarkWindowExpire(b *testing.B) {
 			})
 		}
 	}
-}
-
-// TestWindowRevokeIndexNegativeControl: the same differential histories
-// (new incarnations revoke through the holder index on one FSM, by a scan
-// of every window key on the other) catch a holder index that keeps only
-// a key's first holders.
-func TestWindowRevokeIndexNegativeControl(t *testing.T) {
-	for name, v := range map[string]string{"rapid.nofailfile": "true", "rapid.shrinktime": "1ms", "rapid.checks": "2000"} {
-		fl := flag.Lookup(name)
-		old := fl.Value.String()
-		if err := flag.Set(name, v); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = flag.Set(name, old) })
-	}
-	rapidcontrol.ExpectCaught(t, "a holder index that misses later holders", "differ", windowIndexHistories(t, faultWindowIndexSkipsHolder))
 }
 
 // TestWindowRevokeVisitsOnlyHolders: a new incarnation's revoke visits

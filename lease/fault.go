@@ -4,7 +4,10 @@ import "github.com/ration-dev/ration/internal/faults"
 
 // Fault names a deliberately broken ledger behaviour. Faults exist only so
 // that negative-control tests can prove the quota checkers catch real bugs;
-// nothing outside tests and fault-suite builds may set one.
+// nothing outside tests and fault-suite builds may set one. Every check of
+// one goes through has (broken for SlotClient), which a normal build
+// (faultsBuilt false) compiles out: the control tests are
+// *_faults_test.go, run under -tags ration_faults.
 type Fault uint8
 
 const (
@@ -94,6 +97,24 @@ var _ = []any{
 func registerFault[T Fault | WindowFault | SlotFault | SlotClientFault](n T, name string) T {
 	return faults.Number(n, name)
 }
+
+// has reports whether the ledger runs broken variant f. In a normal build
+// (faultsBuilt false) it is the constant false, so the compiler removes
+// every broken branch from the protocol's rules: no fault can run in a
+// production binary, whatever the field holds.
+func (l *Ledger) has(f Fault) bool { return faultsBuilt && l.fault == f }
+
+// has reports whether the slot ledger runs broken variant f (always false
+// in a normal build, like Ledger.has).
+func (l *SlotLedger) has(f SlotFault) bool { return faultsBuilt && l.fault == f }
+
+// has reports whether the window ledger runs broken variant f (always
+// false in a normal build, like Ledger.has).
+func (l *WindowLedger) has(f WindowFault) bool { return faultsBuilt && l.fault == f }
+
+// broken reports whether the slot client runs broken rule f (always false in
+// a normal build, like Ledger.has).
+func (c *SlotClient) broken(f SlotClientFault) bool { return faultsBuilt && c.fault == f }
 
 // injectFault switches a ledger to a broken variant. It is unexported on
 // purpose: tests in this package call it, and the fault-suite build exposes

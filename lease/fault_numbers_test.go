@@ -15,3 +15,10 @@ func TestFaultNumbersRegistered(t *testing.T) {
 	faultstest.AllRegistered[SlotFault](t, "SlotFault")
 	faultstest.AllRegistered[SlotClientFault](t, "SlotClientFault")
 }
+
+// TestFaultChecksCompileOut: every fault check of this package's
+// production files is guarded by faultsBuilt (fault.go: has), so that a
+// build without -tags ration_faults carries no broken branch.
+func TestFaultChecksCompileOut(t *testing.T) {
+	faultstest.AllGuarded(t)
+}

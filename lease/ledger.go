@@ -726,7 +726,7 @@ func (l *Ledger) terms(i int) (rate, capMilli int64, err error) {
 			claims[j] = c
 		}
 		var rs, bs []int64
-		if l.fault == FaultSliverShares {
+		if l.has(FaultSliverShares) {
 			rs, bs, err = fairSharesOnly(cfg, claims)
 		} else {
 			rs, bs, err = DivideBudget(cfg.RateMilliPerSec, cfg.CapacityMilli, claims)
@@ -739,11 +739,11 @@ func (l *Ledger) terms(i int) (rate, capMilli int64, err error) {
 	otherRate, otherCap := l.heldExcept(i, l.s.NowNanos)
 	rate = max(0, min(ri, cfg.RateMilliPerSec-otherRate))
 	capMilli = max(0, min(bi, cfg.CapacityMilli-otherCap))
-	if l.fault == FaultFloorOverHeld {
+	if l.has(FaultFloorOverHeld) {
 		// The deliberate bug: a floor granted on top of what others hold.
 		capMilli = max(capMilli, CapFloor(mine, cfg.CapacityMilli))
 	}
-	if l.fault != FaultSliverShares && otherCap > 0 && capMilli < CapFloor(mine, cfg.CapacityMilli) {
+	if !l.has(FaultSliverShares) && otherCap > 0 && capMilli < CapFloor(mine, cfg.CapacityMilli) {
 		return 0, 0, nil
 	}
 	return rate, capMilli, nil
@@ -805,7 +805,7 @@ func (l *Ledger) Grant(nowNanos int64, req GrantRequest) (Grant, error) {
 	}
 	if exists {
 		replaced = l.s.Leases[i]
-		if l.fault != FaultForgetReplaced {
+		if !l.has(FaultForgetReplaced) {
 			le.Replaced = replacedTerms(&replaced, nowNanos)
 		}
 		l.s.Leases[i] = le
@@ -841,7 +841,7 @@ func (l *Ledger) Grant(nowNanos int64, req GrantRequest) (Grant, error) {
 	start := min(capMilli, l.s.PoolMilli)
 	var burned int64
 	l.updateHeld(i)
-	if l.fault == FaultStartFullNoDebit {
+	if l.has(FaultStartFullNoDebit) {
 		start = capMilli // the deliberate bug: tokens from nowhere
 	} else {
 		l.s.PoolMilli -= start
@@ -904,7 +904,7 @@ func (l *Ledger) Renew(nowNanos int64, req RenewRequest) (Grant, error) {
 		return Grant{}, err
 	}
 	old := cur.Current
-	if l.fault != FaultForgetSuperseded {
+	if !l.has(FaultForgetSuperseded) {
 		cur.Superseded = append(cur.Superseded, old)
 	}
 	cur.Current = Share{RateMilliPerSec: rate, CapMilli: capMilli, ExpiresNanos: max(old.ExpiresNanos, nowNanos+req.TTLNanos)}
@@ -914,13 +914,13 @@ func (l *Ledger) Renew(nowNanos int64, req RenewRequest) (Grant, error) {
 		// The client may have installed only a version that was granted:
 		// an acknowledgement above the latest one is ignored.
 		if req.AckedVersion <= old.Version {
-			if req.ReturnClamped && l.fault != FaultCreditAtReduction {
+			if req.ReturnClamped && !l.has(FaultCreditAtReduction) {
 				returned = l.returnClamped(append([]Share{old}, cur.Superseded...), req.AckedVersion, req.ClampedMilli)
 			}
 			cur.Superseded = dropAcknowledged(cur.Superseded, req.AckedVersion, l.fault)
 		}
 	}
-	if l.fault == FaultCreditAtReduction && req.Versioned && req.ReturnClamped && capMilli < old.CapMilli {
+	if l.has(FaultCreditAtReduction) && req.Versioned && req.ReturnClamped && capMilli < old.CapMilli {
 		// The deliberate bug: the cut is credited before the client has
 		// clamped its bucket (it still holds those tokens).
 		returned = old.CapMilli - capMilli
@@ -934,7 +934,7 @@ func (l *Ledger) Renew(nowNanos int64, req RenewRequest) (Grant, error) {
 		// fill it from the pool rather than burning what the pool can no
 		// longer hold.
 		topUp = min(capMilli-old.CapMilli, l.s.PoolMilli)
-		if l.fault != FaultTopUpNoDebit {
+		if !l.has(FaultTopUpNoDebit) {
 			l.s.PoolMilli -= topUp
 			l.s.Stats.DebitedMilli += topUp
 		}
@@ -1000,11 +1000,13 @@ func dropAcknowledged(ss []Share, acked uint64, fault Fault) []Share {
 	out := ss[:0]
 	for _, s := range ss {
 		drop := s.Version != 0 && s.Version < acked
-		switch fault {
-		case FaultAckDropsAcked:
-			drop = s.Version != 0 && s.Version <= acked // the deliberate bug: the version in use
-		case FaultAckDropsNewer:
-			drop = s.Version != 0 && s.Version != acked // the deliberate bug: versions granted since
+		if faultsBuilt {
+			switch fault {
+			case FaultAckDropsAcked:
+				drop = s.Version != 0 && s.Version <= acked // the deliberate bug: the version in use
+			case FaultAckDropsNewer:
+				drop = s.Version != 0 && s.Version != acked // the deliberate bug: versions granted since
+			}
 		}
 		if !drop {
 			out = append(out, s)
@@ -1095,7 +1097,7 @@ func (l *Ledger) Release(nowNanos int64, req ReleaseRequest) (ReleaseResult, err
 		return ReleaseResult{}, err
 	}
 	credit := min(req.UnspentMilli, l.s.Leases[i].Current.CapMilli)
-	if le := &l.s.Leases[i]; len(le.Replaced) > 0 && l.fault != FaultForgetReplaced {
+	if le := &l.s.Leases[i]; len(le.Replaced) > 0 && !l.has(FaultForgetReplaced) {
 		// Rule (h) outlives the release: the replaced buckets may still be
 		// in use. The lease stays as a placeholder holding only them, under
 		// a fresh ID nobody holds (so it cannot be renewed or released),

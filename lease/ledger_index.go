@@ -78,7 +78,9 @@ const heldExactLimit = int64(1) << 46
 // faultIndexHeldNotReduced is a test-only fault: a renewal adds its
 // lease's new held terms to the index's sums without taking its old ones
 // out. The differential tests must catch it (TestLedgerIndexNegativeControl).
-var faultIndexHeldNotReduced = registerFault(Fault(200), "faultIndexHeldNotReduced")
+const faultIndexHeldNotReduced Fault = 200
+
+var _ = registerFault(faultIndexHeldNotReduced, "faultIndexHeldNotReduced")
 
 // sortedSum is the multiset of one division's positive demands, in
 // ascending order, with the sums of its blocks of sumBlock consecutive
@@ -447,7 +449,7 @@ func (l *Ledger) updateHeld(j int) {
 	}
 	le := &l.s.Leases[j]
 	r, c := le.heldAt(l.s.NowNanos)
-	if l.fault != faultIndexHeldNotReduced {
+	if !l.has(faultIndexHeldNotReduced) {
 		ix.sumRate -= ix.held[j].rate
 		ix.sumCap -= ix.held[j].capMilli
 	}
@@ -535,7 +537,7 @@ func (l *Ledger) heldFast(skip int, nowNanos int64) (rate, capMilli int64, ok bo
 // no claim's fair cap below its floor (no subset step).
 func (l *Ledger) fastShares(i int) (rate, capMilli int64, ok bool) {
 	ix := &l.ix
-	if !ix.ok || !ix.sumsExact || len(ix.weights) > 1 || l.fault == FaultSliverShares {
+	if !ix.ok || !ix.sumsExact || len(ix.weights) > 1 || l.has(FaultSliverShares) {
 		return 0, 0, false
 	}
 	bq, brem, bn, ball := ix.burstDiv.level()

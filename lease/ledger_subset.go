@@ -31,7 +31,9 @@ type subsetIndex struct {
 // faultSubsetKeepsBoundary is a test-only fault: a candidate moving into
 // the first K does not push the K-th out, so the subset has one member too
 // many (TestLedgerIndexNegativeControl).
-var faultSubsetKeepsBoundary = registerFault(Fault(201), "faultSubsetKeepsBoundary")
+const faultSubsetKeepsBoundary Fault = 201
+
+var _ = registerFault(faultSubsetKeepsBoundary, "faultSubsetKeepsBoundary")
 
 func (l *Ledger) incumbent(j int) bool {
 	c := l.s.Leases[j].Current.CapMilli
@@ -123,7 +125,7 @@ func (l *Ledger) subInsert(j int) {
 	s.cand = slices.Insert(s.cand, b, int32(j))
 	if int64(b) < s.K {
 		l.subJoin(int32(j))
-		if int64(len(s.cand)) > s.K && l.fault != faultSubsetKeepsBoundary {
+		if int64(len(s.cand)) > s.K && !l.has(faultSubsetKeepsBoundary) {
 			l.subLeave(s.cand[s.K])
 		}
 	}

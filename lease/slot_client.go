@@ -141,10 +141,10 @@ func (c *SlotClient) Usable(nowLocal int64) bool { return c.has && nowLocal < c.
 const SlotClockGrainNanos = 1000
 
 func (c *SlotClient) deadlineOf(sendLocal, ttlNanos int64) int64 {
-	switch c.fault {
-	case SlotClientFaultNoDriftMargin:
+	switch {
+	case c.broken(SlotClientFaultNoDriftMargin):
 		return satAdd(sendLocal, ttlNanos)
-	case SlotClientFaultNoClockGrain:
+	case c.broken(SlotClientFaultNoClockGrain):
 		return ClientDeadline(sendLocal, ttlNanos, c.cfg.DriftPPM)
 	}
 	return ClientDeadline(sendLocal, ttlNanos, c.cfg.DriftPPM) - SlotClockGrainNanos
@@ -188,7 +188,7 @@ func (c *SlotClient) InstallRenewal(g SlotGrant, sendLocal, nowLocal int64) bool
 }
 
 func (c *SlotClient) installIfFits() {
-	if c.running <= c.limit || c.fault == SlotClientFaultAckAtOnce {
+	if c.running <= c.limit || c.broken(SlotClientFaultAckAtOnce) {
 		c.acked = c.latest
 	}
 }
@@ -226,11 +226,11 @@ func (c *SlotClient) DeadlineOf(n uint64) int64 {
 // requests started under grant n at (without M): its lease's deadline
 // less the grace. A request never outlives the lease it started under.
 func (c *SlotClient) CancelAtOf(n uint64) int64 {
-	if c.fault == SlotClientFaultInstallExtendsOld {
+	if c.broken(SlotClientFaultInstallExtendsOld) {
 		return c.CancelAt()
 	}
 	d := c.DeadlineOf(n)
-	if c.fault == SlotClientFaultCancelNoGrace {
+	if c.broken(SlotClientFaultCancelNoGrace) {
 		return d
 	}
 	return d - c.cfg.CancelGraceNanos
@@ -246,7 +246,7 @@ func (c *SlotClient) TryStart(nowLocal int64) (SlotStart, bool) {
 	}
 	var endBy int64
 	switch m := c.cfg.MaxDurationNanos; {
-	case m > 0 && c.fault != SlotClientFaultIgnoreMaxDuration:
+	case m > 0 && !c.broken(SlotClientFaultIgnoreMaxDuration):
 		if satAdd(nowLocal, m) > c.deadline {
 			return SlotStart{}, false
 		}
@@ -271,7 +271,7 @@ func (c *SlotClient) TryStart(nowLocal int64) (SlotStart, bool) {
 // CancelAt is the local time the deadline-cancel rule cancels the
 // installed lease's requests at (without M): the deadline less the grace.
 func (c *SlotClient) CancelAt() int64 {
-	if c.fault == SlotClientFaultCancelNoGrace {
+	if c.broken(SlotClientFaultCancelNoGrace) {
 		return c.deadline
 	}
 	return c.deadline - c.cfg.CancelGraceNanos

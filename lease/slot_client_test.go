@@ -46,6 +46,9 @@ func TestSlotClientClockGrain(t *testing.T) {
 			t.Fatalf("ρ %d: renewed deadline %d, want %d", rho, c.Deadline(), want)
 		}
 		// The control: without the margin the deadline is ClientDeadline's.
+		if !faultsBuilt {
+			continue // the control needs -tags ration_faults (controls_test.go)
+		}
 		f := newSlotClient(t, SlotClientConfig{DriftPPM: rho})
 		f.fault = SlotClientFaultNoClockGrain
 		f.InstallGrant(SlotGrant{LeaseID: 1, Slots: 1, Version: 1, TTLNanos: ttl}, send, send)
@@ -169,7 +172,7 @@ func TestValidateSlotRules(t *testing.T) {
 // to the new lease's.
 func TestSlotClientRequestKeepsItsLease(t *testing.T) {
 	const ttl = 1000 + SlotClockGrainNanos
-	for _, fault := range []SlotClientFault{SlotClientFaultNone, SlotClientFaultInstallExtendsOld} {
+	for _, fault := range controls(SlotClientFaultNone, SlotClientFaultInstallExtendsOld) {
 		c := newSlotClient(t, SlotClientConfig{CancelGraceNanos: 10})
 		c.fault = fault
 		c.InstallGrant(SlotGrant{LeaseID: 1, Slots: 2, Version: 1, TTLNanos: ttl}, 0, 0)

@@ -247,7 +247,7 @@ func (l *SlotLedger) NextExpiry() (int64, bool) {
 // (ReclaimAt: commit + TTL of its latest grant or renewal), never earlier.
 // Under SlotFaultEarlyExpiry, an eighth of that lease duration earlier.
 func (l *SlotLedger) reclaimAt(le *SlotLease) int64 {
-	if l.fault == SlotFaultEarlyExpiry {
+	if l.has(SlotFaultEarlyExpiry) {
 		return le.Current.ExpiresNanos - le.LastTTLNanos/8
 	}
 	return le.Current.ExpiresNanos
@@ -417,7 +417,7 @@ func (l *SlotLedger) Grant(nowNanos int64, req SlotGrantRequest) (SlotGrant, err
 	le := SlotLease{ID: l.s.NextID, ClientID: req.ClientID, Incarnation: req.Incarnation, GrantSeq: req.Seq, Weight: req.Weight, DemandSlots: req.DemandSlots}
 	if exists {
 		old := l.s.Leases[i]
-		if l.fault != SlotFaultForgetReplaced {
+		if !l.has(SlotFaultForgetReplaced) {
 			le.Replaced = replacedSlots(&old, nowNanos)
 		}
 		l.s.Leases[i] = le
@@ -500,7 +500,7 @@ func (l *SlotLedger) Renew(nowNanos int64, req SlotRenewRequest) (SlotGrant, err
 	// one the client had drained to when it sent this renewal.
 	if req.AckedVersion <= old.Version {
 		cur.Superseded = dropAckedSlots(cur.Superseded, req.AckedVersion, l.fault)
-		if l.fault == SlotFaultAckDropsAcked && req.AckedVersion == old.Version {
+		if l.has(SlotFaultAckDropsAcked) && req.AckedVersion == old.Version {
 			// The deliberate bug: the acknowledged count is the one the
 			// client runs under; dropping it lets the new (lower) count
 			// alone be held.
@@ -510,7 +510,7 @@ func (l *SlotLedger) Renew(nowNanos int64, req SlotRenewRequest) (SlotGrant, err
 	// The current count becomes superseded and stays held (S2), even when
 	// this renewal acknowledges it: the client runs under it until it has
 	// installed the answer and drained to the new count.
-	if l.fault != SlotFaultForgetLowered {
+	if !l.has(SlotFaultForgetLowered) {
 		cur.Superseded = append(cur.Superseded, SlotShare{Slots: old.Slots, Version: old.Version})
 	}
 	cur.Current = SlotShare{Slots: 0, ExpiresNanos: max(old.ExpiresNanos, nowNanos+req.TTLNanos), Version: old.Version + 1}
@@ -538,7 +538,7 @@ func dropAckedSlots(ss []SlotShare, acked uint64, fault SlotFault) []SlotShare {
 	out := ss[:0]
 	for _, s := range ss {
 		drop := s.Version < acked
-		if fault == SlotFaultAckDropsAcked {
+		if faultsBuilt && fault == SlotFaultAckDropsAcked {
 			drop = s.Version <= acked
 		}
 		if !drop {
@@ -614,7 +614,7 @@ func (l *SlotLedger) Release(nowNanos int64, req SlotReleaseRequest) error {
 	if err := l.advance(nowNanos); err != nil {
 		return err
 	}
-	if le := &l.s.Leases[i]; len(le.Replaced) > 0 && l.fault != SlotFaultForgetReplaced {
+	if le := &l.s.Leases[i]; len(le.Replaced) > 0 && !l.has(SlotFaultForgetReplaced) {
 		// S6 outlives the release: a placeholder under a fresh ID holds
 		// only the replaced slots until their expiry.
 		le.ID = l.s.NextID

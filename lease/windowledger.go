@@ -315,7 +315,7 @@ func (l *WindowLedger) advance(t, w int64) error {
 	// began at most this much earlier in cluster time than w − t says.
 	slack := max(l.slewed-l.s.SlewedNanos, 0)
 	l.s.SlewedNanos = max(l.s.SlewedNanos, l.slewed)
-	if l.fault == WindowFaultSlewUncarried {
+	if l.has(WindowFaultSlewUncarried) {
 		slack = 0
 	}
 	l.s.NowNanos, l.s.WindowNanos = t, w
@@ -327,7 +327,7 @@ func (l *WindowLedger) advance(t, w int64) error {
 	for _, le := range l.s.Leases {
 		if le.ExpiresNanos > t {
 			kept = append(kept, le)
-		} else if l.fault == WindowFaultDeadReturns && le.WindowStart == l.s.Start {
+		} else if l.has(WindowFaultDeadReturns) && le.WindowStart == l.s.Start {
 			l.s.CountMilli = max(l.s.CountMilli-le.GrantedMilli, 0)
 		}
 	}
@@ -357,7 +357,7 @@ func (l *WindowLedger) roll(t, w, slack int64) {
 		// of window time: they are its count.
 		W := l.s.End - l.s.Start
 		for _, le := range l.s.Leases {
-			if le.ExpiresNanos > began-W && l.fault != WindowFaultNoCarry {
+			if le.ExpiresNanos > began-W && !l.has(WindowFaultNoCarry) {
 				l.s.PrevCountMilli = satAdd(l.s.PrevCountMilli, le.GrantedMilli)
 			}
 		}
@@ -365,7 +365,7 @@ func (l *WindowLedger) roll(t, w, slack int64) {
 	l.s.CountMilli = 0
 	for i := range l.s.Leases {
 		le := &l.s.Leases[i]
-		if le.ExpiresNanos > began && l.fault != WindowFaultNoCarry {
+		if le.ExpiresNanos > began && !l.has(WindowFaultNoCarry) {
 			l.s.CountMilli = satAdd(l.s.CountMilli, le.GrantedMilli)
 		}
 		le.WindowStart = l.s.Start
@@ -393,7 +393,7 @@ func (l *WindowLedger) ExhaustThrough(w int64) {
 // L − G, less the previous window's weighted count for Approx.
 func (l *WindowLedger) remaining() int64 {
 	left := l.cfg.LimitMilli - l.s.CountMilli
-	if l.cfg.Approx && l.s.PrevCountMilli > 0 && l.fault != WindowFaultApproxIgnoresPrev {
+	if l.cfg.Approx && l.s.PrevCountMilli > 0 && !l.has(WindowFaultApproxIgnoresPrev) {
 		W := l.s.End - l.s.Start
 		left -= mulDivCeil(l.s.PrevCountMilli, min(max(l.s.End-l.s.WindowNanos, 0), W), W)
 		// In whole units, as every cost is: a fraction could never be spent.
@@ -471,7 +471,7 @@ func (l *WindowLedger) Renew(t, w int64, req WindowRenewRequest) (WindowGrant, e
 		return WindowGrant{}, fmt.Errorf("%w: lease %d was replaced by a later grant", ErrLeaseExpired, req.LeaseID)
 	}
 	chunk := min(req.AskMilli, l.remaining())
-	if l.fault != WindowFaultRenewUncounted {
+	if !l.has(WindowFaultRenewUncounted) {
 		l.s.CountMilli += chunk
 	}
 	le.GrantedMilli = satAdd(le.GrantedMilli, chunk)
@@ -529,7 +529,7 @@ func (l *WindowLedger) Revoke(clientID string, incarnation uint64) int {
 			n++
 		}
 	}
-	if l.fault == WindowFaultRevokeDrops {
+	if l.has(WindowFaultRevokeDrops) {
 		l.s.Leases = slices.DeleteFunc(l.s.Leases, func(le WindowLease) bool {
 			return le.ClientID == clientID && le.Incarnation < incarnation
 		})
@@ -565,7 +565,7 @@ func (l *WindowLedger) Reconfigure(t, w int64, cfg WindowLedgerConfig) error {
 	old := l.cfg.Spec
 	l.cfg = cfg
 	if !same {
-		keep := cfg.KeepSpent && l.fault != WindowFaultForgetSpent
+		keep := cfg.KeepSpent && !l.has(WindowFaultForgetSpent)
 		if keep && l.s.End != 0 && l.s.CountMilli > 0 {
 			l.rememberSpent(WindowSpent{Spec: old, Start: l.s.Start, End: l.s.End, CountMilli: l.s.CountMilli})
 		}

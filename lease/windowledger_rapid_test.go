@@ -459,52 +459,13 @@ func TestWindowDefinitionChangesKeepBound(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) { runWindowModelOpts(t, windowModelOpts{slews: true, specChanges: true}) })
 }
 
-func TestWindowDefinitionChangeForgetSpentCaught(t *testing.T) {
-	withRapidFlags(t, map[string]string{"rapid.nofailfile": "true", "rapid.checks": "20000", "rapid.shrinktime": "1ms"})
-	rapidcontrol.ExpectCaught(t, "forget-spent", "more than its limit", func(rt *rapid.T) {
-		runWindowModelOpts(rt, windowModelOpts{slews: true, specChanges: true, fault: WindowFaultForgetSpent})
-	})
-}
-
-// TestWindowNegativeControls: the same checker must catch a ledger whose
-// dead holders' chunks return their units, and one whose renewals are not
-// counted.
-func TestWindowNegativeControls(t *testing.T) {
-	for _, tc := range []struct {
-		name   string
-		fault  WindowFault
-		approx bool
-	}{
-		{"dead-returns", WindowFaultDeadReturns, false},
-		{"renew-uncounted", WindowFaultRenewUncounted, false},
-		{"approx-ignores-prev", WindowFaultApproxIgnoresPrev, true},
-		// Forward re-syncs of window time let live chunks outlive their
-		// window: a new window that does not count them admits more than L.
-		{"jump-without-carry", WindowFaultNoCarry, false},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			withRapidFlags(t, map[string]string{"rapid.nofailfile": "true", "rapid.checks": "20000", "rapid.shrinktime": "1ms"})
-			rapidcontrol.ExpectCaught(t, tc.name, "more than its limit", func(rt *rapid.T) { runWindowModel(rt, tc.fault, tc.approx) })
-		})
-	}
-}
-
-// TestWindowBackwardResyncCaught: the never-backward rule's negative
-// control. Re-syncs that may move window time back (the ledger refuses
-// the earlier time, but a key collected once its window was over starts
-// afresh in the window it already spent) must be caught.
-func TestWindowBackwardResyncCaught(t *testing.T) {
-	withRapidFlags(t, map[string]string{"rapid.nofailfile": "true", "rapid.checks": "20000", "rapid.shrinktime": "1ms"})
-	rapidcontrol.ExpectCaught(t, "backward-resync", "more than its limit", func(rt *rapid.T) { runWindowModelClock(rt, WindowFaultNone, false, true) })
-}
-
 // TestWindowRevokedChunkCarriedAfterResync: a dead holder's chunk that a
 // forward re-sync carried past its window's start still counts in the new
 // window when its holder's next incarnation revokes it before any
 // operation rolled the window; the control (WindowFaultRevokeDrops, the
 // chunk dropped at the revoke) lets the new window grant all of L again.
 func TestWindowRevokedChunkCarriedAfterResync(t *testing.T) {
-	for _, fault := range []WindowFault{WindowFaultNone, WindowFaultRevokeDrops} {
+	for _, fault := range controls(WindowFaultNone, WindowFaultRevokeDrops) {
 		l, err := NewWindowLedger(WindowLedgerConfig{LimitMilli: 10_000, Spec: WindowSpec{FixedNanos: 1e9}})
 		if err != nil {
 			t.Fatal(err)

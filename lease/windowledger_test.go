@@ -76,7 +76,7 @@ func TestWindowLedgerLimitChangeKeepsCount(t *testing.T) {
 // A change of the window's definition carries the count into the new
 // window, and a chunk still live when a window begins counts in it.
 func TestWindowLedgerSpecChangeCarries(t *testing.T) {
-	for _, fault := range []WindowFault{WindowFaultNone, WindowFaultNoCarry} {
+	for _, fault := range controls(WindowFaultNone, WindowFaultNoCarry) {
 		l := newWL(t, 10_000, time.Hour)
 		l.injectFault(fault)
 		l.Grant(sec, sec, WindowGrantRequest{ClientID: "a", Incarnation: 1, Seq: 1, AskMilli: 7000, TTLNanos: 20 * sec})
@@ -148,7 +148,7 @@ func TestWindowLedgerExhaustAndErrors(t *testing.T) {
 // window all of L again beside the chunk its holder spent there.
 func TestWindowSlewedCarry(t *testing.T) {
 	const ms = int64(1e6)
-	for _, fault := range []WindowFault{WindowFaultNone, WindowFaultSlewUncarried} {
+	for _, fault := range controls(WindowFaultNone, WindowFaultSlewUncarried) {
 		l, err := NewWindowLedger(WindowLedgerConfig{LimitMilli: 10_000, Spec: WindowSpec{FixedNanos: 1000 * ms}})
 		if err != nil {
 			t.Fatal(err)

@@ -15,13 +15,11 @@ const Enabled = false
 
 var errNotBuilt = errors.New("this binary was built without -tags ration_faults: faults and clock control are test-only")
 
-// Set refuses any fault in a normal build.
+// Set refuses any fault in a normal build. It names none of them: the list
+// of broken variants (All) stays out of a production binary.
 func Set(names ...string) error {
 	if len(names) == 0 {
 		return nil
-	}
-	if _, err := parse(names[0]); err != nil {
-		return err
 	}
 	return errNotBuilt
 }

@@ -5,9 +5,12 @@ package faultstest
 
 import (
 	"go/ast"
+	"go/build/constraint"
 	"go/parser"
 	"go/token"
+	"io/fs"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/ration-dev/ration/internal/faults"
@@ -110,4 +113,127 @@ func mentionsConversion(e ast.Expr, typeName string) bool {
 		return true
 	}
 	return len(call.Args) > 0 && mentionsConversion(call.Args[0], typeName)
+}
+
+// AllGuarded fails t for each fault check in the current directory's
+// production files (no _test.go, no file built only with -tags
+// ration_faults) that a normal build keeps: a comparison (== or !=) or a
+// switch on a fault field (x.fault) or a fault parameter (fault) that is
+// neither the right operand of "faultsBuilt && ..." nor inside an "if
+// faultsBuilt" block. faultsBuilt is the package's build-tagged constant,
+// false in a normal build, so the compiler removes every guarded branch.
+// It returns the unguarded checks' positions.
+func AllGuarded(t *testing.T) []string {
+	t.Helper()
+	bad := Unguarded(t, ".")
+	for _, b := range bad {
+		t.Errorf("%s: a fault check a normal build keeps: write it faultsBuilt && ... (fault.go)", b)
+	}
+	return bad
+}
+
+// Unguarded lists the positions of dir's unguarded fault checks (see
+// AllGuarded).
+func Unguarded(t *testing.T, dir string) []string {
+	t.Helper()
+	fset := token.NewFileSet()
+	pkgs, err := parser.ParseDir(fset, dir, func(fi fs.FileInfo) bool {
+		return !strings.HasSuffix(fi.Name(), "_test.go")
+	}, parser.ParseComments)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var bad []string
+	for _, pkg := range pkgs {
+		for _, f := range pkg.Files {
+			if faultsOnly(f) {
+				continue
+			}
+			var stack []ast.Node
+			ast.Inspect(f, func(n ast.Node) bool {
+				if n == nil {
+					stack = stack[:len(stack)-1]
+					return true
+				}
+				var checked ast.Expr
+				switch x := n.(type) {
+				case *ast.BinaryExpr:
+					if (x.Op == token.EQL || x.Op == token.NEQ) && (isFault(x.X) || isFault(x.Y)) {
+						checked = x
+					}
+				case *ast.SwitchStmt:
+					if x.Tag != nil && isFault(x.Tag) {
+						checked = x.Tag
+					}
+				}
+				if checked != nil && !guarded(stack, n) {
+					bad = append(bad, fset.Position(checked.Pos()).String())
+				}
+				stack = append(stack, n)
+				return true
+			})
+		}
+	}
+	return bad
+}
+
+// faultsOnly: the file is built only with -tags ration_faults.
+func faultsOnly(f *ast.File) bool {
+	for _, cg := range f.Comments {
+		if cg.Pos() > f.Package {
+			break
+		}
+		for _, c := range cg.List {
+			if strings.HasPrefix(c.Text, "//go:build ") {
+				e, err := constraint.Parse(c.Text)
+				return err == nil && !e.Eval(func(tag string) bool { return tag != "ration_faults" })
+			}
+		}
+	}
+	return false
+}
+
+// isFault: x.fault or a variable named fault.
+func isFault(e ast.Expr) bool {
+	switch x := e.(type) {
+	case *ast.SelectorExpr:
+		return x.Sel.Name == "fault"
+	case *ast.Ident:
+		return x.Name == "fault"
+	}
+	return false
+}
+
+// guarded: n is the right side of a "faultsBuilt && ..." (directly or
+// through further &&), or inside an "if faultsBuilt" block.
+func guarded(stack []ast.Node, n ast.Node) bool {
+	child := n
+	for i := len(stack) - 1; i >= 0; i-- {
+		switch p := stack[i].(type) {
+		case *ast.BinaryExpr:
+			if p.Op == token.LAND && p.Y == child && mentionsFaultsBuilt(p.X) {
+				return true
+			}
+		case *ast.IfStmt:
+			if p.Body == child && isIdent(p.Cond, "faultsBuilt") {
+				return true
+			}
+		}
+		child = stack[i]
+	}
+	return false
+}
+
+// mentionsFaultsBuilt: e is faultsBuilt or a chain of && that starts with it.
+func mentionsFaultsBuilt(e ast.Expr) bool {
+	if isIdent(e, "faultsBuilt") {
+		return true
+	}
+	b, ok := e.(*ast.BinaryExpr)
+	return ok && b.Op == token.LAND && mentionsFaultsBuilt(b.X)
+}
+
+func isIdent(e ast.Expr, name string) bool {
+	id, ok := e.(*ast.Ident)
+	return ok && id.Name == name
 }
