@@ -133,7 +133,7 @@ bench: ## hot-path benchmarks vs golang.org/x/time/rate, summarised by benchstat
 bench-compare: ## ration side by side with Redis GCRA, Gubernator, x/time/rate, and rationd edge with envoyproxy/ratelimit (7-9 min; installs redis-server); writes bench/results/
 	bench/compare.sh
 
-bench-scale: ## issue 15: a 3-node cluster at 10^5 and 10^6 keys (saturation, latency at half load, snapshot mid-load, heap per lease) and the FSM snapshot benchmarks (about 10 min on the shared 2-core VM); RATION_SCALE_KEYS, RATION_SCALE_SECONDS bound it
+bench-scale: ## BENCHMARKS.md "Cluster scale": a 3-node cluster at 10^5 and 10^6 keys (saturation, latency at half load, snapshot mid-load, heap per lease) and the FSM snapshot benchmarks (about 10 min on the shared 2-core VM); RATION_SCALE_KEYS, RATION_SCALE_SECONDS bound it
 	RATION_BENCH_MAX_KEYS=1000000 $(GO) test ./fsm -run '^$$' -bench 'ScaleSnapshot|ScaleHeap|ScaleRenew|ScaleApplyDuringSnapshot' -benchtime 5x -count 1 -timeout 20m | tee bench-scale.out
 	$(GO) test ./internal/clusterbench -run '^$$' -bench 'BenchmarkScale' -benchtime 1x -timeout 30m | tee -a bench-scale.out
 
@@ -155,14 +155,14 @@ jepsen-deps: ## install what the jepsen-like tests need (iproute2, iptables) whe
 	@command -v ip >/dev/null && command -v iptables-restore >/dev/null || \
 		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq iproute2 iptables)
 
-jepsen-quick: jepsen-deps ## jepsen-like tests: every nemesis once, fail-open, the window and concurrency workloads (issue 16), the tenants workload (one tenant spraying keys), clocks beyond rho and the negative controls, two runs at once (root, ~7 min)
+jepsen-quick: jepsen-deps ## jepsen-like tests: every nemesis once, fail-open, the window and concurrency workloads, the tenants workload (one tenant spraying keys), clocks beyond rho and the negative controls, two runs at once (root, ~7 min)
 	$(GO) test -tags jepsen -count=1 -v -timeout 30m ./jepsen-like-tests -run 'TestQuick|TestFailOpen|TestClockBeyondRho|TestNegativeControls|TestCheckWindows|TestCheckCalendar|TestCheckInFlight|TestGrantCheckReleases|TestReadGrants|TestSweep|TestWindows$$|TestWindowNegativeControl$$|TestDailyWindow$$|TestDailyWindowNegativeControl$$|TestConcurrencyQuick$$|TestTenantSpray$$|TestTenantSprayNegativeControl$$'
 
 jepsen: jepsen-deps ## the window and concurrency workloads and their controls (~5 min), then a long randomized run: make jepsen SEED=42 DURATION=10m (reports in /tmp/ration-jepsen)
 	SEED=$(SEED) DURATION=$(DURATION) $(GO) test -tags jepsen -count=1 -v -timeout 0 ./jepsen-like-tests -run 'TestWindows$$|TestWindowNegativeControl$$|TestDailyWindow$$|TestDailyWindowNegativeControl$$|TestConcurrency$$|TestConcurrencyNegativeControl$$|TestLong'
 
-jepsen-windows: jepsen-deps ## the window workloads (issue 16): 3s windows and a Paris day ending mid-run under the nemeses, the window-count and calendar checkers and their negative controls (root, ~3 min; SEED=…, WINDOW_NEMESES=all)
+jepsen-windows: jepsen-deps ## the leased-window workloads (docs/design.md §8): 3s windows and a Paris day ending mid-run under the nemeses, the window-count and calendar checkers and their negative controls (root, ~3 min; SEED=…, WINDOW_NEMESES=all)
 	SEED=$(SEED) $(GO) test -tags jepsen -count=1 -v -timeout 30m ./jepsen-like-tests -run 'TestCheckWindows|TestCheckCalendar|TestWindows$$|TestWindowNegativeControl$$|TestDailyWindow$$|TestDailyWindowNegativeControl$$'
 
-jepsen-concurrency: jepsen-deps ## the concurrency workload (issue 16): a concurrency policy under the nemeses, the in-flight checker and its negative control (root, ~3 min; SEED=…, SLOT_NEMESES=all; the short mode is -run TestConcurrencyQuick)
+jepsen-concurrency: jepsen-deps ## the concurrency workload (docs/concurrency.md): a concurrency policy under the nemeses, the in-flight checker and its negative control (root, ~3 min; SEED=…, SLOT_NEMESES=all; the short mode is -run TestConcurrencyQuick)
 	SEED=$(SEED) $(GO) test -tags jepsen -count=1 -v -timeout 30m ./jepsen-like-tests -run 'TestCheckInFlight|TestConcurrency$$|TestConcurrencyNegativeControl$$'

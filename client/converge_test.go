@@ -165,12 +165,13 @@ func TestNewcomerShareArrivesWithinTwoRenewIntervals(t *testing.T) {
 	checkBound(t, "both clients", h.snapshot(), convergeBound)
 }
 
-// TestColdStartUtilization is the measurement of issue 11: four replicas
+// TestColdStartUtilization measures utilization from a cold start (the
+// figure in docs/design.md §3.2, after the renewal rules): four replicas
 // (four client.Client) on one saturated key, D = 10 s, renew_after = 1 s,
 // started cold on a real cluster. It asserts every window within B + r·W,
-// >= 95% of r admitted from the end of the second renew interval on and
-// >= 97% of r in the steady state (after the first D). Utilization depends
-// on timing, so it runs only with RATION_MEASURE=1 (about 25 s):
+// >= 95% of r admitted from the end of the second renew interval on and >=
+// 97% of r in the steady state (after the first D). Utilization depends on
+// timing, so it runs only with RATION_MEASURE=1 (about 25 s):
 //
 //	RATION_MEASURE=1 go test -count=1 -v -run TestColdStartUtilization ./client
 func TestColdStartUtilization(t *testing.T) {

@@ -9,11 +9,12 @@ import (
 	"github.com/ration-dev/ration/lease"
 )
 
-// TestCostsOutOfRange is break 3 of issue 11 on the admission entry
-// points: a cost is refused before any arithmetic on it, so none wraps
-// into an admission (AllowN(18446744073709552) on a 10-token lease was
-// allowed: ×1000 wraps to 384 milli-tokens), and refused costs leave the
-// bucket and the demand accounting alone.
+// TestCostsOutOfRange checks costs out of range (docs/design.md §2, "Costs
+// are checked before they are converted") on the admission entry points: a
+// cost is refused before any arithmetic on it, so none wraps into an
+// admission (AllowN(18446744073709552) on a 10-token lease was allowed:
+// ×1000 wraps to 384 milli-tokens), and refused costs leave the bucket and
+// the demand accounting alone.
 func TestCostsOutOfRange(t *testing.T) {
 	c := offlineClient(t)
 	l := c.Limiter("p", Key{"tenant": "a"})

@@ -23,18 +23,18 @@ import (
 	"github.com/ration-dev/ration/internal/testcluster"
 )
 
-// BenchmarkEdgeRouteZipf is issue 15's "Zipf keys across simulated
-// replicas", bounded to what one 2-core machine runs: R client instances
-// (the replicas) in this process, against a real 3-server in-process
-// cluster, offering in total RATE calls/s over K keys with Zipf popularity
-// (s = 1.1), each call to a uniformly chosen replica. Sub-benchmark
-// "edges": the replicas route cold keys through E edges (real `rationd
-// edge` servers on loopback gRPC); "leases": every replica leases every key
-// it calls, as without edges. After a warm-up it measures, over a window:
-// leases held (sampled), key-renewals/s (acknowledged renewals, OnGrant),
-// and the utilization of the hottest keys' quotas (admitted / (rate ×
-// window)). Run once per sub-benchmark (-benchtime=1x); sizes from the
-// environment:
+// BenchmarkEdgeRouteZipf is BENCHMARKS.md's "Cold keys through edges: Zipf
+// keys across simulated replicas" (docs/scaling.md, "The order of work",
+// item 3), bounded to what one 2-core machine runs: R client instances (the
+// replicas) in this process, against a real 3-server in-process cluster,
+// offering in total RATE calls/s over K keys with Zipf popularity (s =
+// 1.1), each call to a uniformly chosen replica. Sub-benchmark "edges": the
+// replicas route cold keys through E edges (real `rationd edge` servers on
+// loopback gRPC); "leases": every replica leases every key it calls, as
+// without edges. After a warm-up it measures, over a window: leases held
+// (sampled), key-renewals/s (acknowledged renewals, OnGrant), and the
+// utilization of the hottest keys' quotas (admitted / (rate × window)). Run
+// once per sub-benchmark (-benchtime=1x); sizes from the environment:
 //
 //	RATION_ZIPF_KEYS=10000 RATION_ZIPF_REPLICAS=20 RATION_ZIPF_RATE=1000 \
 //	RATION_ZIPF_EDGES=2 RATION_ZIPF_WARMUP=15s RATION_ZIPF_MEASURE=30s \

@@ -39,15 +39,16 @@ func RenewAtOf(c *Client, canonical string) (time.Duration, bool) {
 	return 0, false
 }
 
-// SetRideAlongRule puts a broken batching rule in place of dueSoon until
-// t ends, for negative controls: "old" is the rule before issue 15's fix
-// (a key rides along if due within half of deadline − renewAt, which
+// SetRideAlongRule puts a broken batching rule in place of dueSoon until t
+// ends, for negative controls: "old" is the rule before renewals rode along
+// only when due (BENCHMARKS.md, "Client renewals: ride-along only when
+// due") (a key rides along if due within half of deadline − renewAt, which
 // right after its renewal is every key at renew_after ≤ D/3), "none" lets
 // no key ride along. Call it before the Client starts (its loop reads the
 // rule) and close the Client before t ends: cleanups run last-registered
-// first, so start the Client after this call. A test that calls it must
-// not call t.Parallel (the rule is the package's); go test starts the
-// parallel tests only after every sequential one has ended.
+// first, so start the Client after this call. A test that calls it must not
+// call t.Parallel (the rule is the package's); go test starts the parallel
+// tests only after every sequential one has ended.
 func SetRideAlongRule(t testing.TB, rule string) {
 	switch rule {
 	case "old":

@@ -27,12 +27,12 @@ policies:
     lease: {duration: 30s, renew_after: 500ms}
 `
 
-// TestKeysOfOneBudgetKeepTheBound is break 2 of issue 11: two limiters
-// whose keys differ only in an attribute the policy ignores are one lease
-// holder on the cluster. Each limiter's acquire used to replace the
-// other's lease while the other kept admitting: 155 admitted in 8 s
-// against B + r·W = 90. Hammered from two goroutines each, they must keep
-// the bound over every window.
+// TestKeysOfOneBudgetKeepTheBound checks one holder per budget
+// (docs/design.md §3.4 item 7): two limiters whose keys differ only in an
+// attribute the policy ignores are one lease holder on the cluster. Each
+// limiter's acquire used to replace the other's lease while the other kept
+// admitting: 155 admitted in 8 s against B + r·W = 90. Hammered from two
+// goroutines each, they must keep the bound over every window.
 func TestKeysOfOneBudgetKeepTheBound(t *testing.T) {
 	t.Parallel()
 	c := startCluster(t, holderPolicies)
@@ -106,11 +106,11 @@ func TestKeysOfOneBudgetShareOneBucket(t *testing.T) {
 	}
 }
 
-// TestCostThatWouldOverflowIsRefused is break 3 of issue 11 through the
-// public client: AllowN(18446744073709552) on a 10-token policy was
-// allowed (the cost times 1000 wraps to 384 milli-tokens). Costs above
-// any burst are ExceedsCapacity, negative ones InvalidCost, and neither
-// spends a token.
+// TestCostThatWouldOverflowIsRefused checks costs out of range
+// (docs/design.md §2) through the public client: AllowN(18446744073709552)
+// on a 10-token policy was allowed (the cost times 1000 wraps to 384
+// milli-tokens). Costs above any burst are ExceedsCapacity, negative ones
+// InvalidCost, and neither spends a token.
 func TestCostThatWouldOverflowIsRefused(t *testing.T) {
 	c := startCluster(t, holderPolicies)
 	cl := newClient(t, client.Config{Servers: servers(c), ClientID: "costs"})

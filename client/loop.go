@@ -192,9 +192,10 @@ var rideAlong = (*Limiter).dueSoon
 // deadline − renewAt as well (renewAt is at most half-way to the deadline,
 // setTimes), in case reportedAt predates these terms.
 //
-// (The rule before, renewAt − now < (deadline − renewAt)/2, held for
-// every key right after its own renewal when renew_after ≤ D/3, so one key
-// due renewed all of a client's keys, up to ~17× the renewals: issue 15.)
+// (The rule before, renewAt − now < (deadline − renewAt)/2, held for every
+// key right after its own renewal when renew_after ≤ D/3, so one key due
+// renewed all of a client's keys, up to ~17× the renewals; BENCHMARKS.md,
+// "Client renewals: ride-along only when due".)
 func (l *Limiter) dueSoon(t *terms, now int64) bool {
 	if t.expiredAck || now >= t.renewAt || now >= t.deadline {
 		return false

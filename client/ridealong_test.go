@@ -19,8 +19,9 @@ import (
 // so a stream of other keys falling due cannot renew it over and over.
 
 // rideConfig is a ride-along scenario: a policy whose lease lasts
-// 3·renewAfter (renew_after = D/3, the case of issue 15), steady keys
-// created spacing apart, then arrivals new keys one per arrival.
+// 3·renewAfter (renew_after = D/3, where every key rode along before the
+// fix), steady keys created spacing apart, then arrivals new keys one per
+// arrival.
 type rideConfig struct {
 	renewAfter    time.Duration
 	steady        int
@@ -307,9 +308,10 @@ func runRideAlong(t testing.TB, cfg rideConfig, alone, arrivals bool) (a, b ride
 }
 
 // TestRideAlongRenewalsBounded: batching renews keys granted nearly
-// together in few RPCs, and a stream of new keys falling due does not
-// renew the steady ones more than once per 3/4 of renew_after (before the
-// fix every key rode along with every renewal: issue 15).
+// together in few RPCs, and a stream of new keys falling due does not renew
+// the steady ones more than once per 3/4 of renew_after (before the fix
+// every key rode along with every renewal; BENCHMARKS.md, "Client renewals:
+// ride-along only when due").
 func TestRideAlongRenewalsBounded(t *testing.T) {
 	t.Parallel()
 	if testing.Short() {
@@ -381,8 +383,8 @@ func TestRideAlongNegativeControls(t *testing.T) {
 
 // BenchmarkRideAlongRenewals measures the steady keys' renewals per lease
 // per second, alone and while new keys arrive one by one, under the fixed
-// rule ("new") and the rule before the fix ("old"), in one run. Sizes
-// from the environment (defaults: issue 15's check, 200 steady keys,
+// rule ("new") and the rule before the fix ("old"), in one run. Sizes from
+// the environment (defaults: the figures in BENCHMARKS.md, 200 steady keys,
 // lease 6s, renew_after 2s, one new key every 50ms for 20s):
 //
 //	RATION_RIDE_STEADY=200 RATION_RIDE_RENEW=2s RATION_RIDE_ARRIVALS=400 \

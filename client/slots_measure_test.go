@@ -12,11 +12,12 @@ import (
 	"github.com/ration-dev/ration/internal/testcluster"
 )
 
-// TestSlotUtilizationAtThreeTimesLoad (issue 16's figure): four replicas
+// TestSlotUtilizationAtThreeTimesLoad (a concurrency policy's measured
+// utilization on a real cluster; docs/concurrency.md §5): four replicas
 // with 3N request workers between them, each request holding its slot for
 // 20 ms, against a real 3-server cluster. It reports the busy fraction of
-// the N slots (the in-flight count sampled every millisecond over 10 s)
-// and fails if more than N ever ran at once.
+// the N slots (the in-flight count sampled every millisecond over 10 s) and
+// fails if more than N ever ran at once.
 //
 //	RATION_MEASURE=1 go test -count=1 -v -run TestSlotUtilizationAtThreeTimesLoad ./client
 func TestSlotUtilizationAtThreeTimesLoad(t *testing.T) {

@@ -76,7 +76,7 @@ func aclCluster(t *testing.T, opts ...testcluster.Option) *aclTokens {
 
 // TestACLRoles: every role is allowed what it should be and refused the
 // rest, on a follower (forwarded) and on the leader, with the codes and
-// messages the issue asks for.
+// messages docs/security.md ("Who may do what: ACL tokens") gives.
 func TestACLRoles(t *testing.T) {
 	at := aclCluster(t)
 	c := at.c

@@ -76,12 +76,13 @@ func acquireIdle(t *testing.T, c *testcluster.Cluster, i int, id string) (g *api
 	return resp.GetLeases()[0].GetGrant(), resp.GetClusterTimeNanos(), sent
 }
 
-// Issue 11, break 1: leader A sits idle longer than a lease duration (its
-// expire loop keeps reading its clock, nothing commits), hands leadership
-// to B, B grants x, and leadership comes back to A. A's clock must resume
-// from the committed cluster time, not from its own last reading: x's
-// lease stays held until the client stops using it, and y is not granted
-// x's share. (It used to be reclaimed at once and granted again.)
+// Each term starts from the committed cluster time (docs/design.md §3.3):
+// leader A sits idle longer than a lease duration (its expire loop keeps
+// reading its clock, nothing commits), hands leadership to B, B grants x,
+// and leadership comes back to A. A's clock must resume from the committed
+// cluster time, not from its own last reading: x's lease stays held until
+// the client stops using it, and y is not granted x's share. (It used to be
+// reclaimed at once and granted again.)
 func TestLeaderBackAfterIdleSpellKeepsLiveLeases(t *testing.T) {
 	c := testcluster.New(t, 3, testcluster.WithPolicies(idlePolicy))
 	a := c.WaitForStableLeader(t)

@@ -39,10 +39,10 @@ func TestClusterClockMonotonic(t *testing.T) {
 	}
 }
 
-// Issue 11, break 1: a term starts from the committed cluster time, never
-// from this server's own readings in an earlier term (after an idle spell
-// they run far past what was committed, and another leader granted leases
-// against the committed time since).
+// A term starts from the committed cluster time (docs/design.md §3.3),
+// never from this server's own readings in an earlier term (after an idle
+// spell they run far past what was committed, and another leader granted
+// leases against the committed time since).
 func TestClusterClockResumesFromCommittedTime(t *testing.T) {
 	var c clusterClock
 	c.takeOver(0, 1)

@@ -19,10 +19,11 @@ import (
 	"google.golang.org/grpc/status"
 )
 
-// Per-connection and per-client limits on the lease API (issue 13, "Bad
-// input and abuse"): a client that floods the lease API, under one client
-// ID or over one connection, is answered ResourceExhausted, naming the
-// limit and its value, and everyone else keeps being served.
+// Per-connection and per-client limits on the lease API (docs/security.md,
+// "Abuse: limits and fuzzing"; docs/operations.md, "Lease API limits"): a
+// client that floods the lease API, under one client ID or over one
+// connection, is answered ResourceExhausted, naming the limit and its
+// value, and everyone else keeps being served.
 //
 // Each limit is a token bucket per key (the client ID; the connection's
 // peer address, IP:port), kept by the server that first receives the call.

@@ -17,8 +17,8 @@ import (
 // capture is a point-in-time view of a state (cow.go): what is small is
 // copied, the key maps are frozen, and ledgers are read through ledgersOf.
 // Its encoding (writeCapture) is byte-identical to the deep copy the FSM
-// took under its lock before issue 15 (the reference export in
-// export_ref_test.go; TestCaptureMatchesExport).
+// took under its lock before snapshots stopped stalling apply (the
+// reference export in export_ref_test.go; TestCaptureMatchesExport).
 type capture struct {
 	ctx     *cowCtx
 	gen     uint64

@@ -11,7 +11,8 @@ import (
 	"github.com/ration-dev/ration/lease"
 )
 
-// Snapshots that do not stall apply (issue 15).
+// Snapshots that do not stall apply (docs/scaling.md, "The order of work",
+// item 2).
 //
 // Snapshot (capture, under the FSM lock) copies only what is small: the
 // header (policies, retired names' definitions and floors, switches), the

@@ -10,12 +10,12 @@ import (
 	"google.golang.org/protobuf/proto"
 )
 
-// The snapshot path before issue 15, kept as the reference the capture
-// (capture.go) must match byte for byte (TestCaptureMatchesExport): a deep
-// copy of the whole state into protobuf messages, which the FSM took under
-// its lock, and the writer of those messages. Only the key maps' type
-// changed (cowMap's sortedKeys and at for the Go maps' sortedKeys and
-// index).
+// The snapshot path before copy-on-write (cow.go), kept as the reference
+// the capture (capture.go) must match byte for byte
+// (TestCaptureMatchesExport): a deep copy of the whole state into protobuf
+// messages, which the FSM took under its lock, and the writer of those
+// messages. Only the key maps' type changed (cowMap's sortedKeys and at for
+// the Go maps' sortedKeys and index).
 
 type snapshotData struct {
 	header  *api.Snapshot

@@ -662,8 +662,8 @@ func grantFields(p policy.Policy, ck string, g lease.Grant, speed renewSpeed) *a
 		Shadow:                  p.Shadow,
 		CanonicalKey:            ck,
 		// The client maps every key with the same values of these to one
-		// limiter, so that it is one holder of one budget (break 2 of
-		// issue 11; docs/design.md §3.4).
+		// limiter, so that it is one holder of one budget (docs/design.md
+		// §3.4 item 7).
 		KeyAttributes:    append([]string(nil), p.Key...),
 		KeyAttributesSet: true,
 		PolicyBurstMilli: p.BurstMilli,

@@ -15,11 +15,11 @@ import (
 )
 
 // Fuzz targets for what reaches the state machine from the log and from
-// snapshots (issue 13, "Bad input and abuse"). Apply stops the server
-// loudly, by design, on an entry it cannot decode and on a command type or
-// feature switch it does not know (fsm.go: a server older than its log
-// must not apply it differently); nothing else may panic. Restore refuses
-// bad bytes with an error, never a panic.
+// snapshots (docs/security.md, "Abuse: limits and fuzzing"). Apply stops
+// the server loudly, by design, on an entry it cannot decode and on a
+// command type or feature switch it does not know (fsm.go: a server older
+// than its log must not apply it differently); nothing else may panic.
+// Restore refuses bad bytes with an error, never a panic.
 
 // loudStop reports whether v, a recovered panic, is one of Apply's
 // deliberate stops (fsm.go), matched by message: a corrupt entry

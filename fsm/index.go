@@ -9,14 +9,15 @@ import (
 	"github.com/ration-dev/ration/lease"
 )
 
-// Indexes (issue 15): derived state that makes the cost of an expire, a
-// new incarnation's first request and NextDue grow with what is due or
-// changed, not with the number of keys. They are never serialized:
-// importState rebuilds them (rebuildIndex), and every mutation of a ledger
-// updates them (touch, untrack). With FeatureIndexedExpiry on, expire and
-// revoke select what to visit through them; off, they are maintained but
-// expire and revoke visit every ledger as before (legacy*), so a mixed
-// cluster applies every entry byte-identically.
+// Indexes (docs/scaling.md, "What one group costs today"): derived state
+// that makes the cost of an expire, a new incarnation's first request and
+// NextDue grow with what is due or changed, not with the number of keys.
+// They are never serialized: importState rebuilds them (rebuildIndex), and
+// every mutation of a ledger updates them (touch, untrack). With
+// FeatureIndexedExpiry on, expire and revoke select what to visit through
+// them; off, they are maintained but expire and revoke visit every ledger
+// as before (legacy*), so a mixed cluster applies every entry
+// byte-identically.
 //
 //   - due: a min-heap of every ledger's next due time (dueOf) and of every
 //     retired name's floor lapse (retiredDue), ordered by (due, kind,

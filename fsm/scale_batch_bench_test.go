@@ -11,7 +11,8 @@ import (
 // BenchmarkScaleRenewBatch: client bulk renews MaxKeysPerOp of its leases
 // in one request (as clusterbench's clients do), a different run of keys
 // each time; ns/op is per request. Uses only what the state machine had
-// before issue 15's snapshots, so it runs on an older checkout too.
+// before copy-on-write snapshots (cow.go), so it runs on an older checkout
+// too.
 func BenchmarkScaleRenewBatch(b *testing.B) {
 	for _, n := range scaleSizes() {
 		if n < MaxKeysPerOp*2 {

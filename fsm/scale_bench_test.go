@@ -12,12 +12,13 @@ import (
 	"github.com/ration-dev/ration/internal/policy"
 )
 
-// Cluster-wide costs against the number of keys (issue 15): an expire
-// entry with nothing due, NextDue, a new incarnation's first acquire, and
-// (what the indexes add their upkeep to) a renewal,
-// at 10^3 to 10^5 keys (10^6 with RATION_BENCH_MAX_KEYS=1000000). Every
-// key but one holds a lease of client "bulk", due in an hour; client "r"
-// holds one lease of the last key. Goal: the same cost at every size.
+// Cluster-wide costs against the number of keys (BENCHMARKS.md, "State
+// machine: cluster-wide costs against the key count"): an expire entry with
+// nothing due, NextDue, a new incarnation's first acquire, and (what the
+// indexes add their upkeep to) a renewal, at 10^3 to 10^5 keys (10^6 with
+// RATION_BENCH_MAX_KEYS=1000000). Every key but one holds a lease of client
+// "bulk", due in an hour; client "r" holds one lease of the last key. Goal:
+// the same cost at every size.
 //
 //	go test ./fsm -run '^$' -bench 'Scale' -count 5
 //
@@ -199,13 +200,13 @@ func BenchmarkScaleRenew(b *testing.B) {
 	}
 }
 
-// One hot key with n holders (issue 15, "Hot keys with thousands of
-// holders"): replica j renews its lease of the key, round-robin, each
-// every D/3 of cluster time with D = 5 s, acknowledging the version it
-// installed, with a demand that alternates between two values (every
-// renewal changes the claim set). The whole apply of one renewal entry,
-// FSM and ledger: its cost times 3n/D is the leader's apply CPU for the
-// key.
+// One hot key with n holders (BENCHMARKS.md, "Hot keys: renewal cost with
+// 100 to 4096 holders"): replica j renews its lease of the key,
+// round-robin, each every D/3 of cluster time with D = 5 s, acknowledging
+// the version it installed, with a demand that alternates between two
+// values (every renewal changes the claim set). The whole apply of one
+// renewal entry, FSM and ledger: its cost times 3n/D is the leader's apply
+// CPU for the key.
 //
 //	go test ./fsm -run '^$' -bench 'ScaleHotKeyRenew' -count 6
 

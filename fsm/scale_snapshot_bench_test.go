@@ -14,7 +14,8 @@ import (
 	"github.com/ration-dev/ration/internal/policy"
 )
 
-// Snapshots against the number of keys (issue 15; cow.go). The states are
+// Snapshots against the number of keys (cow.go; BENCHMARKS.md, "Cluster
+// scale: 10^5 and 10^6 keys, snapshots without stall"). The states are
 // scaleState's (one lease per key; 10^6 keys with
 // RATION_BENCH_MAX_KEYS=1000000):
 //

@@ -9,14 +9,14 @@ import (
 	"github.com/ration-dev/ration/lease"
 )
 
-// The window keys' due index (issue 16, as index.go is for token
-// buckets): a min-heap of every window key's next due time (windowDueOf),
-// ordered by (due, policy, key), so an expire entry visits only the window
-// keys with something to do and NextDue sees them. Derived state, never
-// serialized: rebuilt with the token-bucket indexes (rebuildIndex), after a
-// re-sync of window time (which moves every idle time) and after a
-// restore's hold; every mutation of a window ledger re-indexes it
-// (windowTouch).
+// The window keys' due index (docs/design.md §8.2, "Expiry cost"; as
+// index.go is for token buckets): a min-heap of every window key's next due
+// time (windowDueOf), ordered by (due, policy, key), so an expire entry
+// visits only the window keys with something to do and NextDue sees them.
+// Derived state, never serialized: rebuilt with the token-bucket indexes
+// (rebuildIndex), after a re-sync of window time (which moves every idle
+// time) and after a restore's hold; every mutation of a window ledger
+// re-indexes it (windowTouch).
 
 type windowDueItem struct {
 	due       int64

@@ -5,14 +5,15 @@ import (
 	"testing"
 )
 
-// The cost of one renewal on a hot key (issue 15): n holders of one key,
-// renewing round-robin as real clients do (versioned, acknowledging the
-// version they installed, returning clamps), each every D/3 with D = 5 s.
-// "steady" renews with the demand the lease already reports; "changing"
-// alternates each lease's demand between two values at every renewal, so
-// every renewal changes the claim set. The budget (r = 10^4 tokens/s,
-// B = 10^4 tokens) is contended: the demands sum to more than r, and
-// every holder's fair cap is above its one-token floor.
+// The cost of one renewal on a hot key (BENCHMARKS.md, "Hot keys: renewal
+// cost with 100 to 4096 holders"): n holders of one key, renewing
+// round-robin as real clients do (versioned, acknowledging the version they
+// installed, returning clamps), each every D/3 with D = 5 s. "steady"
+// renews with the demand the lease already reports; "changing" alternates
+// each lease's demand between two values at every renewal, so every renewal
+// changes the claim set. The budget (r = 10^4 tokens/s, B = 10^4 tokens) is
+// contended: the demands sum to more than r, and every holder's fair cap is
+// above its one-token floor.
 //
 //	go test ./lease -run '^$' -bench 'RenewHotKey' -count 6
 //

@@ -11,14 +11,14 @@ import (
 	"pgregory.net/rapid"
 )
 
-// The differential tests of issue 15's indexes: the indexed ledger against
-// the pre-index one (ledger_ref_test.go), operation by operation, on
-// random sequences of grants, renewals (changing demands, weights,
-// acknowledgements, clamp reports), releases, expiries, reconfigurations,
-// holds (rule j), revocations and snapshot round trips. After every
-// operation the two must agree on the answer (Grant, result, error), on
-// the full LedgerState, on the queries, and on CheckInvariants; and the
-// index must equal one rebuilt from scratch.
+// The differential tests of the per-key indexes (ledger_index.go): the
+// indexed ledger against the pre-index one (ledger_ref_test.go), operation
+// by operation, on random sequences of grants, renewals (changing demands,
+// weights, acknowledgements, clamp reports), releases, expiries,
+// reconfigurations, holds (rule j), revocations and snapshot round trips.
+// After every operation the two must agree on the answer (Grant, result,
+// error), on the full LedgerState, on the queries, and on CheckInvariants;
+// and the index must equal one rebuilt from scratch.
 
 type diffPair struct {
 	ref *refLedger

@@ -5,10 +5,11 @@ import (
 	"slices"
 )
 
-// A ledger's derived indexes (issue 15): what an operation on one lease
-// needs of all the others, kept up to date by the operations so that a
-// renewal on a key with thousands of holders does not rebuild held sums
-// and the fair division from every lease.
+// A ledger's derived indexes (docs/scaling.md, "The order of work", item
+// 1): what an operation on one lease needs of all the others, kept up to
+// date by the operations so that a renewal on a key with thousands of
+// holders does not rebuild held sums and the fair division from every
+// lease.
 //
 // Nothing here is state: LedgerState and snapshots do not carry it, a
 // restored ledger rebuilds it, and every answer it gives is the one the

@@ -1,10 +1,11 @@
 package lease
 
-// The ledger and the fair division as they were before issue 15's
-// incremental indexes (commit 8b1c91a), kept verbatim but for the names
-// (Ledger is refLedger, helpers take a ref prefix) as the reference of the
-// differential tests (ledger_diff_test.go): the indexed ledger must give
-// bit-identical states and answers for every operation sequence.
+// The ledger and the fair division as they were before the incremental
+// per-key indexes of ledger_index.go (commit 8b1c91a), kept verbatim but
+// for the names (Ledger is refLedger, helpers take a ref prefix) as the
+// reference of the differential tests (ledger_diff_test.go): the indexed
+// ledger must give bit-identical states and answers for every operation
+// sequence.
 //
 // Generated from lease/ledger.go, lease/fairshare.go and
 // lease/ledger_start.go at 8b1c91a; do not edit.

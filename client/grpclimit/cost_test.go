@@ -10,10 +10,10 @@ import (
 	"github.com/ration-dev/ration/client/grpclimit"
 )
 
-// TestCostsOutOfRange (break 3 of issue 11): a negative price fails the
-// call with INTERNAL (it used to pass free), a price beyond every burst
-// is RESOURCE_EXHAUSTED without RetryInfo (it used to wrap into an
-// admission), and neither spends a token.
+// TestCostsOutOfRange (costs out of range, docs/design.md §2): a negative
+// price fails the call with INTERNAL (it used to pass free), a price beyond
+// every burst is RESOURCE_EXHAUSTED without RetryInfo (it used to wrap into
+// an admission), and neither spends a token.
 func TestCostsOutOfRange(t *testing.T) {
 	_, cl := startRation(t, client.Config{})
 	for _, tc := range []struct {

@@ -9,11 +9,11 @@ import (
 	"github.com/ration-dev/ration/internal/testcluster"
 )
 
-// TestCostsOutOfRange (break 3 of issue 11): a cost function's negative
-// price is refused (500, ProblemCostInvalid; it used to be admitted free),
-// and a price beyond every burst, such as one derived from a huge
-// Content-Length, is a 429 without Retry-After (it used to wrap into an
-// admission). Neither reaches the handler or spends a token.
+// TestCostsOutOfRange (costs out of range, docs/design.md §2): a cost
+// function's negative price is refused (500, ProblemCostInvalid; it used to
+// be admitted free), and a price beyond every burst, such as one derived
+// from a huge Content-Length, is a 429 without Retry-After (it used to wrap
+// into an admission). Neither reaches the handler or spends a token.
 func TestCostsOutOfRange(t *testing.T) {
 	c := testcluster.New(t, 1, testcluster.WithPolicies(`
 policies:

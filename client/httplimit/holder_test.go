@@ -12,11 +12,12 @@ import (
 	"github.com/ration-dev/ration/internal/testcluster"
 )
 
-// TestKeysOfOneBudgetThroughMiddleware is break 2 of issue 11 as an API
-// reaches it: a per-route layer (ByCallerAndRoute) on a policy keyed on
-// the tenant alone, and an Identity that returns an attribute the policy
-// ignores, make keys that differ only in it. They are one budget: every
-// request of the tenant must fit its B + r·W, over every window.
+// TestKeysOfOneBudgetThroughMiddleware checks one holder per budget
+// (docs/design.md §3.4 item 7) as an API reaches it: a per-route layer
+// (ByCallerAndRoute) on a policy keyed on the tenant alone, and an Identity
+// that returns an attribute the policy ignores, make keys that differ only
+// in it. They are one budget: every request of the tenant must fit its B +
+// r·W, over every window.
 func TestKeysOfOneBudgetThroughMiddleware(t *testing.T) {
 	c := testcluster.New(t, 1, testcluster.WithPolicies(`
 policies:

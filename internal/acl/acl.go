@@ -1,8 +1,8 @@
-// Package acl is the start of ration's ACL tokens (issue 13, "Who may do
-// what"): the token secret format, its salted hash (the only form a token
-// is stored in), roles, and the authorization decision for one call. It
-// is pure: the replicated token store is fsm/acl.go, the gRPC
-// interceptor and the ACL admin calls coordinator/acl.go.
+// Package acl is the start of ration's ACL tokens (docs/security.md, "Who
+// may do what: ACL tokens"): the token secret format, its salted hash (the
+// only form a token is stored in), roles, and the authorization decision
+// for one call. It is pure: the replicated token store is fsm/acl.go, the
+// gRPC interceptor and the ACL admin calls coordinator/acl.go.
 //
 // Secrets are 32 random bytes, shown as "ration_" + 43 base64url
 // characters. Because a secret has 256 bits of entropy, a salted SHA-256

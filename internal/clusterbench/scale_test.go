@@ -24,7 +24,8 @@ import (
 	"google.golang.org/grpc/status"
 )
 
-// BenchmarkScale (issue 15): a three-node cluster holding 10^5 and 10^6
+// BenchmarkScale (BENCHMARKS.md, "Cluster scale: 10^5 and 10^6 keys,
+// snapshots without stall"): a three-node cluster holding 10^5 and 10^6
 // active keys, one lease each, spread over scaleClients clients that renew
 // their keys in RPCs of fsm.MaxKeysPerOp keys. Per key count it reports:
 //
