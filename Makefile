@@ -155,10 +155,10 @@ jepsen-quick: jepsen-deps ## jepsen-like tests: every nemesis once, fail-open, t
 	$(GO) test -tags jepsen -count=1 -v -timeout 30m ./jepsen-like-tests -run 'TestQuick|TestFailOpen|TestClockBeyondRho|TestNegativeControls|TestCheckWindows|TestCheckCalendar|TestCheckInFlight|TestGrantCheckReleases|TestReadGrants|TestSweep|TestWindows$$|TestWindowNegativeControl$$|TestDailyWindow$$|TestDailyWindowNegativeControl$$|TestConcurrencyQuick$$'
 
 jepsen: jepsen-deps ## the window and concurrency workloads and their controls (~5 min), then a long randomized run: make jepsen SEED=42 DURATION=10m (reports in /tmp/ration-jepsen)
-	SEED=$(SEED) DURATION=$(DURATION) $(GO) test -tags jepsen -count=1 -v -timeout 0 ./jepsen-like-tests -run 'TestWindows$$|TestWindowNegativeControl$$|TestDailyWindow$$|TestDailyWindowNegativeControl$$|TestConcurrency$$|TestConcurrencyNegativeControl$$|TestLong'
+	SEED=$(SEED) DURATION=$(DURATION) $(GO) test -tags jepsen -count=1 -v -timeout 0 ./jepsen-like-tests -run 'TestWindows$$|TestWindowNegativeControl$$|TestWindowRestore$$|TestWindowRestoreNegativeControl$$|TestDailyWindow$$|TestDailyWindowNegativeControl$$|TestConcurrency$$|TestConcurrencyNegativeControl$$|TestLong'
 
-jepsen-windows: jepsen-deps ## the window workloads (issue 16): 3s windows and a Paris day ending mid-run under the nemeses, the window-count and calendar checkers and their negative controls (root, ~3 min; SEED=…, WINDOW_NEMESES=all)
-	SEED=$(SEED) $(GO) test -tags jepsen -count=1 -v -timeout 30m ./jepsen-like-tests -run 'TestCheckWindows|TestCheckCalendar|TestWindows$$|TestWindowNegativeControl$$|TestDailyWindow$$|TestDailyWindowNegativeControl$$'
+jepsen-windows: jepsen-deps ## the window workloads (issue 16): 3s windows and a Paris day ending mid-run under the nemeses, a snapshot restored after two elections, the window-count and calendar checkers and their negative controls (root, ~4 min; SEED=…, WINDOW_NEMESES=all)
+	SEED=$(SEED) $(GO) test -tags jepsen -count=1 -v -timeout 30m ./jepsen-like-tests -run 'TestCheckWindows|TestCheckCalendar|TestWindows$$|TestWindowNegativeControl$$|TestWindowRestore$$|TestWindowRestoreNegativeControl$$|TestDailyWindow$$|TestDailyWindowNegativeControl$$'
 
 jepsen-concurrency: jepsen-deps ## the concurrency workload (issue 16): a concurrency policy under the nemeses, the in-flight checker and its negative control (root, ~3 min; SEED=…, SLOT_NEMESES=all; the short mode is -run TestConcurrencyQuick)
 	SEED=$(SEED) $(GO) test -tags jepsen -count=1 -v -timeout 30m ./jepsen-like-tests -run 'TestCheckInFlight|TestConcurrency$$|TestConcurrencyNegativeControl$$'

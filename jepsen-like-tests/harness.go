@@ -199,6 +199,9 @@ type Env struct {
 	conns map[string]*grpc.ClientConn
 
 	grantCheck *grantCheck // set by the kill-all nemesis
+	// restoredAt: the last snapshot restore's answer (monotonic ns; 0:
+	// none). It dropped every lease acknowledged before it.
+	restoredAt int64
 	// proxied: replicas that reach the servers through delay proxies.
 	proxied map[string][]*delayProxy
 

@@ -44,6 +44,38 @@ func TestWindows(t *testing.T) {
 	requirePass(t, e, Execute(e, Scenario{Config: cfg, Warmup: 4 * time.Second, Nemeses: plan}))
 }
 
+// windowRestoreNemeses: a snapshot saved, the leader killed twice and the
+// snapshot restored under load (WindowRestore), then a client cut off and
+// every server killed at once (the grant-loss check, excusing the grants
+// the restore dropped).
+var windowRestoreNemeses = []Nemesis{WindowRestore, CutClient, KillAll}
+
+// TestWindowRestore: the window workload across a snapshot restore saved
+// before two elections (docs/design.md §8.2's restore rule): no window,
+// counted across the restore by its absolute index, certainly admits more
+// than L. In make jepsen-windows and make jepsen (about 50 s), not
+// jepsen-quick.
+func TestWindowRestore(t *testing.T) {
+	parallel(t) // see TestNegativeControls
+	cfg := windowConfig("window-restore", seedFromEnv(25))
+	e := newEnv(t, cfg)
+	requirePass(t, e, Execute(e, Scenario{Config: cfg, Warmup: 4 * time.Second, Nemeses: windowRestoreNemeses}))
+}
+
+// TestWindowRestoreNegativeControl: servers built with
+// window-restore-clock-back restore the snapshot's window clock as it was,
+// so window time goes back by the elections' re-syncs and windows spent
+// before the restore admit again after it: the window-count checker must
+// catch a window above L.
+func TestWindowRestoreNegativeControl(t *testing.T) {
+	parallel(t) // see TestNegativeControls
+	cfg := windowConfig("nc-window-restore-clock-back", seedFromEnv(26))
+	cfg.ServerFaults = []string{"window-restore-clock-back"}
+	e := newEnv(t, cfg)
+	requireCaughtBy(t, e, Execute(e, Scenario{Config: cfg, Warmup: 4 * time.Second, Nemeses: []Nemesis{WindowRestore},
+		Controls: "a restore takes the snapshot's window clock: window time goes back", ExpectViolation: true}), "window-count")
+}
+
 // windowControl: 12s windows of L = 1200, longer than a chunk's 5s lease,
 // so a replica cut off from every server (7s) mid-window keeps spending its
 // chunk (it is saturated) until its deadline, and the chunk then expires
