@@ -354,6 +354,12 @@ func Execute(e *Env, sc Scenario) Summary {
 			checkers = append(checkers, CheckerResult{Name: "calendar", OK: cal.OK(), Expected: boundExpect, Detail: cal.Describe()})
 		}
 	}
+	e.mu.Lock()
+	def := e.definition
+	e.mu.Unlock()
+	if def != nil {
+		checkers = append(checkers, def.result(boundExpect))
+	}
 	if e.grantCheck != nil {
 		// A window chunk's lease ends with its window (3s windows), or its
 		// holder releases it spent (a spent day), so none may outlive the

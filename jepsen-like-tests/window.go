@@ -66,8 +66,11 @@ import (
 // answered at AbsR): when it lies at most (1+ρ)(AbsR − S) ahead of the
 // answer's phase, it names the answer's window time exactly, and the
 // anchors most of a segment's answers agree on name its windows' absolute
-// indexes. The parts of one named window met in several segments (in
-// disjoint real time) then add up.
+// indexes. Consecutive named segments going on forward are then one
+// stretch of absolute window time (the anchors settle what a gap left
+// unknown modulo W) and are joined; the parts of one named window met in
+// several stretches (in disjoint real time: window time went back) add
+// up.
 
 // probeEvery is the probe's period; windowRho is the clock rate error the
 // checker allows window time (ρ is 1000 ppm; twice that, to be safe: a
@@ -257,6 +260,9 @@ type WindowCheck struct {
 	// window parts added to a part of the same window met in an earlier
 	// segment.
 	Anchored, AnchorsOff, Backs, Joined int
+	// Bridged: probe segments joined to the one before (named, and
+	// forward of it).
+	Bridged int
 	// Worst is the largest count; MinFull/MeanFull are the utilization
 	// (count / L) over the full windows: inner interval at least 90% of
 	// W/(1+ρ) (others were cut short by a gap in the probes) and inside
@@ -361,6 +367,33 @@ func CheckWindows(recs []Record, obs []windowObs, window time.Duration, limitMil
 		}
 		lastAbs, lastNamed = w[i]+off, true
 	}
+	// Bridges: consecutive named segments whose absolute window times go
+	// on forward are one stretch of absolute window time (the anchors
+	// resolve what a gap or a step left unknown modulo W), so they are
+	// joined, their answers' w made absolute; an unnamed segment, or a
+	// named one going back, starts a new one.
+	joined := make([]int, len(obs))
+	named := map[int]bool{}
+	cur, prevNamed, lastAbs := -1, false, int64(math.MinInt64)
+	for i := range obs {
+		off, ok := segOff[seg[i]]
+		if i == 0 || seg[i] != seg[i-1] {
+			if ok && prevNamed && w[i]+off >= lastAbs {
+				res.Bridged++
+			} else {
+				cur++
+			}
+		}
+		if ok {
+			w[i] += off
+			lastAbs = w[i]
+		}
+		prevNamed = ok
+		joined[i] = cur
+		named[cur] = ok
+	}
+	seg = joined
+	res.Segments = cur + 1
 	sorted := slices.Clone(recs)
 	slices.SortStableFunc(sorted, func(a, b Record) int { return cmp.Compare(a.TMonoNanos, b.TMonoNanos) })
 	full := float64(W) / (1 + windowRho) * 0.9
@@ -386,8 +419,8 @@ func CheckWindows(recs []Record, obs []windowObs, window time.Duration, limitMil
 				continue
 			}
 			wc := WindowCount{Segment: seg[lo], Index: int(k), FromNanos: from, ToNanos: to, Parts: 1}
-			if off, named := segOff[seg[lo]]; named {
-				wc.Abs, wc.Named = k+off/W, true
+			if named[seg[lo]] {
+				wc.Abs, wc.Named = k, true
 			}
 			j, _ := slices.BinarySearchFunc(sorted, from, func(r Record, t int64) int { return cmp.Compare(r.TMonoNanos, t) })
 			for ; j < len(sorted) && sorted[j].TMonoNanos < to; j++ {
@@ -469,8 +502,8 @@ func (c WindowCheck) Describe() string {
 		return c.Err
 	}
 	l := float64(c.LimitMilli) / 1000
-	s := fmt.Sprintf("%d cluster windows of %v placed (%d probe segments, %d forward steps; %d answers anchored in absolute window time, %d outvoted, %d segments went back, %d window parts joined across segments); worst window admitted %.0f of L = %.0f (window %s, %.2fs certain in %d parts); utilization over %d full windows: min %.1f%%, mean %.1f%% of L",
-		len(c.Windows), c.Window, c.Segments, c.Steps, c.Anchored, c.AnchorsOff, c.Backs, c.Joined, float64(c.Worst.AdmittedMilli)/1000, l, c.Worst.name(),
+	s := fmt.Sprintf("%d cluster windows of %v placed (%d probe segments, %d forward steps; %d answers anchored in absolute window time, %d outvoted, %d segments bridged, %d went back, %d window parts joined across segments); worst window admitted %.0f of L = %.0f (window %s, %.2fs certain in %d parts); utilization over %d full windows: min %.1f%%, mean %.1f%% of L",
+		len(c.Windows), c.Window, c.Segments, c.Steps, c.Anchored, c.AnchorsOff, c.Bridged, c.Backs, c.Joined, float64(c.Worst.AdmittedMilli)/1000, l, c.Worst.name(),
 		float64(c.Worst.ToNanos-c.Worst.FromNanos)/1e9, c.Worst.Parts, c.FullWindows, c.MinFull*100, c.MeanFull*100)
 	if len(c.Violations) > 0 {
 		var v []string
@@ -597,40 +630,66 @@ func (c CalendarCheck) Describe() string {
 }
 
 // WindowRestore (docs/design.md §8.2's restore rule): the operator saves a
-// snapshot (rationctl snapshot save), the leader is killed twice (each
-// election freezes cluster time, and the new leader re-syncs window time
-// forward to its wall clock by about the election's length), and the
-// snapshot is restored under full load (rationctl snapshot restore). The
-// restore must keep the cluster's window time (never back to the
-// snapshot's) and hold the windows near it full: no window admits more
-// than L, counted across the restore by its absolute window
-// (CheckWindows' anchors). Every chunk lease is dropped by the restore
-// (rule j): the grant-loss check excuses the grants acknowledged before
-// it (Env.restoredAt). The detail gives window time's step across the
-// restore: window time after it less before it, less the real time
-// between the two readings (about 0 when it runs on, negative when it
-// went back).
-var WindowRestore = Nemesis{"window-restore", func(e *Env, _ *rand.Rand) string {
-	path := filepath.Join(e.dir, "window.snap")
-	e.mustRationctl("snapshot save", path)
-	var killed []string
-	for range 2 {
-		l := e.mustLeader()
-		e.kill(l)
-		hold(2 * time.Second)
-		e.restart(l)
-		killed = append(killed, l)
-	}
-	before, beforeAt := e.windowTimeNow()
-	e.mustRationctl("snapshot restore", path)
-	e.mu.Lock()
-	e.restoredAt = MonoNow()
-	e.mu.Unlock()
-	after, afterAt := e.windowTimeNow()
-	step := time.Duration(after-before) - time.Duration(afterAt-beforeAt)
-	return fmt.Sprintf("rationctl snapshot save; kill -9 %s, restarted after 2s, twice; rationctl snapshot restore under load: window time stepped %v across it (±%v)",
-		strings.Join(killed, ", then "), step.Round(time.Millisecond), windowReadTol.Round(time.Millisecond))
-}}
+// snapshot (rationctl snapshot save), the leader is killed three times
+// (each election freezes cluster time, and the new leader re-syncs window
+// time forward to its wall clock by about the election's length, 1.5-2 s
+// here), and the snapshot is restored under full load (rationctl snapshot
+// restore), twice, 2W apart. Each restore must keep the cluster's window
+// time (never back to the snapshot's) and hold the windows near it full:
+// no window admits more than L, counted across the restore by its
+// absolute window (CheckWindows' anchors). Every chunk lease is dropped by
+// a restore (rule j): the grant-loss check excuses the grants
+// acknowledged before the last one (Env.restoredAt). The detail gives
+// window time's step across each restore: window time after it less
+// before it, less the real time between the two readings (about 0 when it
+// runs on, negative when it went back).
+var WindowRestore = windowRestore(2)
+
+// windowRestore restores the snapshot n times. Under the old rule
+// (faults.WindowRestoreClockBack) each restore takes window time back by
+// the re-syncs since the snapshot, until the leader's next reconcile (up
+// to 5 s later) re-syncs it forward again (and the restore after it
+// takes it back again): a spent window then admits L more, either while
+// window time is back (an earlier window, spent before the restore, past
+// the restore's hold) or after the re-sync (this window, admitting since
+// it began, started afresh by the snapshot's state). Each restore is made
+// between a fifth and a third into a window (W = 3s), so that this window
+// has admitted before it.
+func windowRestore(n int) Nemesis {
+	return Nemesis{"window-restore", func(e *Env, _ *rand.Rand) string {
+		path := filepath.Join(e.dir, "window.snap")
+		e.mustRationctl("snapshot save", path)
+		var killed []string
+		for range 3 {
+			l := e.mustLeader()
+			e.kill(l)
+			hold(2 * time.Second)
+			e.restart(l)
+			killed = append(killed, l)
+		}
+		W := int64(e.cfg.Policy.Window)
+		var steps []string
+		for i := range n {
+			if i > 0 {
+				hold(2 * e.cfg.Policy.Window)
+			}
+			before, beforeAt := e.windowTimeNow()
+			if ph := before % W; ph < W/5 || ph >= W/3 {
+				hold(time.Duration(((W/5-ph)%W + W) % W))
+				before, beforeAt = e.windowTimeNow()
+			}
+			e.mustRationctl("snapshot restore", path)
+			e.mu.Lock()
+			e.restoredAt = MonoNow()
+			e.mu.Unlock()
+			after, afterAt := e.windowTimeNow()
+			step := time.Duration(after-before) - time.Duration(afterAt-beforeAt)
+			steps = append(steps, fmt.Sprintf("%v into a window, window time stepped %v", time.Duration(before%W).Round(time.Millisecond), step.Round(time.Millisecond)))
+		}
+		return fmt.Sprintf("rationctl snapshot save; kill -9 %s, each restarted after 2s; rationctl snapshot restore under load %d times: %s (each ±%v)",
+			strings.Join(killed, ", then "), n, strings.Join(steps, "; "), windowReadTol.Round(time.Millisecond))
+	}}
+}
 
 // windowReadTol bounds a dry-run reading's round trip, taken for the
 // tolerance of windowTimeNow's step.

@@ -225,7 +225,8 @@ func anchored(obs []windowObs, off, unix int64) []windowObs {
 // window spent before the gap admits L again after it. Without anchors the
 // two parts fall in two segments, each at most L, and pass; anchored, they
 // are one absolute window, counted together, and caught. With window time
-// running on across the gap, the anchors join nothing wrongly.
+// running on across the gap, the anchors bridge it and count nothing
+// twice.
 func TestCheckWindowsRestoreBack(t *testing.T) {
 	const W = int64(time.Second)
 	const unix = 1_700_000_000 * W
@@ -251,8 +252,9 @@ func TestCheckWindowsRestoreBack(t *testing.T) {
 	if c.OK() || len(c.Violations) != 1 || c.Violations[0].AdmittedMilli != 20_000 || c.Violations[0].Parts != 2 || c.Backs != 1 {
 		t.Fatalf("anchored, the window met twice must count 20 > L = 10: %s", c.Describe())
 	}
-	// Window time running on across the same gap: window 2 is met on both
-	// sides of it and its parts join, at most L in all.
+	// Window time running on across the same gap: the anchors bridge it
+	// (one segment), and window 2, met on both sides of it, counts its
+	// admissions on both, at most L in all.
 	on := append(anchored(probesAt(base, base+2*W+W/5, 10_000_000, 1_000_000, 0, W), 0, unix),
 		anchored(probesAt(base+2*W+3*W/5, base+6*W, 10_000_000, 1_000_000, 0, W), 0, unix)...)
 	var ok []Record
@@ -260,7 +262,7 @@ func TestCheckWindowsRestoreBack(t *testing.T) {
 		ok = append(ok, adm(base+2*W+W/100+i*W/50, 1), adm(base+2*W+7*W/10+i*W/50, 1))
 	}
 	c = CheckWindows(ok, on, time.Second, 10_000, base, base+6*W)
-	if !c.OK() || c.Joined != 1 || c.Backs != 0 || c.Worst.AdmittedMilli != 10_000 || c.Worst.Parts != 2 {
+	if !c.OK() || c.Bridged != 1 || c.Segments != 1 || c.Backs != 0 || c.Worst.AdmittedMilli != 10_000 {
 		t.Fatalf("window time running on: %s", c.Describe())
 	}
 }
