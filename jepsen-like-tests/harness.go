@@ -229,6 +229,12 @@ type Env struct {
 	conns map[string]*grpc.ClientConn
 
 	grantCheck *grantCheck // set by the kill-all nemesis
+	// restoredAt: the last snapshot restore's answer (monotonic ns; 0:
+	// none). It dropped every lease acknowledged before it.
+	restoredAt int64
+	// definition: the window definition round trip's outcome (nil: not
+	// run).
+	definition *definitionCheck
 	// proxied: replicas that reach the servers through delay proxies.
 	proxied map[string][]*delayProxy
 

@@ -88,7 +88,10 @@ var (
 	}}
 	KillAll = Nemesis{"kill-all", func(e *Env, _ *rand.Rand) string {
 		e.mustLeader()
-		e.grantCheck = &grantCheck{killedAt: MonoNow()}
+		e.mu.Lock()
+		restoredAt := e.restoredAt
+		e.mu.Unlock()
+		e.grantCheck = &grantCheck{killedAt: MonoNow(), restoredAt: restoredAt}
 		for _, s := range e.cfg.Servers {
 			e.kill(s)
 		}

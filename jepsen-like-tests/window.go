@@ -7,6 +7,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"slices"
@@ -56,6 +57,20 @@ import (
 // every count is at most what the cluster window really admitted, and a
 // count above L is a
 // certain violation. The figure: each window's count over L.
+//
+// Segments alone would miss window time going back (a restore that took
+// the snapshot's window clock, the old rule of docs/design.md §8.2): the
+// window met again after the restore is numbered afresh in its own
+// segment, and each part stays within L. So each probe answer is followed
+// by a reading of the leader's absolute window time (a dry-run re-sync,
+// answered at AbsR): when it lies at most (1+ρ)(AbsR − S) ahead of the
+// answer's phase, it names the answer's window time exactly, and the
+// anchors most of a segment's answers agree on name its windows' absolute
+// indexes. Consecutive named segments going on forward are then one
+// stretch of absolute window time (the anchors settle what a gap left
+// unknown modulo W) and are joined; the parts of one named window met in
+// several stretches (in disjoint real time: window time went back) add
+// up.
 
 // probeEvery is the probe's period; windowRho is the clock rate error the
 // checker allows window time (ρ is 1000 ppm; twice that, to be safe: a
@@ -104,9 +119,15 @@ func (p PolicySpec) windowBound() BoundSpec {
 }
 
 // windowObs is one probe answer: sent at S, answered at R (monotonic ns),
-// committed at window time ≡ Phase (mod Window).
+// committed at window time ≡ Phase (mod Window). Abs, when not 0, is the
+// leader's window time (unix ns) read right after the answer by a dry-run
+// window re-sync (`rationctl windows status`'s call) that answered at
+// AbsR: it names the absolute window of the answer (anchor), so that one
+// cluster window met in two probe segments (around a restore, an
+// election) is counted as one.
 type windowObs struct {
 	S, R, Phase, Window int64
+	Abs, AbsR           int64
 }
 
 type windowProbe struct {
@@ -165,11 +186,25 @@ func (e *Env) startWindowProbe() *windowProbe {
 			if err == nil && len(resp.GetLeases()) == 1 {
 				g = resp.GetLeases()[0].GetGrant()
 			}
+			var abs, absR int64
+			if g != nil {
+				ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+				wr, err := api.NewAdminClient(conn).WindowResync(ctx, &api.WindowResyncRequest{DryRun: true})
+				absR = MonoNow()
+				cancel()
+				if err == nil {
+					abs = wr.GetWindowUnixNanos()
+				}
+			}
 			p.mu.Lock()
 			if g == nil || g.GetWindowNanos() <= 0 || g.GetWindowResetNanos() <= 0 || g.GetWindowResetNanos() > g.GetWindowNanos() {
 				p.errs++
 			} else {
-				p.obs = append(p.obs, windowObs{S: s, R: r, Phase: g.GetWindowNanos() - g.GetWindowResetNanos(), Window: g.GetWindowNanos()})
+				o := windowObs{S: s, R: r, Phase: g.GetWindowNanos() - g.GetWindowResetNanos(), Window: g.GetWindowNanos()}
+				if abs > 0 {
+					o.Abs, o.AbsR = abs, absR
+				}
+				p.obs = append(p.obs, o)
 			}
 			p.mu.Unlock()
 		}
@@ -185,9 +220,9 @@ func (p *windowProbe) finish(dir string) ([]windowObs, int) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	var b strings.Builder
-	b.WriteString("sent_mono_ns,answered_mono_ns,window_phase_ns,window_ns\n")
+	b.WriteString("sent_mono_ns,answered_mono_ns,window_phase_ns,window_ns,window_unix_ns,window_read_mono_ns\n")
 	for _, o := range p.obs {
-		fmt.Fprintf(&b, "%d,%d,%d,%d\n", o.S, o.R, o.Phase, o.Window)
+		fmt.Fprintf(&b, "%d,%d,%d,%d,%d,%d\n", o.S, o.R, o.Phase, o.Window, o.Abs, o.AbsR)
 	}
 	_ = os.WriteFile(filepath.Join(dir, "window-probes.csv"), []byte(b.String()), 0o644)
 	return slices.Clone(p.obs), p.errs
@@ -201,6 +236,12 @@ type WindowCount struct {
 	// lies inside it.
 	FromNanos, ToNanos int64
 	AdmittedMilli      int64
+	// Named: an anchor named the window's absolute index Abs (window
+	// time / W); the counts of a named window's Parts (met in several
+	// probe segments) add up, FromNanos and ToNanos then spanning them.
+	Named bool
+	Abs   int64
+	Parts int
 }
 
 // WindowCheck is the window-count checker's result.
@@ -213,6 +254,15 @@ type WindowCheck struct {
 	// Steps counts consecutive probes whose window times are further apart
 	// than (1+ρ) times the real time between them allows: forward re-syncs.
 	Steps int
+	// Anchored: answers whose dry-run reading named their absolute window
+	// time; AnchorsOff: anchors outvoted in their segment; Backs: named segments starting certainly below
+	// the previous one's window time (window time went back); Joined:
+	// window parts added to a part of the same window met in an earlier
+	// segment.
+	Anchored, AnchorsOff, Backs, Joined int
+	// Bridged: probe segments joined to the one before (named, and
+	// forward of it).
+	Bridged int
 	// Worst is the largest count; MinFull/MeanFull are the utilization
 	// (count / L) over the full windows: inner interval at least 90% of
 	// W/(1+ρ) (others were cut short by a gap in the probes) and inside
@@ -241,6 +291,22 @@ func CheckWindows(recs []Record, obs []windowObs, window time.Duration, limitMil
 		res.Err = fmt.Sprintf("%d probe observations: nothing to place windows by", len(obs))
 		return res
 	}
+	// Anchors: anch[i] is answer i's commit in absolute window time, when
+	// its dry-run reading (Abs, at most (1+ρ)(AbsR − S) later in window
+	// time without a step) names it: Abs less its excess over Phase
+	// modulo W. A reading further ahead (a step between, or a calendar
+	// day, whose phase is not unix time's) names nothing.
+	anch := make([]int64, len(obs))
+	has := make([]bool, len(obs))
+	for i, o := range obs {
+		if o.Abs <= 0 {
+			continue
+		}
+		if d := ((o.Abs-o.Phase)%W + W) % W; float64(d) <= (1+windowRho)*float64(o.AbsR-o.S) {
+			anch[i], has[i] = o.Abs-d, true
+			res.Anchored++
+		}
+	}
 	// Unwrap into segments: w[i] in window time relative to its segment.
 	w := make([]int64, len(obs))
 	seg := make([]int, len(obs))
@@ -261,6 +327,73 @@ func CheckWindows(recs []Record, obs []windowObs, window time.Duration, limitMil
 		}
 	}
 	res.Segments = seg[len(seg)-1] + 1
+	// segOff[s]: segment s's absolute window time less its relative one (a
+	// multiple of W), the one most of its anchors name, when a strict
+	// majority of them do (a re-sync between an answer and its reading,
+	// by about a multiple of W, could name a wrong one).
+	segOff := map[int]int64{}
+	for lo := 0; lo < len(obs); {
+		hi := lo
+		votes := map[int64]int{}
+		n := 0
+		for hi < len(obs) && seg[hi] == seg[lo] {
+			if has[hi] {
+				votes[anch[hi]-w[hi]]++
+				n++
+			}
+			hi++
+		}
+		for off, v := range votes {
+			if 2*v > n && off%W == 0 {
+				segOff[seg[lo]] = off
+			}
+			if 2*v <= n || off%W != 0 {
+				res.AnchorsOff += v
+			}
+		}
+		lo = hi
+	}
+	// Backs: consecutive named segments whose absolute window times
+	// certainly went back (the later one's first answer below the
+	// earlier one's last).
+	lastAbs, lastNamed := int64(0), false
+	for i := range obs {
+		off, named := segOff[seg[i]]
+		if !named {
+			continue
+		}
+		if lastNamed && (i == 0 || seg[i] != seg[i-1]) && w[i]+off < lastAbs {
+			res.Backs++
+		}
+		lastAbs, lastNamed = w[i]+off, true
+	}
+	// Bridges: consecutive named segments whose absolute window times go
+	// on forward are one stretch of absolute window time (the anchors
+	// resolve what a gap or a step left unknown modulo W), so they are
+	// joined, their answers' w made absolute; an unnamed segment, or a
+	// named one going back, starts a new one.
+	joined := make([]int, len(obs))
+	named := map[int]bool{}
+	cur, prevNamed, lastAbs := -1, false, int64(math.MinInt64)
+	for i := range obs {
+		off, ok := segOff[seg[i]]
+		if i == 0 || seg[i] != seg[i-1] {
+			if ok && prevNamed && w[i]+off >= lastAbs {
+				res.Bridged++
+			} else {
+				cur++
+			}
+		}
+		if ok {
+			w[i] += off
+			lastAbs = w[i]
+		}
+		prevNamed = ok
+		joined[i] = cur
+		named[cur] = ok
+	}
+	seg = joined
+	res.Segments = cur + 1
 	sorted := slices.Clone(recs)
 	slices.SortStableFunc(sorted, func(a, b Record) int { return cmp.Compare(a.TMonoNanos, b.TMonoNanos) })
 	full := float64(W) / (1 + windowRho) * 0.9
@@ -285,7 +418,10 @@ func CheckWindows(recs []Record, obs []windowObs, window time.Duration, limitMil
 			if from == math.MaxInt64 || to == math.MinInt64 || to <= from {
 				continue
 			}
-			wc := WindowCount{Segment: seg[lo], Index: int(k), FromNanos: from, ToNanos: to}
+			wc := WindowCount{Segment: seg[lo], Index: int(k), FromNanos: from, ToNanos: to, Parts: 1}
+			if named[seg[lo]] {
+				wc.Abs, wc.Named = k, true
+			}
 			j, _ := slices.BinarySearchFunc(sorted, from, func(r Record, t int64) int { return cmp.Compare(r.TMonoNanos, t) })
 			for ; j < len(sorted) && sorted[j].TMonoNanos < to; j++ {
 				if sorted[j].after() < to {
@@ -293,12 +429,6 @@ func CheckWindows(recs []Record, obs []windowObs, window time.Duration, limitMil
 				}
 			}
 			res.Windows = append(res.Windows, wc)
-			if wc.AdmittedMilli > limitMilli {
-				res.Violations = append(res.Violations, wc)
-			}
-			if wc.AdmittedMilli > res.Worst.AdmittedMilli {
-				res.Worst = wc
-			}
 			if float64(to-from) >= full && from >= loadFrom && to <= loadTo {
 				u := float64(wc.AdmittedMilli) / float64(limitMilli)
 				sumFull += u
@@ -307,6 +437,34 @@ func CheckWindows(recs []Record, obs []windowObs, window time.Duration, limitMil
 			}
 		}
 		lo = hi
+	}
+	// The counts: a named window's parts (in different segments, so in
+	// disjoint real time) add up; an unnamed part counts alone.
+	merged := map[int64]int{} // absolute window -> index in totals
+	var totals []WindowCount
+	for _, wc := range res.Windows {
+		if !wc.Named {
+			totals = append(totals, wc)
+			continue
+		}
+		if i, ok := merged[wc.Abs]; ok {
+			t := &totals[i]
+			t.AdmittedMilli += wc.AdmittedMilli
+			t.Parts++
+			t.FromNanos, t.ToNanos = min(t.FromNanos, wc.FromNanos), max(t.ToNanos, wc.ToNanos)
+			res.Joined++
+			continue
+		}
+		merged[wc.Abs] = len(totals)
+		totals = append(totals, wc)
+	}
+	for _, wc := range totals {
+		if wc.AdmittedMilli > limitMilli {
+			res.Violations = append(res.Violations, wc)
+		}
+		if wc.AdmittedMilli > res.Worst.AdmittedMilli {
+			res.Worst = wc
+		}
 	}
 	if res.FullWindows > 0 {
 		res.MeanFull = sumFull / float64(res.FullWindows)
@@ -328,6 +486,14 @@ func unwrapSpan(W int64, maxD float64) bool {
 	return maxD+stepsPerGap*float64(fsm.MaxWindowClockStepNanos) < float64(W)
 }
 
+// name: segment/index, and the absolute index when named.
+func (w WindowCount) name() string {
+	if w.Named {
+		return fmt.Sprintf("%d/%d (absolute %d)", w.Segment, w.Index, w.Abs)
+	}
+	return fmt.Sprintf("%d/%d", w.Segment, w.Index)
+}
+
 // OK: windows were placed and none admitted more than L.
 func (c WindowCheck) OK() bool { return c.Err == "" && len(c.Windows) > 0 && len(c.Violations) == 0 }
 
@@ -336,13 +502,13 @@ func (c WindowCheck) Describe() string {
 		return c.Err
 	}
 	l := float64(c.LimitMilli) / 1000
-	s := fmt.Sprintf("%d cluster windows of %v placed (%d probe segments, %d forward steps); worst window admitted %.0f of L = %.0f (window %d/%d, %.2fs certain); utilization over %d full windows: min %.1f%%, mean %.1f%% of L",
-		len(c.Windows), c.Window, c.Segments, c.Steps, float64(c.Worst.AdmittedMilli)/1000, l, c.Worst.Segment, c.Worst.Index,
-		float64(c.Worst.ToNanos-c.Worst.FromNanos)/1e9, c.FullWindows, c.MinFull*100, c.MeanFull*100)
+	s := fmt.Sprintf("%d cluster windows of %v placed (%d probe segments, %d forward steps; %d answers anchored in absolute window time, %d outvoted, %d segments bridged, %d went back, %d window parts joined across segments); worst window admitted %.0f of L = %.0f (window %s, %.2fs certain in %d parts); utilization over %d full windows: min %.1f%%, mean %.1f%% of L",
+		len(c.Windows), c.Window, c.Segments, c.Steps, c.Anchored, c.AnchorsOff, c.Bridged, c.Backs, c.Joined, float64(c.Worst.AdmittedMilli)/1000, l, c.Worst.name(),
+		float64(c.Worst.ToNanos-c.Worst.FromNanos)/1e9, c.Worst.Parts, c.FullWindows, c.MinFull*100, c.MeanFull*100)
 	if len(c.Violations) > 0 {
 		var v []string
 		for _, w := range c.Violations[:min(len(c.Violations), 5)] {
-			v = append(v, fmt.Sprintf("window %d/%d admitted %.0f > L in [%d, %d]", w.Segment, w.Index, float64(w.AdmittedMilli)/1000, w.FromNanos, w.ToNanos))
+			v = append(v, fmt.Sprintf("window %s admitted %.0f > L in [%d, %d] (%d parts)", w.name(), float64(w.AdmittedMilli)/1000, w.FromNanos, w.ToNanos, w.Parts))
 		}
 		s = fmt.Sprintf("%d windows certainly above L: %s; ", len(c.Violations), strings.Join(v, "; ")) + s
 	}
@@ -461,4 +627,92 @@ func (c CalendarCheck) Describe() string {
 		s = c.Err + "; " + s
 	}
 	return s
+}
+
+// WindowRestore (docs/design.md §8.2's restore rule): the operator saves a
+// snapshot (rationctl snapshot save), the leader is killed three times
+// (each election freezes cluster time, and the new leader re-syncs window
+// time forward to its wall clock by about the election's length, 1.5-2 s
+// here), and the snapshot is restored under full load (rationctl snapshot
+// restore), twice, 2W apart. Each restore must keep the cluster's window
+// time (never back to the snapshot's) and hold the windows near it full:
+// no window admits more than L, counted across the restore by its
+// absolute window (CheckWindows' anchors). Every chunk lease is dropped by
+// a restore (rule j): the grant-loss check excuses the grants
+// acknowledged before the last one (Env.restoredAt). The detail gives
+// window time's step across each restore: window time after it less
+// before it, less the real time between the two readings (about 0 when it
+// runs on, negative when it went back).
+var WindowRestore = windowRestore(2)
+
+// windowRestore restores the snapshot n times. Under the old rule
+// (faults.WindowRestoreClockBack) each restore takes window time back by
+// the re-syncs since the snapshot, until the leader's next reconcile (up
+// to 5 s later) re-syncs it forward again (and the restore after it
+// takes it back again): a spent window then admits L more, either while
+// window time is back (an earlier window, spent before the restore, past
+// the restore's hold) or after the re-sync (this window, admitting since
+// it began, started afresh by the snapshot's state). Each restore is made
+// between a fifth and a third into a window (W = 3s), so that this window
+// has admitted before it.
+func windowRestore(n int) Nemesis {
+	return Nemesis{"window-restore", func(e *Env, _ *rand.Rand) string {
+		path := filepath.Join(e.dir, "window.snap")
+		e.mustRationctl("snapshot save", path)
+		var killed []string
+		for range 3 {
+			l := e.mustLeader()
+			e.kill(l)
+			hold(2 * time.Second)
+			e.restart(l)
+			killed = append(killed, l)
+		}
+		W := int64(e.cfg.Policy.Window)
+		var steps []string
+		for i := range n {
+			if i > 0 {
+				hold(2 * e.cfg.Policy.Window)
+			}
+			before, beforeAt := e.windowTimeNow()
+			if ph := before % W; ph < W/5 || ph >= W/3 {
+				hold(time.Duration(((W/5-ph)%W + W) % W))
+				before, beforeAt = e.windowTimeNow()
+			}
+			e.mustRationctl("snapshot restore", path)
+			e.mu.Lock()
+			e.restoredAt = MonoNow()
+			e.mu.Unlock()
+			after, afterAt := e.windowTimeNow()
+			step := time.Duration(after-before) - time.Duration(afterAt-beforeAt)
+			steps = append(steps, fmt.Sprintf("%v into a window, window time stepped %v", time.Duration(before%W).Round(time.Millisecond), step.Round(time.Millisecond)))
+		}
+		return fmt.Sprintf("rationctl snapshot save; kill -9 %s, each restarted after 2s; rationctl snapshot restore under load %d times: %s (each ±%v)",
+			strings.Join(killed, ", then "), n, strings.Join(steps, "; "), windowReadTol.Round(time.Millisecond))
+	}}
+}
+
+// windowReadTol bounds a dry-run reading's round trip, taken for the
+// tolerance of windowTimeNow's step.
+var windowReadTol = 100 * time.Millisecond
+
+// windowTimeNow reads the leader's window time (a dry-run re-sync,
+// `rationctl windows status`'s call) and the monotonic time half way
+// through the call.
+func (e *Env) windowTimeNow() (window, at int64) {
+	e.waitFor(30*time.Second, "a reading of window time", func() error {
+		l := e.currentLeader()
+		if l == "" {
+			return fmt.Errorf("no leader")
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		s := MonoNow()
+		r, err := e.admin(l).WindowResync(ctx, &api.WindowResyncRequest{DryRun: true})
+		if err != nil {
+			return err
+		}
+		window, at = r.GetWindowUnixNanos(), s+(MonoNow()-s)/2
+		return nil
+	})
+	return window, at
 }

@@ -3,6 +3,7 @@
 package jepsen
 
 import (
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -206,5 +207,62 @@ func TestCheckCalendar(t *testing.T) {
 	}
 	if c := CheckCalendar(early, "week", paris, wallAt, 10*time.Second, time.Second, false); c.OK() || !strings.Contains(c.Err, "knows period day") {
 		t.Fatalf("period week: %s", c.Describe())
+	}
+}
+
+// anchored adds to each observation the dry-run reading of absolute window
+// time 2 ms after its answer (window time = real time + off + unix).
+func anchored(obs []windowObs, off, unix int64) []windowObs {
+	for i := range obs {
+		obs[i].AbsR = obs[i].R + 2_000_000
+		obs[i].Abs = obs[i].AbsR + off + unix
+	}
+	return obs
+}
+
+// TestCheckWindowsRestoreBack: window time goes back 1.5W across a probe
+// gap (the old restore rule: faults window-restore-clock-back), and the
+// window spent before the gap admits L again after it. Without anchors the
+// two parts fall in two segments, each at most L, and pass; anchored, they
+// are one absolute window, counted together, and caught. With window time
+// running on across the gap, the anchors bridge it and count nothing
+// twice.
+func TestCheckWindowsRestoreBack(t *testing.T) {
+	const W = int64(time.Second)
+	const unix = 1_700_000_000 * W
+	base := 100 * W
+	// Window time runs with real time until base+2.2W; after a 0.4W gap it
+	// runs 1.5W behind: real base+2.6W is window time base+1.1W, so
+	// window 1 of real time [base+W, base+2W) comes again in real
+	// [base+2.6W, base+3.5W).
+	before := probesAt(base, base+2*W+W/5, 10_000_000, 1_000_000, 0, W)
+	after := probesAt(base+2*W+3*W/5, base+6*W, 10_000_000, 1_000_000, -W-W/2, W)
+	var recs []Record
+	for i := int64(0); i < 10; i++ {
+		recs = append(recs, adm(base+W+W/10+i*W/20, 1))     // window 1, the first time
+		recs = append(recs, adm(base+2*W+7*W/10+i*W/40, 1)) // window 1 again
+	}
+	plain := append(append([]windowObs{}, before...), after...)
+	c := CheckWindows(recs, plain, time.Second, 10_000, base, base+6*W)
+	if !c.OK() || c.Segments != 2 {
+		t.Fatalf("unanchored, each part alone is at most L: %s", c.Describe())
+	}
+	obs := append(anchored(slices.Clone(before), 0, unix), anchored(slices.Clone(after), -W-W/2, unix)...)
+	c = CheckWindows(recs, obs, time.Second, 10_000, base, base+6*W)
+	if c.OK() || len(c.Violations) != 1 || c.Violations[0].AdmittedMilli != 20_000 || c.Violations[0].Parts != 2 || c.Backs != 1 {
+		t.Fatalf("anchored, the window met twice must count 20 > L = 10: %s", c.Describe())
+	}
+	// Window time running on across the same gap: the anchors bridge it
+	// (one segment), and window 2, met on both sides of it, counts its
+	// admissions on both, at most L in all.
+	on := append(anchored(probesAt(base, base+2*W+W/5, 10_000_000, 1_000_000, 0, W), 0, unix),
+		anchored(probesAt(base+2*W+3*W/5, base+6*W, 10_000_000, 1_000_000, 0, W), 0, unix)...)
+	var ok []Record
+	for i := int64(0); i < 5; i++ {
+		ok = append(ok, adm(base+2*W+W/100+i*W/50, 1), adm(base+2*W+7*W/10+i*W/50, 1))
+	}
+	c = CheckWindows(ok, on, time.Second, 10_000, base, base+6*W)
+	if !c.OK() || c.Bridged != 1 || c.Segments != 1 || c.Backs != 0 || c.Worst.AdmittedMilli != 10_000 {
+		t.Fatalf("window time running on: %s", c.Describe())
 	}
 }

@@ -44,6 +44,56 @@ func TestWindows(t *testing.T) {
 	requirePass(t, e, Execute(e, Scenario{Config: cfg, Warmup: 4 * time.Second, Nemeses: plan}))
 }
 
+// windowRestoreNemeses: a second window policy's definition changed and
+// back within its window (WindowDefinitionRoundTrip: before the restore,
+// which holds every window it began in full, an hour's too), a snapshot
+// saved, the leader killed three times and the snapshot restored under
+// load (WindowRestore), then a client cut off and
+// every server killed at once (the grant-loss check, excusing the grants
+// the restore dropped).
+var windowRestoreNemeses = []Nemesis{WindowDefinitionRoundTrip, WindowRestore, CutClient, KillAll}
+
+// TestWindowRestore: the window workload across a snapshot restore saved
+// before two elections (docs/design.md §8.2's restore rule): no window,
+// counted across the restore by its absolute index, certainly admits more
+// than L; and the side policy's hour, spent, grants nothing after its
+// definition's round trip. In make jepsen-windows and make jepsen (about
+// 70 s), not jepsen-quick.
+func TestWindowRestore(t *testing.T) {
+	parallel(t) // see TestNegativeControls
+	cfg := windowConfig("window-restore", seedFromEnv(25))
+	e := newEnv(t, cfg)
+	requirePass(t, e, Execute(e, Scenario{Config: cfg, Warmup: 4 * time.Second, Nemeses: windowRestoreNemeses}))
+}
+
+// TestWindowRestoreNegativeControl: servers built with
+// window-restore-clock-back restore the snapshot's window clock as it was,
+// so window time goes back by the elections' re-syncs (until the leader's
+// next reconcile steps it forward again) and a window spent before the
+// restore admits again after it: the window-count checker must catch a
+// window above L. Three restores, each a chance (windowRestore).
+func TestWindowRestoreNegativeControl(t *testing.T) {
+	parallel(t) // see TestNegativeControls
+	cfg := windowConfig("nc-window-restore-clock-back", seedFromEnv(26))
+	cfg.ServerFaults = []string{"window-restore-clock-back"}
+	e := newEnv(t, cfg)
+	requireCaughtBy(t, e, Execute(e, Scenario{Config: cfg, Warmup: 4 * time.Second, Nemeses: []Nemesis{windowRestore(3)},
+		Controls: "a restore takes the snapshot's window clock: window time goes back", ExpectViolation: true}), "window-count")
+}
+
+// TestWindowDefinitionNegativeControl: servers built with
+// window-forget-spent forget the count of the window a definition change
+// leaves, so the side policy's spent hour grants again after 1h -> 1s ->
+// 1h: the round trip's check must catch it.
+func TestWindowDefinitionNegativeControl(t *testing.T) {
+	parallel(t) // see TestNegativeControls
+	cfg := windowConfig("nc-window-forget-spent", seedFromEnv(27))
+	cfg.ServerFaults = []string{"window-forget-spent"}
+	e := newEnv(t, cfg)
+	requireCaughtBy(t, e, Execute(e, Scenario{Config: cfg, Warmup: 4 * time.Second, Nemeses: []Nemesis{WindowDefinitionRoundTrip},
+		Controls: "a definition change forgets the count of the window it leaves", ExpectViolation: true}), "window-definition-round-trip")
+}
+
 // windowControl: 12s windows of L = 1200, longer than a chunk's 5s lease,
 // so a replica cut off from every server (7s) mid-window keeps spending its
 // chunk (it is saturated) until its deadline, and the chunk then expires
