@@ -18,7 +18,7 @@ import (
 	"google.golang.org/grpc/status"
 )
 
-// ACL tokens of a run (issue 13). With transport security on (the
+// ACL tokens of a run (docs/security.md). With transport security on (the
 // default), every server also runs with --acl-enabled: the harness
 // bootstraps the cluster's ACLs once a leader can answer, keeps the
 // management token for its own Admin calls, and makes an operator token

@@ -89,7 +89,7 @@ var controls = []control{
 		warmup:       4 * time.Second, nemeses: []Nemesis{cutDelayedClient, cutDelayedClient, cutDelayedClient},
 	},
 	{
-		// Issue 11, break 1. The idle-transfer-grant-return nemesis of the
+		// Each term starts from the committed cluster time (docs/design.md §3.3). The idle-transfer-grant-return nemesis of the
 		// quick run: the returning leader reclaims the leases the other
 		// leader granted and grants their shares again, while the replica
 		// it cut off keeps admitting under its lease until the deadline.
@@ -98,7 +98,7 @@ var controls = []control{
 		warmup:       3 * time.Second, nemeses: []Nemesis{IdleTransferReturn},
 	},
 	{
-		// Issue 11, break 2, with both layers broken: a client that keeps
+		// One holder per budget (docs/design.md §3.4 item 7), with both layers broken: a client that keeps
 		// one limiter per full key (two per-route limiters of one
 		// tenant's budget, one lease holder on the cluster, each acquire
 		// replacing the other's lease while the other still admits until
@@ -118,7 +118,7 @@ var controls = []control{
 		warmup: 10 * time.Second,
 	},
 	{
-		// Issue 11, break 4: servers that drop a deleted policy's
+		// Deleted policies' budgets outlive them (docs/policy.md): servers that drop a deleted policy's
 		// leaseless budgets and start a re-created policy's keys full.
 		// The budget must be slow to refill (B/r = 4s) for a refill
 		// across the sync to be more than the idle gap's own r·gap.
@@ -238,7 +238,7 @@ func TestControlsHealthy(t *testing.T) {
 	}
 }
 
-// TestDefenceInDepth: issue 11's break 2 has two layers, the client's
+// TestDefenceInDepth: one holder per budget (docs/design.md §3.4 item 7) has two layers, the client's
 // canonical keys and the cluster's rule (h). Either one alone keeps the
 // bound: with the client broken (per-route limiters each holding a lease
 // of one holder) rule (h) keeps every replaced lease's terms held; with

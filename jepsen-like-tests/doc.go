@@ -27,7 +27,7 @@
 //	                       time-from-receipt negative control)
 //	security.go            the run's CA and certificates, every process's
 //	                       credentials, the plaintext-refused check
-//	window.go              the window workloads (issue 16): a leased
+//	window.go              the window workloads (docs/design.md §8): a leased
 //	                       fixed-window policy (3s windows, or a
 //	                       Europe/Paris day), the probe that places the
 //	                       cluster windows in monotonic time, the
@@ -35,7 +35,7 @@
 //	                       per cluster window ≤ L; utilization per window)
 //	                       and the calendar checker (a day's window time
 //	                       against the processes' wall-clock calendar)
-//	slots.go               the concurrency workload (issue 16): a
+//	slots.go               the concurrency workload (docs/concurrency.md): a
 //	                       concurrency policy (limit N, max_duration M),
 //	                       the in-flight checker (requests certainly in
 //	                       flight at every instant ≤ N + E, E the
@@ -178,7 +178,7 @@
 // has that seed and they run one after another.
 //
 // By hand: TestControlsHealthy (every control's scenario with its fault
-// off: must pass), TestDefenceInDepth (issue 11's break 2 with one of its
+// off: must pass), TestDefenceInDepth (one holder per budget with one of its
 // two layers broken: the bound must hold), TestNemesis (NEMESES=a,b,…),
 // TestConcurrencyControlHealthy (the concurrency control's scenario with
 // its fault off), TestConcurrencyQuick (the concurrency workload's short

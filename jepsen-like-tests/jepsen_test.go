@@ -91,7 +91,7 @@ var quickNemeses = []Nemesis{
 
 // quickConfig is the quick run's configuration: baseConfig with snapshot
 // churn, every replica offering its load over three per-route keys of its
-// tenant's one budget (issue 11, break 2: the client maps them to one
+// tenant's one budget (one holder per budget, docs/design.md §3.4 item 7: the client maps them to one
 // lease; the policy keys on tenant only), and the fourth replica replaced
 // by a `rationd edge` (e1) whose sidecar driver offers the same load over
 // the same keys through ration.v1.Admission/Check: the bound is over the

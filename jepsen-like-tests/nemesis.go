@@ -426,7 +426,7 @@ func (e *Env) transferLeader(to string) {
 	})
 }
 
-// IdleTransferReturn is issue 11's break 1 under load. Every replica
+// IdleTransferReturn is the committed-cluster-time term start (docs/design.md §3.3) under load. Every replica
 // stops (SIGSTOP), so nothing commits but the expiries of their leases,
 // while leader A's clock reads on (its expire loop) until it is more than
 // D + 4s past the committed cluster time. Leadership moves to B, which

@@ -13,7 +13,7 @@ import (
 	"time"
 )
 
-// Policy changes under traffic (issue 11, break 4), made as an operator or a
+// Policy changes under traffic (budgets outlive deleted policies, docs/policy.md), made as an operator or a
 // GitOps tool makes them: with rationctl, against every server's address.
 // Across any of them the budget must admit at most B + r·W: a policy deleted
 // and applied again takes its budgets back as they are (leases and levels),

@@ -28,7 +28,7 @@ import (
 	"google.golang.org/grpc/status"
 )
 
-// Transport security of a run (issue 13): unless RunConfig.Plaintext, the
+// Transport security of a run (docs/security.md): unless RunConfig.Plaintext, the
 // harness makes a CA for the run with crypto/x509 (internal/testtls) and a
 // certificate for every process, writes them under <run dir>/tls, and
 // starts every process with mutual TLS and server-name verification on

@@ -12,7 +12,7 @@ import (
 	"time"
 )
 
-// The concurrency workload (issue 16): the run's policy is a cluster-wide
+// The concurrency workload (docs/concurrency.md): the run's policy is a cluster-wide
 // concurrency limit (`algorithm: concurrency`, `limit: N`, `max_duration:
 // M`; docs/concurrency.md), and each replica runs the replica program with
 // --slot-workers: W workers that each Acquire a slot (client.Slots), hold

@@ -38,7 +38,7 @@ var slotNemesesAll = append(append([]Nemesis{}, slotNemeses...), PauseClient, Re
 // slotQuickNemeses: the short run (TestConcurrencyQuick).
 var slotQuickNemeses = []Nemesis{CutClient, KillLeader}
 
-// TestConcurrency (issue 16): the concurrency workload under the nemeses;
+// TestConcurrency (docs/concurrency.md): the concurrency workload under the nemeses;
 // the in-flight checker must find no instant with more than N + E
 // requests certainly in flight. SEED picks the nemeses' choices.
 func TestConcurrency(t *testing.T) {

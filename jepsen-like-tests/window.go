@@ -20,7 +20,7 @@ import (
 	"github.com/ration-dev/ration/fsm"
 )
 
-// The window workloads (issue 16): the run's policy is a leased
+// The window workloads (docs/design.md §8): the run's policy is a leased
 // fixed-window one (PolicySpec.Window): 3s windows (TestWindows, many
 // windows under every nemesis), or a real `period: day` in Europe/Paris
 // (PolicySpec.Period, TestDailyWindow) whose day the run ends mid-run by

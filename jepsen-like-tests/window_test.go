@@ -30,7 +30,7 @@ var windowNemeses = []Nemesis{KillLeader, PartitionMajority, CutClient, ClockWit
 
 var windowNemesesAll = append(append([]Nemesis{}, windowNemeses...), PauseClient, RestartReplicas, Mix(2))
 
-// TestWindows (issue 16): the window workload under the nemeses; the
+// TestWindows (docs/design.md §8): the window workload under the nemeses; the
 // window-count checker must find no cluster window certainly admitting
 // more than L. SEED picks the nemeses' choices.
 func TestWindows(t *testing.T) {
@@ -131,7 +131,7 @@ func TestWindowControlHealthy(t *testing.T) {
 	requirePass(t, e, Execute(e, Scenario{Config: cfg, Warmup: 3 * time.Second, Nemeses: windowControlNemeses}))
 }
 
-// The daily workload (issue 16's "daily-style window, shortened with an
+// The daily workload (the "daily-style window, shortened with an
 // injected clock"): a real `period: day` policy in Europe/Paris, its
 // count L = 2000 units a day, and the wall clock of every server and
 // replica set (RunConfig.WallStart, their --clock-control files) so that
