@@ -2,10 +2,11 @@ package fsm
 
 import (
 	"bytes"
-	"flag"
 	"fmt"
 	"net/url"
 	"testing"
+
+	"github.com/ration-dev/ration/internal/rapidcontrol"
 
 	"github.com/ration-dev/ration/api"
 	"pgregory.net/rapid"
@@ -196,12 +197,5 @@ func TestKeyQuotaProperty(t *testing.T) {
 // setRapidFlags makes a negative control's search long enough and its
 // shrinking short, for the test's duration.
 func setRapidFlags(t *testing.T, checks string) {
-	for name, v := range map[string]string{"rapid.nofailfile": "true", "rapid.checks": checks, "rapid.shrinktime": "1ms"} {
-		fl := flag.Lookup(name)
-		old := fl.Value.String()
-		if err := flag.Set(name, v); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = flag.Set(name, old) })
-	}
+	rapidcontrol.ControlFlags(t, checks)
 }

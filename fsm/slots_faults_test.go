@@ -3,20 +3,12 @@
 package fsm
 
 import (
-	"flag"
 	"testing"
 
 	"github.com/ration-dev/ration/internal/rapidcontrol"
 )
 
 func TestSlotRandomHistoriesNegativeControl(t *testing.T) {
-	for name, v := range map[string]string{"rapid.nofailfile": "true", "rapid.shrinktime": "1ms"} {
-		fl := flag.Lookup(name)
-		old := fl.Value.String()
-		if err := flag.Set(name, v); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = flag.Set(name, old) })
-	}
+	rapidcontrol.ControlFlags(t, "")
 	rapidcontrol.ExpectCaught(t, "snapshots that drop slot keys", "more than the limit", slotHistories(t, faultSlotSnapshotDropsKeys))
 }

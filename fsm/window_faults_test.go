@@ -10,14 +10,7 @@ import (
 )
 
 func TestWindowRandomHistoriesNegativeControl(t *testing.T) {
-	for name, v := range map[string]string{"rapid.nofailfile": "true", "rapid.shrinktime": "1ms", "rapid.checks": "100"} {
-		fl := flag.Lookup(name)
-		old := fl.Value.String()
-		if err := flag.Set(name, v); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = flag.Set(name, old) })
-	}
+	rapidcontrol.ControlFlags(t, "100")
 	rapidcontrol.ExpectCaught(t, "snapshots that drop window keys", "more than its limit", windowHistories(t, faultWindowSnapshotDropsKeys))
 	// A restore that takes the snapshot's window clock (the rule before)
 	// moves window time back by the re-syncs since the snapshot.

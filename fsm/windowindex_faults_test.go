@@ -3,21 +3,13 @@
 package fsm
 
 import (
-	"flag"
 	"testing"
 
 	"github.com/ration-dev/ration/internal/rapidcontrol"
 )
 
 func TestWindowIndexNegativeControl(t *testing.T) {
-	for name, v := range map[string]string{"rapid.nofailfile": "true", "rapid.shrinktime": "1ms", "rapid.checks": "2000"} {
-		fl := flag.Lookup(name)
-		old := fl.Value.String()
-		if err := flag.Set(name, v); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = flag.Set(name, old) })
-	}
+	rapidcontrol.ControlFlags(t, "2000")
 	rapidcontrol.ExpectCaught(t, "a release that does not re-index", "differ", windowIndexHistories(t, faultWindowIndexSkipsRelease))
 }
 
@@ -26,13 +18,6 @@ func TestWindowIndexNegativeControl(t *testing.T) {
 // of every window key on the other) catch a holder index that keeps only
 // a key's first holders.
 func TestWindowRevokeIndexNegativeControl(t *testing.T) {
-	for name, v := range map[string]string{"rapid.nofailfile": "true", "rapid.shrinktime": "1ms", "rapid.checks": "2000"} {
-		fl := flag.Lookup(name)
-		old := fl.Value.String()
-		if err := flag.Set(name, v); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = flag.Set(name, old) })
-	}
+	rapidcontrol.ControlFlags(t, "2000")
 	rapidcontrol.ExpectCaught(t, "a holder index that misses later holders", "differ", windowIndexHistories(t, faultWindowIndexSkipsHolder))
 }

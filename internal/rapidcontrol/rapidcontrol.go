@@ -4,6 +4,7 @@
 package rapidcontrol
 
 import (
+	"flag"
 	"fmt"
 	"runtime"
 	"strings"
@@ -41,7 +42,7 @@ func (r *recorder) Log(...any)                {}
 // ExpectCaught runs prop with rapid.Check and fails t unless the property
 // failed with a message containing want (what names the broken build in
 // t's messages). It returns the failure message. Callers set rapid's
-// flags (no fail file, more checks) before calling it.
+// flags first (ControlFlags).
 func ExpectCaught(t *testing.T, what, want string, prop func(*rapid.T)) string {
 	t.Helper()
 	rec := &recorder{T: t}
@@ -59,4 +60,23 @@ func ExpectCaught(t *testing.T, what, want string, prop func(*rapid.T)) string {
 	}
 	t.Logf("caught as expected: %.300s", rec.msg)
 	return rec.msg
+}
+
+// ControlFlags sets rapid's flags for a negative control until t ends: no
+// fail file (a caught control is not a failure to replay), 1 ms of
+// shrinking, and checks histories if it is not empty.
+func ControlFlags(t testing.TB, checks string) {
+	t.Helper()
+	set := map[string]string{"rapid.nofailfile": "true", "rapid.shrinktime": "1ms"}
+	if checks != "" {
+		set["rapid.checks"] = checks
+	}
+	for name, v := range set {
+		fl := flag.Lookup(name)
+		old := fl.Value.String()
+		if err := flag.Set(name, v); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = flag.Set(name, old) })
+	}
 }
