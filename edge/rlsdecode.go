@@ -11,7 +11,6 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
-	"google.golang.org/protobuf/types/known/emptypb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 )
 
@@ -29,34 +28,16 @@ import (
 // ShouldRateLimit uses without the UTF-8 check. protobuf-go has no option
 // to skip that check for proto3 strings (UnmarshalOptions has none).
 
-// rlsServiceDesc is rlspb.RateLimitService_ServiceDesc with
-// shouldRateLimitHandler: the same service, methods and file.
+// rlsServiceDesc is rlspb.RateLimitService_ServiceDesc with decodeRLS for
+// the codec's decoding: the same service, methods and file.
 var rlsServiceDesc = func() grpc.ServiceDesc {
 	d := rlspb.RateLimitService_ServiceDesc
-	d.Methods = []grpc.MethodDesc{{MethodName: "ShouldRateLimit", Handler: shouldRateLimitHandler}}
+	d.Methods = []grpc.MethodDesc{{MethodName: "ShouldRateLimit", Handler: rawHandler(rlspb.RateLimitService_ShouldRateLimit_FullMethodName, decodeRLS,
+		func(srv any, ctx context.Context, req *rlspb.RateLimitRequest) (any, error) {
+			return srv.(rlspb.RateLimitServiceServer).ShouldRateLimit(ctx, req)
+		})}}
 	return d
 }()
-
-// shouldRateLimitHandler is the generated handler with decodeRLS for the
-// codec's decoding.
-func shouldRateLimitHandler(srv any, ctx context.Context, dec func(any) error, interceptor grpc.UnaryServerInterceptor) (any, error) {
-	var raw emptypb.Empty
-	if err := dec(&raw); err != nil {
-		return nil, err // not even a message's framing: grpc-go answers Internal
-	}
-	in, err := decodeRLS(raw.ProtoReflect().GetUnknown())
-	if err != nil {
-		return nil, err
-	}
-	if interceptor == nil {
-		return srv.(rlspb.RateLimitServiceServer).ShouldRateLimit(ctx, in)
-	}
-	info := &grpc.UnaryServerInfo{Server: srv, FullMethod: rlspb.RateLimitService_ShouldRateLimit_FullMethodName}
-	handler := func(ctx context.Context, req any) (any, error) {
-		return srv.(rlspb.RateLimitServiceServer).ShouldRateLimit(ctx, req.(*rlspb.RateLimitRequest))
-	}
-	return interceptor(ctx, in, info, handler)
-}
 
 // decodeRLS decodes a RateLimitRequest: by protobuf, or when that fails
 // (a string that is not UTF-8), by decodeRLSLax. An input neither

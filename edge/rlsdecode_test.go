@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
@@ -211,4 +212,48 @@ func FuzzDecodeRLS(f *testing.F) {
 			t.Fatalf("%x: decodeRLSLax %v, protobuf %v", b, lax, want)
 		}
 	})
+}
+
+// TestCheckRawBytes: a Check whose key or policy is not UTF-8 (a C++ or
+// Java caller's bytes as they are) is INVALID_ARGUMENT naming the cause
+// and the fix, where grpc-go's codec answered Internal, which a caller
+// that fails open lets through. The same key as its client.WireKeyValue
+// is decided (here, without a cluster: no-lease).
+func TestCheckRawBytes(t *testing.T) {
+	h := startEdge(t, []string{"127.0.0.1:1"}, nil, "edge-raw-check", withFirstLeaseWait(20*time.Millisecond))
+	check := func(policy, name, value string) (*api.CheckResponse, error) {
+		t.Helper()
+		str := func(b []byte, num protowire.Number, s string) []byte {
+			b = protowire.AppendTag(b, num, protowire.BytesType)
+			return protowire.AppendString(b, s)
+		}
+		var entry []byte
+		entry = str(entry, 1, name)
+		entry = str(entry, 2, value)
+		var it []byte
+		it = str(it, 1, policy)
+		it = protowire.AppendTag(it, 2, protowire.BytesType)
+		it = protowire.AppendBytes(it, entry)
+		req := protowire.AppendTag(nil, 1, protowire.BytesType)
+		req = protowire.AppendBytes(req, it)
+		ctx, cancel := context.WithTimeout(context.Background(), 2*testcluster.DefaultWait)
+		defer cancel()
+		resp := &api.CheckResponse{}
+		err := h.conn.Invoke(ctx, api.Admission_Check_FullMethodName, rawRequest(req), resp, grpc.ForceCodec(envoyCodec{}))
+		return resp, err
+	}
+	for _, c := range []struct{ policy, name, value string }{
+		{"p", "tenant", "\xff\xfe"},
+		{"p", "caf\xe9", "v"},
+		{"p\xff", "tenant", "a"},
+	} {
+		_, err := check(c.policy, c.name, c.value)
+		if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "WireKeyValue") || !strings.Contains(err.Error(), "UTF-8") {
+			t.Errorf("%q %q=%q: %v, want InvalidArgument naming UTF-8 and WireKeyValue", c.policy, c.name, c.value, err)
+		}
+	}
+	r, err := check("p", "tenant", client.WireKeyValue("\xff\xfe"))
+	if err != nil || len(r.GetResults()) != 1 || r.GetResults()[0].GetAllowed() {
+		t.Errorf("the wire name: %v %v, want one refusal (no cluster)", r, err)
+	}
 }

@@ -30,8 +30,8 @@ var healthServices = []string{"", rlspb.RateLimitService_ServiceDesc.ServiceName
 // status follows Ready (it changes when Ready does) until the edge is
 // closed.
 func (e *Edge) RegisterGRPC(s *grpc.Server) {
-	s.RegisterService(&rlsServiceDesc, rlsServer{e: e}) // decodes values that are not UTF-8 (rlsdecode.go)
-	api.RegisterAdmissionServer(s, admissionServer{e: e})
+	s.RegisterService(&rlsServiceDesc, rlsServer{e: e})             // decodes values that are not UTF-8 (rlsdecode.go)
+	s.RegisterService(&admissionServiceDesc, admissionServer{e: e}) // answers bytes that are not UTF-8 InvalidArgument (checkdecode.go)
 	hs := health.NewServer()
 	healthpb.RegisterHealthServer(s, hs)
 	reflection.Register(s)
