@@ -3,7 +3,9 @@ package main
 import (
 	"bytes"
 	"context"
+	"io"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -183,12 +185,12 @@ func TestDevServesAndStopsOnSignal(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a server")
 	}
-	addrs := freeAddrs(t, 3)
+	addrs := freeAddrs(t, 4)
 	signals := make(chan os.Signal, 1)
 	var stdout, stderr syncBuffer
 	done := make(chan int, 1)
 	go func() {
-		done <- run([]string{"dev", "--grpc-addr", addrs[0], "--raft-addr", addrs[1], "--gossip-addr", addrs[2], "--log-format", "json"},
+		done <- run([]string{"dev", "--grpc-addr", addrs[0], "--raft-addr", addrs[1], "--gossip-addr", addrs[2], "--check-addr", addrs[3], "--log-format", "json"},
 			&stdout, &stderr, signals)
 	}()
 	stopped := false
@@ -226,7 +228,8 @@ func TestDevServesAndStopsOnSignal(t *testing.T) {
 		}
 	}
 	out := stdout.String()
-	for _, w := range []string{"API (gRPC):  " + addrs[0], "rationctl status --servers " + addrs[0], "(removed on exit)"} {
+	for _, w := range []string{"API (gRPC):  " + addrs[0], "rationctl status --servers " + addrs[0], "(removed on exit)",
+		"Check API:   POST http://" + addrs[3] + "/v1/check", "curl -s -X POST http://" + addrs[3] + "/v1/check"} {
 		if !strings.Contains(out, w) {
 			t.Errorf("stdout does not contain %q:\n%s", w, out)
 		}
@@ -235,6 +238,18 @@ func TestDevServesAndStopsOnSignal(t *testing.T) {
 		if !strings.Contains(stderr.String(), w) {
 			t.Errorf("stderr does not contain %q:\n%s", w, stderr.String())
 		}
+	}
+	// The Check API answers over HTTP, from the demo policy (burst 200),
+	// as the README shows: the key's first decision waits for its lease.
+	resp, err := http.Post("http://"+addrs[3]+"/v1/check", "application/json",
+		strings.NewReader(`{"items":[{"policy":"demo","key":{"tenant":"acme"},"cost":1}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || !strings.Contains(string(body), `"allowed":true`) || !strings.Contains(string(body), `"remaining":"199"`) {
+		t.Errorf("POST /v1/check: %d %s", resp.StatusCode, body)
 	}
 	dataDir := ""
 	for _, line := range strings.Split(out, "\n") {
