@@ -439,7 +439,7 @@ func group(name, summary string, verbs []verb) command {
 		}
 		return runVerb(v, args[words:], stdout, stderr)
 	}
-	return command{name: name, summary: summary, run: run, usage: usage, group: true, nested: nested}
+	return command{name: name, summary: summary, run: run, usage: usage, group: true, nested: nested, verbs: verbs}
 }
 
 func verbNames(group string, verbs []verb) string {
@@ -459,5 +459,6 @@ func single(v verb) command {
 		name: v.name, summary: v.summary,
 		run:   func(args []string, stdout, stderr io.Writer) int { return runVerb(v, args, stdout, stderr) },
 		usage: func(w io.Writer) { verbUsage(v, w) },
+		verbs: []verb{v},
 	}
 }

@@ -550,8 +550,8 @@ func TestAdminHelp(t *testing.T) {
 	if code := run([]string{"help"}, &stdout, &stderr); code != 0 {
 		t.Fatalf("exit %d", code)
 	}
-	for _, w := range []string{"simulate", "status", "members", "policy     apply -f FILE [--prune] | diff -f FILE | import --envoy FILE | get NAME | list | delete NAME",
-		"leases", "snapshot   save FILE | restore FILE", "leader     transfer [ID]", "server     remove ID", "RATION_SERVERS"} {
+	for _, w := range []string{"simulate", "status", "members", "policy       apply -f FILE [--prune] | diff -f FILE | import --envoy FILE | get NAME | list | delete NAME",
+		"leases", "snapshot     save FILE | restore FILE", "leader       transfer [ID]", "server       remove ID", "RATION_SERVERS"} {
 		if !strings.Contains(stdout.String(), w) {
 			t.Errorf("help does not list %q:\n%s", w, stdout.String())
 		}

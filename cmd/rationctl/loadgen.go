@@ -54,6 +54,7 @@ func loadgenCommand() command {
 			return runVerb(loadgenVerb(&loadgenConfig{}), args, stdout, stderr)
 		},
 		usage: func(w io.Writer) { verbUsage(loadgenVerb(&loadgenConfig{}), w) },
+		verbs: []verb{loadgenVerb(&loadgenConfig{})},
 	}
 }
 

@@ -17,9 +17,12 @@
 //	acl        bootstrap | token create | token list | token delete ACCESSOR
 //	tls        ca create | cert create --server|--client
 //	windows    status | resync [--max-step D] [--dry-run]
+//	completion bash | zsh: a shell completion script
 //	version    rationctl's version and every server's [--client]
 //	help       show help for rationctl or a command
 //
+// docs/cli.md is every command's help, generated from the table below
+// (reference.go).
 // Every command is a function run(args, stdout, stderr) int registered in
 // commands below; it returns the exit code: 0 success, 1 failure (an error
 // from the server, with its gRPC code, or of I/O), 2 usage error.
@@ -39,6 +42,7 @@
 package main
 
 import (
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -58,13 +62,19 @@ type command struct {
 	// words of its two-word verbs (acl token create).
 	group  bool
 	nested map[string]bool
+	// verbs are the command's verbs (one for a single one), and flagSet,
+	// for a command that is not made of verbs, its flags: the CLI
+	// reference and the completion scripts read them (reference.go).
+	verbs   []verb
+	flagSet func() *flag.FlagSet
 }
 
 // commands lists the subcommands in the order help shows them. A new
 // cluster command is a verb (admin.go) registered here with single or
 // group.
 var commands = []command{
-	{name: "simulate", summary: "replay a request trace against a policy file", run: runSimulate, usage: simulateUsage},
+	{name: "simulate", summary: "replay a request trace against a policy file", run: runSimulate, usage: simulateUsage,
+		flagSet: func() *flag.FlagSet { fs, _ := simulateFlags(); return fs }},
 	single(statusVerb),
 	single(membersVerb),
 	group("policy", "apply -f FILE [--prune] | diff -f FILE | import --envoy FILE | get NAME | list | delete NAME: manage the stored policies", policyVerbs),

@@ -366,7 +366,8 @@ func TestHelp(t *testing.T) {
 		out  string // "stdout" or "stderr"
 		want string
 	}{
-		{[]string{"help"}, 0, "stdout", "simulate   replay a request trace against a policy file"},
+		{[]string{"help"}, 0, "stdout", "simulate     replay a request trace against a policy file"},
+		{[]string{"help"}, 0, "stdout", "completion   bash | zsh: print a shell completion script"},
 		{[]string{"-h"}, 0, "stdout", "Usage:\n  rationctl [--servers S] [--timeout D] [--json] <command> [flags]"},
 		{[]string{"help", "simulate"}, 0, "stdout", "rationctl simulate --policy FILE --trace FILE"},
 		{[]string{"simulate", "-h"}, 0, "stdout", "-decisions FILE"},
