@@ -21,6 +21,24 @@ func ForExample(n int, opts ...Option) (*Cluster, func()) {
 	return c, tb.cleanup
 }
 
+// Start starts an n-server cluster as ForExample does, but returns a
+// failure as an error (the servers already started are stopped) instead
+// of panicking: for callers without a testing.TB that must not panic
+// (rationtest.New).
+func Start(n int, opts ...Option) (c *Cluster, stop func(), err error) {
+	tb := &exampleTB{}
+	defer func() {
+		if r := recover(); r != nil {
+			tb.cleanup()
+			c, stop, err = nil, nil, fmt.Errorf("%v", r)
+		}
+	}()
+	c = New(tb, n, opts...)
+	c.WaitForLeader(tb)
+	c.WaitForFeatures(tb)
+	return c, tb.cleanup, nil
+}
+
 // exampleTB is the part of testing.TB the cluster helpers use. The
 // embedded TB is nil: a helper that called any other method would panic,
 // which fails the Example loudly.
