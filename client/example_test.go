@@ -140,3 +140,36 @@ func ExampleClient_Slots() {
 	// true
 	// <nil>
 }
+
+// AllowAll charges several layers together, all or none: a request must
+// pass its tenant's budget and the global one. When a layer refuses, the
+// layers already charged are refunded, so a refused request costs no
+// layer anything.
+func ExampleClient_AllowAll() {
+	c, stop := exampleClient(`policies:
+  - {name: per-tenant, algorithm: token-bucket, rate: 1/h, burst: 5, key: [tenant]}
+  - {name: global, algorithm: token-bucket, rate: 1/h, burst: 3}
+`)
+	defer stop()
+
+	tenant := c.Limiter("per-tenant", client.Key{"tenant": "acme"})
+	global := c.Limiter("global", nil)
+	// Only for a deterministic output: wait for both first leases.
+	for _, l := range []*client.Limiter{tenant, global} {
+		if err := l.WaitN(context.Background(), 0); err != nil {
+			panic(err)
+		}
+	}
+	for range 4 {
+		d, refused := c.AllowAllLayers(1, tenant, global)
+		fmt.Println(d.Allowed, refused)
+	}
+	// The refused request was refunded to the tenant's layer: 5 - 3 left.
+	fmt.Println(tenant.AllowN(2).Allowed, tenant.AllowN(1).Allowed)
+	// Output:
+	// true -1
+	// true -1
+	// true -1
+	// false 1
+	// true false
+}
