@@ -78,6 +78,7 @@ type invocation struct {
 	file, policy, key string
 	prune             bool // policy apply --prune
 	stale             bool // snapshot save --stale
+	ifLeader          bool // leader transfer --if-leader
 	client, attrs     string
 	rate, burst       string
 	// status: the autopilot thresholds (autopilot.go).
