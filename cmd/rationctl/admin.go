@@ -81,6 +81,9 @@ type invocation struct {
 	ifLeader          bool // leader transfer --if-leader
 	client, attrs     string
 	rate, burst       string
+	// acl bootstrap --secret-file: the path, and the file prepare created.
+	secretFile string
+	secretOut  *os.File
 	// status: the autopilot thresholds (autopilot.go).
 	maxLastContact  time.Duration
 	maxTrailingLogs uint64
