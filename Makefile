@@ -27,7 +27,7 @@ PLATFORMS ?= linux/amd64 linux/arm64
 DIST ?= dist
 IMAGE_TAG ?= dev
 
-.PHONY: help demo test test-race fuzz-quick build image release release-binaries compose-up compose-down cluster cluster-stop bench bench-compare bench-scale tools fmt vet lint clean jepsen-deps jepsen-quick jepsen jepsen-windows jepsen-concurrency
+.PHONY: help demo test test-race fuzz-quick chart-test build image release release-binaries compose-up compose-down cluster cluster-stop bench bench-compare bench-scale tools fmt vet lint clean jepsen-deps jepsen-quick jepsen jepsen-windows jepsen-concurrency
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -59,8 +59,16 @@ test: ## everything CI runs: vet, every test (property tests, negative controls,
 	$(GO) test -count=1 -tags ration_faults -run 'TestSlotsLoweredCountWaitsForDrainNegativeControl|TestSlotsAcrossRestoreNegativeControl|TestSlotsAcrossReapplyNegativeControl|TestEdgeRouteSwitchNegativeControl|TestPolicyChangeNegativeControl|TestWindowRestoreAfterElectionsNegativeControl|TestWindowDefinitionRoundTripNegativeControl' ./client
 	$(GO) test -count=1 -tags ration_faults -run TestSnapshotSaveNegativeControl ./cmd/rationctl
 	$(GO) test -count=1 -tags ration_faults ./lease ./fsm
+	$(MAKE) chart-test
 	$(MAKE) fuzz-quick
 	$(MAKE) jepsen-quick
+
+# The Helm chart's test is a Go module of its own (deploy/helm/go.mod), so
+# Helm, the Kubernetes API types and Prometheus' rule parser stay out of
+# the core module's dependencies; go vet ./... and go test ./... at the
+# root do not enter it.
+chart-test: ## render the Helm chart deploy/helm/ration with Helm's engine (default and secure values), decode every object strictly into the Kubernetes types, parse the alert rules; offline (docs/kubernetes.md)
+	cd deploy/helm && $(GO) vet ./... && $(GO) test -count=1 ./...
 
 # Every func FuzzXxx in a tracked _test.go file, as DIR:NAME (found, not
 # listed, so a new fuzz target runs without editing this file).

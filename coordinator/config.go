@@ -41,7 +41,8 @@ type Config struct {
 	AdvertiseGossipAddr string
 
 	// Join lists gossip addresses of existing servers (host:port; a host
-	// may be a DNS name, resolved again on every attempt).
+	// may be a DNS name, resolved again on every attempt). This server's
+	// own gossip address, as written, is skipped.
 	Join []string
 	// BootstrapExpect: when this many servers (with the same expect) have
 	// joined gossip and none has Raft state, they bootstrap once, together.
@@ -319,6 +320,21 @@ func checkAddrs(flag, bind, advertise string) error {
 func (c Config) raftAdvertise() string   { return cmp.Or(c.AdvertiseRaftAddr, c.RaftAddr) }
 func (c Config) grpcAdvertise() string   { return cmp.Or(c.AdvertiseGRPCAddr, c.GRPCAddr) }
 func (c Config) gossipAdvertise() string { return cmp.Or(c.AdvertiseGossipAddr, c.GossipAddr) }
+
+// joinOthers is Join without this server's own gossip address (bind or
+// advertised, as written): one --join list can then name every server, as
+// the pods of a StatefulSet share one. Joining itself would count as a
+// successful join and end the join loop before any other server answered,
+// so servers started together could each stay alone.
+func (c Config) joinOthers() []string {
+	var out []string
+	for _, j := range c.Join {
+		if j != c.GossipAddr && j != c.gossipAdvertise() {
+			out = append(out, j)
+		}
+	}
+	return out
+}
 
 // peerServerName is the DNS name a peer server's certificate must carry,
 // or "" when server hostnames are not verified.

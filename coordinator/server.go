@@ -204,8 +204,8 @@ func New(cfg Config) (*Server, error) {
 	s.goRun(s.batcher.run)
 	s.goRun(s.monitorLeadership)
 	s.goRun(s.bootstrapLoop)
-	if len(cfg.Join) > 0 {
-		s.goRun(s.joinLoop)
+	if join := cfg.joinOthers(); len(join) > 0 {
+		s.goRun(func() { s.joinLoop(join) })
 	}
 	s.log.Info("rationd started", "version", version.Version(), "revision", version.Get().Revision, "raft", cfg.RaftAddr, "grpc", cfg.GRPCAddr, "gossip", cfg.GossipAddr,
 		"advertise_raft", cfg.raftAdvertise(), "advertise_grpc", cfg.grpcAdvertise(), "advertise_gossip", cfg.gossipAdvertise(),
@@ -224,15 +224,15 @@ func (s *Server) goRun(f func()) {
 }
 
 // joinLoop retries joining until one address answers or shutdown.
-func (s *Server) joinLoop() {
+func (s *Server) joinLoop(join []string) {
 	backoff := 100 * time.Millisecond
 	for {
-		n, err := s.members.join(s.cfg.Join)
+		n, err := s.members.join(join)
 		if err == nil && n > 0 {
 			s.log.Info("joined gossip", "contacted", n)
 			return
 		}
-		s.log.Warn("join failed, retrying", "addrs", s.cfg.Join, "err", err)
+		s.log.Warn("join failed, retrying", "addrs", join, "err", err)
 		select {
 		case <-s.shutdownCh:
 			return

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io/fs"
+	"os"
 	"strings"
 	"time"
 
@@ -15,16 +17,51 @@ import (
 // printed once, by the command that creates it; the cluster keeps only a
 // salted hash.
 var aclVerbs = []verb{{
-	name:    "acl bootstrap",
-	reads:   true,
-	summary: "create the first management token (once per cluster) and print its secret",
+	name:     "acl bootstrap",
+	synopsis: "[--secret-file FILE]",
+	reads:    true,
+	summary:  "create the first management token (once per cluster) and print its secret",
 	help: `Creates the cluster's first management token and prints its secret, once:
 store it safely (a secrets manager, or a file only you can read). It works
 once per cluster; after that, create tokens with a management token
 ('rationctl acl token create'). Needs every server started with
---acl-enabled.`,
+--acl-enabled. --secret-file writes the secret to FILE (created 0600,
+never overwritten; removed again if the bootstrap fails) instead of
+printing it: what --token-file reads, and what the Helm chart's hook Job
+stores in a Kubernetes Secret.`,
+	flags: func(fs *flag.FlagSet, o *invocation) {
+		fs.StringVar(&o.secretFile, "secret-file", "", "write the secret to `FILE` (0600, must not exist) instead of printing it")
+	},
+	prepare: func(o *invocation) error {
+		if o.secretFile == "" {
+			return nil
+		}
+		// Created before the call, so a bootstrap is never made whose
+		// secret has nowhere to go.
+		f, err := os.OpenFile(o.secretFile, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+		if errors.Is(err, fs.ErrExist) {
+			return fmt.Errorf("--secret-file %s exists; not overwriting it", o.secretFile)
+		}
+		o.secretOut = f
+		return err
+	},
 	run: func(ctx context.Context, o *invocation) error {
 		resp, err := o.admin().ACLBootstrap(ctx, &api.ACLBootstrapRequest{})
+		if o.secretOut != nil {
+			if err == nil {
+				_, err = fmt.Fprintln(o.secretOut, resp.GetSecret())
+				if cerr := o.secretOut.Close(); err == nil {
+					err = cerr
+				}
+				if err != nil {
+					return fmt.Errorf("ACLs are bootstrapped, but writing the secret to --secret-file %s failed: %w", o.secretFile, err)
+				}
+				resp = &api.ACLTokenSecret{Token: resp.GetToken()}
+			} else {
+				o.secretOut.Close()
+				os.Remove(o.secretFile)
+			}
+		}
 		if err != nil {
 			return err
 		}
@@ -148,7 +185,11 @@ func writeTokenSecret(o *invocation, resp *api.ACLTokenSecret) error {
 	t := resp.GetToken()
 	tw := newTable(o.stdout)
 	fmt.Fprintf(tw, "AccessorID:\t%s\n", t.GetAccessorId())
-	fmt.Fprintf(tw, "SecretID:\t%s\n", resp.GetSecret())
+	if o.secretOut != nil {
+		fmt.Fprintf(tw, "SecretID:\t(written to %s)\n", o.secretFile)
+	} else {
+		fmt.Fprintf(tw, "SecretID:\t%s\n", resp.GetSecret())
+	}
 	fmt.Fprintf(tw, "Name:\t%s\n", orDash(t.GetName()))
 	fmt.Fprintf(tw, "Role:\t%s\n", t.GetRole())
 	if len(t.GetBindings()) > 0 {
@@ -157,6 +198,9 @@ func writeTokenSecret(o *invocation, resp *api.ACLTokenSecret) error {
 	}
 	if err := tw.Flush(); err != nil {
 		return err
+	}
+	if o.secretOut != nil {
+		return nil
 	}
 	_, err := fmt.Fprintln(o.stdout, "The secret is shown only now: store it (the cluster keeps only a salted hash).")
 	return err

@@ -78,8 +78,12 @@ type invocation struct {
 	file, policy, key string
 	prune             bool // policy apply --prune
 	stale             bool // snapshot save --stale
+	ifLeader          bool // leader transfer --if-leader
 	client, attrs     string
 	rate, burst       string
+	// acl bootstrap --secret-file: the path, and the file prepare created.
+	secretFile string
+	secretOut  *os.File
 	// status: the autopilot thresholds (autopilot.go).
 	maxLastContact  time.Duration
 	maxTrailingLogs uint64

@@ -163,3 +163,32 @@ func TestStatusFailureTolerance(t *testing.T) {
 	servers = strings.Join(addrs, ",")
 	want(1, 3, nil)
 }
+
+// TestLeaderTransferIfLeader: --if-leader asked of a follower does
+// nothing (the preStop hook of a pod that does not lead); asked of the
+// leader, it hands leadership to another server.
+func TestLeaderTransferIfLeader(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a cluster")
+	}
+	c := testcluster.New(t, 3)
+	leader := c.WaitForStableLeader(t)
+	follower := c.Server((c.Index(leader) + 1) % c.Len())
+	var stdout, stderr bytes.Buffer
+	if code := run([]string{"--servers", follower.GRPCAddr(), "leader", "transfer", "--if-leader"}, &stdout, &stderr); code != 0 ||
+		stdout.String() != fmt.Sprintf("%s does not lead (leader %s): nothing to transfer\n", follower.ID(), leader.ID()) {
+		t.Fatalf("asked of a follower: exit %d, stdout %q, stderr:\n%s", code, stdout.String(), stderr.String())
+	}
+	if now := c.WaitForStableLeader(t); now.ID() != leader.ID() {
+		t.Fatalf("leadership moved from %s to %s though the follower was asked", leader.ID(), now.ID())
+	}
+	stdout.Reset()
+	if code := run([]string{"--servers", leader.GRPCAddr(), "leader", "transfer", "--if-leader"}, &stdout, &stderr); code != 0 ||
+		!strings.HasPrefix(stdout.String(), "leadership transferred to ") ||
+		strings.TrimSpace(strings.TrimPrefix(stdout.String(), "leadership transferred to ")) == leader.ID() {
+		t.Fatalf("asked of the leader %s: exit %d, stdout %q, stderr:\n%s", leader.ID(), code, stdout.String(), stderr.String())
+	}
+	if now := c.WaitForLeader(t); now.ID() == leader.ID() {
+		t.Errorf("%s still leads after the transfer", now.ID())
+	}
+}

@@ -96,10 +96,30 @@ milli-units and nanoseconds of the API.`,
 
 var leaderVerbs = []verb{{
 	name:     "leader transfer",
-	synopsis: "[ID]",
+	synopsis: "[--if-leader] [ID]",
 	summary:  "hand leadership to server ID, or to any other voter",
-	args:     []string{"[ID]"},
+	help: `Hands leadership to server ID, or to any other voter. With --if-leader it
+does so only if the server that answers leads, and otherwise says so and
+exits 0: a Kubernetes preStop hook runs it with --servers naming the
+local server, so a pod about to stop hands leadership over while it
+still serves, and a follower's stop costs no election.`,
+	args: []string{"[ID]"},
+	flags: func(fs *flag.FlagSet, o *invocation) {
+		fs.BoolVar(&o.ifLeader, "if-leader", false,
+			"only if the server that answers leads (the first of --servers that answers); otherwise do nothing")
+	},
 	run: func(ctx context.Context, o *invocation) error {
+		if o.ifLeader {
+			st, err := o.admin().Status(ctx, &api.StatusRequest{})
+			if err != nil {
+				return err
+			}
+			if st.GetLeader() != st.GetAnsweredBy() {
+				_, err = fmt.Fprintf(o.stdout, "%s does not lead (leader %s): nothing to transfer\n",
+					st.GetAnsweredBy(), orDash(st.GetLeader()))
+				return err
+			}
+		}
 		req := &api.LeaderTransferRequest{}
 		if len(o.args) > 0 {
 			req.Id = o.args[0]
