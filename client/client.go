@@ -16,15 +16,18 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/ration-dev/ration/api"
-	"github.com/ration-dev/ration/internal/acl"
-	"github.com/ration-dev/ration/internal/coarseclock"
-	"github.com/ration-dev/ration/lease"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
+
+	"github.com/ration-dev/ration/api"
+	"github.com/ration-dev/ration/internal/acl"
+	"github.com/ration-dev/ration/internal/coarseclock"
+	"github.com/ration-dev/ration/internal/tracing"
+	"github.com/ration-dev/ration/lease"
 )
 
 // Key is a budget's key: attribute names and values. Only the policy's key
@@ -108,6 +111,11 @@ type Config struct {
 	Logger *slog.Logger
 	// DialOptions are added to every connection.
 	DialOptions []grpc.DialOption
+	// TracerProvider, if set, traces the client's calls to the cluster
+	// (acquire, renew, release; internal/tracing), with W3C trace context
+	// in their metadata. Admission decisions make no spans. Nil (the
+	// default): no tracing, nothing installed.
+	TracerProvider trace.TracerProvider
 	// TLS, if set, secures every connection to the servers (nil:
 	// plaintext). For a cluster with mutual TLS (docs/security.md): RootCAs
 	// with the cluster's CA, Certificates with this client's certificate,
@@ -302,6 +310,7 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 		creds = credentials.NewTLS(cfg.TLS)
 	}
 	opts := append([]grpc.DialOption{grpc.WithTransportCredentials(creds)}, cfg.DialOptions...)
+	opts = append(opts, tracing.DialOptions(cfg.TracerProvider)...)
 	if tok, err := acl.DialOption(cfg.Token); err != nil {
 		return nil, fmt.Errorf("ration: Config.Token: %w", err)
 	} else if tok != nil {

@@ -5,11 +5,16 @@ import (
 	"fmt"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+	"google.golang.org/protobuf/proto"
+
 	"github.com/ration-dev/ration/api"
 	"github.com/ration-dev/ration/fsm"
 	"github.com/ration-dev/ration/internal/faults"
 	"github.com/ration-dev/ration/internal/rpcerr"
-	"google.golang.org/protobuf/proto"
+	"github.com/ration-dev/ration/internal/tracing"
 )
 
 // maxInflightApplies bounds concurrent Raft applies of lease batches. While
@@ -21,6 +26,8 @@ type batchReq struct {
 	op   *api.LeaseOp
 	size int // encoded bytes, for the entry's byte budget
 	done chan fsm.OpResult
+	// span is the call's span, linked from its entry's (tracing on only).
+	span trace.SpanContext
 }
 
 // maxEntryBytes bounds one coalesced Raft entry (a single request is bounded
@@ -31,15 +38,20 @@ type batcher struct {
 	s   *Server
 	in  chan *batchReq
 	sem chan struct{}
+	// tracer, if tracing is on, makes a span of each entry.
+	tracer trace.Tracer
 }
 
 func newBatcher(s *Server) *batcher {
-	return &batcher{s: s, in: make(chan *batchReq, 4096), sem: make(chan struct{}, maxInflightApplies)}
+	return &batcher{s: s, in: make(chan *batchReq, 4096), sem: make(chan struct{}, maxInflightApplies), tracer: tracing.Tracer(s.cfg.TracerProvider)}
 }
 
 // submit queues one client RPC and waits for its committed result.
 func (b *batcher) submit(ctx context.Context, op *api.LeaseOp) fsm.OpResult {
 	req := &batchReq{op: op, size: proto.Size(op), done: make(chan fsm.OpResult, 1)}
+	if b.tracer != nil {
+		req.span = trace.SpanContextFromContext(ctx)
+	}
 	select {
 	case b.in <- req:
 	case <-ctx.Done():
@@ -127,6 +139,30 @@ func (b *batcher) drain() {
 	}
 }
 
+// traceEntry starts the span of one Raft entry of lease operations,
+// linked to the calls it carries (one entry serves many traces), and
+// returns the function that ends it once the entry is applied.
+func (b *batcher) traceEntry(batch []*batchReq) func(error) {
+	if b.tracer == nil {
+		return func(error) {}
+	}
+	links := make([]trace.Link, 0, len(batch))
+	for _, r := range batch {
+		if r.span.IsValid() {
+			links = append(links, trace.Link{SpanContext: r.span})
+		}
+	}
+	_, span := b.tracer.Start(context.Background(), "raft.apply lease-batch", trace.WithLinks(links...),
+		trace.WithAttributes(attribute.Int("ration.ops", len(batch)), attribute.String("ration.server", b.s.cfg.ID)))
+	return func(err error) {
+		if err != nil {
+			span.RecordError(err)
+			span.SetStatus(codes.Error, err.Error())
+		}
+		span.End()
+	}
+}
+
 func (b *batcher) apply(batch []*batchReq) {
 	cmd := &api.LeaseBatchCommand{Ops: make([]*api.LeaseOp, len(batch))}
 	for i, r := range batch {
@@ -143,13 +179,17 @@ func (b *batcher) apply(batch []*batchReq) {
 		<-b.sem
 	}
 	start := time.Now()
+	end := b.traceEntry(batch)
 	f, err := b.s.proposeAsync(fsm.CmdLeaseBatch, cmd)
 	if err != nil {
+		end(err)
 		fail(err)
 		return
 	}
 	go func() {
-		if err := f.Error(); err != nil {
+		err := f.Error()
+		end(err)
+		if err != nil {
 			fail(raftErr(err))
 			return
 		}

@@ -11,10 +11,12 @@ import (
 	"strings"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+	"google.golang.org/grpc"
+
 	"github.com/ration-dev/ration/internal/coarseclock"
 	"github.com/ration-dev/ration/internal/policy"
 	"github.com/ration-dev/ration/internal/tlsutil"
-	"google.golang.org/grpc"
 )
 
 // Config is everything a server needs. cmd/rationd builds it from flags;
@@ -165,6 +167,12 @@ type Config struct {
 	// services on it before it serves (health, reflection).
 	GRPCServerOptions []grpc.ServerOption
 	RegisterGRPC      func(*grpc.Server)
+
+	// TracerProvider, if set, traces the server (internal/tracing): a span
+	// for every lease and admin call, forwarding to the leader as a child
+	// span, and each Raft entry of coalesced lease operations linked to the
+	// calls it carries. Nil (the default): no tracing, nothing installed.
+	TracerProvider trace.TracerProvider
 	// Listen, if set, replaces net.Listen for every listener.
 	Listen func(network, addr string) (net.Listener, error)
 }

@@ -8,11 +8,13 @@ import (
 	"sync"
 	"time"
 
-	"github.com/ration-dev/ration/internal/rpcerr"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
+
+	"github.com/ration-dev/ration/internal/rpcerr"
+	"github.com/ration-dev/ration/internal/tracing"
 )
 
 // hopsKey counts how many times a request has been forwarded. A request
@@ -122,7 +124,7 @@ func (f *forwarder) conn(addr string) (*grpc.ClientConn, error) {
 		// are verified.
 		creds = credentials.NewTLS(f.s.cfg.TLS.ClientConfig(f.s.cfg.peerServerName()))
 	}
-	c, err := grpc.NewClient(addr, grpc.WithTransportCredentials(creds))
+	c, err := grpc.NewClient(addr, append([]grpc.DialOption{grpc.WithTransportCredentials(creds)}, tracing.DialOptions(f.s.cfg.TracerProvider)...)...)
 	if err != nil {
 		return nil, err
 	}

@@ -14,12 +14,14 @@ import (
 
 	"github.com/hashicorp/raft"
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
-	"github.com/ration-dev/ration/api"
-	"github.com/ration-dev/ration/fsm"
-	"github.com/ration-dev/ration/internal/version"
 	"go.etcd.io/bbolt"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
+
+	"github.com/ration-dev/ration/api"
+	"github.com/ration-dev/ration/fsm"
+	"github.com/ration-dev/ration/internal/tracing"
+	"github.com/ration-dev/ration/internal/version"
 )
 
 // Server is one rationd: a Raft peer over the FSM, a gossip member, and the
@@ -183,6 +185,7 @@ func New(cfg Config) (*Server, error) {
 	opts = append(opts, s.limits.clientOptions()...)
 	opts = append(opts, grpc.MaxRecvMsgSize(cfg.MaxRequestBytes))
 	opts = append(opts, cfg.GRPCServerOptions...)
+	opts = append(opts, tracing.ServerOptions(cfg.TracerProvider)...)
 	s.grpc = grpc.NewServer(opts...)
 	api.RegisterLeasesServer(s.grpc, &leaseService{s: s})
 	api.RegisterAdminServer(s.grpc, &adminService{s: s})

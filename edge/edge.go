@@ -28,6 +28,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
@@ -40,6 +41,7 @@ import (
 	"github.com/ration-dev/ration/internal/acl"
 	"github.com/ration-dev/ration/internal/envoyconf"
 	"github.com/ration-dev/ration/internal/policy"
+	"github.com/ration-dev/ration/internal/tracing"
 )
 
 // Limits on one call.
@@ -105,6 +107,11 @@ type Config struct {
 	// Registerer receives the edge's and its client's metrics; nil
 	// registers none.
 	Registerer prometheus.Registerer
+	// TracerProvider, if set, traces the edge (internal/tracing): its
+	// client's calls to the cluster and its Check over HTTP here; the
+	// gRPC server's calls with tracing.ServerOptions where it is made
+	// (rationd edge). Nil (the default): no tracing.
+	TracerProvider trace.TracerProvider
 	// Client, if set, adjusts the client's configuration (tests).
 	Client func(*client.Config)
 }
@@ -168,7 +175,7 @@ func New(ctx context.Context, cfg Config) (*Edge, error) {
 	if cfg.PressureKeys == 0 {
 		cfg.PressureKeys = DefaultPressureKeys
 	}
-	ccfg := client.Config{Servers: cfg.Servers, ClientID: cfg.ClientID, Logger: cfg.Logger.With("part", "client"),
+	ccfg := client.Config{Servers: cfg.Servers, ClientID: cfg.ClientID, Logger: cfg.Logger.With("part", "client"), TracerProvider: cfg.TracerProvider,
 		FirstLeaseWait: cfg.FirstLeaseWait, NoFirstLeaseWait: cfg.NoFirstLeaseWait, TLS: cfg.TLS, Token: cfg.Token,
 		PressureKeys: max(cfg.PressureKeys, 0)}
 	if cfg.Client != nil {
@@ -186,7 +193,7 @@ func New(ctx context.Context, cfg Config) (*Edge, error) {
 		if cfg.TLS != nil {
 			creds = credentials.NewTLS(cfg.TLS)
 		}
-		opts := []grpc.DialOption{grpc.WithTransportCredentials(creds)}
+		opts := append([]grpc.DialOption{grpc.WithTransportCredentials(creds)}, tracing.DialOptions(cfg.TracerProvider)...)
 		if cfg.Token != "" {
 			opts = append(opts, grpc.WithPerRPCCredentials(acl.Bearer(cfg.Token)))
 		}

@@ -10,6 +10,8 @@ import (
 	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/health"
@@ -19,6 +21,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/ration-dev/ration/api"
+	"github.com/ration-dev/ration/internal/tracing"
 )
 
 // Service names the gRPC health service reports on (and "" for the whole
@@ -96,6 +99,13 @@ func (e *Edge) HTTPHandler(g prometheus.Gatherer) http.Handler {
 }
 
 func (e *Edge) serveCheck(w http.ResponseWriter, r *http.Request) {
+	if tr := tracing.Tracer(e.cfg.TracerProvider); tr != nil {
+		// The caller's traceparent, as a gRPC call's is continued.
+		ctx, span := tr.Start(tracing.Propagator.Extract(r.Context(), propagation.HeaderCarrier(r.Header)), "POST /v1/check",
+			trace.WithSpanKind(trace.SpanKindServer))
+		defer span.End()
+		r = r.WithContext(ctx)
+	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxCheckBody))
 	if err != nil {
 		var tooBig *http.MaxBytesError

@@ -27,6 +27,7 @@ import (
 	"github.com/ration-dev/ration/edge"
 	"github.com/ration-dev/ration/internal/envoyconf"
 	"github.com/ration-dev/ration/internal/policy"
+	"github.com/ration-dev/ration/internal/tracing"
 	"github.com/ration-dev/ration/internal/version"
 )
 
@@ -188,7 +189,16 @@ func runEdge(args []string, stdout, stderr io.Writer, signals <-chan os.Signal) 
 		}
 		return fail(2, err)
 	}
-	e, err := edge.New(context.Background(), edge.Config{Servers: o.servers, TLS: dialTLS, Token: token, ClientID: id, Envoy: conf, Policies: pols,
+	tp, stopTracing, err := tracing.FromEnv(context.Background(), "rationd-edge", os.Getenv, stderr)
+	if err != nil {
+		gl.Close()
+		if hl != nil {
+			hl.Close()
+		}
+		return fail(2, err)
+	}
+	defer flushTraces(stopTracing, logger)
+	e, err := edge.New(context.Background(), edge.Config{Servers: o.servers, TLS: dialTLS, Token: token, ClientID: id, Envoy: conf, Policies: pols, TracerProvider: tp,
 		FirstLeaseWait: o.firstLeaseWait, NoFirstLeaseWait: o.firstLeaseWait == 0, PressureKeys: o.pressureKeys, Logger: logger, Registerer: reg})
 	if err != nil {
 		gl.Close()
@@ -204,6 +214,7 @@ func runEdge(args []string, stdout, stderr io.Writer, signals <-chan os.Signal) 
 	if listenTLS != nil {
 		gopts = append(gopts, grpc.Creds(credentials.NewTLS(listenTLS)))
 	}
+	gopts = append(gopts, tracing.ServerOptions(tp)...) // continues Envoy's traceparent
 	gs := grpc.NewServer(gopts...)
 	e.RegisterGRPC(gs)
 	go func() { _ = gs.Serve(gl) }()

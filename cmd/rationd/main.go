@@ -45,6 +45,7 @@ import (
 	"github.com/ration-dev/ration/internal/coarseclock"
 	"github.com/ration-dev/ration/internal/faults"
 	"github.com/ration-dev/ration/internal/policy"
+	"github.com/ration-dev/ration/internal/tracing"
 	"github.com/ration-dev/ration/internal/version"
 )
 
@@ -212,6 +213,15 @@ func serve(prog string, o options, policies *policy.File, stderr io.Writer, sign
 		// clock is wrong, or for a date it chooses).
 		cfg.WallClock = faults.WallNow
 	}
+	tp, stopTracing, err := tracing.FromEnv(context.Background(), "rationd", os.Getenv, stderr)
+	if err != nil {
+		return fail(2, err)
+	}
+	defer flushTraces(stopTracing, logger)
+	cfg.TracerProvider = tp
+	if tp != nil {
+		logger.Info("tracing on", "exporter", os.Getenv("OTEL_TRACES_EXPORTER"))
+	}
 	obs := o.observe.setup(&cfg)
 	defer obs.Close()
 	srv, err := start(cfg, logger, signals)
@@ -298,5 +308,14 @@ func start(cfg coordinator.Config, logger *slog.Logger, signals <-chan os.Signal
 			logger.Warn("the server has not started yet; is another rationd using the data dir?",
 				"data_dir", cfg.DataDir, "waited", slowStart)
 		}
+	}
+}
+
+// flushTraces sends the spans still buffered, for at most shutdownTimeout.
+func flushTraces(stop func(context.Context) error, logger *slog.Logger) {
+	ctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
+	defer cancel()
+	if err := stop(ctx); err != nil {
+		logger.Warn("flushing traces", "err", err)
 	}
 }
