@@ -326,7 +326,7 @@ func resolveCommit(t *testing.T, rev string) string {
 // hasBaseline reports whether commit rev has the v0.1.0 baseline (its
 // fsm defines BaselineFeatures).
 func hasBaseline(rev string) bool {
-	return exec.Command("git", "grep", "--quiet", "BaselineFeatures", rev, "--", "fsm/command.go").Run() == nil
+	return exec.Command("git", "grep", "--quiet", "BaselineFeatures", rev, "--", ":(top)fsm/command.go").Run() == nil
 }
 
 // buildOldRationd builds rationd from commit rev, exported with git
@@ -362,7 +362,9 @@ func buildOldRationd(t *testing.T, rev string) string {
 		goTool = "go"
 	}
 	out := filepath.Join(dir, "old-bin", "rationd")
-	build := exec.Command(goTool, "build", "-o", out, "./cmd/rationd")
+	// -trimpath: the build cache then serves every package the commit
+	// shares with an earlier build, whatever temporary directory it is in.
+	build := exec.Command(goTool, "build", "-trimpath", "-o", out, "./cmd/rationd")
 	build.Dir = dir
 	build.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if b, err := build.CombinedOutput(); err != nil {
