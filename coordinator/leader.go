@@ -115,9 +115,11 @@ func (s *Server) clusterNow() int64 {
 	return s.clock.nowLocked()
 }
 
-// leaderReady reports whether this server leads and may stamp commands.
+// leaderReady reports whether this server leads, may stamp commands, and
+// the baseline is on (ensureBaseline; until then proposeAsync refuses
+// every other command, so callers wait as for a leader taking over).
 func (s *Server) leaderReady() bool {
-	return s.IsLeader() && s.clock.readyFor(s.raft.CurrentTerm())
+	return s.IsLeader() && s.clock.readyFor(s.raft.CurrentTerm()) && s.fsm.BaselineOn()
 }
 
 // proposeAsync stamps cluster time and appends a command. Stamping and
