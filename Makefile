@@ -9,11 +9,11 @@ FUZZTIME ?= 3000x
 
 # The version every binary reports (internal/version; rationd version,
 # rationctl version, the Status RPC, ration_build_info): the tag at HEAD,
-# else the last tag and the commits since (git describe), else v0.1.0-dev
-# before the first tag; "-dirty" for a modified tree. make release
+# else the last tag and the commits since (git describe), else the
+# version of this commit below (tags may not travel with a clone); "-dirty" for a modified tree. make release
 # VERSION=v0.1.0 names it outright. REVISION is the commit.
 ifeq ($(origin VERSION), undefined)
-VERSION := $(shell git describe --tags --match 'v[0-9]*' --dirty 2>/dev/null || echo v0.1.0-dev)
+VERSION := $(shell git describe --tags --match 'v[0-9]*' --dirty 2>/dev/null || echo v0.2.0-dev)
 endif
 ifeq ($(origin REVISION), undefined)
 REVISION := $(shell git rev-parse HEAD 2>/dev/null || echo unknown)$(shell git diff --quiet HEAD 2>/dev/null || echo -dirty)

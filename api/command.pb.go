@@ -719,9 +719,9 @@ type SetFeaturesCommand struct {
 	// FeatureWindows on sets the window epoch from it: window time is
 	// cluster time plus (wall_unix_nanos - the entry's cluster time).
 	WallUnixNanos int64 `protobuf:"varint,2,opt,name=wall_unix_nanos,json=wallUnixNanos,proto3" json:"wall_unix_nanos,omitempty"`
-	// The initial (--config) window policies the leader deferred while
-	// FeatureWindows was off, applied by the entry that turns it on, right
-	// after the switch (so no leader change can lose them).
+	// Written only by leaders before v0.1.0 (initial window policies
+	// deferred while FeatureWindows was off); a server of 0.1.0 or later
+	// stops on an entry that sets it (a pre-0.1.0 log).
 	InitialWindowPolicies *ApplyPoliciesCommand `protobuf:"bytes,50,opt,name=initial_window_policies,json=initialWindowPolicies,proto3" json:"initial_window_policies,omitempty"`
 	unknownFields         protoimpl.UnknownFields
 	sizeCache             protoimpl.SizeCache

@@ -35,8 +35,8 @@ policies:
 
 var convergeBound = quotacheck.Bound{CapacityMilli: 100_000, RateMilliPerSec: 100_000}
 
-// startAckCluster starts a cluster and waits until its leader has turned
-// the acknowledgements switch on (every voter supports it).
+// startAckCluster starts a cluster and waits until the acknowledgements
+// switch (part of the baseline, the cluster's first entry) is on.
 func startAckCluster(t *testing.T) *testcluster.Cluster {
 	t.Helper()
 	c := startCluster(t, convergePolicy)

@@ -7,8 +7,6 @@ import (
 	"time"
 
 	"github.com/ration-dev/ration/client"
-	"github.com/ration-dev/ration/coordinator"
-	"github.com/ration-dev/ration/fsm"
 	"github.com/ration-dev/ration/internal/quotacheck"
 	"github.com/ration-dev/ration/internal/testcluster"
 )
@@ -37,30 +35,10 @@ func TestCutBurstReturnsToNewcomers(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		on   bool
-	}{{"return-clamped on", true}, {"switch off (an older server)", false}} {
+	}{{"return-clamped on", true}} {
 		t.Run(tc.name, func(t *testing.T) {
-			var opts []testcluster.Option
-			if !tc.on {
-				adv := fsm.KnownFeatures &^ fsm.FeatureReturnClamped
-				opts = append(opts, testcluster.WithConfig(func(i int, c *coordinator.Config) {
-					if i == 0 {
-						c.AdvertiseFeatures = &adv
-					}
-				}))
-			}
-			c := testcluster.New(t, 3, append(opts, testcluster.WithPolicies(clampPolicy))...)
+			c := testcluster.New(t, 3, testcluster.WithPolicies(clampPolicy))
 			c.WaitForLeader(t)
-			testcluster.WaitFor(t, testcluster.DefaultWait, func() error {
-				for _, s := range c.Servers() {
-					if got, want := s.FSM().Features()&fsm.FeatureAcks, fsm.FeatureAcks; got != want {
-						return fmt.Errorf("%s: features %#x", s.ID(), s.FSM().Features())
-					}
-					if on := s.FSM().Features()&fsm.FeatureReturnClamped != 0; on != tc.on {
-						return fmt.Errorf("%s: return-clamped %v, want %v", s.ID(), on, tc.on)
-					}
-				}
-				return nil
-			})
 			h := newHistory()
 			// The first replica takes the whole burst, 100 tokens, and
 			// keeps it: after its first call it offers nothing (its demand
@@ -129,9 +107,6 @@ func TestCutBurstReturnsToNewcomers(t *testing.T) {
 			t.Logf("newcomers admitted %d tokens in %v (r = 1/s), %d of them topped up from the pool", newcomers/1000, elapsed.Round(time.Millisecond), topUps/1000)
 			if minted := elapsed.Milliseconds() + 5_000; tc.on && newcomers < 60_000+minted/2 {
 				t.Fatalf("newcomers admitted %d milli-tokens: the first replica's cut burst (about 75 tokens) did not reach them", newcomers)
-			}
-			if !tc.on && newcomers > 30_000 {
-				t.Fatalf("with the switch off newcomers admitted %d milli-tokens: only minting should feed them", newcomers)
 			}
 		})
 	}

@@ -362,9 +362,6 @@ func (s *Server) aclReady() error {
 	if !s.cfg.ACL {
 		return fmt.Errorf("%w: ACLs are not enabled on server %s (start every server with --acl-enabled)", rpcerr.ErrPrecondition, s.cfg.ID)
 	}
-	if s.fsm.Features()&fsm.FeatureACL == 0 {
-		return fmt.Errorf("%w: not every voter supports ACLs yet (upgrade every server; the switch turns on by itself)", rpcerr.ErrUnavailable)
-	}
 	return nil
 }
 

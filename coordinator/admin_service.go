@@ -142,9 +142,6 @@ func (a *adminService) ApplyPolicies(ctx context.Context, req *api.ApplyPolicies
 			unleasable = append(unleasable, fmt.Errorf("line %d: %w", p.Line, err))
 			continue
 		}
-		if err := errors.Join(a.s.windowsReady(p), a.s.slotsReady(p), a.s.keyQuotaReady(p)); err != nil {
-			return nil, rpcerr.Status(fmt.Errorf("line %d: %w", p.Line, err))
-		}
 		cmd.Policies = append(cmd.Policies, p.ToProto())
 		resp.Applied = append(resp.Applied, p.Name)
 	}
@@ -452,11 +449,7 @@ func (a *adminService) SnapshotRestore(stream grpc.ClientStreamingServer[api.Sna
 	}
 	// Rule (j): the restored state must hold every budget until the leases
 	// the current state granted are gone, and never reuse their IDs
-	// (fsm/restore.go). Every server must apply a snapshot so prepared
-	// alike, so the switch must be on.
-	if a.s.fsm.Features()&fsm.FeatureRestoreHold == 0 {
-		return rpcerr.Status(fmt.Errorf("%w: snapshot restore needs every voter to support holding budgets across a restore (feature switch %#x is off); upgrade every server first", rpcerr.ErrPrecondition, fsm.FeatureRestoreHold))
-	}
+	// (fsm/restore.go).
 	if err := a.s.prepareRestore(buf.Bytes()); err != nil {
 		return rpcerr.Status(err)
 	}

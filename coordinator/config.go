@@ -120,7 +120,7 @@ type Config struct {
 	Clock *coarseclock.Clock
 
 	// WallClock is the wall clock window time starts from (the entry
-	// that turns FeatureWindows on) and a leader re-syncs it to
+	// that turns the baseline on, the cluster's first) and a leader re-syncs it to
 	// (syncWindowClock, rationctl windows resync); default time.Now.
 	// Tests set a skewed one (rationd: its --clock-control file's wall
 	// offset, in test builds).
@@ -129,7 +129,8 @@ type Config struct {
 	// AdvertiseFeatures, if set, is read at start: the feature switches
 	// (fsm.FeatureXxx) this server gossips that it supports. nil means all
 	// it knows (fsm.KnownFeatures). Tests set fewer to stand in for a
-	// server that predates a switch.
+	// server that predates a switch added after 0.1.0 (the baseline's are
+	// turned on whatever is advertised).
 	AdvertiseFeatures *uint64
 
 	// AuditWindows are the window lengths the leader's online audit of the

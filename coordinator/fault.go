@@ -35,7 +35,7 @@ func (b *batcher) applyBeforeCommit(batch []*batchReq, cmd *api.LeaseBatchComman
 func (s *Server) speculate(cmd *api.LeaseBatchCommand) (*fsm.Result, error) {
 	s.clock.mu.Lock()
 	defer s.clock.mu.Unlock()
-	if !s.clock.readyLocked(s.raft.CurrentTerm()) {
+	if !s.clock.readyLocked(s.raft.CurrentTerm()) || !s.fsm.BaselineOn() {
 		return nil, errTakingOver
 	}
 	data, err := fsm.Encode(fsm.CmdLeaseBatch, s.clock.nowLocked(), cmd)

@@ -1,21 +1,49 @@
 package coordinator
 
 import (
+	"time"
+
 	"github.com/hashicorp/raft"
 	"github.com/ration-dev/ration/api"
 	"github.com/ration-dev/ration/fsm"
 )
 
-// Feature switches change how the FSM applies entries (fsm.FeatureAcks:
-// acknowledged versions), so a server that cannot apply one must never
-// see it on, or it would silently apply the same log differently. Every
-// server gossips the switches it supports (serverMeta.Features); the
-// leader turns a switch on, with a CmdSetFeatures entry, only once every
-// voter in the Raft configuration is alive in gossip and advertises it.
-// Switches are never turned off, and snapshots keep them (under a snapshot
-// magic older servers refuse). A server that predates a switch and joins
-// later stops loudly: it panics on the CmdSetFeatures entry or refuses the
-// snapshot.
+// Feature switches change how the FSM applies entries, so a server that
+// cannot apply one must never see it on, or it would silently apply the
+// same log differently (docs/design.md §3.6).
+//
+// The switches of the v0.1.0 baseline (fsm.BaselineFeatures) are turned on
+// unconditionally, by the first entry of a new cluster (ensureBaseline):
+// every server of 0.1.0 or later supports them, and one that predates a bit
+// stops loudly (it panics on the CmdSetFeatures entry or refuses the
+// snapshot). A switch added after 0.1.0 is turned on only once every voter
+// in the Raft configuration is alive in gossip and advertises it
+// (serverMeta.Features, enableFeatures). Switches are never turned off,
+// and snapshots keep them.
+
+// ensureBaseline proposes the baseline switches if they are not on yet
+// (leader only, once its term is established, before anything else: until
+// they are on, proposeAsync refuses every other command). It retries until
+// they are on, or leadership or the server stops (false).
+func (s *Server) ensureBaseline(stop chan struct{}) bool {
+	for !s.fsm.BaselineOn() {
+		cmd := &api.SetFeaturesCommand{Features: fsm.BaselineFeatures, WallUnixNanos: s.wallNow()} // window time starts at this wall clock (Config.WallClock)
+		if _, _, err := s.propose(fsm.CmdSetFeatures, cmd); err == nil {
+			s.log.Info("feature switches of the v0.1.0 baseline on", "features", fsm.BaselineFeatures)
+			break
+		} else {
+			s.log.Warn("turning on the baseline feature switches", "err", err)
+		}
+		select {
+		case <-stop:
+			return false
+		case <-s.shutdownCh:
+			return false
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	return true
+}
 
 // supportedFeatures is what this server advertises and can apply.
 func (s *Server) supportedFeatures() uint64 {
@@ -25,13 +53,9 @@ func (s *Server) supportedFeatures() uint64 {
 	return fsm.KnownFeatures
 }
 
-// enableFeatures proposes the switches every voter supports and that are
-// still off (leader only).
-//
-// withInitial: the entry that turns leased windows on also applies the
-// initial window policies deferred until then (windows.go); false only
-// before the leader's initial apply, which then includes them itself.
-func (s *Server) enableFeatures(withInitial bool) {
+// enableFeatures proposes the switches added after the baseline that
+// every voter supports and that are still off (leader only).
+func (s *Server) enableFeatures() {
 	missing := fsm.KnownFeatures &^ s.fsm.Features()
 	if missing == 0 || !s.IsLeader() {
 		return
@@ -46,20 +70,10 @@ func (s *Server) enableFeatures(withInitial bool) {
 		s.log.Debug("feature switches wait for every voter to support them", "off", missing, "voters_support", all)
 		return
 	}
-	cmd := &api.SetFeaturesCommand{Features: want, WallUnixNanos: s.wallNow()} // window time starts at this wall clock (Config.WallClock)
-	if withInitial {
-		cmd.InitialWindowPolicies = s.deferredPolicies(want)
-	}
-	if res, _, err := s.propose(fsm.CmdSetFeatures, cmd); err != nil {
-		if res == nil {
-			s.log.Warn("turning on feature switches", "features", want, "err", err)
-			return
-		}
-		// The switch is on; the deferred policies were refused.
-		s.log.Error("feature switches on, but the deferred initial policies were refused", "features", want, "err", err)
+	cmd := &api.SetFeaturesCommand{Features: want, WallUnixNanos: s.wallNow()}
+	if _, _, err := s.propose(fsm.CmdSetFeatures, cmd); err != nil {
+		s.log.Warn("turning on feature switches", "features", want, "err", err)
 		return
-	} else if cmd.InitialWindowPolicies != nil {
-		s.log.Info("deferred initial policies applied with their feature switch", "policies", len(cmd.InitialWindowPolicies.GetPolicies()))
 	}
 	s.log.Info("feature switches on: every voter supports them", "features", want)
 }

@@ -115,9 +115,11 @@ func (s *Server) clusterNow() int64 {
 	return s.clock.nowLocked()
 }
 
-// leaderReady reports whether this server leads and may stamp commands.
+// leaderReady reports whether this server leads, may stamp commands, and
+// the baseline is on (ensureBaseline; until then proposeAsync refuses
+// every other command, so callers wait as for a leader taking over).
 func (s *Server) leaderReady() bool {
-	return s.IsLeader() && s.clock.readyFor(s.raft.CurrentTerm())
+	return s.IsLeader() && s.clock.readyFor(s.raft.CurrentTerm()) && s.fsm.BaselineOn()
 }
 
 // proposeAsync stamps cluster time and appends a command. Stamping and
@@ -126,6 +128,11 @@ func (s *Server) proposeAsync(ct fsm.CommandType, msg proto.Message) (raft.Apply
 	s.clock.mu.Lock()
 	defer s.clock.mu.Unlock()
 	if !s.clock.readyLocked(s.raft.CurrentTerm()) {
+		return nil, errTakingOver
+	}
+	if ct != fsm.CmdSetFeatures && !s.fsm.BaselineOn() {
+		// A new cluster's first entry turns the baseline on
+		// (ensureBaseline); every server refuses anything before it.
 		return nil, errTakingOver
 	}
 	data, err := fsm.Encode(ct, s.clock.nowLocked(), msg)
@@ -206,20 +213,15 @@ func (s *Server) leaderLoop(stop chan struct{}) {
 	}
 	s.audit.reset(true) // the audit is leader-local: it starts empty in every term this server leads
 
+	if !s.ensureBaseline(stop) {
+		return
+	}
 	if s.cfg.Policies != nil && len(s.fsm.Policies()) == 0 {
-		s.enableFeatures(false) // so initial window policies can be applied (windowsReady), if every voter is up
 		cmd := &api.ApplyPoliciesCommand{}
 		for _, p := range s.cfg.Policies.Policies {
 			if err := p.Leasable(); err != nil {
 				s.log.Error("initial policy cannot be leased; skipped", "policy", p.Name, "err", err)
 				continue
-			}
-			if err := errors.Join(s.windowsReady(p), s.slotsReady(p)); err != nil {
-				s.log.Info("initial policy deferred until its feature switch is on (every voter supports it)", "policy", p.Name, "algorithm", p.Algorithm)
-				continue
-			}
-			if err := s.keyQuotaReady(p); err != nil {
-				s.log.Warn("initial policy applied with the default max_keys_per_value: key quotas wait for every voter to support them; apply the policy again once they do", "policy", p.Name)
 			}
 			cmd.Policies = append(cmd.Policies, p.ToProto())
 		}
@@ -236,7 +238,7 @@ func (s *Server) leaderLoop(stop chan struct{}) {
 	defer reconcile.Stop()
 	lastExpire := time.Now()
 	s.reconcile()
-	s.enableFeatures(true)
+	s.enableFeatures()
 	for {
 		select {
 		case <-stop:
@@ -245,11 +247,11 @@ func (s *Server) leaderLoop(stop chan struct{}) {
 			return
 		case <-reconcile.C:
 			s.reconcile()
-			s.enableFeatures(true)
+			s.enableFeatures()
 			s.syncWindowClock(false)
 		case <-s.members.nudge:
 			s.reconcile()
-			s.enableFeatures(true)
+			s.enableFeatures()
 		case <-expire.C:
 			if s.raft.CurrentTerm() != term {
 				// Leadership was lost and won back between two reads of
@@ -260,6 +262,9 @@ func (s *Server) leaderLoop(stop chan struct{}) {
 					return
 				}
 				s.audit.reset(true)
+				if !s.ensureBaseline(stop) {
+					return
+				}
 				s.syncWindowClock(true)
 				continue
 			}

@@ -64,6 +64,7 @@ policies:
 			}
 			return r
 		}
+		run(fsm.CmdSetFeatures, &api.SetFeaturesCommand{Features: fsm.BaselineFeatures}) // a cluster's first entry
 		if r := run(fsm.CmdApplyPolicies, apply); r.Err != nil {
 			t.Fatal(r.Err)
 		}

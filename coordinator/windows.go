@@ -8,65 +8,9 @@ import (
 
 	"github.com/ration-dev/ration/api"
 	"github.com/ration-dev/ration/fsm"
-	"github.com/ration-dev/ration/internal/policy"
 	"github.com/ration-dev/ration/internal/rpcerr"
 	"github.com/ration-dev/ration/lease"
 )
-
-// windowsReady refuses a fixed-window policy until the leased-windows
-// switch is on (every voter supports it; docs/design.md §3.6 and §8): a
-// server that predates it would store the policy without leasing it, or
-// refuse a calendar period, and apply later entries differently.
-func (s *Server) windowsReady(p policy.Policy) error {
-	if (p.Algorithm != policy.FixedWindow && p.Algorithm != policy.SlidingWindowApprox) || s.fsm.Features()&fsm.FeatureWindows != 0 {
-		return nil
-	}
-	return fmt.Errorf("%w: policy %q is a %s, which the cluster leases only once every voter supports leased windows (feature switch FeatureWindows is off; upgrade every server)",
-		rpcerr.ErrPrecondition, p.Name, p.Algorithm)
-}
-
-// isWindowPolicy: a policy the cluster leases only with FeatureWindows on.
-func isWindowPolicy(p policy.Policy) bool {
-	return p.Algorithm == policy.FixedWindow || p.Algorithm == policy.SlidingWindowApprox
-}
-
-// deferredPolicies are the initial (--config) policies that wait for a
-// feature switch this entry turns on (want): window policies for
-// FeatureWindows, concurrency policies for FeatureConcurrency. The entry
-// that turns the switch on applies them (SetFeaturesCommand's
-// initial_window_policies, applied by the FSM once leased windows are on),
-// so no leader change between two entries can lose them. With a switch
-// off, nobody can have applied such a policy, so one absent from the state
-// was never applied (nil: none).
-func (s *Server) deferredPolicies(want uint64) *api.ApplyPoliciesCommand {
-	if s.cfg.Policies == nil {
-		return nil
-	}
-	on := s.fsm.Features()
-	if (on|want)&fsm.FeatureWindows == 0 {
-		return nil // the FSM applies the field only with leased windows on
-	}
-	cmd := &api.ApplyPoliciesCommand{}
-	for _, p := range s.cfg.Policies.Policies {
-		var bit uint64
-		switch {
-		case isWindowPolicy(p):
-			bit = fsm.FeatureWindows
-		case p.Algorithm == policy.Concurrency:
-			bit = fsm.FeatureConcurrency
-		}
-		if bit == 0 || on&bit != 0 || want&bit == 0 {
-			continue
-		}
-		if _, ok := s.fsm.Policy(p.Name); !ok && p.Leasable() == nil {
-			cmd.Policies = append(cmd.Policies, p.ToProto())
-		}
-	}
-	if len(cmd.Policies) == 0 {
-		return nil
-	}
-	return cmd
-}
 
 // windowClockMinLag: the leader re-syncs window time to its wall clock
 // (fsm.CmdWindowClock) once window time lags it by more than this, and
@@ -92,7 +36,7 @@ func windowClockAction(st fsm.WindowClockState) (string, int64) {
 	switch {
 	case st.LagNanos >= minLag:
 		return "step", st.LagNanos
-	case st.SlewOn && st.LagNanos < 0 && (after <= -minLag || st.SlewLeftNanos > 0 && after >= minLag):
+	case st.LagNanos < 0 && (after <= -minLag || st.SlewLeftNanos > 0 && after >= minLag):
 		return "slew", -st.LagNanos
 	}
 	return "none", 0
@@ -163,9 +107,6 @@ func (s *Server) windowResync(req *api.WindowResyncRequest) (*api.WindowResyncRe
 	st := s.fsm.WindowClock(now, wall)
 	if !st.Set {
 		return nil, fmt.Errorf("%w: window time is not in use (leased windows are off, or no window policy or key exists)", rpcerr.ErrPrecondition)
-	}
-	if maxStep > fsm.MaxWindowClockStepNanos && !st.SlewOn {
-		return nil, fmt.Errorf("%w: a step above %v needs feature switch FeatureWindowSlew (upgrade every server)", rpcerr.ErrPrecondition, time.Duration(fsm.MaxWindowClockStepNanos))
 	}
 	action, amount := windowClockAction(st)
 	resp := &api.WindowResyncResponse{Leader: s.cfg.ID, LeaderWallUnixNanos: wall, WindowUnixNanos: st.WindowNanos, LagNanos: st.LagNanos,

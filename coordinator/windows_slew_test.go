@@ -11,8 +11,6 @@ import (
 	"github.com/ration-dev/ration/coordinator"
 	"github.com/ration-dev/ration/fsm"
 	"github.com/ration-dev/ration/internal/testcluster"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 )
 
 const slewPolicies = `
@@ -48,10 +46,7 @@ func windowClockOf(s *coordinator.Server, skew int64) fsm.WindowClockState {
 // at the switch was corrected), the leader proposes a slew (it cannot step
 // window time back): every server then runs window time at 99% of cluster
 // time, never backward, with equal state. Then a wall clock 2 s ahead is
-// re-synced forward, which ends the slew. The control: with one voter
-// that does not advertise FeatureWindowSlew (a mixed-version cluster) the
-// switch stays off and nothing is slewed (an older server would ignore
-// the slew, so the leader must not propose it).
+// re-synced forward, which ends the slew.
 func TestLeaderSlewsWindowTimeAhead(t *testing.T) {
 	if testing.Short() {
 		t.Skip("a real cluster")
@@ -101,74 +96,8 @@ func TestLeaderSlewsWindowTimeAhead(t *testing.T) {
 	c.WaitForConsistentState(t)
 }
 
-// TestMixedClusterDoesNotSlew is the control of the feature gate: one
-// voter without FeatureWindowSlew keeps the switch off, and a leader whose
-// wall clock is behind window time proposes nothing (window time stays
-// ahead, slew 0); the operator's override of the step bound is refused.
-func TestMixedClusterDoesNotSlew(t *testing.T) {
-	if testing.Short() {
-		t.Skip("a real cluster")
-	}
-	var skew, reads atomic.Int64
-	old := fsm.KnownFeatures &^ fsm.FeatureWindowSlew
-	c := skewedCluster(t, &skew, &reads, func(i int) *uint64 {
-		if i == 2 {
-			return &old
-		}
-		return nil
-	})
-	// Window time set and re-synced: an election right after the switch
-	// (on a loaded machine) leaves it lagging until the leader's next
-	// reconcile, and a lag of a second left too little excess after the
-	// skew below (lag -1.84 s against the -2 s the dry run checks).
-	testcluster.WaitFor(t, testcluster.DefaultWait, func() error {
-		s := c.Leader()
-		if s == nil || !windowClockOf(s, 0).Set {
-			return fmt.Errorf("window time unset")
-		}
-		r, err := c.Admin(c.Index(s)).WindowResync(context.Background(), &api.WindowResyncRequest{DryRun: true})
-		if err != nil || r.GetLagNanos() > int64(200*time.Millisecond) {
-			return fmt.Errorf("window time lags by %v (%v)", time.Duration(r.GetLagNanos()), err)
-		}
-		return nil
-	})
-	// Window time at a cluster time an hour ahead: any slew or step moves it.
-	probe := c.Leader().FSM().ClusterTime() + int64(time.Hour)
-	want := c.Leader().FSM().WindowClock(probe, 0).WindowNanos
-	skew.Store(int64(-3 * time.Second))
-	// A dry-run re-sync reports the excess and no slew (the switch is off);
-	// over several reconciles (each reads the leader's wall clock once,
-	// 200 ms apart) nothing is slewed.
-	for range 3 {
-		from := reads.Load()
-		testcluster.WaitFor(t, testcluster.DefaultWait, func() error {
-			if n := reads.Load() - from; n < 3 {
-				return fmt.Errorf("%d wall clock readings", n)
-			}
-			return nil
-		})
-		c.WaitForConsistentState(t)
-		for _, s := range c.Servers() {
-			if s.FSM().Features()&fsm.FeatureWindowSlew != 0 {
-				t.Fatalf("%s: FeatureWindowSlew on with a voter that does not support it", s.ID())
-			}
-			if st := s.FSM().WindowClock(probe, 0); st.SlewLeftNanos != 0 || st.WindowNanos != want {
-				t.Fatalf("%s: slew left %v, window time moved by %v in a mixed cluster", s.ID(), time.Duration(st.SlewLeftNanos), time.Duration(st.WindowNanos-want))
-			}
-		}
-		r, err := c.Admin(0).WindowResync(context.Background(), &api.WindowResyncRequest{DryRun: true})
-		if err != nil || r.GetAction() != "none" || r.GetLagNanos() > -int64(2*time.Second) || r.GetApplied() {
-			t.Fatalf("dry run in a mixed cluster: %v %v", r, err)
-		}
-	}
-	_, err := c.Admin(1).WindowResync(context.Background(), &api.WindowResyncRequest{MaxStepNanos: int64(3 * time.Hour)})
-	if status.Code(err) != codes.FailedPrecondition {
-		t.Fatalf("an override above 1 h in a mixed cluster: %v, want FailedPrecondition", err)
-	}
-}
-
-// TestWindowTimeStartsAtConfiguredWallClock: the entry that turns leased
-// windows on takes its wall clock from Config.WallClock, as re-syncs do,
+// TestWindowTimeStartsAtConfiguredWallClock: the entry that turns the
+// baseline (leased windows) on takes its wall clock from Config.WallClock, as re-syncs do,
 // so a cluster whose wall clock is 40 days ahead of the host's (a test's
 // chosen date, or a host set wrong) starts window time there: no lag
 // against that clock. Read from time.Now instead, window time would start

@@ -9,7 +9,7 @@ import (
 	"github.com/ration-dev/ration/internal/testcluster"
 )
 
-const deferredWindowPolicies = `
+const initialPolicies = `
 policies:
   - name: rate
     algorithm: token-bucket
@@ -28,70 +28,35 @@ policies:
     key: [tenant]
 `
 
-// TestInitialWindowPolicyWaitsForTheSwitch: rationd --config with a window
-// policy, on a cluster where one voter does not support leased windows
-// yet: the token bucket is applied at once, the window policy is deferred
-// (not dropped), and once that voter advertises the switch (restarted, as
-// after its upgrade) the leader turns it on and applies the window policy.
-func TestInitialWindowPolicyWaitsForTheSwitch(t *testing.T) {
+// TestInitialPoliciesApplyAtOnce: rationd --config with a token bucket, a
+// calendar window and a concurrency policy, on a new cluster where one
+// voter advertises no feature switch at all: the baseline switches are on
+// unconditionally (every 0.1.0 server supports them), so every initial
+// policy is applied at once, nothing deferred.
+func TestInitialPoliciesApplyAtOnce(t *testing.T) {
 	if testing.Short() {
 		t.Skip("a real cluster")
 	}
-	adv := fsm.KnownFeatures &^ (fsm.FeatureWindows | fsm.FeatureConcurrency)
-	c := testcluster.New(t, 3, testcluster.WithPolicies(deferredWindowPolicies),
+	none := uint64(0)
+	c := testcluster.New(t, 3, testcluster.WithPolicies(initialPolicies),
 		testcluster.WithConfig(func(i int, cfg *coordinator.Config) {
 			if i == 2 {
-				cfg.AdvertiseFeatures = &adv
+				cfg.AdvertiseFeatures = &none
 			}
 		}))
-	// WaitForLeader would wait for every policy: wait for the bucket only.
-	testcluster.WaitFor(t, testcluster.DefaultWait, func() error {
-		l := c.Leader()
-		if l == nil {
-			return fmt.Errorf("no leader")
-		}
-		if _, ok := l.FSM().Policy("rate"); !ok {
-			return fmt.Errorf("the token bucket is not applied yet")
-		}
-		return nil
-	})
-	for _, s := range c.Servers() {
-		if _, ok := s.FSM().Policy("inflight"); ok || s.FSM().Features()&fsm.FeatureConcurrency != 0 {
-			t.Fatalf("%s: the concurrency policy applied (features %#x) with a voter that does not support it", s.ID(), s.FSM().Features())
-		}
-		if _, ok := s.FSM().Policy("daily"); ok || s.FSM().Features()&fsm.FeatureWindows != 0 {
-			t.Fatalf("%s: the window policy applied (features %#x) with a voter that does not support leased windows", s.ID(), s.FSM().Features())
-		}
-	}
-	// Upgrade s2: stopped as a follower (see TestFeatureSwitchWaitsForEveryVoter).
-	if l := c.Leader(); l != nil && l.ID() == c.ID(2) {
-		if err := l.Raft().LeadershipTransfer().Error(); err != nil {
-			t.Fatalf("leadership transfer away from s2: %v", err)
-		}
-	}
-	testcluster.WaitFor(t, testcluster.DefaultWait, func() error {
-		if l := c.Leader(); l == nil || l.ID() == c.ID(2) {
-			return fmt.Errorf("leader %v", l)
-		}
-		return nil
-	})
-	c.Shutdown(2)
-	adv = fsm.KnownFeatures
-	c.Restart(2)
+	c.WaitForLeader(t)
 	testcluster.WaitFor(t, testcluster.DefaultWait, func() error {
 		for _, s := range c.Servers() {
-			if s.FSM().Features()&fsm.FeatureWindows == 0 {
-				return fmt.Errorf("%s: leased windows still off", s.ID())
+			if !s.FSM().BaselineOn() || s.FSM().Features() != fsm.BaselineFeatures {
+				return fmt.Errorf("%s: features %#x", s.ID(), s.FSM().Features())
 			}
-			p, ok := s.FSM().Policy("daily")
-			if !ok {
-				return fmt.Errorf("%s: the initial window policy is not applied yet", s.ID())
+			for _, name := range []string{"rate", "daily", "inflight"} {
+				if _, ok := s.FSM().Policy(name); !ok {
+					return fmt.Errorf("%s: initial policy %s not applied", s.ID(), name)
+				}
 			}
-			if p.Period != "day" || p.Timezone != "Europe/Paris" {
+			if p, _ := s.FSM().Policy("daily"); p.Period != "day" || p.Timezone != "Europe/Paris" {
 				return fmt.Errorf("%s: daily is %+v", s.ID(), p)
-			}
-			if _, ok := s.FSM().Policy("inflight"); !ok {
-				return fmt.Errorf("%s: the initial concurrency policy is not applied yet", s.ID())
 			}
 		}
 		return nil

@@ -29,12 +29,6 @@ const (
 )
 
 func (s *state) applyACL(cmd *api.ACLCommand) (*Result, error) {
-	if s.features&FeatureACL == 0 {
-		// The leader never proposes one before the switch is on; a log
-		// that holds one anyway changes nothing, the same on every server
-		// (a snapshot with tokens and no switch would not restore).
-		return nil, fmt.Errorf("%w: the ACL feature switch is off (not every voter supports ACLs yet)", rpcerr.ErrPrecondition)
-	}
 	switch op := cmd.GetOp().(type) {
 	case *api.ACLCommand_Bootstrap:
 		if s.aclBootstrapped {

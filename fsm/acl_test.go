@@ -53,14 +53,6 @@ func deleteCmd(id string) *api.ACLCommand {
 // changing nothing.
 func TestACLCommands(t *testing.T) {
 	h := newHarness(t)
-	// Before the switch (a log the leader would never write): refused,
-	// changing nothing (found by FuzzApplyEntry: the tokens were kept,
-	// and the state's own snapshot then did not restore).
-	early, _ := testToken(t, "early", acl.Management)
-	if r := h.apply(CmdACL, sec, bootstrapCmd(early)); !errors.Is(r.Err, rpcerr.ErrPrecondition) || h.f.ACLBootstrapped() {
-		t.Fatalf("bootstrap before the ACL switch: %v, bootstrapped %v", r.Err, h.f.ACLBootstrapped())
-	}
-	h.enableFeatures(KnownFeatures)
 	op, opSecret := testToken(t, "op", acl.Operator)
 	if r := h.apply(CmdACL, sec, createCmd(op)); !errors.Is(r.Err, rpcerr.ErrPrecondition) {
 		t.Fatalf("create before bootstrap: %v", r.Err)

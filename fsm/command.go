@@ -35,64 +35,74 @@ const (
 
 // Feature switches (Snapshot.features bits). A switch changes how entries
 // are applied, so every server must apply it at the same log index: it is
-// turned on by a CmdSetFeatures entry, which the leader proposes only once
-// every voter advertises support (coordinator), and never turned off.
+// turned on by a CmdSetFeatures entry and never turned off.
+//
+// The twelve switches below make up the v0.1.0 baseline (BaselineFeatures):
+// a new cluster's first leader turns them all on before proposing anything
+// else (coordinator), every server of 0.1.0 or later applies them, and the
+// FSM refuses state or entries from before them (ErrPreBaseline). They have
+// no Off path left. A switch added after 0.1.0 is turned on only once
+// every voter advertises support (coordinator/features.go) and keeps the
+// old behaviour while off; docs/design.md §3.6.
 const (
 	// FeatureAcks: grants and renewals number their terms (Grant.version),
 	// a renewal's acked_version drops superseded versions strictly older
 	// than it, and answers ask for early renewal while shares converge.
-	// Off, acked_version is ignored and terms are unversioned, as on a
-	// server that predates it.
 	FeatureAcks uint64 = 1 << 0
 	// FeatureRetire: a deleted policy's budgets are retired, not dropped,
 	// a re-created one resurrects them and a keying change leaves a floor
-	// (retire.go, docs/design.md §3.5). Off, policies are deleted and
-	// re-created as on a server that predates it (budgets dropped, new
-	// keys fresh), so a rolling upgrade cannot make servers disagree.
+	// (retire.go, docs/design.md §3.5).
 	FeatureRetire uint64 = 1 << 1
-	// FeatureReturnClamped (with FeatureAcks): a renewal's clamped_milli,
-	// what the client's bucket lost to a cut cap when it installed the
-	// version it acknowledges, returns to the pool, and a renewal that
-	// raises a cap tops the bucket up from the pool (Grant.top_up_milli;
-	// rule (i), docs/design.md §3.2). Off, clamped_milli is ignored and
-	// renewals add no tokens, as on a server that predates it.
+	// FeatureReturnClamped: a renewal's clamped_milli, what the client's
+	// bucket lost to a cut cap when it installed the version it
+	// acknowledges, returns to the pool, and a renewal that raises a cap
+	// tops the bucket up from the pool (Grant.top_up_milli; rule (i),
+	// docs/design.md §3.2).
 	FeatureReturnClamped uint64 = 1 << 2
 	// FeatureStableRecords: the idempotency record of an answer (replicated,
 	// snapshotted, hashed) keeps each key error's kind (api.ErrorKind) only,
 	// never its English message or its gRPC code; a retry answered from the
-	// record gets both derived from the kind. Off, records keep code and
-	// message, as on a server that predates kinds, so a rolling upgrade
-	// keeps equal state hashes; on, rewording a message or remapping a code
-	// in a later version no longer does.
+	// record gets both derived from the kind.
 	FeatureStableRecords uint64 = 1 << 3
 	// FeatureRestoreHold: an operator's snapshot restore holds every budget
 	// for a lease duration and starts a new generation of lease IDs
-	// (restore.go, rule j); a snapshot so prepared carries the bit, so a
-	// server that predates it refuses the snapshot instead of applying it
-	// differently. The leader refuses a restore until every voter supports
-	// it.
+	// (restore.go, rule j).
 	FeatureRestoreHold uint64 = 1 << 4
 	// FeatureACL: every server knows CmdACL and the ACL token frames of a
-	// snapshot. The leader refuses ACL changes until it is on, so a server
-	// that predates ACLs never meets a CmdACL entry (it would stop) and a
-	// snapshot holding tokens carries the bit (it refuses it).
+	// snapshot.
 	FeatureACL uint64 = 1 << 5
 	// FeatureIndexedExpiry: an expire entry visits only the ledgers, floors
 	// and client records that are due, and a new incarnation's first
 	// request only the ledgers where its client holds leases, through
-	// indexes (index.go); ledgers not visited are not advanced. Off, both
-	// visit (and advance) every ledger as a server that predates it does,
-	// so a mixed cluster keeps equal state hashes.
+	// indexes (index.go); ledgers not visited are not advanced.
 	FeatureIndexedExpiry uint64 = 1 << 6
 
-	// KnownFeatures is every switch this server can apply.
-	KnownFeatures = FeatureAcks | FeatureRetire | FeatureReturnClamped | FeatureStableRecords | FeatureRestoreHold | FeatureACL | FeatureIndexedExpiry |
+	// BaselineFeatures are the switches of the v0.1.0 baseline: always on
+	// in a state this server accepts (after a cluster's first entry).
+	BaselineFeatures = FeatureAcks | FeatureRetire | FeatureReturnClamped | FeatureStableRecords | FeatureRestoreHold | FeatureACL | FeatureIndexedExpiry |
 		FeatureWindows | // window.go
 		FeatureConcurrency | // slots.go
 		FeatureWindowSlew | // window.go
 		FeatureKeyQuota | // keyquota.go
 		FeatureWindowSpent // window.go
+
+	// KnownFeatures is every switch this server can apply: the baseline
+	// and the switches added after it.
+	KnownFeatures = BaselineFeatures
 )
+
+// ErrPreBaseline marks state or a log written by a ration build before
+// v0.1.0 with some baseline switch off: this server refuses it rather than
+// apply it differently (docs/operations.md, "Compatibility promise").
+var ErrPreBaseline = errors.New("pre-0.1.0 data refused")
+
+// preBaseline explains a refusal of data whose switches lack some
+// baseline bit (features: the bits it has).
+func preBaseline(what string, features uint64) error {
+	return fmt.Errorf("%w: %s written by a ration build before v0.1.0 with feature switches %#x off; "+
+		"restore it into a pre-0.1.0 cluster, let every switch turn on, save a new snapshot, restore that",
+		ErrPreBaseline, what, BaselineFeatures&^features)
+}
 
 // IgnorableFlag marks a command type that older servers may skip. An
 // unknown type without it stops the server: applying a log it does not

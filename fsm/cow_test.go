@@ -60,9 +60,7 @@ func newCowDriver(rt *rapid.T, tb testing.TB, f fault) *cowDriver {
 	for _, c := range cowClients {
 		d.incs[c] = 1
 	}
-	d.apply(CmdSetFeatures, &api.SetFeaturesCommand{Features: rapid.SampledFrom([]uint64{
-		0, FeatureIndexedExpiry, FeatureIndexedExpiry | FeatureRetire, KnownFeatures,
-	}).Draw(rt, "features")})
+	d.apply(CmdSetFeatures, &api.SetFeaturesCommand{Features: BaselineFeatures})
 	d.applyPolicy(d.drawPolicy("[tenant]"))
 	return d
 }
@@ -223,7 +221,7 @@ func (d *cowDriver) step() {
 	case 13:
 		d.applyPolicy(d.drawPolicy(rapid.SampledFrom([]string{"[tenant]", "[tenant, region]"}).Draw(rt, "keying")))
 	case 14:
-		d.apply(CmdSetFeatures, &api.SetFeaturesCommand{Features: KnownFeatures})
+		d.apply(CmdSetFeatures, &api.SetFeaturesCommand{Features: KnownFeatures}) // changes nothing
 	case 15:
 		// ACL tokens (with the switch on): bootstrap, create, delete.
 		if d.f.Features()&FeatureACL == 0 {

@@ -2,12 +2,15 @@ package fsm
 
 import (
 	"bytes"
+	"errors"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/hashicorp/raft"
 	"github.com/ration-dev/ration/api"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/proto"
 )
 
 func renewAck(c *api.Caller, k *api.Key, id, acked uint64) *api.LeaseOp {
@@ -44,31 +47,17 @@ func convergeScript(t *testing.T, h *harness) *api.Grant {
 	return grantOf(t, h.batch(2*sec+sec/10, renewAck(caller("a", 1, 3), tenant("acme"), a1.GetLeaseId(), 2)))
 }
 
-func TestAcksFeatureSwitch(t *testing.T) {
-	h := newHarness(t)
-	if h.f.Features() != 0 {
-		t.Fatalf("a new state has features %#x", h.f.Features())
-	}
-	// Off: no versions, the acknowledgement is ignored (the halved share's
-	// predecessor stays held until its expiry), normal renew interval.
-	g := convergeScript(t, h)
-	if g.GetVersion() != 0 || heldRate(t, h.f, "a") != 10_000 {
-		t.Fatalf("switch off: version %d, held %d; want 0 and 10000", g.GetVersion(), heldRate(t, h.f, "a"))
-	}
-	if want := (5 * sec) / 3; g.GetRenewAfterNanos() != want {
-		t.Fatalf("switch off: renew after %v, want the policy's %v", time.Duration(g.GetRenewAfterNanos()), time.Duration(want))
-	}
-
+// TestAcks: grants and renewals number their terms, an acknowledgement
+// drops the superseded versions, new leases renew early once, and
+// snapshots keep the versions (baseline switch FeatureAcks).
+func TestAcks(t *testing.T) {
 	on := newHarness(t)
-	if r := on.apply(CmdSetFeatures, 0, &api.SetFeaturesCommand{Features: FeatureAcks}); r.Err != nil {
-		t.Fatal(r.Err)
+	if on.f.Features() != BaselineFeatures {
+		t.Fatalf("features %#x after the first entry, want the baseline %#x", on.f.Features(), BaselineFeatures)
 	}
-	if on.f.Features() != FeatureAcks {
-		t.Fatalf("features %#x after the switch", on.f.Features())
-	}
-	g = convergeScript(t, on)
+	g := convergeScript(t, on)
 	if g.GetVersion() != 3 || heldRate(t, on.f, "a") != 5_000 {
-		t.Fatalf("switch on: version %d, held %d; want 3 and 5000", g.GetVersion(), heldRate(t, on.f, "a"))
+		t.Fatalf("version %d, held %d; want 3 and 5000", g.GetVersion(), heldRate(t, on.f, "a"))
 	}
 	// a holds its fair share and nothing superseded: normal interval. b,
 	// below its fair share until it renews, is asked to renew early.
@@ -84,44 +73,34 @@ func TestAcksFeatureSwitch(t *testing.T) {
 	if want := (5 * sec) / 3 / EarlyRenewDivisor; c.GetRenewAfterNanos() != want || c.GetVersion() != 1 {
 		t.Fatalf("new lease: %v, want renew after %v and version 1", c, time.Duration(want))
 	}
-
-	// Snapshots keep the switch and the versions, under the v2 magic an
-	// older server refuses; a state with no switch keeps the v1 magic.
+	// Snapshots keep the switches and the versions, under the v2 magic.
 	snap := snapshotBytes(t, on.f)
-	if !bytes.HasPrefix(snap, []byte(snapshotMagicV2)) || !bytes.HasPrefix(snapshotBytes(t, h.f), []byte(snapshotMagic)) {
+	if !bytes.HasPrefix(snap, []byte(snapshotMagicV2)) {
 		t.Fatal("snapshot magic does not follow the feature switches")
 	}
 	g2 := New(nil)
 	if err := g2.Restore(nopCloser{bytes.NewReader(snap)}); err != nil {
 		t.Fatal(err)
 	}
-	if g2.Features() != FeatureAcks || !bytes.Equal(snap, snapshotBytes(t, g2)) {
-		t.Fatal("restore lost the switch or the versions")
+	if g2.Features() != BaselineFeatures || !g2.BaselineOn() || !bytes.Equal(snap, snapshotBytes(t, g2)) {
+		t.Fatal("restore lost the switches or the versions")
 	}
-}
-
-// TestAcksIgnoredIdenticallyWhileOff: with the switch off, a log whose
-// renewals carry acknowledgements leaves exactly the state (the applied
-// digest aside, which hashes the entries' bytes) of the same log without
-// them, which is what a server that predates acknowledgements applies.
-func TestAcksIgnoredIdenticallyWhileOff(t *testing.T) {
-	with, without := newHarness(t), newHarness(t)
-	convergeScript(t, with)
-	a1 := grantOf(t, without.batch(sec, acquire(caller("a", 1, 1), tenant("acme"))))
-	without.batch(sec+1, acquire(caller("b", 1, 1), tenant("acme")))
-	without.batch(2*sec, renewAck(caller("a", 1, 2), tenant("acme"), a1.GetLeaseId(), 0))
-	without.batch(2*sec+sec/10, renewAck(caller("a", 1, 3), tenant("acme"), a1.GetLeaseId(), 0))
-	strip := func(f *FSM) []byte {
-		d := f.st.export()
-		d.header.AppliedDigest = nil
-		var b bytes.Buffer
-		if err := writeSnapshot(&b, d); err != nil {
-			t.Fatal(err)
-		}
-		return b.Bytes()
+	// Turning the baseline on again changes nothing but the digest (the
+	// window clock above all: it started at the first entry).
+	before := on.f.st.export()
+	on.apply(CmdSetFeatures, 9*sec, &api.SetFeaturesCommand{Features: BaselineFeatures, WallUnixNanos: wallAtSwitch + 3600*sec})
+	after := on.f.st.export()
+	before.header.AppliedDigest, after.header.AppliedDigest = nil, nil
+	before.header.ClusterTimeNanos, after.header.ClusterTimeNanos = 0, 0
+	var x, y bytes.Buffer
+	if err := writeSnapshot(&x, before); err != nil {
+		t.Fatal(err)
 	}
-	if !bytes.Equal(strip(with.f), strip(without.f)) {
-		t.Fatal("with the switch off, acknowledgements changed the state")
+	if err := writeSnapshot(&y, after); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(x.Bytes(), y.Bytes()) {
+		t.Fatal("a second baseline entry changed the state")
 	}
 }
 
@@ -141,18 +120,67 @@ func TestUnknownFeatureStopsTheServer(t *testing.T) {
 	if err := New(nil).Restore(nopCloser{bytes.NewReader(b.Bytes())}); err == nil {
 		t.Fatal("a snapshot with an unknown feature switch restored")
 	}
-	// An older snapshot (no versions) restores with its terms unversioned.
-	old := newHarness(t)
-	convergeScript(t, old)
-	raw := snapshotBytes(t, old.f)
-	r := New(nil)
-	if err := r.Restore(nopCloser{bytes.NewReader(raw)}); err != nil {
+}
+
+// TestPreBaselineLogStops: a log from before v0.1.0 (an entry other than
+// the baseline's first, a CmdSetFeatures leaving a baseline switch off,
+// or one carrying deferred initial policies) stops the server with the
+// migration in the message, never applying it otherwise.
+func TestPreBaselineLogStops(t *testing.T) {
+	apply := func(f *FSM, ct CommandType, msg proto.Message) {
+		data, _ := Encode(ct, sec, msg)
+		f.Apply(&raft.Log{Index: 1, Type: raft.LogCommand, Data: data})
+	}
+	for name, entry := range map[string]func(f *FSM){
+		"policies first":   func(f *FSM) { apply(f, CmdApplyPolicies, &api.ApplyPoliciesCommand{}) },
+		"expire first":     func(f *FSM) { apply(f, CmdExpire, &api.ExpireCommand{}) },
+		"ignorable first":  func(f *FSM) { apply(f, IgnorableFlag|0x3f, &api.ExpireCommand{}) },
+		"part of baseline": func(f *FSM) { apply(f, CmdSetFeatures, &api.SetFeaturesCommand{Features: FeatureAcks | FeatureRetire}) },
+		"deferred policies": func(f *FSM) {
+			apply(f, CmdSetFeatures, &api.SetFeaturesCommand{Features: BaselineFeatures, InitialWindowPolicies: &api.ApplyPoliciesCommand{}})
+		},
+	} {
+		f := New(nil)
+		msg := panicMessage(t, name, func() { entry(f) })
+		if !strings.Contains(msg, "before v0.1.0") || !strings.Contains(msg, "save a new snapshot") {
+			t.Errorf("%s: stop message %q does not name the problem and the migration", name, msg)
+		}
+		if f.Features() != 0 || f.BaselineOn() {
+			t.Errorf("%s: the refused entry turned switches on: %#x", name, f.Features())
+		}
+	}
+	// After the baseline, a later switch entry is fine.
+	f := New(nil)
+	apply(f, CmdSetFeatures, &api.SetFeaturesCommand{Features: BaselineFeatures})
+	apply(f, CmdSetFeatures, &api.SetFeaturesCommand{Features: FeatureAcks})
+	if !f.BaselineOn() {
+		t.Fatal("baseline off after its entry")
+	}
+}
+
+// TestPreBaselineSnapshotRefused: a snapshot of a state that applied
+// entries with a baseline switch off is refused with the migration in the
+// error; an empty state's (nothing applied) restores in every version.
+func TestPreBaselineSnapshotRefused(t *testing.T) {
+	h := newHarness(t)
+	convergeScript(t, h)
+	d := h.f.st.export()
+	d.header.Features = BaselineFeatures &^ FeatureWindowSpent
+	var b bytes.Buffer
+	if err := writeSnapshot(&b, d); err != nil {
 		t.Fatal(err)
 	}
-	for _, le := range r.st.keys["per-tenant"].at("acme").ledger.Leases() {
-		if le.Current.Version != 0 {
-			t.Fatalf("a lease from an unversioned snapshot has version %d", le.Current.Version)
-		}
+	err := New(nil).Restore(nopCloser{bytes.NewReader(b.Bytes())})
+	if !errors.Is(err, ErrPreBaseline) || !strings.Contains(err.Error(), "before v0.1.0 with feature switches 0x800 off") ||
+		!strings.Contains(err.Error(), "restore it into a pre-0.1.0 cluster") {
+		t.Fatalf("pre-baseline snapshot: %v", err)
+	}
+	if _, err := PrepareRestore(b.Bytes(), h.f.RestoreBase()); !errors.Is(err, ErrPreBaseline) {
+		t.Fatalf("operator restore of a pre-baseline snapshot: %v", err)
+	}
+	empty := New(nil)
+	if err := New(nil).Restore(nopCloser{bytes.NewReader(snapshotBytes(t, empty))}); err != nil {
+		t.Fatalf("an empty state's snapshot: %v", err)
 	}
 }
 
@@ -169,50 +197,26 @@ func clampScript(t *testing.T, h *harness, clamped int64) *api.KeyLease {
 	return h.batch(2*sec+sec/10, op)[0].Lease.GetLeases()[0]
 }
 
-// TestReturnClampedSwitch: rule (i) applies only while FeatureReturnClamped
-// is on. Off (acknowledgements on), a clamp report, even an invalid one, is
-// ignored and leaves exactly the state of the same log without it, which
-// is what a server that predates the rule applies; on, a cut's clamp
-// returns to the pool, a report beyond the cut returns only the cut, and a
-// negative one is refused.
-func TestReturnClampedSwitch(t *testing.T) {
-	strip := func(f *FSM) []byte {
-		d := f.st.export()
-		d.header.AppliedDigest = nil
-		var b bytes.Buffer
-		if err := writeSnapshot(&b, d); err != nil {
-			t.Fatal(err)
-		}
-		return b.Bytes()
-	}
-	run := func(features uint64, clamped int64) (*harness, *api.KeyLease) {
+// TestReturnClamped: rule (i): a cut's clamp returns to the pool, a report
+// beyond the cut returns only the cut, a negative one is refused, and a
+// raised cap is topped up from the pool.
+func TestReturnClamped(t *testing.T) {
+	run := func(clamped int64) (*harness, *api.KeyLease) {
 		h := newHarness(t)
-		h.enableFeatures(features)
 		return h, clampScript(t, h, clamped)
-	}
-	offWith, kl := run(FeatureAcks, -1)
-	if kl.GetError() != nil {
-		t.Fatalf("switch off: a negative clamp report was checked: %v", kl.GetError())
-	}
-	offWithout, _ := run(FeatureAcks, 0)
-	if _, kl := run(FeatureAcks, 10_000); kl.GetError() != nil || !bytes.Equal(strip(offWith.f), strip(offWithout.f)) {
-		t.Fatal("with the switch off, a clamp report changed the state")
 	}
 	pool := func(h *harness) int64 {
 		return h.f.st.keys["per-tenant"].at("acme").ledger.PoolMilli()
 	}
-	if pool(offWith) != 0 {
-		t.Fatalf("switch off: pool %d, want 0", pool(offWith))
-	}
-	on, kl := run(FeatureAcks|FeatureReturnClamped, 10_000)
+	on, kl := run(10_000)
 	if kl.GetError() != nil || pool(on) != 10_000 {
-		t.Fatalf("switch on: %v, pool %d; want the 10000 clamped back", kl.GetError(), pool(on))
+		t.Fatalf("%v, pool %d; want the 10000 clamped back", kl.GetError(), pool(on))
 	}
-	if over, _ := run(FeatureAcks|FeatureReturnClamped, 1<<40); pool(over) != 10_000 {
+	if over, _ := run(1 << 40); pool(over) != 10_000 {
 		t.Fatalf("a report of 2^40 against a cut of 10000 returned %d", pool(over))
 	}
-	if _, kl := run(FeatureAcks|FeatureReturnClamped, -1); codes.Code(kl.GetError().GetCode()) != codes.InvalidArgument {
-		t.Fatalf("switch on: a negative clamp report answered %v, want InvalidArgument", kl)
+	if _, kl := run(-1); codes.Code(kl.GetError().GetCode()) != codes.InvalidArgument {
+		t.Fatalf("a negative clamp report answered %v, want InvalidArgument", kl)
 	}
 	// b's next renewal raises its cap (a holds 10 of 20 now) and is topped
 	// up from the returned tokens.

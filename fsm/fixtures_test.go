@@ -3,9 +3,11 @@ package fsm
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"flag"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/ration-dev/ration/api"
@@ -17,43 +19,42 @@ import (
 // testdata/snapshots, which every later version must restore to the same
 // state (rqlite keeps such fixtures). Each NAME.snap has a NAME.json: the
 // state as the read API shows it. A later version that changes the format
-// keeps these files and adds its own; it never rewrites them.
+// keeps these files and adds its own; it never rewrites them. A NAME.hash,
+// if present, is the state hash (FSM.StateHash) the snapshot restores to.
+//
+// Snapshots from before v0.1.0 (testdata/snapshots/pre-0.1.0, some
+// baseline switch off) are refused with the migration in the error.
 //
 // Regenerate (only when adding a fixture for a new version):
 //
 //	go test ./fsm -run TestSnapshotFixtures -update-fixtures
 var updateFixtures = flag.Bool("update-fixtures", false, "write fsm/testdata/snapshots (new fixtures only)")
 
-// fixtureScripts are the histories the fixtures are taken after.
+// fixtureScripts are the histories the fixtures are taken after (each on
+// a harness whose first entry turned the v0.1.0 baseline on).
 var fixtureScripts = map[string]func(t *testing.T, h *harness){
-	// v2 with every switch of this version on: versioned terms, a cut
-	// share whose clamp returned to the pool, retired budgets, a client
-	// record holding error kinds.
-	"v2-features-all": func(t *testing.T, h *harness) {
-		h.enableFeatures(KnownFeatures)
+	// v5: a window key that left a spent month for 1 s windows
+	// (FeatureWindowSpent: WindowKeySnapshot.spent).
+	"v5-window-spent": func(t *testing.T, h *harness) {
+		if r := h.apply(CmdApplyPolicies, sec, windowPolicyAt("20", "period: month")); r.Err != nil {
+			t.Fatal(r.Err)
+		}
+		keyLeaseOf(t, h.batch(2*sec, wAcquire(caller("a", 1, 1), "acme", 100_000_000)))
+		if r := h.apply(CmdApplyPolicies, 3*sec, windowPolicyAt("20", "window: 1s")); r.Err != nil {
+			t.Fatal(r.Err)
+		}
+		keyLeaseOf(t, h.batch(3*sec, wAcquire(caller("b", 1, 1), "acme", 1000)))
+	},
+	// v0.1.0, the release every later version restores: versioned
+	// token-bucket terms with a clamp returned to the pool, a client record
+	// holding error kinds, leased windows (a fixed window, a calendar
+	// month in Europe/Paris, an approximate sliding window), concurrency
+	// slots, ACL tokens, and a deleted policy's retired budgets. Its state
+	// hash is recorded too (NAME.hash).
+	"v0.1.0": func(t *testing.T, h *harness) {
 		clampScript(t, h, 10_000)
 		erringBatch(h, 3*sec, 1)
-		h.batch(3*sec, acquire(caller("c", 1, 1), tenant("other")))
-		h.deletePolicy(4*sec, "global")
-	},
-	// v3: ACLs bootstrapped, with a client token (its binding and client
-	// IDs) next to leases.
-	"v3-acl": func(t *testing.T, h *harness) {
-		h.enableFeatures(KnownFeatures)
-		convergeScript(t, h)
-		mgmt, _ := testToken(t, "mgmt", acl.Management)
-		cl, _ := testToken(t, "acme", acl.Client, acl.Binding{Policy: "per-tenant", Matches: []acl.Match{{Attribute: "tenant", Value: "acme", Prefix: true}}})
-		for _, cmd := range []*api.ACLCommand{bootstrapCmd(mgmt), createCmd(cl)} {
-			if r := h.apply(CmdACL, 3*sec, cmd); r.Err != nil {
-				t.Fatal(r.Err)
-			}
-		}
-	},
-	// v4: leased windows (frame kind 6): a fixed window, a calendar month
-	// in Europe/Paris and an approximate sliding window, with chunks, a
-	// released one and a renewed one, and the epoch from a wall clock.
-	"v4-windows": func(t *testing.T, h *harness) {
-		h.apply(CmdSetFeatures, sec, &api.SetFeaturesCommand{Features: KnownFeatures, WallUnixNanos: wallAtSwitch})
+		h.batch(3*sec, acquire(caller("c", 1, 1), tenant("other"), &api.Key{Policy: "global"}))
 		cmd := windowPolicies("10", `  - name: monthly
     algorithm: fixed-window
     limit: 1000
@@ -64,36 +65,28 @@ var fixtureScripts = map[string]func(t *testing.T, h *harness){
     limit: 8
     window: 2s
 `)
-		if r := h.apply(CmdApplyPolicies, sec, cmd); r.Err != nil {
+		cmd.Policies = append(cmd.Policies, slotPolicies("4", "").Policies...)
+		if r := h.apply(CmdApplyPolicies, 3*sec, cmd); r.Err != nil {
 			t.Fatal(r.Err)
 		}
-		a := keyLeaseOf(t, h.batch(2*sec, wAcquire(caller("a", 1, 1), "acme", 4000))).GetGrant()
-		keyLeaseOf(t, h.batch(2*sec, wRenew(caller("a", 1, 2), "acme", a.GetLeaseId(), 4000)))
-		b := keyLeaseOf(t, h.batch(2*sec+1, wAcquire(caller("b", 1, 1), "acme", 4000))).GetGrant()
-		h.batch(2*sec+2, wRelease(caller("b", 1, 2), "acme", b.GetLeaseId(), 1000))
+		w := keyLeaseOf(t, h.batch(4*sec, wAcquire(caller("w", 1, 1), "acme", 4000))).GetGrant()
+		keyLeaseOf(t, h.batch(4*sec, wRenew(caller("w", 1, 2), "acme", w.GetLeaseId(), 4000)))
 		for i, pol := range []string{"monthly", "approx"} {
-			op := wAcquire(caller("c", 1, uint64(i+1)), "acme", 4000)
+			op := wAcquire(caller("w2", 1, uint64(i+1)), "acme", 4000)
 			op.GetAcquire().Keys[0].Key = &api.Key{Policy: pol}
-			keyLeaseOf(t, h.batch(3*sec, op))
+			keyLeaseOf(t, h.batch(4*sec, op))
 		}
-	},
-	// v5: a window key that left a spent month for 1 s windows
-	// (FeatureWindowSpent: WindowKeySnapshot.spent).
-	"v5-window-spent": func(t *testing.T, h *harness) {
-		h.apply(CmdSetFeatures, sec, &api.SetFeaturesCommand{Features: KnownFeatures, WallUnixNanos: wallAtSwitch})
-		if r := h.apply(CmdApplyPolicies, sec, windowPolicyAt("20", "period: month")); r.Err != nil {
+		keyLeaseOf(t, h.batch(4*sec, sAcquire(caller("s", 1, 1), "acme", 3)))
+		mgmt, _ := testToken(t, "mgmt", acl.Management)
+		cl, _ := testToken(t, "acme", acl.Client, acl.Binding{Policy: "per-tenant", Matches: []acl.Match{{Attribute: "tenant", Value: "acme", Prefix: true}}})
+		for _, cmd := range []*api.ACLCommand{bootstrapCmd(mgmt), createCmd(cl)} {
+			if r := h.apply(CmdACL, 4*sec, cmd); r.Err != nil {
+				t.Fatal(r.Err)
+			}
+		}
+		if r := h.deletePolicy(5*sec, "global"); r.Err != nil {
 			t.Fatal(r.Err)
 		}
-		keyLeaseOf(t, h.batch(2*sec, wAcquire(caller("a", 1, 1), "acme", 100_000_000)))
-		if r := h.apply(CmdApplyPolicies, 3*sec, windowPolicyAt("20", "window: 1s")); r.Err != nil {
-			t.Fatal(r.Err)
-		}
-		keyLeaseOf(t, h.batch(3*sec, wAcquire(caller("b", 1, 1), "acme", 1000)))
-	},
-	// v1: no switch on (the format older servers write).
-	"v1-no-features": func(t *testing.T, h *harness) {
-		convergeScript(t, h)
-		erringBatch(h, 3*sec, 1)
 	},
 }
 
@@ -160,6 +153,10 @@ func TestSnapshotFixtures(t *testing.T) {
 			if err := os.WriteFile(filepath.Join(dir, name+".json"), fixtureView(t, h.f), 0o644); err != nil {
 				t.Fatal(err)
 			}
+			_, hash := h.f.StateHash()
+			if err := os.WriteFile(filepath.Join(dir, name+".hash"), []byte(hash+"\n"), 0o644); err != nil {
+				t.Fatal(err)
+			}
 		}
 	}
 	snaps, err := filepath.Glob(filepath.Join(dir, "*.snap"))
@@ -183,6 +180,11 @@ func TestSnapshotFixtures(t *testing.T) {
 			if got := fixtureView(t, f); !bytes.Equal(got, want) {
 				t.Fatalf("%s restores to a different state:\n%s\nwant:\n%s", path, got, want)
 			}
+			if wantHash, err := os.ReadFile(path[:len(path)-len(".snap")] + ".hash"); err == nil {
+				if _, got := f.StateHash(); got != strings.TrimSpace(string(wantHash)) {
+					t.Fatalf("%s restores to state hash %s, recorded %s", path, got, wantHash)
+				}
+			}
 			// The restored state carries on: its leases expire, and a new
 			// client can acquire.
 			h := &harness{t: t, f: f, index: 1 << 40}
@@ -193,5 +195,38 @@ func TestSnapshotFixtures(t *testing.T) {
 				t.Fatalf("after restoring %s an acquire failed: %v %v", path, ops[0].Err, ops[0].Lease)
 			}
 		})
+	}
+	if _, err := os.Stat(filepath.Join(dir, "v0.1.0.hash")); err != nil {
+		t.Fatalf("the v0.1.0 fixture has no recorded state hash: %v", err)
+	}
+}
+
+// TestPreBaselineSnapshotFixtures: snapshots written before v0.1.0 (with
+// some baseline switch off) are refused, naming the problem and the
+// migration, and leave the state as it was.
+func TestPreBaselineSnapshotFixtures(t *testing.T) {
+	snaps, err := filepath.Glob(filepath.Join("testdata", "snapshots", "pre-0.1.0", "*.snap"))
+	if err != nil || len(snaps) < 4 {
+		t.Fatalf("pre-0.1.0 fixtures %v (%v)", snaps, err)
+	}
+	for _, path := range snaps {
+		raw, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		h := newHarness(t)
+		h.batch(sec, acquire(caller("a", 1, 1), tenant("acme")))
+		_, before := h.f.StateHash()
+		err = h.f.Restore(nopCloser{bytes.NewReader(raw)})
+		if !errors.Is(err, ErrPreBaseline) || !strings.Contains(err.Error(), "before v0.1.0 with feature switches") ||
+			!strings.Contains(err.Error(), "restore it into a pre-0.1.0 cluster, let every switch turn on, save a new snapshot, restore that") {
+			t.Errorf("%s: %v", path, err)
+		}
+		if _, after := h.f.StateHash(); after != before {
+			t.Errorf("%s: the refused restore changed the state", path)
+		}
+		if _, err := PrepareRestore(raw, h.f.RestoreBase()); !errors.Is(err, ErrPreBaseline) {
+			t.Errorf("%s: operator restore: %v", path, err)
+		}
 	}
 }

@@ -155,6 +155,8 @@ type FSM struct {
 	index uint64
 	// aclVersion counts ACL entries applied and restores (ACLVersion).
 	aclVersion atomic.Uint64
+	// baseline mirrors st.baselineOn() for BaselineOn, without the lock.
+	baseline atomic.Bool
 }
 
 var _ raft.FSM = (*FSM)(nil)
@@ -201,7 +203,12 @@ func (f *FSM) Apply(l *raft.Log) any {
 	// Cluster time never goes backwards, whatever the leader stamped.
 	t := max(env.ClusterTimeNanos, f.st.clusterTime)
 	f.st.clusterTime = t
-	res, err := f.dispatch(env, t)
+	if env.Type != CmdSetFeatures && !f.st.baselineOn() {
+		// Only a log from before v0.1.0 has an entry before the baseline's:
+		// stop rather than apply it otherwise than its servers did.
+		panic(fmt.Sprintf("fsm: log index %d (%s): %v", l.Index, env.Type, preBaseline("raft log", f.st.features)))
+	}
+	res, err := f.dispatch(env, t, l.Index)
 	if err != nil {
 		if errors.Is(err, ErrCorruptEntry) {
 			panic(fmt.Sprintf("fsm: log index %d (%s): %v", l.Index, env.Type, err))
@@ -211,7 +218,7 @@ func (f *FSM) Apply(l *raft.Log) any {
 	return res
 }
 
-func (f *FSM) dispatch(env Envelope, t int64) (*Result, error) {
+func (f *FSM) dispatch(env Envelope, t int64, index uint64) (*Result, error) {
 	switch env.Type {
 	case CmdApplyPolicies:
 		cmd, err := decodeBody[api.ApplyPoliciesCommand](env.Body)
@@ -249,15 +256,14 @@ func (f *FSM) dispatch(env Envelope, t int64) (*Result, error) {
 		if unknown := cmd.GetFeatures() &^ KnownFeatures; unknown != 0 {
 			panic(fmt.Sprintf("fsm: feature switches %#x are unknown to this server, which is older than the log; upgrade it", unknown))
 		}
-		if was := f.st.features; was|cmd.GetFeatures() != was {
-			f.st.features |= cmd.GetFeatures()
-			// What is due may depend on a switch (forgetRetired).
-			f.st.rebuildIndex()
+		if cmd.GetInitialWindowPolicies() != nil || (f.st.features|cmd.GetFeatures())&BaselineFeatures != BaselineFeatures {
+			// Deferred initial policies, or a baseline switch left off: a
+			// leader before v0.1.0 wrote this entry.
+			panic(fmt.Sprintf("fsm: log index %d (%s): %v", index, env.Type, preBaseline("raft log", f.st.features|cmd.GetFeatures())))
 		}
+		f.st.features |= cmd.GetFeatures()
+		f.baseline.Store(true)
 		f.st.windowsSwitched(t, cmd.GetWallUnixNanos())
-		if ip := cmd.GetInitialWindowPolicies(); ip != nil && f.st.windowsOn() {
-			return f.st.applyPolicies(t, ip) // window.go: deferred initial policies
-		}
 		return &Result{}, nil
 	case CmdWindowClock:
 		cmd, err := decodeBody[api.WindowClockCommand](env.Body)
@@ -320,9 +326,6 @@ func (s *state) applyPolicies(t int64, cmd *api.ApplyPoliciesCommand) (*Result, 
 		if err := s.slotCheckChange(t, p); err != nil {
 			return nil, err
 		}
-	}
-	for i := range ps {
-		ps[i] = s.storedPolicy(ps[i])
 	}
 	for _, p := range ps {
 		s.windowInstall(p)
@@ -427,45 +430,20 @@ func (s *state) begin(t int64, c *api.Caller, kind uint32, n int) ([]byte, error
 	return nil, nil
 }
 
-// revoke frees the leases of clientID's incarnations below incarnation:
-// through the holders index with FeatureIndexedExpiry on (index.go),
-// visiting every ledger as a server that predates it does otherwise.
+// revoke frees the leases of clientID's incarnations below incarnation,
+// through the holders index (index.go).
 func (s *state) revoke(t int64, clientID string, incarnation uint64) {
 	s.windowRevoke(clientID, incarnation)
 	s.slotRevoke(t, clientID, incarnation)
-	switch {
-	case !s.indexedExpiry():
-		s.revokeLegacy(t, clientID, incarnation)
-	case s.ref != nil:
+	if s.ref != nil {
 		s.ref.revoke(s, t, clientID, incarnation)
-	default:
-		s.revokeIndexed(t, clientID, incarnation)
+		return
 	}
-}
-
-func (s *state) revokeLegacy(t int64, clientID string, incarnation uint64) {
-	for _, pn := range sortedKeys(s.keys) {
-		for _, ck := range s.keys[pn].sortedKeys() {
-			// Revoke only fails for time going backwards, which Apply's
-			// clamp rules out.
-			kl := s.keys[pn].at(ck)
-			_, _ = s.mut(kl).Revoke(t, clientID, incarnation)
-			s.touch(kl)
-		}
-	}
-	for _, pn := range sortedKeys(s.retired) {
-		keys := s.retired[pn].keys
-		for _, ck := range keys.sortedKeys() {
-			if kl := keys.at(ck); kl.ledger.LeaseCount() > 0 {
-				_, _ = s.mut(kl).Revoke(t, clientID, incarnation)
-				s.touch(kl)
-			}
-		}
-	}
+	s.revokeIndexed(t, clientID, incarnation)
 }
 
 func (s *state) record(t int64, c *api.Caller, kind uint32, resp proto.Message) {
-	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(recordForm(resp, s.stableRecords()))
+	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(recordForm(resp))
 	if err != nil {
 		panic(fmt.Sprintf("fsm: marshal recorded response: %v", err))
 	}
@@ -494,13 +472,12 @@ func keyError(err error) *api.KeyError {
 }
 
 // recordForm is what the idempotency record of an answer keeps. The record
-// is replicated, snapshotted and hashed, so with FeatureStableRecords on it
-// keeps only ration's own stable values: each key error's kind, never its
+// is replicated, snapshotted and hashed, so it keeps only ration's own
+// stable values (FeatureStableRecords): each key error's kind, never its
 // message or gRPC code (rewording a message, or mapping an error to
 // another code, must not make two versions' states differ); answerForm
-// derives them again for a retry. Off, it keeps exactly what a server that
-// predates kinds records: code and message, no kind.
-func recordForm(resp proto.Message, stable bool) proto.Message {
+// derives them again for a retry.
+func recordForm(resp proto.Message) proto.Message {
 	var errs []*api.KeyError
 	switch r := resp.(type) {
 	case *api.LeaseResponse:
@@ -520,11 +497,7 @@ func recordForm(resp proto.Message, stable bool) proto.Message {
 		if e == nil {
 			continue
 		}
-		if stable {
-			e.Code, e.Message = 0, ""
-		} else {
-			e.Kind = 0
-		}
+		e.Code, e.Message = 0, ""
 	}
 	return resp
 }
@@ -548,9 +521,6 @@ func (s *state) resolve(t int64, k *api.Key, create bool) (policy.Policy, string
 	}
 	if p.Algorithm.IsWindow() {
 		return p, "", nil, windowNotLeasable(p) // leased in window.go, or not at all
-	}
-	if p.Algorithm == policy.Concurrency {
-		return p, "", nil, slotNotLeasable(p) // leased in slots.go
 	}
 	if err := p.Leasable(); err != nil {
 		return p, "", nil, fmt.Errorf("policy %q: %w", p.Name, err)
@@ -609,12 +579,9 @@ const (
 	ackSoon                       // MinEarlyRenewNanos
 )
 
-// speedOf is how soon a renewal's answer asks for the next one (normal
-// with the acknowledgements switch off).
-func speedOf(acks bool, g lease.Grant) renewSpeed {
+// speedOf is how soon a renewal's answer asks for the next one.
+func speedOf(g lease.Grant) renewSpeed {
 	switch {
-	case !acks:
-		return renewNormal
 	case g.AckSoon:
 		return ackSoon
 	case g.RenewSoon:
@@ -738,29 +705,14 @@ func (s *state) acquireKey(t int64, c *api.Caller, k *api.AcquireKey, seen map[s
 		DemandBurstMilli:      k.GetDemand().GetBurstMilli(),
 		DemandMaxCostMilli:    k.GetDemand().GetMaxCostMilli(),
 		TTLNanos:              p.LeaseDurationNanos,
-		Versioned:             s.acks(),
 	})
 	s.touch(kl)
 	// A new lease renews early once: the shares of its key just changed.
-	speed := renewNormal
-	if s.acks() {
-		speed = renewSoon
-	}
-	return keyLease(p, ck, g, err, speed)
+	return keyLease(p, ck, g, err, renewSoon)
 }
 
-// acks reports whether the acknowledgements switch is on.
-func (s *state) acks() bool { return s.features&FeatureAcks != 0 }
-
-// stableRecords reports whether idempotency records keep error kinds
-// only (FeatureStableRecords).
-func (s *state) stableRecords() bool { return s.features&FeatureStableRecords != 0 }
-
-// returnClamped reports whether rule (i) applies: FeatureReturnClamped,
-// which needs acknowledgements, is on.
-func (s *state) returnClamped() bool {
-	return s.acks() && s.features&FeatureReturnClamped != 0
-}
+// baselineOn reports whether every switch of the v0.1.0 baseline is on.
+func (s *state) baselineOn() bool { return s.features&BaselineFeatures == BaselineFeatures }
 
 // keyLease is one key's answer to an acquire or renewal; speed says how
 // soon to renew.
@@ -800,14 +752,9 @@ func (s *state) renewKey(t int64, c *api.Caller, k *api.RenewKey) *api.KeyLease 
 	if kl, ok := s.slotRenew(t, c, k); ok {
 		return kl
 	}
-	// clamped_milli means something only with the switch on: off, it is
-	// ignored (not even checked), as a server that predates it does.
-	var clamped int64
-	if s.returnClamped() {
-		clamped = k.GetClampedMilli()
-		if clamped < 0 || clamped > lease.MaxCapacityMilli {
-			return &api.KeyLease{Error: keyError(fmt.Errorf("%w: clamped_milli %d is outside [0, %d]", rpcerr.ErrInvalid, clamped, lease.MaxCapacityMilli))}
-		}
+	clamped := k.GetClampedMilli()
+	if clamped < 0 || clamped > lease.MaxCapacityMilli {
+		return &api.KeyLease{Error: keyError(fmt.Errorf("%w: clamped_milli %d is outside [0, %d]", rpcerr.ErrInvalid, clamped, lease.MaxCapacityMilli))}
 	}
 	p, ck, kl, err := s.resolve(t, k.GetKey(), false)
 	if err != nil {
@@ -824,13 +771,11 @@ func (s *state) renewKey(t int64, c *api.Caller, k *api.RenewKey) *api.KeyLease 
 		DemandBurstMilli:      k.GetDemand().GetBurstMilli(),
 		DemandMaxCostMilli:    k.GetDemand().GetMaxCostMilli(),
 		TTLNanos:              p.LeaseDurationNanos,
-		Versioned:             s.acks(),
 		AckedVersion:          k.GetAckedVersion(),
-		ReturnClamped:         s.returnClamped(),
 		ClampedMilli:          clamped,
 	})
 	s.touchDue(kl) // a renewal adds and removes no lease: the holders stay
-	return keyLease(p, ck, g, err, speedOf(s.acks(), g))
+	return keyLease(p, ck, g, err, speedOf(g))
 }
 
 func (s *state) release(t int64, req *api.ReleaseRequest) (*api.ReleaseResponse, error) {
@@ -897,9 +842,8 @@ func unmarshalLease(dup []byte, err error) (*api.LeaseResponse, error) {
 // expire removes due leases in every ledger (retired ones included),
 // collects ledgers that are indistinguishable from fresh ones (no leases,
 // pool full) and floors that have lapsed, and forgets idempotency records
-// of clients with no leases not seen for retention. With
-// FeatureIndexedExpiry on it visits only what is due (index.go); off, it
-// visits, and so advances, every ledger, as a server that predates it does.
+// of clients with no leases not seen for retention. It visits only what
+// is due (index.go).
 func (s *state) expire(t, through, retention int64) (res *Result, err error) {
 	defer func() {
 		if err == nil {
@@ -907,53 +851,10 @@ func (s *state) expire(t, through, retention int64) (res *Result, err error) {
 			s.slotExpire(t, through, res)
 		}
 	}()
-	switch {
-	case !s.indexedExpiry():
-		return s.expireLegacy(t, through, retention)
-	case s.ref != nil:
+	if s.ref != nil {
 		return s.ref.expire(s, t, through, retention)
 	}
 	return s.expireIndexed(t, through, retention)
-}
-
-func (s *state) expireLegacy(t, through, retention int64) (*Result, error) {
-	res := &Result{}
-	active := map[string]bool{}
-	for _, pn := range sortedKeys(s.keys) {
-		keys := s.keys[pn]
-		for _, ck := range keys.sortedKeys() {
-			kl := keys.at(ck)
-			l := s.mut(kl)
-			gone, err := l.ExpireThrough(t, through)
-			if err != nil {
-				return nil, err
-			}
-			res.expired(pn, len(gone))
-			if l.LeaseCount() == 0 && l.PoolMilli() >= l.Config().CapacityMilli {
-				s.untrack(kl)
-				keys.del(ck)
-				continue
-			}
-			s.touch(kl)
-			for _, id := range kl.holders {
-				active[id] = true
-			}
-		}
-		if keys.Len() == 0 {
-			delete(s.keys, pn)
-		}
-	}
-	if err := s.expireRetired(t, through, res, active); err != nil {
-		return nil, err
-	}
-	if retention > 0 {
-		for _, id := range sortedKeys(s.clients) {
-			if !active[id] && s.clients[id].lastSeen+retention <= t {
-				s.dropClient(id)
-			}
-		}
-	}
-	return res, nil
 }
 
 // Snapshot implements raft.FSM: a point-in-time capture whose cost under
@@ -979,6 +880,7 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 	f.st = st
 	f.index = 0
 	f.aclVersion.Add(1)
+	f.baseline.Store(st.baselineOn())
 	f.mu.Unlock()
 	return nil
 }

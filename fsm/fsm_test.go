@@ -2,6 +2,7 @@ package fsm
 
 import (
 	"bytes"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -32,15 +33,26 @@ policies:
     burst: 100
 `
 
-// harness applies entries directly, without Raft.
+// harness applies entries directly, without Raft. Its first entry is
+// the baseline's CmdSetFeatures (at the first entry's cluster time, with
+// window time wallAtSwitch then), as a new cluster's leader proposes it,
+// unless raw.
 type harness struct {
 	t     testing.TB
 	f     *FSM
 	index uint64
+	raw   bool
 }
 
 func newHarness(t testing.TB) *harness {
+	return newHarnessAt(t, 0)
+}
+
+// newHarnessAt is newHarness with the baseline turned on at cluster time
+// at (window time wallAtSwitch then).
+func newHarnessAt(t testing.TB, at int64) *harness {
 	h := &harness{t: t, f: New(nil)}
+	h.apply(CmdSetFeatures, at, &api.SetFeaturesCommand{Features: BaselineFeatures, WallUnixNanos: wallAtSwitch})
 	file, err := policy.Parse(strings.NewReader(testPolicies))
 	if err != nil {
 		t.Fatal(err)
@@ -57,6 +69,9 @@ func newHarness(t testing.TB) *harness {
 
 func (h *harness) apply(ct CommandType, at int64, msg proto.Message) *Result {
 	h.t.Helper()
+	if ct != CmdSetFeatures && !h.raw && !h.f.BaselineOn() {
+		h.apply(CmdSetFeatures, at, &api.SetFeaturesCommand{Features: BaselineFeatures, WallUnixNanos: wallAtSwitch})
+	}
 	data, err := Encode(ct, at, msg)
 	if err != nil {
 		h.t.Fatal(err)
@@ -254,6 +269,21 @@ func mustPanic(t *testing.T, what string, fn func()) {
 		}
 	}()
 	fn()
+}
+
+// panicMessage runs fn, which must panic, and returns what it panicked
+// with.
+func panicMessage(t *testing.T, what string, fn func()) (msg string) {
+	t.Helper()
+	defer func() {
+		r := recover()
+		if r == nil {
+			t.Errorf("%s: no panic", what)
+		}
+		msg = fmt.Sprint(r)
+	}()
+	fn()
+	return ""
 }
 
 type bufSink struct {

@@ -33,6 +33,8 @@ func loudStop(v any) bool {
 	switch {
 	case strings.HasPrefix(s, "fsm: log index ") && strings.Contains(s, ": "+ErrCorruptEntry.Error()+": "):
 		return true
+	case strings.HasPrefix(s, "fsm: log index ") && strings.Contains(s, ": "+ErrPreBaseline.Error()+": "):
+		return true
 	case strings.HasPrefix(s, "fsm: unknown command type ") && strings.HasSuffix(s, "this server is older than the log; upgrade it"):
 		return true
 	case strings.HasPrefix(s, "fsm: feature switches ") && strings.HasSuffix(s, "are unknown to this server, which is older than the log; upgrade it"):
@@ -233,7 +235,6 @@ func FuzzRestore(f *testing.F) {
 	// A state with every switch on, leases, a record holding errors and
 	// a retired policy's budgets.
 	h = newHarness(f)
-	h.enableFeatures(KnownFeatures)
 	h.batch(sec, acquire(caller("a", 1, 1), tenant("acme"), &api.Key{Policy: "global"}))
 	erringBatch(h, 2*sec, 1)
 	h.batch(3*sec, acquire(caller("c", 1, 1), tenant("other")))
@@ -289,8 +290,18 @@ func FuzzRestore(f *testing.F) {
 func TestLoudStopMatchesOnlyApplysStops(t *testing.T) {
 	stop := func(data []byte) (v any) {
 		defer func() { v = recover() }()
-		New(nil).Apply(&raft.Log{Index: 7, Type: raft.LogCommand, Data: data})
+		f := New(nil)
+		f.Apply(&raft.Log{Index: 6, Type: raft.LogCommand, Data: mustEncode(CmdSetFeatures, sec, &api.SetFeaturesCommand{Features: BaselineFeatures})})
+		f.Apply(&raft.Log{Index: 7, Type: raft.LogCommand, Data: data})
 		return nil
+	}
+	preBaseline := func() (v any) {
+		defer func() { v = recover() }()
+		New(nil).Apply(&raft.Log{Index: 7, Type: raft.LogCommand, Data: mustEncode(CmdExpire, sec, &api.ExpireCommand{})})
+		return nil
+	}
+	if v := preBaseline(); v == nil || !loudStop(v) {
+		t.Errorf("pre-baseline entry: Apply's stop %v is not recognised", v)
 	}
 	for name, data := range map[string][]byte{
 		"short entry":     {3},

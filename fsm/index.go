@@ -13,11 +13,8 @@ import (
 // that makes the cost of an expire, a new incarnation's first request and
 // NextDue grow with what is due or changed, not with the number of keys.
 // They are never serialized: importState rebuilds them (rebuildIndex), and
-// every mutation of a ledger updates them (touch, untrack). With
-// FeatureIndexedExpiry on, expire and revoke select what to visit through
-// them; off, they are maintained but expire and revoke visit every ledger
-// as before (legacy*), so a mixed cluster applies every entry
-// byte-identically.
+// every mutation of a ledger updates them (touch, untrack). Expire and
+// revoke select what to visit through them (FeatureIndexedExpiry).
 //
 //   - due: a min-heap of every ledger's next due time (dueOf) and of every
 //     retired name's floor lapse (retiredDue), ordered by (due, kind,
@@ -318,12 +315,7 @@ func (s *state) rebuildIndex() {
 	s.rebuildWindowIndex()
 }
 
-// indexedExpiry reports whether expire and revoke go through the indexes.
-func (s *state) indexedExpiry() bool {
-	return s.features&FeatureIndexedExpiry != 0
-}
-
-// byKey orders ledgers as the legacy scans visit them.
+// byKey orders ledgers by kind, policy and key.
 func byKey(a, b *keyLedger) int {
 	if a.item.kind != b.item.kind {
 		return cmp.Compare(a.item.kind, b.item.kind)
@@ -389,7 +381,7 @@ func (s *state) expireIndexed(t, through, retention int64) (*Result, error) {
 }
 
 // expireKey expires kl's due leases and collects it if it is then
-// indistinguishable from a fresh budget (the legacy scans' rule, one key).
+// indistinguishable from a fresh budget (expire's rule, one key).
 func (s *state) expireKey(t, through int64, kl *keyLedger, res *Result) error {
 	l := kl.ledger
 	live := kl.item.kind == dueLive

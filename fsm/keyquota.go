@@ -26,15 +26,8 @@ import (
 // with the same value of its first key attribute, a policy's
 // max_keys_per_value is stored as applied, and a key about to be refused
 // for max_keys or the cap first has the due collectable keys collected
-// (collectFresh). Off, none of it: a new key is
-// refused only at max_keys and max_keys_per_value is stored as 0, exactly
-// as a server that predates the field applies the same entry (it ignores
-// the field), so a mixed cluster keeps equal state hashes. Switched on,
-// stored policies take the default cap (max_keys/10) at once.
+// (collectFresh). Part of the v0.1.0 baseline (BaselineFeatures).
 const FeatureKeyQuota uint64 = 1 << 10
-
-// keyQuotaOn reports whether the key-quota switch is on.
-func (s *state) keyQuotaOn() bool { return s.features&FeatureKeyQuota != 0 }
 
 // keyGroup is the part of canonical key ck that names the value of its
 // policy's first key attribute, and whether it has one that other keys
@@ -49,22 +42,12 @@ func keyGroup(ck string) (string, bool) {
 	return ck[:i], true
 }
 
-// storedPolicy is p as the state keeps it: without max_keys_per_value
-// while the switch is off (see FeatureKeyQuota).
-func (s *state) storedPolicy(p policy.Policy) policy.Policy {
-	if !s.keyQuotaOn() {
-		p.MaxKeysPerValue = 0
-	}
-	return p
-}
-
 // roomFor refuses a new key ck of p when the policy tracks max_keys keys
-// or, with the switch on, its first attribute's value already has
-// KeysPerValue() of them; with the switch on, only after collecting what
-// is collectable at t (collectFresh).
+// or its first attribute's value already has KeysPerValue() of them, only
+// after collecting what is collectable at t (collectFresh).
 func (s *state) roomFor(t int64, p policy.Policy, ck string) error {
 	err := s.checkRoom(p, ck)
-	if err != nil && s.keyQuotaOn() {
+	if err != nil {
 		s.collectFresh(t)
 		err = s.checkRoom(p, ck)
 	}
@@ -75,7 +58,7 @@ func (s *state) checkRoom(p policy.Policy, ck string) error {
 	if int64(s.keys[p.Name].Len()) >= p.MaxKeys {
 		return fmt.Errorf("%w: policy %q already tracks max_keys=%d keys", rpcerr.ErrResourceExhausted, p.Name, p.MaxKeys)
 	}
-	if !s.keyQuotaOn() || s.has(faultKeyQuotaIgnored) {
+	if s.has(faultKeyQuotaIgnored) {
 		return nil
 	}
 	g, ok := keyGroup(ck)
@@ -98,12 +81,8 @@ const collectScan = 1024
 // one admits nothing more), looking at no more than collectScan entries
 // of the due index in its order (the same sequence on every replica).
 // Leases are not expired here: the leader's expire entries do that,
-// within the margin a new term needs. Off without the indexes (as
-// expire's scan is then).
+// within the margin a new term needs.
 func (s *state) collectFresh(t int64) {
-	if !s.indexedExpiry() {
-		return
-	}
 	var back []*dueItem
 	res := &Result{}
 	for n := 0; n < collectScan && len(s.idx.due) > 0 && (s.idx.due[0].due <= t || s.has(faultCollectOwing)); n++ {

@@ -14,12 +14,11 @@ import (
 
 // The key-quota property (keyquota.go, docs/policy.md#max_keys_per_value):
 // random histories of acquires by several tenants, releases, expiries,
-// policy changes (max_keys, max_keys_per_value) and the switch turning on.
-// Before every acquire the model reads the keys the state tracks and
-// predicts the one rule: a new key is refused (RESOURCE_EXHAUSTED) exactly
-// when the policy tracks max_keys keys, or, with the switch on, when its
-// tenant already has the policy's cap of them (max_keys_per_value, by
-// default max(1, max_keys/10)); with the switch on, keys nobody holds
+// policy changes (max_keys, max_keys_per_value). Before every acquire the
+// model reads the keys the state tracks and predicts the one rule: a new
+// key is refused (RESOURCE_EXHAUSTED) exactly when the policy tracks
+// max_keys keys, or when its tenant already has the policy's cap of them
+// (max_keys_per_value, by default max(1, max_keys/10)); keys nobody holds
 // whose buckets are full again (collectable) do not count. So a tenant
 // under its cap is never refused while the policy has room, whatever the
 // others hold; and no tenant ever creates a key beyond its cap.
@@ -77,19 +76,11 @@ func runKeyQuota(t *rapid.T, outer testing.TB, f fault) {
 	if f != faultNone {
 		h.f.st.fault = f
 	}
-	h.enableFeatures(FeatureAcks | FeatureRetire | FeatureIndexedExpiry) // a cluster before key quotas
-	on := rapid.Bool().Draw(t, "switch on at start")
-	if on {
-		h.enableFeatures(FeatureKeyQuota)
-	}
-	// apply stores p; with the switch off, without max_keys_per_value
-	// (storedPolicy), which the switch then gives the default.
+	h.enableFeatures(BaselineFeatures)
 	var p quotaParams
 	apply := func(np quotaParams) {
 		h.applyYAML(at, np.yaml())
-		if p = np; !on {
-			p.perValue = 0
-		}
+		p = np
 	}
 	apply(drawQuotaParams(t))
 	tenantOf := map[string]string{} // canonical key -> tenant
@@ -109,8 +100,8 @@ func runKeyQuota(t *rapid.T, outer testing.TB, f fault) {
 			var kept []string // what the acquire must not collect
 			for _, k := range keys.sortedKeys() {
 				isNew = isNew && k != ck
-				if l := keys.at(k).ledger; on && l.LeaseCount() == 0 && l.PoolFullAt() <= at {
-					continue // collectable: does not count with the switch on
+				if l := keys.at(k).ledger; l.LeaseCount() == 0 && l.PoolFullAt() <= at {
+					continue // collectable: does not count
 				}
 				kept = append(kept, k)
 				all++
@@ -118,7 +109,7 @@ func runKeyQuota(t *rapid.T, outer testing.TB, f fault) {
 					mine++
 				}
 			}
-			refuse := isNew && (all >= p.maxKeys || on && mine >= p.cap())
+			refuse := isNew && (all >= p.maxKeys || mine >= p.cap())
 			seqs[client]++
 			k := &api.Key{Policy: "q", Attributes: map[string]string{"tenant": tn, "route": route}}
 			ops := h.batch(at, acquire(caller(client, 1, seqs[client]), k))
@@ -134,9 +125,9 @@ func runKeyQuota(t *rapid.T, outer testing.TB, f fault) {
 			exhausted := kl.GetError().GetKind() == api.ErrorKind_ERROR_KIND_RESOURCE_EXHAUSTED
 			switch {
 			case refuse && !exhausted:
-				t.Fatalf("key quota broken: tenant %q created key %q with %d of its keys and %d in all held (max_keys %d, cap %d, switch on %v): %v", tn, ck, mine, all, p.maxKeys, p.cap(), on, kl)
+				t.Fatalf("key quota broken: tenant %q created key %q with %d of its keys and %d in all held (max_keys %d, cap %d): %v", tn, ck, mine, all, p.maxKeys, p.cap(), kl)
 			case !refuse && exhausted:
-				t.Fatalf("tenant %q refused key %q with %d of its keys and %d in all held (max_keys %d, cap %d, switch on %v): %v", tn, ck, mine, all, p.maxKeys, p.cap(), on, kl.GetError())
+				t.Fatalf("tenant %q refused key %q with %d of its keys and %d in all held (max_keys %d, cap %d): %v", tn, ck, mine, all, p.maxKeys, p.cap(), kl.GetError())
 			case kl.GetGrant() != nil:
 				held = append(held, quotaLease{client, k, kl.GetGrant().GetLeaseId()})
 			}
@@ -149,13 +140,8 @@ func runKeyQuota(t *rapid.T, outer testing.TB, f fault) {
 		case op == 7:
 			at += rapid.Int64Range(0, 3*sec).Draw(t, "advance")
 			h.apply(CmdExpire, at, &api.ExpireCommand{})
-		case op == 8:
-			apply(drawQuotaParams(t))
 		default:
-			if !on {
-				on = true
-				h.enableFeatures(FeatureKeyQuota)
-			}
+			apply(drawQuotaParams(t))
 		}
 		checkGroups(t, h.f.st, "after a step")
 	}

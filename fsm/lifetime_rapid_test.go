@@ -144,9 +144,7 @@ func (m *lifetimeModel) check() *quotacheck.Violation {
 func runLifetime(t *rapid.T, outer testing.TB, f fault) *lifetimeModel {
 	h := &harness{t: outer, f: New(nil)}
 	h.f.st.fault = f
-	// Expire and revoke by scanning (a voter predates the indexes) or
-	// through the indexes (index.go): the bound holds either way.
-	h.enableFeatures(FeatureRetire | rapid.SampledFrom([]uint64{0, FeatureIndexedExpiry}).Draw(t, "indexed"))
+	h.enableFeatures(BaselineFeatures)
 	m := &lifetimeModel{h: h, leases: map[string]*modelLease{}, seqs: map[string]uint64{},
 		regions: map[string]string{"a": "eu", "b": "us", "c": "eu"}}
 	cur := drawParams(t)

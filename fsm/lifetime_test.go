@@ -229,15 +229,14 @@ func TestApplyRefusesDuplicateNames(t *testing.T) {
 	}
 }
 
-// newRetireHarness is newHarness with budgets retired at delete
-// (FeatureRetire on, as the leader turns it on once every voter has it).
+// newRetireHarness is newHarness (budgets retired at delete: the
+// baseline's FeatureRetire).
 func newRetireHarness(t testing.TB) *harness {
-	h := newHarness(t)
-	h.enableFeatures(FeatureRetire)
-	return h
+	return newHarness(t)
 }
 
-// enableFeatures applies the switch entry a leader proposes.
+// enableFeatures applies a switch entry (the baseline's, for a raw
+// harness).
 func (h *harness) enableFeatures(bits uint64) {
 	h.t.Helper()
 	if r := h.apply(CmdSetFeatures, 0, &api.SetFeaturesCommand{Features: bits}); r.Err != nil {
@@ -245,25 +244,17 @@ func (h *harness) enableFeatures(bits uint64) {
 	}
 }
 
-// With FeatureRetire off (a voter predates it), a delete drops the idle
-// budget and a re-created key starts fresh, exactly as such a server
-// applies the same entries; the switch turns the rule on at one index.
-func TestRetireWaitsForItsSwitch(t *testing.T) {
-	run := func(h *harness) *api.Grant {
-		h.applyYAML(0, perTenantV1)
-		a := grantOf(t, h.batch(sec, acquire(caller("a", 1, 1), tenant("acme"))))
-		h.batch(2*sec, releaseOp(caller("a", 1, 2), tenant("acme"), a.GetLeaseId()))
-		if r := h.deletePolicy(2*sec, "per-tenant"); r.Err != nil {
-			t.Fatal(r.Err)
-		}
-		h.applyYAML(2*sec, perTenantV1)
-		return grantOf(t, h.batch(2*sec, acquire(caller("b", 1, 1), tenant("acme"))))
+// A deleted and re-created key keeps its drained budget (FeatureRetire).
+func TestRetireKeepsTheBudget(t *testing.T) {
+	h := newRetireHarness(t)
+	h.applyYAML(0, perTenantV1)
+	a := grantOf(t, h.batch(sec, acquire(caller("a", 1, 1), tenant("acme"))))
+	h.batch(2*sec, releaseOp(caller("a", 1, 2), tenant("acme"), a.GetLeaseId()))
+	if r := h.deletePolicy(2*sec, "per-tenant"); r.Err != nil {
+		t.Fatal(r.Err)
 	}
-	off, on := newHarness(t), newRetireHarness(t)
-	if g := run(off); g.GetStartMilli() != g.GetCapMilli() {
-		t.Fatalf("switch off: the re-created key started with %d of %d milli-tokens, want fresh (the old rule)", g.GetStartMilli(), g.GetCapMilli())
-	}
-	if g := run(on); g.GetStartMilli() >= g.GetCapMilli() {
-		t.Fatalf("switch on: the re-created key started full (%d milli-tokens) after being drained", g.GetStartMilli())
+	h.applyYAML(2*sec, perTenantV1)
+	if g := grantOf(t, h.batch(2*sec, acquire(caller("b", 1, 1), tenant("acme")))); g.GetStartMilli() >= g.GetCapMilli() {
+		t.Fatalf("the re-created key started full (%d milli-tokens) after being drained", g.GetStartMilli())
 	}
 }

@@ -162,6 +162,10 @@ func (f *FSM) StateHash() (index uint64, sha string) {
 	return index, hex.EncodeToString(h.Sum(nil))
 }
 
+// BaselineOn reports whether the switches of the v0.1.0 baseline are on
+// (after a cluster's first entry). It takes no lock.
+func (f *FSM) BaselineOn() bool { return f.baseline.Load() }
+
 // Features returns the feature switches turned on (FeatureXxx bits).
 func (f *FSM) Features() uint64 {
 	f.mu.RLock()

@@ -50,11 +50,9 @@ type RestoreBase struct {
 	ClusterTime int64
 	// Policies are the replaced state's policies.
 	Policies []policy.Policy
-	// win is the replaced state's window clock, if set, and its window
-	// feature switches.
-	winSet      bool
-	winClock    lease.WindowClock
-	winFeatures uint64
+	// win is the replaced state's window clock, if set.
+	winSet   bool
+	winClock lease.WindowClock
 	// fault is the replaced state's broken rule (tests only).
 	fault fault
 }
@@ -66,8 +64,7 @@ type RestoreBase struct {
 func (f *FSM) RestoreBase() RestoreBase {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
-	b := RestoreBase{ClusterTime: f.st.clusterTime, winSet: f.st.win.epochSet, winClock: f.st.windowClockAt(),
-		winFeatures: f.st.features & (FeatureWindows | FeatureWindowSlew | FeatureWindowSpent), fault: f.st.fault}
+	b := RestoreBase{ClusterTime: f.st.clusterTime, winSet: f.st.win.epochSet, winClock: f.st.windowClockAt(), fault: f.st.fault}
 	for _, n := range sortedKeys(f.st.policies) {
 		b.Policies = append(b.Policies, f.st.policies[n])
 	}
@@ -104,7 +101,6 @@ func PrepareRestore(snapshot []byte, base RestoreBase) ([]byte, error) {
 	until := st.clusterTime + longest + RestoreHoldMarginNanos
 	st.restoreHoldUntil = max(st.restoreHoldUntil, until)
 	st.idGeneration++
-	st.features |= FeatureRestoreHold
 	hold := func(l *lease.Ledger) error {
 		if err := l.HoldAll(max(st.clusterTime, l.NowNanos()), until); err != nil {
 			return err

@@ -269,9 +269,8 @@ func liveLeases(keys *ledgerMap) (n int, until int64) {
 }
 
 // forgetRetired reports whether budgets die with their definitions, as
-// before they were retired: until every voter supports FeatureRetire (a
-// server that predates it applies the old rule), and in the negative
-// control that restores that rule.
+// before they were retired: only in the negative control that restores
+// that rule.
 func (s *state) forgetRetired() bool {
-	return s.has(faultForgetRetired) || s.features&FeatureRetire == 0
+	return s.has(faultForgetRetired)
 }

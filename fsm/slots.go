@@ -25,8 +25,7 @@ import (
 
 // FeatureConcurrency: concurrency policies are applied and leased as slot
 // ledgers (lease.SlotLedger), and snapshots carry them (frame kind 7).
-// Off, a concurrency policy is refused, as on a server that predates it
-// (it does not know the algorithm).
+// Part of the v0.1.0 baseline.
 const FeatureConcurrency uint64 = 1 << 8
 
 // faultSlotSnapshotDropsKeys: snapshots leave out the slot keys, so a
@@ -55,19 +54,10 @@ type slotState struct {
 	attrs map[string][]string
 }
 
-func (s *state) slotsOn() bool { return s.features&FeatureConcurrency != 0 }
-
-// slotPolicy returns the concurrency policy a key names, if the switch is
-// on and it is one.
+// slotPolicy returns the concurrency policy a key names, if it is one.
 func (s *state) slotPolicy(k *api.Key) (policy.Policy, bool) {
 	p, ok := s.policies[k.GetPolicy()]
-	return p, ok && s.slotsOn() && p.Algorithm == policy.Concurrency
-}
-
-// slotNotLeasable refuses a concurrency policy with the switch off.
-func slotNotLeasable(p policy.Policy) error {
-	return fmt.Errorf("policy %q: %w: policy %q uses %s, which the cluster leases only once every voter supports it (FeatureConcurrency)",
-		p.Name, policy.ErrNotLeasable, p.Name, p.Algorithm)
+	return p, ok && p.Algorithm == policy.Concurrency
 }
 
 func slotConfig(p policy.Policy) lease.SlotConfig {
@@ -282,18 +272,11 @@ func (s *state) slotsNextDue() (int64, bool) {
 	return best, ok
 }
 
-// slotCheckChange refuses, with the switch off, a concurrency policy (a
-// server that predates it does not know the algorithm), and, with it on, a
-// change that would key a name's slots differently (other key attributes,
-// or another algorithm) while its keys hold leases: the old keys' holders
-// still run requests the new keys would not count.
+// slotCheckChange refuses a change that would key a name's slots
+// differently (other key attributes, or another algorithm) while its keys
+// hold leases: the old keys' holders still run requests the new keys would
+// not count.
 func (s *state) slotCheckChange(t int64, p policy.Policy) error {
-	if !s.slotsOn() {
-		if p.Algorithm == policy.Concurrency {
-			return fmt.Errorf("%w: policy %q: algorithm concurrency needs every server to support cluster-wide concurrency (FeatureConcurrency)", rpcerr.ErrInvalid, p.Name)
-		}
-		return nil
-	}
 	if s.slotKeysKept(p) {
 		return nil
 	}
@@ -423,14 +406,6 @@ func (st *state) importSlots(f *api.SlotFrame) error {
 	}
 	st.slots.keys[f.GetPolicy()][f.GetKey()] = l
 	st.slots.attrs[f.GetPolicy()] = slices.Clone(f.GetKeyAttributes())
-	return nil
-}
-
-// checkSlotsImported refuses slot state without its switch.
-func (st *state) checkSlotsImported() error {
-	if len(st.slots.keys) > 0 && !st.slotsOn() {
-		return fmt.Errorf("%w: slot state without the concurrency feature switch", errSnapshot)
-	}
 	return nil
 }
 

@@ -2,6 +2,7 @@ package fsm
 
 import (
 	"bytes"
+	"errors"
 	"strings"
 	"testing"
 
@@ -60,16 +61,8 @@ func sRelease(c *api.Caller, tenantName string, id uint64) *api.LeaseOp {
 		{Key: slotKey(tenantName), LeaseId: id}}}}}
 }
 
-func TestSlotsWaitForTheirSwitch(t *testing.T) {
+func TestSlotsLease(t *testing.T) {
 	h := newHarness(t)
-	h.apply(CmdSetFeatures, sec, &api.SetFeaturesCommand{Features: KnownFeatures &^ FeatureConcurrency, WallUnixNanos: wallAtSwitch})
-	if r := h.apply(CmdApplyPolicies, sec, slotPolicies("4", "")); code(r.Err) != codes.InvalidArgument || !strings.Contains(r.Err.Error(), "FeatureConcurrency") {
-		t.Fatalf("a concurrency policy with the switch off: %v", r.Err)
-	}
-	if len(h.f.st.policies) != 2 || h.f.st.policies["inflight"].Name != "" {
-		t.Fatalf("the refused command changed the policies: %v", h.f.st.policies)
-	}
-	h.apply(CmdSetFeatures, 2*sec, &api.SetFeaturesCommand{Features: FeatureConcurrency})
 	if r := h.apply(CmdApplyPolicies, 2*sec, slotPolicies("4", "")); r.Err != nil {
 		t.Fatal(r.Err)
 	}
@@ -167,9 +160,9 @@ func TestSlotsSurviveSnapshotAndRestore(t *testing.T) {
 		if kl := keyLeaseOf(t, h3.batch(4*sec+slotLeaseNanos+RestoreHoldMarginNanos+1, sAcquire(caller("c", 1, 3), "acme", 1))); kl.GetGrant().GetSlotCount() != 1 {
 			t.Fatalf("after the restore hold: %v", kl)
 		}
-		// Slot state without its switch is refused.
+		// Slot state without its switch is refused (as pre-0.1.0).
 		h.f.st.features &^= FeatureConcurrency
-		if err := New(nil).Restore(nopCloser{bytes.NewReader(snapshotBytes(t, h.f))}); err == nil || !strings.Contains(err.Error(), "without the concurrency feature switch") {
+		if err := New(nil).Restore(nopCloser{bytes.NewReader(snapshotBytes(t, h.f))}); !errors.Is(err, ErrPreBaseline) {
 			t.Fatalf("slot state without the switch: %v", err)
 		}
 	}

@@ -18,11 +18,10 @@ import (
 // [protobuf], then an end frame. Frames let Persist write and Restore read
 // one ledger at a time.
 //
-// A state with a feature switch on is written under snapshotMagicV2: a
-// server that predates the switches refuses it (not a snapshot it knows)
-// instead of restoring it without them and applying later entries
-// differently from the others. With no switch on, the v1 magic keeps
-// snapshots readable by older servers during a rolling upgrade.
+// A state with a feature switch on (every state past a cluster's first
+// entry) is written under snapshotMagicV2: a server that predates the
+// switches refuses it (not a snapshot it knows). Only an empty state (no
+// entry applied) is written under the v1 magic.
 const (
 	snapshotMagic   = "ration-fsm-snapshot-v1\n"
 	snapshotMagicV2 = "ration-fsm-snapshot-v2\n"
@@ -143,6 +142,11 @@ func importState(r io.Reader) (*state, error) {
 				return nil, fmt.Errorf("%w: feature switches %#x are unknown to this server; upgrade it", errSnapshot, unknown)
 			}
 			st.features = h.GetFeatures()
+			if !st.baselineOn() && (len(st.digest) > 0 || st.clusterTime != 0) {
+				// A state that applied entries with a baseline switch off
+				// (one that applied none is the same in every version).
+				return nil, preBaseline("snapshot", st.features)
+			}
 			st.restoreHoldUntil, st.idGeneration = h.GetRestoreHoldUntilNanos(), h.GetLeaseIdGeneration()
 			st.aclBootstrapped = h.GetAclBootstrapped()
 			for _, spec := range h.GetPolicies() {
@@ -235,15 +239,6 @@ func importState(r io.Reader) (*state, error) {
 	}
 	if !sawHeader {
 		return nil, fmt.Errorf("%w: no header frame", errSnapshot)
-	}
-	if (len(st.aclTokens) > 0 || st.aclBootstrapped) && st.features&FeatureACL == 0 {
-		return nil, fmt.Errorf("%w: ACL tokens without the ACL feature switch", errSnapshot)
-	}
-	if err := st.checkWindowsImported(); err != nil {
-		return nil, err
-	}
-	if err := st.checkSlotsImported(); err != nil {
-		return nil, err
 	}
 	if len(st.aclTokens) > 0 && !st.aclBootstrapped {
 		return nil, fmt.Errorf("%w: ACL tokens in a state that was never bootstrapped", errSnapshot)

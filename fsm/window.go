@@ -12,20 +12,18 @@ import (
 	"github.com/ration-dev/ration/lease"
 )
 
-// Leased fixed windows (docs/design.md §8). With FeatureWindows on, a
-// fixed-window policy's keys are lease.WindowLedgers, kept here beside the
+// Leased fixed windows (docs/design.md §8). A fixed-window policy's keys are lease.WindowLedgers, kept here beside the
 // token-bucket ledgers; acquire, renew, release, revoke, expire, snapshots
 // and restores reach them through a few hooks in fsm.go, snapshot.go and
 // restore.go. Window time (the calendar's clock) is cluster time plus a
-// replicated epoch offset, set by the entry that turns the switch on from
-// its leader's wall clock, and moved forward (never back) by re-syncs to
+// replicated epoch offset, set by the entry that turns the baseline on
+// (the cluster's first) from its leader's wall clock, and moved forward (never back) by re-syncs to
 // later leaders' wall clocks (CmdWindowClock).
 
 // FeatureWindows: fixed-window policies are leased in chunks
 // (lease.WindowLedger), a policy may name a calendar period and timezone,
-// and snapshots carry window state (frame kind 6). Off, a fixed-window
-// policy is stored but not leased, and one with a period is refused, as on
-// a server that predates it.
+// and snapshots carry window state (frame kind 6). Part of the v0.1.0
+// baseline.
 const FeatureWindows uint64 = 1 << 7
 
 // FeatureWindowSlew: window time ahead of a leader's wall clock is taken
@@ -33,16 +31,15 @@ const FeatureWindows uint64 = 1 << 7
 // of cluster time until the excess is gone, lease.WindowClock), an
 // operator's re-sync may step further than MaxWindowClockStepNanos
 // (max_step_nanos), and a window key's carry counts the slew since its
-// last operation. Off, a re-sync's slew and max_step_nanos are ignored, as
-// a server that predates them ignores the fields.
+// last operation. Part of the v0.1.0 baseline.
 const FeatureWindowSlew uint64 = 1 << 9
 
 // FeatureWindowSpent: a change of a window key's definition remembers the
 // count of the window it leaves until that window ends
 // (lease.WindowLedgerConfig.KeepSpent; snapshot field
 // WindowKeySnapshot.spent), so a change back within it (month -> 1s ->
-// month) resumes that count, and the key is not collected meanwhile. Off,
-// a change forgets it, as a server that predates it does.
+// month) resumes that count, and the key is not collected meanwhile. Part
+// of the v0.1.0 baseline.
 const FeatureWindowSpent uint64 = 1 << 11
 
 // faultWindowSnapshotDropsKeys: snapshots leave out the window keys, so a
@@ -120,8 +117,6 @@ type windowState struct {
 	scanRef func(s *state, t int64, res *Result)
 }
 
-func (s *state) windowsOn() bool { return s.features&FeatureWindows != 0 }
-
 // windowTime is the window time of cluster time t.
 func (s *state) windowTime(t int64) int64 { return s.windowClockAt().At(t) }
 
@@ -144,10 +139,11 @@ func (s *state) windowObserve(t int64, l *lease.WindowLedger) *lease.WindowLedge
 }
 
 // windowsSwitched runs after a CmdSetFeatures entry at cluster time t: the
-// entry that turns FeatureWindows on sets the epoch from its leader's wall
-// clock (wallUnix; 0 leaves window time equal to cluster time).
+// entry that turns the baseline (FeatureWindows) on sets the epoch from
+// its leader's wall clock (wallUnix; 0 leaves window time equal to cluster
+// time); a later one changes nothing.
 func (s *state) windowsSwitched(t, wallUnix int64) {
-	if !s.windowsOn() || s.win.epochSet {
+	if s.win.epochSet {
 		return
 	}
 	s.win.epochSet = true
@@ -183,14 +179,10 @@ var errWindowClock = fmt.Errorf("%w: window clock re-sync", rpcerr.ErrPreconditi
 // progress), by at most MaxWindowClockStepNanos (or the operator's
 // maxStep); window time ahead of wall changes nothing, or with slew starts
 // a slew taking the excess back (at most MaxWindowClockStepNanos, or
-// maxStep: window time then runs slower, never back). With FeatureWindowSlew off, slew and maxStep are ignored, as an
-// older server ignores the fields.
+// maxStep: window time then runs slower, never back).
 func (s *state) windowClock(t, wall int64, slew bool, maxStep int64) (*Result, error) {
-	if !s.windowsOn() || !s.win.epochSet {
-		return nil, fmt.Errorf("%w: leased windows are off", errWindowClock)
-	}
-	if s.features&FeatureWindowSlew == 0 {
-		slew, maxStep = false, 0
+	if !s.win.epochSet {
+		return nil, fmt.Errorf("%w: window time is not set", errWindowClock)
 	}
 	if maxStep < 0 || maxStep > MaxWindowClockOperatorStepNanos {
 		return nil, fmt.Errorf("%w: max step %v is outside [0, %v]", errWindowClock, time.Duration(maxStep), time.Duration(MaxWindowClockOperatorStepNanos))
@@ -239,8 +231,6 @@ type WindowClockState struct {
 	LagNanos int64
 	// SlewLeftNanos is what the slew in progress has still to take back.
 	SlewLeftNanos int64
-	// SlewOn: FeatureWindowSlew is on (slews and operator steps apply).
-	SlewOn bool
 }
 
 // WindowClock reports window time at cluster time t against wall clock
@@ -248,13 +238,13 @@ type WindowClockState struct {
 func (f *FSM) WindowClock(t, wall int64) WindowClockState {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
-	if !f.st.windowsOn() || !f.st.win.epochSet || !f.st.hasWindows() {
+	if !f.st.win.epochSet || !f.st.hasWindows() {
 		return WindowClockState{}
 	}
 	t = max(t, f.st.clusterTime)
 	c := f.st.windowClockAt()
 	w := c.At(t)
-	return WindowClockState{Set: true, WindowNanos: w, LagNanos: wall - w, SlewLeftNanos: c.SlewLeft(t), SlewOn: f.st.features&FeatureWindowSlew != 0}
+	return WindowClockState{Set: true, WindowNanos: w, LagNanos: wall - w, SlewLeftNanos: c.SlewLeft(t)}
 }
 
 // WindowClockLag is how far window time at cluster time t is behind
@@ -263,7 +253,7 @@ func (f *FSM) WindowClock(t, wall int64) WindowClockState {
 func (f *FSM) WindowClockLag(t, wall int64) (int64, bool) {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
-	if !f.st.windowsOn() || !f.st.win.epochSet || !f.st.hasWindows() {
+	if !f.st.win.epochSet || !f.st.hasWindows() {
 		return 0, false
 	}
 	return wall - f.st.windowTime(max(t, f.st.clusterTime)), true
@@ -285,19 +275,17 @@ func (s *state) hasWindows() bool {
 	return false
 }
 
-// windowNotLeasable is the refusal of a window policy's lease with the
-// switch off: word for word what a server that predates it answers (with
-// FeatureStableRecords off the message is in the replicated record).
+// windowNotLeasable is the refusal of a lease of a window policy the
+// cluster does not lease (the exact sliding window).
 func windowNotLeasable(p policy.Policy) error {
 	return fmt.Errorf("policy %q: %w: policy %q uses %s: the cluster leases token buckets only; window algorithms are for simulate",
 		p.Name, policy.ErrNotLeasable, p.Name, p.Algorithm)
 }
 
-// windowPolicy returns the fixed-window policy a key names, if the switch
-// is on and it is one.
+// windowPolicy returns the leased window policy a key names, if it is one.
 func (s *state) windowPolicy(k *api.Key) (policy.Policy, bool) {
 	p, ok := s.policies[k.GetPolicy()]
-	return p, ok && s.windowsOn() && leasedWindow(p.Algorithm)
+	return p, ok && leasedWindow(p.Algorithm)
 }
 
 // leasedWindow: the window algorithms the cluster leases in chunks.
@@ -325,7 +313,7 @@ func (s *state) windowLedger(t int64, p policy.Policy, k *api.Key, create bool) 
 		return "", nil, fmt.Errorf("policy %q: %w", p.Name, err)
 	}
 	cfg, err := windowConfig(p)
-	cfg.KeepSpent = s.features&FeatureWindowSpent != 0 && !s.has(faultWindowForgetSpent)
+	cfg.KeepSpent = !s.has(faultWindowForgetSpent)
 	if err != nil {
 		return ck, nil, fmt.Errorf("policy %q: %w", p.Name, err)
 	}
@@ -581,16 +569,8 @@ func (s *state) windowKeysKept(p policy.Policy) bool {
 // counts beside live ones: the name still has window keys holding a count
 // in their current window, and the new definition keys them differently
 // (other key attributes, or another algorithm), whether it replaces a
-// live definition or re-creates a deleted one. With the switch off it
-// refuses a calendar period, as a server that predates it does (its
-// validation needs window_nanos).
+// live definition or re-creates a deleted one.
 func (s *state) windowCheckChange(t int64, p policy.Policy) error {
-	if !s.windowsOn() {
-		if p.Algorithm == policy.FixedWindow && (p.Period != "" || p.Timezone != "") {
-			return fmt.Errorf("%w: policy %q: a window period or timezone needs every server to support leased windows", rpcerr.ErrInvalid, p.Name)
-		}
-		return nil
-	}
 	if s.windowKeysKept(p) {
 		return nil
 	}
@@ -657,7 +637,6 @@ func (s *state) windowsPrepareRestore(base RestoreBase, snapTime int64) {
 		c, step = base.winClock.Restored(t, floor, slewed)
 		s.setWindowClock(c)
 		s.win.epochSet = true
-		s.features |= base.winFeatures
 	}
 	through := t + RestoreHoldMarginNanos
 	if step > 0 {
@@ -729,7 +708,7 @@ func (st *state) importWindow(f *api.WindowFrame) error {
 		return fmt.Errorf("%w: window key %s/%s: %v", errSnapshot, ks.GetPolicy(), ks.GetKey(), err)
 	}
 	cfg := lease.WindowLedgerConfig{LimitMilli: ks.GetLimitMilli(), Spec: spec, MaxLeases: int(ks.GetMaxLeases()), Approx: ks.GetApprox(),
-		KeepSpent: st.features&FeatureWindowSpent != 0}
+		KeepSpent: true}
 	ls := lease.WindowLedgerState{NowNanos: ks.GetNowNanos(), WindowNanos: ks.GetWindowNowNanos(), Start: ks.GetStartNanos(), End: ks.GetEndNanos(),
 		CountMilli: ks.GetCountMilli(), PrevCountMilli: ks.GetPrevCountMilli(), ExhaustThrough: ks.GetExhaustThroughNanos(), NextID: lease.LeaseID(ks.GetNextId()),
 		SlewedNanos: ks.GetSlewedNanos()}
@@ -764,14 +743,6 @@ func (st *state) importWindow(f *api.WindowFrame) error {
 		return fmt.Errorf("%w: window keys of %s made under two keyings", errSnapshot, ks.GetPolicy())
 	}
 	st.setKeying(ks.GetPolicy(), k)
-	return nil
-}
-
-// checkWindowsImported refuses window state without its switch.
-func (st *state) checkWindowsImported() error {
-	if (st.win.epochSet || len(st.win.keys) > 0) && !st.windowsOn() {
-		return fmt.Errorf("%w: window state without the windows feature switch", errSnapshot)
-	}
 	return nil
 }
 

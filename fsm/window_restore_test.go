@@ -203,49 +203,20 @@ func definitionRoundTrip(t *testing.T, broken fault) (int64, error) {
 	return g.GetStartMilli(), nil
 }
 
-// TestWindowRestoreEdgeClocks: a snapshot that predates the windows
-// switch takes the restoring cluster's switch and window clock (window
-// time goes on, the window in progress full); a snapshot of another
-// history whose window time is ahead steps window time forward to it, and
+// TestWindowRestoreEdgeClocks: a snapshot of another history whose window time is ahead steps window time forward to it, and
 // every window that begins within a window lease (plus the margin) is
 // full, since the replaced state's chunks may outlive their windows.
 func TestWindowRestoreEdgeClocks(t *testing.T) {
-	// Before the switch.
-	old := newHarness(t)
-	snap := snapshotBytes(t, old.f)
-	h := windowsOnHarness(t, sec)
-	if r := h.apply(CmdWindowClock, 2*sec, &api.WindowClockCommand{WallUnixNanos: h.f.st.windowTime(2*sec) + 4*sec}); r.Err != nil {
-		t.Fatal(r.Err)
-	}
-	keyLeaseOf(t, h.batch(2*sec+sec/2, wAcquire(caller("a", 1, 1), "acme", 100_000)))
-	before := h.f.st.windowTime(2*sec + sec/2)
-	prepared, err := PrepareRestore(snap, baseAt(h.f, 2*sec+sec/2))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := h.f.Restore(nopCloser{bytes.NewReader(prepared)}); err != nil {
-		t.Fatal(err)
-	}
-	if !h.f.st.windowsOn() || h.f.st.windowTime(h.f.st.clusterTime) != before {
-		t.Fatalf("restored a pre-switch snapshot: windows on %v, window time %d, want %d", h.f.st.windowsOn(), h.f.st.windowTime(h.f.st.clusterTime), before)
-	}
-	if r := h.apply(CmdApplyPolicies, 3*sec, windowPolicies("10", "")); r.Err != nil {
-		t.Fatal(r.Err)
-	}
-	if g := keyLeaseOf(t, h.batch(3*sec, wAcquire(caller("b", 1, 1), "acme", 100_000))).GetGrant(); g.GetStartMilli() != 0 {
-		t.Fatalf("the window in progress at the restore granted %d", g.GetStartMilli())
-	}
-
 	// Another history, an hour ahead.
-	ahead := newHarness(t)
-	ahead.apply(CmdSetFeatures, sec, &api.SetFeaturesCommand{Features: KnownFeatures, WallUnixNanos: wallAtSwitch + 3600*sec})
+	ahead := &harness{t: t, f: New(nil)}
+	ahead.apply(CmdSetFeatures, sec, &api.SetFeaturesCommand{Features: BaselineFeatures, WallUnixNanos: wallAtSwitch + 3600*sec})
 	if r := ahead.apply(CmdApplyPolicies, sec, windowPolicies("10", "")); r.Err != nil {
 		t.Fatal(r.Err)
 	}
 	keyLeaseOf(t, ahead.batch(sec, wAcquire(caller("a", 1, 1), "acme", 1000)))
-	h = windowsOnHarness(t, sec)
+	h := windowsOnHarness(t, sec)
 	at := 2 * sec
-	prepared, err = PrepareRestore(snapshotBytes(t, ahead.f), baseAt(h.f, at))
+	prepared, err := PrepareRestore(snapshotBytes(t, ahead.f), baseAt(h.f, at))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -38,8 +38,7 @@ policies:
 }
 
 func windowsOnHarness(t testing.TB, at int64) *harness {
-	h := newHarness(t)
-	h.apply(CmdSetFeatures, at, &api.SetFeaturesCommand{Features: KnownFeatures, WallUnixNanos: wallAtSwitch})
+	h := newHarnessAt(t, at)
 	if r := h.apply(CmdApplyPolicies, at, windowPolicies("10", "")); r.Err != nil {
 		t.Fatal(r.Err)
 	}
@@ -73,24 +72,13 @@ func keyLeaseOf(t testing.TB, ops []OpResult) *api.KeyLease {
 	return ops[0].Lease.GetLeases()[0]
 }
 
-func TestWindowsWaitForTheirSwitch(t *testing.T) {
-	h := newHarness(t)
-	if r := h.apply(CmdApplyPolicies, sec, windowPolicies("10", "")); r.Err != nil {
-		t.Fatalf("a fixed-window policy with a fixed window is stored with the switch off (as before): %v", r.Err)
-	}
-	kl := keyLeaseOf(t, h.batch(sec, wAcquire(caller("a", 1, 1), "acme", 1000)))
-	if kl.GetGrant() != nil || !strings.Contains(kl.GetError().GetMessage(), "the cluster leases token buckets only; window algorithms are for simulate") {
-		t.Fatalf("switch off: %v", kl)
-	}
+func TestWindowsLease(t *testing.T) {
+	h := newHarnessAt(t, 2*sec)
 	monthly := windowPolicies("10", "  - name: monthly\n    algorithm: fixed-window\n    limit: 5\n    period: month\n    timezone: Europe/Paris\n")
-	if r := h.apply(CmdApplyPolicies, sec, monthly); r.Err == nil || !strings.Contains(r.Err.Error(), "needs every server to support leased windows") {
-		t.Fatalf("a calendar period with the switch off: %v", r.Err)
-	}
-	h.apply(CmdSetFeatures, 2*sec, &api.SetFeaturesCommand{Features: FeatureWindows, WallUnixNanos: wallAtSwitch})
 	if r := h.apply(CmdApplyPolicies, 2*sec, monthly); r.Err != nil {
 		t.Fatal(r.Err)
 	}
-	kl = keyLeaseOf(t, h.batch(2*sec, wAcquire(caller("a", 1, 2), "acme", 1000)))
+	kl := keyLeaseOf(t, h.batch(2*sec, wAcquire(caller("a", 1, 2), "acme", 1000)))
 	g := kl.GetGrant()
 	if g == nil || g.GetStartMilli() < 1000 || g.GetWindowLimitMilli() != 10_000 || g.GetWindowNanos() != 2*sec || g.GetRateMilliPerSec() != 0 {
 		t.Fatalf("switch on: %v", kl)

@@ -6,7 +6,6 @@ import (
 
 	"github.com/ration-dev/ration/api"
 	"github.com/ration-dev/ration/lease"
-	"google.golang.org/protobuf/proto"
 )
 
 // slewHistory: leased windows on at cluster time 0 (2 s windows, window
@@ -31,9 +30,7 @@ func slewHistory(t *testing.T, features uint64) (*harness, *api.Grant) {
 // the excess is taken back, never backward; a chunk granted meanwhile ends
 // no later than its window does in cluster time; the slew applies the same
 // on every server, survives snapshot and restore (equal hashes), and the
-// index follows it. With FeatureWindowSlew off the slew is ignored, as an
-// older server ignores the field (equal hashes with a server that never
-// saw it).
+// index follows it.
 func TestWindowClockSlew(t *testing.T) {
 	h, g := slewHistory(t, KnownFeatures)
 	st := h.f.st
@@ -116,35 +113,11 @@ func TestWindowClockSlew(t *testing.T) {
 	if st.windowClockAt() != before {
 		t.Fatal("a refused slew changed the window clock")
 	}
-
-	// Switch off: the slew field is ignored, the state is an older
-	// server's.
-	old, _ := slewHistory(t, KnownFeatures&^FeatureWindowSlew)
-	if old.f.st.win.slewNanos != 0 || old.f.st.windowTime(21*sec) != wallAtSwitch+21*sec {
-		t.Fatalf("with FeatureWindowSlew off the slew applied: %+v", old.f.st.windowClockAt())
-	}
-	plain := newHarness(t)
-	plain.apply(CmdSetFeatures, 0, &api.SetFeaturesCommand{Features: KnownFeatures &^ FeatureWindowSlew, WallUnixNanos: wallAtSwitch})
-	plain.apply(CmdApplyPolicies, 0, windowPolicies("10", ""))
-	plain.apply(CmdWindowClock, sec, &api.WindowClockCommand{WallUnixNanos: wallAtSwitch + sec - sec/2})
-	plain.batch(21*sec, wAcquire(caller("a", 1, 1), "acme", 100_000))
-	// (The snapshots differ only in the log digest, which covers the
-	// entries' bytes.)
-	a, b := old.f.st.exportWindows(), plain.f.st.exportWindows()
-	if len(a) != len(b) || len(a) == 0 {
-		t.Fatalf("window frames %d and %d", len(a), len(b))
-	}
-	for i := range a {
-		if !proto.Equal(a[i], b[i]) {
-			t.Fatalf("with FeatureWindowSlew off, an entry with slew set applied differently from one without: %v, %v", a[i], b[i])
-		}
-	}
 }
 
 // TestWindowClockOperatorStep: max_step_nanos lets a re-sync step further
 // than MaxWindowClockStepNanos (an operator's override), bounded by
-// MaxWindowClockOperatorStepNanos; with FeatureWindowSlew off it is
-// ignored (the step is refused as on an older server).
+// MaxWindowClockOperatorStepNanos.
 func TestWindowClockOperatorStep(t *testing.T) {
 	for _, tc := range []struct {
 		name     string
@@ -157,7 +130,6 @@ func TestWindowClockOperatorStep(t *testing.T) {
 		{"override", KnownFeatures, 3 * MaxWindowClockStepNanos, true},
 		{"override absurd", KnownFeatures, MaxWindowClockOperatorStepNanos + 1, false},
 		{"override negative", KnownFeatures, -1, false},
-		{"switch off", KnownFeatures &^ FeatureWindowSlew, 3 * MaxWindowClockStepNanos, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			h := newHarness(t)

@@ -8,7 +8,7 @@ import "testing"
 
 func vgrant(t *testing.T, l *Ledger, now int64, id string, rate, burst int64) Grant {
 	t.Helper()
-	g, err := l.Grant(now, GrantRequest{ClientID: id, Incarnation: 1, Seq: 1, DemandRateMilliPerSec: rate, DemandBurstMilli: burst, TTLNanos: 10 * sec, Versioned: true})
+	g, err := l.Grant(now, GrantRequest{ClientID: id, Incarnation: 1, Seq: 1, DemandRateMilliPerSec: rate, DemandBurstMilli: burst, TTLNanos: 10 * sec})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -19,7 +19,7 @@ func vgrant(t *testing.T, l *Ledger, now int64, id string, rate, burst int64) Gr
 func vrenew(t *testing.T, l *Ledger, now int64, id string, g Grant, rate, burst int64, acked uint64) Grant {
 	t.Helper()
 	out, err := l.Renew(now, RenewRequest{ClientID: id, Incarnation: 1, LeaseID: g.LeaseID, DemandRateMilliPerSec: rate, DemandBurstMilli: burst, TTLNanos: 10 * sec,
-		Versioned: true, AckedVersion: acked})
+		AckedVersion: acked})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -118,42 +118,6 @@ func TestDelayedAckDropsNothingNewer(t *testing.T) {
 	vrenew(t, l, 3*sec+2, "a", a4, 1<<40, 1<<40, 99)
 	if r, _ := heldOf(t, l, "a"); r != 6_000 {
 		t.Fatalf("held rate %d after acknowledging a future version, want 6000", r)
-	}
-}
-
-func TestUnversionedTermsAreNeverDroppedEarly(t *testing.T) {
-	l := newTestLedger(t, 10_000, 100_000)
-	// Granted and reduced with the feature off (an older server's rule).
-	a1, err := l.Grant(0, GrantRequest{ClientID: "a", Incarnation: 1, Seq: 1, DemandRateMilliPerSec: 1 << 40, DemandBurstMilli: 1 << 40, TTLNanos: 10 * sec})
-	if err != nil {
-		t.Fatal(err)
-	}
-	vgrant(t, l, 1, "b", 1<<40, 1<<40)
-	a2, err := l.Renew(sec, RenewRequest{ClientID: "a", Incarnation: 1, LeaseID: a1.LeaseID, DemandRateMilliPerSec: 1 << 40, DemandBurstMilli: 1 << 40, TTLNanos: 10 * sec, AckedVersion: 7})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if a1.Version != 0 || a2.Version != 0 || a2.RenewSoon || a2.AckSoon {
-		t.Fatalf("feature off: versions %d, %d, renew soon %v; want 0, 0, false", a1.Version, a2.Version, a2.RenewSoon)
-	}
-	if r, _ := heldOf(t, l, "a"); r != 10_000 {
-		t.Fatalf("feature off: an acknowledgement dropped terms (held %d)", r)
-	}
-	// The switch goes on: the next renewal numbers the terms 1 and 2; the
-	// unversioned ones stay held until they expire, whatever is acked.
-	a3 := vrenew(t, l, 2*sec, "a", a2, 1<<40, 1<<40, 0)
-	a4 := vrenew(t, l, 3*sec, "a", a3, 1<<40, 1<<40, a3.Version)
-	if a3.Version != 1 || a4.Version != 2 {
-		t.Fatalf("versions after the switch: %d, %d; want 1, 2", a3.Version, a4.Version)
-	}
-	if r, _ := heldOf(t, l, "a"); r != 10_000 {
-		t.Fatalf("unversioned superseded terms dropped early (held %d)", r)
-	}
-	if _, err := l.Expire(10*sec + 1); err != nil {
-		t.Fatal(err)
-	}
-	if r, _ := heldOf(t, l, "a"); r != 5_000 {
-		t.Fatalf("after the unversioned terms' expiry: held %d, want 5000", r)
 	}
 }
 

@@ -9,7 +9,7 @@ import (
 func versionedGrant(t *testing.T, l *Ledger, now int64, id string) Grant {
 	t.Helper()
 	g, err := l.Grant(now, GrantRequest{ClientID: id, Incarnation: 1, Seq: 1, DemandRateMilliPerSec: l.Config().RateMilliPerSec,
-		DemandBurstMilli: l.Config().CapacityMilli, TTLNanos: 10 * sec, Versioned: true})
+		DemandBurstMilli: l.Config().CapacityMilli, TTLNanos: 10 * sec})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -20,8 +20,8 @@ func versionedGrant(t *testing.T, l *Ledger, now int64, id string) Grant {
 func versionedRenew(t *testing.T, l *Ledger, now int64, id string, g Grant, acked uint64, clamped int64) Grant {
 	t.Helper()
 	r, err := l.Renew(now, RenewRequest{ClientID: id, Incarnation: 1, LeaseID: g.LeaseID, DemandRateMilliPerSec: l.Config().RateMilliPerSec,
-		DemandBurstMilli: l.Config().CapacityMilli, TTLNanos: 10 * sec, Versioned: true, AckedVersion: acked,
-		ReturnClamped: true, ClampedMilli: clamped})
+		DemandBurstMilli: l.Config().CapacityMilli, TTLNanos: 10 * sec, AckedVersion: acked,
+		ClampedMilli: clamped})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -80,7 +80,7 @@ func TestClampedTokensReturnThroughThePool(t *testing.T) { // rule (i)
 }
 
 // A clamp report is bounded by the cap the older versions hold above the
-// acknowledged one, needs ReturnClamped, and must be in range.
+// acknowledged one and must be in range.
 func TestClampReportIsBounded(t *testing.T) {
 	l := newTestLedger(t, 50_000, 100_000)
 	a := versionedGrant(t, l, 0, "a")
@@ -89,19 +89,13 @@ func TestClampReportIsBounded(t *testing.T) {
 	if a2.CapMilli != 50_000 {
 		t.Fatalf("a's renewal = %+v", a2)
 	}
-	// Without the switch nothing returns (an older server's rule).
-	off, err := l.Renew(sec/5, RenewRequest{ClientID: "a", Incarnation: 1, LeaseID: a.LeaseID, DemandRateMilliPerSec: 50_000,
-		DemandBurstMilli: 100_000, TTLNanos: 10 * sec, Versioned: true, AckedVersion: 1, ClampedMilli: 40_000})
-	if err != nil || off.ReturnedMilli != 0 || off.TopUpMilli != 0 {
-		t.Fatalf("renewal without ReturnClamped = %+v, %v", off, err)
-	}
 	// Acknowledging version 1 (the whole burst) claims a clamp, but no
 	// version older than 1 exists: nothing returns.
-	if g := versionedRenew(t, l, sec/4, "a", off, 1, 40_000); g.ReturnedMilli != 0 {
+	if g := versionedRenew(t, l, sec/4, "a", a2, 1, 40_000); g.ReturnedMilli != 0 {
 		t.Fatalf("a clamp with no older version held returned %d", g.ReturnedMilli)
 	}
-	if _, err := l.Renew(sec/3, RenewRequest{ClientID: "a", Incarnation: 1, LeaseID: a.LeaseID, TTLNanos: sec, Versioned: true,
-		ReturnClamped: true, AckedVersion: 2, ClampedMilli: -1}); !errors.Is(err, ErrInvalidRequest) {
+	if _, err := l.Renew(sec/3, RenewRequest{ClientID: "a", Incarnation: 1, LeaseID: a.LeaseID, TTLNanos: sec,
+		AckedVersion: 2, ClampedMilli: -1}); !errors.Is(err, ErrInvalidRequest) {
 		t.Fatalf("a negative clamp: %v, want ErrInvalidRequest", err)
 	}
 	l2 := newTestLedger(t, 50_000, 100_000)

@@ -55,7 +55,7 @@ func newHotKeyFixtureCap(b *testing.B, n int, capMilli int64) *hotKeyFixture {
 		g, err := l.Grant(fx.now, GrantRequest{
 			ClientID: fmt.Sprintf("replica-%05d", j), Incarnation: 1, Seq: 1,
 			DemandRateMilliPerSec: d, DemandBurstMilli: 2 * d, DemandMaxCostMilli: 1000,
-			TTLNanos: hotKeyTTL, Versioned: true,
+			TTLNanos: hotKeyTTL,
 		})
 		if err != nil {
 			b.Fatal(err)
@@ -85,7 +85,7 @@ func (fx *hotKeyFixture) renew(b *testing.B, j int, change bool) {
 	g, err := fx.l.Renew(fx.now, RenewRequest{
 		ClientID: fx.names[j], Incarnation: 1, LeaseID: fx.ids[j],
 		DemandRateMilliPerSec: d, DemandBurstMilli: 2 * d, DemandMaxCostMilli: 1000,
-		TTLNanos: hotKeyTTL, Versioned: true, AckedVersion: fx.versions[j], ReturnClamped: true,
+		TTLNanos: hotKeyTTL, AckedVersion: fx.versions[j],
 	})
 	if err != nil {
 		b.Fatal(err)
@@ -148,7 +148,7 @@ func BenchmarkRegrantHotKey(b *testing.B) {
 				g, err := fx.l.Grant(fx.now, GrantRequest{
 					ClientID: fx.names[j], Incarnation: 1, Seq: fx.seq,
 					DemandRateMilliPerSec: d, DemandBurstMilli: 2 * d, DemandMaxCostMilli: 1000,
-					TTLNanos: hotKeyTTL, Versioned: true,
+					TTLNanos: hotKeyTTL,
 				})
 				if err != nil {
 					b.Fatal(err)

@@ -106,9 +106,8 @@ type Share struct {
 	// Version numbers the terms of one lease: 1 at its grant, one more at
 	// each renewal. A renewal acknowledges the version its client has
 	// installed, and superseded versions strictly older than that are then
-	// dropped (see Renew). 0 means unversioned: terms from before the
-	// versions feature was switched on, or restored from an older
-	// snapshot. An unversioned superseded version is never dropped early.
+	// dropped (see Renew). 0 means unversioned (a state built by hand): an
+	// unversioned superseded version is never dropped early.
 	Version uint64
 }
 
@@ -259,7 +258,7 @@ type LedgerState struct {
 //	(j) After HoldAll(now, until) (a snapshot restore), everything counts as
 //	    held until then: leases granted after the snapshot was taken are
 //	    unknown to the restored state and may still be in use.
-//	(i) With ReturnClamped: the tokens a client's bucket lost to a reduced
+//	(i) The tokens a client's bucket lost to a reduced
 //	    cap when it installed the version a renewal acknowledges return to
 //	    the pool at that renewal's commit, at most the cap the older held
 //	    versions it drops have above the acknowledged one; and a
@@ -597,10 +596,6 @@ type GrantRequest struct {
 	DemandBurstMilli      int64
 	DemandMaxCostMilli    int64
 	TTLNanos              int64 // D: the lease's duration
-	// Versioned numbers the new lease's terms (version 1). The fsm sets it
-	// when its acknowledgements feature switch is on; off, terms stay
-	// unversioned (0) as an older server would leave them.
-	Versioned bool
 }
 
 // RenewRequest extends a lease and reports fresh demands.
@@ -613,22 +608,12 @@ type RenewRequest struct {
 	DemandBurstMilli      int64
 	DemandMaxCostMilli    int64
 	TTLNanos              int64
-	// Versioned numbers the renewed terms (the current version plus one)
-	// and applies AckedVersion. The fsm sets it when its acknowledgements
-	// feature switch is on; off, the renewal is what an older server would
-	// apply: no versions, acknowledgements ignored.
-	Versioned bool
 	// AckedVersion is the version of the terms the client has installed
 	// (applied their rate and cap) before it sent this renewal; 0 if none
 	// known. Superseded versions strictly older than it are dropped at
 	// this renewal. A version above the lease's current one cannot have
 	// been installed (it was never granted) and is ignored.
 	AckedVersion uint64
-	// ReturnClamped applies rule (i): ClampedMilli is credited back to the
-	// pool, and a raised cap is topped up from it. The fsm sets it when its
-	// FeatureReturnClamped switch is on (with Versioned); off, clamped
-	// tokens are lost and renewals add no tokens, as on an older server.
-	ReturnClamped bool
 	// ClampedMilli is what the client's bucket lost (its level above the
 	// new cap) when it installed version AckedVersion. The pool gets it
 	// back, bounded by the caps the older versions this renewal drops
@@ -833,10 +818,7 @@ func (l *Ledger) Grant(nowNanos int64, req GrantRequest) (Grant, error) {
 	}
 	l.s.NextID++
 	cur := &l.s.Leases[i]
-	cur.Current = Share{RateMilliPerSec: rate, CapMilli: capMilli, ExpiresNanos: nowNanos + req.TTLNanos}
-	if req.Versioned {
-		cur.Current.Version = 1
-	}
+	cur.Current = Share{RateMilliPerSec: rate, CapMilli: capMilli, ExpiresNanos: nowNanos + req.TTLNanos, Version: 1}
 	// Rule (c): the bucket's starting tokens come out of the pool.
 	start := min(capMilli, l.s.PoolMilli)
 	var burned int64
@@ -863,9 +845,9 @@ func (l *Ledger) Grant(nowNanos int64, req GrantRequest) (Grant, error) {
 // Renew extends a live lease and re-divides the budget with its fresh
 // demands. A reduced rate or cap keeps the old value held until the old
 // expiry or its acknowledgement (rule b, dropAcknowledged); a renewal never
-// adds tokens (rule d). The expiry never moves earlier. With Versioned, the
-// new terms get the next version and the answer says whether the key's
-// shares are still converging (Grant.RenewSoon).
+// adds tokens (rule d). The expiry never moves earlier. The new terms get
+// the next version and the answer says whether the key's shares are still
+// converging (Grant.RenewSoon).
 func (l *Ledger) Renew(nowNanos int64, req RenewRequest) (Grant, error) {
 	if err := validateHolder(req.ClientID, req.TTLNanos); err != nil {
 		return Grant{}, err
@@ -909,18 +891,16 @@ func (l *Ledger) Renew(nowNanos int64, req RenewRequest) (Grant, error) {
 	}
 	cur.Current = Share{RateMilliPerSec: rate, CapMilli: capMilli, ExpiresNanos: max(old.ExpiresNanos, nowNanos+req.TTLNanos)}
 	var returned int64
-	if req.Versioned {
-		cur.Current.Version = old.Version + 1
-		// The client may have installed only a version that was granted:
-		// an acknowledgement above the latest one is ignored.
-		if req.AckedVersion <= old.Version {
-			if req.ReturnClamped && !l.has(FaultCreditAtReduction) {
-				returned = l.returnClamped(append([]Share{old}, cur.Superseded...), req.AckedVersion, req.ClampedMilli)
-			}
-			cur.Superseded = dropAcknowledged(cur.Superseded, req.AckedVersion, l.fault)
+	cur.Current.Version = old.Version + 1
+	// The client may have installed only a version that was granted: an
+	// acknowledgement above the latest one is ignored.
+	if req.AckedVersion <= old.Version {
+		if !l.has(FaultCreditAtReduction) {
+			returned = l.returnClamped(append([]Share{old}, cur.Superseded...), req.AckedVersion, req.ClampedMilli)
 		}
+		cur.Superseded = dropAcknowledged(cur.Superseded, req.AckedVersion, l.fault)
 	}
-	if l.has(FaultCreditAtReduction) && req.Versioned && req.ReturnClamped && capMilli < old.CapMilli {
+	if l.has(FaultCreditAtReduction) && capMilli < old.CapMilli {
 		// The deliberate bug: the cut is credited before the client has
 		// clamped its bucket (it still holds those tokens).
 		returned = old.CapMilli - capMilli
@@ -929,7 +909,7 @@ func (l *Ledger) Renew(nowNanos int64, req RenewRequest) (Grant, error) {
 	}
 	cur.Superseded = pruneShares(cur.Superseded, cur.Current, nowNanos)
 	var topUp int64
-	if req.Versioned && req.ReturnClamped && capMilli > old.CapMilli {
+	if capMilli > old.CapMilli {
 		// Rule (i): the raise of the cap is room in the client's bucket;
 		// fill it from the pool rather than burning what the pool can no
 		// longer hold.

@@ -247,7 +247,7 @@ func runDiff(t *rapid.T, fault Fault) {
 			r, b, mc := drawDemand(t, "g.")
 			req := GrantRequest{ClientID: id, Incarnation: inc, Seq: seq, Weight: rapid.SampledFrom(weights).Draw(t, "w"),
 				DemandRateMilliPerSec: r, DemandBurstMilli: b, DemandMaxCostMilli: mc,
-				TTLNanos: rapid.SampledFrom(ttls).Draw(t, "ttl"), Versioned: rapid.IntRange(0, 5).Draw(t, "unv") > 0}
+				TTLNanos: rapid.SampledFrom(ttls).Draw(t, "ttl")}
 			g1, e1 := p.l.Grant(now, req)
 			g2, e2 := p.ref.Grant(now, req)
 			p.same(t, what+" grant", g1, g2, e1, e2)
@@ -257,19 +257,15 @@ func runDiff(t *rapid.T, fault Fault) {
 				le := p.ref.s.Leases[rapid.IntRange(0, n-1).Draw(t, "which")]
 				req = RenewRequest{ClientID: le.ClientID, Incarnation: le.Incarnation, LeaseID: le.ID,
 					Weight: le.Weight, DemandRateMilliPerSec: le.DemandRateMilliPerSec, DemandBurstMilli: le.DemandBurstMilli,
-					DemandMaxCostMilli: le.DemandMaxCostMilli, TTLNanos: rapid.SampledFrom(ttls).Draw(t, "ttl"),
-					Versioned: le.Current.Version > 0 || rapid.IntRange(0, 5).Draw(t, "nowver") == 0}
+					DemandMaxCostMilli: le.DemandMaxCostMilli, TTLNanos: rapid.SampledFrom(ttls).Draw(t, "ttl")}
 				if rapid.IntRange(0, 3).Draw(t, "change") > 0 {
 					req.DemandRateMilliPerSec, req.DemandBurstMilli, req.DemandMaxCostMilli = drawDemand(t, "r.")
 				}
 				if rapid.IntRange(0, 5).Draw(t, "rew") == 0 {
 					req.Weight = rapid.SampledFrom(weights).Draw(t, "w")
 				}
-				if req.Versioned {
-					req.AckedVersion = le.Current.Version - uint64(rapid.IntRange(-1, 2).Draw(t, "ackback"))
-					req.ReturnClamped = rapid.Bool().Draw(t, "rc")
-					req.ClampedMilli = rapid.SampledFrom([]int64{0, 1, 700, 5000, 1 << 40}).Draw(t, "clamped")
-				}
+				req.AckedVersion = le.Current.Version - uint64(rapid.IntRange(-1, 2).Draw(t, "ackback"))
+				req.ClampedMilli = rapid.SampledFrom([]int64{0, 1, 700, 5000, 1 << 40}).Draw(t, "clamped")
 			} else if n > 0 {
 				req.LeaseID = LeaseID(rapid.IntRange(0, 40).Draw(t, "bogusid"))
 				req.DemandRateMilliPerSec = rapid.SampledFrom([]int64{-1, 0, 5}).Draw(t, "bogusrate")

@@ -48,7 +48,7 @@ var _ = errors.New
 //	(j) After HoldAll(now, until) (a snapshot restore), everything counts as
 //	    held until then: leases granted after the snapshot was taken are
 //	    unknown to the restored state and may still be in use.
-//	(i) With ReturnClamped: the tokens a client's bucket lost to a reduced
+//	(i) The tokens a client's bucket lost to a reduced
 //	    cap when it installed the version a renewal acknowledges return to
 //	    the pool at that renewal's commit, at most the cap the older held
 //	    versions it drops have above the acknowledged one; and a
@@ -455,10 +455,7 @@ func (l *refLedger) Grant(nowNanos int64, req GrantRequest) (Grant, error) {
 	}
 	l.s.NextID++
 	cur := &l.s.Leases[i]
-	cur.Current = Share{RateMilliPerSec: rate, CapMilli: capMilli, ExpiresNanos: nowNanos + req.TTLNanos}
-	if req.Versioned {
-		cur.Current.Version = 1
-	}
+	cur.Current = Share{RateMilliPerSec: rate, CapMilli: capMilli, ExpiresNanos: nowNanos + req.TTLNanos, Version: 1}
 	// Rule (c): the bucket's starting tokens come out of the pool.
 	start := min(capMilli, l.s.PoolMilli)
 	var burned int64
@@ -484,7 +481,7 @@ func (l *refLedger) Grant(nowNanos int64, req GrantRequest) (Grant, error) {
 // Renew extends a live lease and re-divides the budget with its fresh
 // demands. A reduced rate or cap keeps the old value held until the old
 // expiry or its acknowledgement (rule b, refDropAcknowledged); a renewal never
-// adds tokens (rule d). The expiry never moves earlier. With Versioned, the
+// adds tokens (rule d). The expiry never moves earlier. The
 // new terms get the next version and the answer says whether the key's
 // shares are still converging (Grant.RenewSoon).
 func (l *refLedger) Renew(nowNanos int64, req RenewRequest) (Grant, error) {
@@ -532,18 +529,16 @@ func (l *refLedger) Renew(nowNanos int64, req RenewRequest) (Grant, error) {
 	}
 	cur.Current = Share{RateMilliPerSec: rate, CapMilli: capMilli, ExpiresNanos: max(old.ExpiresNanos, nowNanos+req.TTLNanos)}
 	var returned int64
-	if req.Versioned {
-		cur.Current.Version = old.Version + 1
-		// The client may have installed only a version that was granted:
-		// an acknowledgement above the latest one is ignored.
-		if req.AckedVersion <= old.Version {
-			if req.ReturnClamped && l.fault != FaultCreditAtReduction {
-				returned = l.returnClamped(append([]Share{old}, cur.Superseded...), req.AckedVersion, req.ClampedMilli)
-			}
-			cur.Superseded = refDropAcknowledged(cur.Superseded, req.AckedVersion, l.fault)
+	cur.Current.Version = old.Version + 1
+	// The client may have installed only a version that was granted: an
+	// acknowledgement above the latest one is ignored.
+	if req.AckedVersion <= old.Version {
+		if l.fault != FaultCreditAtReduction {
+			returned = l.returnClamped(append([]Share{old}, cur.Superseded...), req.AckedVersion, req.ClampedMilli)
 		}
+		cur.Superseded = refDropAcknowledged(cur.Superseded, req.AckedVersion, l.fault)
 	}
-	if l.fault == FaultCreditAtReduction && req.Versioned && req.ReturnClamped && capMilli < old.CapMilli {
+	if l.fault == FaultCreditAtReduction && capMilli < old.CapMilli {
 		// The deliberate bug: the cut is credited before the client has
 		// clamped its bucket (it still holds those tokens).
 		returned = old.CapMilli - capMilli
@@ -552,7 +547,7 @@ func (l *refLedger) Renew(nowNanos int64, req RenewRequest) (Grant, error) {
 	}
 	cur.Superseded = refPruneShares(cur.Superseded, cur.Current, nowNanos)
 	var topUp int64
-	if req.Versioned && req.ReturnClamped && capMilli > old.CapMilli {
+	if capMilli > old.CapMilli {
 		// Rule (i): the raise of the cap is room in the client's bucket;
 		// fill it from the pool rather than burning what the pool can no
 		// longer hold.

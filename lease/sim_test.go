@@ -119,14 +119,6 @@ type sim struct {
 	noOracle bool // only quotacheck judges (a negative control's variant)
 	prompt   bool // Expire proposed at NextExpiry
 	saturate bool // every client drains its bucket at every step
-	// versioned is the fsm's acknowledgements feature switch: renewals
-	// and grants are applied with versions and acknowledgements only
-	// while it is on.
-	versioned bool
-	// returnClamped is the fsm's FeatureReturnClamped switch (rule i):
-	// clamps reported with acknowledgements return to the pool, raised
-	// caps are topped up from it. Only with versioned.
-	returnClamped bool
 
 	// The cluster clock: the current leader's term started at real time
 	// segStart with cluster time segBase, and its clock runs at
@@ -242,9 +234,7 @@ func newSim(t *rapid.T, p simParams, fault Fault) *sim {
 		fault = FaultNone // the ledger is correct; the clock or the restore is not
 	}
 	l.injectFault(fault)
-	s := &sim{prompt: rapid.Bool().Draw(t, "prompt"), saturate: rapid.Bool().Draw(t, "saturate"), t: t, p: p, ledger: l, checkInv: fault == FaultNone, clockResumesOwnReading: clockFault, restoreNoHold: restoreNoHold,
-		versioned: rapid.IntRange(0, 4).Draw(t, "versioned") > 0}
-	s.returnClamped = s.versioned && (fault == FaultCreditAtReduction || fault == FaultTopUpNoDebit || rapid.IntRange(0, 3).Draw(t, "returnClamped") > 0)
+	s := &sim{prompt: rapid.Bool().Draw(t, "prompt"), saturate: rapid.Bool().Draw(t, "saturate"), t: t, p: p, ledger: l, checkInv: fault == FaultNone, clockResumesOwnReading: clockFault, restoreNoHold: restoreNoHold}
 	for i := range rapid.IntRange(1, 3).Draw(t, "servers") {
 		s.servers = append(s.servers, simServer{skew: rapid.Int64Range(-p.rhoPPM, p.rhoPPM).Draw(t, fmt.Sprintf("leaderSkew%d", i))})
 	}
@@ -326,14 +316,9 @@ func (s *sim) deliver(m *simMsg) {
 		var g Grant
 		var err error
 		if m.kind == msgGrant {
-			req := m.grant
-			req.Versioned = s.versioned
-			g, err = s.ledger.Grant(s.cluster(s.now), req)
+			g, err = s.ledger.Grant(s.cluster(s.now), m.grant)
 		} else {
-			req := m.renew
-			req.Versioned = s.versioned
-			req.ReturnClamped = s.versioned && s.returnClamped
-			g, err = s.ledger.Renew(s.cluster(s.now), req)
+			g, err = s.ledger.Renew(s.cluster(s.now), m.renew)
 		}
 		s.commit()
 		s.invariants("grant/renew")
@@ -621,17 +606,6 @@ func (s *sim) restore() {
 	s.invariants("restore")
 }
 
-func (s *sim) restoreOld() {
-	for i := range s.ledger.s.Leases {
-		le := &s.ledger.s.Leases[i]
-		le.Current.Version = 0
-		for j := range le.Superseded {
-			le.Superseded[j].Version = 0
-		}
-	}
-	s.versioned, s.returnClamped = false, false
-}
-
 func (s *sim) expire() {
 	if s.inElection(s.now) {
 		return
@@ -696,18 +670,11 @@ func runSimOracle(t *rapid.T, fault Fault, oracle bool) ([]quotacheck.Admission,
 			s.elect()
 		case a < 17:
 			s.idle()
-		case a < 18:
+		default:
 			if rapid.Bool().Draw(t, "saveOrRestore") {
 				s.save()
 			} else {
 				s.restore()
-			}
-		default:
-			if rapid.Bool().Draw(t, "restoreOld") {
-				s.restoreOld()
-			} else {
-				// The leader turns the switches on.
-				s.versioned, s.returnClamped = true, s.returnClamped || rapid.Bool().Draw(t, "returnClamped")
 			}
 		}
 	}

@@ -33,7 +33,9 @@ func buildBinaries(t *testing.T) (rationd, rationctl string) {
 	if _, err := os.Stat(goTool); err != nil {
 		goTool = "go"
 	}
-	cmd := exec.Command(goTool, "build", "-o", dir+string(filepath.Separator), "../rationd", ".")
+	// -trimpath, as the rolling upgrade's older builds: packages they
+	// share come from the build cache.
+	cmd := exec.Command(goTool, "build", "-trimpath", "-o", dir+string(filepath.Separator), "../rationd", ".")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}

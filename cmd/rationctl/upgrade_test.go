@@ -23,21 +23,60 @@ import (
 )
 
 // TestRollingUpgrade upgrades a real three-process cluster one server at a
-// time, under load, from rationd built from an earlier commit of this
-// repository (RATION_UPGRADE_FROM, default HEAD~1: the previous commit of
-// main) to the one built from this tree, as docs/operations.md says to:
-// transfer leadership away from the server to upgrade, stop it, start the
-// new binary on its data. After every step the servers at the same applied
-// index must report the same state hash (a mixed cluster applies every
-// entry identically: every change to how entries apply is behind a feature
-// switch, docs/design.md §3.6), and the load's admissions stay within
-// B + r·W throughout.
+// time, under load, to rationd built from this tree, as docs/operations.md
+// says to (transfer leadership away from the server to upgrade, stop it,
+// start the new binary on its data), from two earlier builds of this
+// repository, each exported with git archive:
+//
+//   - the v0.1.0 release, whose commit release/v0.1.0 records (tags may
+//     not travel): every later version must upgrade from it (skipped only
+//     while that file does not exist);
+//   - the previous commit (RATION_UPGRADE_FROM, default HEAD~1), unless it
+//     is the release itself or predates the v0.1.0 baseline (a cluster of
+//     such servers is refused by design: docs/operations.md,
+//     "Compatibility promise").
+//
+// After every step the servers at the same applied index must report the
+// same state hash (a mixed cluster applies every entry identically: every
+// change to how entries apply after 0.1.0 is behind a feature switch,
+// docs/design.md §3.6), and the load's admissions stay within B + r·W
+// throughout.
 func TestRollingUpgrade(t *testing.T) {
 	if testing.Short() {
-		t.Skip("builds an older rationd and runs a cluster; skipped with -short")
+		t.Skip("builds older rationds and runs clusters; skipped with -short")
 	}
-	oldBin, from := buildOldRationd(t)
 	newBin, rationctl := buildBinaries(t)
+	release := releaseCommit(t)
+	t.Run("from-v0.1.0", func(t *testing.T) {
+		if release == "" {
+			t.Skip("release/v0.1.0 does not exist yet: no release to upgrade from")
+		}
+		oldBin := buildOldRationd(t, release)
+		upgradeUnderLoad(t, oldBin, "v0.1.0 ("+release[:12]+")", newBin, rationctl)
+	})
+	t.Run("from-previous", func(t *testing.T) {
+		from := os.Getenv("RATION_UPGRADE_FROM")
+		if from == "" {
+			from = "HEAD~1"
+		}
+		rev := resolveCommit(t, from)
+		if rev == release {
+			t.Skipf("%s is the v0.1.0 release, upgraded from above", from)
+		}
+		if !hasBaseline(rev) {
+			t.Logf("%s (%s) predates the v0.1.0 baseline: a cluster of its servers is refused by design "+
+				"(docs/operations.md, \"Compatibility promise\"), so there is no upgrade from it to test", from, rev[:12])
+			t.Skip("previous commit predates the baseline")
+		}
+		oldBin := buildOldRationd(t, rev)
+		upgradeUnderLoad(t, oldBin, from+" ("+rev[:12]+")", newBin, rationctl)
+	})
+}
+
+// upgradeUnderLoad starts a cluster on oldBin, puts it under load, and
+// upgrades it to newBin one server at a time, checking the state hashes
+// after every step and the bound at the end.
+func upgradeUnderLoad(t *testing.T, oldBin, from, newBin, rationctl string) {
 	procs := startCluster(t, oldBin)
 	var addrs []string
 	for _, p := range procs {
@@ -254,26 +293,54 @@ func restartWith(t *testing.T, p *serverProc, bin string) {
 	}()
 }
 
-// buildOldRationd builds rationd from the commit RATION_UPGRADE_FROM names
-// (default HEAD~1), exported with git archive into a temporary directory.
-// It skips, saying why, outside a git checkout with that commit.
-func buildOldRationd(t *testing.T) (bin, from string) {
+// releaseCommit is the v0.1.0 release's commit (release/v0.1.0, 40 hex
+// digits), or "" while that file does not exist. It skips, saying why,
+// outside a git checkout that holds the commit.
+func releaseCommit(t *testing.T) string {
 	t.Helper()
-	from = os.Getenv("RATION_UPGRADE_FROM")
-	if from == "" {
-		from = "HEAD~1"
+	b, err := os.ReadFile(filepath.Join("..", "..", "release", "v0.1.0"))
+	if os.IsNotExist(err) {
+		return ""
 	}
-	rev, err := exec.Command("git", "rev-parse", "--verify", "--quiet", from+"^{commit}").Output()
 	if err != nil {
-		t.Skipf("no commit %q to upgrade from (not a git checkout, or a shallow one): %v", from, err)
+		t.Fatal(err)
 	}
+	rev := strings.TrimSpace(string(b))
+	if len(rev) != 40 || strings.Trim(rev, "0123456789abcdef") != "" {
+		t.Fatalf("release/v0.1.0 holds %q, not a commit hash", rev)
+	}
+	return resolveCommit(t, rev)
+}
+
+// resolveCommit is the full hash of commit rev; it skips, saying why,
+// outside a git checkout that holds it (not one, or a shallow one).
+func resolveCommit(t *testing.T, rev string) string {
+	t.Helper()
+	out, err := exec.Command("git", "rev-parse", "--verify", "--quiet", rev+"^{commit}").Output()
+	if err != nil {
+		t.Skipf("no commit %q to upgrade from (not a git checkout, or a shallow one): %v", rev, err)
+	}
+	return strings.TrimSpace(string(out))
+}
+
+// hasBaseline reports whether commit rev has the v0.1.0 baseline (its
+// fsm defines BaselineFeatures).
+func hasBaseline(rev string) bool {
+	return exec.Command("git", "grep", "--quiet", "BaselineFeatures", rev, "--", ":(top)fsm/command.go").Run() == nil
+}
+
+// buildOldRationd builds rationd from commit rev, exported with git
+// archive into a temporary directory.
+func buildOldRationd(t *testing.T, rev string) string {
+	t.Helper()
+	from := rev[:12]
 	top, err := exec.Command("git", "rev-parse", "--show-toplevel").Output()
 	if err != nil {
 		t.Skipf("not a git checkout: %v", err)
 	}
 	dir := t.TempDir()
 	// From the top: run in a subdirectory, git archive exports only it.
-	archive := exec.Command("git", "archive", "--format=tar", strings.TrimSpace(string(rev)))
+	archive := exec.Command("git", "archive", "--format=tar", rev)
 	archive.Dir = strings.TrimSpace(string(top))
 	untar := exec.Command("tar", "-x", "-C", dir)
 	pipe, err := archive.StdoutPipe()
@@ -295,12 +362,14 @@ func buildOldRationd(t *testing.T) (bin, from string) {
 		goTool = "go"
 	}
 	out := filepath.Join(dir, "old-bin", "rationd")
-	build := exec.Command(goTool, "build", "-o", out, "./cmd/rationd")
+	// -trimpath: the build cache then serves every package the commit
+	// shares with an earlier build, whatever temporary directory it is in.
+	build := exec.Command(goTool, "build", "-trimpath", "-o", out, "./cmd/rationd")
 	build.Dir = dir
 	build.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if b, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("building rationd from %s: %v\n%s", from, err, b)
 	}
-	t.Logf("rationd built from %s (%s)", from, strings.TrimSpace(string(rev))[:12])
-	return out, from
+	t.Logf("rationd built from %s", from)
+	return out
 }

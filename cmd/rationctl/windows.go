@@ -57,8 +57,7 @@ nothing changes.
 Use it after a whole-cluster outage longer than an hour (cluster time
 stops while no leader runs, so window time then lags the calendar), once
 the leader's wall clock is checked: a wrong wall clock would skip windows.
---dry-run only reports what would be done. A step above 1 h needs every
-server to support FeatureWindowSlew. The server logs the re-sync as an
+--dry-run only reports what would be done. The server logs the re-sync as an
 admin action (warning level, with the step and the lag before).`,
 	reads: true,
 	flags: func(fs *flag.FlagSet, o *invocation) {

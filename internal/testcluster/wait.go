@@ -110,9 +110,9 @@ func (c *Cluster) WaitForLeader(t testing.TB) *coordinator.Server {
 }
 
 // WaitForFeatures waits until every live server has applied the feature
-// switches it knows (fsm.KnownFeatures): the leader turns them on once
-// every voter advertises them, shortly after the cluster forms. Tests of
-// a switched rule (acknowledgements, retired budgets) wait for it first.
+// switches it knows (fsm.KnownFeatures): the baseline's are the cluster's
+// first entry; a switch added after 0.1.0 is turned on once every voter
+// advertises it, shortly after the cluster forms.
 func (c *Cluster) WaitForFeatures(t testing.TB) {
 	t.Helper()
 	WaitFor(t, DefaultWait, func() error {
