@@ -84,6 +84,13 @@ const (
 	// visit (and advance) every ledger as a server that predates it does,
 	// so a mixed cluster keeps equal state hashes.
 	FeatureIndexedExpiry uint64 = 1 << 6
+	// FeatureLeftoverBurst (with FeatureReturnClamped): the burst no
+	// demand claims is divided among every holder of a key by weight
+	// (lease.DivideOptions.LeftoverBurst), not kept in the pool or given
+	// to idle holders only, so a holder whose demand steps up spends it at
+	// once (docs/design.md §3.2). Off, the division is exactly that of a
+	// server that predates it, so a mixed cluster keeps equal state hashes.
+	FeatureLeftoverBurst uint64 = 1 << 12
 
 	// KnownFeatures is every switch this server can apply.
 	KnownFeatures = FeatureAcks | FeatureRetire | FeatureReturnClamped | FeatureStableRecords | FeatureRestoreHold | FeatureACL | FeatureIndexedExpiry |
@@ -91,7 +98,8 @@ const (
 		FeatureConcurrency | // slots.go
 		FeatureWindowSlew | // window.go
 		FeatureKeyQuota | // keyquota.go
-		FeatureWindowSpent // window.go
+		FeatureWindowSpent | // window.go
+		FeatureLeftoverBurst
 )
 
 // IgnorableFlag marks a command type that older servers may skip. An

@@ -739,6 +739,7 @@ func (s *state) acquireKey(t int64, c *api.Caller, k *api.AcquireKey, seen map[s
 		DemandMaxCostMilli:    k.GetDemand().GetMaxCostMilli(),
 		TTLNanos:              p.LeaseDurationNanos,
 		Versioned:             s.acks(),
+		LeftoverBurst:         s.leftoverBurst(),
 	})
 	s.touch(kl)
 	// A new lease renews early once: the shares of its key just changed.
@@ -760,6 +761,13 @@ func (s *state) stableRecords() bool { return s.features&FeatureStableRecords !=
 // which needs acknowledgements, is on.
 func (s *state) returnClamped() bool {
 	return s.acks() && s.features&FeatureReturnClamped != 0
+}
+
+// leftoverBurst reports whether the budget's unclaimed burst goes to its
+// holders (FeatureLeftoverBurst, which needs rule (i) to move the tokens
+// of the cushions it cuts and raises).
+func (s *state) leftoverBurst() bool {
+	return s.returnClamped() && s.features&FeatureLeftoverBurst != 0
 }
 
 // keyLease is one key's answer to an acquire or renewal; speed says how
@@ -828,6 +836,7 @@ func (s *state) renewKey(t int64, c *api.Caller, k *api.RenewKey) *api.KeyLease 
 		AckedVersion:          k.GetAckedVersion(),
 		ReturnClamped:         s.returnClamped(),
 		ClampedMilli:          clamped,
+		LeftoverBurst:         s.leftoverBurst(),
 	})
 	s.touchDue(kl) // a renewal adds and removes no lease: the holders stay
 	return keyLease(p, ck, g, err, speedOf(s.acks(), g))
