@@ -212,4 +212,5 @@ func TestLeftoverBurstStepModel(t *testing.T) {
 		})
 	}
 }
+
 var debugStep = false

@@ -259,7 +259,7 @@ func runDiff(t *rapid.T, fault Fault) {
 				req = RenewRequest{ClientID: le.ClientID, Incarnation: le.Incarnation, LeaseID: le.ID,
 					Weight: le.Weight, DemandRateMilliPerSec: le.DemandRateMilliPerSec, DemandBurstMilli: le.DemandBurstMilli,
 					DemandMaxCostMilli: le.DemandMaxCostMilli, TTLNanos: rapid.SampledFrom(ttls).Draw(t, "ttl"),
-					Versioned: le.Current.Version > 0 || rapid.IntRange(0, 5).Draw(t, "nowver") == 0,
+					Versioned:     le.Current.Version > 0 || rapid.IntRange(0, 5).Draw(t, "nowver") == 0,
 					LeftoverBurst: rapid.Bool().Draw(t, "lb")}
 				if rapid.IntRange(0, 3).Draw(t, "change") > 0 {
 					req.DemandRateMilliPerSec, req.DemandBurstMilli, req.DemandMaxCostMilli = drawDemand(t, "r.")
