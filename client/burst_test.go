@@ -88,14 +88,18 @@ policies:
 `
 
 // waitDemandKnown waits until every log's latest two grants answer a
-// measured demand (a rate below limit milli-tokens/s): the shares have
-// settled on the load before the step.
+// measured demand (a rate below limit milli-tokens/s, not zero: a
+// newcomer waiting for its share gets none): the shares have settled on
+// the load before the step.
 func waitDemandKnown(t *testing.T, logs []*grantLog, limit int64) {
 	t.Helper()
 	testcluster.WaitFor(t, testcluster.DefaultWait, func() error {
 		for i, log := range logs {
 			all := log.all()
-			if len(all) < 2 || all[len(all)-1].RateMilliPerSec > limit || all[len(all)-2].RateMilliPerSec > limit {
+			if len(all) < 2 {
+				return fmt.Errorf("holder %d: grants %+v", i, all)
+			}
+			if a, b := all[len(all)-1].RateMilliPerSec, all[len(all)-2].RateMilliPerSec; a == 0 || b == 0 || a > limit || b > limit {
 				return fmt.Errorf("holder %d: grants %+v", i, all)
 			}
 		}
@@ -166,6 +170,13 @@ func TestStepUpAmongFourIsNotRefused(t *testing.T) {
 	wg.Wait()
 	t.Logf("stepper admitted/offered per 100 ms after the step:%s", perTenth(offered, refused))
 	checkBound(t, "four", h.snapshot(), quotacheck.Bound{CapacityMilli: 10_000_000, RateMilliPerSec: 10_000_000})
+	defer func() {
+		if t.Failed() {
+			for _, g := range logs[0].all() {
+				t.Logf("stepper's grant at %v (step at %v): rate %d cap %d top-up %d renew after %v, version %d", g.at, step, g.RateMilliPerSec, g.CapMilli, g.TopUpMilli, g.RenewAfter, g.Version)
+			}
+		}
+	}()
 	for i := range offered {
 		if offered[i] > 0 && refused[i]*100 > offered[i] {
 			t.Errorf("100 ms #%d after the step: %d of %d calls refused, more than 1%%", i, refused[i], offered[i])

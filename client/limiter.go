@@ -345,9 +345,11 @@ func (l *Limiter) rejectCost(cost int64) Decision {
 // near the limit (< 10% of the cap left), and allowed if a collector is
 // attached.
 func (l *Limiter) countAdmitted(t *terms, rem int64) {
-	if rem < t.capMilli/10 {
-		l.nearLimit.Add(1)
-		l.pokeIfSpent(t, rem)
+	if rem < t.capMilli/2 {
+		if rem < t.capMilli/10 {
+			l.nearLimit.Add(1)
+			l.pokeIfSpent(t, rem)
+		}
 		l.pokeDry()
 	}
 	if l.c.countAllowed.Load() {
@@ -463,6 +465,8 @@ func (l *Limiter) allow(costMilli int64, waitFirst bool) (Decision, *lease.Atomi
 		if d.RemainingMilli < t.capMilli/10 {
 			l.nearLimit.Add(1)
 			l.pokeIfSpent(t, d.RemainingMilli)
+		}
+		if d.RemainingMilli < t.capMilli/2 {
 			l.pokeDry()
 		}
 	case lease.ReasonExceedsCapacity:

@@ -80,10 +80,15 @@ func (c *Client) round() time.Duration {
 			unused = append(unused, l) // released, not renewed (PressureKeys)
 		case now >= t.renewAt:
 			renew = append(renew, l)
-		case l.rising(t, now):
-			renew = append(renew, l) // rise.go
 		default:
-			wakeAt = min(wakeAt, t.renewAt)
+			if rise, wake := l.rising(t, now); rise {
+				renew = append(renew, l) // rise.go
+			} else {
+				wakeAt = min(wakeAt, t.renewAt)
+				if wake > 0 {
+					wakeAt = min(wakeAt, wake)
+				}
+			}
 		}
 	}
 	if len(unused) > 0 {
