@@ -85,9 +85,10 @@ const (
 	// so a mixed cluster keeps equal state hashes.
 	FeatureIndexedExpiry uint64 = 1 << 6
 	// FeatureLeftoverBurst (with FeatureReturnClamped): the burst no
-	// demand claims is divided among every holder of a key by weight
-	// (lease.DivideOptions.LeftoverBurst), not kept in the pool or given
-	// to idle holders only, so a holder whose demand steps up spends it at
+	// demand claims is divided among every holder of a key by weight,
+	// but for one part of weight 1 the pool keeps for newcomers
+	// (lease.DivideOptions.LeftoverBurst), not kept in the pool whole or
+	// given to idle holders only, so a holder whose demand steps up spends it at
 	// once (docs/design.md §3.2). Off, the division is exactly that of a
 	// server that predates it, so a mixed cluster keeps equal state hashes.
 	FeatureLeftoverBurst uint64 = 1 << 12

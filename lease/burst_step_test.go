@@ -173,7 +173,8 @@ func burstStepModel(t *rapid.T, fault Fault, on bool) string {
 			continue
 		}
 		// Utilization: the burst no demand claims is held by the holders,
-		// each at least its weight's part (less a unit of rounding).
+		// each at least its weight's part (less a unit of rounding), but
+		// for the pool's seat of weight 1.
 		var sumD, sumW int64
 		for _, h := range hs {
 			sumD += min(h.burst, b)
@@ -184,7 +185,7 @@ func burstStepModel(t *rapid.T, fault Fault, on bool) string {
 			continue // the demands claim all of B: nothing left over
 		}
 		for _, h := range hs {
-			want := min(h.burst, b) + MulDiv(left, h.weight, sumW) - 1
+			want := min(h.burst, b) + MulDiv(left, h.weight, sumW+1) - 1
 			if h.lastCap < want {
 				failure = fmt.Sprintf("holder %s (demand %d, weight %d) holds cap %d < %d with %d of B = %d unclaimed",
 					h.id, h.burst, h.weight, h.lastCap, want, left, b)

@@ -181,7 +181,8 @@ func CapFloor(c ShareClaim, capacityMilli int64) int64 {
 //
 // DivideBudgetWith with LeftoverBurst changes step 3 for B (the rule of
 // FeatureLeftoverBurst, docs/design.md §3.2): outside step 2, whatever of
-// B no demand claims is split by weight among every claim, idle or not.
+// B no demand claims is split by weight among every claim, idle or not,
+// and one more seat of weight 1, the pool's, for newcomers.
 func DivideBudget(rateMilliPerSec, capacityMilli int64, cs []ShareClaim) (rates, caps []int64, err error) {
 	return DivideBudgetWith(rateMilliPerSec, capacityMilli, cs, DivideOptions{})
 }
@@ -190,9 +191,11 @@ func DivideBudget(rateMilliPerSec, capacityMilli int64, cs []ShareClaim) (rates,
 type DivideOptions struct {
 	// LeftoverBurst: the burst no demand claims goes to every holder by
 	// weight (a cushion a holder whose demand steps up spends at once),
-	// not only to the idle ones, and never stays in the pool; the rate no
-	// demand claims is divided as before (the idle leases', else the
-	// pool's, which a holder stepping up takes at its next renewal).
+	// not only to the idle ones, but for one part of weight 1 that stays
+	// in the pool (a newcomer's starting tokens, and a reserve a holder
+	// stepping up draws on as a top-up); the rate no demand claims is
+	// divided as before (the idle leases', else the pool's, which a holder
+	// stepping up takes at its next renewal).
 	LeftoverBurst bool
 }
 
@@ -292,7 +295,8 @@ func divideAmongSubset(rateMilliPerSec, capacityMilli int64, cs []ShareClaim, ra
 }
 
 // shareLeftover is step 3 of DivideBudget: what of total the shares leave
-// is split by weight among the idle claims, or among every claim if all.
+// is split by weight among the idle claims, or, if all, among every claim
+// and the pool's seat (weight 1, last), whose part stays in the pool.
 func shareLeftover(total int64, shares []int64, cs []ShareClaim, all bool) error {
 	left := total
 	for _, s := range shares {
@@ -311,6 +315,9 @@ func shareLeftover(total int64, shares []int64, cs []ShareClaim, all bool) error
 	}
 	if !idle {
 		return nil
+	}
+	if all {
+		claims = append(claims, Claim{Demand: left, Weight: 1}) // the pool's seat
 	}
 	extra, err := FairShares(left, claims)
 	if err != nil {

@@ -208,11 +208,11 @@ func TestDivideBudgetLeftoverToIdle(t *testing.T) {
 func TestDivideBudgetLeftoverBurstToHolders(t *testing.T) {
 	lb := DivideOptions{LeftoverBurst: true}
 	rates, caps, _ := DivideBudgetWith(5000, 10_000, []ShareClaim{{RateMilliPerSec: 1000, BurstMilli: 2000}}, lb)
-	if rates[0] != 1000 || caps[0] != 10_000 {
-		t.Fatalf("a lone holder: rates %v caps %v; want its rate and the whole burst", rates, caps)
+	if rates[0] != 1000 || caps[0] != 2000+4000 {
+		t.Fatalf("a lone holder: rates %v caps %v; want its rate and half the unclaimed burst (the pool keeps the other)", rates, caps)
 	}
 	rates, caps, _ = DivideBudgetWith(5000, 10_000, []ShareClaim{{RateMilliPerSec: 1000, BurstMilli: 2000}, {}, {Weight: 2, RateMilliPerSec: 500, BurstMilli: 1000}}, lb)
-	if rates[0] != 1000 || rates[1] != 3500 || rates[2] != 500 || caps[0] != 2000+1750 || caps[1] != 1750 || caps[2] != 1000+3500 {
+	if rates[0] != 1000 || rates[1] != 3500 || rates[2] != 500 || caps[0] != 2000+1400 || caps[1] != 1400 || caps[2] != 1000+2800 {
 		t.Fatalf("active, idle and weighted: rates %v caps %v", rates, caps)
 	}
 }

@@ -570,11 +570,17 @@ func (l *Ledger) fastShares(i int, leftoverBurst bool) (rate, capMilli int64, ok
 	capMilli = share(ix.burstD, i, bq, brem, bn, ball)
 	leftRate, leftCap := ix.rateDiv.total-min(ix.rateDiv.total, ix.rateDiv.sum), ix.burstDiv.total-min(ix.burstDiv.total, ix.burstDiv.sum)
 	if leftoverBurst {
-		// Every lease gets an equal part of the burst no demand claims
-		// (equal weights here), the remainder by position.
-		if n := int64(len(l.s.Leases)); leftCap > 0 && n > 0 {
-			capMilli += leftCap / n
-			if int64(i) < leftCap%n {
+		// Every lease and the pool's seat get an equal part of the burst
+		// no demand claims, the remainder to the leases by position (with
+		// weights 1 every part's fraction is equal, and FairShares breaks
+		// the tie by position, the pool's seat last). Other weights: the
+		// full division.
+		if _, one := ix.weights[1]; !one {
+			return 0, 0, false
+		}
+		if m := int64(len(l.s.Leases)) + 1; leftCap > 0 {
+			capMilli += leftCap / m
+			if int64(i) < leftCap%m {
 				capMilli++
 			}
 		}

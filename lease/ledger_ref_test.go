@@ -1191,6 +1191,9 @@ func refShareLeftover(total int64, shares []int64, cs []ShareClaim, all bool) er
 	if !idle {
 		return nil
 	}
+	if all {
+		claims = append(claims, Claim{Demand: left, Weight: 1}) // the pool's seat
+	}
 	extra, err := refFairShares(left, claims)
 	if err != nil {
 		return err
