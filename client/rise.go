@@ -11,8 +11,8 @@ import (
 // demand is the rate offered over that span, smoothed; a holder whose
 // load steps up from 100/s to 20 000/s would wait most of a renew interval
 // for a share that follows, and then report the span's average. So the
-// background loop also measures each leased key's offered rate over the
-// last riseProbe or so, and renews at once, reporting that rate
+// background loop also measures each leased key's offered rate each time
+// it looks, and renews at once, reporting that rate
 // (lease.DemandMeter.ReportRise), when
 //
 //   - the rate offered since the loop last looked (about 100 ms, the

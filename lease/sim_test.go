@@ -127,6 +127,10 @@ type sim struct {
 	// clamps reported with acknowledgements return to the pool, raised
 	// caps are topped up from it. Only with versioned.
 	returnClamped bool
+	// leftoverBurst is the fsm's FeatureLeftoverBurst switch: the burst no
+	// demand claims goes to the holders (DivideOptions.LeftoverBurst).
+	// Only with returnClamped.
+	leftoverBurst bool
 
 	// The cluster clock: the current leader's term started at real time
 	// segStart with cluster time segBase, and its clock runs at
@@ -245,6 +249,7 @@ func newSim(t *rapid.T, p simParams, fault Fault) *sim {
 	s := &sim{prompt: rapid.Bool().Draw(t, "prompt"), saturate: rapid.Bool().Draw(t, "saturate"), t: t, p: p, ledger: l, checkInv: fault == FaultNone, clockResumesOwnReading: clockFault, restoreNoHold: restoreNoHold,
 		versioned: rapid.IntRange(0, 4).Draw(t, "versioned") > 0}
 	s.returnClamped = s.versioned && (fault == FaultCreditAtReduction || fault == FaultTopUpNoDebit || rapid.IntRange(0, 3).Draw(t, "returnClamped") > 0)
+	s.leftoverBurst = s.returnClamped && rapid.Bool().Draw(t, "leftoverBurst")
 	for i := range rapid.IntRange(1, 3).Draw(t, "servers") {
 		s.servers = append(s.servers, simServer{skew: rapid.Int64Range(-p.rhoPPM, p.rhoPPM).Draw(t, fmt.Sprintf("leaderSkew%d", i))})
 	}
@@ -328,11 +333,13 @@ func (s *sim) deliver(m *simMsg) {
 		if m.kind == msgGrant {
 			req := m.grant
 			req.Versioned = s.versioned
+			req.LeftoverBurst = s.leftoverBurst
 			g, err = s.ledger.Grant(s.cluster(s.now), req)
 		} else {
 			req := m.renew
 			req.Versioned = s.versioned
 			req.ReturnClamped = s.versioned && s.returnClamped
+			req.LeftoverBurst = s.leftoverBurst
 			g, err = s.ledger.Renew(s.cluster(s.now), req)
 		}
 		s.commit()
@@ -629,7 +636,7 @@ func (s *sim) restoreOld() {
 			le.Superseded[j].Version = 0
 		}
 	}
-	s.versioned, s.returnClamped = false, false
+	s.versioned, s.returnClamped, s.leftoverBurst = false, false, false
 }
 
 func (s *sim) expire() {
@@ -708,6 +715,7 @@ func runSimOracle(t *rapid.T, fault Fault, oracle bool) ([]quotacheck.Admission,
 			} else {
 				// The leader turns the switches on.
 				s.versioned, s.returnClamped = true, s.returnClamped || rapid.Bool().Draw(t, "returnClamped")
+				s.leftoverBurst = s.leftoverBurst || (s.returnClamped && rapid.Bool().Draw(t, "leftoverBurst"))
 			}
 		}
 	}
