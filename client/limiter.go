@@ -224,6 +224,16 @@ type Limiter struct {
 	// route is the key's routing to an edge (edgeroute.go); nil without
 	// Config.Edges.
 	route *route
+
+	// A rise of demand (rise.go). riseOK: the last answer granted all the
+	// rate its report asked for, so a higher demand may get more; the hot
+	// path then wakes the loop once (dryPoked) when the bucket runs low.
+	riseOK, dryPoked atomic.Bool
+	// Owned by the loop: the offered-rate probe (offered since the last
+	// report, as read at probeAt), the last rise renewal's send time, and
+	// the rate the next report takes (0: none).
+	probeAt, probeOffered int64
+	riseSentAt, riseRate  int64
 }
 
 // Err returns the last error the background loop saw for this key (a
@@ -335,9 +345,12 @@ func (l *Limiter) rejectCost(cost int64) Decision {
 // near the limit (< 10% of the cap left), and allowed if a collector is
 // attached.
 func (l *Limiter) countAdmitted(t *terms, rem int64) {
-	if rem < t.capMilli/10 {
-		l.nearLimit.Add(1)
-		l.pokeIfSpent(t, rem)
+	if rem < t.capMilli/2 {
+		if rem < t.capMilli/10 {
+			l.nearLimit.Add(1)
+			l.pokeIfSpent(t, rem)
+		}
+		l.pokeDry()
 	}
 	if l.c.countAllowed.Load() {
 		l.decisions[Allowed].Add(1)
@@ -441,6 +454,7 @@ func (l *Limiter) allow(costMilli int64, waitFirst bool) (Decision, *lease.Atomi
 	if !d.Allowed {
 		addSat(&l.unmet, costMilli)
 		d = t.shareWait(now, costMilli, d)
+		l.pokeDry()
 	}
 	out := Decision{Verdict: Verdict{Allowed: d.Allowed}, RemainingMilli: d.RemainingMilli, RetryAfter: d.RetryAfter}
 	var charged *lease.AtomicBucket
@@ -451,6 +465,9 @@ func (l *Limiter) allow(costMilli int64, waitFirst bool) (Decision, *lease.Atomi
 		if d.RemainingMilli < t.capMilli/10 {
 			l.nearLimit.Add(1)
 			l.pokeIfSpent(t, d.RemainingMilli)
+		}
+		if d.RemainingMilli < t.capMilli/2 {
+			l.pokeDry()
 		}
 	case lease.ReasonExceedsCapacity:
 		out.Reason = ExceedsCapacity

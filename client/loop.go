@@ -81,7 +81,14 @@ func (c *Client) round() time.Duration {
 		case now >= t.renewAt:
 			renew = append(renew, l)
 		default:
-			wakeAt = min(wakeAt, t.renewAt)
+			if rise, wake := l.rising(t, now); rise {
+				renew = append(renew, l) // rise.go
+			} else {
+				wakeAt = min(wakeAt, t.renewAt)
+				if wake > 0 {
+					wakeAt = min(wakeAt, wake)
+				}
+			}
 		}
 	}
 	if len(unused) > 0 {
@@ -218,7 +225,9 @@ func (l *Limiter) dueSoon(t *terms, now int64) bool {
 // (dueSoon), so this guard no longer fires for riders; it stays for any
 // report still sent early.
 func (l *Limiter) demand(now int64) *api.Demand {
-	if t := l.cur.Load(); t != nil && l.lastDemand.Known {
+	rise := l.riseRate
+	l.riseRate = 0
+	if t := l.cur.Load(); t != nil && l.lastDemand.Known && rise == 0 {
 		// t.renewAt is reportedAt + renew_after when t answers the last
 		// report; a report before half of that span measures noise. The
 		// largest cost keeps accumulating for the next real report.
@@ -243,7 +252,7 @@ func (l *Limiter) demand(now int64) *api.Demand {
 	if offered > 0 {
 		l.activeAt = now
 	}
-	d := l.meter.Report(now, offered, l.maxCost.Swap(0))
+	d := l.meter.ReportRise(now, offered, l.maxCost.Swap(0), rise) // Report unless rise > 0 (rise.go)
 	l.reportedAt, l.lastDemand = now, d
 	if !d.Known {
 		return &api.Demand{RateMilliPerSec: unknownDemand, BurstMilli: unknownDemand, MaxCostMilli: d.MaxCostMilli}
@@ -416,6 +425,7 @@ func (l *Limiter) install(tSend int64, g *api.Grant) {
 		t.fallback, _ = lease.NewAtomicBucket(lease.BucketConfig{CapacityMilli: max(f, lease.MilliPerToken), RateMilliPerSec: f, StartFull: true}, now)
 	}
 	l.cur.Store(t)
+	l.noteAnswer(g.GetRateMilliPerSec())
 	l.firstOnce.Do(func() { close(l.first) })
 	l.c.notifyGrant(l, g, false, deadline-now)
 	l.c.learnKeying(l, g)
@@ -567,6 +577,7 @@ func (l *Limiter) applyRenewal(tSend int64, old *terms, g *api.Grant) (toppedUp 
 	nt.win = windowOf(g, now)
 	nt.setTimes(tSend, newDeadline, g.GetRenewAfterNanos())
 	l.fails = 0
+	l.noteAnswer(g.GetRateMilliPerSec())
 	if l.cur.CompareAndSwap(old, &nt) {
 		l.c.notifyGrant(l, g, true, newDeadline-now)
 		l.c.learnKeying(l, g)

@@ -76,6 +76,14 @@ const (
 	// request only the ledgers where its client holds leases, through
 	// indexes (index.go); ledgers not visited are not advanced.
 	FeatureIndexedExpiry uint64 = 1 << 6
+	// FeatureLeftoverBurst (with FeatureReturnClamped): the burst no
+	// demand claims is divided among every holder of a key by weight,
+	// but for one part of weight 1 the pool keeps for newcomers
+	// (lease.DivideOptions.LeftoverBurst), not kept in the pool whole or
+	// given to idle holders only, so a holder whose demand steps up spends it at
+	// once (docs/design.md §3.2). Off, the division is exactly that of a
+	// server that predates it, so a mixed cluster keeps equal state hashes.
+	FeatureLeftoverBurst uint64 = 1 << 12
 
 	// BaselineFeatures are the switches of the v0.1.0 baseline: always on
 	// in a state this server accepts (after a cluster's first entry).
@@ -88,7 +96,8 @@ const (
 
 	// KnownFeatures is every switch this server can apply: the baseline
 	// and the switches added after it.
-	KnownFeatures = BaselineFeatures
+	KnownFeatures = BaselineFeatures |
+		FeatureLeftoverBurst // lease.DivideOptions.LeftoverBurst
 )
 
 // ErrPreBaseline marks state or a log written by a ration build before

@@ -705,6 +705,7 @@ func (s *state) acquireKey(t int64, c *api.Caller, k *api.AcquireKey, seen map[s
 		DemandBurstMilli:      k.GetDemand().GetBurstMilli(),
 		DemandMaxCostMilli:    k.GetDemand().GetMaxCostMilli(),
 		TTLNanos:              p.LeaseDurationNanos,
+		LeftoverBurst:         s.leftoverBurst(),
 	})
 	s.touch(kl)
 	// A new lease renews early once: the shares of its key just changed.
@@ -713,6 +714,11 @@ func (s *state) acquireKey(t int64, c *api.Caller, k *api.AcquireKey, seen map[s
 
 // baselineOn reports whether every switch of the v0.1.0 baseline is on.
 func (s *state) baselineOn() bool { return s.features&BaselineFeatures == BaselineFeatures }
+
+// leftoverBurst reports whether the budget's unclaimed burst goes to its
+// holders (FeatureLeftoverBurst; rule (i), which moves the tokens of the
+// cushions it cuts and raises, is in the baseline).
+func (s *state) leftoverBurst() bool { return s.features&FeatureLeftoverBurst != 0 }
 
 // keyLease is one key's answer to an acquire or renewal; speed says how
 // soon to renew.
@@ -773,6 +779,7 @@ func (s *state) renewKey(t int64, c *api.Caller, k *api.RenewKey) *api.KeyLease 
 		TTLNanos:              p.LeaseDurationNanos,
 		AckedVersion:          k.GetAckedVersion(),
 		ClampedMilli:          clamped,
+		LeftoverBurst:         s.leftoverBurst(),
 	})
 	s.touchDue(kl) // a renewal adds and removes no lease: the holders stay
 	return keyLease(p, ck, g, err, speedOf(g))

@@ -57,11 +57,30 @@ func (m *DemandMeter) Report(nowNanos, offeredMilli, maxCostMilli int64) Demand 
 	if offeredMilli == 0 {
 		return Demand{Known: true}
 	}
+	return m.demand()
+}
+
+func (m *DemandMeter) demand() Demand {
 	d := satAdd(m.ewma, m.ewma/4)
 	// At least one token: every client cost is a whole token, and the
 	// largest cost is only seen off the fast path.
 	burst := max(d, satAdd(m.maxCost, m.maxCost), MilliPerToken)
 	return Demand{RateMilliPerSec: d, BurstMilli: burst, MaxCostMilli: m.maxCost, Known: true}
+}
+
+// ReportRise is Report for a report sent early because the offered rate
+// rose: recentRateMilli is the rate offered over the last few tens of
+// milliseconds (milli-tokens/s). The estimate follows a rise at once, not
+// smoothed: if the recent rate is above it, it becomes the estimate, so
+// the demand reported (with the usual headroom) is what is offered now,
+// not an average over a span that was mostly quiet.
+func (m *DemandMeter) ReportRise(nowNanos, offeredMilli, maxCostMilli, recentRateMilli int64) Demand {
+	d := m.Report(nowNanos, offeredMilli, maxCostMilli)
+	if !d.Known || recentRateMilli <= 0 || recentRateMilli <= m.ewma {
+		return d
+	}
+	m.ewma, m.measured = recentRateMilli, true
+	return m.demand()
 }
 
 // unknownDemand is a demand large enough to mean "as much as is fair".

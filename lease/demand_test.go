@@ -44,3 +44,28 @@ func TestDemandMeterSaturates(t *testing.T) {
 		t.Fatalf("2·max cost wrapped: %+v", d)
 	}
 }
+
+// A report sent because the offered rate rose takes the recent rate at
+// once: 100/s for most of the span, 20 000/s in its last 100 ms, reports
+// 20 000/s with the headroom, not the span's average smoothed.
+func TestDemandMeterFollowsARiseAtOnce(t *testing.T) {
+	var m DemandMeter
+	m.Report(sec, 100_000, 1000)
+	m.Report(2*sec, 100_000, 1000)
+	offered := int64(90_000 + 2_000_000) // 0.9 s at 100/s, 0.1 s at 20 000/s
+	if d := m.ReportRise(3*sec, offered, 1000, 20_000_000); d.RateMilliPerSec != 25_000_000 || d.BurstMilli != 25_000_000 {
+		t.Fatalf("rise: %+v, want 20 000/s with 25%% headroom", d)
+	}
+	var n DemandMeter
+	n.Report(sec, 100_000, 1000)
+	n.Report(2*sec, 100_000, 1000)
+	if d := n.Report(3*sec, offered, 1000); d.RateMilliPerSec >= 2_000_000 {
+		t.Fatalf("plain report: %+v, want the smoothed average", d)
+	}
+	// A recent rate below the estimate changes nothing.
+	var o DemandMeter
+	o.Report(sec, 100_000, 1000)
+	if d := o.ReportRise(2*sec, 100_000, 1000, 50_000); d.RateMilliPerSec != 125_000 {
+		t.Fatalf("no rise: %+v", d)
+	}
+}

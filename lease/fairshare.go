@@ -178,7 +178,29 @@ func CapFloor(c ShareClaim, capacityMilli int64) int64 {
 //     client coming back after an idle spell finds its bucket refilled to
 //     the whole burst, and its first renewal gives the reserve back to
 //     the others' demands.
+//
+// DivideBudgetWith with LeftoverBurst changes step 3 for B (the rule of
+// FeatureLeftoverBurst, docs/design.md §3.2): outside step 2, whatever of
+// B no demand claims is split by weight among every claim, idle or not,
+// and one more seat of weight 1, the pool's, for newcomers.
 func DivideBudget(rateMilliPerSec, capacityMilli int64, cs []ShareClaim) (rates, caps []int64, err error) {
+	return DivideBudgetWith(rateMilliPerSec, capacityMilli, cs, DivideOptions{})
+}
+
+// DivideOptions selects a variant of DivideBudget's rule.
+type DivideOptions struct {
+	// LeftoverBurst: the burst no demand claims goes to every holder by
+	// weight (a cushion a holder whose demand steps up spends at once),
+	// not only to the idle ones, but for one part of weight 1 that stays
+	// in the pool (a newcomer's starting tokens, and a reserve a holder
+	// stepping up draws on as a top-up); the rate no demand claims is
+	// divided as before (the idle leases', else the pool's, which a holder
+	// stepping up takes at its next renewal).
+	LeftoverBurst bool
+}
+
+// DivideBudgetWith is DivideBudget with the variant opts selects.
+func DivideBudgetWith(rateMilliPerSec, capacityMilli int64, cs []ShareClaim, opts DivideOptions) (rates, caps []int64, err error) {
 	if rateMilliPerSec < 0 || capacityMilli < 0 {
 		return nil, nil, fmt.Errorf("%w: budget rate %d, burst %d must not be negative", ErrInvalidConfig, rateMilliPerSec, capacityMilli)
 	}
@@ -210,10 +232,10 @@ func DivideBudget(rateMilliPerSec, capacityMilli int64, cs []ShareClaim) (rates,
 			return nil, nil, err
 		}
 	}
-	if err := shareLeftover(rateMilliPerSec, rates, cs); err != nil {
+	if err := shareLeftover(rateMilliPerSec, rates, cs, false); err != nil {
 		return nil, nil, err
 	}
-	if err := shareLeftover(capacityMilli, caps, cs); err != nil {
+	if err := shareLeftover(capacityMilli, caps, cs, opts.LeftoverBurst && !sliver); err != nil {
 		return nil, nil, err
 	}
 	return rates, caps, nil
@@ -273,8 +295,9 @@ func divideAmongSubset(rateMilliPerSec, capacityMilli int64, cs []ShareClaim, ra
 }
 
 // shareLeftover is step 3 of DivideBudget: what of total the shares leave
-// is split by weight among the idle claims.
-func shareLeftover(total int64, shares []int64, cs []ShareClaim) error {
+// is split by weight among the idle claims, or, if all, among every claim
+// and the pool's seat (weight 1, last), whose part stays in the pool.
+func shareLeftover(total int64, shares []int64, cs []ShareClaim, all bool) error {
 	left := total
 	for _, s := range shares {
 		left -= s
@@ -285,13 +308,16 @@ func shareLeftover(total int64, shares []int64, cs []ShareClaim) error {
 	claims := make([]Claim, len(cs))
 	idle := false
 	for j, c := range cs {
-		if c.RateMilliPerSec == 0 && c.BurstMilli == 0 {
+		if all || (c.RateMilliPerSec == 0 && c.BurstMilli == 0) {
 			claims[j] = Claim{Demand: left, Weight: c.Weight}
 			idle = true
 		}
 	}
 	if !idle {
 		return nil
+	}
+	if all {
+		claims = append(claims, Claim{Demand: left, Weight: 1}) // the pool's seat
 	}
 	extra, err := FairShares(left, claims)
 	if err != nil {

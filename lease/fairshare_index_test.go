@@ -38,7 +38,7 @@ func TestIndexSharesMatchDivideBudget(t *testing.T) {
 		indexMinLeases = 0
 		l.rebuildIndex()
 		indexMinLeases = old
-		l.fastShares(0) // builds the subset index if the division needs it: the changes below then update it
+		l.fastShares(0, false) // builds the subset index if the division needs it: the changes below then update it
 		for k := rapid.IntRange(0, 2*n).Draw(t, "changes"); k > 0; k-- {
 			j := rapid.IntRange(0, n-1).Draw(t, "j")
 			l.setClaim(j, w, demand.Draw(t, "r2"), demand.Draw(t, "b2"), rapid.SampledFrom([]int64{0, 1000, 3000}).Draw(t, "mc2"))
@@ -50,13 +50,14 @@ func TestIndexSharesMatchDivideBudget(t *testing.T) {
 			c.Incumbent = le.Current.CapMilli > 0 && le.Current.CapMilli >= CapFloor(c, cfg.CapacityMilli)
 			claims[j] = c
 		}
-		rs, bs, err := refDivideBudget(cfg.RateMilliPerSec, cfg.CapacityMilli, claims)
+		lb := rapid.Bool().Draw(t, "leftoverBurst")
+		rs, bs, err := refDivideBudgetWith(cfg.RateMilliPerSec, cfg.CapacityMilli, claims, lb)
 		if err != nil {
 			t.Fatal(err)
 		}
 		sets++
 		for j := 0; j < n; j++ {
-			r, b, ok := l.fastShares(j)
+			r, b, ok := l.fastShares(j, lb)
 			if !ok {
 				continue
 			}

@@ -202,3 +202,17 @@ func TestDivideBudgetLeftoverToIdle(t *testing.T) {
 		t.Fatalf("no idle claim: rates %v caps %v; the rest stays in the pool", rates, caps)
 	}
 }
+
+// With LeftoverBurst, the burst no demand claims goes to every claim by
+// weight; the rate no demand claims is divided as before.
+func TestDivideBudgetLeftoverBurstToHolders(t *testing.T) {
+	lb := DivideOptions{LeftoverBurst: true}
+	rates, caps, _ := DivideBudgetWith(5000, 10_000, []ShareClaim{{RateMilliPerSec: 1000, BurstMilli: 2000}}, lb)
+	if rates[0] != 1000 || caps[0] != 2000+4000 {
+		t.Fatalf("a lone holder: rates %v caps %v; want its rate and half the unclaimed burst (the pool keeps the other)", rates, caps)
+	}
+	rates, caps, _ = DivideBudgetWith(5000, 10_000, []ShareClaim{{RateMilliPerSec: 1000, BurstMilli: 2000}, {}, {Weight: 2, RateMilliPerSec: 500, BurstMilli: 1000}}, lb)
+	if rates[0] != 1000 || rates[1] != 3500 || rates[2] != 500 || caps[0] != 2000+1400 || caps[1] != 1400 || caps[2] != 1000+2800 {
+		t.Fatalf("active, idle and weighted: rates %v caps %v", rates, caps)
+	}
+}

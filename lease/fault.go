@@ -49,6 +49,12 @@ const (
 	// FaultTopUpNoDebit tops a raised cap up without debiting the pool,
 	// breaking rule (i): tokens from nowhere.
 	FaultTopUpNoDebit
+	// FaultLeftoverBurstToPool divides the budget as before
+	// FeatureLeftoverBurst even when the request asks for the switch's
+	// rule: the burst no demand claims stays in the pool, so a holder
+	// whose demand steps up is refused while B sits unused. It breaks no
+	// bound, only utilization, which the demand-step model must catch.
+	FaultLeftoverBurstToPool
 )
 
 // Every fault number of the package is registered (internal/faults.Number):
@@ -68,6 +74,7 @@ var _ = []any{
 	registerFault(FaultFloorOverHeld, "FaultFloorOverHeld"),
 	registerFault(FaultCreditAtReduction, "FaultCreditAtReduction"),
 	registerFault(FaultTopUpNoDebit, "FaultTopUpNoDebit"),
+	registerFault(FaultLeftoverBurstToPool, "FaultLeftoverBurstToPool"),
 
 	registerFault(WindowFaultNone, "WindowFaultNone"),
 	registerFault(WindowFaultDeadReturns, "WindowFaultDeadReturns"),

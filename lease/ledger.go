@@ -596,6 +596,10 @@ type GrantRequest struct {
 	DemandBurstMilli      int64
 	DemandMaxCostMilli    int64
 	TTLNanos              int64 // D: the lease's duration
+	// LeftoverBurst divides the budget with DivideOptions.LeftoverBurst:
+	// the burst no demand claims goes to every holder. The fsm sets it
+	// when its FeatureLeftoverBurst switch is on.
+	LeftoverBurst bool
 }
 
 // RenewRequest extends a lease and reports fresh demands.
@@ -619,6 +623,8 @@ type RenewRequest struct {
 	// back, bounded by the caps the older versions this renewal drops
 	// hold above that version's.
 	ClampedMilli int64
+	// LeftoverBurst: as GrantRequest.LeftoverBurst.
+	LeftoverBurst bool
 }
 
 // ReleaseRequest returns a lease. The client sends it only after it has
@@ -693,10 +699,17 @@ func validateDemand(weight, rate, burst, maxCost int64) error {
 // would admit nothing it is asked for and keep that much from everyone
 // else, so the lease gets no cap and no rate instead, and asks again at its
 // next renewal.
-func (l *Ledger) terms(i int) (rate, capMilli int64, err error) {
+//
+// leftoverBurst selects DivideOptions.LeftoverBurst (the fsm's
+// FeatureLeftoverBurst switch), unless FaultLeftoverBurstToPool forces it
+// off.
+func (l *Ledger) terms(i int, leftoverBurst bool) (rate, capMilli int64, err error) {
 	cfg := l.s.Config
 	mine := l.shareClaim(i)
-	ri, bi, fast := l.fastShares(i)
+	if l.has(FaultLeftoverBurstToPool) {
+		leftoverBurst = false // the deliberate bug: the division of before the switch
+	}
+	ri, bi, fast := l.fastShares(i, leftoverBurst)
 	if fast {
 		l.ix.fastTerms++
 	} else {
@@ -714,7 +727,7 @@ func (l *Ledger) terms(i int) (rate, capMilli int64, err error) {
 		if l.has(FaultSliverShares) {
 			rs, bs, err = fairSharesOnly(cfg, claims)
 		} else {
-			rs, bs, err = DivideBudget(cfg.RateMilliPerSec, cfg.CapacityMilli, claims)
+			rs, bs, err = DivideBudgetWith(cfg.RateMilliPerSec, cfg.CapacityMilli, claims, DivideOptions{LeftoverBurst: leftoverBurst})
 		}
 		if err != nil {
 			return 0, 0, err
@@ -804,7 +817,7 @@ func (l *Ledger) Grant(nowNanos int64, req GrantRequest) (Grant, error) {
 	} else {
 		l.rebuildIndex()
 	}
-	rate, capMilli, err := l.terms(i)
+	rate, capMilli, err := l.terms(i, req.LeftoverBurst)
 	if err != nil {
 		// Unreachable (inputs were validated); undo the insertion anyway so
 		// a failed grant leaves no half-made lease behind.
@@ -881,7 +894,7 @@ func (l *Ledger) Renew(nowNanos int64, req RenewRequest) (Grant, error) {
 	l.ensureIndex()
 	l.setClaim(i, req.Weight, req.DemandRateMilliPerSec, req.DemandBurstMilli, req.DemandMaxCostMilli)
 	cur := &l.s.Leases[i]
-	rate, capMilli, err := l.terms(i)
+	rate, capMilli, err := l.terms(i, req.LeftoverBurst)
 	if err != nil {
 		return Grant{}, err
 	}

@@ -247,7 +247,7 @@ func runDiff(t *rapid.T, fault Fault) {
 			r, b, mc := drawDemand(t, "g.")
 			req := GrantRequest{ClientID: id, Incarnation: inc, Seq: seq, Weight: rapid.SampledFrom(weights).Draw(t, "w"),
 				DemandRateMilliPerSec: r, DemandBurstMilli: b, DemandMaxCostMilli: mc,
-				TTLNanos: rapid.SampledFrom(ttls).Draw(t, "ttl")}
+				TTLNanos: rapid.SampledFrom(ttls).Draw(t, "ttl"), LeftoverBurst: rapid.Bool().Draw(t, "lb")}
 			g1, e1 := p.l.Grant(now, req)
 			g2, e2 := p.ref.Grant(now, req)
 			p.same(t, what+" grant", g1, g2, e1, e2)
@@ -257,7 +257,8 @@ func runDiff(t *rapid.T, fault Fault) {
 				le := p.ref.s.Leases[rapid.IntRange(0, n-1).Draw(t, "which")]
 				req = RenewRequest{ClientID: le.ClientID, Incarnation: le.Incarnation, LeaseID: le.ID,
 					Weight: le.Weight, DemandRateMilliPerSec: le.DemandRateMilliPerSec, DemandBurstMilli: le.DemandBurstMilli,
-					DemandMaxCostMilli: le.DemandMaxCostMilli, TTLNanos: rapid.SampledFrom(ttls).Draw(t, "ttl")}
+					DemandMaxCostMilli: le.DemandMaxCostMilli, TTLNanos: rapid.SampledFrom(ttls).Draw(t, "ttl"),
+					LeftoverBurst: rapid.Bool().Draw(t, "lb")}
 				if rapid.IntRange(0, 3).Draw(t, "change") > 0 {
 					req.DemandRateMilliPerSec, req.DemandBurstMilli, req.DemandMaxCostMilli = drawDemand(t, "r.")
 				}

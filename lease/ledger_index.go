@@ -536,7 +536,10 @@ func (l *Ledger) heldFast(skip int, nowNanos int64) (rate, capMilli int64, ok bo
 // when it can tell them exactly: equal weights (FairShares' remainder
 // then goes to the first unsatisfied claims in order), exact sums, and
 // no claim's fair cap below its floor (no subset step).
-func (l *Ledger) fastShares(i int) (rate, capMilli int64, ok bool) {
+//
+// leftoverBurst: DivideOptions.LeftoverBurst, step 3 of B over every
+// lease (outside the subset step).
+func (l *Ledger) fastShares(i int, leftoverBurst bool) (rate, capMilli int64, ok bool) {
 	ix := &l.ix
 	if !ix.ok || !ix.sumsExact || len(ix.weights) > 1 || l.has(FaultSliverShares) {
 		return 0, 0, false
@@ -565,8 +568,26 @@ func (l *Ledger) fastShares(i int) (rate, capMilli int64, ok bool) {
 	rq, rrem, rn, rall := ix.rateDiv.level()
 	rate = share(ix.rateD, i, rq, rrem, rn, rall)
 	capMilli = share(ix.burstD, i, bq, brem, bn, ball)
+	leftRate, leftCap := ix.rateDiv.total-min(ix.rateDiv.total, ix.rateDiv.sum), ix.burstDiv.total-min(ix.burstDiv.total, ix.burstDiv.sum)
+	if leftoverBurst {
+		// Every lease and the pool's seat get an equal part of the burst
+		// no demand claims, the remainder to the leases by position (with
+		// weights 1 every part's fraction is equal, and FairShares breaks
+		// the tie by position, the pool's seat last). Other weights: the
+		// full division.
+		if _, one := ix.weights[1]; !one {
+			return 0, 0, false
+		}
+		if m := int64(len(l.s.Leases)) + 1; leftCap > 0 {
+			capMilli += leftCap / m
+			if int64(i) < leftCap%m {
+				capMilli++
+			}
+		}
+		leftCap = 0
+	}
 	if ix.idle[i] {
-		r, c := l.idleSplit(i, ix.rateDiv.total-min(ix.rateDiv.total, ix.rateDiv.sum), ix.burstDiv.total-min(ix.burstDiv.total, ix.burstDiv.sum))
+		r, c := l.idleSplit(i, leftRate, leftCap)
 		rate, capMilli = rate+r, capMilli+c
 	}
 	return rate, capMilli, true

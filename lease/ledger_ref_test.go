@@ -343,7 +343,10 @@ func (l *refLedger) find(clientID string, incarnation uint64) (int, bool) {
 // would admit nothing it is asked for and keep that much from everyone
 // else, so the lease gets no cap and no rate instead, and asks again at its
 // next renewal.
-func (l *refLedger) terms(i int) (rate, capMilli int64, err error) {
+func (l *refLedger) terms(i int, leftoverBurst bool) (rate, capMilli int64, err error) {
+	if l.fault == FaultLeftoverBurstToPool {
+		leftoverBurst = false
+	}
 	cfg := l.s.Config
 	claims := make([]ShareClaim, len(l.s.Leases))
 	// Leases are sorted by holder, so slice order is the deterministic
@@ -362,7 +365,7 @@ func (l *refLedger) terms(i int) (rate, capMilli int64, err error) {
 	if l.fault == FaultSliverShares {
 		rs, bs, err = refFairSharesOnly(cfg, claims)
 	} else {
-		rs, bs, err = refDivideBudget(cfg.RateMilliPerSec, cfg.CapacityMilli, claims)
+		rs, bs, err = refDivideBudgetWith(cfg.RateMilliPerSec, cfg.CapacityMilli, claims, leftoverBurst)
 	}
 	if err != nil {
 		return 0, 0, err
@@ -442,7 +445,7 @@ func (l *refLedger) Grant(nowNanos int64, req GrantRequest) (Grant, error) {
 		copy(l.s.Leases[i+1:], l.s.Leases[i:])
 		l.s.Leases[i] = le
 	}
-	rate, capMilli, err := l.terms(i)
+	rate, capMilli, err := l.terms(i, req.LeftoverBurst)
 	if err != nil {
 		// Unreachable (inputs were validated); undo the insertion anyway so
 		// a failed grant leaves no half-made lease behind.
@@ -519,7 +522,7 @@ func (l *refLedger) Renew(nowNanos int64, req RenewRequest) (Grant, error) {
 	cur.DemandRateMilliPerSec = req.DemandRateMilliPerSec
 	cur.DemandBurstMilli = req.DemandBurstMilli
 	cur.DemandMaxCostMilli = req.DemandMaxCostMilli
-	rate, capMilli, err := l.terms(i)
+	rate, capMilli, err := l.terms(i, req.LeftoverBurst)
 	if err != nil {
 		return Grant{}, err
 	}
@@ -1061,7 +1064,14 @@ func refFairShares(total int64, claims []Claim) ([]int64, error) {
 //     client coming back after an idle spell finds its bucket refilled to
 //     the whole burst, and its first renewal gives the reserve back to
 //     the others' demands.
+//
+// refDivideBudgetWith's leftoverBurst: step 3 for B splits what no demand
+// claims among every claim by weight, unless step 2 ran.
 func refDivideBudget(rateMilliPerSec, capacityMilli int64, cs []ShareClaim) (rates, caps []int64, err error) {
+	return refDivideBudgetWith(rateMilliPerSec, capacityMilli, cs, false)
+}
+
+func refDivideBudgetWith(rateMilliPerSec, capacityMilli int64, cs []ShareClaim, leftoverBurst bool) (rates, caps []int64, err error) {
 	if rateMilliPerSec < 0 || capacityMilli < 0 {
 		return nil, nil, fmt.Errorf("%w: budget rate %d, burst %d must not be negative", ErrInvalidConfig, rateMilliPerSec, capacityMilli)
 	}
@@ -1093,10 +1103,10 @@ func refDivideBudget(rateMilliPerSec, capacityMilli int64, cs []ShareClaim) (rat
 			return nil, nil, err
 		}
 	}
-	if err := refShareLeftover(rateMilliPerSec, rates, cs); err != nil {
+	if err := refShareLeftover(rateMilliPerSec, rates, cs, false); err != nil {
 		return nil, nil, err
 	}
-	if err := refShareLeftover(capacityMilli, caps, cs); err != nil {
+	if err := refShareLeftover(capacityMilli, caps, cs, leftoverBurst && !sliver); err != nil {
 		return nil, nil, err
 	}
 	return rates, caps, nil
@@ -1157,7 +1167,7 @@ func refDivideAmongSubset(rateMilliPerSec, capacityMilli int64, cs []ShareClaim,
 
 // refShareLeftover is step 3 of refDivideBudget: what of total the shares leave
 // is split by weight among the idle claims.
-func refShareLeftover(total int64, shares []int64, cs []ShareClaim) error {
+func refShareLeftover(total int64, shares []int64, cs []ShareClaim, all bool) error {
 	left := total
 	for _, s := range shares {
 		left -= s
@@ -1168,13 +1178,16 @@ func refShareLeftover(total int64, shares []int64, cs []ShareClaim) error {
 	claims := make([]Claim, len(cs))
 	idle := false
 	for j, c := range cs {
-		if c.RateMilliPerSec == 0 && c.BurstMilli == 0 {
+		if all || (c.RateMilliPerSec == 0 && c.BurstMilli == 0) {
 			claims[j] = Claim{Demand: left, Weight: c.Weight}
 			idle = true
 		}
 	}
 	if !idle {
 		return nil
+	}
+	if all {
+		claims = append(claims, Claim{Demand: left, Weight: 1}) // the pool's seat
 	}
 	extra, err := refFairShares(left, claims)
 	if err != nil {

@@ -119,6 +119,10 @@ type sim struct {
 	noOracle bool // only quotacheck judges (a negative control's variant)
 	prompt   bool // Expire proposed at NextExpiry
 	saturate bool // every client drains its bucket at every step
+	// leftoverBurst is the fsm's FeatureLeftoverBurst switch: the burst no
+	// demand claims goes to the holders (DivideOptions.LeftoverBurst).
+	// A restore of a snapshot taken before it was on turns it off.
+	leftoverBurst bool
 
 	// The cluster clock: the current leader's term started at real time
 	// segStart with cluster time segBase, and its clock runs at
@@ -234,7 +238,8 @@ func newSim(t *rapid.T, p simParams, fault Fault) *sim {
 		fault = FaultNone // the ledger is correct; the clock or the restore is not
 	}
 	l.injectFault(fault)
-	s := &sim{prompt: rapid.Bool().Draw(t, "prompt"), saturate: rapid.Bool().Draw(t, "saturate"), t: t, p: p, ledger: l, checkInv: fault == FaultNone, clockResumesOwnReading: clockFault, restoreNoHold: restoreNoHold}
+	s := &sim{prompt: rapid.Bool().Draw(t, "prompt"), saturate: rapid.Bool().Draw(t, "saturate"), t: t, p: p, ledger: l, checkInv: fault == FaultNone, clockResumesOwnReading: clockFault, restoreNoHold: restoreNoHold,
+		leftoverBurst: rapid.Bool().Draw(t, "leftoverBurst")}
 	for i := range rapid.IntRange(1, 3).Draw(t, "servers") {
 		s.servers = append(s.servers, simServer{skew: rapid.Int64Range(-p.rhoPPM, p.rhoPPM).Draw(t, fmt.Sprintf("leaderSkew%d", i))})
 	}
@@ -316,9 +321,13 @@ func (s *sim) deliver(m *simMsg) {
 		var g Grant
 		var err error
 		if m.kind == msgGrant {
-			g, err = s.ledger.Grant(s.cluster(s.now), m.grant)
+			req := m.grant
+			req.LeftoverBurst = s.leftoverBurst
+			g, err = s.ledger.Grant(s.cluster(s.now), req)
 		} else {
-			g, err = s.ledger.Renew(s.cluster(s.now), m.renew)
+			req := m.renew
+			req.LeftoverBurst = s.leftoverBurst
+			g, err = s.ledger.Renew(s.cluster(s.now), req)
 		}
 		s.commit()
 		s.invariants("grant/renew")
@@ -563,9 +572,6 @@ func (s *sim) crash(ci int) {
 	}
 }
 
-// restoreOld replaces the ledger's state by what a snapshot written by a
-// server without versions holds: every version 0, the acknowledgements
-// feature off (until switchOn). Clients keep the versions they installed.
 // save takes an operator's snapshot of the ledger (an entry commits: the
 // snapshot is of applied state).
 func (s *sim) save() {
@@ -648,7 +654,7 @@ func runSimOracle(t *rapid.T, fault Fault, oracle bool) ([]quotacheck.Admission,
 		dt := rapid.OneOf(rapid.Just(int64(0)), rapid.Int64Range(0, p.timeout), rapid.Int64Range(0, p.ttl/20), rapid.Int64Range(0, 2*p.ttl)).Draw(t, "dt")
 		s.deliverUntil(s.now + dt)
 		ci := rapid.IntRange(0, p.clients-1).Draw(t, "client")
-		a := rapid.IntRange(0, 18).Draw(t, "action")
+		a := rapid.IntRange(0, 19).Draw(t, "action")
 		switch {
 		case a < 4:
 			s.request(ci)
@@ -670,12 +676,16 @@ func runSimOracle(t *rapid.T, fault Fault, oracle bool) ([]quotacheck.Admission,
 			s.elect()
 		case a < 17:
 			s.idle()
-		default:
+		case a < 18:
 			if rapid.Bool().Draw(t, "saveOrRestore") {
 				s.save()
 			} else {
 				s.restore()
 			}
+		default:
+			// The leader turns the leftover-burst switch on, or a restore
+			// of a snapshot taken before it was on turns it off.
+			s.leftoverBurst = rapid.Bool().Draw(t, "leftoverBurst")
 		}
 	}
 	// Let everything in flight land (after any election), and spend what

@@ -47,6 +47,8 @@ descriptors:
     rate_limit: {unit: second, requests_per_unit: 1000000000}
   - key: acc
     rate_limit: {unit: second, requests_per_unit: 100}
+  - key: move
+    rate_limit: {unit: second, requests_per_unit: 1000000}
 `
 
 const (
@@ -55,10 +57,13 @@ const (
 )
 
 type edgeResult struct {
-	Decision []decisionRow       `json:"decision_cost"`
-	Accuracy []edgeAccuracyRow   `json:"accuracy"`
-	Versions map[string]string   `json:"versions,omitempty"`
-	Notes    map[string][]string `json:"notes,omitempty"`
+	Decision []decisionRow     `json:"decision_cost"`
+	Accuracy []edgeAccuracyRow `json:"accuracy"`
+	Moving   []edgeMovingRow   `json:"moving,omitempty"` // section 7
+	// MovingPhaseNanos is the length of each of section 7's phases.
+	MovingPhaseNanos int64               `json:"moving_phase_ns,omitempty"`
+	Versions         map[string]string   `json:"versions,omitempty"`
+	Notes            map[string][]string `json:"notes,omitempty"`
 }
 
 type edgeAccuracyRow struct {
@@ -171,7 +176,7 @@ func dialRLS(addr string) (*grpc.ClientConn, rlsCaller, error) {
 	return cc, rlsCaller{rlspb.NewRateLimitServiceClient(cc)}, nil
 }
 
-func (e *env) edgeSection() (*edgeResult, error) {
+func (e *env) edgeSection(full, moving bool) (*edgeResult, error) {
 	if e.o.ratelimitBin == "" {
 		return nil, fmt.Errorf("section 5 needs --ratelimit (envoyproxy/ratelimit's service_cmd binary)")
 	}
@@ -296,6 +301,20 @@ func (e *env) edgeSection() (*edgeResult, error) {
 		}
 	}
 
+	if moving {
+		for _, sys := range []struct {
+			name    string
+			callers [2]rlsCaller
+		}{{sysEdge, [2]rlsCaller{edge1, edge2}}, {sysRatelimit, [2]rlsCaller{rlc, rlc}}} {
+			res.MovingPhaseNanos = int64(e.o.movingPhase)
+			rows := edgeMoving(sys.name, sys.callers, e.o.movingPhase)
+			res.Moving = append(res.Moving, rows...)
+		}
+	}
+	if !full {
+		return res, nil
+	}
+
 	// Decision cost.
 	on := func(c rlsCaller) func(int) []decide {
 		return func(n int) []decide {
@@ -406,6 +425,65 @@ func edgeAccuracy(system, pattern string, callers [3]rlsCaller, steadyFor time.D
 	return row
 }
 
+// edgeMovingPhases: the closed-loop callers of section 7's phases, in
+// order (the load moves between 1, 16 and 64 callers, up and down).
+var edgeMovingPhases = []int{1, 16, 64, 16, 1, 64, 1}
+
+// edgeMovingRow is one phase of section 7.
+type edgeMovingRow struct {
+	System    string  `json:"system"`
+	Phase     int     `json:"phase"`
+	Callers   int     `json:"callers"`
+	Calls     int64   `json:"calls"`
+	OverLimit int64   `json:"over_limit"`
+	Errors    int64   `json:"errors"`
+	PerSec    float64 `json:"calls_per_sec"`
+}
+
+// edgeMoving (section 7): one key of 10^6 per second, far above what this
+// machine can offer; callers call as fast as they can (closed loop),
+// alternately through the two callers given (ration: the two edges), in
+// phases of phase each with the numbers of edgeMovingPhases. Goal: no
+// OVER_LIMIT answer.
+func edgeMoving(system string, callers [2]rlsCaller, phase time.Duration) []edgeMovingRow {
+	value := "m-" + strings.Fields(system)[0]
+	var rows []edgeMovingRow
+	for k, n := range edgeMovingPhases {
+		row := edgeMovingRow{System: system, Phase: k + 1, Callers: n}
+		var mu sync.Mutex
+		var wg sync.WaitGroup
+		end := time.Now().Add(phase)
+		for i := range n {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				var calls, over, errs int64
+				for time.Now().Before(end) {
+					ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+					ok, err := callers[i%2].call(ctx, "move", value)
+					cancel()
+					calls++
+					switch {
+					case err != nil:
+						errs++
+					case !ok:
+						over++
+					}
+				}
+				mu.Lock()
+				row.Calls, row.OverLimit, row.Errors = row.Calls+calls, row.OverLimit+over, row.Errors+errs
+				mu.Unlock()
+			}()
+		}
+		wg.Wait()
+		row.PerSec = float64(row.Calls) / phase.Seconds()
+		fmt.Fprintf(os.Stderr, "  moving load: %-30s phase %d, %2d callers: %7.0f calls/s, %d OVER_LIMIT, %d errors\n",
+			system, row.Phase, n, row.PerSec, row.OverLimit, row.Errors)
+		rows = append(rows, row)
+	}
+	return rows
+}
+
 // maxIn is the most sorted times that fit in one window of length w.
 func maxIn(ts []int64, w time.Duration) int {
 	best, i := 0, 0
@@ -420,6 +498,18 @@ func maxIn(ts []int64, w time.Duration) int {
 
 func writeEdgeMarkdown(p func(string, ...any), r *edgeResult) {
 	if r == nil {
+		return
+	}
+	if len(r.Moving) > 0 {
+		p("## 7. Load moving across two edges\n\n")
+		p("One key of 10^6 per second (envoyproxy/ratelimit rule; ration: r = B = 10^6 through two `rationd edge` processes, callers alternating between them); closed-loop callers, as fast as they can, in phases of %v. Goal: no OVER_LIMIT.\n\n", time.Duration(r.MovingPhaseNanos))
+		p("| system | phase | callers | calls/s | OVER_LIMIT | errors |\n|---|---:|---:|---:|---:|---:|\n")
+		for _, m := range r.Moving {
+			p("| %s | %d | %d | %.0f | %d | %d |\n", m.System, m.Phase, m.Callers, m.PerSec, m.OverLimit, m.Errors)
+		}
+		p("\n")
+	}
+	if len(r.Decision) == 0 {
 		return
 	}
 	p("## 5. Envoy's rate limit service: rationd edge vs envoyproxy/ratelimit + Redis\n\n")

@@ -50,6 +50,10 @@ type options struct {
 	ratelimitBin    string
 	edgeCallers     []int
 	edgeAccuracyFor time.Duration
+	// Section 6 (bursts): the spell at the load before the step.
+	burstWarmup time.Duration
+	// Section 7 (load moving across two edges): each phase's length.
+	movingPhase time.Duration
 }
 
 // results is the JSON file.
@@ -63,6 +67,7 @@ type results struct {
 	Coord    *coordResult      `json:"coordinator_cost,omitempty"`
 	Failure  []failureResult   `json:"failure_cost,omitempty"`
 	Edge     *edgeResult       `json:"edge,omitempty"`
+	Burst    *burstResult      `json:"burst,omitempty"`
 	ElapsedS float64           `json:"elapsed_seconds"`
 }
 
@@ -81,7 +86,9 @@ func main() {
 	flag.StringVar(&o.redisBin, "redis-server", "redis-server", "the redis-server `BINARY`")
 	flag.StringVar(&o.outDir, "out", "results", "`DIR` for <date>.json")
 	flag.StringVar(&o.chartPath, "chart", "results/decision-latency.svg", "`FILE` for the latency chart")
-	flag.StringVar(&o.sections, "sections", "1,2,3,4,5", "which sections to run, `LIST` of 1-5 (5 is skipped without --ratelimit)")
+	flag.StringVar(&o.sections, "sections", "1,2,3,4,5", "which sections to run, `LIST` of 1-7 (5 and 7 are skipped without --ratelimit)")
+	flag.DurationVar(&o.movingPhase, "moving-phase", 5*time.Second, "section 7: the length of each phase of the moving load")
+	flag.DurationVar(&o.burstWarmup, "burst-warmup", 4*time.Second, "section 6: how long the replicas offer 100 calls/s before the step")
 	flag.StringVar(&o.ratelimitBin, "ratelimit", "", "section 5: envoyproxy/ratelimit's service_cmd `BINARY`")
 	var edgeCallers string
 	flag.StringVar(&edgeCallers, "edge-callers", "1,16,64", "section 5: concurrent ShouldRateLimit callers, `LIST`")
@@ -238,15 +245,23 @@ func run(o options) error {
 		}
 		res.Failure = f
 	}
-	if want("5") && o.ratelimitBin == "" {
-		fmt.Fprintln(os.Stderr, "section 5 skipped: no --ratelimit (envoyproxy/ratelimit's service_cmd; bench/compare.sh builds it)")
-	} else if want("5") {
-		fmt.Fprintln(os.Stderr, "section 5: Envoy's rate limit service, rationd edge vs envoyproxy/ratelimit + Redis")
-		r, err := e.edgeSection()
+	if (want("5") || want("7")) && o.ratelimitBin == "" {
+		fmt.Fprintln(os.Stderr, "sections 5 and 7 skipped: no --ratelimit (envoyproxy/ratelimit's service_cmd; bench/compare.sh builds it)")
+	} else if want("5") || want("7") {
+		fmt.Fprintln(os.Stderr, "sections 5/7: Envoy's rate limit service, rationd edge vs envoyproxy/ratelimit + Redis")
+		r, err := e.edgeSection(want("5"), want("7"))
 		if err != nil {
 			return err
 		}
 		res.Edge = r
+	}
+	if want("6") {
+		fmt.Fprintln(os.Stderr, "section 6: bursts, ration vs Redis GCRA")
+		b, err := e.burstSection()
+		if err != nil {
+			return err
+		}
+		res.Burst = b
 	}
 	if res.Coord != nil {
 		// The Raft log can be read back only once the servers are down.
@@ -321,6 +336,16 @@ policies:
     lease: {duration: 30s, renew_after: 10s}
     max_keys: 1000000
     max_leases_per_key: 4096
+  - name: burst-alone
+    algorithm: token-bucket
+    rate: 1000000
+    burst: 1000000
+    key: [tenant]
+  - name: burst-four
+    algorithm: token-bucket
+    rate: 10000
+    burst: 10000
+    key: [tenant]
 `
 
 func machineInfo() machine {

@@ -95,6 +95,9 @@ func writeMarkdown(w io.Writer, r *results) {
 		p("\n")
 	}
 	writeEdgeMarkdown(p, r.Edge)
+	if r.Burst != nil {
+		writeBurstMarkdown(p, r.Burst)
+	}
 	writeGoals(w, r)
 }
 
