@@ -63,10 +63,10 @@ func devFlags(o *options) *flag.FlagSet {
 	fs := flag.NewFlagSet("rationd dev", flag.ContinueOnError)
 	all.VisitAll(func(f *flag.Flag) {
 		if f.Name != "join" && f.Name != "bootstrap-expect" {
-			fs.Var(f.Value, f.Name, strings.TrimSuffix(f.Usage, "; required"))
+			fs.Var(f.Value, f.Name, strings.Replace(f.Usage, "; required", "", 1))
 		}
 	})
-	fs.Lookup("data-dir").Usage = "`DIR` for the server's state (default: a temporary directory, removed on exit)"
+	fs.Lookup("data-dir").Usage = "`DIR` for the server's state (default: a temporary directory, removed on exit)\n$" + envName("data-dir")
 	return fs
 }
 
@@ -74,7 +74,8 @@ func devFlags(o *options) *flag.FlagSet {
 func runDev(args []string, stdout, stderr io.Writer, signals <-chan os.Signal) int {
 	o := devOptions()
 	fs := devFlags(&o)
-	err := parseArgs(fs, args)
+	env, err := parseArgs(fs, args)
+	o.fromEnv = env
 	if errors.Is(err, flag.ErrHelp) {
 		devUsage(stdout)
 		return 0

@@ -17,7 +17,9 @@
 // This package is flags and signals only: it turns the command line into a
 // coordinator.Config (production timing from coordinator.DefaultConfig),
 // starts coordinator.New, and on SIGINT or SIGTERM calls Server.Shutdown,
-// which hands leadership over first when this server leads. A second signal
+// which hands leadership over first when this server leads. Every flag of
+// rationd, rationd dev and rationd edge is also read from a RATION_*
+// environment variable (env.go). A second signal
 // during shutdown exits at once. With TLS, SIGHUP reloads the certificate
 // files (tls.go; docs/security.md). Everything else lives in coordinator.
 //
@@ -89,6 +91,11 @@ all three have met. A server joining an existing cluster leaves
 --advertise-* flags what other servers reach it at (default: the same;
 HOST may be a DNS name), needed with 0.0.0.0 (docs/operations.md).
 
+Every flag can also be set by the environment variable shown under it:
+RATION_ and the flag's name in upper case, dashes as underscores
+(RATION_DATA_DIR=/var/lib/ration). A flag on the command line wins over
+its variable; an empty variable counts as unset.
+
 Flags:
 `)
 	o := defaultOptions()
@@ -106,29 +113,29 @@ the server cannot start or stop cleanly, 2 on a usage or configuration error.
 // run is main without the process: it returns the exit code. signals
 // delivers the shutdown requests.
 func run(args []string, stdout, stderr io.Writer, signals <-chan os.Signal) int {
-	if len(args) == 0 {
-		fmt.Fprintln(stderr, "rationd: --id, --data-dir, --raft-addr, --grpc-addr and --gossip-addr are required (or run 'rationd dev')")
-		fmt.Fprintln(stderr)
-		usage(stderr)
-		return 2
-	}
-	switch args[0] {
-	case "dev":
-		return runDev(args[1:], stdout, stderr, signals)
-	case "edge":
-		return runEdge(args[1:], stdout, stderr, signals)
-	case "help":
-		usage(stdout)
-		return 0
-	case "version", "--version", "-version":
-		fmt.Fprintf(stdout, "rationd %s\n", version.Get())
-		return 0
+	if len(args) > 0 {
+		switch args[0] {
+		case "dev":
+			return runDev(args[1:], stdout, stderr, signals)
+		case "edge":
+			return runEdge(args[1:], stdout, stderr, signals)
+		case "help":
+			usage(stdout)
+			return 0
+		case "version", "--version", "-version":
+			fmt.Fprintf(stdout, "rationd %s\n", version.Get())
+			return 0
+		}
 	}
 	o := defaultOptions()
 	fs := serverFlags("rationd", &o)
-	err := parseArgs(fs, args)
+	env, err := parseArgs(fs, args)
+	o.fromEnv = env
 	if err == nil {
 		err = o.requireAll()
+		if err != nil && len(args) == 0 && len(env) == 0 {
+			err = usageErrorf("%v (or run 'rationd dev')", err)
+		}
 	}
 	if errors.Is(err, flag.ErrHelp) {
 		usage(stdout)
@@ -167,7 +174,7 @@ func (o options) requireAll() error {
 // nil, runs once the server is listening.
 func serve(prog string, o options, policies *policy.File, stderr io.Writer, signals <-chan os.Signal, ready func(*coordinator.Server)) int {
 	fail := func(code int, err error) int {
-		for _, line := range strings.Split(err.Error(), "\n") {
+		for _, line := range strings.Split(o.fromEnv.explain(err).Error(), "\n") {
 			fmt.Fprintf(stderr, "%s: %s\n", prog, line)
 		}
 		return code

@@ -31,21 +31,15 @@ func aclFlag(fs *flag.FlagSet, o *securityOptions) {
 		"require an ACL token on every call but the one-time bootstrap and health checks (rationctl acl bootstrap; docs/security.md). Set it on every server")
 }
 
-// tokenFileEnv is rationd edge's token file when --token-file is not given.
-const tokenFileEnv = "RATION_TOKEN_FILE"
-
 // edgeTokenFlag is rationd edge's --token-file.
 func edgeTokenFlag(fs *flag.FlagSet, o *securityOptions) {
 	fs.StringVar(&o.tokenFile, "token-file", o.tokenFile,
-		"`FILE` holding the ACL token the edge sends the cluster: a client token bound to the policies it serves and its --client-id (default $"+tokenFileEnv+", else $RATION_TOKEN)")
+		"`FILE` holding the ACL token the edge sends the cluster: a client token bound to the policies it serves and its --client-id (without it: the token itself from $RATION_TOKEN, if set)")
 }
 
 // edgeToken reads the edge's ACL token ("" if none is given).
 func (o securityOptions) edgeToken() (string, error) {
-	file := o.tokenFile
-	if file == "" {
-		file = os.Getenv(tokenFileEnv)
-	}
+	file := o.tokenFile // or $RATION_TOKEN_FILE, like every flag
 	tok := ""
 	if file == "" {
 		tok = os.Getenv("RATION_TOKEN")
