@@ -89,7 +89,7 @@ Flags:
 
 func defaultEdgeOptions() edgeOptions {
 	return edgeOptions{logLevel: "info", logFormat: "text", firstLeaseWait: 50 * time.Millisecond, pressureKeys: edge.DefaultPressureKeys, reloadEvery: 10 * time.Second,
-		security: securityOptions{clusterName: "ration"}}
+		security: securityOptions{clusterName: "ration", reloadEvery: defaultTLSReload}}
 }
 
 // defaultClientID is the stable name an edge gets without --client-id:

@@ -119,7 +119,7 @@ func serverFlags(name string, o *options) *flag.FlagSet {
 }
 
 func defaultOptions() options {
-	return options{logLevel: "info", logFormat: "text", security: securityOptions{clusterName: "ration"}, limits: defaultLeaseLimits()}
+	return options{logLevel: "info", logFormat: "text", security: securityOptions{clusterName: "ration", reloadEvery: defaultTLSReload}, limits: defaultLeaseLimits()}
 }
 
 // usageError is a command-line mistake: the caller prints it with the usage

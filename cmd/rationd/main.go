@@ -20,8 +20,9 @@
 // which hands leadership over first when this server leads. Every flag of
 // rationd, rationd dev and rationd edge is also read from a RATION_*
 // environment variable (env.go). A second signal
-// during shutdown exits at once. With TLS, SIGHUP reloads the certificate
-// files (tls.go; docs/security.md). Everything else lives in coordinator.
+// during shutdown exits at once. With TLS, the certificate files are
+// reloaded when they change and on SIGHUP (tls.go; docs/security.md).
+// Everything else lives in coordinator.
 //
 // Exit status: 0 after a clean shutdown; 1 when the server cannot start
 // (port in use, unusable data dir) or does not shut down cleanly; 2 on a
@@ -104,8 +105,9 @@ Flags:
 	fs.PrintDefaults()
 	fmt.Fprint(w, `
 SIGINT or SIGTERM shuts the server down gracefully (a leader first hands
-leadership to another server). With TLS, SIGHUP reloads the certificate and
-CA files (docs/security.md). Exit status: 0 after a clean shutdown, 1 if
+leadership to another server). With TLS, the certificate, key and CA files
+are reloaded when they change (--tls-reload-interval) and on SIGHUP
+(docs/security.md). Exit status: 0 after a clean shutdown, 1 if
 the server cannot start or stop cleanly, 2 on a usage or configuration error.
 `)
 }
@@ -199,7 +201,7 @@ func serve(prog string, o options, policies *policy.File, stderr io.Writer, sign
 	warnPlainHTTP(logger, cfg, o.observe.httpAddr)
 	stopReload := make(chan struct{})
 	defer close(stopReload)
-	reloadOnHUP(cfg.TLS, logger, stopReload)
+	watchTLS(cfg.TLS, o.security.reloadEvery, logger, stopReload)
 	if err := faults.Set(o.faults...); err != nil {
 		return fail(2, fmt.Errorf("--fault: %w", err))
 	}
