@@ -113,9 +113,14 @@ image: ## build the container image ration:dev (IMAGE_TAG): static rationd and r
 	cp Dockerfile build/docker/
 	docker build -q --build-arg VERSION=$(VERSION) --build-arg REVISION=$(REVISION) -t ration:$(IMAGE_TAG) build/docker
 
-compose-up: image ## start three servers in containers on a private network (deploy/compose.yaml)
+compose-up: image ## start three servers and an edge in containers (deploy/compose.yaml), apply examples/cluster-policies.yaml; ports on 127.0.0.1
 	$(COMPOSE) -f deploy/compose.yaml -p ration up -d
-	@echo "status: docker exec ration_node1_1 /rationctl status --servers 10.231.17.11:7400 (compose v2: ration-node1-1)"
+	@# Wait for the one-shot policy job (it starts once the servers are healthy).
+	@code=$$(docker wait $$($(COMPOSE) -f deploy/compose.yaml -p ration ps -q policies)); \
+	 if [ "$$code" != 0 ]; then $(COMPOSE) -f deploy/compose.yaml -p ration logs policies; exit 1; fi
+	@echo "ration is up. Servers' gRPC on 127.0.0.1:7400-7402, the edge on 127.0.0.1:7500 (gRPC) and 7530 (HTTP):"
+	@echo "  RATION_SERVERS=127.0.0.1:7400,127.0.0.1:7401,127.0.0.1:7402 rationctl status"
+	@echo "  curl -s 127.0.0.1:7530/v1/check -d '{\"items\":[{\"policy\":\"per-tenant\",\"key\":{\"tenant\":\"acme\"}}]}'"
 
 compose-down: ## stop the compose cluster and delete its volumes
 	$(COMPOSE) -f deploy/compose.yaml -p ration down -v

@@ -182,9 +182,10 @@ func TestEnvOnlyServer(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a server")
 	}
-	addrs := freeAddrs(t, 3)
+	addrs := freeAddrs(t, 4)
 	for k, v := range map[string]string{"RATION_ID": "envonly", "RATION_DATA_DIR": t.TempDir(), "RATION_GRPC_ADDR": addrs[0],
-		"RATION_RAFT_ADDR": addrs[1], "RATION_GOSSIP_ADDR": addrs[2], "RATION_BOOTSTRAP_EXPECT": "1", "RATION_LOG_FORMAT": "json"} {
+		"RATION_RAFT_ADDR": addrs[1], "RATION_GOSSIP_ADDR": addrs[2], "RATION_HTTP_ADDR": addrs[3],
+		"RATION_BOOTSTRAP_EXPECT": "1", "RATION_LOG_FORMAT": "json"} {
 		t.Setenv(k, v)
 	}
 	signals := make(chan os.Signal, 1)
@@ -206,6 +207,22 @@ func TestEnvOnlyServer(t *testing.T) {
 			<-done
 			t.Fatalf("not listening after 30s:\n%s", stderr.String())
 		}
+	}
+	// "rationd health" with no arguments asks the same RATION_HTTP_ADDR,
+	// as a container's healthcheck does: ready once the server leads.
+	for {
+		var out, errOut bytes.Buffer
+		code := run([]string{"health"}, &out, &errOut, nil)
+		if code == 0 && strings.Contains(out.String(), "ok") {
+			break
+		}
+		if code != 1 {
+			t.Fatalf("rationd health: exit %d, %s%s", code, out.String(), errOut.String())
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("rationd health not 0 after 30s: %s%s\nlog:\n%s", out.String(), errOut.String(), stderr.String())
+		}
+		<-tick.C
 	}
 	signals <- syscall.SIGTERM
 	if code := <-done; code != 0 {

@@ -11,6 +11,7 @@
 //	rationd dev    a single-node cluster with a demo policy, for trying things out
 //	rationd edge   a lease holder that answers Envoy's rate limit service and the
 //	               Check API for other processes (edge.go, package edge)
+//	rationd health exit 0 if the process on --http-addr is ready (health.go)
 //
 // # DESIGN
 //
@@ -82,6 +83,8 @@ Usage:
   rationd dev [flags]   a single-node cluster with a demo policy (rationd dev -h)
   rationd edge [flags]  a lease holder answering Envoy's rate limit service and
                         the Check API for other processes (rationd edge -h)
+  rationd health [flags] exit 0 if the rationd or edge on --http-addr is
+                        ready (GET /readyz): a container healthcheck
   rationd version       print the version, VCS revision and Go version (also
                         rationd --version)
 
@@ -121,6 +124,8 @@ func run(args []string, stdout, stderr io.Writer, signals <-chan os.Signal) int 
 			return runDev(args[1:], stdout, stderr, signals)
 		case "edge":
 			return runEdge(args[1:], stdout, stderr, signals)
+		case "health":
+			return runHealth(args[1:], stdout, stderr)
 		case "help":
 			usage(stdout)
 			return 0
