@@ -12,6 +12,7 @@
 //	rationd edge   a lease holder that answers Envoy's rate limit service and the
 //	               Check API for other processes (edge.go, package edge)
 //	rationd health exit 0 if the process on --http-addr is ready (health.go)
+//	rationd recover  recover a server of a cluster that lost its quorum (recover.go)
 //
 // # DESIGN
 //
@@ -85,6 +86,9 @@ Usage:
                         the Check API for other processes (rationd edge -h)
   rationd health [flags] exit 0 if the rationd or edge on --http-addr is
                         ready (GET /readyz): a container healthcheck
+  rationd recover --id ID --data-dir DIR --peers FILE
+                        recover a stopped server of a cluster that lost its
+                        quorum for good (rationd recover -h)
   rationd version       print the version, VCS revision and Go version (also
                         rationd --version)
 
@@ -126,6 +130,8 @@ func run(args []string, stdout, stderr io.Writer, signals <-chan os.Signal) int 
 			return runEdge(args[1:], stdout, stderr, signals)
 		case "health":
 			return runHealth(args[1:], stdout, stderr)
+		case "recover":
+			return runRecover(args[1:], stdout, stderr)
 		case "help":
 			usage(stdout)
 			return 0
