@@ -164,7 +164,7 @@ jepsen-quick: jepsen-deps ## jepsen-like tests: every nemesis once, fail-open, t
 	$(GO) test -tags jepsen -count=1 -v -timeout 30m ./jepsen-like-tests -run 'TestQuick|TestFailOpen|TestClockBeyondRho|TestNegativeControls|TestCheckWindows|TestCheckCalendar|TestCheckInFlight|TestGrantCheckReleases|TestReadGrants|TestSweep|TestWindows$$|TestWindowNegativeControl$$|TestDailyWindow$$|TestDailyWindowNegativeControl$$|TestConcurrencyQuick$$|TestTenantSpray$$|TestTenantSprayNegativeControl$$'
 
 jepsen: jepsen-deps ## the window and concurrency workloads and their controls (~5 min), quorum recovery with real servers, then a long randomized run: make jepsen SEED=42 DURATION=10m (reports in /tmp/ration-jepsen)
-	$(GO) test -tags jepsen -count=1 -v -timeout 10m ./cmd/rationd -run 'TestRecoverLostQuorum$$'
+	$(GO) test -tags jepsen,ration_faults -count=1 -v -timeout 10m ./cmd/rationd -run 'TestRecoverLostQuorum'
 	SEED=$(SEED) DURATION=$(DURATION) $(GO) test -tags jepsen -count=1 -v -timeout 0 ./jepsen-like-tests -run 'TestWindows$$|TestWindowNegativeControl$$|TestWindowRestore$$|TestWindowRestoreNegativeControl$$|TestWindowDefinitionNegativeControl$$|TestDailyWindow$$|TestDailyWindowNegativeControl$$|TestConcurrency$$|TestConcurrencyNegativeControl$$|TestLong'
 
 jepsen-windows: jepsen-deps ## the leased-window workloads (docs/design.md §8): 3s windows and a Paris day ending mid-run under the nemeses, a snapshot restored after elections and a window definition changed and back, the window-count and calendar checkers and their negative controls (root, ~4 min; SEED=…, WINDOW_NEMESES=all)

@@ -14,6 +14,7 @@ import (
 	"github.com/hashicorp/raft"
 
 	"github.com/ration-dev/ration/coordinator"
+	"github.com/ration-dev/ration/internal/faults"
 )
 
 // "rationd recover" rewrites a stopped server's Raft configuration when
@@ -22,6 +23,7 @@ import (
 
 type recoverOptions struct {
 	id, dataDir, peers string
+	faults             stringList // test builds only
 }
 
 func recoverFlags(o *recoverOptions) *flag.FlagSet {
@@ -29,6 +31,9 @@ func recoverFlags(o *recoverOptions) *flag.FlagSet {
 	fs.StringVar(&o.id, "id", o.id, "this server's `ID` (its --id); it must be a voter in --peers; required")
 	fs.StringVar(&o.dataDir, "data-dir", o.dataDir, "this server's `DIR` (its --data-dir); the server must be stopped; required")
 	fs.StringVar(&o.peers, "peers", o.peers, "JSON `FILE` of the servers the recovered cluster starts with: [{\"id\": ..., \"address\": RAFT-HOST:PORT, \"non_voter\": false}]; required")
+	if faults.Enabled {
+		fs.Var(&o.faults, "fault", fmt.Sprintf("TEST BUILD ONLY: turn on a broken `VARIANT` (repeatable): %v", faults.All))
+	}
 	return withEnvUsage(fs)
 }
 
@@ -135,6 +140,13 @@ func runRecover(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "rationd recover: %v\n\n", env.explain(err))
 		recoverUsage(stderr)
 		return 2
+	}
+	if len(o.faults) > 0 {
+		if err := faults.Set(o.faults...); err != nil {
+			fmt.Fprintf(stderr, "rationd recover: --fault: %v\n", err)
+			return 2
+		}
+		fmt.Fprintf(stderr, "rationd recover: TEST BUILD: running with broken variants %s\n", o.faults.String())
 	}
 	res, err := coordinator.Recover(o.dataDir, o.id, servers, nil)
 	if err != nil {
