@@ -42,6 +42,8 @@ Asks a rationd or rationd edge on this host for GET /readyz (with --live,
 /livez) on its --http-addr, prints the answer, and exits 0 if it is 200,
 1 otherwise: a container healthcheck that needs no shell or curl.
 --http-addr is also read from $RATION_HTTP_ADDR, as the server reads it.
+Plain HTTP only: a server's --http-addr always is; an edge with TLS
+serves its HTTP port over mutual TLS, which this does not speak.
 
 Flags:
 `)
