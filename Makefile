@@ -122,9 +122,14 @@ image: ## build the container image ration:dev (IMAGE_TAG): static rationd and r
 	cp Dockerfile build/docker/
 	docker build -q --build-arg VERSION=$(VERSION) --build-arg REVISION=$(REVISION) -t ration:$(IMAGE_TAG) build/docker
 
-compose-up: image ## start three servers in containers on a private network (deploy/compose.yaml)
+compose-up: image ## start three servers and an edge in containers (deploy/compose.yaml), apply examples/cluster-policies.yaml; ports on 127.0.0.1
 	$(COMPOSE) -f deploy/compose.yaml -p ration up -d
-	@echo "status: docker exec ration_node1_1 /rationctl status --servers 10.231.17.11:7400 (compose v2: ration-node1-1)"
+	@# Wait for the one-shot policy job (it starts once the servers are healthy).
+	@code=$$(docker wait $$($(COMPOSE) -f deploy/compose.yaml -p ration ps -q policies)); \
+	 if [ "$$code" != 0 ]; then $(COMPOSE) -f deploy/compose.yaml -p ration logs policies; exit 1; fi
+	@echo "ration is up. Servers' gRPC on 127.0.0.1:7400-7402, the edge on 127.0.0.1:7500 (gRPC) and 7530 (HTTP):"
+	@echo "  RATION_SERVERS=127.0.0.1:7400,127.0.0.1:7401,127.0.0.1:7402 rationctl status"
+	@echo "  curl -s 127.0.0.1:7530/v1/check -d '{\"items\":[{\"policy\":\"per-tenant\",\"key\":{\"tenant\":\"acme\"}}]}'"
 
 compose-down: ## stop the compose cluster and delete its volumes
 	$(COMPOSE) -f deploy/compose.yaml -p ration down -v
@@ -167,7 +172,8 @@ jepsen-deps: ## install what the jepsen-like tests need (iproute2, iptables) whe
 jepsen-quick: jepsen-deps ## jepsen-like tests: every nemesis once, fail-open, the window and concurrency workloads, the tenants workload (one tenant spraying keys), clocks beyond rho and the negative controls, two runs at once (root, ~7 min)
 	$(GO) test -tags jepsen -count=1 -v -timeout 30m ./jepsen-like-tests -run 'TestQuick|TestFailOpen|TestClockBeyondRho|TestNegativeControls|TestCheckWindows|TestCheckCalendar|TestCheckInFlight|TestGrantCheckReleases|TestReadGrants|TestSweep|TestWindows$$|TestWindowNegativeControl$$|TestDailyWindow$$|TestDailyWindowNegativeControl$$|TestConcurrencyQuick$$|TestTenantSpray$$|TestTenantSprayNegativeControl$$'
 
-jepsen: jepsen-deps ## the window and concurrency workloads and their controls (~5 min), then a long randomized run: make jepsen SEED=42 DURATION=10m (reports in /tmp/ration-jepsen)
+jepsen: jepsen-deps ## the window and concurrency workloads and their controls (~5 min), quorum recovery with real servers, then a long randomized run: make jepsen SEED=42 DURATION=10m (reports in /tmp/ration-jepsen)
+	$(GO) test -tags jepsen,ration_faults -count=1 -v -timeout 10m ./cmd/rationd -run 'TestRecoverLostQuorum'
 	SEED=$(SEED) DURATION=$(DURATION) $(GO) test -tags jepsen -count=1 -v -timeout 0 ./jepsen-like-tests -run 'TestWindows$$|TestWindowNegativeControl$$|TestWindowRestore$$|TestWindowRestoreNegativeControl$$|TestWindowDefinitionNegativeControl$$|TestDailyWindow$$|TestDailyWindowNegativeControl$$|TestConcurrency$$|TestConcurrencyNegativeControl$$|TestLong'
 
 jepsen-windows: jepsen-deps ## the leased-window workloads (docs/design.md §8): 3s windows and a Paris day ending mid-run under the nemeses, a snapshot restored after elections and a window definition changed and back, the window-count and calendar checkers and their negative controls (root, ~4 min; SEED=…, WINDOW_NEMESES=all)

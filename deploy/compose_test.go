@@ -83,7 +83,9 @@ type leases struct {
 }
 
 // TestComposeFailover builds the image (static binaries FROM scratch),
-// starts deploy/compose.yaml's three servers and edge, applies a policy,
+// starts deploy/compose.yaml's three servers and edge, checks the
+// healthchecks, the one-shot job that applies examples/cluster-policies.yaml
+// and the ports published on the host, applies a policy,
 // takes a lease, checks the edge admits through its Check API, kills the
 // leader's container, and checks that a new leader keeps the policy and the
 // lease; then it recreates all three servers' containers at once on new
@@ -138,7 +140,10 @@ func TestComposeFailover(t *testing.T) {
 	// The cluster, on a network of its own.
 	project := fmt.Sprintf("rationtest%d", rand.IntN(1e6))
 	subnet := fmt.Sprintf("10.231.%d", 100+rand.IntN(150))
-	env := []string{"RATION_IMAGE=" + tag, "RATION_SUBNET=" + subnet}
+	// The ports are published on a loopback address of the test's own,
+	// so a cluster of make compose-up on 127.0.0.1 does not collide.
+	publish := fmt.Sprintf("127.0.%d.%d", 1+rand.IntN(250), 1+rand.IntN(250))
+	env := []string{"RATION_IMAGE=" + tag, "RATION_SUBNET=" + subnet, "RATION_PUBLISH_IP=" + publish}
 	base := append(compose[1:], "-f", "compose.yaml", "-p", project)
 	dc := func(args ...string) (string, error) {
 		return run(t, "", env, compose[0], append(append([]string{}, base...), args...)...)
@@ -152,6 +157,7 @@ func TestComposeFailover(t *testing.T) {
 			t.Logf("compose down: %v", err)
 		}
 	})
+	started := time.Now()
 	if _, err := dc("up", "-d"); err != nil {
 		t.Fatal(err)
 	}
@@ -196,6 +202,43 @@ func TestComposeFailover(t *testing.T) {
 		var note string
 		s, note = st(containers["node1"])
 		return s.Leader != "" && s.FailureTolerance == 1, note
+	})
+
+	// The one-shot job applied examples/cluster-policies.yaml once the
+	// healthchecks ("rationd health") passed, and exited 0.
+	policiesJob, err := dc("ps", "-q", "policies")
+	if err != nil || strings.TrimSpace(policiesJob) == "" {
+		t.Fatalf("policies job: %q %v", policiesJob, err)
+	}
+	if code, err := run(t, "", nil, "docker", "wait", strings.TrimSpace(policiesJob)); err != nil || strings.TrimSpace(code) != "0" {
+		logs, _ := run(t, "", nil, "docker", "logs", strings.TrimSpace(policiesJob))
+		t.Fatalf("policies job exit %q %v: %s", strings.TrimSpace(code), err, logs)
+	}
+	for _, n := range []string{"node1", "node2", "node3", "edge"} {
+		waitFor(t, 60*time.Second, n+" healthy", func() (bool, string) {
+			h, err := run(t, "", nil, "docker", "inspect", "-f", "{{.State.Health.Status}}", containers[n])
+			return err == nil && strings.TrimSpace(h) == "healthy", h
+		})
+	}
+	t.Logf("policies applied by the one-shot job and every container healthy %v after up", time.Since(started).Round(time.Millisecond))
+	// From the host, through the published ports: rationctl status
+	// (each server asked at its published address) and the edge's Check
+	// API on a policy of the example file.
+	hostServers := publish + ":7400," + publish + ":7401," + publish + ":7402"
+	if out, err := run(t, "", nil, filepath.Join(ctxDir, "rationctl"), "--servers", hostServers, "status", "--json"); err != nil {
+		t.Fatal(err)
+	} else if err := json.Unmarshal([]byte(out), &s); err != nil || s.FailureTolerance != 1 {
+		t.Fatalf("rationctl status from the host: %v\n%s", err, out)
+	}
+	waitFor(t, 60*time.Second, "the edge admitting from the host", func() (bool, string) {
+		resp, err := http.Post("http://"+publish+":7530/v1/check", "application/json",
+			strings.NewReader(`{"items":[{"policy":"per-tenant","key":{"tenant":"acme"}}]}`))
+		if err != nil {
+			return false, err.Error()
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode == http.StatusOK && strings.Contains(string(body), `"allowed":true`), string(body)
 	})
 
 	policy := "policies:\n  - name: compose\n    algorithm: token-bucket\n    rate: 10\n    burst: 20\n    key: [tenant]\n    lease:\n      duration: 5m\n"

@@ -41,6 +41,11 @@ const (
 	// leaseless keys whose buckets are not full again, which a new key
 	// would refill at once (the grant-time collection's negative control).
 	faultCollectOwing fault = 6
+	// faultRecoveryNoHold: a quorum recovery (PrepareRecovery) keeps the
+	// recovered state as it was, without rule (j)'s hold: budgets the
+	// lost servers granted after this disk's last entry are granted again
+	// (the recovery property's negative control).
+	faultRecoveryNoHold fault = 7
 )
 
 // The numbers above, registered while staying constants, so that the
@@ -53,6 +58,7 @@ var _ = []fault{
 	registerFault(faultRenewSkipsCopy, "faultRenewSkipsCopy"),
 	registerFault(faultKeyQuotaIgnored, "faultKeyQuotaIgnored"),
 	registerFault(faultCollectOwing, "faultCollectOwing"),
+	registerFault(faultRecoveryNoHold, "faultRecoveryNoHold"),
 }
 
 // has reports whether the state runs broken rule f. In a normal build

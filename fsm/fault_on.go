@@ -39,6 +39,8 @@ func stateFault() fault {
 		return faultWindowForgetSpent
 	case faults.Active(faults.KeyQuotaIgnored):
 		return faultKeyQuotaIgnored
+	case faults.Active(faults.RecoveryWithoutHold):
+		return faultRecoveryNoHold
 	}
 	return faultNone
 }

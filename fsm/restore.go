@@ -3,6 +3,7 @@ package fsm
 import (
 	"bytes"
 	"fmt"
+	"io"
 
 	"github.com/ration-dev/ration/internal/policy"
 	"github.com/ration-dev/ration/lease"
@@ -131,6 +132,38 @@ func PrepareRestore(snapshot []byte, base RestoreBase) ([]byte, error) {
 		return nil, err
 	}
 	return out.Bytes(), nil
+}
+
+// PrepareRecovery rewrites snapshot, the state a server recovered from its
+// own disk after the cluster lost its quorum for good (rationd recover:
+// raft.RecoverCluster replays the server's log and persists its state as a
+// snapshot), as PrepareRestore does an operator's snapshot, with the
+// recovered state as its own base: rule (j) of docs/design.md §3.5
+// applies to a recovery as to a restore. The recovered disk may be stale:
+// the lost servers may have committed grants this one never applied, and
+// their holders admit until the grants' deadlines. So every budget is
+// held for the longest lease duration plus the margin from the recovered
+// cluster time, which the recovered cluster's first leader continues from
+// (cluster time never jumps: coordinator/leader.go), so the hold lasts at
+// least that long in real time after the recovery, longer than any lost
+// grant can live after the quorum was lost; and lease IDs start a new
+// generation, so a renewal or release of a lost lease cannot touch a new
+// one.
+func PrepareRecovery(snapshot []byte) ([]byte, error) {
+	return prepareRecovery(snapshot, stateFault())
+}
+
+func prepareRecovery(snapshot []byte, broken fault) ([]byte, error) {
+	f := New(nil)
+	if err := f.Restore(io.NopCloser(bytes.NewReader(snapshot))); err != nil {
+		return nil, err
+	}
+	base := f.RestoreBase()
+	base.fault = broken
+	if base.has(faultRecoveryNoHold) {
+		return snapshot, nil
+	}
+	return PrepareRestore(snapshot, base)
 }
 
 // firstLeaseID is where a ledger's lease IDs start in this generation.

@@ -57,8 +57,11 @@ type clusterHealth struct {
 
 // askAll gets every server's own Status: the answering server's is first
 // (already in hand, over conn), the others over their gRPC addresses, in
-// parallel.
-func askAll(ctx context.Context, first *api.StatusResponse) map[string]*api.StatusResponse {
+// parallel. A server its advertised address does not reach from here
+// (a container's service name, seen from the host) is then looked for
+// among also, the addresses rationctl was given (--servers): an answer
+// there counts if the server answering is the one missing.
+func askAll(ctx context.Context, first *api.StatusResponse, also []string) map[string]*api.StatusResponse {
 	out := map[string]*api.StatusResponse{first.GetAnsweredBy(): first}
 	var mu sync.Mutex
 	var wg sync.WaitGroup
@@ -84,6 +87,38 @@ func askAll(ctx context.Context, first *api.StatusResponse) map[string]*api.Stat
 			out[id] = r
 			mu.Unlock()
 		}(s.GetId(), s.GetGrpcAddress())
+	}
+	wg.Wait()
+	missing := map[string]bool{}
+	for _, s := range first.GetServers() {
+		if out[s.GetId()] == nil {
+			missing[s.GetId()] = true
+		}
+	}
+	if len(missing) == 0 {
+		return out
+	}
+	for _, addr := range also {
+		wg.Add(1)
+		go func(addr string) {
+			defer wg.Done()
+			conn, err := dialServer(addr)
+			if err != nil {
+				return
+			}
+			defer conn.Close()
+			cctx, cancel := context.WithTimeout(ctx, perServerTimeout)
+			defer cancel()
+			r, err := api.NewAdminClient(conn).Status(cctx, &api.StatusRequest{})
+			if err != nil || !missing[r.GetAnsweredBy()] {
+				return
+			}
+			mu.Lock()
+			if out[r.GetAnsweredBy()] == nil {
+				out[r.GetAnsweredBy()] = r
+			}
+			mu.Unlock()
+		}(addr)
 	}
 	wg.Wait()
 	return out

@@ -192,3 +192,36 @@ func TestLeaderTransferIfLeader(t *testing.T) {
 		t.Errorf("%s still leads after the transfer", now.ID())
 	}
 }
+
+// TestStatusAsksServersFlag: a server whose advertised gRPC address does
+// not reach it from here (node2 of the canned cluster, at 127.0.0.1:7401
+// which nothing serves) still answers status when --servers names an
+// address where it does (a compose service published on the host).
+func TestStatusAsksServersFlag(t *testing.T) {
+	node1 := serve(t, cannedCluster())
+	node2 := serve(t, cannedNode2())
+	answered := func(servers string) bool {
+		t.Helper()
+		var stdout, stderr bytes.Buffer
+		if code := run([]string{"--servers", servers, "status", "--json"}, &stdout, &stderr); code != 0 {
+			t.Fatalf("exit %d: %s", code, stderr.String())
+		}
+		var st statusJSON
+		if err := json.Unmarshal(stdout.Bytes(), &st); err != nil {
+			t.Fatalf("%v\n%s", err, stdout.String())
+		}
+		for _, s := range st.Servers {
+			if s.ID == "node2" {
+				return s.Answered
+			}
+		}
+		t.Fatalf("no node2 in %s", stdout.String())
+		return false
+	}
+	if answered(node1) {
+		t.Fatal("node2 answered with nothing serving its advertised address")
+	}
+	if !answered(node1 + "," + node2) {
+		t.Error("node2 did not answer at its --servers address")
+	}
+}

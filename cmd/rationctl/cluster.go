@@ -22,8 +22,9 @@ contact with the leader, last log index, version (as the server reports
 it: a cluster half way through an upgrade shows its mix) and autopilot
 health.
 
-Every server is asked for its own figures (from here: a server rationctl
-cannot reach is unhealthy). A server is healthy, as Consul's autopilot
+Every server is asked for its own figures at its advertised gRPC address,
+or else at one of --servers (from here: a server rationctl cannot reach
+is unhealthy). A server is healthy, as Consul's autopilot
 judges it, when it answers, is alive in gossip, follows the same leader in
 the same term, heard from the leader within --max-last-contact and its log
 is within --max-trailing-logs entries of the leader's. The failure tolerance
@@ -49,7 +50,8 @@ never or unknown), "last_log_index", "version", "revision",
 		if err != nil {
 			return err
 		}
-		h := judge(r, askAll(ctx, r), o.maxLastContact, o.maxTrailingLogs)
+		servers, _ := o.serverList() // resolved already by o.admin()
+		h := judge(r, askAll(ctx, r, servers), o.maxLastContact, o.maxTrailingLogs)
 		return writeStatus(o.stdout, r, h, o.json)
 	},
 }

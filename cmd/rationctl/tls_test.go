@@ -92,7 +92,10 @@ func TestTLSClusterBinaries(t *testing.T) {
 	}
 	rationd, rationctl := buildBinaries(t)
 	ca := testtls.NewCA(t, "ca")
-	procs, nodes, tlsArgs := startTLSCluster(t, rationd, rationctl, ca, nil)
+	// SIGHUP only, so that the reload subtest sees the new certificate
+	// come from the signal (cmd/rationd's TestTLSFilesReloaded covers
+	// the files being watched).
+	procs, nodes, tlsArgs := startTLSCluster(t, rationd, rationctl, ca, func(int) []string { return []string{"--tls-reload-interval", "0"} })
 	servers := tlsArgs[:2]
 
 	refused := func(t *testing.T, want string, args ...string) {

@@ -81,7 +81,7 @@ func runVersion(ctx context.Context, o *invocation) error {
 	if err != nil {
 		return err
 	}
-	answers := askAll(ctx, first)
+	answers := askAll(ctx, first, servers)
 	list := []serverVersionJSON{}
 	for _, s := range first.GetServers() {
 		sv := serverVersionJSON{ID: s.GetId(), GRPCAddress: s.GetGrpcAddress()}

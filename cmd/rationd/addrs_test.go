@@ -21,7 +21,7 @@ import (
 func TestAdvertiseFlagsToConfig(t *testing.T) {
 	o := defaultOptions()
 	fs := serverFlags("rationd", &o)
-	err := parseArgs(fs, []string{
+	_, err := parseArgs(fs, []string{
 		"--id", "n1", "--data-dir", "/d", "--raft-addr", "0.0.0.0:7410", "--grpc-addr", "0.0.0.0:7400", "--gossip-addr", "0.0.0.0:7420",
 		"--advertise-raft-addr", "rationd-0.rationd:7410", "--advertise-grpc-addr", "rationd-0.rationd:7400",
 		"--advertise-gossip-addr", "10.0.0.1:7420", "--join", "rationd-1.rationd:7420,rationd-2.rationd:7420",

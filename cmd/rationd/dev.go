@@ -76,12 +76,12 @@ func devFlags(o *options, checkAddr *string) *flag.FlagSet {
 	fs := flag.NewFlagSet("rationd dev", flag.ContinueOnError)
 	all.VisitAll(func(f *flag.Flag) {
 		if f.Name != "join" && f.Name != "bootstrap-expect" {
-			fs.Var(f.Value, f.Name, strings.TrimSuffix(f.Usage, "; required"))
+			fs.Var(f.Value, f.Name, strings.Replace(f.Usage, "; required", "", 1))
 		}
 	})
-	fs.Lookup("data-dir").Usage = "`DIR` for the server's state (default: a temporary directory, removed on exit)"
+	fs.Lookup("data-dir").Usage = "`DIR` for the server's state (default: a temporary directory, removed on exit)\n$" + envName("data-dir")
 	*checkAddr = devCheckAddr
-	fs.StringVar(checkAddr, "check-addr", *checkAddr, "`HOST:PORT` for the Check API over HTTP (POST /v1/check, /livez, /readyz; docs/envoy.md); \"\" for none")
+	fs.StringVar(checkAddr, "check-addr", *checkAddr, "`HOST:PORT` for the Check API over HTTP (POST /v1/check, /livez, /readyz; docs/envoy.md); \"\" for none\n$"+envName("check-addr"))
 	return fs
 }
 
@@ -90,7 +90,8 @@ func runDev(args []string, stdout, stderr io.Writer, signals <-chan os.Signal) i
 	o := devOptions()
 	var checkAddr string
 	fs := devFlags(&o, &checkAddr)
-	err := parseArgs(fs, args)
+	env, err := parseArgs(fs, args)
+	o.fromEnv = env
 	if errors.Is(err, flag.ErrHelp) {
 		devUsage(stdout)
 		return 0

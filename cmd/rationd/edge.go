@@ -59,7 +59,7 @@ func edgeFlags(o *edgeOptions) *flag.FlagSet {
 	fs.StringVar(&o.logFormat, "log-format", o.logFormat, "text or json")
 	tlsFlags(fs, &o.security)
 	edgeTokenFlag(fs, &o.security)
-	return fs
+	return withEnvUsage(fs)
 }
 
 func edgeUsage(w io.Writer) {
@@ -76,7 +76,9 @@ configuration needs with 'rationctl policy import --envoy FILE' and apply
 them with 'rationctl policy apply'. Every edge needs its own --client-id
 (the default, from the host name and --grpc-addr, is unique per host and
 port). The --envoy-config files are reloaded on SIGHUP and when they change.
-See docs/envoy.md.
+See docs/envoy.md. Every flag can also be set by the environment variable
+shown under it (RATION_SERVERS, RATION_GRPC_ADDR, ...); a flag on the
+command line wins over its variable.
 
 Flags:
 `)
@@ -88,7 +90,7 @@ Flags:
 
 func defaultEdgeOptions() edgeOptions {
 	return edgeOptions{logLevel: "info", logFormat: "text", firstLeaseWait: 50 * time.Millisecond, pressureKeys: edge.DefaultPressureKeys, reloadEvery: 10 * time.Second,
-		security: securityOptions{clusterName: "ration"}}
+		security: securityOptions{clusterName: "ration", reloadEvery: defaultTLSReload}}
 }
 
 // defaultClientID is the stable name an edge gets without --client-id:
@@ -105,7 +107,7 @@ func defaultClientID(grpcAddr string) string {
 func runEdge(args []string, stdout, stderr io.Writer, signals <-chan os.Signal) int {
 	o := defaultEdgeOptions()
 	fs := edgeFlags(&o)
-	err := parseArgs(fs, args)
+	env, err := parseArgs(fs, args)
 	if errors.Is(err, flag.ErrHelp) {
 		edgeUsage(stdout)
 		return 0
@@ -125,12 +127,12 @@ func runEdge(args []string, stdout, stderr io.Writer, signals <-chan os.Signal) 
 		}
 	}
 	if err != nil {
-		fmt.Fprintf(stderr, "rationd edge: %v\n\n", err)
+		fmt.Fprintf(stderr, "rationd edge: %v\n\n", env.explain(err))
 		edgeUsage(stderr)
 		return 2
 	}
 	fail := func(code int, err error) int {
-		for _, line := range strings.Split(err.Error(), "\n") {
+		for _, line := range strings.Split(env.explain(err).Error(), "\n") {
 			fmt.Fprintf(stderr, "rationd edge: %s\n", line)
 		}
 		return code

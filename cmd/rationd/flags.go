@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"math"
 	"net"
+	"os"
 	"strings"
 	"time"
 
@@ -40,6 +41,9 @@ type options struct {
 	// the clock control file (internal/faults).
 	faults       stringList
 	clockControl string
+
+	// fromEnv: the flags RATION_* variables set (env.go), named in errors.
+	fromEnv envSet
 }
 
 // stringList is a repeatable, comma-separated string flag.
@@ -111,11 +115,11 @@ func serverFlags(name string, o *options) *flag.FlagSet {
 		fs.StringVar(&o.clockControl, "clock-control", o.clockControl,
 			"TEST BUILD ONLY: poll `FILE` for clock faults (rate_ppm=N, wall_offset_ns=N)")
 	}
-	return fs
+	return withEnvUsage(fs)
 }
 
 func defaultOptions() options {
-	return options{logLevel: "info", logFormat: "text", security: securityOptions{clusterName: "ration"}, limits: defaultLeaseLimits()}
+	return options{logLevel: "info", logFormat: "text", security: securityOptions{clusterName: "ration", reloadEvery: defaultTLSReload}, limits: defaultLeaseLimits()}
 }
 
 // usageError is a command-line mistake: the caller prints it with the usage
@@ -128,21 +132,23 @@ func usageErrorf(format string, a ...any) error {
 	return &usageError{msg: fmt.Sprintf(format, a...)}
 }
 
-// parseArgs parses the flags of fs into o. -h is flag.ErrHelp; every other
-// problem is a *usageError.
-func parseArgs(fs *flag.FlagSet, args []string) error {
+// parseArgs parses the flags of fs from args, then sets the flags args left
+// unset from their RATION_* environment variables (env.go). It returns the
+// flags the environment set. -h is flag.ErrHelp; every other problem is a
+// *usageError.
+func parseArgs(fs *flag.FlagSet, args []string) (envSet, error) {
 	fs.SetOutput(io.Discard) // reported by the caller, with the prefix
 	fs.Usage = func() {}
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
-			return err
+			return nil, err
 		}
-		return usageErrorf("%v", err)
+		return nil, usageErrorf("%v", err)
 	}
 	if fs.NArg() > 0 {
-		return usageErrorf("unexpected argument %q; every setting is a flag", fs.Arg(0))
+		return nil, usageErrorf("unexpected argument %q; every setting is a flag", fs.Arg(0))
 	}
-	return nil
+	return fromEnv(fs, os.LookupEnv)
 }
 
 // logger builds the one slog.Logger the server logs through, on w.

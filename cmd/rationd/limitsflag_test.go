@@ -12,7 +12,7 @@ func TestLeaseLimitFlags(t *testing.T) {
 		t.Helper()
 		o := defaultOptions()
 		base := []string{"--id", "n1", "--data-dir", t.TempDir(), "--raft-addr", "127.0.0.1:7410", "--grpc-addr", "127.0.0.1:7400", "--gossip-addr", "127.0.0.1:7420"}
-		if err := parseArgs(serverFlags("rationd", &o), append(base, args...)); err != nil {
+		if _, err := parseArgs(serverFlags("rationd", &o), append(base, args...)); err != nil {
 			t.Fatal(err)
 		}
 		return o

@@ -11,15 +11,20 @@
 //	rationd dev    a single-node cluster with a demo policy, for trying things out
 //	rationd edge   a lease holder that answers Envoy's rate limit service and the
 //	               Check API for other processes (edge.go, package edge)
+//	rationd health exit 0 if the process on --http-addr is ready (health.go)
+//	rationd recover  recover a server of a cluster that lost its quorum (recover.go)
 //
 // # DESIGN
 //
 // This package is flags and signals only: it turns the command line into a
 // coordinator.Config (production timing from coordinator.DefaultConfig),
 // starts coordinator.New, and on SIGINT or SIGTERM calls Server.Shutdown,
-// which hands leadership over first when this server leads. A second signal
-// during shutdown exits at once. With TLS, SIGHUP reloads the certificate
-// files (tls.go; docs/security.md). Everything else lives in coordinator.
+// which hands leadership over first when this server leads. Every flag of
+// rationd, rationd dev and rationd edge is also read from a RATION_*
+// environment variable (env.go). A second signal
+// during shutdown exits at once. With TLS, the certificate files are
+// reloaded when they change and on SIGHUP (tls.go; docs/security.md).
+// Everything else lives in coordinator.
 //
 // Exit status: 0 after a clean shutdown; 1 when the server cannot start
 // (port in use, unusable data dir) or does not shut down cleanly; 2 on a
@@ -80,6 +85,11 @@ Usage:
   rationd dev [flags]   a single-node cluster with a demo policy (rationd dev -h)
   rationd edge [flags]  a lease holder answering Envoy's rate limit service and
                         the Check API for other processes (rationd edge -h)
+  rationd health [flags] exit 0 if the rationd or edge on --http-addr is
+                        ready (GET /readyz): a container healthcheck
+  rationd recover --id ID --data-dir DIR --peers FILE
+                        recover a stopped server of a cluster that lost its
+                        quorum for good (rationd recover -h)
   rationd version       print the version, VCS revision and Go version (also
                         rationd --version)
 
@@ -90,6 +100,11 @@ all three have met. A server joining an existing cluster leaves
 --advertise-* flags what other servers reach it at (default: the same;
 HOST may be a DNS name), needed with 0.0.0.0 (docs/operations.md).
 
+Every flag can also be set by the environment variable shown under it:
+RATION_ and the flag's name in upper case, dashes as underscores
+(RATION_DATA_DIR=/var/lib/ration). A flag on the command line wins over
+its variable; an empty variable counts as unset.
+
 Flags:
 `)
 	o := defaultOptions()
@@ -98,8 +113,9 @@ Flags:
 	fs.PrintDefaults()
 	fmt.Fprint(w, `
 SIGINT or SIGTERM shuts the server down gracefully (a leader first hands
-leadership to another server). With TLS, SIGHUP reloads the certificate and
-CA files (docs/security.md). Exit status: 0 after a clean shutdown, 1 if
+leadership to another server). With TLS, the certificate, key and CA files
+are reloaded when they change (--tls-reload-interval) and on SIGHUP
+(docs/security.md). Exit status: 0 after a clean shutdown, 1 if
 the server cannot start or stop cleanly, 2 on a usage or configuration error.
 `)
 }
@@ -107,29 +123,33 @@ the server cannot start or stop cleanly, 2 on a usage or configuration error.
 // run is main without the process: it returns the exit code. signals
 // delivers the shutdown requests.
 func run(args []string, stdout, stderr io.Writer, signals <-chan os.Signal) int {
-	if len(args) == 0 {
-		fmt.Fprintln(stderr, "rationd: --id, --data-dir, --raft-addr, --grpc-addr and --gossip-addr are required (or run 'rationd dev')")
-		fmt.Fprintln(stderr)
-		usage(stderr)
-		return 2
-	}
-	switch args[0] {
-	case "dev":
-		return runDev(args[1:], stdout, stderr, signals)
-	case "edge":
-		return runEdge(args[1:], stdout, stderr, signals)
-	case "help":
-		usage(stdout)
-		return 0
-	case "version", "--version", "-version":
-		fmt.Fprintf(stdout, "rationd %s\n", version.Get())
-		return 0
+	if len(args) > 0 {
+		switch args[0] {
+		case "dev":
+			return runDev(args[1:], stdout, stderr, signals)
+		case "edge":
+			return runEdge(args[1:], stdout, stderr, signals)
+		case "health":
+			return runHealth(args[1:], stdout, stderr)
+		case "recover":
+			return runRecover(args[1:], stdout, stderr)
+		case "help":
+			usage(stdout)
+			return 0
+		case "version", "--version", "-version":
+			fmt.Fprintf(stdout, "rationd %s\n", version.Get())
+			return 0
+		}
 	}
 	o := defaultOptions()
 	fs := serverFlags("rationd", &o)
-	err := parseArgs(fs, args)
+	env, err := parseArgs(fs, args)
+	o.fromEnv = env
 	if err == nil {
 		err = o.requireAll()
+		if err != nil && len(args) == 0 && len(env) == 0 {
+			err = usageErrorf("%v (or run 'rationd dev')", err)
+		}
 	}
 	if errors.Is(err, flag.ErrHelp) {
 		usage(stdout)
@@ -168,7 +188,7 @@ func (o options) requireAll() error {
 // nil, runs once the server is listening.
 func serve(prog string, o options, policies *policy.File, stderr io.Writer, signals <-chan os.Signal, ready func(*coordinator.Server)) int {
 	fail := func(code int, err error) int {
-		for _, line := range strings.Split(err.Error(), "\n") {
+		for _, line := range strings.Split(o.fromEnv.explain(err).Error(), "\n") {
 			fmt.Fprintf(stderr, "%s: %s\n", prog, line)
 		}
 		return code
@@ -193,7 +213,7 @@ func serve(prog string, o options, policies *policy.File, stderr io.Writer, sign
 	warnPlainHTTP(logger, cfg, o.observe.httpAddr)
 	stopReload := make(chan struct{})
 	defer close(stopReload)
-	reloadOnHUP(cfg.TLS, logger, stopReload)
+	watchTLS(cfg.TLS, o.security.reloadEvery, logger, stopReload)
 	if err := faults.Set(o.faults...); err != nil {
 		return fail(2, fmt.Errorf("--fault: %w", err))
 	}

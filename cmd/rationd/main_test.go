@@ -27,7 +27,7 @@ import (
 func TestFlagsToConfig(t *testing.T) {
 	o := defaultOptions()
 	fs := serverFlags("rationd", &o)
-	err := parseArgs(fs, []string{
+	_, err := parseArgs(fs, []string{
 		"--id", "n1", "--data-dir", "/var/lib/ration", "--raft-addr", "10.0.0.1:7410",
 		"--grpc-addr", "10.0.0.1:7400", "--gossip-addr", "10.0.0.1:7420",
 		"--join", "10.0.0.2:7420,10.0.0.3:7420", "--join", "10.0.0.4:7420",

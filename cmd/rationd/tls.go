@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
 
 	"github.com/ration-dev/ration/coordinator"
 	"github.com/ration-dev/ration/internal/acl"
@@ -23,7 +24,12 @@ type securityOptions struct {
 	gossipKeyFile        string
 	aclEnabled           bool   // rationd
 	tokenFile            string // rationd edge
+	// reloadEvery: how often the TLS files are checked for changes.
+	reloadEvery time.Duration
 }
+
+// defaultTLSReload is --tls-reload-interval's default.
+const defaultTLSReload = 5 * time.Second
 
 // aclFlag is rationd's --acl-enabled.
 func aclFlag(fs *flag.FlagSet, o *securityOptions) {
@@ -31,21 +37,15 @@ func aclFlag(fs *flag.FlagSet, o *securityOptions) {
 		"require an ACL token on every call but the one-time bootstrap and health checks (rationctl acl bootstrap; docs/security.md). Set it on every server")
 }
 
-// tokenFileEnv is rationd edge's token file when --token-file is not given.
-const tokenFileEnv = "RATION_TOKEN_FILE"
-
 // edgeTokenFlag is rationd edge's --token-file.
 func edgeTokenFlag(fs *flag.FlagSet, o *securityOptions) {
 	fs.StringVar(&o.tokenFile, "token-file", o.tokenFile,
-		"`FILE` holding the ACL token the edge sends the cluster: a client token bound to the policies it serves and its --client-id (default $"+tokenFileEnv+", else $RATION_TOKEN)")
+		"`FILE` holding the ACL token the edge sends the cluster: a client token bound to the policies it serves and its --client-id (without it: the token itself from $RATION_TOKEN, if set)")
 }
 
 // edgeToken reads the edge's ACL token ("" if none is given).
 func (o securityOptions) edgeToken() (string, error) {
-	file := o.tokenFile
-	if file == "" {
-		file = os.Getenv(tokenFileEnv)
-	}
+	file := o.tokenFile // or $RATION_TOKEN_FILE, like every flag
 	tok := ""
 	if file == "" {
 		tok = os.Getenv("RATION_TOKEN")
@@ -59,8 +59,10 @@ func (o securityOptions) edgeToken() (string, error) {
 
 func tlsFlags(fs *flag.FlagSet, o *securityOptions) {
 	fs.StringVar(&o.tls.CA, "tls-ca-file", o.tls.CA, "PEM `FILE` of the CA(s) that sign servers' and clients' certificates; with --tls-cert-file and --tls-key-file turns on mutual TLS on every port (plaintext refused)")
-	fs.StringVar(&o.tls.Cert, "tls-cert-file", o.tls.Cert, "PEM `FILE` of this process's certificate (reloaded on SIGHUP)")
-	fs.StringVar(&o.tls.Key, "tls-key-file", o.tls.Key, "PEM `FILE` of its private key (reloaded on SIGHUP)")
+	fs.StringVar(&o.tls.Cert, "tls-cert-file", o.tls.Cert, "PEM `FILE` of this process's certificate (reloaded when it changes, and on SIGHUP)")
+	fs.StringVar(&o.tls.Key, "tls-key-file", o.tls.Key, "PEM `FILE` of its private key (reloaded when it changes, and on SIGHUP)")
+	fs.DurationVar(&o.reloadEvery, "tls-reload-interval", o.reloadEvery,
+		"how often to check the --tls-* files for changes and reload them (`D`; 0: on SIGHUP only)")
 	fs.BoolVar(&o.verifyServerHostname, "tls-verify-server-hostname", o.verifyServerHostname,
 		"servers must present a certificate naming server.<cluster-name>.ration (checked on Raft, forwarding and by rationd edge); a client certificate cannot pose as a server")
 	fs.StringVar(&o.clusterName, "cluster-name", o.clusterName, "cluster `NAME` in the servers' certificate name server.NAME.ration")
@@ -73,6 +75,9 @@ func gossipKeyFlag(fs *flag.FlagSet, o *securityOptions) {
 
 // loadTLS loads the TLS files if any is set (nil, nil if none).
 func (o securityOptions) loadTLS() (*tlsutil.Store, error) {
+	if o.reloadEvery < 0 {
+		return nil, usageErrorf("--tls-reload-interval must not be negative")
+	}
 	if !o.tls.Any() {
 		if o.verifyServerHostname {
 			return nil, usageErrorf("--tls-verify-server-hostname needs --tls-ca-file, --tls-cert-file and --tls-key-file")
@@ -106,12 +111,26 @@ func (o securityOptions) apply(cfg *coordinator.Config) error {
 	return nil
 }
 
-// reloadOnHUP reloads store on SIGHUP until stop closes; a failed reload
-// keeps the running certificate and says why.
-func reloadOnHUP(store *tlsutil.Store, logger *slog.Logger, stop <-chan struct{}) {
+// watchTLS reloads store on SIGHUP and, every interval (0: never), when
+// its files' contents change, until stop closes (nil: never). A set of
+// files that does not load keeps the running certificate and says why;
+// established connections keep the certificate they were made with.
+func watchTLS(store *tlsutil.Store, interval time.Duration, logger *slog.Logger, stop <-chan struct{}) {
 	if store == nil {
 		return
 	}
+	report := func(why string, err error) {
+		if err != nil {
+			logger.Error("TLS reload failed; keeping the current certificate", "why", why, "err", err)
+			return
+		}
+		attrs := []any{"why", why}
+		if leaf := store.Leaf(); leaf != nil {
+			attrs = append(attrs, "subject", leaf.Subject.CommonName, "serial", leaf.SerialNumber.String(), "not_after", leaf.NotAfter.UTC())
+		}
+		logger.Info("TLS certificate reloaded", attrs...)
+	}
+	go store.Watch(interval, stop, func(err error) { report("files changed", err) })
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	go func() {
@@ -121,13 +140,7 @@ func reloadOnHUP(store *tlsutil.Store, logger *slog.Logger, stop <-chan struct{}
 			case <-stop:
 				return
 			case <-hup:
-				if err := store.Reload(); err != nil {
-					logger.Error("TLS reload failed; keeping the current certificate", "err", err)
-					continue
-				}
-				leaf := store.Leaf()
-				logger.Info("TLS certificate reloaded", "subject", leaf.Subject.CommonName, "serial", leaf.SerialNumber.String(),
-					"not_after", leaf.NotAfter.UTC())
+				report("SIGHUP", store.Reload())
 			}
 		}
 	}()
@@ -168,8 +181,11 @@ func loopback(addr string) bool {
 // checked with --tls-verify-server-hostname) and, when it has a
 // certificate, the config of its own listeners (mutual TLS: Envoy and
 // other callers present certificates from the same CA). nil, nil without
-// TLS flags. The certificate is reloaded on SIGHUP.
+// TLS flags. The files are reloaded when they change and on SIGHUP.
 func (o securityOptions) edgeTLS(logger *slog.Logger) (dial, listen *tls.Config, err error) {
+	if o.reloadEvery < 0 {
+		return nil, nil, usageErrorf("--tls-reload-interval must not be negative")
+	}
 	if !o.tls.Any() {
 		if o.verifyServerHostname {
 			return nil, nil, usageErrorf("--tls-verify-server-hostname needs --tls-ca-file")
@@ -188,7 +204,7 @@ func (o securityOptions) edgeTLS(logger *slog.Logger) (dial, listen *tls.Config,
 	if store.Leaf() != nil {
 		listen = store.ServerConfig("")
 	}
-	reloadOnHUP(store, logger, nil)
+	watchTLS(store, o.reloadEvery, logger, nil)
 	return dial, listen, nil
 }
 

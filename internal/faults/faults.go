@@ -115,10 +115,16 @@ const (
 	// starts the month afresh: the real-cluster control
 	// TestWindowDefinitionRoundTripNegativeControl.
 	WindowForgetSpent Fault = "window-forget-spent"
+	// RecoveryWithoutHold: rationd recover (a quorum recovery) keeps the
+	// recovered state as it was, without holding every budget for a lease
+	// duration (rule j of docs/design.md §3.5), so budgets the lost
+	// servers granted after the recovered disk's last entry are granted
+	// again: the recovery's negative control (fsm.PrepareRecovery).
+	RecoveryWithoutHold Fault = "recovery-without-hold"
 )
 
 // All lists every fault, for flag help and validation.
-var All = []Fault{AckBeforeCommit, StartFullNoDebit, TimeFromReceipt, ForgetRetired, ClockResumeOwnReading, CreditAtReduction, ForgetReplaced, IgnoreKeyAttributes, ReportDouble, AdmitBeforeLease, WindowDeadReturns, SlotForgetLowered, WindowZoneUTC, SlotAckAtOnce, SlotInstallExtendsOld, SnapshotSaveHere, KeyQuotaIgnored, WindowRestoreClockBack, WindowForgetSpent}
+var All = []Fault{AckBeforeCommit, StartFullNoDebit, TimeFromReceipt, ForgetRetired, ClockResumeOwnReading, CreditAtReduction, ForgetReplaced, IgnoreKeyAttributes, ReportDouble, AdmitBeforeLease, WindowDeadReturns, SlotForgetLowered, WindowZoneUTC, SlotAckAtOnce, SlotInstallExtendsOld, SnapshotSaveHere, KeyQuotaIgnored, WindowRestoreClockBack, WindowForgetSpent, RecoveryWithoutHold}
 
 func parse(name string) (Fault, error) {
 	for _, f := range All {

@@ -128,3 +128,79 @@ func CopyFile(t testing.TB, src, dst string) {
 		t.Fatal(err)
 	}
 }
+
+// SecretDir is a directory laid out the way the kubelet writes a mounted
+// Secret (and cert-manager's certificates reach a pod): each file NAME is
+// a symlink to ..data/NAME, ..data a symlink to a directory of this
+// version's files, and an update writes a new version's directory and
+// swaps ..data to it by a rename, so every file changes at once.
+type SecretDir struct {
+	t   testing.TB
+	Dir string
+	n   int
+}
+
+// NewSecretDir makes an empty SecretDir in a fresh temp directory.
+func NewSecretDir(t testing.TB) *SecretDir {
+	return &SecretDir{t: t, Dir: t.TempDir()}
+}
+
+// Path is the path a program is given for the file name.
+func (d *SecretDir) Path(name string) string { return filepath.Join(d.Dir, name) }
+
+// Write makes files (name -> contents) the directory's new version.
+func (d *SecretDir) Write(files map[string][]byte) {
+	t := d.t
+	t.Helper()
+	d.n++
+	version := fmt.Sprintf("..v%d", d.n)
+	if err := os.Mkdir(filepath.Join(d.Dir, version), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for name, b := range files {
+		writeFile(t, filepath.Join(d.Dir, version, name), b)
+	}
+	old, _ := os.Readlink(filepath.Join(d.Dir, "..data"))
+	tmp := filepath.Join(d.Dir, "..data_tmp")
+	if err := os.Symlink(version, tmp); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, filepath.Join(d.Dir, "..data")); err != nil {
+		t.Fatal(err)
+	}
+	for name := range files {
+		if _, err := os.Lstat(d.Path(name)); os.IsNotExist(err) {
+			if err := os.Symlink(filepath.Join("..data", name), d.Path(name)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if old != "" {
+		if err := os.RemoveAll(filepath.Join(d.Dir, old)); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// PEM returns the contents of the certificate's and key's files.
+func (c Cert) PEM(t testing.TB) (cert, key []byte) {
+	t.Helper()
+	cert, err := os.ReadFile(c.CertFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if key, err = os.ReadFile(c.KeyFile); err != nil {
+		t.Fatal(err)
+	}
+	return cert, key
+}
+
+// PEM returns the contents of the CA's certificate file.
+func (ca *CA) PEM() []byte {
+	ca.t.Helper()
+	b, err := os.ReadFile(ca.File)
+	if err != nil {
+		ca.t.Fatal(err)
+	}
+	return b
+}

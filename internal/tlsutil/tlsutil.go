@@ -4,8 +4,8 @@
 //
 // A Store holds the material behind an atomic pointer: Reload reads the
 // files again and swaps certificate and CA pool together, so connections
-// made after a reload (SIGHUP in rationd) use the new ones and established
-// connections are untouched. Every config the Store builds reads the
+// made after a reload (SIGHUP in rationd, or Watch seeing the files
+// change) use the new ones and established connections are untouched. Every config the Store builds reads the
 // current material per handshake (GetCertificate, GetClientCertificate, and
 // verification against the current pool in VerifyConnection), never a copy
 // taken when the config was built.
@@ -19,8 +19,10 @@
 package tlsutil
 
 import (
+	"crypto/sha256"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/binary"
 	"encoding/pem"
 	"errors"
 	"fmt"
@@ -63,6 +65,7 @@ type material struct {
 	leaf   *x509.Certificate
 	pool   *x509.CertPool
 	loaded time.Time
+	digest [sha256.Size]byte // of the file contents this was built from
 }
 
 // Store is the current TLS material of one process.
@@ -79,7 +82,11 @@ type Store struct {
 // Errors name the flag-like field and the file.
 func Load(f Files, needCert bool) (*Store, error) {
 	s := &Store{files: f, now: time.Now}
-	m, err := s.load(needCert)
+	c, err := s.read()
+	if err != nil {
+		return nil, err
+	}
+	m, err := s.parse(c, needCert)
 	if err != nil {
 		return nil, err
 	}
@@ -90,12 +97,61 @@ func Load(f Files, needCert bool) (*Store, error) {
 // Reload reads the files again; on success the new certificate and pool
 // serve every handshake from now on, on failure the old ones stay.
 func (s *Store) Reload() error {
-	m, err := s.load(s.cur.Load().cert != nil)
+	c, err := s.read()
+	if err != nil {
+		return err
+	}
+	m, err := s.parse(c, s.cur.Load().cert != nil)
 	if err != nil {
 		return err
 	}
 	s.cur.Store(m)
 	return nil
+}
+
+// Watch checks the files every interval until stop closes, and reloads
+// them when their contents differ from those of the current material (and
+// from those last tried). It reads the files whole each time (they are a
+// few kilobytes) and builds the material from exactly the bytes it read,
+// so it follows in-place rewrites, renames over the files and Kubernetes'
+// swap of a "..data" symlink alike, whatever their times and sizes say.
+// A set that does not load (a certificate written before its key) keeps
+// the current material and is tried again once the contents change.
+// report, if not nil, is called after each attempt: nil on success.
+func (s *Store) Watch(interval time.Duration, stop <-chan struct{}, report func(error)) {
+	if interval <= 0 {
+		return
+	}
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	var tried [sha256.Size]byte
+	for {
+		select {
+		case <-stop:
+			return
+		case <-t.C:
+		}
+		c, err := s.read()
+		var d [sha256.Size]byte
+		if err != nil {
+			d = sha256.Sum256([]byte("unreadable: " + err.Error()))
+		} else {
+			d = c.digest()
+		}
+		if d == s.cur.Load().digest || d == tried {
+			continue
+		}
+		tried = d
+		if err == nil {
+			var m *material
+			if m, err = s.parse(c, s.cur.Load().cert != nil); err == nil {
+				s.cur.Store(m)
+			}
+		}
+		if report != nil {
+			report(err)
+		}
+	}
 }
 
 // Leaf returns the current certificate (nil without one).
@@ -104,19 +160,53 @@ func (s *Store) Leaf() *x509.Certificate { return s.cur.Load().leaf }
 // Pool returns the current CA pool.
 func (s *Store) Pool() *x509.CertPool { return s.cur.Load().pool }
 
-func (s *Store) load(needCert bool) (*material, error) {
+// contents are the bytes of the files (nil for a file not set).
+type contents struct{ ca, cert, key []byte }
+
+func (c contents) digest() [sha256.Size]byte {
+	h := sha256.New()
+	for _, b := range [][]byte{c.ca, c.cert, c.key} {
+		var n [8]byte
+		binary.BigEndian.PutUint64(n[:], uint64(len(b)))
+		h.Write(n[:])
+		h.Write(b)
+	}
+	var d [sha256.Size]byte
+	h.Sum(d[:0])
+	return d
+}
+
+// read reads the files that are set.
+func (s *Store) read() (contents, error) {
+	f := s.files
+	var c contents
+	var err error
+	if f.CA == "" {
+		return c, errors.New("--tls-ca-file is required with TLS")
+	}
+	if c.ca, err = os.ReadFile(f.CA); err != nil {
+		return c, fmt.Errorf("--tls-ca-file: %w", err)
+	}
+	if f.Cert != "" {
+		if c.cert, err = os.ReadFile(f.Cert); err != nil {
+			return c, fmt.Errorf("--tls-cert-file: %w", err)
+		}
+	}
+	if f.Key != "" {
+		if c.key, err = os.ReadFile(f.Key); err != nil {
+			return c, fmt.Errorf("--tls-key-file: %w", err)
+		}
+	}
+	return c, nil
+}
+
+// parse checks the files' contents and builds the material from them.
+func (s *Store) parse(c contents, needCert bool) (*material, error) {
 	f := s.files
 	now := s.now()
-	if f.CA == "" {
-		return nil, errors.New("--tls-ca-file is required with TLS")
-	}
-	caPEM, err := os.ReadFile(f.CA)
-	if err != nil {
-		return nil, fmt.Errorf("--tls-ca-file: %w", err)
-	}
 	pool := x509.NewCertPool()
 	n := 0
-	for rest := caPEM; ; {
+	for rest := c.ca; ; {
 		var b *pem.Block
 		b, rest = pem.Decode(rest)
 		if b == nil {
@@ -125,20 +215,20 @@ func (s *Store) load(needCert bool) (*material, error) {
 		if b.Type != "CERTIFICATE" {
 			continue
 		}
-		c, err := x509.ParseCertificate(b.Bytes)
+		ca, err := x509.ParseCertificate(b.Bytes)
 		if err != nil {
 			return nil, fmt.Errorf("--tls-ca-file %s: %w", f.CA, err)
 		}
-		if err := validNow(c, now); err != nil {
-			return nil, fmt.Errorf("--tls-ca-file %s: CA %q %w", f.CA, c.Subject.CommonName, err)
+		if err := validNow(ca, now); err != nil {
+			return nil, fmt.Errorf("--tls-ca-file %s: CA %q %w", f.CA, ca.Subject.CommonName, err)
 		}
-		pool.AddCert(c)
+		pool.AddCert(ca)
 		n++
 	}
 	if n == 0 {
 		return nil, fmt.Errorf("--tls-ca-file %s: no PEM certificate in it", f.CA)
 	}
-	m := &material{pool: pool, loaded: now}
+	m := &material{pool: pool, loaded: now, digest: c.digest()}
 	switch {
 	case f.Cert == "" && f.Key == "":
 		if needCert {
@@ -150,15 +240,7 @@ func (s *Store) load(needCert bool) (*material, error) {
 	case f.Key == "":
 		return nil, errors.New("--tls-cert-file needs --tls-key-file")
 	}
-	certPEM, err := os.ReadFile(f.Cert)
-	if err != nil {
-		return nil, fmt.Errorf("--tls-cert-file: %w", err)
-	}
-	keyPEM, err := os.ReadFile(f.Key)
-	if err != nil {
-		return nil, fmt.Errorf("--tls-key-file: %w", err)
-	}
-	pair, err := tls.X509KeyPair(certPEM, keyPEM)
+	pair, err := tls.X509KeyPair(c.cert, c.key)
 	if err != nil {
 		return nil, fmt.Errorf("--tls-cert-file %s with --tls-key-file %s: %w", f.Cert, f.Key, err)
 	}

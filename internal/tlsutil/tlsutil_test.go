@@ -165,3 +165,84 @@ func TestReload(t *testing.T) {
 		t.Fatalf("after the reload: client %v, server %v", cerr, serr)
 	}
 }
+
+// TestWatch: Watch follows a certificate rewritten in place (refusing the
+// half-written pair, keeping the current one, until the key follows) and
+// a Kubernetes-style swap of the ..data symlink to a new CA and
+// certificate; a config built before either serves the new material.
+func TestWatch(t *testing.T) {
+	ca1, ca2 := testtls.NewCA(t, "ca1"), testtls.NewCA(t, "ca2")
+	first, second, third := ca1.Server("ration"), ca1.Server("ration"), ca2.Server("ration")
+	dir := testtls.NewSecretDir(t)
+	cert, key := first.PEM(t)
+	dir.Write(map[string][]byte{"ca.crt": ca1.PEM(), "tls.crt": cert, "tls.key": key})
+	s, err := tlsutil.Load(tlsutil.Files{CA: dir.Path("ca.crt"), Cert: dir.Path("tls.crt"), Key: dir.Path("tls.key")}, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := s.ServerConfig("")
+	reports := make(chan error, 16)
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() { defer close(done); s.Watch(5*time.Millisecond, stop, func(err error) { reports <- err }) }()
+	defer func() { close(stop); <-done }()
+	next := func() error {
+		t.Helper()
+		select {
+		case err := <-reports:
+			return err
+		case <-time.After(30 * time.Second):
+			t.Fatal("no reload attempt within 30s")
+			return nil
+		}
+	}
+	serial := func() string { return s.Leaf().SerialNumber.String() }
+
+	// In place, through the symlinks: the certificate first, then its key.
+	cert, key = second.PEM(t)
+	if err := os.WriteFile(dir.Path("tls.crt"), cert, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := next(); err == nil || !strings.Contains(err.Error(), "private key does not match public key") {
+		t.Fatalf("half-written pair: %v, want a key mismatch", err)
+	}
+	if serial() != first.Leaf.SerialNumber.String() {
+		t.Fatal("a half-written pair replaced the certificate")
+	}
+	if err := os.WriteFile(dir.Path("tls.key"), key, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := next(); err != nil {
+		t.Fatalf("complete pair: %v", err)
+	}
+	if serial() != second.Leaf.SerialNumber.String() {
+		t.Fatalf("serial %s after the rewrite, want %s", serial(), second.Leaf.SerialNumber)
+	}
+
+	// A new CA and certificate, swapped in at once.
+	newClient := ca2.Store(ca2.Client("app")).ClientConfig(tlsutil.ServerName("ration"))
+	if cerr, serr := handshake(t, srv, newClient); cerr == nil && serr == nil {
+		t.Fatal("a client of the second CA got through before the swap")
+	}
+	cert, key = third.PEM(t)
+	dir.Write(map[string][]byte{"ca.crt": append(ca1.PEM(), ca2.PEM()...), "tls.crt": cert, "tls.key": key})
+	if err := next(); err != nil {
+		t.Fatalf("symlink swap: %v", err)
+	}
+	if serial() != third.Leaf.SerialNumber.String() {
+		t.Fatalf("serial %s after the swap, want %s", serial(), third.Leaf.SerialNumber)
+	}
+	if cerr, serr := handshake(t, srv, newClient); cerr != nil || serr != nil {
+		t.Fatalf("after the swap: client %v, server %v", cerr, serr)
+	}
+	// Unchanged files are not reloaded again; a SIGHUP-style Reload of the
+	// same files does not make Watch reload them either.
+	if err := s.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-reports:
+		t.Fatalf("reload attempt without a change: %v", err)
+	default:
+	}
+}
