@@ -174,18 +174,29 @@ func burstStepModel(t *rapid.T, fault Fault, on bool) string {
 		}
 		// Utilization: the burst no demand claims is held by the holders,
 		// each at least its weight's part (less a unit of rounding), but
-		// for the pool's seat of weight 1.
-		var sumD, sumW int64
+		// for the pool's seat of weight 1; if some holders are idle, by
+		// them alone, without the seat (as without the switch).
+		var sumD, sumW, idleW int64
 		for _, h := range hs {
 			sumD += min(h.burst, b)
 			sumW += h.weight
+			if h.rate == 0 && h.burst == 0 {
+				idleW += h.weight
+			}
 		}
 		left := b - sumD
 		if left <= int64(n) {
 			continue // the demands claim all of B: nothing left over
 		}
 		for _, h := range hs {
-			want := min(h.burst, b) + MulDiv(left, h.weight, sumW+1) - 1
+			part := MulDiv(left, h.weight, sumW+1)
+			if idleW > 0 {
+				part = 0
+				if h.rate == 0 && h.burst == 0 {
+					part = MulDiv(left, h.weight, idleW)
+				}
+			}
+			want := min(h.burst, b) + max(part-1, 0)
 			if h.lastCap < want {
 				failure = fmt.Sprintf("holder %s (demand %d, weight %d) holds cap %d < %d with %d of B = %d unclaimed",
 					h.id, h.burst, h.weight, h.lastCap, want, left, b)

@@ -180,18 +180,19 @@ func CapFloor(c ShareClaim, capacityMilli int64) int64 {
 //     the others' demands.
 //
 // DivideBudgetWith with LeftoverBurst changes step 3 for B (the rule of
-// FeatureLeftoverBurst, docs/design.md §3.2): outside step 2, whatever of
-// B no demand claims is split by weight among every claim, idle or not,
-// and one more seat of weight 1, the pool's, for newcomers.
+// FeatureLeftoverBurst, docs/design.md §3.2): outside step 2, and while no
+// claim is idle, whatever of B no demand claims is split by weight among
+// every claim and one more seat of weight 1, the pool's, for newcomers.
 func DivideBudget(rateMilliPerSec, capacityMilli int64, cs []ShareClaim) (rates, caps []int64, err error) {
 	return DivideBudgetWith(rateMilliPerSec, capacityMilli, cs, DivideOptions{})
 }
 
 // DivideOptions selects a variant of DivideBudget's rule.
 type DivideOptions struct {
-	// LeftoverBurst: the burst no demand claims goes to every holder by
-	// weight (a cushion a holder whose demand steps up spends at once),
-	// not only to the idle ones, but for one part of weight 1 that stays
+	// LeftoverBurst: while no holder is idle (idle ones keep it all, as
+	// without the option), the burst no demand claims goes to every holder
+	// by weight (a cushion a holder whose demand steps up spends at once),
+	// but for one part of weight 1 that stays
 	// in the pool (a newcomer's starting tokens, and a reserve a holder
 	// stepping up draws on as a top-up); the rate no demand claims is
 	// divided as before (the idle leases', else the pool's, which a holder
@@ -295,8 +296,9 @@ func divideAmongSubset(rateMilliPerSec, capacityMilli int64, cs []ShareClaim, ra
 }
 
 // shareLeftover is step 3 of DivideBudget: what of total the shares leave
-// is split by weight among the idle claims, or, if all, among every claim
-// and the pool's seat (weight 1, last), whose part stays in the pool.
+// is split by weight among the idle claims, or, if all and no claim is
+// idle, among every claim and the pool's seat (weight 1, last), whose part
+// stays in the pool.
 func shareLeftover(total int64, shares []int64, cs []ShareClaim, all bool) error {
 	left := total
 	for _, s := range shares {
@@ -306,6 +308,14 @@ func shareLeftover(total int64, shares []int64, cs []ShareClaim, all bool) error
 		return nil
 	}
 	claims := make([]Claim, len(cs))
+	for _, c := range cs {
+		if c.RateMilliPerSec == 0 && c.BurstMilli == 0 {
+			// An idle lease keeps all of it, as without the option: a
+			// client back after an idle spell finds its whole burst.
+			all = false
+			break
+		}
+	}
 	idle := false
 	for j, c := range cs {
 		if all || (c.RateMilliPerSec == 0 && c.BurstMilli == 0) {

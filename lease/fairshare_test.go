@@ -212,7 +212,15 @@ func TestDivideBudgetLeftoverBurstToHolders(t *testing.T) {
 		t.Fatalf("a lone holder: rates %v caps %v; want its rate and half the unclaimed burst (the pool keeps the other)", rates, caps)
 	}
 	rates, caps, _ = DivideBudgetWith(5000, 10_000, []ShareClaim{{RateMilliPerSec: 1000, BurstMilli: 2000}, {}, {Weight: 2, RateMilliPerSec: 500, BurstMilli: 1000}}, lb)
-	if rates[0] != 1000 || rates[1] != 3500 || rates[2] != 500 || caps[0] != 2000+1400 || caps[1] != 1400 || caps[2] != 1000+2800 {
+	// An idle holder keeps the whole leftover (7000), as without the
+	// option: a client back after an idle spell finds its whole burst.
+	if rates[0] != 1000 || rates[1] != 3500 || rates[2] != 500 || caps[0] != 2000 || caps[1] != 7000 || caps[2] != 1000 {
 		t.Fatalf("active, idle and weighted: rates %v caps %v", rates, caps)
+	}
+	// No idle holder: the leftover 7000 goes by weight to the holders and
+	// the pool's seat (1:2:1 of 7000 with the remainder to the holders).
+	rates, caps, _ = DivideBudgetWith(5000, 10_000, []ShareClaim{{RateMilliPerSec: 1000, BurstMilli: 2000}, {Weight: 2, RateMilliPerSec: 500, BurstMilli: 1000}}, lb)
+	if rates[0] != 1000 || rates[1] != 500 || caps[0] != 2000+1750 || caps[1] != 1000+3500 {
+		t.Fatalf("active and weighted: rates %v caps %v", rates, caps)
 	}
 }

@@ -569,8 +569,9 @@ func (l *Ledger) fastShares(i int, leftoverBurst bool) (rate, capMilli int64, ok
 	rate = share(ix.rateD, i, rq, rrem, rn, rall)
 	capMilli = share(ix.burstD, i, bq, brem, bn, ball)
 	leftRate, leftCap := ix.rateDiv.total-min(ix.rateDiv.total, ix.rateDiv.sum), ix.burstDiv.total-min(ix.burstDiv.total, ix.burstDiv.sum)
-	if leftoverBurst {
-		// Every lease and the pool's seat get an equal part of the burst
+	if leftoverBurst && ix.nIdle == 0 {
+		// No lease is idle (idle ones keep it all, as without the
+		// option): every lease and the pool's seat get an equal part of the burst
 		// no demand claims, the remainder to the leases by position (with
 		// weights 1 every part's fraction is equal, and FairShares breaks
 		// the tie by position, the pool's seat last). Other weights: the

@@ -1175,10 +1175,14 @@ func refShareLeftover(total int64, shares []int64, cs []ShareClaim, all bool) er
 	if left <= 0 {
 		return nil
 	}
+	isIdle := func(c ShareClaim) bool { return c.RateMilliPerSec == 0 && c.BurstMilli == 0 }
+	if all && slices.ContainsFunc(cs, isIdle) {
+		all = false // idle holders keep it all, as without the option
+	}
 	claims := make([]Claim, len(cs))
 	idle := false
 	for j, c := range cs {
-		if all || (c.RateMilliPerSec == 0 && c.BurstMilli == 0) {
+		if all || isIdle(c) {
 			claims[j] = Claim{Demand: left, Weight: c.Weight}
 			idle = true
 		}
