@@ -52,18 +52,22 @@ func saveSnapshot(t *testing.T, c *testcluster.Cluster) []byte {
 	}
 }
 
+// restoreSnapshot restores snap at the leader as an operator would:
+// retrying while the answer is Unavailable (a leader that stepped down
+// mid-restore on a loaded machine; the retry restores, and holds every
+// budget, again).
 func restoreSnapshot(t *testing.T, c *testcluster.Cluster, snap []byte) error {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	stream, err := leaderAdmin(t, c).SnapshotRestore(ctx)
-	if err != nil {
-		return err
-	}
-	if err := stream.Send(&api.SnapshotChunk{Data: snap}); err != nil {
-		return err
-	}
-	_, err = stream.CloseAndRecv()
+	_, err := testcluster.RetryUnavailable(func(ctx context.Context) (*api.SnapshotRestoreResponse, error) {
+		stream, err := leaderAdmin(t, c).SnapshotRestore(ctx)
+		if err != nil {
+			return nil, err
+		}
+		if err := stream.Send(&api.SnapshotChunk{Data: snap}); err != nil {
+			return nil, err
+		}
+		return stream.CloseAndRecv()
+	})
 	return err
 }
 
