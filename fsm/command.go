@@ -84,6 +84,14 @@ const (
 	// once (docs/design.md §3.2). Off, the division is exactly that of a
 	// server that predates it, so a mixed cluster keeps equal state hashes.
 	FeatureLeftoverBurst uint64 = 1 << 12
+	// FeatureWindowIdleCarry: a window key is collected (as idle) only if
+	// no chunk it still holds, though expired, would count in the current
+	// window or, for sliding-window-approx, the one before it
+	// (lease.WindowLedger.Idle): a chunk a forward re-sync let outlive its
+	// window may have been spent in later windows the key had not rolled
+	// to (docs/design.md §8.2, "Collection"). Off, collection is that of
+	// v0.1.0 (lease.WindowLedger.IdleUncarried).
+	FeatureWindowIdleCarry uint64 = 1 << 13
 
 	// BaselineFeatures are the switches of the v0.1.0 baseline: always on
 	// in a state this server accepts (after a cluster's first entry).
@@ -97,7 +105,8 @@ const (
 	// KnownFeatures is every switch this server can apply: the baseline
 	// and the switches added after it.
 	KnownFeatures = BaselineFeatures |
-		FeatureLeftoverBurst // lease.DivideOptions.LeftoverBurst
+		FeatureLeftoverBurst | // lease.DivideOptions.LeftoverBurst
+		FeatureWindowIdleCarry // window.go: windowIdle
 )
 
 // ErrPreBaseline marks state or a log written by a ration build before

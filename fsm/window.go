@@ -138,6 +138,17 @@ func (s *state) windowObserve(t int64, l *lease.WindowLedger) *lease.WindowLedge
 	return l
 }
 
+// windowIdle reports whether a window key can be collected at cluster
+// time t (window time w): lease.WindowLedger.Idle, which also keeps a key
+// holding an expired chunk that a forward re-sync let outlive its window,
+// with FeatureWindowIdleCarry; the rule of v0.1.0 without it.
+func (s *state) windowIdle(t, w int64, l *lease.WindowLedger) bool {
+	if s.features&FeatureWindowIdleCarry == 0 {
+		return l.IdleUncarried(t, w)
+	}
+	return s.windowObserve(t, l).Idle(t, w)
+}
+
 // windowsSwitched runs after a CmdSetFeatures entry at cluster time t: the
 // entry that turns the baseline (FeatureWindows) on sets the epoch from
 // its leader's wall clock (wallUnix; 0 leaves window time equal to cluster
@@ -361,11 +372,11 @@ func (s *state) windowLedger(t int64, p policy.Policy, k *api.Key, create bool) 
 }
 
 // collectWindows drops a policy's window keys that are idle: no chunk, and
-// their window over (a fresh key starts the same way).
+// their window over (a fresh key starts the same way; windowIdle).
 func (s *state) collectWindows(t int64, name string) {
 	w := s.windowTime(t)
 	for ck, l := range s.win.keys[name] {
-		if l.Idle(t, w) {
+		if s.windowIdle(t, w, l) {
 			s.windowUntrack(name, ck)
 			delete(s.win.keys[name], ck)
 		}
@@ -578,7 +589,7 @@ func (s *state) windowCheckChange(t int64, p policy.Policy) error {
 	var until int64
 	n := 0
 	for _, l := range s.win.keys[p.Name] {
-		if !l.Idle(t, w) {
+		if !s.windowIdle(t, w, l) {
 			n++
 			_, end, _, _ := l.Window()
 			until = max(until, end)

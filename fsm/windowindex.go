@@ -219,7 +219,7 @@ func (s *state) windowExpireKey(t int64, name, key string, l *lease.WindowLedger
 	if n, err := s.windowObserve(t, l).Expire(t, w); err == nil {
 		res.expired(name, n)
 	}
-	if l.Idle(t, w) {
+	if s.windowIdle(t, w, l) {
 		s.windowUntrack(name, key)
 		delete(s.win.keys[name], key)
 		if len(s.win.keys[name]) == 0 {

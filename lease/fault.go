@@ -84,6 +84,7 @@ var _ = []any{
 	registerFault(WindowFaultRevokeDrops, "WindowFaultRevokeDrops"),
 	registerFault(WindowFaultSlewUncarried, "WindowFaultSlewUncarried"),
 	registerFault(WindowFaultForgetSpent, "WindowFaultForgetSpent"),
+	registerFault(WindowFaultIdleIgnoresCarry, "WindowFaultIdleIgnoresCarry"),
 
 	registerFault(SlotFaultNone, "SlotFaultNone"),
 	registerFault(SlotFaultForgetLowered, "SlotFaultForgetLowered"),

@@ -176,6 +176,11 @@ const (
 	// the count of the window it leaves (as if KeepSpent were off), so a
 	// change back within that window starts it afresh.
 	WindowFaultForgetSpent
+	// WindowFaultIdleIgnoresCarry: Idle as of v0.1.0 (IdleUncarried): a
+	// ledger whose expired chunks a forward re-sync let outlive its window
+	// is idle once its own window is over, so a fresh one forgets the
+	// units they were spent with in later windows.
+	WindowFaultIdleIgnoresCarry
 )
 
 // NewWindowLedger returns an empty ledger.
@@ -274,8 +279,22 @@ func (l *WindowLedger) NextExpiry() int64 {
 
 // Idle reports whether the ledger can be dropped without changing any
 // answer: no chunk, and its window over by window time w (a fresh ledger
-// then starts the same window with the same count, nothing).
+// then starts the same window with the same count, nothing), and no chunk
+// it still holds, though expired, that an operation at (t, w) would count
+// in w's window or, for Approx, the one before it (carries): after a
+// forward re-sync of window time a chunk may outlive its window and be
+// spent in later ones, which the ledger has not yet rolled to
+// (docs/design.md §8.2, "Collection"). The caller observes the slew first
+// (ObserveSlew), as before an operation.
 func (l *WindowLedger) Idle(t, w int64) bool {
+	return l.idle(t, w) && (l.has(WindowFaultIdleIgnoresCarry) || !l.carries(t, w))
+}
+
+// IdleUncarried is Idle as of v0.1.0, without the carry check: the rule
+// of a cluster whose fsm.FeatureWindowIdleCarry switch is off.
+func (l *WindowLedger) IdleUncarried(t, w int64) bool { return l.idle(t, w) }
+
+func (l *WindowLedger) idle(t, w int64) bool {
 	for _, sp := range l.s.Spent {
 		if w < sp.End {
 			return false // a change back within it resumes its count
@@ -296,6 +315,28 @@ func (l *WindowLedger) Idle(t, w int64) bool {
 		return w >= l.s.End+(l.s.End-l.s.Start) || l.s.CountMilli == 0 && (w >= l.s.End || l.s.PrevCountMilli == 0 && l.s.ExhaustThrough < l.s.Start)
 	}
 	return w >= l.s.End || l.s.CountMilli == 0 && l.s.ExhaustThrough < l.s.Start
+}
+
+// carries reports whether an operation at (t, w) would start a new window
+// counting units of chunks the ledger still holds (expired since its last
+// operation, so not yet dropped) in it, or, for Approx, in the window
+// before it: roll's rule, with the window before taken from began − W
+// whatever the last window was.
+func (l *WindowLedger) carries(t, w int64) bool {
+	if l.s.End == 0 || w < l.s.End {
+		return false // no new window: the held chunks count in this one's G
+	}
+	start, end := l.cfg.Spec.At(w)
+	began := start - (w - t) - max(l.slewed-l.s.SlewedNanos, 0)
+	if l.cfg.Approx {
+		began -= end - start
+	}
+	for _, le := range l.s.Leases {
+		if le.GrantedMilli > 0 && le.ExpiresNanos > began {
+			return true
+		}
+	}
+	return false
 }
 
 // ObserveSlew tells the ledger the window clock's slew counter

@@ -3,6 +3,7 @@
 package lease
 
 import (
+	"fmt"
 	"testing"
 
 	"github.com/ration-dev/ration/internal/rapidcontrol"
@@ -46,4 +47,23 @@ func TestWindowNegativeControls(t *testing.T) {
 func TestWindowBackwardResyncCaught(t *testing.T) {
 	withRapidFlags(t, map[string]string{"rapid.nofailfile": "true", "rapid.checks": "20000", "rapid.shrinktime": "1ms"})
 	rapidcontrol.ExpectCaught(t, "backward-resync", "more than its limit", func(rt *rapid.T) { runWindowModelClock(rt, WindowFaultNone, false, true) })
+}
+
+// TestWindowIdleIgnoresCarryCaught: Idle's carry check's negative
+// control. A key collected while it still holds an expired chunk that a
+// forward re-sync let outlive its window forgets the units spent with it
+// in later windows: a fresh ledger grants them again (fixed-window) or
+// does not weigh them (sliding-window-approx). The search is targeted
+// (windowModelOpts.collects) and still rare: caught after 393 to 19169
+// checks for fixed-window, 14777 to 48671 for sliding-window-approx
+// (three runs each, 2026-12-03), so the cap is far above both.
+func TestWindowIdleIgnoresCarryCaught(t *testing.T) {
+	for _, approx := range []bool{false, true} {
+		t.Run(fmt.Sprint("approx=", approx), func(t *testing.T) {
+			withRapidFlags(t, map[string]string{"rapid.nofailfile": "true", "rapid.checks": "500000", "rapid.shrinktime": "1ms"})
+			rapidcontrol.ExpectCaught(t, "idle-ignores-carry", "more than its limit", func(rt *rapid.T) {
+				runWindowModelOpts(rt, windowModelOpts{fault: WindowFaultIdleIgnoresCarry, approx: approx, slews: true, collects: true})
+			})
+		})
+	}
 }

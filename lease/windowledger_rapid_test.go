@@ -253,11 +253,11 @@ func (m *leasedWindowModel) slew() {
 	m.noteLimit()
 }
 
-// collect drops an idle ledger, as the FSM's key collection does: a
-// fresh one takes its place (lease IDs continue, as the FSM's generations
-// keep them unique).
+// collect drops an idle ledger, as the FSM's key collection does (at any
+// time, not only after an operation advanced it): a fresh one takes its
+// place (lease IDs continue, as the FSM's generations keep them unique).
 func (m *leasedWindowModel) collect() {
-	if !m.l.Idle(m.cluster, m.w()) {
+	if !m.observe().Idle(m.cluster, m.w()) {
 		return
 	}
 	old := m.l.State()
@@ -300,6 +300,10 @@ type windowModelOpts struct {
 	// other definition still live at the change back, which no rule can
 	// take back: docs/design.md §8.2, "Changes".)
 	specChanges bool
+	// collects: one client, and the search biased to re-syncs,
+	// collections and spending (the targeted search of the control of
+	// Idle's carry check, WindowFaultIdleIgnoresCarry).
+	collects bool
 }
 
 func runWindowModelOpts(t *rapid.T, o windowModelOpts) {
@@ -326,6 +330,9 @@ func runWindowModelOpts(t *rapid.T, o windowModelOpts) {
 	}
 	m.leader = rapid.Int64Range(-rho, rho).Draw(t, "leader")
 	n := rapid.IntRange(1, 4).Draw(t, "clients")
+	if o.collects {
+		n = 1 // fewer operations between a re-sync and a collection
+	}
 	for i := range n {
 		m.clients = append(m.clients, &wmClient{id: fmt.Sprint("c", i), incarnation: 1,
 			ppm: rapid.Int64Range(-rho, rho).Draw(t, "ppm"), local: rapid.Int64Range(0, 1<<40).Draw(t, "offset")})
@@ -347,6 +354,8 @@ func runWindowModelOpts(t *rapid.T, o windowModelOpts) {
 			op = []int{op, op, 14}[rapid.IntRange(0, 2).Draw(t, "bias")]
 		case o.slewBack:
 			op = []int{op, op, 15, 14}[rapid.IntRange(0, 3).Draw(t, "bias")]
+		case o.collects:
+			op = []int{op, op, 13, 14, 8}[rapid.IntRange(0, 4).Draw(t, "bias")]
 		}
 		if op == 13 && m.slews && rapid.Bool().Draw(t, "slew or step") {
 			op = 15

@@ -187,3 +187,74 @@ func TestWindowSlewedCarry(t *testing.T) {
 		}
 	}
 }
+
+// TestWindowIdleKeepsCarriedChunk: the counterexample the property model
+// (TestApproxWindowLeaseProtocolKeepsBound) found, as a plain sequence. W =
+// 300 ms, L = 2 units. A chunk of 1.5 units is granted in window [300 ms,
+// 600 ms) with its lease until cluster time 477 ms; a re-sync at cluster
+// time 377 ms steps window time 1 s ahead, and the holder spends the chunk
+// in window [1.2 s, 1.5 s). The chunk expires at 477 ms with no operation
+// since its grant, so the ledger still holds it, in its own window, long
+// over. A key collection at 481 ms must keep the ledger (Idle: a roll at
+// that time would count the chunk in the window it was spent in, and for
+// sliding-window-approx weigh it in the next): a fresh ledger would grant
+// fixed-window's [1.2 s, 1.5 s) all of L again (3.5 units in it), and
+// sliding-window-approx 1 unit at 1.534 s, an estimate of 1 + 1.5·266/300 =
+// 2.33 units. The control (WindowFaultIdleIgnoresCarry, Idle as of v0.1.0,
+// IdleUncarried) drops it.
+func TestWindowIdleKeepsCarriedChunk(t *testing.T) {
+	const ms = int64(1e6)
+	for _, approx := range []bool{false, true} {
+		for _, fault := range controls(WindowFaultNone, WindowFaultIdleIgnoresCarry) {
+			cfg := WindowLedgerConfig{LimitMilli: 2000, Spec: WindowSpec{FixedNanos: 300 * ms}, MaxLeases: 8, Approx: approx}
+			l, err := NewWindowLedger(cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			l.injectFault(fault)
+			g, err := l.Grant(377*ms, 377*ms, WindowGrantRequest{ClientID: "c0", Incarnation: 5, Seq: 32, AskMilli: 1500, TTLNanos: 100 * ms})
+			if err != nil || g.ChunkMilli != 1500 || g.TTLNanos != 100*ms {
+				t.Fatalf("grant %+v %v", g, err)
+			}
+			// The re-sync: window time = cluster time + 1 s from 377 ms on.
+			// The chunk is spent at window time 1.378 s, then expires at
+			// 477 ms (1.477 s).
+			clock := WindowClock{}
+			clock.Step(377*ms, 1000*ms)
+			at := func(t int64) int64 { l.ObserveSlew(clock.SlewedBy(t)); return clock.At(t) }
+			if l.IdleUncarried(481*ms, at(481*ms)) != true {
+				t.Fatal("the v0.1.0 rule keeps the ledger: the sequence no longer shows the bug")
+			}
+			idle := l.Idle(481*ms, at(481*ms))
+			if fault == WindowFaultNone && idle {
+				t.Fatalf("approx %v: a ledger holding a chunk spent in window [1.2 s, 1.5 s) is idle at 1.481 s", approx)
+			}
+			if idle {
+				l, err = NewWindowLedger(cfg) // collected: a fresh ledger
+				if err != nil {
+					t.Fatal(err)
+				}
+			}
+			var now int64 = 483 * ms // fixed: the window the chunk was spent in
+			if approx {
+				now = 534 * ms // approx: the next one, which weighs it
+			}
+			g, err = l.Grant(now, at(now), WindowGrantRequest{ClientID: "c0", Incarnation: 6, Seq: 1, AskMilli: 2000, TTLNanos: 100 * ms})
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := int64(500) // L less the carried 1.5 units
+			if approx {
+				want = 0 // L − ⌈1500·266/300⌉ = 670, in whole units 0
+			}
+			switch {
+			case fault == WindowFaultNone && g.ChunkMilli != want:
+				t.Fatalf("approx %v: granted %d at window time %d beside the carried chunk, want %d", approx, g.ChunkMilli, at(now), want)
+			case fault == WindowFaultIdleIgnoresCarry && g.ChunkMilli == want:
+				t.Fatalf("approx %v: control not caught: granted %d", approx, g.ChunkMilli)
+			case fault == WindowFaultIdleIgnoresCarry:
+				t.Logf("control caught (approx %v): the collected key's fresh ledger granted %d at window time %d, beside 1500 spent in window [1.2 s, 1.5 s)", approx, g.ChunkMilli, at(now))
+			}
+		}
+	}
+}
