@@ -19,7 +19,7 @@
 // and a lease could be used past its deadline. In the last quarter of a
 // lease's usable span (at least 100ms) it decides on the unfloored
 // reading (Clock.Precise). Its cost per decision is in BENCHMARKS.md,
-// "Client hot path".
+// "Hot path".
 //
 // The timing rules are the Foundation's (docs/design.md §3): terms answered
 // to a request sent at t_send are usable until t_send + TTL·(1−ρ)/(1+ρ) on

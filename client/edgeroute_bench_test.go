@@ -23,7 +23,7 @@ import (
 	"github.com/ration-dev/ration/internal/testcluster"
 )
 
-// BenchmarkEdgeRouteZipf is BENCHMARKS.md's "Cold keys through edges: Zipf
+// BenchmarkEdgeRouteZipf is bench/history/2026-12-03.md's "Cold keys through edges: Zipf
 // keys across simulated replicas" (docs/scaling.md, "The order of work",
 // item 3), bounded to what one 2-core machine runs: R client instances (the
 // replicas) in this process, against a real 3-server in-process cluster,

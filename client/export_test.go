@@ -41,7 +41,7 @@ func RenewAtOf(c *Client, canonical string) (time.Duration, bool) {
 
 // SetRideAlongRule puts a broken batching rule in place of dueSoon until t
 // ends, for negative controls: "old" is the rule before renewals rode along
-// only when due (BENCHMARKS.md, "Client renewals: ride-along only when
+// only when due (bench/history/2026-12-03.md, "Client renewals: ride-along only when
 // due") (a key rides along if due within half of deadline − renewAt, which
 // right after its renewal is every key at renew_after ≤ D/3), "none" lets
 // no key ride along. Call it before the Client starts (its loop reads the

@@ -83,7 +83,7 @@ func (r Reason) String() string {
 // registers only if it has at most 4 fields (and at most 32 bytes), so the
 // three small fields are grouped in an embedded Verdict. With 5 top-level
 // fields, every caller of AllowN spilled the result to its stack and copied
-// it back, which cost more than the admission itself (see BENCHMARKS.md,
+// it back, which cost more than the admission itself (see bench/history/2026-12-03.md,
 // "Client hot path"). A composite literal must name the Verdict:
 // Decision{Verdict: Verdict{Allowed: true, Reason: Allowed}}.
 type Decision struct {

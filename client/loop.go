@@ -201,7 +201,7 @@ var rideAlong = (*Limiter).dueSoon
 //
 // (The rule before, renewAt − now < (deadline − renewAt)/2, held for every
 // key right after its own renewal when renew_after ≤ D/3, so one key due
-// renewed all of a client's keys, up to ~17× the renewals; BENCHMARKS.md,
+// renewed all of a client's keys, up to ~17× the renewals; bench/history/2026-12-03.md,
 // "Client renewals: ride-along only when due".)
 func (l *Limiter) dueSoon(t *terms, now int64) bool {
 	if t.expiredAck || now >= t.renewAt || now >= t.deadline {

@@ -310,7 +310,7 @@ func runRideAlong(t testing.TB, cfg rideConfig, alone, arrivals bool) (a, b ride
 // TestRideAlongRenewalsBounded: batching renews keys granted nearly
 // together in few RPCs, and a stream of new keys falling due does not renew
 // the steady ones more than once per 3/4 of renew_after (before the fix
-// every key rode along with every renewal; BENCHMARKS.md, "Client renewals:
+// every key rode along with every renewal; bench/history/2026-12-03.md, "Client renewals:
 // ride-along only when due").
 func TestRideAlongRenewalsBounded(t *testing.T) {
 	t.Parallel()

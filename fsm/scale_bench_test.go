@@ -12,7 +12,7 @@ import (
 	"github.com/ration-dev/ration/internal/policy"
 )
 
-// Cluster-wide costs against the number of keys (BENCHMARKS.md, "State
+// Cluster-wide costs against the number of keys (bench/history/2026-12-03.md, "State
 // machine: cluster-wide costs against the key count"): an expire entry with
 // nothing due, NextDue, a new incarnation's first acquire, and (what the
 // indexes add their upkeep to) a renewal, at 10^3 to 10^5 keys (10^6 with
@@ -200,7 +200,7 @@ func BenchmarkScaleRenew(b *testing.B) {
 	}
 }
 
-// One hot key with n holders (BENCHMARKS.md, "Hot keys: renewal cost with
+// One hot key with n holders (bench/history/2026-12-03.md, "Hot keys: renewal cost with
 // 100 to 4096 holders"): replica j renews its lease of the key,
 // round-robin, each every D/3 of cluster time with D = 5 s, acknowledging
 // the version it installed, with a demand that alternates between two

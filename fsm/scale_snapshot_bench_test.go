@@ -14,7 +14,7 @@ import (
 	"github.com/ration-dev/ration/internal/policy"
 )
 
-// Snapshots against the number of keys (cow.go; BENCHMARKS.md, "Cluster
+// Snapshots against the number of keys (cow.go; bench/history/2026-12-03.md, "Cluster
 // scale: 10^5 and 10^6 keys, snapshots without stall"). The states are
 // scaleState's (one lease per key; 10^6 keys with
 // RATION_BENCH_MAX_KEYS=1000000):

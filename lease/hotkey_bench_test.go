@@ -5,7 +5,7 @@ import (
 	"testing"
 )
 
-// The cost of one renewal on a hot key (BENCHMARKS.md, "Hot keys: renewal
+// The cost of one renewal on a hot key (bench/history/2026-12-03.md, "Hot keys: renewal
 // cost with 100 to 4096 holders"): n holders of one key, renewing
 // round-robin as real clients do (versioned, acknowledging the version they
 // installed, returning clamps), each every D/3 with D = 5 s. "steady"

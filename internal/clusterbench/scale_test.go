@@ -24,7 +24,7 @@ import (
 	"google.golang.org/grpc/status"
 )
 
-// BenchmarkScale (BENCHMARKS.md, "Cluster scale: 10^5 and 10^6 keys,
+// BenchmarkScale (bench/history/2026-12-03.md, "Cluster scale: 10^5 and 10^6 keys,
 // snapshots without stall"): a three-node cluster holding 10^5 and 10^6
 // active keys, one lease each, spread over scaleClients clients that renew
 // their keys in RPCs of fsm.MaxKeysPerOp keys. Per key count it reports:

@@ -4,7 +4,7 @@
 // time.Since) costs tens of nanoseconds on the machines ration runs on, as
 // much as a whole lease.AtomicBucket admission. A Clock instead has one
 // goroutine store the monotonic elapsed time into an atomic every resolution,
-// and Now is a single atomic load (about a nanosecond). BENCHMARKS.md at the
+// and Now is a single atomic load (about a nanosecond). bench/history/2026-12-03.md at the
 // repository root records both costs.
 //
 // # Lagging is safe
