@@ -12,23 +12,18 @@
 package echolimit
 
 import (
-	"context"
 	"net/http"
 
 	"github.com/labstack/echo/v4"
 
 	"github.com/ration-dev/ration/client/httplimit"
+	"github.com/ration-dev/ration/examples/frameworks/internal/routelabel"
 )
-
-type routeKey struct{}
 
 // New returns the middleware for cfg (httplimit.New's errors are
 // returned). cfg.Route, if set, is replaced: the route is Echo's.
 func New(cfg httplimit.Config) (echo.MiddlewareFunc, error) {
-	cfg.Route = func(r *http.Request) string {
-		p, _ := r.Context().Value(routeKey{}).(string)
-		return p
-	}
+	cfg.Route = routelabel.Route
 	mw, err := httplimit.New(cfg)
 	if err != nil {
 		return nil, err
@@ -41,7 +36,7 @@ func New(cfg httplimit.Config) (echo.MiddlewareFunc, error) {
 				err = next(c)
 			}))
 			r := c.Request()
-			h.ServeHTTP(c.Response(), r.WithContext(context.WithValue(r.Context(), routeKey{}, c.Path())))
+			h.ServeHTTP(c.Response(), routelabel.With(r, c.Path()))
 			return err
 		}
 	}, nil

@@ -12,23 +12,18 @@
 package ginlimit
 
 import (
-	"context"
 	"net/http"
 
 	"github.com/gin-gonic/gin"
 
 	"github.com/ration-dev/ration/client/httplimit"
+	"github.com/ration-dev/ration/examples/frameworks/internal/routelabel"
 )
-
-type routeKey struct{}
 
 // New returns the middleware for cfg (httplimit.New's errors are
 // returned). cfg.Route, if set, is replaced: the route is Gin's.
 func New(cfg httplimit.Config) (gin.HandlerFunc, error) {
-	cfg.Route = func(r *http.Request) string {
-		p, _ := r.Context().Value(routeKey{}).(string)
-		return p
-	}
+	cfg.Route = routelabel.Route
 	mw, err := httplimit.New(cfg)
 	if err != nil {
 		return nil, err
@@ -41,7 +36,7 @@ func New(cfg httplimit.Config) (gin.HandlerFunc, error) {
 			c.Next()
 		}))
 		r := c.Request
-		h.ServeHTTP(c.Writer, r.WithContext(context.WithValue(r.Context(), routeKey{}, c.FullPath())))
+		h.ServeHTTP(c.Writer, routelabel.With(r, c.FullPath()))
 		if !passed {
 			c.Abort()
 		}
