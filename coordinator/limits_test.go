@@ -278,9 +278,9 @@ func TestLeaseLimitConfigValidate(t *testing.T) {
 		set  func(*coordinator.Config)
 		want string
 	}{
-		{func(c *coordinator.Config) { c.LeaseClientRPS = -1 }, "--lease-client-rps"},
-		{func(c *coordinator.Config) { c.LeaseConnRPS = math.Inf(1) }, "--lease-conn-rps"},
-		{func(c *coordinator.Config) { c.LeaseConnBurst = -1 }, "--lease-conn-burst"},
+		{func(c *coordinator.Config) { c.LeaseClientRPS = -1 }, "LeaseClientRPS -1"},
+		{func(c *coordinator.Config) { c.LeaseConnRPS = math.Inf(1) }, "LeaseConnRPS +Inf"},
+		{func(c *coordinator.Config) { c.LeaseConnBurst = -1 }, "LeaseConnBurst -1"},
 		{func(c *coordinator.Config) { c.LeaseLimiterMaxEntries = 0 }, "max entries"},
 	} {
 		cfg := base

@@ -207,7 +207,7 @@ func serve(prog string, o options, policies *policy.File, stderr io.Writer, sign
 	if err := o.security.apply(&cfg); err != nil {
 		return fail(2, err)
 	}
-	if err := cfg.Validate(); err != nil {
+	if err := validateConfig(cfg); err != nil {
 		return fail(2, err)
 	}
 	warnInsecure(logger, cfg)
