@@ -163,6 +163,11 @@ type Config struct {
 	// ClusterName names the cluster in the servers' certificate name
 	// (DefaultConfig and "": "ration").
 	ClusterName string
+	// SettingName, if set, names a Config field (by its Go name, e.g.
+	// "LeaseClientRPS") in the messages the server answers and logs, as
+	// the command that fills Config lets its operator set it (rationd: its
+	// flag). nil, or "": the Go name.
+	SettingName func(field string) string
 	// GRPCServerOptions are added to the gRPC server's options
 	// (interceptors for metrics); RegisterGRPC, if set, registers more
 	// services on it before it serves (health, reflection).
@@ -368,6 +373,16 @@ func checkAddrs(field, bind, advertise string) *FieldError {
 		return fieldErr(adv, "%q: port %q is not 1-65535", advertise, port)
 	}
 	return nil
+}
+
+// settingName names Config field field for operators (SettingName).
+func (c Config) settingName(field string) string {
+	if c.SettingName != nil {
+		if s := c.SettingName(field); s != "" {
+			return s
+		}
+	}
+	return field
 }
 
 // raftAdvertise, grpcAdvertise and gossipAdvertise are the addresses peers

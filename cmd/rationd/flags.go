@@ -216,9 +216,10 @@ func (o options) config(logger *slog.Logger, policies *policy.File) coordinator.
 	return cfg
 }
 
-// configFlags names, for each coordinator.Config field a FieldError from
-// Config.Validate may mention, the rationd flag that sets it; TLS, set by
-// three flags, is named with all of them.
+// configFlags names, for each coordinator.Config field that a FieldError
+// from Config.Validate or a server's message (Config.SettingName) may
+// mention, the rationd flag that sets it; TLS, set by three flags, is
+// named with all of them.
 var configFlags = map[string]string{
 	"ID":                   "--id",
 	"DataDir":              "--data-dir",
@@ -237,7 +238,12 @@ var configFlags = map[string]string{
 	"VerifyServerHostname": "--tls-verify-server-hostname",
 	"TLS":                  "TLS (--tls-ca-file, --tls-cert-file, --tls-key-file)",
 	"ClusterName":          "--cluster-name",
+	"GossipKey":            "--gossip-key-file",
+	"ACL":                  "--acl-enabled",
 }
+
+// settingName is coordinator.Config.SettingName for rationd: a field's flag.
+func settingName(field string) string { return configFlags[field] }
 
 // validateConfig is cfg.Validate with each field problem naming the flag
 // that sets the field: "--raft-addr ..." rather than "RaftAddr ...".
@@ -266,7 +272,7 @@ func validateConfig(cfg coordinator.Config) error {
 type flagConfigError struct{ fe *coordinator.FieldError }
 
 func (e *flagConfigError) Error() string {
-	return coordinator.ErrInvalidConfig.Error() + ": " + e.fe.Explain(func(field string) string { return configFlags[field] })
+	return coordinator.ErrInvalidConfig.Error() + ": " + e.fe.Explain(settingName)
 }
 
 func (e *flagConfigError) Unwrap() error { return e.fe }

@@ -204,6 +204,7 @@ func serve(prog string, o options, policies *policy.File, stderr io.Writer, sign
 		}
 	}
 	cfg := o.config(logger, policies)
+	cfg.SettingName = settingName // the server's messages name rationd's flags
 	if err := o.security.apply(&cfg); err != nil {
 		return fail(2, err)
 	}
