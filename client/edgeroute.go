@@ -348,14 +348,7 @@ func (c *Client) routeRound(now int64) {
 	if eval {
 		r.nextEval = now + int64(r.cfg.Interval)
 	}
-	type cand struct {
-		l    *Limiter
-		rate int64
-	}
-	var up, down []cand
-	var force []*Limiter
-	hot := int64(r.cfg.PromoteRate * lease.MilliPerToken)
-	cold := int64(r.cfg.DemoteRate * lease.MilliPerToken)
+	var rc routeCands
 	for _, l := range c.snapshot() {
 		rt := l.route
 		if rt == nil {
@@ -366,73 +359,123 @@ func (c *Client) routeRound(now int64) {
 			l.activeAt = now // offered through the edge: not idle
 			rt.seenOffered = off
 		}
-		if !eval {
-			continue
-		}
-		if rt.forced.Load() && !rt.leasing {
-			force = append(force, l)
-			continue
-		}
-		span := now - rt.evalAt
-		if span <= 0 {
-			continue
-		}
-		rate := lease.MulDiv(max(off-rt.evalOffered, 0), lease.NanosPerSecond, span)
-		from := rt.evalAt
-		rt.evalOffered, rt.evalAt = off, now
-		if !rt.leasing {
-			if rate < hot {
-				rt.hotSince = 0
-				continue
-			}
-			if rt.hotSince == 0 {
-				rt.hotSince = from
-			}
-			if now-rt.hotSince >= int64(r.cfg.PromoteAfter) {
-				up = append(up, cand{l, rate})
-			}
-			continue
-		}
-		est := rate // no lease installed yet: the demand is still measured remotely
-		if t := l.cur.Load(); t != nil {
-			if !l.lastDemand.Known {
-				rt.coldSince = 0
-				continue
-			}
-			est = l.lastDemand.RateMilliPerSec * 4 / 5 // less the report's 25% headroom
-		}
-		if est >= cold {
-			rt.coldSince = 0
-			continue
-		}
-		if rt.coldSince == 0 {
-			rt.coldSince = now
-		}
-		if now-rt.coldSince >= int64(r.cfg.DemoteAfter) && now-rt.leaseAt >= int64(r.cfg.DemoteAfter) {
-			down = append(down, cand{l, est})
+		if eval {
+			r.evalKey(l, off, now, &rc)
 		}
 	}
 	if !eval {
 		return
 	}
 	r.evals.Add(1)
-	force = force[:min(len(force), r.cfg.MaxSwitches)]
+	c.switchRoutes(now, rc)
+}
+
+// routeCand is a key that may switch, with the demand it is ranked by.
+type routeCand struct {
+	l    *Limiter
+	rate int64 // milli-units per second
+}
+
+// routeCands are one evaluation's keys to switch, before the MaxSwitches
+// cut.
+type routeCands struct {
+	force []*Limiter  // remote keys whose calls found no edge
+	up    []routeCand // remote keys hot for PromoteAfter
+	down  []routeCand // leased keys cold for DemoteAfter
+}
+
+// evalKey measures key l's demand since its last evaluation (off is what
+// was offered through the edge so far) and adds it to rc's candidates.
+func (r *router) evalKey(l *Limiter, off, now int64, rc *routeCands) {
+	rt := l.route
+	if rt.forced.Load() && !rt.leasing {
+		rc.force = append(rc.force, l)
+		return
+	}
+	span := now - rt.evalAt
+	if span <= 0 {
+		return
+	}
+	rate := lease.MulDiv(max(off-rt.evalOffered, 0), lease.NanosPerSecond, span)
+	from := rt.evalAt
+	rt.evalOffered, rt.evalAt = off, now
+	if !rt.leasing {
+		r.evalRemote(l, rate, from, now, rc)
+	} else {
+		r.evalLeased(l, rate, now, rc)
+	}
+}
+
+// evalRemote makes remote key l, offered rate since from, a promotion
+// candidate once it has been hot (at least PromoteRate) for PromoteAfter.
+func (r *router) evalRemote(l *Limiter, rate, from, now int64, rc *routeCands) {
+	rt := l.route
+	hot := int64(r.cfg.PromoteRate * lease.MilliPerToken)
+	if rate < hot {
+		rt.hotSince = 0
+		return
+	}
+	if rt.hotSince == 0 {
+		rt.hotSince = from
+	}
+	if now-rt.hotSince >= int64(r.cfg.PromoteAfter) {
+		rc.up = append(rc.up, routeCand{l, rate})
+	}
+}
+
+// evalLeased makes leased key l a demotion candidate once its demand (the
+// rate measured through the edge until a lease is installed, then the
+// reported demand) has been cold (below DemoteRate) for DemoteAfter, and
+// it has held its lease that long.
+func (r *router) evalLeased(l *Limiter, rate, now int64, rc *routeCands) {
+	rt := l.route
+	cold := int64(r.cfg.DemoteRate * lease.MilliPerToken)
+	est := rate // no lease installed yet: the demand is still measured remotely
+	if t := l.cur.Load(); t != nil {
+		if !l.lastDemand.Known {
+			rt.coldSince = 0
+			return
+		}
+		est = l.lastDemand.RateMilliPerSec * 4 / 5 // less the report's 25% headroom
+	}
+	if est >= cold {
+		rt.coldSince = 0
+		return
+	}
+	if rt.coldSince == 0 {
+		rt.coldSince = now
+	}
+	if now-rt.coldSince >= int64(r.cfg.DemoteAfter) && now-rt.leaseAt >= int64(r.cfg.DemoteAfter) {
+		rc.down = append(rc.down, routeCand{l, est})
+	}
+}
+
+// switchRoutes promotes at most MaxSwitches keys, forced ones first, then
+// the hottest, and demotes at most MaxSwitches keys, the coldest first.
+func (c *Client) switchRoutes(now int64, rc routeCands) {
+	r := c.router
+	force := rc.force[:min(len(rc.force), r.cfg.MaxSwitches)]
 	for _, l := range force {
 		c.promote(l, now)
 	}
 	r.forced.Add(int64(len(force)))
-	slices.SortFunc(up, func(a, b cand) int { return cmp.Compare(b.rate, a.rate) })
+	up, down := rc.up, rc.down
+	slices.SortFunc(up, func(a, b routeCand) int { return cmp.Compare(b.rate, a.rate) })
 	up = up[:min(len(up), r.cfg.MaxSwitches-len(force))]
 	for _, x := range up {
 		c.promote(x.l, now)
 	}
-	slices.SortFunc(down, func(a, b cand) int { return cmp.Compare(a.rate, b.rate) })
+	slices.SortFunc(down, func(a, b routeCand) int { return cmp.Compare(a.rate, b.rate) })
 	down = down[:min(len(down), r.cfg.MaxSwitches)]
 	r.mostUp.Store(max(r.mostUp.Load(), int64(len(up)+len(force))))
 	r.mostDown.Store(max(r.mostDown.Load(), int64(len(down))))
-	if len(down) == 0 {
-		return
+	if len(down) > 0 {
+		c.demote(now, down)
 	}
+}
+
+// demote sends keys back to the edge and releases their leases.
+func (c *Client) demote(now int64, down []routeCand) {
 	ls := make([]*Limiter, len(down))
 	held := make([]*terms, len(down))
 	for i, x := range down {
@@ -447,7 +490,7 @@ func (c *Client) routeRound(now int64) {
 		// until the release below has drained its bucket.
 		held[i] = l.cur.Swap(nil)
 	}
-	r.demotions.Add(int64(len(down)))
+	c.router.demotions.Add(int64(len(down)))
 	if err := c.release(c.stop, now, ls, held); err != nil {
 		c.log.Warn("release of demoted keys failed", "keys", len(ls), "err", err)
 	}

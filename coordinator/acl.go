@@ -360,7 +360,7 @@ func tokenInfo(t *acl.Token) *api.ACLTokenInfo {
 // aclReady refuses an ACL change until every voter can apply it.
 func (s *Server) aclReady() error {
 	if !s.cfg.ACL {
-		return fmt.Errorf("%w: ACLs are not enabled on server %s (start every server with --acl-enabled)", rpcerr.ErrPrecondition, s.cfg.ID)
+		return fmt.Errorf("%w: ACLs are not enabled on server %s (start every server with %s)", rpcerr.ErrPrecondition, s.cfg.ID, s.cfg.settingName("ACL"))
 	}
 	return nil
 }

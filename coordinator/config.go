@@ -111,7 +111,7 @@ type Config struct {
 	LeaveOnShutdown bool
 
 	// Policies, if set, are applied by the first leader of a cluster that
-	// has none (rationd dev, --config).
+	// has none (rationd's policy file, or rationd dev's demo policy).
 	Policies *policy.File
 
 	// Clock is the monotonic clock cluster time is read from (default: a
@@ -122,8 +122,8 @@ type Config struct {
 	// WallClock is the wall clock window time starts from (the entry
 	// that turns the baseline on, the cluster's first) and a leader re-syncs it to
 	// (syncWindowClock, rationctl windows resync); default time.Now.
-	// Tests set a skewed one (rationd: its --clock-control file's wall
-	// offset, in test builds).
+	// Tests set a skewed one (rationd, in test builds: the wall offset of
+	// its clock control file).
 	WallClock func() time.Time
 
 	// AdvertiseFeatures, if set, is read at start: the feature switches
@@ -163,6 +163,11 @@ type Config struct {
 	// ClusterName names the cluster in the servers' certificate name
 	// (DefaultConfig and "": "ration").
 	ClusterName string
+	// SettingName, if set, names a Config field (by its Go name, e.g.
+	// "LeaseClientRPS") in the messages the server answers and logs, as
+	// the command that fills Config lets its operator set it (rationd: its
+	// flag). nil, or "": the Go name.
+	SettingName func(field string) string
 	// GRPCServerOptions are added to the gRPC server's options
 	// (interceptors for metrics); RegisterGRPC, if set, registers more
 	// services on it before it serves (health, reflection).
@@ -231,34 +236,79 @@ func TestConfig() Config {
 // ErrInvalidConfig wraps every Validate failure.
 var ErrInvalidConfig = errors.New("invalid server configuration")
 
-// Validate reports a configuration the server cannot run with.
+// FieldError is a Validate problem with one Config field. It wraps
+// ErrInvalidConfig. Its message names fields by their Go names
+// ("RaftAddr \"x\" is not host:port"); a command that fills Config from
+// its own flags renders it with their names through Explain.
+type FieldError struct {
+	Field  string // the Config field at fault, e.g. "RaftAddr"
+	format string // fmt format; the fieldName arguments are rendered by Explain
+	args   []any
+}
+
+// fieldName is a FieldError message argument that names a Config field.
+type fieldName string
+
+func (e *FieldError) Error() string { return ErrInvalidConfig.Error() + ": " + e.Explain(nil) }
+
+// Unwrap makes errors.Is(err, ErrInvalidConfig) true.
+func (e *FieldError) Unwrap() error { return ErrInvalidConfig }
+
+// Explain is the problem without the ErrInvalidConfig prefix, each Config
+// field it mentions named by name(field), or by its Go name when name is
+// nil or returns "".
+func (e *FieldError) Explain(name func(field string) string) string {
+	args := make([]any, len(e.args))
+	for i, a := range e.args {
+		if f, ok := a.(fieldName); ok {
+			s := ""
+			if name != nil {
+				s = name(string(f))
+			}
+			a = cmp.Or(s, string(f))
+		}
+		args[i] = a
+	}
+	return fmt.Sprintf(e.format, args...)
+}
+
+// fieldErr is a FieldError about field: its name, then format and args.
+func fieldErr(field, format string, args ...any) *FieldError {
+	return &FieldError{Field: field, format: "%s " + format, args: append([]any{fieldName(field)}, args...)}
+}
+
+// Validate reports a configuration the server cannot run with. Problems
+// with one field are *FieldError values.
 func (c Config) Validate() error {
 	var errs []error
 	bad := func(format string, a ...any) {
 		errs = append(errs, fmt.Errorf("%w: "+format, append([]any{ErrInvalidConfig}, a...)...))
 	}
+	badField := func(field, format string, a ...any) {
+		errs = append(errs, fieldErr(field, format, a...))
+	}
 	if c.ID == "" {
-		bad("--id is required")
+		badField("ID", "is required")
 	}
 	if c.DataDir == "" {
-		bad("--data-dir is required")
+		badField("DataDir", "is required")
 	}
-	for _, a := range []struct{ flag, bind, advertise string }{
-		{"raft-addr", c.RaftAddr, c.AdvertiseRaftAddr},
-		{"grpc-addr", c.GRPCAddr, c.AdvertiseGRPCAddr},
-		{"gossip-addr", c.GossipAddr, c.AdvertiseGossipAddr},
+	for _, a := range []struct{ field, bind, advertise string }{
+		{"RaftAddr", c.RaftAddr, c.AdvertiseRaftAddr},
+		{"GRPCAddr", c.GRPCAddr, c.AdvertiseGRPCAddr},
+		{"GossipAddr", c.GossipAddr, c.AdvertiseGossipAddr},
 	} {
-		if err := checkAddrs(a.flag, a.bind, a.advertise); err != nil {
-			errs = append(errs, fmt.Errorf("%w: %w", ErrInvalidConfig, err))
+		if err := checkAddrs(a.field, a.bind, a.advertise); err != nil {
+			errs = append(errs, err)
 		}
 	}
 	for _, j := range c.Join {
 		if _, _, err := net.SplitHostPort(j); err != nil {
-			bad("--join %q is not host:port", j)
+			badField("Join", "%q is not host:port", j)
 		}
 	}
 	if c.BootstrapExpect < 0 {
-		bad("--bootstrap-expect %d is negative", c.BootstrapExpect)
+		badField("BootstrapExpect", "%d is negative", c.BootstrapExpect)
 	}
 	if c.HeartbeatTimeout <= 0 || c.ElectionTimeout <= 0 || c.LeaderLeaseTimeout <= 0 || c.ApplyTimeout <= 0 || c.ForwardTimeout <= 0 {
 		bad("raft and request timeouts must be positive")
@@ -267,15 +317,15 @@ func (c Config) Validate() error {
 		bad("request bounds must be positive")
 	}
 	for _, l := range []struct {
-		flag  string
-		rps   float64
-		burst int
-	}{{"--lease-client-rps", c.LeaseClientRPS, c.LeaseClientBurst}, {"--lease-conn-rps", c.LeaseConnRPS, c.LeaseConnBurst}} {
+		rpsField, burstField string
+		rps                  float64
+		burst                int
+	}{{"LeaseClientRPS", "LeaseClientBurst", c.LeaseClientRPS, c.LeaseClientBurst}, {"LeaseConnRPS", "LeaseConnBurst", c.LeaseConnRPS, c.LeaseConnBurst}} {
 		if math.IsNaN(l.rps) || math.IsInf(l.rps, 0) || l.rps < 0 {
-			bad("%s %v must be a non-negative number (0: off)", l.flag, l.rps)
+			badField(l.rpsField, "%v must be a non-negative number (0: off)", l.rps)
 		}
 		if l.burst < 0 {
-			bad("%s-burst %d is negative", strings.TrimSuffix(l.flag, "-rps"), l.burst)
+			badField(l.burstField, "%d is negative", l.burst)
 		}
 	}
 	if (c.LeaseClientRPS > 0 || c.LeaseConnRPS > 0) && c.LeaseLimiterMaxEntries <= 0 {
@@ -285,10 +335,10 @@ func (c Config) Validate() error {
 		bad("intervals must be positive")
 	}
 	if c.VerifyServerHostname && c.TLS == nil {
-		bad("--tls-verify-server-hostname needs TLS (--tls-ca-file, --tls-cert-file, --tls-key-file)")
+		badField("VerifyServerHostname", "needs %s", fieldName("TLS"))
 	}
 	if strings.ContainsAny(c.ClusterName, ". /*") {
-		bad("--cluster-name %q must be a DNS label", c.ClusterName)
+		badField("ClusterName", "%q must be a DNS label", c.ClusterName)
 	}
 	for _, w := range c.AuditWindows {
 		if w <= 0 {
@@ -298,30 +348,41 @@ func (c Config) Validate() error {
 	return errors.Join(errs...)
 }
 
-// checkAddrs checks one bind address and its advertise address (flag is
-// the bind flag's name without dashes).
-func checkAddrs(flag, bind, advertise string) error {
+// checkAddrs checks one bind address, of Config field field, and its
+// advertise address (field Advertise<field>).
+func checkAddrs(field, bind, advertise string) *FieldError {
+	adv := "Advertise" + field
 	host, _, err := net.SplitHostPort(bind)
 	if err != nil {
-		return fmt.Errorf("--%s %q is not host:port", flag, bind)
+		return fieldErr(field, "%q is not host:port", bind)
 	}
 	if advertise == "" {
 		if ip := net.ParseIP(host); host == "" || ip != nil && ip.IsUnspecified() {
-			return fmt.Errorf("--%s %q binds every interface: set --advertise-%s to the address peers reach this server at", flag, bind, flag)
+			return fieldErr(field, "%q binds every interface: set %s to the address peers reach this server at", bind, fieldName(adv))
 		}
 		return nil
 	}
 	host, port, err := net.SplitHostPort(advertise)
 	if err != nil {
-		return fmt.Errorf("--advertise-%s %q is not host:port", flag, advertise)
+		return fieldErr(adv, "%q is not host:port", advertise)
 	}
 	if ip := net.ParseIP(host); host == "" || ip != nil && ip.IsUnspecified() {
-		return fmt.Errorf("--advertise-%s %q names no host peers can reach", flag, advertise)
+		return fieldErr(adv, "%q names no host peers can reach", advertise)
 	}
 	if n, err := strconv.ParseUint(port, 10, 16); err != nil || n == 0 {
-		return fmt.Errorf("--advertise-%s %q: port %q is not 1-65535", flag, advertise, port)
+		return fieldErr(adv, "%q: port %q is not 1-65535", advertise, port)
 	}
 	return nil
+}
+
+// settingName names Config field field for operators (SettingName).
+func (c Config) settingName(field string) string {
+	if c.SettingName != nil {
+		if s := c.SettingName(field); s != "" {
+			return s
+		}
+	}
+	return field
 }
 
 // raftAdvertise, grpcAdvertise and gossipAdvertise are the addresses peers
@@ -331,7 +392,7 @@ func (c Config) grpcAdvertise() string   { return cmp.Or(c.AdvertiseGRPCAddr, c.
 func (c Config) gossipAdvertise() string { return cmp.Or(c.AdvertiseGossipAddr, c.GossipAddr) }
 
 // joinOthers is Join without this server's own gossip address (bind or
-// advertised, as written): one --join list can then name every server, as
+// advertised, as written): one Join list can then name every server, as
 // the pods of a StatefulSet share one. Joining itself would count as a
 // successful join and end the join loop before any other server answered,
 // so servers started together could each stay alone.

@@ -181,7 +181,7 @@ const keyringFanoutTimeout = 5 * time.Second
 func (a *adminService) Keyring(ctx context.Context, req *api.KeyringRequest) (*api.KeyringResponse, error) {
 	s := a.s
 	if s.members.keys == nil {
-		return nil, status.Error(codes.FailedPrecondition, "gossip encryption is off on this server (start it with --gossip-key-file)")
+		return nil, status.Errorf(codes.FailedPrecondition, "gossip encryption is off on this server (start it with %s)", s.cfg.settingName("GossipKey"))
 	}
 	var key []byte
 	switch req.GetOp() {

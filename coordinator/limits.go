@@ -29,7 +29,7 @@ import (
 // peer address, IP:port), kept by the server that first receives the call.
 // A call forwarded by another server (ForwardedMetadataKey) was counted
 // there and is not counted again, provided it comes from a server: with
-// --tls-verify-server-hostname the TLS interceptor (tls.go) has already
+// VerifyServerHostname the TLS interceptor (tls.go) has already
 // checked its certificate; without it, its peer IP must be one a gossip
 // member uses. A call that only claims to be forwarded is counted like
 // any other.
@@ -67,11 +67,11 @@ type limitBucket struct {
 // limitTable is the buckets of one limit: rate tokens per second, up to
 // burst, one per key, at most max keys.
 type limitTable struct {
-	name  string // "client" or "conn", the metric label
-	flag  string // the rationd flag that sets it
-	rate  float64
-	burst float64
-	max   int
+	name    string // "client" or "conn", the metric label
+	setting string // what sets it, as Config.SettingName names its field
+	rate    float64
+	burst   float64
+	max     int
 
 	mu        sync.Mutex
 	buckets   map[string]*limitBucket
@@ -79,11 +79,11 @@ type limitTable struct {
 	refused   atomic.Uint64
 }
 
-func newLimitTable(name, flag string, rate float64, burst, maxEntries int) *limitTable {
+func newLimitTable(name, setting string, rate float64, burst, maxEntries int) *limitTable {
 	if rate <= 0 {
 		return nil
 	}
-	return &limitTable{name: name, flag: flag, rate: rate, burst: float64(burst), max: maxEntries, buckets: map[string]*limitBucket{}}
+	return &limitTable{name: name, setting: setting, rate: rate, burst: float64(burst), max: maxEntries, buckets: map[string]*limitBucket{}}
 }
 
 // fullAfter is how long an unused bucket takes to refill from empty.
@@ -171,8 +171,8 @@ func newLeaseLimits(s *Server) *leaseLimits {
 	c := s.cfg
 	return &leaseLimits{
 		s:      s,
-		client: newLimitTable("client", "--lease-client-rps", c.LeaseClientRPS, c.leaseClientBurst(), c.LeaseLimiterMaxEntries),
-		conn:   newLimitTable("conn", "--lease-conn-rps", c.LeaseConnRPS, c.leaseConnBurst(), c.LeaseLimiterMaxEntries),
+		client: newLimitTable("client", c.settingName("LeaseClientRPS"), c.LeaseClientRPS, c.leaseClientBurst(), c.LeaseLimiterMaxEntries),
+		conn:   newLimitTable("conn", c.settingName("LeaseConnRPS"), c.LeaseConnRPS, c.leaseConnBurst(), c.LeaseLimiterMaxEntries),
 	}
 }
 
@@ -250,7 +250,7 @@ func peerAddr(ctx context.Context) string {
 func (l *leaseLimits) refuse(t *limitTable, what string, wait time.Duration) error {
 	return status.Errorf(codes.ResourceExhausted,
 		"lease API limit: %s is over %g requests per second (burst %g) on server %s (%s); retry in %v",
-		what, t.rate, t.burst, l.s.cfg.ID, t.flag, wait.Round(time.Millisecond)+time.Millisecond)
+		what, t.rate, t.burst, l.s.cfg.ID, t.setting, wait.Round(time.Millisecond)+time.Millisecond)
 }
 
 // connUnary limits calls per connection. It runs before authentication, so

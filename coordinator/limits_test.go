@@ -103,6 +103,14 @@ func TestLeaseClientLimit(t *testing.T) {
 			_, leader := limitedCluster(t, 1, func(cfg *coordinator.Config) {
 				cfg.LeaseConnRPS = 0
 				cfg.LeaseClientRPS, cfg.LeaseClientBurst = limitRPS, limitBurst
+				// The message names the limit as the command that set it
+				// does (rationd: its flag).
+				cfg.SettingName = func(field string) string {
+					if field == "LeaseClientRPS" {
+						return "--lease-client-rps"
+					}
+					return ""
+				}
 				if !on {
 					cfg.LeaseClientRPS = 0
 				}
@@ -161,7 +169,7 @@ func TestLeaseConnLimit(t *testing.T) {
 			if len(refused) < floodCalls-limitBurst-1 {
 				t.Fatalf("%d of %d flood calls refused, want all but the burst %d", len(refused), floodCalls, limitBurst)
 			}
-			wantLimitMessage(t, refused[0], "connection 127.0.0.1:", "0.1 requests per second", "--lease-conn-rps")
+			wantLimitMessage(t, refused[0], "connection 127.0.0.1:", "0.1 requests per second", "(LeaseConnRPS)")
 			wellBehaved(t, dial(t, leader.GRPCAddr()), "good")
 			if n := leader.OpStats().LeaseLimited["conn"]; n < uint64(len(refused)) {
 				t.Errorf("LeaseLimited[conn] = %d, want at least %d", n, len(refused))
@@ -278,9 +286,9 @@ func TestLeaseLimitConfigValidate(t *testing.T) {
 		set  func(*coordinator.Config)
 		want string
 	}{
-		{func(c *coordinator.Config) { c.LeaseClientRPS = -1 }, "--lease-client-rps"},
-		{func(c *coordinator.Config) { c.LeaseConnRPS = math.Inf(1) }, "--lease-conn-rps"},
-		{func(c *coordinator.Config) { c.LeaseConnBurst = -1 }, "--lease-conn-burst"},
+		{func(c *coordinator.Config) { c.LeaseClientRPS = -1 }, "LeaseClientRPS -1"},
+		{func(c *coordinator.Config) { c.LeaseConnRPS = math.Inf(1) }, "LeaseConnRPS +Inf"},
+		{func(c *coordinator.Config) { c.LeaseConnBurst = -1 }, "LeaseConnBurst -1"},
 		{func(c *coordinator.Config) { c.LeaseLimiterMaxEntries = 0 }, "max entries"},
 	} {
 		cfg := base

@@ -41,11 +41,25 @@ type RecoverResult struct {
 	LastIndex, LastTerm uint64
 }
 
+// ErrNoRaftStore matches Recover's error for a data dir that holds no Raft
+// store: most likely not the server's data dir.
+var ErrNoRaftStore = errors.New("no Raft store in the data dir")
+
+// noRaftStoreError is Recover's error for a missing Raft store; it matches
+// ErrNoRaftStore and unwraps to the file system's error.
+type noRaftStoreError struct{ err error }
+
+func (e noRaftStoreError) Error() string        { return e.err.Error() }
+func (e noRaftStoreError) Unwrap() error        { return e.err }
+func (e noRaftStoreError) Is(target error) bool { return target == ErrNoRaftStore }
+
 // Recover rewrites the Raft state in dataDir, that of server id, to a
 // cluster of servers (which should include id as a voter), keeping every
 // entry the disk holds, committed or not, and prepares the state for the
 // hold. The server must be stopped: Recover refuses a data dir another
 // process holds.
+//
+// A dataDir without a Raft store is an error matching ErrNoRaftStore.
 func Recover(dataDir, id string, servers []raft.Server, logger *slog.Logger) (RecoverResult, error) {
 	var res RecoverResult
 	if logger == nil {
@@ -56,7 +70,7 @@ func Recover(dataDir, id string, servers []raft.Server, logger *slog.Logger) (Re
 	}
 	dbPath := filepath.Join(dataDir, "raft", "raft.db")
 	if _, err := os.Stat(dbPath); err != nil {
-		return res, fmt.Errorf("recover: %s: %w (is --data-dir the server's data dir?)", dbPath, err)
+		return res, noRaftStoreError{fmt.Errorf("recover: %s: %w", dbPath, err)}
 	}
 	store, err := raftboltdb.New(raftboltdb.Options{Path: dbPath, BoltOptions: &bbolt.Options{Timeout: 2 * time.Second}})
 	if err != nil {

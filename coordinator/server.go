@@ -85,6 +85,38 @@ func New(cfg Config) (*Server, error) {
 		}
 	}()
 
+	snaps, err := s.openStores()
+	if err != nil {
+		return nil, err
+	}
+	hasState, err := s.startRaft(snaps)
+	if err != nil {
+		return nil, err
+	}
+	s.batcher = newBatcher(s)
+	s.fwd = newForwarder(s)
+	if err := s.startGRPC(); err != nil {
+		return nil, err
+	}
+
+	s.goRun(s.batcher.run)
+	s.goRun(s.monitorLeadership)
+	s.goRun(s.bootstrapLoop)
+	if join := cfg.joinOthers(); len(join) > 0 {
+		s.goRun(func() { s.joinLoop(join) })
+	}
+	s.log.Info("rationd started", "version", version.Version(), "revision", version.Get().Revision, "raft", cfg.RaftAddr, "grpc", cfg.GRPCAddr, "gossip", cfg.GossipAddr,
+		"advertise_raft", cfg.raftAdvertise(), "advertise_grpc", cfg.grpcAdvertise(), "advertise_gossip", cfg.gossipAdvertise(),
+		"data_dir", cfg.DataDir, "bootstrap_expect", cfg.BootstrapExpect, "existing_state", hasState,
+		"tls", cfg.TLS != nil, "verify_server_hostname", cfg.peerServerName() != "", "acl", cfg.ACL)
+	ok = true
+	return s, nil
+}
+
+// openStores creates the data dir's raft directory and opens the Raft log
+// store (s.store) and the snapshot store in it.
+func (s *Server) openStores() (*raft.FileSnapshotStore, error) {
+	cfg := s.cfg
 	if err := os.MkdirAll(filepath.Join(cfg.DataDir, "raft"), 0o700); err != nil {
 		return nil, fmt.Errorf("data dir: %w", err)
 	}
@@ -98,13 +130,21 @@ func New(cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("raft store %s (is another rationd using this data dir?): %w", filepath.Join(cfg.DataDir, "raft", "raft.db"), err)
 	}
 	s.store = store
-	snaps, err := raft.NewFileSnapshotStoreWithLogger(filepath.Join(cfg.DataDir, "raft"), 3, hclogFor(logger, "snapshots"))
+	snaps, err := raft.NewFileSnapshotStoreWithLogger(filepath.Join(cfg.DataDir, "raft"), 3, hclogFor(s.log, "snapshots"))
 	if err != nil {
 		return nil, fmt.Errorf("snapshot store: %w", err)
 	}
+	return snaps, nil
+}
+
+// startRaft opens the Raft listener, starts gossip (s.members), which the
+// transport asks where peers are, and then Raft over s.store and snaps. It
+// reports whether the stores held Raft state already.
+func (s *Server) startRaft(snaps *raft.FileSnapshotStore) (hasState bool, err error) {
+	cfg := s.cfg
 	raftLn, err := cfg.listen("tcp", cfg.RaftAddr)
 	if err != nil {
-		return nil, fmt.Errorf("raft listener: %w", err)
+		return false, fmt.Errorf("raft listener: %w", err)
 	}
 	var raftServerTLS, raftClientTLS *tls.Config
 	if cfg.TLS != nil {
@@ -114,21 +154,34 @@ func New(cfg Config) (*Server, error) {
 		raftClientTLS = cfg.TLS.ClientConfig(cfg.peerServerName())
 	}
 	stream := newStreamLayer(raftLn, cfg.raftAdvertise(), raftServerTLS, raftClientTLS)
-	hasState, err := raft.HasExistingState(store, store, snaps)
+	hasState, err = raft.HasExistingState(s.store, s.store, snaps)
 	if err != nil {
 		raftLn.Close()
-		return nil, fmt.Errorf("raft state: %w", err)
+		return false, fmt.Errorf("raft state: %w", err)
 	}
 	// Gossip starts before Raft: the transport asks it where peers are.
 	s.members, err = startMembership(cfg, serverMeta{
 		ID: cfg.ID, RaftAddr: cfg.raftAdvertise(), GRPCAddr: cfg.grpcAdvertise(), Expect: cfg.BootstrapExpect, HasState: hasState,
 		Features: s.supportedFeatures(),
-	}, logger)
+	}, s.log)
 	if err != nil {
 		raftLn.Close()
-		return nil, err
+		return false, err
 	}
 	addrs := &raftAddresses{members: s.members}
+	s.transport = newRaftTransport(stream, addrs, s.log)
+	r, err := raft.NewRaft(s.raftConfig(), s.fsm, s.store, s.store, snaps, s.transport)
+	if err != nil {
+		return false, fmt.Errorf("raft: %w", err)
+	}
+	s.raft = r
+	addrs.raft.Store(r)
+	return hasState, nil
+}
+
+// newRaftTransport is the Raft network transport over stream, which finds
+// peers through addrs.
+func newRaftTransport(stream raft.StreamLayer, addrs *raftAddresses, logger *slog.Logger) *gatedTransport {
 	// MaxRPCsInFlight 1: no pipelined replication. hashicorp/raft's
 	// pipeline (v1.7.3) can deadlock: when the follower's answer ends its
 	// decoder (a newer term, as after a leadership transfer, or a refused
@@ -140,14 +193,19 @@ func New(cfg Config) (*Server, error) {
 	// stays up never sends that follower another entry. Synchronous
 	// appends should cost little here, since the batcher already groups
 	// operations into few entries (not measured against pipelining).
-	s.transport = &gatedTransport{NetworkTransport: raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
+	return &gatedTransport{NetworkTransport: raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
 		Stream: stream, MaxPool: 3, MaxRPCsInFlight: 1, Timeout: 10 * time.Second, Logger: hclogFor(logger, "raft-net"),
 		ServerAddressProvider: addrs,
 	})}
+}
 
+// raftConfig is hashicorp/raft's configuration: its defaults with the
+// server's ID, logger and the timing of s.cfg.
+func (s *Server) raftConfig() *raft.Config {
+	cfg := s.cfg
 	rc := raft.DefaultConfig()
 	rc.LocalID = raft.ServerID(cfg.ID)
-	rc.Logger = hclogFor(logger, "raft")
+	rc.Logger = hclogFor(s.log, "raft")
 	rc.HeartbeatTimeout = cfg.HeartbeatTimeout
 	rc.ElectionTimeout = cfg.ElectionTimeout
 	rc.LeaderLeaseTimeout = cfg.LeaderLeaseTimeout
@@ -155,15 +213,39 @@ func New(cfg Config) (*Server, error) {
 	rc.SnapshotInterval = cfg.SnapshotInterval
 	rc.SnapshotThreshold = cfg.SnapshotThreshold
 	rc.TrailingLogs = cfg.TrailingLogs
-	r, err := raft.NewRaft(rc, s.fsm, store, store, snaps, s.transport)
-	if err != nil {
-		return nil, fmt.Errorf("raft: %w", err)
-	}
-	s.raft = r
-	addrs.raft.Store(r)
+	return rc
+}
 
-	s.batcher = newBatcher(s)
-	s.fwd = newForwarder(s)
+// startGRPC builds the gRPC server with the lease and admin APIs, opens
+// its listener and serves it.
+func (s *Server) startGRPC() error {
+	cfg := s.cfg
+	s.grpc = grpc.NewServer(s.grpcServerOptions()...)
+	api.RegisterLeasesServer(s.grpc, &leaseService{s: s})
+	api.RegisterAdminServer(s.grpc, &adminService{s: s})
+	if cfg.RegisterGRPC != nil {
+		cfg.RegisterGRPC(s.grpc)
+	}
+	var err error
+	s.grpcLn, err = cfg.listen("tcp", cfg.GRPCAddr)
+	if err != nil {
+		return fmt.Errorf("grpc listener: %w", err)
+	}
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		if err := s.grpc.Serve(s.grpcLn); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
+			s.log.Error("grpc serve", "err", err)
+		}
+	}()
+	return nil
+}
+
+// grpcServerOptions are the gRPC server's options: TLS, the lease API
+// limits and ACL interceptors (it creates s.limits and s.acl), the
+// message size limit, then cfg's own options and tracing.
+func (s *Server) grpcServerOptions() []grpc.ServerOption {
+	cfg := s.cfg
 	var opts []grpc.ServerOption
 	if cfg.TLS != nil {
 		// Any certificate from the CA may call; forwarded calls must come
@@ -186,36 +268,7 @@ func New(cfg Config) (*Server, error) {
 	opts = append(opts, grpc.MaxRecvMsgSize(cfg.MaxRequestBytes))
 	opts = append(opts, cfg.GRPCServerOptions...)
 	opts = append(opts, tracing.ServerOptions(cfg.TracerProvider)...)
-	s.grpc = grpc.NewServer(opts...)
-	api.RegisterLeasesServer(s.grpc, &leaseService{s: s})
-	api.RegisterAdminServer(s.grpc, &adminService{s: s})
-	if cfg.RegisterGRPC != nil {
-		cfg.RegisterGRPC(s.grpc)
-	}
-	s.grpcLn, err = cfg.listen("tcp", cfg.GRPCAddr)
-	if err != nil {
-		return nil, fmt.Errorf("grpc listener: %w", err)
-	}
-	s.wg.Add(1)
-	go func() {
-		defer s.wg.Done()
-		if err := s.grpc.Serve(s.grpcLn); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
-			s.log.Error("grpc serve", "err", err)
-		}
-	}()
-
-	s.goRun(s.batcher.run)
-	s.goRun(s.monitorLeadership)
-	s.goRun(s.bootstrapLoop)
-	if join := cfg.joinOthers(); len(join) > 0 {
-		s.goRun(func() { s.joinLoop(join) })
-	}
-	s.log.Info("rationd started", "version", version.Version(), "revision", version.Get().Revision, "raft", cfg.RaftAddr, "grpc", cfg.GRPCAddr, "gossip", cfg.GossipAddr,
-		"advertise_raft", cfg.raftAdvertise(), "advertise_grpc", cfg.grpcAdvertise(), "advertise_gossip", cfg.gossipAdvertise(),
-		"data_dir", cfg.DataDir, "bootstrap_expect", cfg.BootstrapExpect, "existing_state", hasState,
-		"tls", cfg.TLS != nil, "verify_server_hostname", cfg.peerServerName() != "", "acl", cfg.ACL)
-	ok = true
-	return s, nil
+	return opts
 }
 
 func (s *Server) goRun(f func()) {

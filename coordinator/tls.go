@@ -25,7 +25,7 @@ func serverCall(ctx context.Context) bool {
 const FanoutMetadataKey = "ration-fanout"
 
 // checkServerPeer refuses a server-to-server call whose peer certificate
-// does not name a server (with --tls-verify-server-hostname): a client
+// does not name a server (with VerifyServerHostname): a client
 // certificate from the same CA cannot pose as a forwarding server.
 func checkServerPeer(ctx context.Context, name string) error {
 	if !serverCall(ctx) {

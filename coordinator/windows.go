@@ -49,7 +49,8 @@ func windowClockAction(st fsm.WindowClockState) (string, int64) {
 // FeatureWindowSlew). A lag or excess above fsm.MaxWindowClockStepNanos is
 // not proposed (the FSM would refuse it): it is logged, loudly when loud
 // (once per term), as a wrong wall clock or a whole-cluster outage needs
-// an operator's eye (rationctl windows resync --max-step).
+// an operator's eye (Admin.WindowResync with a larger max_step_nanos:
+// rationctl windows resync).
 func (s *Server) syncWindowClock(loud bool) {
 	if !s.windowClockMu.TryLock() {
 		return // a snapshot restore is in progress; the next round re-syncs
@@ -72,7 +73,7 @@ func (s *Server) syncWindowClock(loud bool) {
 		if loud {
 			lvl = slog.LevelError
 		}
-		msg := "window time lags this leader's wall clock by more than a re-sync may step; not re-synced (check this server's clock, or re-sync with rationctl windows resync --max-step)"
+		msg := "window time lags this leader's wall clock by more than a re-sync may step; not re-synced (check this server's clock, or re-sync with a larger max step: rationctl windows resync)"
 		if action == "slew" {
 			msg = "window time is ahead of this leader's wall clock by more than a slew takes back; not slewed (check this server's clock)"
 		}
@@ -113,7 +114,7 @@ func (s *Server) windowResync(req *api.WindowResyncRequest) (*api.WindowResyncRe
 		Action: action, AmountNanos: amount, SlewLeftNanos: st.SlewLeftNanos}
 	limit := max(fsm.MaxWindowClockStepNanos, maxStep)
 	if amount > limit {
-		err := fmt.Errorf("%w: window time %s %v (leader %s's wall clock %s), more than the %v allowed; refused (after checking the leader's clock, raise --max-step for a step)",
+		err := fmt.Errorf("%w: window time %s %v (leader %s's wall clock %s), more than the %v allowed; refused (after checking the leader's clock, raise max_step_nanos for a step)",
 			rpcerr.ErrPrecondition, map[string]string{"step": "lags by", "slew": "is ahead by"}[action], time.Duration(amount), s.cfg.ID,
 			time.Unix(0, wall).UTC().Format(time.RFC3339Nano), time.Duration(limit))
 		if !req.GetDryRun() {

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -65,60 +66,49 @@ func (e *Edge) ShouldRateLimit(_ context.Context, req *rlspb.RateLimitRequest) (
 		e.m.rlsInvalid.Add(1)
 		return nil, err
 	}
-	domain := req.GetDomain()
-	conf := e.envoy.Load() // one configuration for the whole call
+	slots, err := e.classify(req)
+	if err != nil {
+		return nil, err
+	}
+	e.decide(slots)
+	if err := e.checkDecided(slots); err != nil {
+		return nil, err
+	}
+	return e.answer(req.GetDomain(), slots), nil
+}
+
+// rlsClassifier matches one call's descriptors to rules, under one
+// configuration for the whole call.
+type rlsClassifier struct {
+	e      *Edge
+	conf   *envoyconf.Config // nil: no rules, every descriptor unmatched
+	domain string
+	// Scratch for one descriptor's entries.
+	keys, values [MaxEntries]string
+}
+
+// classify gives each descriptor of req a slot: its cost, and its rule and
+// limiter, or the result that needs no limiter (unmatched, unlimited,
+// deny-all, replaced, negative hits). A descriptor whose rule maps to a
+// concurrency policy is a FAILED_PRECONDITION error.
+func (e *Edge) classify(req *rlspb.RateLimitRequest) ([]rlsSlot, error) {
+	c := &rlsClassifier{e: e, conf: e.envoy.Load(), domain: req.GetDomain()}
+	replaced := map[string]bool{} // rule names a matched rule replaces
 	slots := make([]rlsSlot, len(req.GetDescriptors()))
-	replaced := map[string]bool{}
-	var keys, values [MaxEntries]string
 	for i, d := range req.GetDescriptors() {
 		s := &slots[i]
-		cost := uint64(1)
-		switch {
-		case d.GetHitsAddend() != nil:
-			cost = d.GetHitsAddend().GetValue()
-		case req.GetHitsAddend() != 0:
-			cost = uint64(req.GetHitsAddend())
-		}
-		s.cost = clampCost(cost)
-		if conf == nil {
+		s.cost = clampCost(descriptorCost(req, d))
+		if c.conf == nil {
 			s.result = resUnmatched
 			continue
 		}
-		n := len(d.GetEntries())
-		for j, en := range d.GetEntries() {
-			keys[j], values[j] = en.GetKey(), en.GetValue()
+		if err := c.match(i, d, s); err != nil {
+			return nil, err
 		}
-		s.rule = conf.Match(domain, keys[:n], values[:n])
-		switch {
-		case s.rule == nil:
-			s.result = resUnmatched
-			continue
-		case d.GetIsNegativeHits():
-			s.result, s.rule = resNegative, nil
-			continue
-		}
-		if d.GetLimit() != nil {
-			e.m.descriptor(domain, resOverrideIgn)
-		}
-		for _, r := range s.rule.Replaces {
-			replaced[r] = true
-		}
-		switch {
-		case s.rule.Unlimited:
-			s.result = resUnlimited
-		case s.rule.DenyAll():
-			s.result = resDenyAll
-		default:
-			if p, ok := e.concurrencyPolicy(s.rule.Policy); ok {
-				e.m.rlsInvalid.Add(1)
-				return nil, concurrencyError(fmt.Sprintf("descriptor %d (envoy rule %s)", i, s.rule.Label()), s.rule.Policy, p.LimitMilli/lease.MilliPerToken, "Envoy's rate limit call")
+		if s.rule != nil {
+			for _, r := range s.rule.Replaces {
+				replaced[r] = true
 			}
-			// Values are bytes (rlsdecode.go): each known by its wire name.
-			key := s.rule.Key(values[:n])
-			for a, v := range key {
-				key[a] = client.WireKeyValue(v)
-			}
-			s.lim = e.limiter(s.rule.Policy, key)
 		}
 	}
 	// Replaced rules drop out (envoyproxy/ratelimit: a limit whose name a
@@ -129,6 +119,65 @@ func (e *Edge) ShouldRateLimit(_ context.Context, req *rlspb.RateLimitRequest) (
 			s.result, s.lim = resReplaced, nil
 		}
 	}
+	return slots, nil
+}
+
+// descriptorCost is a descriptor's hits: its own hits_addend, else the
+// request's, else 1.
+func descriptorCost(req *rlspb.RateLimitRequest, d *ratelimitv3.RateLimitDescriptor) uint64 {
+	switch {
+	case d.GetHitsAddend() != nil:
+		return d.GetHitsAddend().GetValue()
+	case req.GetHitsAddend() != 0:
+		return uint64(req.GetHitsAddend())
+	}
+	return 1
+}
+
+// match finds descriptor i's rule and fills in its slot s. s.rule stays
+// set only for a rule that applies: its Replaces then take effect.
+func (c *rlsClassifier) match(i int, d *ratelimitv3.RateLimitDescriptor, s *rlsSlot) error {
+	e := c.e
+	n := len(d.GetEntries())
+	for j, en := range d.GetEntries() {
+		c.keys[j], c.values[j] = en.GetKey(), en.GetValue()
+	}
+	s.rule = c.conf.Match(c.domain, c.keys[:n], c.values[:n])
+	switch {
+	case s.rule == nil:
+		s.result = resUnmatched
+		return nil
+	case d.GetIsNegativeHits():
+		s.result, s.rule = resNegative, nil
+		return nil
+	}
+	if d.GetLimit() != nil {
+		e.m.descriptor(c.domain, resOverrideIgn)
+	}
+	switch {
+	case s.rule.Unlimited:
+		s.result = resUnlimited
+	case s.rule.DenyAll():
+		s.result = resDenyAll
+	default:
+		if p, ok := e.concurrencyPolicy(s.rule.Policy); ok {
+			e.m.rlsInvalid.Add(1)
+			return concurrencyError(fmt.Sprintf("descriptor %d (envoy rule %s)", i, s.rule.Label()), s.rule.Policy, p.LimitMilli/lease.MilliPerToken, "Envoy's rate limit call")
+		}
+		// Values are bytes (rlsdecode.go): each known by its wire name.
+		key := s.rule.Key(c.values[:n])
+		for a, v := range key {
+			key[a] = client.WireKeyValue(v)
+		}
+		s.lim = e.limiter(s.rule.Policy, key)
+	}
+	return nil
+}
+
+// decide charges the slots' limiters: enforced rules first, unless a
+// deny-all rule refuses the request already; then, if the request is
+// admitted, shadow rules. It then reads each window policy's window.
+func (e *Edge) decide(slots []rlsSlot) {
 	over := false
 	for i := range slots {
 		if slots[i].result == resDenyAll {
@@ -136,44 +185,12 @@ func (e *Edge) ShouldRateLimit(_ context.Context, req *rlspb.RateLimitRequest) (
 		}
 	}
 	// Enforced rules first, all or none when they cost the same.
-	var enforced []int
-	sameCost := true
-	for i := range slots {
-		if s := &slots[i]; s.lim != nil && !s.rule.ShadowMode {
-			if len(enforced) > 0 && s.cost != slots[enforced[0]].cost {
-				sameCost = false
-			}
-			enforced = append(enforced, i)
-		}
-	}
+	enforced, sameCost := enforcedSlots(slots)
 	if !over && len(enforced) > 0 {
 		if sameCost {
-			var lbuf [MaxDescriptors]*client.Limiter
-			var dbuf [MaxDescriptors]client.Decision
-			lims, ds := lbuf[:len(enforced)], dbuf[:len(enforced)]
-			for k, i := range enforced {
-				lims[k] = slots[i].lim
-			}
-			refused := e.client.AllowAllDetail(slots[enforced[0]].cost, lims, ds)
-			for k, i := range enforced {
-				if refused >= 0 && k > refused {
-					break
-				}
-				slots[i].d, slots[i].done = ds[k], true
-			}
-			over = refused >= 0
+			over = e.decideTogether(slots, enforced)
 		} else {
-			// Different costs: charged in order; a refusal does not refund
-			// the earlier ones (as envoyproxy/ratelimit, which charges
-			// every descriptor), and stops the later ones.
-			for _, i := range enforced {
-				s := &slots[i]
-				s.d, s.done = s.lim.AllowN(s.cost), true
-				if !s.d.Allowed {
-					over = true
-					break
-				}
-			}
+			over = decideInOrder(slots, enforced)
 		}
 	}
 	// Shadow rules: charged only when the request is admitted, always OK.
@@ -189,14 +206,75 @@ func (e *Edge) ShouldRateLimit(_ context.Context, req *rlspb.RateLimitRequest) (
 			s.ws, s.win = s.lim.Window()
 		}
 	}
-	// A concurrency policy the edge did not know of yet (the cluster
-	// answered with a slot lease, which the client refused).
+}
+
+// enforcedSlots lists the slots with a limiter of an enforced (not shadow)
+// rule, and reports whether they all cost the same.
+func enforcedSlots(slots []rlsSlot) (enforced []int, sameCost bool) {
+	sameCost = true
+	for i := range slots {
+		if s := &slots[i]; s.lim != nil && !s.rule.ShadowMode {
+			if len(enforced) > 0 && s.cost != slots[enforced[0]].cost {
+				sameCost = false
+			}
+			enforced = append(enforced, i)
+		}
+	}
+	return enforced, sameCost
+}
+
+// decideTogether charges the enforced slots, which cost the same, all or
+// none; the slots after the refusing one stay undecided. It reports
+// whether one refused.
+func (e *Edge) decideTogether(slots []rlsSlot, enforced []int) (over bool) {
+	var lbuf [MaxDescriptors]*client.Limiter
+	var dbuf [MaxDescriptors]client.Decision
+	lims, ds := lbuf[:len(enforced)], dbuf[:len(enforced)]
+	for k, i := range enforced {
+		lims[k] = slots[i].lim
+	}
+	refused := e.client.AllowAllDetail(slots[enforced[0]].cost, lims, ds)
+	for k, i := range enforced {
+		if refused >= 0 && k > refused {
+			break
+		}
+		slots[i].d, slots[i].done = ds[k], true
+	}
+	return refused >= 0
+}
+
+// decideInOrder charges enforced slots of different costs in order; a
+// refusal does not refund the earlier ones (as envoyproxy/ratelimit, which
+// charges every descriptor), and stops the later ones. It reports whether
+// one refused.
+func decideInOrder(slots []rlsSlot, enforced []int) (over bool) {
+	for _, i := range enforced {
+		s := &slots[i]
+		s.d, s.done = s.lim.AllowN(s.cost), true
+		if !s.d.Allowed {
+			return true
+		}
+	}
+	return false
+}
+
+// checkDecided refuses the call for a concurrency policy the edge did not
+// know of yet (the cluster answered with a slot lease, which the client
+// refused).
+func (e *Edge) checkDecided(slots []rlsSlot) error {
 	for i := range slots {
 		if s := &slots[i]; s.done && refusedAsConcurrency(s.lim, s.d) {
 			e.m.rlsInvalid.Add(1)
-			return nil, concurrencyError(fmt.Sprintf("descriptor %d (envoy rule %s)", i, s.rule.Label()), s.rule.Policy, 0, "Envoy's rate limit call")
+			return concurrencyError(fmt.Sprintf("descriptor %d (envoy rule %s)", i, s.rule.Label()), s.rule.Policy, 0, "Envoy's rate limit call")
 		}
 	}
+	return nil
+}
+
+// answer builds the response from the decided slots, counting each
+// descriptor's result: a status per descriptor, the overall code, and the
+// headers of the refusing descriptor or the one with the least remaining.
+func (e *Edge) answer(domain string, slots []rlsSlot) *rlspb.RateLimitResponse {
 	resp := &rlspb.RateLimitResponse{Statuses: make([]*rlspb.RateLimitResponse_DescriptorStatus, len(slots))}
 	headerSlot, headerRem := -1, int64(math.MaxInt64)
 	for i := range slots {
@@ -213,32 +291,7 @@ func (e *Edge) ShouldRateLimit(_ context.Context, req *rlspb.RateLimitRequest) (
 			s.result = resNotCharged
 			st.CurrentLimit = e.limitOf(s)
 		case s.lim != nil:
-			e.noteRefusal(s.lim, s.d)
-			st.CurrentLimit = e.limitOf(s)
-			rem := s.d.RemainingMilli
-			if s.win {
-				// The window's figures: what it has left through this
-				// edge, and the time to its end.
-				rem = httplimit.WindowRemainingMilli(s.ws)
-				st.DurationUntilReset = durationpb.New(s.ws.ResetIn)
-			} else {
-				st.DurationUntilReset = durationpb.New(e.untilReset(s.rule, s.d))
-			}
-			st.LimitRemaining = uint32(min(max(rem/lease.MilliPerToken, 0), math.MaxUint32))
-			refused := !s.d.Allowed || s.d.Shadow
-			switch {
-			case refused && s.rule.ShadowMode, s.d.Shadow:
-				s.result = resShadow
-			case refused:
-				s.result = resOverLimit
-				st.Code = rlspb.RateLimitResponse_OVER_LIMIT
-			default:
-				s.result = resOK
-			}
-			if st.Code == rlspb.RateLimitResponse_OVER_LIMIT {
-				rem = -1 // the refusing descriptor names the headers
-			}
-			if headerSlot < 0 || rem < headerRem {
+			if rem := e.decidedStatus(s, st); headerSlot < 0 || rem < headerRem {
 				headerSlot, headerRem = i, rem
 			}
 		}
@@ -253,7 +306,40 @@ func (e *Edge) ShouldRateLimit(_ context.Context, req *rlspb.RateLimitRequest) (
 	if headerSlot >= 0 {
 		resp.ResponseHeadersToAdd = e.headers(&slots[headerSlot], resp.Statuses[headerSlot].Code == rlspb.RateLimitResponse_OVER_LIMIT)
 	}
-	return resp, nil
+	return resp
+}
+
+// decidedStatus fills in the status st of a charged slot s and sets its
+// result. It returns the slot's rank for the response headers: its
+// remaining budget in milli-units, or -1 for a refusal, which names the
+// headers.
+func (e *Edge) decidedStatus(s *rlsSlot, st *rlspb.RateLimitResponse_DescriptorStatus) int64 {
+	e.noteRefusal(s.lim, s.d)
+	st.CurrentLimit = e.limitOf(s)
+	rem := s.d.RemainingMilli
+	if s.win {
+		// The window's figures: what it has left through this
+		// edge, and the time to its end.
+		rem = httplimit.WindowRemainingMilli(s.ws)
+		st.DurationUntilReset = durationpb.New(s.ws.ResetIn)
+	} else {
+		st.DurationUntilReset = durationpb.New(e.untilReset(s.rule, s.d))
+	}
+	st.LimitRemaining = uint32(min(max(rem/lease.MilliPerToken, 0), math.MaxUint32))
+	refused := !s.d.Allowed || s.d.Shadow
+	switch {
+	case refused && s.rule.ShadowMode, s.d.Shadow:
+		s.result = resShadow
+	case refused:
+		s.result = resOverLimit
+		st.Code = rlspb.RateLimitResponse_OVER_LIMIT
+	default:
+		s.result = resOK
+	}
+	if st.Code == rlspb.RateLimitResponse_OVER_LIMIT {
+		rem = -1 // the refusing descriptor names the headers
+	}
+	return rem
 }
 
 func validateRLS(req *rlspb.RateLimitRequest) error {

@@ -82,7 +82,7 @@ func New(policies string) (*Cluster, error) {
 func (cl *Cluster) Close() { cl.stop() }
 
 // Servers returns the server's gRPC address, for client.Config.Servers
-// and rationd edge --servers.
+// and edge.Config.Servers.
 func (cl *Cluster) Servers() []string { return []string{cl.c.Config(0).GRPCAddr} }
 
 // Client returns a new client of the cluster with cfg, whose Servers are

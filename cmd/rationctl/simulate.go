@@ -78,18 +78,40 @@ func simulateFlags() (*flag.FlagSet, *simulateConfig) {
 
 // runSimulate implements "rationctl simulate".
 func runSimulate(args []string, stdout, stderr io.Writer) int {
+	c, opts, code, ok := parseSimulateArgs(args, stdout, stderr)
+	if !ok {
+		return code
+	}
+	fail := func(err error) int {
+		printErr(stderr, simulatePrefix, err)
+		return 1
+	}
+	res, err := c.replay(opts)
+	if err != nil {
+		return fail(err)
+	}
+	if err := c.print(stdout, res); err != nil {
+		return fail(err)
+	}
+	return 0
+}
+
+// parseSimulateArgs parses and checks the flags into the replay's options.
+// ok is false when runSimulate is done: help was asked for (code 0) or the
+// flags are wrong (code 2, reported on stderr).
+func parseSimulateArgs(args []string, stdout, stderr io.Writer) (c *simulateConfig, opts simulate.Options, code int, ok bool) {
 	fs, c := simulateFlags()
 	fs.SetOutput(io.Discard) // errors are reported below, with the prefix
 	fs.Usage = func() {}
-	usageErr := func(format string, a ...any) int {
+	usageErr := func(format string, a ...any) (*simulateConfig, simulate.Options, int, bool) {
 		fmt.Fprintf(stderr, "%s: %s\n", simulatePrefix, fmt.Sprintf(format, a...))
 		fmt.Fprintf(stderr, "Run 'rationctl simulate -h' for usage.\n")
-		return 2
+		return c, opts, 2, false
 	}
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			simulateUsage(stdout)
-			return 0
+			return c, opts, 0, false
 		}
 		return usageErr("%v", err)
 	}
@@ -110,9 +132,19 @@ func runSimulate(args []string, stdout, stderr io.Writer) int {
 		}
 		return usageErr("%s%s required", strings.Join(missing, " and "), verb)
 	}
+	opts, err := c.options()
+	if err != nil {
+		return usageErr("%v", err)
+	}
+	return c, opts, 0, true
+}
+
+// options turns the mode, --group-by, --start and --queue-wait flags into
+// the replay's options; an error is a usage error naming the flag.
+func (c *simulateConfig) options() (simulate.Options, error) {
 	mode, err := simulate.ParseMode(c.mode)
 	if err != nil {
-		return usageErr("--%v", err)
+		return simulate.Options{}, fmt.Errorf("--%v", err)
 	}
 	var groupBy []string
 	if c.groupBy != "" {
@@ -120,42 +152,42 @@ func runSimulate(args []string, stdout, stderr io.Writer) int {
 		for i, g := range groupBy {
 			groupBy[i] = strings.TrimSpace(g)
 			if groupBy[i] == "" {
-				return usageErr("--group-by %q has an empty column name; want COL[,COL]", c.groupBy)
+				return simulate.Options{}, fmt.Errorf("--group-by %q has an empty column name; want COL[,COL]", c.groupBy)
 			}
 		}
 	}
-
 	var start *time.Time
 	if c.start != "" {
 		t, err := time.Parse(time.RFC3339Nano, c.start)
 		if err != nil {
-			return usageErr("--start %q is not an RFC 3339 time; want a time like 2026-03-28T23:00:00+01:00 or 2026-03-28T22:00:00Z", c.start)
+			return simulate.Options{}, fmt.Errorf("--start %q is not an RFC 3339 time; want a time like 2026-03-28T23:00:00+01:00 or 2026-03-28T22:00:00Z", c.start)
 		}
 		start = &t
 	}
 	if c.queueWait < 0 {
-		return usageErr("--queue-wait %v is negative; want 0 (no queue) or a wait like 250ms", c.queueWait)
+		return simulate.Options{}, fmt.Errorf("--queue-wait %v is negative; want 0 (no queue) or a wait like 250ms", c.queueWait)
 	}
+	return simulate.Options{Mode: mode, GroupBy: groupBy, Start: start, QueueWait: c.queueWait}, nil
+}
 
-	fail := func(err error) int {
-		printErr(stderr, simulatePrefix, err)
-		return 1
-	}
+// replay reads the policy file and replays the trace file against it,
+// writing --decisions if asked; a decisions file of a failed replay is
+// removed. Trace problems are prefixed with the trace's path.
+func (c *simulateConfig) replay(opts simulate.Options) (*simulate.Result, error) {
 	pf, err := policy.ParseFile(c.policyPath)
 	if err != nil {
-		return fail(err)
+		return nil, err
 	}
 	trace, err := os.Open(c.tracePath)
 	if err != nil {
-		return fail(err)
+		return nil, err
 	}
 	defer trace.Close()
 
-	opts := simulate.Options{Mode: mode, GroupBy: groupBy, Start: start, QueueWait: c.queueWait}
 	var decisions *os.File
 	if c.decisionsPath != "" {
 		if decisions, err = os.Create(c.decisionsPath); err != nil {
-			return fail(err)
+			return nil, err
 		}
 		opts.Decisions = decisions
 	}
@@ -173,10 +205,15 @@ func runSimulate(args []string, stdout, stderr io.Writer) int {
 		if errors.As(err, &te) || errors.Is(err, simulate.ErrInvalidTrace) {
 			err = prefixLines(c.tracePath+": ", err)
 		}
-		return fail(err)
+		return nil, err
 	}
+	return res, nil
+}
 
+// print writes the result to stdout: a table, or JSON with --json.
+func (c *simulateConfig) print(stdout io.Writer, res *simulate.Result) error {
 	out := bufio.NewWriter(stdout)
+	var err error
 	if c.json {
 		enc := json.NewEncoder(out)
 		enc.SetIndent("", "  ")
@@ -187,10 +224,7 @@ func runSimulate(args []string, stdout, stderr io.Writer) int {
 	if err == nil {
 		err = out.Flush()
 	}
-	if err != nil {
-		return fail(err)
-	}
-	return 0
+	return err
 }
 
 // prefixLines puts p in front of every line of err's message.

@@ -5,7 +5,10 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"strings"
 	"time"
+
+	"google.golang.org/grpc/status"
 
 	"github.com/ration-dev/ration/api"
 )
@@ -73,11 +76,19 @@ admin action (warning level, with the step and the lag before).`,
 	run: func(ctx context.Context, o *invocation) error {
 		r, err := o.admin().WindowResync(ctx, &api.WindowResyncRequest{MaxStepNanos: int64(o.maxStep), DryRun: o.dryRun})
 		if err != nil {
+			if st, ok := status.FromError(err); ok {
+				return status.Error(st.Code(), maxStepFlag(st.Message()))
+			}
 			return err
 		}
+		r.Refused = maxStepFlag(r.GetRefused())
 		return writeWindowClock(o, r)
 	},
 }}
+
+// maxStepFlag names the request's max_step_nanos, in a server's refusal,
+// by the flag that sets it.
+func maxStepFlag(msg string) string { return strings.ReplaceAll(msg, "max_step_nanos", "--max-step") }
 
 type windowClockStatusJSON struct {
 	Leader              string `json:"leader"`

@@ -21,6 +21,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 
@@ -105,12 +106,65 @@ func defaultClientID(grpcAddr string) string {
 
 // runEdge implements "rationd edge".
 func runEdge(args []string, stdout, stderr io.Writer, signals <-chan os.Signal) int {
-	o := defaultEdgeOptions()
+	o, env, code, ok := parseEdgeArgs(args, stdout, stderr)
+	if !ok {
+		return code
+	}
+	fail := func(code int, err error) int {
+		for _, line := range strings.Split(env.explain(err).Error(), "\n") {
+			fmt.Fprintf(stderr, "rationd edge: %s\n", line)
+		}
+		return code
+	}
+	logger, err := options{logLevel: o.logLevel, logFormat: o.logFormat}.logger(stderr)
+	if err != nil {
+		return fail(2, err)
+	}
+	r := &edgeRun{o: o, logger: logger}
+	if err := r.load(); err != nil {
+		return fail(2, err)
+	}
+	if err := r.listen(); err != nil {
+		return fail(1, err)
+	}
+	r.reg = prometheus.NewRegistry()
+	r.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	token, err := o.security.edgeToken()
+	if err != nil {
+		r.closeListeners()
+		return fail(2, err)
+	}
+	tp, stopTracing, err := tracing.FromEnv(context.Background(), "rationd-edge", os.Getenv, stderr)
+	if err != nil {
+		r.closeListeners()
+		return fail(2, err)
+	}
+	defer flushTraces(stopTracing, logger)
+	e, err := edge.New(context.Background(), edge.Config{Servers: o.servers, TLS: r.dialTLS, Token: token, ClientID: r.id, Envoy: r.conf, Policies: r.pols, TracerProvider: tp,
+		FirstLeaseWait: o.firstLeaseWait, NoFirstLeaseWait: o.firstLeaseWait == 0, PressureKeys: o.pressureKeys, Logger: logger, Registerer: r.reg})
+	if err != nil {
+		r.closeListeners()
+		return fail(1, err)
+	}
+	gs, hs := r.serve(e, tp)
+	stopReload := make(chan struct{})
+	defer close(stopReload)
+	if r.reloader != nil {
+		go r.reloader.run(e, o.reloadEvery, logger, stopReload)
+	}
+	return shutdownEdge(signals, logger, gs, hs, e)
+}
+
+// parseEdgeArgs parses and checks the edge's flags. ok is false when
+// runEdge is done: help was asked for (code 0) or the flags are wrong
+// (code 2, reported with the usage).
+func parseEdgeArgs(args []string, stdout, stderr io.Writer) (o edgeOptions, env envSet, code int, ok bool) {
+	o = defaultEdgeOptions()
 	fs := edgeFlags(&o)
 	env, err := parseArgs(fs, args)
 	if errors.Is(err, flag.ErrHelp) {
 		edgeUsage(stdout)
-		return 0
+		return o, env, 0, false
 	}
 	if err == nil {
 		switch {
@@ -129,115 +183,121 @@ func runEdge(args []string, stdout, stderr io.Writer, signals <-chan os.Signal) 
 	if err != nil {
 		fmt.Fprintf(stderr, "rationd edge: %v\n\n", env.explain(err))
 		edgeUsage(stderr)
-		return 2
+		return o, env, 2, false
 	}
-	fail := func(code int, err error) int {
-		for _, line := range strings.Split(env.explain(err).Error(), "\n") {
-			fmt.Fprintf(stderr, "rationd edge: %s\n", line)
-		}
-		return code
-	}
-	logger, err := options{logLevel: o.logLevel, logFormat: o.logFormat}.logger(stderr)
-	if err != nil {
-		return fail(2, err)
-	}
-	var conf *envoyconf.Config
-	var reloader *envoyReloader
+	return o, env, 0, true
+}
+
+// edgeRun is what "rationd edge" sets up before it starts the edge: its
+// configuration files, TLS, listeners and lease-holder ID.
+type edgeRun struct {
+	o        edgeOptions
+	logger   *slog.Logger
+	conf     *envoyconf.Config // nil without --envoy-config
+	reloader *envoyReloader    // nil without --envoy-config
+	pols     *policy.File      // nil without --config
+	dialTLS  *tls.Config       // the dial to the cluster
+	// listenTLS is the edge's own listeners' TLS (nil: plain).
+	listenTLS *tls.Config
+	gl        net.Listener // gRPC
+	hl        net.Listener // HTTP; nil without --http-addr
+	id        string       // the lease-holder ID
+	reg       *prometheus.Registry
+}
+
+// load reads the Envoy configuration and policy files and the TLS
+// settings.
+func (r *edgeRun) load() error {
+	o := &r.o
+	var err error
 	if len(o.envoyConfig) > 0 {
-		reloader = newEnvoyReloader(o.envoyConfig)
-		if conf, err = envoyconf.LoadFiles(o.envoyConfig...); err != nil {
-			return fail(2, fmt.Errorf("--envoy-config: %w", err))
+		r.reloader = newEnvoyReloader(o.envoyConfig)
+		if r.conf, err = envoyconf.LoadFiles(o.envoyConfig...); err != nil {
+			return fmt.Errorf("--envoy-config: %w", err)
 		}
 	}
-	var pols *policy.File
 	if o.configPath != "" {
-		if pols, err = loadPolicies(o.configPath); err != nil {
-			return fail(2, fmt.Errorf("--config: %w", err))
+		if r.pols, err = loadPolicies(o.configPath); err != nil {
+			return fmt.Errorf("--config: %w", err)
 		}
 	}
-	dialTLS, listenTLS, err := o.security.edgeTLS(logger)
-	if err != nil {
-		return fail(2, err)
-	}
+	r.dialTLS, r.listenTLS, err = o.security.edgeTLS(r.logger)
+	return err
+}
+
+// listen opens the gRPC listener and, with --http-addr, the HTTP one, and
+// names the edge: --client-id, else one from the host and the gRPC port
+// bound.
+func (r *edgeRun) listen() error {
+	o := &r.o
 	gl, err := net.Listen("tcp", o.grpcAddr)
 	if err != nil {
-		return fail(1, err)
+		return err
 	}
-	var hl net.Listener
+	r.gl = gl
 	if o.httpAddr != "" {
-		if hl, err = net.Listen("tcp", o.httpAddr); err != nil {
+		hl, err := net.Listen("tcp", o.httpAddr)
+		if err != nil {
 			gl.Close()
-			return fail(1, err)
+			return err
 		}
-		if listenTLS != nil {
-			hl = tls.NewListener(hl, listenTLS)
+		if r.listenTLS != nil {
+			hl = tls.NewListener(hl, r.listenTLS)
 		}
+		r.hl = hl
 	}
-	id := o.clientID
-	if id == "" {
+	r.id = o.clientID
+	if r.id == "" {
 		addr := o.grpcAddr
 		if _, port, err := net.SplitHostPort(addr); err == nil && port == "0" {
 			addr = gl.Addr().String() // a chosen port: name the one bound
 		}
-		id = defaultClientID(addr)
+		r.id = defaultClientID(addr)
 	}
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	token, err := o.security.edgeToken()
-	if err != nil {
-		gl.Close()
-		if hl != nil {
-			hl.Close()
-		}
-		return fail(2, err)
+	return nil
+}
+
+// closeListeners closes the listeners when the edge does not start.
+func (r *edgeRun) closeListeners() {
+	r.gl.Close()
+	if r.hl != nil {
+		r.hl.Close()
 	}
-	tp, stopTracing, err := tracing.FromEnv(context.Background(), "rationd-edge", os.Getenv, stderr)
-	if err != nil {
-		gl.Close()
-		if hl != nil {
-			hl.Close()
-		}
-		return fail(2, err)
-	}
-	defer flushTraces(stopTracing, logger)
-	e, err := edge.New(context.Background(), edge.Config{Servers: o.servers, TLS: dialTLS, Token: token, ClientID: id, Envoy: conf, Policies: pols, TracerProvider: tp,
-		FirstLeaseWait: o.firstLeaseWait, NoFirstLeaseWait: o.firstLeaseWait == 0, PressureKeys: o.pressureKeys, Logger: logger, Registerer: reg})
-	if err != nil {
-		gl.Close()
-		if hl != nil {
-			hl.Close()
-		}
-		return fail(1, err)
-	}
+}
+
+// serve starts serving e on the listeners and logs what it serves. hs is
+// nil without --http-addr.
+func (r *edgeRun) serve(e *edge.Edge, tp trace.TracerProvider) (gs *grpc.Server, hs *http.Server) {
+	logger := r.logger
 	// A fixed pool of stream workers instead of a goroutine per call: the
 	// calls are short and many (46-65 µs per call instead of 73-87 µs in
 	// BenchmarkShouldRateLimitGRPC, three runs each on a shared machine).
 	gopts := []grpc.ServerOption{grpc.NumStreamWorkers(uint32(runtime.GOMAXPROCS(0)))}
-	if listenTLS != nil {
-		gopts = append(gopts, grpc.Creds(credentials.NewTLS(listenTLS)))
+	if r.listenTLS != nil {
+		gopts = append(gopts, grpc.Creds(credentials.NewTLS(r.listenTLS)))
 	}
 	gopts = append(gopts, tracing.ServerOptions(tp)...) // continues Envoy's traceparent
-	gs := grpc.NewServer(gopts...)
+	gs = grpc.NewServer(gopts...)
 	e.RegisterGRPC(gs)
-	go func() { _ = gs.Serve(gl) }()
-	logger.Info("listening", "service", "grpc", "addr", gl.Addr().String(), "serves", "envoy.service.ratelimit.v3.RateLimitService, ration.v1.Admission, health, reflection")
-	var hs *http.Server
-	if hl != nil {
-		hs = &http.Server{Handler: e.HTTPHandler(reg), ReadHeaderTimeout: 10 * time.Second}
-		go func() { _ = hs.Serve(hl) }()
-		logger.Info("listening", "service", "http", "addr", hl.Addr().String(), "serves", "POST /v1/check, /metrics, /livez, /readyz")
+	go func() { _ = gs.Serve(r.gl) }()
+	logger.Info("listening", "service", "grpc", "addr", r.gl.Addr().String(), "serves", "envoy.service.ratelimit.v3.RateLimitService, ration.v1.Admission, health, reflection")
+	if r.hl != nil {
+		hs = &http.Server{Handler: e.HTTPHandler(r.reg), ReadHeaderTimeout: 10 * time.Second}
+		go func() { _ = hs.Serve(r.hl) }()
+		logger.Info("listening", "service", "http", "addr", r.hl.Addr().String(), "serves", "POST /v1/check, /metrics, /livez, /readyz")
 	}
 	rules := 0
-	if conf != nil {
-		rules = len(conf.Rules)
+	if r.conf != nil {
+		rules = len(r.conf.Rules)
 	}
-	logger.Info("edge started", "version", version.Version(), "revision", version.Get().Revision, "client_id", id, "servers", o.servers.String(), "domains", domainList(conf), "rules", rules)
-	stopReload := make(chan struct{})
-	defer close(stopReload)
-	if reloader != nil {
-		go reloader.run(e, o.reloadEvery, logger, stopReload)
-	}
+	logger.Info("edge started", "version", version.Version(), "revision", version.Get().Revision, "client_id", r.id, "servers", r.o.servers.String(), "domains", domainList(r.conf), "rules", rules)
+	return gs, hs
+}
 
+// shutdownEdge waits for a signal, then stops the servers gracefully (at
+// most shutdownTimeout each) and releases the edge's leases. A second
+// signal, or a shutdown that does not finish, exits at once with 1.
+func shutdownEdge(signals <-chan os.Signal, logger *slog.Logger, gs *grpc.Server, hs *http.Server, e *edge.Edge) int {
 	sig := <-signals
 	logger.Info("shutting down", "signal", sig.String(), "timeout", shutdownTimeout)
 	done := make(chan struct{})

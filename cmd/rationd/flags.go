@@ -188,7 +188,7 @@ func loadPolicies(path string) (*policy.File, error) {
 }
 
 // config turns the options into a coordinator.Config (production timing).
-// It does not validate: the caller runs Config.Validate.
+// It does not validate: the caller runs validateConfig.
 func (o options) config(logger *slog.Logger, policies *policy.File) coordinator.Config {
 	cfg := coordinator.DefaultConfig()
 	cfg.ID = o.id
@@ -215,6 +215,67 @@ func (o options) config(logger *slog.Logger, policies *policy.File) coordinator.
 	o.limits.apply(&cfg)
 	return cfg
 }
+
+// configFlags names, for each coordinator.Config field that a FieldError
+// from Config.Validate or a server's message (Config.SettingName) may
+// mention, the rationd flag that sets it; TLS, set by three flags, is
+// named with all of them.
+var configFlags = map[string]string{
+	"ID":                   "--id",
+	"DataDir":              "--data-dir",
+	"RaftAddr":             "--raft-addr",
+	"GRPCAddr":             "--grpc-addr",
+	"GossipAddr":           "--gossip-addr",
+	"AdvertiseRaftAddr":    "--advertise-raft-addr",
+	"AdvertiseGRPCAddr":    "--advertise-grpc-addr",
+	"AdvertiseGossipAddr":  "--advertise-gossip-addr",
+	"Join":                 "--join",
+	"BootstrapExpect":      "--bootstrap-expect",
+	"LeaseClientRPS":       "--lease-client-rps",
+	"LeaseClientBurst":     "--lease-client-burst",
+	"LeaseConnRPS":         "--lease-conn-rps",
+	"LeaseConnBurst":       "--lease-conn-burst",
+	"VerifyServerHostname": "--tls-verify-server-hostname",
+	"TLS":                  "TLS (--tls-ca-file, --tls-cert-file, --tls-key-file)",
+	"ClusterName":          "--cluster-name",
+	"GossipKey":            "--gossip-key-file",
+	"ACL":                  "--acl-enabled",
+}
+
+// settingName is coordinator.Config.SettingName for rationd: a field's flag.
+func settingName(field string) string { return configFlags[field] }
+
+// validateConfig is cfg.Validate with each field problem naming the flag
+// that sets the field: "--raft-addr ..." rather than "RaftAddr ...".
+func validateConfig(cfg coordinator.Config) error {
+	err := cfg.Validate()
+	if err == nil {
+		return nil
+	}
+	errs := []error{err}
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		errs = j.Unwrap()
+	}
+	out := make([]error, len(errs))
+	for i, e := range errs {
+		out[i] = e
+		var fe *coordinator.FieldError
+		if errors.As(e, &fe) {
+			out[i] = &flagConfigError{fe}
+		}
+	}
+	return errors.Join(out...)
+}
+
+// flagConfigError is a coordinator.FieldError in rationd's flag names. It
+// unwraps to the FieldError (and through it to ErrInvalidConfig).
+type flagConfigError struct{ fe *coordinator.FieldError }
+
+func (e *flagConfigError) Error() string {
+	return coordinator.ErrInvalidConfig.Error() + ": " + e.fe.Explain(settingName)
+}
+
+func (e *flagConfigError) Unwrap() error { return e.fe }
 
 // leaseLimitOptions are the lease API limits' flags.
 type leaseLimitOptions struct {

@@ -1,12 +1,15 @@
 package main
 
 import (
+	"errors"
 	"strings"
 	"testing"
+
+	"github.com/ration-dev/ration/coordinator"
 )
 
 // The lease API limit flags reach the config; 0 turns a limit off; a bad
-// value is refused by Config.Validate naming the flag.
+// value is refused by validateConfig (Config.Validate) naming the flag.
 func TestLeaseLimitFlags(t *testing.T) {
 	parse := func(args ...string) options {
 		t.Helper()
@@ -25,11 +28,51 @@ func TestLeaseLimitFlags(t *testing.T) {
 		t.Fatal(err)
 	}
 	cfg = parse("--lease-conn-rps", "-3").config(nil, nil)
-	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "--lease-conn-rps") {
+	if err := validateConfig(cfg); err == nil || !strings.Contains(err.Error(), "--lease-conn-rps") {
 		t.Fatalf("--lease-conn-rps -3: %v", err)
 	}
 	cfg = parse("--lease-client-burst", "-1").config(nil, nil)
-	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "--lease-client-burst") {
+	if err := validateConfig(cfg); err == nil || !strings.Contains(err.Error(), "--lease-client-burst") {
 		t.Fatalf("--lease-client-burst -1: %v", err)
+	}
+}
+
+// Every Config field a Validate problem names has a flag in configFlags,
+// so rationd's messages never fall back to a Go field name.
+func TestConfigFlagsCoverValidate(t *testing.T) {
+	cfg := coordinator.DefaultConfig()
+	cfg.RaftAddr, cfg.GRPCAddr, cfg.GossipAddr = "0.0.0.0:1", "nohostport", "127.0.0.1:3"
+	cfg.AdvertiseGossipAddr = "node1:0"
+	cfg.Join = []string{"nohostport"}
+	cfg.BootstrapExpect = -1
+	cfg.LeaseClientRPS, cfg.LeaseClientBurst, cfg.LeaseConnRPS, cfg.LeaseConnBurst = -1, -1, -1, -1
+	cfg.VerifyServerHostname, cfg.ClusterName = true, "a.b"
+	err := cfg.Validate()
+	j, ok := err.(interface{ Unwrap() []error })
+	if !ok {
+		t.Fatalf("Validate: %v, want several problems", err)
+	}
+	named := map[string]bool{}
+	for _, e := range j.Unwrap() {
+		var fe *coordinator.FieldError
+		if !errors.As(e, &fe) {
+			continue
+		}
+		fe.Explain(func(field string) string {
+			named[field] = true
+			if configFlags[field] == "" {
+				t.Errorf("%v: no flag for Config field %s", e, field)
+			}
+			return configFlags[field]
+		})
+	}
+	for _, f := range []string{"ID", "DataDir", "RaftAddr", "AdvertiseRaftAddr", "GRPCAddr", "AdvertiseGossipAddr", "Join", "BootstrapExpect",
+		"LeaseClientRPS", "LeaseClientBurst", "LeaseConnRPS", "LeaseConnBurst", "VerifyServerHostname", "TLS", "ClusterName"} {
+		if !named[f] {
+			t.Errorf("no problem named %s; the test no longer covers it", f)
+		}
+	}
+	if msg := validateConfig(cfg).Error(); strings.Contains(msg, "RaftAddr") || !strings.Contains(msg, "invalid server configuration: --raft-addr \"0.0.0.0:1\" binds every interface: set --advertise-raft-addr") {
+		t.Errorf("validateConfig:\n%s\nwant flag names only", msg)
 	}
 }

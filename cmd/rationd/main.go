@@ -49,6 +49,7 @@ import (
 	"github.com/ration-dev/ration/coordinator"
 	"github.com/ration-dev/ration/internal/coarseclock"
 	"github.com/ration-dev/ration/internal/faults"
+	"github.com/ration-dev/ration/internal/observe"
 	"github.com/ration-dev/ration/internal/policy"
 	"github.com/ration-dev/ration/internal/tracing"
 	"github.com/ration-dev/ration/internal/version"
@@ -203,10 +204,11 @@ func serve(prog string, o options, policies *policy.File, stderr io.Writer, sign
 		}
 	}
 	cfg := o.config(logger, policies)
+	cfg.SettingName = settingName // the server's messages name rationd's flags
 	if err := o.security.apply(&cfg); err != nil {
 		return fail(2, err)
 	}
-	if err := cfg.Validate(); err != nil {
+	if err := validateConfig(cfg); err != nil {
 		return fail(2, err)
 	}
 	warnInsecure(logger, cfg)
@@ -252,6 +254,16 @@ func serve(prog string, o options, policies *policy.File, stderr io.Writer, sign
 		srv.Kill()
 		return fail(1, fmt.Errorf("cannot start: %w", err))
 	}
+	logServing(logger, srv, cfg, policies)
+	if ready != nil {
+		ready(srv)
+	}
+	return shutdownServer(signals, logger, obs, srv)
+}
+
+// logServing logs the addresses a started server listens on and its
+// initial policies.
+func logServing(logger *slog.Logger, srv *coordinator.Server, cfg coordinator.Config, policies *policy.File) {
 	logger.Info("listening", "service", "grpc", "addr", srv.GRPCAddr(), "serves", "lease and admin API")
 	logger.Info("listening", "service", "raft", "addr", cfg.RaftAddr, "serves", "Raft RPCs (tcp)")
 	logger.Info("listening", "service", "gossip", "addr", cfg.GossipAddr, "serves", "memberlist (tcp and udp)")
@@ -262,10 +274,13 @@ func serve(prog string, o options, policies *policy.File, stderr io.Writer, sign
 		}
 		logger.Info("initial policies, applied if the cluster has none", "policies", strings.Join(names, ","))
 	}
-	if ready != nil {
-		ready(srv)
-	}
+}
 
+// shutdownServer waits for a signal, then turns the observability
+// endpoints' health to NOT_SERVING and shuts srv down gracefully (at most
+// shutdownTimeout). A second signal, or a shutdown that does not finish,
+// exits at once with 1.
+func shutdownServer(signals <-chan os.Signal, logger *slog.Logger, obs *observe.Observer, srv *coordinator.Server) int {
 	sig := <-signals
 	logger.Info("shutting down", "signal", sig.String(), "timeout", shutdownTimeout)
 	obs.Close() // gRPC health NOT_SERVING first, so balancers move on

@@ -149,6 +149,9 @@ func runRecover(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "rationd recover: TEST BUILD: running with broken variants %s\n", o.faults.String())
 	}
 	res, err := coordinator.Recover(o.dataDir, o.id, servers, nil)
+	if errors.Is(err, coordinator.ErrNoRaftStore) {
+		err = fmt.Errorf("%w (is --data-dir the server's data dir?)", err)
+	}
 	if err != nil {
 		fmt.Fprintf(stderr, "rationd recover: %v\n", err)
 		return 1

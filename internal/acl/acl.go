@@ -365,7 +365,7 @@ func keyText(attrs map[string]string) string {
 }
 
 // ParseBinding parses "POLICY" or "POLICY:ATTR=VALUE[,ATTR=PREFIX*]" (the
-// form `rationctl acl token create --bind` will take).
+// form a token's bindings take on rationctl's command line).
 func ParseBinding(s string) (Binding, error) {
 	pol, rest, hasRest := strings.Cut(s, ":")
 	if pol == "" {

@@ -4,7 +4,7 @@
 //
 // An Observer is made before the coordinator.Server (its gRPC interceptors
 // and services go into coordinator.Config), attached to it once it runs,
-// and served on its own HTTP listener (rationd --http-addr).
+// and served on its own HTTP listener (rationd's HTTP address).
 //
 // # DESIGN
 //

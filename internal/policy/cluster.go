@@ -135,9 +135,9 @@ func (p Policy) Weight(clientID string) int64 {
 // chunks, docs/design.md §8) of MinLeasedWindow or longer, an error
 // wrapping ErrNotLeasable otherwise (and an *Error naming the field, for
 // a window too short). The cluster checks it when a policy is applied
-// (rationctl policy apply, rationd --config), never when it replays or
-// restores a stored one, so a shorter window stored before the minimum
-// existed is still served.
+// (Admin.ApplyPolicies, or a server's initial policies), never when it
+// replays or restores a stored one, so a shorter window stored before the
+// minimum existed is still served.
 func (p Policy) Leasable() error {
 	switch p.Algorithm {
 	case TokenBucket:

@@ -86,8 +86,9 @@
 // listed: every algorithm) and whether they require it; commonFields,
 // algorithmFields, requiredFields and want are views of them. Adding a
 // setting takes six edits here: (1) an entry in policyFields (or
-// sectionFields, for lease and weights); (2) its check in walkPolicy (or
-// clusterFields); (3) its check in validate; (4) a field in Policy, with
+// sectionFields, for lease and weights); (2) its decode method on
+// policyWalk, called from walkPolicy (or its check in clusterFields);
+// (3) its check in a validation method; (4) a field in Policy, with
 // its default in applyDefaults; (5) a put in Encode, whose field order is
 // the canonical file's, not the table's; (6) ToProto and FromProto, with
 // the api.PolicySpec field. TestEncodeWritesOnlyAcceptedFields fails if

@@ -284,6 +284,19 @@ func isNull(n *yaml.Node) bool {
 	return n == nil || n.Kind == 0 || (n.Kind == yaml.ScalarNode && n.Tag == "!!null")
 }
 
+// policyWalk is the state of walking one entry of the policies list: the
+// policy decoded so far and its fields. Each decode method reads one field
+// (or a few that belong together) into pol, reporting problems to p.
+type policyWalk struct {
+	p        *parser
+	m        *yaml.Node // the policy's mapping
+	index    int
+	id       *Error // identifies the policy in errors
+	pol      *Policy
+	fields   []keyVal // the mapping's fields, duplicates reported
+	algKnown bool     // pol.Algorithm is a known algorithm
+}
+
 // walkPolicy validates one entry of the policies list. ok is false when the
 // policy has any problem.
 func (p *parser) walkPolicy(index int, m *yaml.Node) (pol Policy, ok bool) {
@@ -294,181 +307,259 @@ func (p *parser) walkPolicy(index int, m *yaml.Node) (pol Policy, ok bool) {
 		p.add(&Error{Line: m.Line, PolicyIndex: index, Msg: "is not a mapping; want fields like name: per-tenant and algorithm: token-bucket"})
 		return pol, false
 	}
+	w := &policyWalk{p: p, m: m, index: index, id: id, pol: &pol}
 
 	// The name first: every later error names the policy by it.
-	raw := fieldsQuiet(m)
-	if kv, found := fieldByName(raw, fName); found {
-		if s, ok := p.scalar(id, kv, fName); ok {
-			if nameRE.MatchString(s) {
-				pol.Name = s
-				id.PolicyName = s
-			} else {
-				p.add(p.errAt(id, kv, fName, fmt.Sprintf("%q is not a valid name; %s", s, want[fName])))
-			}
-		}
-	} else {
-		p.add(&Error{Line: m.Line, PolicyIndex: index, Field: fName, Msg: "is required; " + want[fName]})
-	}
-
-	fields := p.fields(m, id, "")
-	p.unknownFields(fields, policyFieldNames, func(line int, name string) *Error { return unknownPolicyField(id, line, name) })
+	w.name()
+	w.fields = p.fields(m, id, "")
+	p.unknownFields(w.fields, policyFieldNames, func(line int, name string) *Error { return unknownPolicyField(id, line, name) })
 	p.lines = map[string]int{}
-	p.noteLines(fields, "")
-	get := func(name string) (keyVal, bool) { return fieldByName(fields, name) }
+	p.noteLines(w.fields, "")
 
-	// algorithm
-	algKnown := false
-	if kv, found := get(fAlgorithm); found {
-		if s, ok := p.scalar(id, kv, fAlgorithm); ok {
-			if _, known := algorithmFields[Algorithm(s)]; known {
-				pol.Algorithm = Algorithm(s)
-				algKnown = true
-			} else {
-				p.add(p.errAt(id, kv, fAlgorithm, fmt.Sprintf("%q is not an algorithm; %s", s, want[fAlgorithm])))
-			}
-		}
-	} else {
-		p.add(&Error{Line: m.Line, PolicyName: id.PolicyName, PolicyIndex: index, Field: fAlgorithm, Msg: "is required; " + want[fAlgorithm]})
-	}
-
-	// charge
-	pol.Charge = ChargeRequests
-	if kv, found := get(fCharge); found {
-		if s, ok := p.scalar(id, kv, fCharge); ok {
-			switch Charge(s) {
-			case ChargeRequests, ChargeCost:
-				pol.Charge = Charge(s)
-			default:
-				p.add(p.errAt(id, kv, fCharge, fmt.Sprintf("%q is not a charge; %s", s, want[fCharge])))
-			}
-		}
-	}
-
-	// key
-	if kv, found := get(fKey); found {
+	w.algorithm()
+	w.charge()
+	if kv, found := w.get(fKey); found {
 		pol.Key = p.key(id, kv)
 	}
-
-	// Algorithm-specific fields: misplaced ones are reported and not parsed;
-	// with an unknown algorithm every present one is parsed, to report
-	// format problems in the same run.
-	present := func(name string) (keyVal, bool) {
-		kv, found := get(name)
-		if !found {
-			return kv, false
-		}
-		if algKnown && !slices.Contains(algorithmFields[pol.Algorithm], name) {
-			p.add(p.errAt(id, kv, name, fmt.Sprintf("does not apply to algorithm %s (%s is for %s); %s takes %s",
-				pol.Algorithm, name, ownerAlgorithms(name), pol.Algorithm, strings.Join(algorithmFields[pol.Algorithm], ", "))))
-			return kv, false
-		}
-		return kv, true
-	}
-	if algKnown {
-		for _, name := range requiredFields[pol.Algorithm] {
-			if _, found := get(name); !found {
-				p.add(&Error{Line: m.Line, PolicyName: id.PolicyName, PolicyIndex: index, Field: name,
-					Msg: fmt.Sprintf("is required for algorithm %s; %s", pol.Algorithm, want[name])})
-			}
-		}
-	}
+	w.required()
 	pol.StartFull = pol.Algorithm == TokenBucket // the default start
-	rateOK := false
-	if kv, ok := present(fRate); ok {
-		pol.RateMilliPerSec, pol.RatePeriodNanos, rateOK = p.rate(id, kv)
-	}
-	if kv, ok := present(fBurst); ok {
-		pol.BurstMilli, _ = p.decimal(id, kv, fBurst, MaxBurst, false)
-	}
-	if kv, ok := present(fStart); ok {
-		if s, ok := p.scalar(id, kv, fStart); ok {
-			switch s {
-			case "full":
-				pol.StartFull = true
-			case "empty":
-				pol.StartFull = false
-			default:
-				p.add(p.errAt(id, kv, fStart, fmt.Sprintf("%q is not a start state; %s", s, want[fStart])))
-			}
-		}
-	}
-	if kv, ok := present(fLimit); ok {
-		if pol.Algorithm == Concurrency {
-			n, _ := p.integer(id, kv, fLimit, 1, lease.MaxSlots)
-			pol.LimitMilli = n * lease.MilliPerToken
-		} else {
-			pol.LimitMilli, _ = p.decimal(id, kv, fLimit, MaxLimit, true)
-		}
-	}
-	if kv, ok := present(fMaxDuration); ok {
-		d, s, ok := p.duration(id, kv, fMaxDuration)
-		switch {
-		case !ok:
-		case d <= 0:
-			p.fail(id, kv, fMaxDuration, fmt.Sprintf("%q is not positive (leave max_duration out for no limit)", s))
-		case d < int64(MinMaxDuration):
-			p.fail(id, kv, fMaxDuration, fmt.Sprintf("%q is shorter than the minimum %s: every request's context would end before it could do any work", s, formatDuration(int64(MinMaxDuration))))
-		default:
-			pol.MaxDurationNanos = d
-		}
-	}
-	if kv, ok := present(fCancelGrace); ok {
+	rateOK := w.rate()
+	w.burst()
+	w.start()
+	w.limit()
+	w.maxDuration()
+	if kv, ok := w.present(fCancelGrace); ok {
 		pol.CancelGraceNanos, _, _ = p.duration(id, kv, fCancelGrace)
 	}
-	if kv, ok := present(fWindow); ok {
-		if s, ok := p.scalar(id, kv, fWindow); ok {
-			d, err := parseWindow(s)
-			switch {
-			case err != nil:
-				p.add(p.errAt(id, kv, fWindow, fmt.Sprintf("%q is not a duration; %s", s, want[fWindow])))
-			case d <= 0:
-				p.add(p.errAt(id, kv, fWindow, fmt.Sprintf("%q is not positive; %s", s, want[fWindow])))
-			case d < MinWindow:
-				p.add(p.errAt(id, kv, fWindow, fmt.Sprintf("%q is shorter than the minimum %s (simulate counts time in whole milliseconds); %s",
-					s, formatWindow(int64(MinWindow)), want[fWindow])))
-			default:
-				pol.WindowNanos = int64(d)
-			}
-		}
-	}
-	_, hasWindow := get(fWindow)
-	kvPeriod, hasPeriod := present(fPeriod)
-	if hasPeriod {
-		if s, ok := p.scalar(id, kvPeriod, fPeriod); ok {
-			pol.Period = s
-		}
-	}
-	if kv, ok := present(fTimezone); ok {
-		if s, ok := p.scalar(id, kv, fTimezone); ok {
-			pol.Timezone = s
-		}
-	}
-	if algKnown && pol.Algorithm.IsWindow() && !hasWindow && !hasPeriod {
-		msg := fmt.Sprintf("is required for algorithm %s; %s", pol.Algorithm, want[fWindow])
-		if pol.Algorithm == FixedWindow {
-			msg += " (or period: day, week or month)"
-		}
-		p.add(&Error{Line: m.Line, PolicyName: id.PolicyName, PolicyIndex: index, Field: fWindow, Msg: msg})
-	}
+	w.window()
+	w.calendar()
 
-	p.clusterFields(id, &pol, algKnown, rateOK, get, present)
+	p.clusterFields(id, &pol, w.algKnown, rateOK, w.get, w.present)
 
 	if len(p.errs) > nerrs {
 		return pol, false
 	}
-	// Validate has the last word, and through it the lease package, which
-	// builds one limiter. Nothing the walk accepts should fail here.
-	if errs := validate(pol); len(errs) > 0 {
-		for _, e := range errs {
-			e.Line, e.PolicyIndex = m.Line, index
-			if l, ok := p.lines[e.Field]; ok {
-				e.Line = l
-			}
-			p.add(e)
-		}
-		return pol, false
+	return pol, w.validate()
+}
+
+// get finds any field of the policy.
+func (w *policyWalk) get(name string) (keyVal, bool) { return fieldByName(w.fields, name) }
+
+// present finds a field that applies to the policy's algorithm. A
+// misplaced field is reported and not parsed; with an unknown algorithm
+// every present field is parsed, to report format problems in the same
+// run.
+func (w *policyWalk) present(name string) (keyVal, bool) {
+	kv, found := w.get(name)
+	if !found {
+		return kv, false
 	}
-	return pol, true
+	alg := w.pol.Algorithm
+	if w.algKnown && !slices.Contains(algorithmFields[alg], name) {
+		w.p.add(w.p.errAt(w.id, kv, name, fmt.Sprintf("does not apply to algorithm %s (%s is for %s); %s takes %s",
+			alg, name, ownerAlgorithms(name), alg, strings.Join(algorithmFields[alg], ", "))))
+		return kv, false
+	}
+	return kv, true
+}
+
+// missing reports that a required field is absent, at the policy's line.
+func (w *policyWalk) missing(field, msg string) {
+	w.p.add(&Error{Line: w.m.Line, PolicyName: w.id.PolicyName, PolicyIndex: w.index, Field: field, Msg: msg})
+}
+
+// name decodes the name, which also names the policy in later errors. It
+// reads the fields quietly: the walk reports duplicates later.
+func (w *policyWalk) name() {
+	kv, found := fieldByName(fieldsQuiet(w.m), fName)
+	if !found {
+		w.missing(fName, "is required; "+want[fName])
+		return
+	}
+	if s, ok := w.p.scalar(w.id, kv, fName); ok {
+		if nameRE.MatchString(s) {
+			w.pol.Name = s
+			w.id.PolicyName = s
+		} else {
+			w.p.add(w.p.errAt(w.id, kv, fName, fmt.Sprintf("%q is not a valid name; %s", s, want[fName])))
+		}
+	}
+}
+
+// algorithm decodes the algorithm, noting whether it is a known one.
+func (w *policyWalk) algorithm() {
+	kv, found := w.get(fAlgorithm)
+	if !found {
+		w.missing(fAlgorithm, "is required; "+want[fAlgorithm])
+		return
+	}
+	if s, ok := w.p.scalar(w.id, kv, fAlgorithm); ok {
+		if _, known := algorithmFields[Algorithm(s)]; known {
+			w.pol.Algorithm = Algorithm(s)
+			w.algKnown = true
+		} else {
+			w.p.add(w.p.errAt(w.id, kv, fAlgorithm, fmt.Sprintf("%q is not an algorithm; %s", s, want[fAlgorithm])))
+		}
+	}
+}
+
+// charge decodes the charge unit, requests by default.
+func (w *policyWalk) charge() {
+	w.pol.Charge = ChargeRequests
+	kv, found := w.get(fCharge)
+	if !found {
+		return
+	}
+	if s, ok := w.p.scalar(w.id, kv, fCharge); ok {
+		switch Charge(s) {
+		case ChargeRequests, ChargeCost:
+			w.pol.Charge = Charge(s)
+		default:
+			w.p.add(w.p.errAt(w.id, kv, fCharge, fmt.Sprintf("%q is not a charge; %s", s, want[fCharge])))
+		}
+	}
+}
+
+// required reports the fields a known algorithm requires that are absent.
+func (w *policyWalk) required() {
+	if !w.algKnown {
+		return
+	}
+	for _, name := range requiredFields[w.pol.Algorithm] {
+		if _, found := w.get(name); !found {
+			w.missing(name, fmt.Sprintf("is required for algorithm %s; %s", w.pol.Algorithm, want[name]))
+		}
+	}
+}
+
+// rate decodes the rate and its period, reporting whether it is valid.
+func (w *policyWalk) rate() (ok bool) {
+	if kv, found := w.present(fRate); found {
+		w.pol.RateMilliPerSec, w.pol.RatePeriodNanos, ok = w.p.rate(w.id, kv)
+	}
+	return ok
+}
+
+// burst decodes the bucket size.
+func (w *policyWalk) burst() {
+	if kv, ok := w.present(fBurst); ok {
+		w.pol.BurstMilli, _ = w.p.decimal(w.id, kv, fBurst, MaxBurst, false)
+	}
+}
+
+// start decodes whether the bucket starts full or empty.
+func (w *policyWalk) start() {
+	kv, found := w.present(fStart)
+	if !found {
+		return
+	}
+	if s, ok := w.p.scalar(w.id, kv, fStart); ok {
+		switch s {
+		case "full":
+			w.pol.StartFull = true
+		case "empty":
+			w.pol.StartFull = false
+		default:
+			w.p.add(w.p.errAt(w.id, kv, fStart, fmt.Sprintf("%q is not a start state; %s", s, want[fStart])))
+		}
+	}
+}
+
+// limit decodes the limit: whole slots for a concurrency policy, a
+// decimal count per window otherwise.
+func (w *policyWalk) limit() {
+	kv, found := w.present(fLimit)
+	if !found {
+		return
+	}
+	if w.pol.Algorithm == Concurrency {
+		n, _ := w.p.integer(w.id, kv, fLimit, 1, lease.MaxSlots)
+		w.pol.LimitMilli = n * lease.MilliPerToken
+	} else {
+		w.pol.LimitMilli, _ = w.p.decimal(w.id, kv, fLimit, MaxLimit, true)
+	}
+}
+
+// maxDuration decodes the longest a concurrency slot may be held.
+func (w *policyWalk) maxDuration() {
+	kv, found := w.present(fMaxDuration)
+	if !found {
+		return
+	}
+	d, s, ok := w.p.duration(w.id, kv, fMaxDuration)
+	switch {
+	case !ok:
+	case d <= 0:
+		w.p.fail(w.id, kv, fMaxDuration, fmt.Sprintf("%q is not positive (leave max_duration out for no limit)", s))
+	case d < int64(MinMaxDuration):
+		w.p.fail(w.id, kv, fMaxDuration, fmt.Sprintf("%q is shorter than the minimum %s: every request's context would end before it could do any work", s, formatDuration(int64(MinMaxDuration))))
+	default:
+		w.pol.MaxDurationNanos = d
+	}
+}
+
+// window decodes a window policy's window length.
+func (w *policyWalk) window() {
+	kv, found := w.present(fWindow)
+	if !found {
+		return
+	}
+	s, ok := w.p.scalar(w.id, kv, fWindow)
+	if !ok {
+		return
+	}
+	d, err := parseWindow(s)
+	switch {
+	case err != nil:
+		w.p.add(w.p.errAt(w.id, kv, fWindow, fmt.Sprintf("%q is not a duration; %s", s, want[fWindow])))
+	case d <= 0:
+		w.p.add(w.p.errAt(w.id, kv, fWindow, fmt.Sprintf("%q is not positive; %s", s, want[fWindow])))
+	case d < MinWindow:
+		w.p.add(w.p.errAt(w.id, kv, fWindow, fmt.Sprintf("%q is shorter than the minimum %s (simulate counts time in whole milliseconds); %s",
+			s, formatWindow(int64(MinWindow)), want[fWindow])))
+	default:
+		w.pol.WindowNanos = int64(d)
+	}
+}
+
+// calendar decodes a window policy's calendar period and time zone, and
+// reports a window policy with neither window nor period.
+func (w *policyWalk) calendar() {
+	_, hasWindow := w.get(fWindow)
+	kvPeriod, hasPeriod := w.present(fPeriod)
+	if hasPeriod {
+		if s, ok := w.p.scalar(w.id, kvPeriod, fPeriod); ok {
+			w.pol.Period = s
+		}
+	}
+	if kv, ok := w.present(fTimezone); ok {
+		if s, ok := w.p.scalar(w.id, kv, fTimezone); ok {
+			w.pol.Timezone = s
+		}
+	}
+	if w.algKnown && w.pol.Algorithm.IsWindow() && !hasWindow && !hasPeriod {
+		msg := fmt.Sprintf("is required for algorithm %s; %s", w.pol.Algorithm, want[fWindow])
+		if w.pol.Algorithm == FixedWindow {
+			msg += " (or period: day, week or month)"
+		}
+		w.missing(fWindow, msg)
+	}
+}
+
+// validate runs Validate's checks on the walked policy, which has the last
+// word, and through it the lease package, which builds one limiter.
+// Nothing the walk accepts should fail here. Problems are reported at
+// their field's line, or the policy's.
+func (w *policyWalk) validate() bool {
+	errs := validate(*w.pol)
+	for _, e := range errs {
+		e.Line, e.PolicyIndex = w.m.Line, w.index
+		if l, ok := w.p.lines[e.Field]; ok {
+			e.Line = l
+		}
+		w.p.add(e)
+	}
+	return len(errs) == 0
 }
 
 // fieldsQuiet lists a mapping's entries without reporting anything (the

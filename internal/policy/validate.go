@@ -30,124 +30,166 @@ func Validate(p Policy) error {
 
 // validate is Validate's list of problems.
 func validate(p Policy) []*Error {
-	var errs []*Error
-	bad := func(field, format string, args ...any) {
-		errs = append(errs, &Error{Line: p.Line, PolicyName: p.Name, Field: field, Msg: fmt.Sprintf(format, args...)})
+	v := &validation{p: p}
+	algKnown := v.common()
+	switch {
+	case p.Algorithm == TokenBucket:
+		v.tokenBucket()
+	case p.Algorithm == Concurrency:
+		v.errs = append(v.errs, validateConcurrency(p, v.notHere)...)
+	case algKnown: // a window algorithm
+		v.window()
 	}
+	v.keyLimits()
+	if len(v.errs) == 0 && p.Algorithm != Concurrency {
+		if _, err := p.NewLimiter(0); err != nil {
+			v.bad("", "rejected by the limiter: %v", err)
+		}
+	}
+	return v.errs
+}
 
+// validation collects the problems with one policy, in check order.
+type validation struct {
+	p    Policy
+	errs []*Error
+}
+
+// bad records a problem with field.
+func (v *validation) bad(field, format string, args ...any) {
+	v.errs = append(v.errs, &Error{Line: v.p.Line, PolicyName: v.p.Name, Field: field, Msg: fmt.Sprintf(format, args...)})
+}
+
+// notHere records that field is set but does not apply to the algorithm.
+func (v *validation) notHere(field string) {
+	p := v.p
+	v.bad(field, "does not apply to algorithm %s (%s is for %s); %s takes %s",
+		p.Algorithm, field, ownerAlgorithms(field), p.Algorithm, strings.Join(algorithmFields[p.Algorithm], ", "))
+}
+
+// common checks the fields every algorithm has: name, algorithm, charge
+// and key. It reports whether the algorithm is a known one.
+func (v *validation) common() (algKnown bool) {
+	p := v.p
 	if !nameRE.MatchString(p.Name) {
-		bad(fName, "%q is not a valid name; %s", p.Name, want[fName])
+		v.bad(fName, "%q is not a valid name; %s", p.Name, want[fName])
 	}
-	_, algKnown := algorithmFields[p.Algorithm]
+	_, algKnown = algorithmFields[p.Algorithm]
 	if !algKnown {
-		bad(fAlgorithm, "%q is not an algorithm; %s", p.Algorithm, want[fAlgorithm])
+		v.bad(fAlgorithm, "%q is not an algorithm; %s", p.Algorithm, want[fAlgorithm])
 	}
 	if p.Charge != ChargeRequests && p.Charge != ChargeCost {
-		bad(fCharge, "%q is not a charge; %s", p.Charge, want[fCharge])
+		v.bad(fCharge, "%q is not a charge; %s", p.Charge, want[fCharge])
 	}
 	seen := map[string]bool{}
 	for _, k := range p.Key {
 		if msg := keyAttrProblem(k, seen); msg != "" {
-			bad(fKey, "%s", msg)
+			v.bad(fKey, "%s", msg)
 		}
 		seen[k] = true
 	}
+	return algKnown
+}
 
-	notHere := func(field string) {
-		bad(field, "does not apply to algorithm %s (%s is for %s); %s takes %s",
-			p.Algorithm, field, ownerAlgorithms(field), p.Algorithm, strings.Join(algorithmFields[p.Algorithm], ", "))
+// tokenBucket checks a token bucket's rate, burst and cluster settings,
+// and that no window setting is set.
+func (v *validation) tokenBucket() {
+	p := v.p
+	if p.RateMilliPerSec <= 0 || p.RateMilliPerSec > MaxRate*1000 {
+		v.bad(fRate, "%s is outside (0, %d]; %s", FormatUnits(p.RateMilliPerSec), MaxRate, want[fRate])
 	}
+	if pp := p.RatePeriodNanos; pp != 0 && (pp == int64(time.Second) || pp < int64(time.Second) || pp > int64(24*time.Hour) || pp%int64(time.Second) != 0) {
+		v.bad(fRate, "has a rate period of %v, not a whole number of seconds in (1s, 24h] (a rate per second has period 0); %s", time.Duration(pp), want[fRate])
+	}
+	if p.BurstMilli < 1000 || p.BurstMilli > MaxBurst*1000 {
+		v.bad(fBurst, "%s is outside [1, %d]; %s", FormatUnits(p.BurstMilli), MaxBurst, want[fBurst])
+	}
+	if p.LimitMilli != 0 {
+		v.notHere(fLimit)
+	}
+	if p.WindowNanos != 0 {
+		v.notHere(fWindow)
+	}
+	if p.Period != "" {
+		v.notHere(fPeriod)
+	}
+	if p.Timezone != "" {
+		v.notHere(fTimezone)
+	}
+	v.errs = append(v.errs, validateLease(p)...)
+}
+
+// window checks a window policy's limit and window or calendar period,
+// and that no setting of another algorithm is set.
+func (v *validation) window() {
+	p := v.p
+	if p.LimitMilli < 1000 || p.LimitMilli > MaxLimit*1000 || p.LimitMilli%1000 != 0 {
+		v.bad(fLimit, "%s is not a whole number in [1, %d]; %s", FormatUnits(p.LimitMilli), MaxLimit, want[fLimit])
+	}
+	v.windowLength()
+	for _, f := range []struct {
+		name string
+		set  bool
+	}{
+		{fRate, p.RateMilliPerSec != 0},
+		{fBurst, p.BurstMilli != 0},
+		{fStart, p.StartFull},
+		{fLeaseDuration, p.LeaseDurationNanos != 0},
+		{fLeaseRenewAfter, p.RenewAfterNanos != 0},
+		{fLeaseDriftPPM, p.DriftPPM != 0},
+		{fWeightsDefault, p.DefaultWeight != 0},
+		{fWeightsClients, len(p.ClientWeights) > 0},
+		{fFailure, p.Failure != ""},
+		{fFallbackRate, p.FallbackRateMilliPerSec != 0},
+		{fMaxDuration, p.MaxDurationNanos != 0},
+		{fCancelGrace, p.CancelGraceNanos != 0},
+		{fMaxKeysPerValue, p.MaxKeysPerValue != 0},
+	} {
+		if f.set {
+			v.notHere(f.name)
+		}
+	}
+}
+
+// windowLength checks a window policy's window, or its calendar period
+// and time zone: the first problem only.
+func (v *validation) windowLength() {
+	p := v.p
 	switch {
-	case p.Algorithm == TokenBucket:
-		if p.RateMilliPerSec <= 0 || p.RateMilliPerSec > MaxRate*1000 {
-			bad(fRate, "%s is outside (0, %d]; %s", FormatUnits(p.RateMilliPerSec), MaxRate, want[fRate])
+	case p.Algorithm != FixedWindow && p.Period != "":
+		v.notHere(fPeriod)
+	case p.Algorithm != FixedWindow && p.Timezone != "":
+		v.notHere(fTimezone)
+	case p.Period != "" && p.WindowNanos != 0:
+		v.bad(fPeriod, "is set with window %s; want one of window and period", formatWindow(p.WindowNanos))
+	case p.Period != "":
+		if p.Period != lease.PeriodDay && p.Period != lease.PeriodWeek && p.Period != lease.PeriodMonth {
+			v.bad(fPeriod, "%q is not a period; %s", p.Period, want[fPeriod])
+		} else if _, err := p.WindowSpec(); err != nil {
+			v.bad(fTimezone, "%q is not a time zone Go's zone database knows; %s", p.Timezone, want[fTimezone])
 		}
-		if pp := p.RatePeriodNanos; pp != 0 && (pp == int64(time.Second) || pp < int64(time.Second) || pp > int64(24*time.Hour) || pp%int64(time.Second) != 0) {
-			bad(fRate, "has a rate period of %v, not a whole number of seconds in (1s, 24h] (a rate per second has period 0); %s", time.Duration(pp), want[fRate])
-		}
-		if p.BurstMilli < 1000 || p.BurstMilli > MaxBurst*1000 {
-			bad(fBurst, "%s is outside [1, %d]; %s", FormatUnits(p.BurstMilli), MaxBurst, want[fBurst])
-		}
-		if p.LimitMilli != 0 {
-			notHere(fLimit)
-		}
-		if p.WindowNanos != 0 {
-			notHere(fWindow)
-		}
-		if p.Period != "" {
-			notHere(fPeriod)
-		}
-		if p.Timezone != "" {
-			notHere(fTimezone)
-		}
-		errs = append(errs, validateLease(p)...)
-	case p.Algorithm == Concurrency:
-		errs = append(errs, validateConcurrency(p, notHere)...)
-	case algKnown: // a window algorithm
-		if p.LimitMilli < 1000 || p.LimitMilli > MaxLimit*1000 || p.LimitMilli%1000 != 0 {
-			bad(fLimit, "%s is not a whole number in [1, %d]; %s", FormatUnits(p.LimitMilli), MaxLimit, want[fLimit])
-		}
-		switch {
-		case p.Algorithm != FixedWindow && p.Period != "":
-			notHere(fPeriod)
-		case p.Algorithm != FixedWindow && p.Timezone != "":
-			notHere(fTimezone)
-		case p.Period != "" && p.WindowNanos != 0:
-			bad(fPeriod, "is set with window %s; want one of window and period", formatWindow(p.WindowNanos))
-		case p.Period != "":
-			if p.Period != lease.PeriodDay && p.Period != lease.PeriodWeek && p.Period != lease.PeriodMonth {
-				bad(fPeriod, "%q is not a period; %s", p.Period, want[fPeriod])
-			} else if _, err := p.WindowSpec(); err != nil {
-				bad(fTimezone, "%q is not a time zone Go's zone database knows; %s", p.Timezone, want[fTimezone])
-			}
-		case p.Timezone != "":
-			bad(fTimezone, "applies only with period (window %s is aligned to the Unix epoch, not to a zone); %s", formatWindow(p.WindowNanos), want[fTimezone])
-		case p.WindowNanos <= 0:
-			bad(fWindow, "%s is not positive; %s", time.Duration(p.WindowNanos), want[fWindow])
-		case p.WindowNanos > lease.MaxWindowNanos:
-			bad(fWindow, "%s is longer than the maximum 366d; %s", formatWindow(p.WindowNanos), want[fWindow])
-		}
-		for _, f := range []struct {
-			name string
-			set  bool
-		}{
-			{fRate, p.RateMilliPerSec != 0},
-			{fBurst, p.BurstMilli != 0},
-			{fStart, p.StartFull},
-			{fLeaseDuration, p.LeaseDurationNanos != 0},
-			{fLeaseRenewAfter, p.RenewAfterNanos != 0},
-			{fLeaseDriftPPM, p.DriftPPM != 0},
-			{fWeightsDefault, p.DefaultWeight != 0},
-			{fWeightsClients, len(p.ClientWeights) > 0},
-			{fFailure, p.Failure != ""},
-			{fFallbackRate, p.FallbackRateMilliPerSec != 0},
-			{fMaxDuration, p.MaxDurationNanos != 0},
-			{fCancelGrace, p.CancelGraceNanos != 0},
-			{fMaxKeysPerValue, p.MaxKeysPerValue != 0},
-		} {
-			if f.set {
-				notHere(f.name)
-			}
-		}
+	case p.Timezone != "":
+		v.bad(fTimezone, "applies only with period (window %s is aligned to the Unix epoch, not to a zone); %s", formatWindow(p.WindowNanos), want[fTimezone])
+	case p.WindowNanos <= 0:
+		v.bad(fWindow, "%s is not positive; %s", time.Duration(p.WindowNanos), want[fWindow])
+	case p.WindowNanos > lease.MaxWindowNanos:
+		v.bad(fWindow, "%s is longer than the maximum 366d; %s", formatWindow(p.WindowNanos), want[fWindow])
 	}
+}
 
+// keyLimits checks the per-policy key and lease-count limits.
+func (v *validation) keyLimits() {
+	p := v.p
 	if msg := intRangeProblem(p.MaxKeys, 1, MaxKeysLimit); msg != "" {
-		bad(fMaxKeys, "%d %s; %s", p.MaxKeys, msg, want[fMaxKeys])
+		v.bad(fMaxKeys, "%d %s; %s", p.MaxKeys, msg, want[fMaxKeys])
 	}
 	if msg := intRangeProblem(p.MaxLeasesPerKey, 1, MaxLeasesPerKeyLimit); msg != "" {
-		bad(fMaxLeasesPerKey, "%d %s; %s", p.MaxLeasesPerKey, msg, want[fMaxLeasesPerKey])
+		v.bad(fMaxLeasesPerKey, "%d %s; %s", p.MaxLeasesPerKey, msg, want[fMaxLeasesPerKey])
 	}
 	// 0 is the default (KeysPerValue).
 	if msg := intRangeProblem(p.MaxKeysPerValue, 0, MaxKeysLimit); msg != "" {
-		bad(fMaxKeysPerValue, "%d %s; %s", p.MaxKeysPerValue, msg, want[fMaxKeysPerValue])
+		v.bad(fMaxKeysPerValue, "%d %s; %s", p.MaxKeysPerValue, msg, want[fMaxKeysPerValue])
 	}
-
-	if len(errs) == 0 && p.Algorithm != Concurrency {
-		if _, err := p.NewLimiter(0); err != nil {
-			bad("", "rejected by the limiter: %v", err)
-		}
-	}
-	return errs
 }
 
 // validateLease checks a token bucket's cluster settings.

@@ -156,7 +156,7 @@ type ConcurrencyResult struct {
 	// CutOff counts admitted requests whose duration exceeded max_duration.
 	CutOff int64 `json:"cut_off"`
 	// Queued counts requests admitted after waiting for a slot
-	// (--queue-wait), and QueuedWaitMs their total wait.
+	// (Options.QueueWait), and QueuedWaitMs their total wait.
 	Queued       int64   `json:"queued,omitempty"`
 	QueuedWaitMs float64 `json:"queued_wait_ms,omitempty"`
 }

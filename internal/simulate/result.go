@@ -57,8 +57,8 @@ func (c *Counters) add(accepted bool, cost int64) {
 // Totals are counters with an optional per-group breakdown.
 type Totals struct {
 	Counters
-	// Groups maps a group value (the --group-by columns' values joined with
-	// "/") to its counters. Nil unless grouping was asked for.
+	// Groups maps a group value (the Options.GroupBy columns' values joined
+	// with "/") to its counters. Nil unless grouping was asked for.
 	Groups map[string]*Counters `json:"groups,omitempty"`
 }
 
@@ -82,7 +82,7 @@ type PolicyResult struct {
 type Result struct {
 	Mode Mode `json:"mode"`
 	// Clock says what the trace's times are: the trace start (at_ms from
-	// time 0), a --start plus at_ms, or an at / unix_ms column.
+	// time 0), Options.Start plus at_ms, or an at / unix_ms column.
 	Clock    string         `json:"clock"`
 	Policies []PolicyResult `json:"policies"`
 	// Admitted is the chain's verdict: a request is accepted iff every

@@ -153,45 +153,125 @@ func (ps *polState) key(rec []string, buf []byte, startNanos int64) (*keyState, 
 // Problems with the trace are *TraceError values (several joined when the
 // header has more than one).
 func Run(policies []policy.Policy, trace io.Reader, opts Options) (*Result, error) {
+	mode, err := checkOptions(policies, opts)
+	if err != nil {
+		return nil, err
+	}
+	states, anySlots, err := newPolStates(policies, opts)
+	if err != nil {
+		return nil, err
+	}
+	r := csv.NewReader(bufio.NewReaderSize(trace, 256<<10))
+	r.ReuseRecord = true
+	r.FieldsPerRecord = -1 // checked in replay.request, with a clearer message
+	rp, err := newReplay(r, policies, states, opts, mode, anySlots)
+	if err != nil {
+		return nil, err
+	}
+	for {
+		rec, err := r.Read()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return nil, csvErr(err)
+		}
+		line, _ := r.FieldPos(0)
+		if err := rp.request(rec, line); err != nil {
+			return nil, err
+		}
+	}
+	if rp.requests == 0 {
+		return nil, traceErr(1, "the trace has a header but no requests")
+	}
+	if rp.dw != nil {
+		if err := rp.dw.flush(); err != nil {
+			return nil, err
+		}
+	}
+	return rp.result(), nil
+}
+
+// checkOptions validates the policies' count and opts, and returns the
+// replay mode (ModeCompare when opts leaves it empty).
+func checkOptions(policies []policy.Policy, opts Options) (Mode, error) {
 	if len(policies) == 0 {
-		return nil, errors.New("no policies to simulate")
+		return "", errors.New("no policies to simulate")
 	}
 	mode := opts.Mode
 	if mode == "" {
 		mode = ModeCompare
 	}
 	if _, err := ParseMode(string(mode)); err != nil {
-		return nil, err
+		return "", err
 	}
 	if opts.QueueWait < 0 {
-		return nil, fmt.Errorf("queue wait %v is negative; want 0 (no queue) or a wait like 250ms", opts.QueueWait)
+		return "", fmt.Errorf("queue wait %v is negative; want 0 (no queue) or a wait like 250ms", opts.QueueWait)
 	}
 	if opts.Start != nil && opts.Start.UnixNano() < 0 || opts.Start != nil && opts.Start.Year() > 2200 {
-		return nil, fmt.Errorf("start %s is outside 1970-01-01 to 2200; want an RFC 3339 time like 2026-03-28T23:00:00+01:00", opts.Start.Format(time.RFC3339Nano))
+		return "", fmt.Errorf("start %s is outside 1970-01-01 to 2200; want an RFC 3339 time like 2026-03-28T23:00:00+01:00", opts.Start.Format(time.RFC3339Nano))
 	}
+	return mode, nil
+}
 
+// newPolStates makes each policy's replay state, reporting whether any
+// policy is replayed as a concurrency limit.
+func newPolStates(policies []policy.Policy, opts Options) ([]*polState, bool, error) {
 	states := make([]*polState, len(policies))
 	anySlots := false
 	for i, p := range policies {
 		ps := &polState{pol: p}
 		c, isSlots, err := concurrencyOf(p, opts)
 		if err != nil {
-			return nil, err
+			return nil, false, err
 		}
 		if isSlots {
 			ps.slots = &slotState{cfg: c, queueWait: int64(opts.QueueWait)}
 			anySlots = true
 		} else if spec, ok, err := windowSpecOf(p); err != nil {
-			return nil, fmt.Errorf("policy %q: %w", p.Name, err)
+			return nil, false, fmt.Errorf("policy %q: %w", p.Name, err)
 		} else if ok {
 			ps.win = &winState{spec: spec, limitMilli: p.LimitMilli}
 		}
 		states[i] = ps
 	}
+	return states, anySlots, nil
+}
 
-	r := csv.NewReader(bufio.NewReaderSize(trace, 256<<10))
-	r.ReuseRecord = true
-	r.FieldsPerRecord = -1 // checked below, with a clearer message
+// replay is the state of one Run between the header and the result: the
+// policies' states, the trace's columns and clock, the groups seen so far
+// and the chain's admitted counters.
+type replay struct {
+	opts   Options
+	mode   Mode
+	states []*polState
+	header []string
+	h      *headerInfo
+	dw     *decisionWriter // nil without opts.Decisions
+
+	admitted  Counters   // chain mode: requests every policy passed
+	admGroups []Counters // admitted, by group id
+	groupIdx  map[string]int
+	groupKeys []string // by group id
+	keyBuf    []byte
+	groupBuf  []byte
+	// Per-request scratch for chain refunds and window accounts.
+	rowKeys  []*keyState
+	rowCost  []int64
+	rowClaim []claim
+
+	requests  int64
+	totalWork int64
+	prevAt    int64
+	prevAtTxt string
+	prevLine  int
+	base      int64 // the clock's time at the trace start
+	haveBase  bool
+}
+
+// newReplay reads and checks the trace's header from r and prepares the
+// replay, writing the decisions header if opts asks for decisions.
+func newReplay(r *csv.Reader, policies []policy.Policy, states []*polState, opts Options, mode Mode, anySlots bool) (*replay, error) {
 	header, err := r.Read()
 	if err == io.EOF {
 		return nil, traceErr(1, "the trace is empty; want a header line naming the columns, including at_ms, then one line per request")
@@ -213,254 +293,302 @@ func Run(policies []policy.Policy, trace io.Reader, opts Options) (*Result, erro
 			ps.keys = make(map[string]*keyState)
 		}
 	}
-
-	var (
-		dw        *decisionWriter
-		admitted  Counters
-		admGroups []Counters
-		groupIdx  map[string]int
-		groupKeys []string
-		keyBuf    = make([]byte, 0, 64)
-		groupBuf  = make([]byte, 0, 64)
-		// Per-request scratch for chain refunds and window accounts.
-		rowKeys  = make([]*keyState, len(states))
-		rowCost  = make([]int64, len(states))
-		rowClaim = make([]claim, len(states))
-
-		requests  int64
-		totalWork int64
-		prevAt    int64 = -1
-		prevAtTxt string
-		prevLine  int
-		base      int64 // the clock's time at the trace start
-		haveBase  bool
-	)
+	rp := &replay{
+		opts: opts, mode: mode, states: states, header: header, h: h,
+		keyBuf:   make([]byte, 0, 64),
+		groupBuf: make([]byte, 0, 64),
+		rowKeys:  make([]*keyState, len(states)),
+		rowCost:  make([]int64, len(states)),
+		rowClaim: make([]claim, len(states)),
+		prevAt:   -1,
+	}
 	if h.timeCol == policy.AttrAtMs {
 		// Times are base + at_ms: the start, or 0 (the old clock, whose
 		// windows are aligned to the trace start).
-		haveBase = true
+		rp.haveBase = true
 		if opts.Start != nil {
-			base = opts.Start.UnixNano()
+			rp.base = opts.Start.UnixNano()
 		}
 	}
 	if opts.Decisions != nil {
-		dw = newDecisionWriter(opts.Decisions)
-		if err := dw.header(); err != nil {
+		rp.dw = newDecisionWriter(opts.Decisions)
+		if err := rp.dw.header(); err != nil {
 			return nil, err
 		}
 	}
-	grouping := len(h.groupIdx) > 0
-	if grouping {
-		groupIdx = make(map[string]int)
+	if rp.grouping() {
+		rp.groupIdx = make(map[string]int)
 	}
+	return rp, nil
+}
 
-	for {
-		rec, err := r.Read()
-		if err == io.EOF {
+// grouping reports whether the counters are broken down by group.
+func (rp *replay) grouping() bool { return len(rp.h.groupIdx) > 0 }
+
+// request parses one trace row at line and runs it through the policies.
+func (rp *replay) request(rec []string, line int) error {
+	if len(rec) != len(rp.header) {
+		return traceErr(line, "has %d fields, but the header has %d (%s)", len(rec), len(rp.header), strings.Join(rp.header, ","))
+	}
+	at, err := rp.time(rec, line)
+	if err != nil {
+		return err
+	}
+	cost, dur, err := rp.costAndDuration(rec, line, at)
+	if err != nil {
+		return err
+	}
+	if rp.totalWork += cost; rp.totalWork < 0 {
+		return traceErr(line, "the total cost of the trace overflows a 64-bit counter")
+	}
+	rp.requests++
+	group := rp.group(rec)
+	passed, err := rp.decide(rec, line, at, cost, dur, group)
+	if err != nil {
+		return err
+	}
+	if rp.mode == ModeChain {
+		rp.admitted.add(passed, cost)
+		if group >= 0 {
+			rp.admGroups[group].add(passed, cost)
+		}
+	}
+	return nil
+}
+
+// time parses the row's request time on the replay clock and checks that
+// rows are in time order.
+func (rp *replay) time(rec []string, line int) (int64, error) {
+	h := rp.h
+	atTxt := rec[h.at]
+	var at int64
+	switch h.timeCol {
+	case policy.AttrAtMs:
+		rel, err := parseAtMs(atTxt)
+		if err != nil {
+			return 0, traceErr(line, "at_ms %q %v; want milliseconds since the trace start, like 12 or 12.345", atTxt, err)
+		}
+		if at = rp.base + rel; at < rp.base || at > maxClock {
+			return 0, traceErr(line, "at_ms %s after the start %s is past the year 2200", atTxt, time.Unix(0, rp.base).UTC().Format(time.RFC3339))
+		}
+	case AttrUnixMs:
+		var err error
+		if at, err = parseAtMs(atTxt); err != nil || at > maxClock {
+			if err == nil {
+				err = errTooLate
+			}
+			return 0, traceErr(line, "unix_ms %q %v; want milliseconds since 1970-01-01 UTC, like 1774738800000", atTxt, err)
+		}
+	case AttrAt:
+		t, err := time.Parse(time.RFC3339Nano, atTxt)
+		if err != nil || t.UnixNano() < 0 || t.Year() > 2200 {
+			return 0, traceErr(line, "at %q is not an RFC 3339 time from 1970 to 2200; want a time like 2026-03-29T01:59:00+01:00", atTxt)
+		}
+		at = t.UnixNano()
+	}
+	if !rp.haveBase {
+		rp.base, rp.haveBase = at, true
+	}
+	if at < rp.prevAt {
+		return 0, traceErr(line, "%s %s is earlier than %s on line %d; rows must be in time order", h.timeCol, atTxt, rp.prevAtTxt, rp.prevLine)
+	}
+	rp.prevAt, rp.prevAtTxt, rp.prevLine = at, atTxt, line
+	return at, nil
+}
+
+// costAndDuration parses the row's cost (1 without a cost column) and
+// running time (0 without a duration_ms column) for a request at at.
+func (rp *replay) costAndDuration(rec []string, line int, at int64) (cost, dur int64, err error) {
+	h := rp.h
+	cost = 1
+	if h.cost >= 0 {
+		if cost, err = parseCost(rec[h.cost]); err != nil {
+			return 0, 0, traceErr(line, "cost %q %v; want an integer from 1 to %d", rec[h.cost], err, MaxCost)
+		}
+	}
+	if h.dur >= 0 {
+		if dur, err = parseAtMs(rec[h.dur]); err != nil {
+			return 0, 0, traceErr(line, "duration_ms %q %v; want the request's running time in milliseconds, like 250 or 0.5", rec[h.dur], err)
+		}
+		if dur > maxClock-at {
+			return 0, 0, traceErr(line, "duration_ms %s runs past the year 2200", rec[h.dur])
+		}
+	}
+	return cost, dur, nil
+}
+
+// group returns the row's group id, adding a group on its first row, or -1
+// without grouping.
+func (rp *replay) group(rec []string) int {
+	if !rp.grouping() {
+		return -1
+	}
+	rp.groupBuf = rp.groupBuf[:0]
+	for j, i := range rp.h.groupIdx {
+		if j > 0 {
+			rp.groupBuf = append(rp.groupBuf, '/')
+		}
+		rp.groupBuf = append(rp.groupBuf, rec[i]...)
+	}
+	g, ok := rp.groupIdx[string(rp.groupBuf)]
+	if !ok {
+		g = len(rp.groupKeys)
+		key := string(rp.groupBuf)
+		rp.groupIdx[key] = g
+		rp.groupKeys = append(rp.groupKeys, key)
+		for _, ps := range rp.states {
+			ps.groups = append(ps.groups, Counters{})
+		}
+		rp.admGroups = append(rp.admGroups, Counters{})
+	}
+	return g
+}
+
+// decide runs one request through the policies in order, counting and
+// recording each decision; in chain mode it stops at the first rejection
+// and refunds the policies before it. It reports whether every policy
+// evaluated admitted the request.
+func (rp *replay) decide(rec []string, line int, at, cost, dur int64, group int) (bool, error) {
+	passed := true
+	evaluated := 0
+	for i, ps := range rp.states {
+		d, err := rp.admit(i, rec, line, at, cost, dur)
+		if err != nil {
+			return false, err
+		}
+		evaluated = i + 1
+		ps.totals.add(d.Allowed, cost)
+		if group >= 0 {
+			ps.groups[group].add(d.Allowed, cost)
+		}
+		if rp.dw != nil {
+			if err := rp.dw.row(line, at-rp.base, ps.pol.Name, d); err != nil {
+				return false, err
+			}
+		}
+		if rp.mode == ModeChain && !d.Allowed {
+			passed = false
+			if err := rp.refundBefore(i, line, at); err != nil {
+				return false, err
+			}
 			break
 		}
-		if err != nil {
-			return nil, csvErr(err)
-		}
-		line, _ := r.FieldPos(0)
-		if len(rec) != len(header) {
-			return nil, traceErr(line, "has %d fields, but the header has %d (%s)", len(rec), len(header), strings.Join(header, ","))
-		}
+	}
+	rp.settle(evaluated)
+	return passed, nil
+}
 
-		atTxt := rec[h.at]
-		var at int64
-		switch h.timeCol {
-		case policy.AttrAtMs:
-			rel, err := parseAtMs(atTxt)
-			if err != nil {
-				return nil, traceErr(line, "at_ms %q %v; want milliseconds since the trace start, like 12 or 12.345", atTxt, err)
-			}
-			if at = base + rel; at < base || at > maxClock {
-				return nil, traceErr(line, "at_ms %s after the start %s is past the year 2200", atTxt, time.Unix(0, base).UTC().Format(time.RFC3339))
-			}
-		case AttrUnixMs:
-			if at, err = parseAtMs(atTxt); err != nil || at > maxClock {
-				if err == nil {
-					err = errTooLate
-				}
-				return nil, traceErr(line, "unix_ms %q %v; want milliseconds since 1970-01-01 UTC, like 1774738800000", atTxt, err)
-			}
-		case AttrAt:
-			t, err := time.Parse(time.RFC3339Nano, atTxt)
-			if err != nil || t.UnixNano() < 0 || t.Year() > 2200 {
-				return nil, traceErr(line, "at %q is not an RFC 3339 time from 1970 to 2200; want a time like 2026-03-29T01:59:00+01:00", atTxt)
-			}
-			at = t.UnixNano()
+// admit asks policy i about the request, noting its key, charge and
+// concurrency claim in the row scratch.
+func (rp *replay) admit(i int, rec []string, line int, at, cost, dur int64) (lease.Decision, error) {
+	ps := rp.states[i]
+	var (
+		ks  *keyState
+		err error
+	)
+	ks, rp.keyBuf, err = ps.key(rec, rp.keyBuf, rp.base)
+	if err != nil {
+		return lease.Decision{}, fmt.Errorf("line %d: policy %q: %w", line, ps.pol.Name, err)
+	}
+	costMilli := ps.pol.CostMilli(cost)
+	var d lease.Decision
+	if ps.slots != nil {
+		d, rp.rowClaim[i] = ps.slots.admit(&ks.slot, at, dur)
+	} else {
+		if d, err = ks.lim.Admit(at, costMilli); err != nil {
+			return lease.Decision{}, fmt.Errorf("line %d: policy %q: %w", line, ps.pol.Name, err)
 		}
-		if !haveBase {
-			base, haveBase = at, true
-		}
-		if at < prevAt {
-			return nil, traceErr(line, "%s %s is earlier than %s on line %d; rows must be in time order", h.timeCol, atTxt, prevAtTxt, prevLine)
-		}
-		prevAt, prevAtTxt, prevLine = at, atTxt, line
-
-		cost := int64(1)
-		if h.cost >= 0 {
-			if cost, err = parseCost(rec[h.cost]); err != nil {
-				return nil, traceErr(line, "cost %q %v; want an integer from 1 to %d", rec[h.cost], err, MaxCost)
-			}
-		}
-		var dur int64
-		if h.dur >= 0 {
-			if dur, err = parseAtMs(rec[h.dur]); err != nil {
-				return nil, traceErr(line, "duration_ms %q %v; want the request's running time in milliseconds, like 250 or 0.5", rec[h.dur], err)
-			}
-			if dur > maxClock-at {
-				return nil, traceErr(line, "duration_ms %s runs past the year 2200", rec[h.dur])
-			}
-		}
-		if totalWork += cost; totalWork < 0 {
-			return nil, traceErr(line, "the total cost of the trace overflows a 64-bit counter")
-		}
-		requests++
-
-		group := -1
-		if grouping {
-			groupBuf = groupBuf[:0]
-			for j, i := range h.groupIdx {
-				if j > 0 {
-					groupBuf = append(groupBuf, '/')
-				}
-				groupBuf = append(groupBuf, rec[i]...)
-			}
-			g, ok := groupIdx[string(groupBuf)]
-			if !ok {
-				g = len(groupKeys)
-				key := string(groupBuf)
-				groupIdx[key] = g
-				groupKeys = append(groupKeys, key)
-				for _, ps := range states {
-					ps.groups = append(ps.groups, Counters{})
-				}
-				admGroups = append(admGroups, Counters{})
-			}
-			group = g
-		}
-
-		passed := true
-		evaluated := 0
-		for i, ps := range states {
-			var ks *keyState
-			ks, keyBuf, err = ps.key(rec, keyBuf, base)
-			if err != nil {
-				return nil, fmt.Errorf("line %d: policy %q: %w", line, ps.pol.Name, err)
-			}
-			evaluated = i + 1
-			costMilli := ps.pol.CostMilli(cost)
-			var d lease.Decision
-			if ps.slots != nil {
-				d, rowClaim[i] = ps.slots.admit(&ks.slot, at, dur)
-			} else {
-				if d, err = ks.lim.Admit(at, costMilli); err != nil {
-					return nil, fmt.Errorf("line %d: policy %q: %w", line, ps.pol.Name, err)
-				}
-				if ps.win != nil {
-					ps.win.enter(&ks.win, at)
-					if d.Allowed {
-						ks.win.usedMilli += costMilli
-					}
-				}
-			}
-			rowKeys[i], rowCost[i] = ks, 0
+		if ps.win != nil {
+			ps.win.enter(&ks.win, at)
 			if d.Allowed {
-				rowCost[i] = costMilli
-			}
-			ps.totals.add(d.Allowed, cost)
-			if group >= 0 {
-				ps.groups[group].add(d.Allowed, cost)
-			}
-			if dw != nil {
-				if err := dw.row(line, at-base, ps.pol.Name, d); err != nil {
-					return nil, err
-				}
-			}
-			if mode == ModeChain && !d.Allowed {
-				passed = false
-				for k := range i {
-					if err := states[k].refund(rowKeys[k], at, rowCost[k], rowClaim[k]); err != nil {
-						return nil, fmt.Errorf("line %d: policy %q: refund: %w", line, states[k].pol.Name, err)
-					}
-					rowCost[k] = 0
-				}
-				break
-			}
-		}
-		for i := range evaluated {
-			if w := states[i].win; w != nil {
-				w.settle(&rowKeys[i].win)
-			}
-			if states[i].slots != nil && rowCost[i] > 0 {
-				rowKeys[i].slot.settle(rowClaim[i])
-			}
-		}
-		if mode == ModeChain {
-			admitted.add(passed, cost)
-			if group >= 0 {
-				admGroups[group].add(passed, cost)
+				ks.win.usedMilli += costMilli
 			}
 		}
 	}
-	if requests == 0 {
-		return nil, traceErr(1, "the trace has a header but no requests")
+	rp.rowKeys[i], rp.rowCost[i] = ks, 0
+	if d.Allowed {
+		rp.rowCost[i] = costMilli
 	}
-	if dw != nil {
-		if err := dw.flush(); err != nil {
-			return nil, err
-		}
-	}
+	return d, nil
+}
 
-	res := &Result{Mode: mode, Requests: requests}
+// refundBefore gives back what the policies before policy n took for the
+// request.
+func (rp *replay) refundBefore(n, line int, at int64) error {
+	for k := range n {
+		if err := rp.states[k].refund(rp.rowKeys[k], at, rp.rowCost[k], rp.rowClaim[k]); err != nil {
+			return fmt.Errorf("line %d: policy %q: refund: %w", line, rp.states[k].pol.Name, err)
+		}
+		rp.rowCost[k] = 0
+	}
+	return nil
+}
+
+// settle closes the request's window accounts and concurrency claims for
+// the first n policies, the ones that evaluated it.
+func (rp *replay) settle(n int) {
+	for i := range n {
+		if w := rp.states[i].win; w != nil {
+			w.settle(&rp.rowKeys[i].win)
+		}
+		if rp.states[i].slots != nil && rp.rowCost[i] > 0 {
+			rp.rowKeys[i].slot.settle(rp.rowClaim[i])
+		}
+	}
+}
+
+// result assembles the replay's counters into a Result.
+func (rp *replay) result() *Result {
+	opts := rp.opts
+	res := &Result{Mode: rp.mode, Requests: rp.requests}
 	switch {
-	case h.timeCol != policy.AttrAtMs:
-		res.Clock = h.timeCol + " column (wall clock)"
+	case rp.h.timeCol != policy.AttrAtMs:
+		res.Clock = rp.h.timeCol + " column (wall clock)"
 	case opts.Start != nil:
 		res.Clock = "start " + opts.Start.Format(time.RFC3339Nano) + " + at_ms (wall clock)"
 	default:
 		res.Clock = "trace start (windows aligned to it; --start gives wall-clock windows)"
 	}
 	wallClock := res.Clock[0] != 't'
-	if grouping {
+	if rp.grouping() {
 		res.GroupBy = slices.Clone(opts.GroupBy)
 	}
-	groupMap := func(cs []Counters) map[string]*Counters {
-		if !grouping {
-			return nil
-		}
-		m := make(map[string]*Counters, len(cs))
-		for g, key := range groupKeys {
-			c := cs[g]
-			m[key] = &c
-		}
-		return m
-	}
-	for _, ps := range states {
+	for _, ps := range rp.states {
 		pr := PolicyResult{
 			Name:   ps.pol.Name,
-			Totals: Totals{Counters: ps.totals, Groups: groupMap(ps.groups)},
+			Totals: Totals{Counters: ps.totals, Groups: rp.groupMap(ps.groups)},
 		}
 		if w := ps.win; w != nil {
 			wr := &WindowResult{Window: w.spec.String(), Limit: w.limitMilli / lease.MilliPerToken,
 				Windows: w.seen, MaxAdmitted: w.maxUsed / lease.MilliPerToken}
 			if w.seen > 0 {
-				wr.MaxAdmittedWindow = formatWindowStart(w.spec, w.maxUsedFrom, base, wallClock)
+				wr.MaxAdmittedWindow = formatWindowStart(w.spec, w.maxUsedFrom, rp.base, wallClock)
 			}
 			pr.Windows = wr
 		}
 		if ps.slots != nil {
-			pr.Concurrency = ps.slots.result(ps.slotKeys(), base)
+			pr.Concurrency = ps.slots.result(ps.slotKeys(), rp.base)
 		}
 		res.Policies = append(res.Policies, pr)
 	}
-	if mode == ModeChain {
-		res.Admitted = &Totals{Counters: admitted, Groups: groupMap(admGroups)}
+	if rp.mode == ModeChain {
+		res.Admitted = &Totals{Counters: rp.admitted, Groups: rp.groupMap(rp.admGroups)}
 	}
-	return res, nil
+	return res
+}
+
+// groupMap maps each group's key to its counters in cs (indexed by group
+// id), or is nil without grouping.
+func (rp *replay) groupMap(cs []Counters) map[string]*Counters {
+	if !rp.grouping() {
+		return nil
+	}
+	m := make(map[string]*Counters, len(cs))
+	for g, key := range rp.groupKeys {
+		c := cs[g]
+		m[key] = &c
+	}
+	return m
 }
 
 // maxClock bounds trace times (Unix nanoseconds, or nanoseconds since the

@@ -121,7 +121,8 @@ func New(t testing.TB, n int, opts ...Option) *Cluster {
 		}
 		for _, p := range f.Policies {
 			// The leader applies initial policies without the admin API's
-			// check, as rationd --config does after making it.
+			// check, as a server's initial policies (Config.Policies) are
+			// after making it.
 			if err := p.Leasable(); err != nil {
 				t.Fatalf("testcluster: policies: %v", err)
 			}
