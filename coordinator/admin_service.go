@@ -390,7 +390,7 @@ func (a *adminService) streamSnapshot(stream grpc.ServerStreamingServer[api.Snap
 		rc = r
 	} else {
 		// Nothing new since the last snapshot: stream the latest one.
-		snaps, err := raft.NewFileSnapshotStore(a.s.cfg.DataDir+"/raft", 3, io.Discard)
+		snaps, err := openSnapshotStore(a.s.cfg.DataDir, a.s.cfg.SnapshotRetain, a.s.log)
 		if err != nil {
 			return rpcerr.Status(err)
 		}

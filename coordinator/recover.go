@@ -45,7 +45,8 @@ type RecoverResult struct {
 // cluster of servers (which should include id as a voter), keeping every
 // entry the disk holds, committed or not, and prepares the state for the
 // hold. The server must be stopped: Recover refuses a data dir another
-// process holds.
+// process holds. The snapshot store keeps DefaultSnapshotRetain snapshots
+// (the recovery's own included), whatever the server's SnapshotRetain.
 func Recover(dataDir, id string, servers []raft.Server, logger *slog.Logger) (RecoverResult, error) {
 	var res RecoverResult
 	if logger == nil {
@@ -63,7 +64,7 @@ func Recover(dataDir, id string, servers []raft.Server, logger *slog.Logger) (Re
 		return res, fmt.Errorf("recover: raft store %s (is rationd still running on this data dir?): %w", dbPath, err)
 	}
 	defer store.Close()
-	snaps, err := raft.NewFileSnapshotStoreWithLogger(filepath.Join(dataDir, "raft"), 3, hclogFor(logger, "snapshots"))
+	snaps, err := openSnapshotStore(dataDir, DefaultSnapshotRetain, logger)
 	if err != nil {
 		return res, fmt.Errorf("recover: snapshot store: %w", err)
 	}

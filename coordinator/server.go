@@ -98,7 +98,7 @@ func New(cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("raft store %s (is another rationd using this data dir?): %w", filepath.Join(cfg.DataDir, "raft", "raft.db"), err)
 	}
 	s.store = store
-	snaps, err := raft.NewFileSnapshotStoreWithLogger(filepath.Join(cfg.DataDir, "raft"), 3, hclogFor(logger, "snapshots"))
+	snaps, err := openSnapshotStore(cfg.DataDir, cfg.SnapshotRetain, logger)
 	if err != nil {
 		return nil, fmt.Errorf("snapshot store: %w", err)
 	}
