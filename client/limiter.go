@@ -109,8 +109,9 @@ type terms struct {
 	leaseID uint64
 	bucket  *lease.AtomicBucket
 	// deadline is the local monotonic time (client clock base) until which
-	// the lease may be used; guardFrom is where the hot path starts reading
-	// the precise clock instead of the coarse one.
+	// the lease may be used; guardFrom is where the hot path stops deciding
+	// on the floored reading (Clock.Fresh) and allow decides on the precise
+	// one (Clock.Precise).
 	deadline, guardFrom int64
 	// renewAt is when the background loop renews (local time).
 	renewAt   int64
