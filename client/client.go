@@ -299,6 +299,12 @@ type Client struct {
 }
 
 // New connects (lazily) to the servers and starts the background loop.
+//
+// ctx is not used: it is accepted for API stability (New's signature is
+// that of v0.1.0). Nothing in New blocks or calls the cluster (the
+// connections are made lazily, the first acquire is the background
+// loop's), and the Client's life is not bound to ctx: it runs until
+// Close, whatever becomes of ctx.
 func New(ctx context.Context, cfg Config) (*Client, error) {
 	if err := cfg.setDefaults(); err != nil {
 		return nil, err

@@ -8,24 +8,42 @@
 //
 // # Design
 //
-// The hot path (AllowN on a key that holds a lease) is one read of the
-// monotonic clock, floored to the clock's resolution of 1ms
-// (coarseclock.Clock.Fresh: a floored reading only lags, so it only mints
-// fewer tokens, and calls within one millisecond see the same reading, so
-// most skip the refill) and one operation on the lock-free
-// lease.AtomicBucket: no RPC, no allocation, no mutex. It does not read
-// the coarse clock's cached value alone: after a stall (SIGSTOP, a VM
-// pause) that value can be seconds old until its refresh goroutine runs,
-// and a lease could be used past its deadline. In the last quarter of a
-// lease's usable span (at least 100ms) it decides on the unfloored
-// reading (Clock.Precise). Its cost per decision is in BENCHMARKS.md,
-// "Hot path".
+// What a Client owns: one limiter per budget (Client.limiters, by
+// canonical ID; see Key), each with its current lease terms (an immutable
+// terms value, published with one atomic pointer store) and the lease's
+// lease.AtomicBucket; one connection per server (and per edge, with
+// Config.Edges); and one background goroutine (loop.go) that acquires,
+// renews, releases and evicts. The hot path touches only the first two;
+// everything that talks to the cluster runs on the loop.
+//
+// The hot path (Allow or AllowN on a key that holds a lease, away from the
+// lease's deadline, with tokens in the bucket and no refill due) is two
+// atomic loads (the terms, the closed flag), one read of the monotonic
+// clock and one lock-free take from the bucket (AtomicBucket.TryTakeN: two
+// loads and one CAS): no RPC, no allocation, no mutex. The
+// reading is coarseclock.Clock.Fresh: the monotonic clock read now
+// (Clock.Precise) and floored to the clock's resolution (1ms by default,
+// Config.Clock), never below the clock's cached tick. A floored reading
+// only lags, and by at most one resolution whatever happened to the tick
+// goroutine (a SIGSTOP, a VM pause), so it can only mint fewer tokens;
+// calls within one resolution see the same reading, so most skip the
+// refill. From the lease's guard band on (terms.guardFrom: the last
+// quarter of its usable span, at least 100ms; terms.setTimes in loop.go)
+// the decision leaves the hot path for Limiter.allow, which decides on the
+// unfloored reading (Clock.Precise), so no lease is used past its
+// deadline. A refill due or a short level takes Limiter.allowN (TakeN,
+// which refills), and a refusal Limiter.allow, which gives the reason and
+// the retry-after. Its cost per decision is in BENCHMARKS.md, "Hot path".
 //
 // The timing rules are the Foundation's (docs/design.md §3): terms answered
 // to a request sent at t_send are usable until t_send + TTL·(1−ρ)/(1+ρ) on
-// this process's monotonic clock, and the bucket mints r_i/(1+ρ). A renewal
-// never adds tokens; one that arrives after the old deadline mints nothing
-// for the gap. Terms are only ever installed from a received answer.
+// this process's monotonic clock (lease.ClientDeadline), and the bucket
+// mints r_i/(1+ρ) (lease.ClientPeriodNanos). A renewal changes the
+// bucket's rate and cap; the only tokens it adds are a top-up the cluster
+// granted from its pool (Grant.top_up_milli, rule i; never above the new
+// cap). One that arrives after the old deadline mints nothing for the gap.
+// Terms are only ever installed from a received answer (Limiter.install,
+// Limiter.applyRenewal).
 //
 // One background goroutine per Client acquires keys without a usable lease
 // and renews the ones due, each group in batched RPCs (at most 1024 keys

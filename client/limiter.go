@@ -109,8 +109,9 @@ type terms struct {
 	leaseID uint64
 	bucket  *lease.AtomicBucket
 	// deadline is the local monotonic time (client clock base) until which
-	// the lease may be used; guardFrom is where the hot path starts reading
-	// the precise clock instead of the coarse one.
+	// the lease may be used; guardFrom is where the hot path stops deciding
+	// on the floored reading (Clock.Fresh) and allow decides on the precise
+	// one (Clock.Precise).
 	deadline, guardFrom int64
 	// renewAt is when the background loop renews (local time).
 	renewAt   int64
@@ -429,7 +430,7 @@ func (l *Limiter) allow(costMilli int64, waitFirst bool) (Decision, *lease.Atomi
 	}
 	now := l.c.clock.Fresh()
 	if now >= t.guardFrom {
-		// Near the deadline a lagging coarse reading is not safe to trust.
+		// Near the deadline a floored (lagging) reading is not safe to trust.
 		now = l.c.clock.Precise()
 	}
 	if now >= t.deadline || l.c.closed.Load() {
@@ -538,7 +539,7 @@ func (l *Limiter) unusable(t *terms, costMilli int64) (Decision, *lease.AtomicBu
 		return Decision{Verdict: Verdict{Allowed: true, Reason: FallbackAllowed}, RemainingMilli: t.fallback.LevelMilli(l.c.clock.Precise())}, nil
 	}
 	if t.fallback != nil && !l.c.closed.Load() {
-		// The precise clock, not the coarse one: this path is cold, and a
+		// The precise clock, not the floored one: this path is cold, and a
 		// lagging reading taken while the fallback bucket is full would
 		// let it count the lag again after its first admission, g + f·(W
 		// + lag) in a window instead of g + f·W.

@@ -410,10 +410,10 @@ func (l *Limiter) install(tSend int64, g *api.Grant) {
 		l.c.log.Error("bad grant", "key", l.id, "err", err)
 		return
 	}
-	// The hot path passes coarse readings; the take that ends a full spell
-	// (the first one, when the grant starts the bucket at its cap) restarts
-	// minting from the precise clock, so no time the bucket spent full is
-	// minted, however far the coarse reading lags.
+	// The hot path passes floored readings (Clock.Fresh); the take that
+	// ends a full spell (the first one, when the grant starts the bucket at
+	// its cap) restarts minting from the precise clock, so no time the
+	// bucket spent full is minted, however far the reading lags.
 	b.SetPreciseClock(l.c.clock.Precise)
 	t := &terms{leaseID: g.GetLeaseId(), bucket: b, capMilli: g.GetCapMilli(), rateMilli: g.GetRateMilliPerSec(),
 		ttlNanos: g.GetTtlNanos(), driftPPM: drift, shadow: g.GetShadow(), canonical: g.GetCanonicalKey(), version: g.GetVersion(),

@@ -81,7 +81,7 @@ func (a *adminService) Status(ctx context.Context, _ *api.StatusRequest) (*api.S
 		}
 		if m, ok := gossip[string(srv.ID)]; ok {
 			st.GrpcAddress = m.Meta.GRPCAddr
-			st.Healthy = m.Status == "alive"
+			st.Healthy = m.Status == statusAlive
 		}
 		if string(srv.ID) == s.cfg.ID {
 			st.State = strings.ToLower(s.raft.State().String())
@@ -108,7 +108,7 @@ func (a *adminService) Members(ctx context.Context, _ *api.MembersRequest) (*api
 			meta["bootstrap_expect"] = fmt.Sprint(m.Meta.Expect)
 			meta["features"] = fmt.Sprint(m.Meta.Features)
 		}
-		resp.Members = append(resp.Members, &api.Member{Name: m.Name, Address: m.Address, Status: m.Status, Meta: meta})
+		resp.Members = append(resp.Members, &api.Member{Name: m.Name, Address: m.Address, Status: string(m.Status), Meta: meta})
 	}
 	return resp, nil
 }
@@ -313,7 +313,7 @@ func (a *adminService) RemoveServer(ctx context.Context, req *api.RemoveServerRe
 			// A live server would be re-added by the next reconcile: removal
 			// is for servers that are gone (Consul's remove-peer rule).
 			for _, m := range a.s.members.members() {
-				if m.ok && m.Meta.ID == req.GetId() && m.Status == "alive" {
+				if m.ok && m.Meta.ID == req.GetId() && m.Status == statusAlive {
 					return nil, fmt.Errorf("%w: server %q is alive in gossip; stop it first, or it is added back at the next reconcile", rpcerr.ErrPrecondition, req.GetId())
 				}
 			}
@@ -390,7 +390,7 @@ func (a *adminService) streamSnapshot(stream grpc.ServerStreamingServer[api.Snap
 		rc = r
 	} else {
 		// Nothing new since the last snapshot: stream the latest one.
-		snaps, err := raft.NewFileSnapshotStore(a.s.cfg.DataDir+"/raft", 3, io.Discard)
+		snaps, err := openSnapshotStore(a.s.cfg.DataDir, a.s.cfg.SnapshotRetain, a.s.log)
 		if err != nil {
 			return rpcerr.Status(err)
 		}

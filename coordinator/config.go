@@ -61,6 +61,10 @@ type Config struct {
 	SnapshotInterval   time.Duration
 	SnapshotThreshold  uint64
 	TrailingLogs       uint64
+	// SnapshotRetain is how many Raft snapshots the data dir keeps (0:
+	// DefaultSnapshotRetain, 3); each new snapshot removes the older ones
+	// beyond it.
+	SnapshotRetain int
 
 	// ReapTimeout: a server dead in gossip longer than this is removed from
 	// the Raft voters (if quorum allows). Never on a single gossip event.
@@ -306,6 +310,9 @@ func (c Config) Validate() error {
 		if _, _, err := net.SplitHostPort(j); err != nil {
 			badField("Join", "%q is not host:port", j)
 		}
+	}
+	if c.SnapshotRetain < 0 {
+		bad("--raft-snapshot-retain %d is negative", c.SnapshotRetain)
 	}
 	if c.BootstrapExpect < 0 {
 		badField("BootstrapExpect", "%d is negative", c.BootstrapExpect)

@@ -84,7 +84,7 @@ func (s *Server) enableFeatures() {
 func votersSupport(self raft.ServerID, cfg raft.Configuration, members []memberInfo) uint64 {
 	alive := map[raft.ServerID]serverMeta{}
 	for _, mi := range members {
-		if mi.ok && mi.Status == "alive" {
+		if mi.ok && mi.Status == statusAlive {
 			alive[raft.ServerID(mi.Meta.ID)] = mi.Meta
 		}
 	}

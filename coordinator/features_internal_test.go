@@ -10,7 +10,7 @@ func TestVotersSupport(t *testing.T) {
 	cfg := raft.Configuration{Servers: []raft.Server{
 		{ID: "s0", Suffrage: raft.Voter}, {ID: "s1", Suffrage: raft.Voter}, {ID: "s2", Suffrage: raft.Voter}, {ID: "n", Suffrage: raft.Nonvoter},
 	}}
-	member := func(id string, features uint64, status string) memberInfo {
+	member := func(id string, features uint64, status memberStatus) memberInfo {
 		return memberInfo{Name: id, Status: status, ok: true, Meta: serverMeta{ID: id, Features: features}}
 	}
 	for _, c := range []struct {

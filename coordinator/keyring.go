@@ -212,7 +212,7 @@ func (a *adminService) Keyring(ctx context.Context, req *api.KeyringRequest) (*a
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	for _, m := range s.members.members() {
-		if !m.ok || m.Status != "alive" || m.Meta.ID == s.cfg.ID {
+		if !m.ok || m.Status != statusAlive || m.Meta.ID == s.cfg.ID {
 			continue
 		}
 		wg.Add(1)

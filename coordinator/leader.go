@@ -340,8 +340,10 @@ func (s *Server) reconcile() {
 	if f.Error() != nil {
 		return
 	}
+	now := time.Now()
 	s.members.mu.Lock()
-	plan := planReconcile(raft.ServerID(s.cfg.ID), s.members.members(), f.Configuration(), s.members.deadAt, time.Now(), s.cfg.ReapTimeout)
+	plan := planReconcile(raft.ServerID(s.cfg.ID), s.members.members(), f.Configuration(), s.members.deadAt, now, s.cfg.ReapTimeout)
+	plan.applyDeaths(s.members.deadAt, now)
 	s.members.mu.Unlock()
 	for _, srv := range plan.readdress {
 		s.log.Info("server gossips a new raft address; updating the configuration", "id", srv.ID, "addr", srv.Address)

@@ -233,7 +233,7 @@ func (l *leaseLimits) fromServerIP(ctx context.Context) bool {
 		return true
 	}
 	for _, m := range l.s.members.members() {
-		if m.Status == "alive" && (same(m.Address) || same(m.Meta.GRPCAddr) || same(m.Meta.RaftAddr)) {
+		if m.Status == statusAlive && (same(m.Address) || same(m.Meta.GRPCAddr) || same(m.Meta.RaftAddr)) {
 			return true
 		}
 	}

@@ -33,22 +33,36 @@ type serverMeta struct {
 	Features uint64 `json:"features,omitempty"`
 }
 
+// memberStatus is a gossip member's status as the server sees it.
+// memberlist has no event for suspicion: a suspect member stays alive
+// until it is declared dead. Its string is the Member.Status of the
+// admin API (rationctl cluster members).
+type memberStatus string
+
+const (
+	statusAlive memberStatus = "alive" // joined, or updated its meta
+	statusDead  memberStatus = "dead"  // gone without leaving: a crash, or a partition
+	statusLeft  memberStatus = "left"  // gone after a graceful leave
+)
+
 // memberInfo is one gossip member as the server sees it.
 type memberInfo struct {
 	Name    string
 	Address string
-	Status  string // alive | dead | left (memberlist has no event for suspect)
+	Status  memberStatus
 	Meta    serverMeta
 	ok      bool // meta decoded
 }
 
 type membership struct {
-	ml     *memberlist.Memberlist
-	log    *slog.Logger
-	mu     sync.Mutex
-	meta   serverMeta
-	nudge  chan struct{}
-	deadAt map[string]time.Time // raft ID -> first time seen not alive
+	ml    *memberlist.Memberlist
+	log   *slog.Logger
+	mu    sync.Mutex
+	meta  serverMeta
+	nudge chan struct{}
+	// deadAt: raft ID -> when reconcile first saw it in the Raft
+	// configuration and not alive (reconcilePlan.deaths). Guarded by mu.
+	deadAt map[string]time.Time
 
 	// view is every member memberlist has told us about, by name, kept
 	// from its event callbacks. Not memberlist.Members: it returns
@@ -103,16 +117,16 @@ func (d mlDelegate) NotifyLeave(n *memberlist.Node)  { d.m.observe(n, true); d.m
 // second, and would otherwise hold a server that left as dead (kept a
 // voter until the reap timeout, like a crash).
 func (m *membership) observe(n *memberlist.Node, gone bool) {
-	mi := memberInfo{Name: n.Name, Address: n.Address(), Status: "alive"}
+	mi := memberInfo{Name: n.Name, Address: n.Address(), Status: statusAlive}
 	if err := json.Unmarshal(n.Meta, &mi.Meta); err == nil && mi.Meta.ID != "" {
 		mi.ok = true
 	}
 	e := viewEntry{info: mi}
 	if gone {
 		e.departed = time.Now()
-		e.info.Status = "dead"
+		e.info.Status = statusDead
 		if mi.Meta.Leaving || n.State == memberlist.StateLeft {
-			e.info.Status = "left"
+			e.info.Status = statusLeft
 		}
 	}
 	m.vmu.Lock()
@@ -289,7 +303,7 @@ func (m *membership) stop() {
 func bootstrapConfig(members []memberInfo, expect int) (raft.Configuration, bool) {
 	var servers []raft.Server
 	for _, mi := range members {
-		if !mi.ok || mi.Status != "alive" {
+		if !mi.ok || mi.Status != statusAlive {
 			continue
 		}
 		if mi.Meta.HasState {
@@ -307,8 +321,10 @@ func bootstrapConfig(members []memberInfo, expect int) (raft.Configuration, bool
 	return raft.Configuration{Servers: servers}, true
 }
 
-// reconcilePlan decides, from gossip and the Raft configuration, which
-// servers to add, readdress and remove. It is pure so it can be tested alone.
+// reconcilePlan is what planReconcile decided: which servers to add,
+// readdress and remove, and how the reap clocks (membership.deadAt)
+// change. The caller applies it: the clocks with applyDeaths, the servers
+// through Raft (Server.reconcile).
 type reconcilePlan struct {
 	add []raft.Server // new voters
 	// readdress: same ID, a new gossiped address, this server's own
@@ -316,8 +332,16 @@ type reconcilePlan struct {
 	// the server stays a voter throughout.
 	readdress []raft.Server
 	remove    []raft.ServerID
+	// died: servers in the configuration first seen not alive now (their
+	// reap clock starts at now); revived: servers alive again whose clock
+	// is dropped. Self is in neither.
+	died, revived []raft.ServerID
 }
 
+// planReconcile decides, from gossip, the Raft configuration and the reap
+// clocks (deadAt: raft ID -> first seen not alive), what reconcile does
+// at now. It is pure: it reads deadAt and changes nothing, so it can be
+// tested alone.
 func planReconcile(self raft.ServerID, members []memberInfo, cfg raft.Configuration, deadAt map[string]time.Time, now time.Time, reap time.Duration) reconcilePlan {
 	var p reconcilePlan
 	alive := map[raft.ServerID]memberInfo{}
@@ -327,9 +351,9 @@ func planReconcile(self raft.ServerID, members []memberInfo, cfg raft.Configurat
 			continue
 		}
 		switch mi.Status {
-		case "alive":
+		case statusAlive:
 			alive[raft.ServerID(mi.Meta.ID)] = mi
-		case "left":
+		case statusLeft:
 			left[raft.ServerID(mi.Meta.ID)] = true
 		}
 	}
@@ -371,12 +395,14 @@ func planReconcile(self raft.ServerID, members []memberInfo, cfg raft.Configurat
 			continue
 		}
 		if _, ok := alive[s.ID]; ok {
-			delete(deadAt, string(s.ID))
+			if _, seen := deadAt[string(s.ID)]; seen {
+				p.revived = append(p.revived, s.ID)
+			}
 			continue
 		}
 		first, seen := deadAt[string(s.ID)]
 		if !seen {
-			deadAt[string(s.ID)] = now
+			p.died = append(p.died, s.ID)
 			first = now
 		}
 		if !left[s.ID] && now.Sub(first) < reap {
@@ -393,4 +419,15 @@ func planReconcile(self raft.ServerID, members []memberInfo, cfg raft.Configurat
 		voters = remaining
 	}
 	return p
+}
+
+// applyDeaths applies the plan's reap clock changes, decided at now, to
+// deadAt.
+func (p reconcilePlan) applyDeaths(deadAt map[string]time.Time, now time.Time) {
+	for _, id := range p.revived {
+		delete(deadAt, string(id))
+	}
+	for _, id := range p.died {
+		deadAt[string(id)] = now
+	}
 }

@@ -3,6 +3,7 @@ package coordinator
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"slices"
 	"testing"
 	"time"
@@ -15,7 +16,7 @@ func raftAddr(id string) string { return "10.0.0." + id[1:] + ":7000" }
 
 // member is a gossip member with decodable meta and status alive, dead or
 // left.
-func member(id, status string) memberInfo {
+func member(id string, status memberStatus) memberInfo {
 	return memberInfo{Name: id, Address: "10.0.0." + id[1:] + ":7946", Status: status,
 		Meta: serverMeta{ID: id, RaftAddr: raftAddr(id), GRPCAddr: "10.0.0." + id[1:] + ":7100", Expect: 3}, ok: true}
 }
@@ -50,6 +51,8 @@ func TestPlanReconcile(t *testing.T) {
 		add       []string
 		readdress []string
 		remove    []string
+		died      []string // reap clocks the plan starts
+		revived   []string // reap clocks the plan drops
 	}{
 		{name: "steady", members: []memberInfo{member("s1", "alive"), member("s2", "alive"), member("s3", "alive")},
 			cfg: voters("s1", "s2", "s3")},
@@ -62,13 +65,17 @@ func TestPlanReconcile(t *testing.T) {
 		{name: "own new address is rewritten too", members: []memberInfo{movedSelf, member("s2", "alive"), member("s3", "alive")},
 			cfg: voters("s1", "s2", "s3"), readdress: []string{"s1"}},
 		{name: "just died: not removed, clock starts", members: []memberInfo{member("s1", "alive"), member("s2", "alive"), member("s3", "alive"), member("s4", "dead")},
-			cfg: voters("s1", "s2", "s3", "s4")},
+			cfg: voters("s1", "s2", "s3", "s4"), died: []string{"s4"}},
+		{name: "back alive: clock dropped", members: []memberInfo{member("s1", "alive"), member("s2", "alive"), member("s3", "alive"), member("s4", "alive")},
+			cfg: voters("s1", "s2", "s3", "s4"), deadAt: map[string]time.Time{"s4": short}, revived: []string{"s4"}},
 		{name: "dead shorter than reap", members: []memberInfo{member("s1", "alive"), member("s2", "alive"), member("s3", "alive"), member("s4", "dead")},
 			cfg: voters("s1", "s2", "s3", "s4"), deadAt: map[string]time.Time{"s4": short}},
 		{name: "dead longer than reap, 4 voters", members: []memberInfo{member("s1", "alive"), member("s2", "alive"), member("s3", "alive"), member("s4", "dead")},
 			cfg: voters("s1", "s2", "s3", "s4"), deadAt: map[string]time.Time{"s4": long}, remove: []string{"s4"}},
 		{name: "absent from gossip counts as dead", members: []memberInfo{member("s1", "alive"), member("s2", "alive"), member("s3", "alive")},
 			cfg: voters("s1", "s2", "s3", "s4"), deadAt: map[string]time.Time{"s4": long}, remove: []string{"s4"}},
+		{name: "absent from gossip: clock starts", members: []memberInfo{member("s1", "alive"), member("s2", "alive"), member("s3", "alive")},
+			cfg: voters("s1", "s2", "s3", "s4"), died: []string{"s4"}},
 		// 3 voters, one dead: the two alive are a quorum of the 2 left.
 		{name: "3 voters, 1 dead: removal keeps an alive quorum", members: []memberInfo{member("s1", "alive"), member("s2", "alive"), member("s3", "dead")},
 			cfg: voters("s1", "s2", "s3"), deadAt: map[string]time.Time{"s3": long}, remove: []string{"s3"}},
@@ -81,9 +88,9 @@ func TestPlanReconcile(t *testing.T) {
 		{name: "5 voters, 3 dead: none go", members: []memberInfo{member("s1", "alive"), member("s2", "alive"), member("s3", "dead"), member("s4", "dead"), member("s5", "dead")},
 			cfg: voters("s1", "s2", "s3", "s4", "s5"), deadAt: map[string]time.Time{"s3": long, "s4": long, "s5": long}},
 		{name: "left: removed at once", members: []memberInfo{member("s1", "alive"), member("s2", "alive"), member("s3", "left")},
-			cfg: voters("s1", "s2", "s3"), remove: []string{"s3"}},
+			cfg: voters("s1", "s2", "s3"), remove: []string{"s3"}, died: []string{"s3"}},
 		{name: "left: still never below quorum", members: []memberInfo{member("s1", "alive"), member("s2", "left"), member("s3", "left")},
-			cfg: voters("s1", "s2", "s3")},
+			cfg: voters("s1", "s2", "s3"), died: []string{"s2", "s3"}},
 		{name: "dead nonvoter goes", members: []memberInfo{member("s1", "alive"), member("s2", "alive"), member("s3", "alive")},
 			cfg: nonvoterCfg, deadAt: map[string]time.Time{"s4": long}, remove: []string{"s4"}},
 		{name: "self is never removed", members: []memberInfo{member("s2", "alive"), member("s3", "alive")},
@@ -104,14 +111,20 @@ func TestPlanReconcile(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			deadAt := map[string]time.Time{}
-			for k, v := range tc.deadAt {
-				deadAt[k] = v
+			deadAt := maps.Clone(tc.deadAt)
+			if deadAt == nil {
+				deadAt = map[string]time.Time{}
 			}
 			p := planReconcile("s1", tc.members, tc.cfg, deadAt, now, reap)
-			var remove []string
-			for _, id := range p.remove {
-				remove = append(remove, string(id))
+			if !maps.Equal(deadAt, tc.deadAt) {
+				t.Errorf("planReconcile wrote its deadAt argument: %v, was %v", deadAt, tc.deadAt)
+			}
+			remove := serverIDs(p.remove)
+			if got := serverIDs(p.died); !slices.Equal(got, tc.died) {
+				t.Errorf("died %v, want %v", got, tc.died)
+			}
+			if got := serverIDs(p.revived); !slices.Equal(got, tc.revived) {
+				t.Errorf("revived %v, want %v", got, tc.revived)
 			}
 			if got := ids(p.add); !slices.Equal(got, tc.add) {
 				t.Errorf("add %v, want %v", got, tc.add)
@@ -139,36 +152,92 @@ func TestPlanReconcileAddsAtGossipAddress(t *testing.T) {
 	}
 }
 
+func serverIDs(ids []raft.ServerID) []string {
+	var out []string
+	for _, id := range ids {
+		out = append(out, string(id))
+	}
+	return out
+}
+
 // The reap clock starts at the first reconcile that misses a server and
-// is reset when it is seen alive again.
+// is reset when it is seen alive again; the plan decides it, applyDeaths
+// applies it, as Server.reconcile does.
 func TestPlanReconcileDeadClock(t *testing.T) {
 	const reap = 10 * time.Second
 	t0 := time.Unix(1000, 0)
 	cfg := voters("s1", "s2", "s3", "s4")
 	alive := []memberInfo{member("s1", "alive"), member("s2", "alive"), member("s3", "alive")}
 	deadAt := map[string]time.Time{}
+	reconcile := func(members []memberInfo, now time.Time) reconcilePlan {
+		p := planReconcile("s1", members, cfg, deadAt, now, reap)
+		p.applyDeaths(deadAt, now)
+		return p
+	}
 
-	if p := planReconcile("s1", alive, cfg, deadAt, t0, reap); len(p.remove) != 0 {
+	if p := reconcile(alive, t0); len(p.remove) != 0 {
 		t.Fatalf("removed %v at first sight of death", p.remove)
 	}
 	if got := deadAt["s4"]; !got.Equal(t0) {
 		t.Fatalf("deadAt[s4] = %v, want %v", got, t0)
 	}
-	if p := planReconcile("s1", alive, cfg, deadAt, t0.Add(reap-time.Millisecond), reap); len(p.remove) != 0 {
+	if p := reconcile(alive, t0.Add(reap-time.Millisecond)); len(p.remove) != 0 {
 		t.Fatalf("removed %v before the reap timeout", p.remove)
 	}
+	if got := deadAt["s4"]; !got.Equal(t0) {
+		t.Fatalf("deadAt[s4] = %v after a second reconcile, want %v still", got, t0)
+	}
 	back := append(slices.Clone(alive), member("s4", "alive"))
-	planReconcile("s1", back, cfg, deadAt, t0.Add(reap-time.Millisecond), reap)
+	reconcile(back, t0.Add(reap-time.Millisecond))
 	if _, ok := deadAt["s4"]; ok {
 		t.Fatal("deadAt[s4] kept after s4 came back")
 	}
 	// Dies again: a fresh clock, not the old one.
 	t1 := t0.Add(2 * reap)
-	if p := planReconcile("s1", alive, cfg, deadAt, t1, reap); len(p.remove) != 0 {
+	if p := reconcile(alive, t1); len(p.remove) != 0 {
 		t.Fatalf("removed %v using the clock of an earlier death", p.remove)
 	}
-	if p := planReconcile("s1", alive, cfg, deadAt, t1.Add(reap), reap); !slices.Equal(p.remove, []raft.ServerID{"s4"}) {
+	if p := reconcile(alive, t1.Add(reap)); !slices.Equal(p.remove, []raft.ServerID{"s4"}) {
 		t.Fatalf("remove %v after the reap timeout, want [s4]", p.remove)
+	}
+}
+
+// planReconcile is a function of its arguments: the same inputs give the
+// same plan however often it is asked, and the reap clocks it is given
+// are left as they were.
+func TestPlanReconcilePure(t *testing.T) {
+	const reap = 10 * time.Second
+	now := time.Unix(1000, 0)
+	members := []memberInfo{member("s1", "alive"), member("s2", "alive"), member("s3", "dead"), member("s5", "alive"), member("s6", "left"), member("s7", "alive")}
+	cfg := voters("s1", "s2", "s3", "s4", "s6", "s7")
+	deadAt := map[string]time.Time{"s2": now.Add(-time.Second), "s4": now.Add(-2 * reap)}
+	before := maps.Clone(deadAt)
+	membersBefore := slices.Clone(members)
+	first := planReconcile("s1", members, cfg, deadAt, now, reap)
+	for range 3 {
+		if again := planReconcile("s1", members, cfg, deadAt, now, reap); fmt.Sprint(again) != fmt.Sprint(first) {
+			t.Fatalf("a second plan from the same inputs differs:\n%+v\n%+v", again, first)
+		}
+	}
+	if !maps.Equal(deadAt, before) {
+		t.Fatalf("deadAt changed by planning: %v, was %v", deadAt, before)
+	}
+	if !slices.EqualFunc(members, membersBefore, func(a, b memberInfo) bool { return a == b }) {
+		t.Fatal("members changed by planning")
+	}
+	want := reconcilePlan{
+		add:     []raft.Server{{Suffrage: raft.Voter, ID: "s5", Address: raft.ServerAddress(raftAddr("s5"))}},
+		remove:  []raft.ServerID{"s4", "s6"},
+		died:    []raft.ServerID{"s3", "s6"},
+		revived: []raft.ServerID{"s2"},
+	}
+	if fmt.Sprint(first) != fmt.Sprint(want) {
+		t.Fatalf("plan %+v, want %+v", first, want)
+	}
+	first.applyDeaths(deadAt, now)
+	wantDead := map[string]time.Time{"s3": now, "s4": before["s4"], "s6": now}
+	if !maps.Equal(deadAt, wantDead) {
+		t.Fatalf("deadAt after applyDeaths %v, want %v", deadAt, wantDead)
 	}
 }
 
@@ -245,8 +314,8 @@ func TestObserveLeftWithoutLeavingMeta(t *testing.T) {
 	}
 	for _, c := range []struct {
 		state memberlist.NodeStateType
-		want  string
-	}{{memberlist.StateLeft, "left"}, {memberlist.StateDead, "dead"}} {
+		want  memberStatus
+	}{{memberlist.StateLeft, statusLeft}, {memberlist.StateDead, statusDead}} {
 		m.observe(&memberlist.Node{Name: "s1", Meta: meta, State: c.state}, true)
 		if got := m.members()[0].Status; got != c.want {
 			t.Errorf("gone in state %v without Leaving meta: %q, want %q", c.state, got, c.want)

@@ -57,7 +57,8 @@ func (e noRaftStoreError) Is(target error) bool { return target == ErrNoRaftStor
 // cluster of servers (which should include id as a voter), keeping every
 // entry the disk holds, committed or not, and prepares the state for the
 // hold. The server must be stopped: Recover refuses a data dir another
-// process holds.
+// process holds. The snapshot store keeps DefaultSnapshotRetain snapshots
+// (the recovery's own included), whatever the server's SnapshotRetain.
 //
 // A dataDir without a Raft store is an error matching ErrNoRaftStore.
 func Recover(dataDir, id string, servers []raft.Server, logger *slog.Logger) (RecoverResult, error) {
@@ -77,7 +78,7 @@ func Recover(dataDir, id string, servers []raft.Server, logger *slog.Logger) (Re
 		return res, fmt.Errorf("recover: raft store %s (is rationd still running on this data dir?): %w", dbPath, err)
 	}
 	defer store.Close()
-	snaps, err := raft.NewFileSnapshotStoreWithLogger(filepath.Join(dataDir, "raft"), 3, hclogFor(logger, "snapshots"))
+	snaps, err := openSnapshotStore(dataDir, DefaultSnapshotRetain, logger)
 	if err != nil {
 		return res, fmt.Errorf("recover: snapshot store: %w", err)
 	}

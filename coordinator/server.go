@@ -130,7 +130,7 @@ func (s *Server) openStores() (*raft.FileSnapshotStore, error) {
 		return nil, fmt.Errorf("raft store %s (is another rationd using this data dir?): %w", filepath.Join(cfg.DataDir, "raft", "raft.db"), err)
 	}
 	s.store = store
-	snaps, err := raft.NewFileSnapshotStoreWithLogger(filepath.Join(cfg.DataDir, "raft"), 3, hclogFor(s.log, "snapshots"))
+	snaps, err := openSnapshotStore(cfg.DataDir, cfg.SnapshotRetain, s.log)
 	if err != nil {
 		return nil, fmt.Errorf("snapshot store: %w", err)
 	}

@@ -70,3 +70,25 @@ func TestRaftAddressesPreferGossip(t *testing.T) {
 		}
 	}
 }
+
+// Raft replication is never pipelined (see New): a transport that offers
+// a pipeline lets hashicorp/raft's pipeline deadlock hang Shutdown.
+func TestRaftReplicationNotPipelined(t *testing.T) {
+	cfg := TestConfig()
+	cfg.ID = "s0"
+	cfg.DataDir = t.TempDir()
+	cfg.BootstrapExpect = 1
+	cfg.RaftAddr, cfg.GRPCAddr, cfg.GossipAddr = "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0"
+	s, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Kill()
+	p, err := s.transport.AppendEntriesPipeline("s1", "127.0.0.1:1")
+	if p != nil {
+		p.Close()
+	}
+	if !errors.Is(err, raft.ErrPipelineReplicationNotSupported) {
+		t.Fatalf("AppendEntriesPipeline: %v, want raft.ErrPipelineReplicationNotSupported", err)
+	}
+}

@@ -1,19 +1,3 @@
-// Package edge is `rationd edge`: a stateless process that embeds the
-// client package and holds leases on behalf of callers that do not, and
-// answers them over gRPC (Envoy's rate limit service,
-// envoy.service.ratelimit.v3.RateLimitService, and ration's own
-// ration.v1.Admission/Check) and HTTP (POST /v1/check, /metrics, /livez,
-// /readyz).
-//
-// An edge is an ordinary lease holder: its decisions are the client's
-// (Limiter.AllowN and Client.AllowAllDetail, the same hot path as an
-// embedded library), so the cluster-wide bound B + r·W holds across every
-// edge and every embedded client together. It needs no admin rights: it
-// only acquires, renews and releases leases, and reads the policy list
-// (Admin.ListPolicies) to learn rates and bursts for the RateLimit headers
-// and to report Envoy rules whose policy the cluster lacks. The operator
-// applies the policies (rationctl policy import --envoy FILE | rationctl
-// policy apply -f -). See docs/envoy.md.
 package edge
 
 import (

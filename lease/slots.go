@@ -244,7 +244,7 @@ func (l *SlotLedger) NextExpiry() (int64, bool) {
 }
 
 // reclaimAt is when the lease's own slots may be freed: its expiry, exactly
-// (ReclaimAt: commit + TTL of its latest grant or renewal), never earlier.
+// (ExpiresNanos: commit + TTL of its latest grant or renewal), never earlier.
 // Under SlotFaultEarlyExpiry, an eighth of that lease duration earlier.
 func (l *SlotLedger) reclaimAt(le *SlotLease) int64 {
 	if l.has(SlotFaultEarlyExpiry) {

@@ -83,9 +83,3 @@ func ClientPeriodNanos(periodNanos, driftPPM int64) int64 {
 func ClientMintRate(shareMilliPerSec, driftPPM int64) int64 {
 	return MulDiv(shareMilliPerSec, PPM, PPM+safeDrift(driftPPM))
 }
-
-// ReclaimAt is the cluster time at which the coordinator may free a lease
-// committed at commitNanos for ttlNanos: exactly commit+ttl, never earlier.
-func ReclaimAt(commitNanos, ttlNanos int64) int64 {
-	return commitNanos + ttlNanos
-}

@@ -17,9 +17,6 @@ func TestTimingRules(t *testing.T) {
 	if got := ClientMintRate(11_000, 100_000); got != 10_000 {
 		t.Fatalf("mint = %d", got)
 	}
-	if got := ReclaimAt(7, 3); got != 10 {
-		t.Fatalf("reclaim = %d", got)
-	}
 	if ValidateDrift(-1) == nil || ValidateDrift(MaxDriftPPM+1) == nil || ValidateDrift(100) != nil {
 		t.Fatal("ValidateDrift")
 	}

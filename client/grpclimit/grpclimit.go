@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
@@ -125,6 +124,10 @@ type Config struct {
 	// Key does (nil: the policy's one budget, client.Key{}); a nil result
 	// runs the call without a slot.
 	SlotsKey KeyFunc
+	// MaxCachedLimiters bounds the interceptors' index of limiters by
+	// policy and key (client.LimiterIndex; default
+	// client.DefaultLimiterIndexSize, 65536).
+	MaxCachedLimiters int
 }
 
 // Interceptor holds the unary and stream server interceptors of one
@@ -133,7 +136,7 @@ type Interceptor struct {
 	cfg      Config
 	exact    map[string]bool
 	services []string // "/pkg.Service/" prefixes from Bypass
-	limiters sync.Map // client.LimiterID -> *client.Limiter
+	index    *client.LimiterIndex
 	metrics  *prometheus.CounterVec
 	// Config.Slots: calls running under a slot, and waiting for one.
 	slotsInFlight, slotsQueued *prometheus.GaugeVec
@@ -165,7 +168,10 @@ func New(cfg Config) (*Interceptor, error) {
 	if cfg.MethodLabel == nil {
 		cfg.MethodLabel = func(m string) string { return m }
 	}
-	g := &Interceptor{cfg: cfg, exact: map[string]bool{}}
+	if cfg.MaxCachedLimiters <= 0 {
+		cfg.MaxCachedLimiters = client.DefaultLimiterIndexSize
+	}
+	g := &Interceptor{cfg: cfg, exact: map[string]bool{}, index: client.NewLimiterIndex(cfg.Client, cfg.MaxCachedLimiters)}
 	for _, m := range cfg.Bypass {
 		if svc, ok := strings.CutSuffix(m, "/*"); ok {
 			g.services = append(g.services, svc+"/")
@@ -348,13 +354,8 @@ func outcome(d client.Decision) string {
 	return "limited"
 }
 
-// limiter returns the client's limiter for policy and key, from a cache:
-// Client.Limiter takes the client's lock.
+// limiter returns the client's limiter for policy and key, from the
+// bounded index: Client.Limiter takes the client's lock.
 func (g *Interceptor) limiter(policy string, key client.Key) *client.Limiter {
-	id := client.LimiterID(policy, key)
-	if l, ok := g.limiters.Load(id); ok {
-		return l.(*client.Limiter)
-	}
-	l, _ := g.limiters.LoadOrStore(id, g.cfg.Client.Limiter(policy, key))
-	return l.(*client.Limiter)
+	return g.index.Limiter(policy, key)
 }

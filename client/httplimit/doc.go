@@ -37,8 +37,8 @@
 // request is admitted only if every layer admits it, and a layer's refusal
 // refunds the layers charged before it; the refusal names the refusing
 // layer's policy. Admission is local, from the replica's
-// leases (package client). The limiters are cached per policy and key, in
-// a bounded cache.
+// leases (package client). The limiters are looked up per policy and key
+// in a bounded client.LimiterIndex (Config.MaxCachedLimiters).
 //
 // # Responses
 //

@@ -86,8 +86,9 @@ type Config struct {
 	// documentation); nil registers none. Middlewares sharing a registry
 	// share the series.
 	Registerer prometheus.Registerer
-	// MaxCachedLimiters bounds the cache of limiters by policy and key
-	// (default 65536).
+	// MaxCachedLimiters bounds the middleware's index of limiters by
+	// policy and key (client.LimiterIndex; default
+	// client.DefaultLimiterIndexSize, 65536).
 	MaxCachedLimiters int
 	// OnError writes the response when a key cannot be made (Identity,
 	// Layer.Key or InFlightKey failed) or Cost returned a negative cost
@@ -101,7 +102,7 @@ type Config struct {
 // handlers with Wrap; it is safe for concurrent use.
 type Middleware struct {
 	cfg     Config
-	cache   *limiterCache
+	index   *client.LimiterIndex
 	metrics *metrics
 }
 
@@ -145,7 +146,7 @@ func New(cfg Config) (*Middleware, error) {
 		cfg.InFlightKey = func(_ *http.Request, id Identity) (string, error) { return canonical(id.Key), nil }
 	}
 	if cfg.MaxCachedLimiters <= 0 {
-		cfg.MaxCachedLimiters = 65536
+		cfg.MaxCachedLimiters = client.DefaultLimiterIndexSize
 	}
 	if cfg.OnError == nil {
 		cfg.OnError = func(w http.ResponseWriter, _ *http.Request, err error) {
@@ -158,7 +159,7 @@ func New(cfg Config) (*Middleware, error) {
 				Detail: "The server could not tell whose quota this request is charged to."})
 		}
 	}
-	m := &Middleware{cfg: cfg, cache: newLimiterCache(cfg.Client, cfg.MaxCachedLimiters)}
+	m := &Middleware{cfg: cfg, index: client.NewLimiterIndex(cfg.Client, cfg.MaxCachedLimiters)}
 	var err error
 	if m.metrics, err = newMetrics(cfg.Registerer); err != nil {
 		return nil, err
@@ -213,25 +214,10 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	id := Identity{Key: key, Route: route}
 
 	var buf [8]*client.Limiter
-	lims := buf[:0]
-	if cost >= 1 {
-		for _, layer := range m.cfg.Layers {
-			k, err := layer.Key(r, id)
-			if err != nil {
-				m.cfg.OnError(w, r, err)
-				return
-			}
-			lims = append(lims, m.cache.get(layer.Policy, k))
-		}
-	}
-	if m.cfg.Slots != nil {
-		// Keyed before anything is charged: a key error spends nothing.
-		k, err := m.cfg.SlotsKey(r, id)
-		if err != nil {
-			m.cfg.OnError(w, r, err)
-			return
-		}
-		next = m.slotted(route, k, next)
+	lims, next, err := m.keyed(r, id, cost, buf[:0], next)
+	if err != nil {
+		m.cfg.OnError(w, r, err)
+		return
 	}
 
 	if m.cfg.InFlight != nil {
@@ -262,6 +248,36 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		next.ServeHTTP(w, r)
 		return
 	}
+	m.charge(w, r, next, route, cost, lims)
+}
+
+// keyed makes every key a request needs before anything is charged, so a
+// key error spends nothing: it appends each layer's limiter to lims (none
+// for a free request), and puts next behind its slot when Config.Slots is
+// set.
+func (m *Middleware) keyed(r *http.Request, id Identity, cost int64, lims []*client.Limiter, next http.Handler) ([]*client.Limiter, http.Handler, error) {
+	if cost >= 1 {
+		for _, layer := range m.cfg.Layers {
+			k, err := layer.Key(r, id)
+			if err != nil {
+				return nil, nil, err
+			}
+			lims = append(lims, m.index.Limiter(layer.Policy, k))
+		}
+	}
+	if m.cfg.Slots != nil {
+		k, err := m.cfg.SlotsKey(r, id)
+		if err != nil {
+			return nil, nil, err
+		}
+		next = m.slotted(id.Route, k, next)
+	}
+	return lims, next, nil
+}
+
+// charge charges cost under every layer (lims[i] is layer i's limiter),
+// then serves the request or answers the refusal.
+func (m *Middleware) charge(w http.ResponseWriter, r *http.Request, next http.Handler, route string, cost int64, lims []*client.Limiter) {
 	// Each layer's own decision: the refusing layer is named exactly, and
 	// a shadow policy's would-be refusal is seen in whichever layer.
 	var dbuf [8]client.Decision

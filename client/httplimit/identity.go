@@ -244,3 +244,6 @@ func PeerIn(prefixes ...netip.Prefix) func(*http.Request) bool {
 		return false
 	}
 }
+
+// canonical is a key's string form for the in-flight limiter.
+func canonical(key client.Key) string { return client.LimiterID("", key) }

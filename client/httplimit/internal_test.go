@@ -3,8 +3,6 @@ package httplimit
 import (
 	"testing"
 	"time"
-
-	"github.com/ration-dev/ration/client"
 )
 
 func TestSecondsArithmetic(t *testing.T) {
@@ -38,28 +36,5 @@ func TestSecondsArithmetic(t *testing.T) {
 	}
 	if got := sfString(`a"b\c` + "\n"); got != `"a\"b\\c?"` {
 		t.Errorf("sfString %s", got)
-	}
-}
-
-func TestLimiterCacheBounded(t *testing.T) {
-	cl, err := client.New(t.Context(), client.Config{Servers: []string{"127.0.0.1:1"}, ClientID: "cache", NoFirstLeaseWait: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
-	lc := newLimiterCache(cl, 64)
-	first := lc.get("p", client.Key{"tenant": "t0"})
-	for i := range 1000 {
-		lc.get("p", client.Key{"tenant": string(rune('a' + i%26)), "n": string(rune(i))})
-		if n := lc.len(); n > 64 {
-			t.Fatalf("cache holds %d limiters, bound 64", n)
-		}
-	}
-	// Evicted or not, the same key finds the same Limiter (the Client's).
-	if again := lc.get("p", client.Key{"tenant": "t0"}); again != first {
-		t.Fatal("a different limiter for the same key")
-	}
-	if client.LimiterID("p", client.Key{"a": "b=c"}) == client.LimiterID("p", client.Key{"a=b": "c"}) {
-		t.Fatal("ambiguous cache IDs")
 	}
 }

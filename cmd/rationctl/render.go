@@ -42,13 +42,6 @@ func orDash(s string) string {
 	return s
 }
 
-func yesNo(b bool) string {
-	if b {
-		return "yes"
-	}
-	return "no"
-}
-
 // statusJSON is `rationctl status --json`.
 type statusJSON struct {
 	Leader           string       `json:"leader"`

@@ -33,6 +33,7 @@ type options struct {
 	// Raft snapshot tuning (0 keeps coordinator.DefaultConfig's value).
 	snapshotThreshold, trailingLogs uint64
 	snapshotInterval                time.Duration
+	snapshotRetain                  int
 
 	// Lease API limits (coordinator/limits.go); 0 turns one off.
 	limits leaseLimitOptions
@@ -109,6 +110,8 @@ func serverFlags(name string, o *options) *flag.FlagSet {
 		"log entries to keep after a snapshot, for followers that lag (`N`; 0: the default, 10240)")
 	fs.DurationVar(&o.snapshotInterval, "raft-snapshot-interval", o.snapshotInterval,
 		"how often to check whether a snapshot is due (`D`; 0: the default, 30s)")
+	fs.IntVar(&o.snapshotRetain, "raft-snapshot-retain", o.snapshotRetain,
+		"Raft snapshots to keep in the data dir (`N`; 0: the default, 3)")
 	leaseLimitFlags(fs, &o.limits)
 	if faults.Enabled {
 		fs.Var(&o.faults, "fault", fmt.Sprintf("TEST BUILD ONLY: turn on a broken `VARIANT` (repeatable): %v", faults.All))
@@ -212,6 +215,7 @@ func (o options) config(logger *slog.Logger, policies *policy.File) coordinator.
 	if o.snapshotInterval > 0 {
 		cfg.SnapshotInterval = o.snapshotInterval
 	}
+	cfg.SnapshotRetain = o.snapshotRetain // negative: Validate refuses it
 	o.limits.apply(&cfg)
 	return cfg
 }

@@ -35,7 +35,7 @@
 //
 // For the cluster: Policy.ToProto and FromProto convert to and from
 // api.PolicySpec, FromProto re-validating with Validate (the file's rules,
-// on typed values); MarshalSpec encodes a spec deterministically;
+// on typed values);
 // Policy.CanonicalKey maps a request's attributes to the policy's key;
 // Policy.Weight gives a client's fair-share weight; Policy.Leasable accepts
 // what the cluster leases (token buckets, fixed and approximate sliding

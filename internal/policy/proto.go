@@ -5,8 +5,6 @@ import (
 	"maps"
 	"slices"
 
-	"google.golang.org/protobuf/proto"
-
 	"github.com/ration-dev/ration/api"
 )
 
@@ -97,11 +95,4 @@ func FromProto(spec *api.PolicySpec) (Policy, error) {
 		return Policy{}, err
 	}
 	return p, nil
-}
-
-// MarshalSpec encodes spec deterministically (client weights in key
-// order), so equal specs give equal bytes: what the cluster compares,
-// hashes and writes to its log.
-func MarshalSpec(spec *api.PolicySpec) ([]byte, error) {
-	return proto.MarshalOptions{Deterministic: true}.Marshal(spec)
 }
