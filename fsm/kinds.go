@@ -308,4 +308,4 @@ func (slotKind) leaseNanos(st *state, current []policy.Policy) int64 {
 	return st.slotsLeaseNanos(current)
 }
 
-func (slotKind) rebuildIndex(*state) {}
+func (slotKind) rebuildIndex(s *state) { s.rebuildSlotIndex() }
