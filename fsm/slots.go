@@ -24,21 +24,12 @@ import (
 // and the policy's rules. The demand's burst_milli is the slots asked for
 // (running plus queued requests), in whole requests, rounded up.
 
-// FeatureConcurrency: concurrency policies are applied and leased as slot
-// ledgers (lease.SlotLedger), and snapshots carry them (frame kind 7).
-// Part of the v0.1.0 baseline.
-const FeatureConcurrency uint64 = 1 << 8
-
 // faultSlotSnapshotDropsKeys: snapshots leave out the slot keys, so a
 // restarted or caught-up server forgets every held slot (the fsm slot
 // tests' negative control). Outside fault.go's sequence.
 const faultSlotSnapshotDropsKeys fault = 0x50
 
 var _ = registerFault(faultSlotSnapshotDropsKeys, "faultSlotSnapshotDropsKeys")
-
-// frameSlots is a snapshot frame of one slot key (api.SlotFrame). Older
-// servers refuse the frame kind (and the switch).
-const frameSlots byte = 7
 
 // Slot lease settings: a concurrency policy has no lease section; its
 // slot leases last slotLeaseNanos, renewed after a third of it, with the

@@ -16,7 +16,7 @@ import (
 
 // Snapshot stream: a magic line, then frames of [kind byte][uvarint length]
 // [protobuf], then an end frame. Frames let Persist write and Restore read
-// one ledger at a time.
+// one ledger at a time. The frame kinds are in wire.go.
 //
 // A state with a feature switch on (every state past a cluster's first
 // entry) is written under snapshotMagicV2: a server that predates the
@@ -25,19 +25,6 @@ import (
 const (
 	snapshotMagic   = "ration-fsm-snapshot-v1\n"
 	snapshotMagicV2 = "ration-fsm-snapshot-v2\n"
-)
-
-const (
-	frameHeader byte = 1 // api.Snapshot without ledgers or clients
-	frameLedger byte = 2 // api.LedgerSnapshot
-	frameClient byte = 3 // api.ClientRecord
-	// frameRetired is a retired ledger (api.LedgerSnapshot whose policy
-	// names a header's RetiredPolicy). Older servers refuse the frame kind.
-	frameRetired byte = 4
-	// frameACLToken is one ACL token (api.ACLToken). Older servers refuse
-	// the frame kind.
-	frameACLToken byte = 5
-	frameEnd      byte = 0xff
 )
 
 // maxFrame bounds one frame so a corrupt length cannot allocate wildly.

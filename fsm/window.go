@@ -14,33 +14,10 @@ import (
 
 // Leased fixed windows (docs/design.md §8). A fixed-window policy's keys are lease.WindowLedgers, kept here beside the
 // token-bucket ledgers; acquire, renew, release, revoke, expire, snapshots
-// and restores reach them through a few hooks in fsm.go, snapshot.go and
-// restore.go. Window time (the calendar's clock) is cluster time plus a
+// and restores reach them as the window kind (kinds.go). Window time (the calendar's clock) is cluster time plus a
 // replicated epoch offset, set by the entry that turns the baseline on
 // (the cluster's first) from its leader's wall clock, and moved forward (never back) by re-syncs to
 // later leaders' wall clocks (CmdWindowClock).
-
-// FeatureWindows: fixed-window policies are leased in chunks
-// (lease.WindowLedger), a policy may name a calendar period and timezone,
-// and snapshots carry window state (frame kind 6). Part of the v0.1.0
-// baseline.
-const FeatureWindows uint64 = 1 << 7
-
-// FeatureWindowSlew: window time ahead of a leader's wall clock is taken
-// back by a slew (a re-sync with slew set: window time then runs at 99%
-// of cluster time until the excess is gone, lease.WindowClock), an
-// operator's re-sync may step further than MaxWindowClockStepNanos
-// (max_step_nanos), and a window key's carry counts the slew since its
-// last operation. Part of the v0.1.0 baseline.
-const FeatureWindowSlew uint64 = 1 << 9
-
-// FeatureWindowSpent: a change of a window key's definition remembers the
-// count of the window it leaves until that window ends
-// (lease.WindowLedgerConfig.KeepSpent; snapshot field
-// WindowKeySnapshot.spent), so a change back within it (month -> 1s ->
-// month) resumes that count, and the key is not collected meanwhile. Part
-// of the v0.1.0 baseline.
-const FeatureWindowSpent uint64 = 1 << 11
 
 // faultWindowSnapshotDropsKeys: snapshots leave out the window keys, so a
 // restarted or caught-up server starts every window count afresh (the
@@ -86,10 +63,6 @@ var _ = registerFault(faultWindowRestoreSnapshotClock, "faultWindowRestoreSnapsh
 const faultWindowForgetSpent fault = 0x46
 
 var _ = registerFault(faultWindowForgetSpent, "faultWindowForgetSpent")
-
-// frameWindow is a snapshot frame of window state (api.WindowFrame).
-// Older servers refuse the frame kind (and the switch).
-const frameWindow byte = 6
 
 // Window lease settings: a window policy has no lease section; its chunks
 // are leased for at most windowLeaseNanos, renewed after
@@ -162,12 +135,6 @@ func (s *state) windowsSwitched(t, wallUnix int64) {
 		s.win.epochOffset = wallUnix - t
 	}
 }
-
-// CmdWindowClock re-synchronises window time to the proposing leader's
-// wall clock (api.WindowClockCommand; docs/design.md §8.2). Not
-// ignorable; proposed only with FeatureWindows on, which every server
-// that knows it supports.
-const CmdWindowClock CommandType = 8
 
 // MaxWindowClockStepNanos is the largest forward step of window time one
 // re-sync may make, and the largest excess one slew takes back. Elections
