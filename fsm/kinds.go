@@ -45,8 +45,10 @@ type kind interface {
 	listing(s *state, out *api.ListLeasesResponse, policyName, key string, now int64)
 
 	// frames is the kind's part of a capture taken under the lock (the
-	// token buckets' ledgers are captured copy-on-write instead: nil).
+	// token buckets' ledgers are captured copy-on-write instead: nil);
+	// restorers read the kind's frames back (snapshot.go), by frame kind.
 	frames(s *state) []kindFrame
+	restorers() map[byte]frameRestorer
 	// prepareRestore applies rule (j) to the kind's keys of a restored
 	// state (restore.go); leaseNanos is the longest lease the kind's keys
 	// of st or the current policies may hold.
@@ -152,6 +154,13 @@ func (tokenKind) listing(s *state, out *api.ListLeasesResponse, policyName, key 
 
 func (tokenKind) frames(*state) []kindFrame { return nil }
 
+func (tokenKind) restorers() map[byte]frameRestorer {
+	return map[byte]frameRestorer{
+		frameLedger:  restoreFrame("ledger", (*state).importLiveLedger),
+		frameRetired: restoreFrame("retired ledger", addRetiredLedger),
+	}
+}
+
 func (tokenKind) prepareRestore(st *state, _ RestoreBase, _, until int64) error {
 	return st.tokensPrepareRestore(until)
 }
@@ -235,6 +244,10 @@ func (windowKind) frames(s *state) []kindFrame {
 	return out
 }
 
+func (windowKind) restorers() map[byte]frameRestorer {
+	return map[byte]frameRestorer{frameWindow: restoreFrame("window frame", (*state).importWindow)}
+}
+
 func (windowKind) prepareRestore(st *state, base RestoreBase, snapTime, _ int64) error {
 	st.windowsPrepareRestore(base, snapTime)
 	return nil
@@ -298,6 +311,10 @@ func (slotKind) frames(s *state) []kindFrame {
 		out = append(out, kindFrame{frameSlots, f})
 	}
 	return out
+}
+
+func (slotKind) restorers() map[byte]frameRestorer {
+	return map[byte]frameRestorer{frameSlots: restoreFrame("slot frame", (*state).importSlots)}
 }
 
 func (slotKind) prepareRestore(st *state, _ RestoreBase, _, until int64) error {
