@@ -190,18 +190,15 @@ type windowKind struct{}
 func (windowKind) owns(p policy.Policy) bool { return leasedWindow(p.Algorithm) }
 
 func (windowKind) acquire(s *state, t int64, c *api.Caller, k *api.AcquireKey, seen map[string]bool) *api.KeyLease {
-	kl, _ := s.windowAcquire(t, c, k, seen)
-	return kl
+	return s.windowAcquire(t, c, k, seen)
 }
 
 func (windowKind) renew(s *state, t int64, c *api.Caller, k *api.RenewKey) *api.KeyLease {
-	kl, _ := s.windowRenew(t, c, k)
-	return kl
+	return s.windowRenew(t, c, k)
 }
 
 func (windowKind) release(s *state, t int64, c *api.Caller, k *api.ReleaseKey) *api.ReleaseResult {
-	r, _ := s.windowRelease(t, c, k)
-	return r
+	return s.windowRelease(t, c, k)
 }
 
 func (windowKind) revoke(s *state, _ int64, clientID string, incarnation uint64) {
@@ -263,18 +260,15 @@ type slotKind struct{}
 func (slotKind) owns(p policy.Policy) bool { return p.Algorithm == policy.Concurrency }
 
 func (slotKind) acquire(s *state, t int64, c *api.Caller, k *api.AcquireKey, seen map[string]bool) *api.KeyLease {
-	kl, _ := s.slotAcquire(t, c, k, seen)
-	return kl
+	return s.slotAcquire(t, c, k, seen)
 }
 
 func (slotKind) renew(s *state, t int64, c *api.Caller, k *api.RenewKey) *api.KeyLease {
-	kl, _ := s.slotRenew(t, c, k)
-	return kl
+	return s.slotRenew(t, c, k)
 }
 
 func (slotKind) release(s *state, t int64, c *api.Caller, k *api.ReleaseKey) *api.ReleaseResult {
-	r, _ := s.slotRelease(t, c, k)
-	return r
+	return s.slotRelease(t, c, k)
 }
 
 func (slotKind) revoke(s *state, t int64, clientID string, incarnation uint64) {

@@ -124,12 +124,6 @@ func (s *state) rebuildSlotIndex() {
 	}
 }
 
-// slotPolicy returns the concurrency policy a key names, if it is one.
-func (s *state) slotPolicy(k *api.Key) (policy.Policy, bool) {
-	p, ok := s.policies[k.GetPolicy()]
-	return p, ok && p.Algorithm == policy.Concurrency
-}
-
 func slotConfig(p policy.Policy) lease.SlotConfig {
 	return lease.SlotConfig{Limit: p.LimitMilli / lease.MilliPerToken, MaxLeases: int(p.MaxLeasesPerKey), DriftPPM: slotDriftPPM}
 }
@@ -242,19 +236,15 @@ func slotGrantProto(p policy.Policy, ck string, g lease.SlotGrant) *api.Grant {
 	}
 }
 
-// slotAcquire grants a slot lease (ok false: not a slot key, the caller
-// goes on).
-func (s *state) slotAcquire(t int64, c *api.Caller, k *api.AcquireKey, seen map[string]bool) (*api.KeyLease, bool) {
-	p, ok := s.slotPolicy(k.GetKey())
-	if !ok {
-		return nil, false
-	}
+// slotAcquire grants a slot lease.
+func (s *state) slotAcquire(t int64, c *api.Caller, k *api.AcquireKey, seen map[string]bool) *api.KeyLease {
+	p := s.policies[k.GetKey().GetPolicy()] // the kind's (kinds.go)
 	ck, l, err := s.slotLedger(t, p, k.GetKey(), true)
 	if err != nil {
-		return &api.KeyLease{Error: keyError(err)}, true
+		return &api.KeyLease{Error: keyError(err)}
 	}
 	if seen[p.Name+"\x00"+ck] {
-		return &api.KeyLease{Error: keyError(fmt.Errorf("%w: key %s/%s is listed twice in one request", rpcerr.ErrInvalid, p.Name, ck))}, true
+		return &api.KeyLease{Error: keyError(fmt.Errorf("%w: key %s/%s is listed twice in one request", rpcerr.ErrInvalid, p.Name, ck))}
 	}
 	seen[p.Name+"\x00"+ck] = true
 	g, err := l.Grant(max(t, l.NowNanos()), lease.SlotGrantRequest{
@@ -263,20 +253,17 @@ func (s *state) slotAcquire(t int64, c *api.Caller, k *api.AcquireKey, seen map[
 	})
 	s.slotTouch(p.Name, ck, l)
 	if err != nil {
-		return &api.KeyLease{Error: keyError(leaseErr(p, ck, err))}, true
+		return &api.KeyLease{Error: keyError(leaseErr(p, ck, err))}
 	}
-	return &api.KeyLease{Grant: slotGrantProto(p, ck, g)}, true
+	return &api.KeyLease{Grant: slotGrantProto(p, ck, g)}
 }
 
 // slotRenew extends a slot lease with a fresh demand and acknowledgement.
-func (s *state) slotRenew(t int64, c *api.Caller, k *api.RenewKey) (*api.KeyLease, bool) {
-	p, ok := s.slotPolicy(k.GetKey())
-	if !ok {
-		return nil, false
-	}
+func (s *state) slotRenew(t int64, c *api.Caller, k *api.RenewKey) *api.KeyLease {
+	p := s.policies[k.GetKey().GetPolicy()] // the kind's (kinds.go)
 	ck, l, err := s.slotLedger(t, p, k.GetKey(), false)
 	if err != nil {
-		return &api.KeyLease{Error: keyError(leaseErr(p, ck, err))}, true
+		return &api.KeyLease{Error: keyError(leaseErr(p, ck, err))}
 	}
 	g, err := l.Renew(max(t, l.NowNanos()), lease.SlotRenewRequest{
 		ClientID: c.GetClientId(), Incarnation: c.GetIncarnation(), LeaseID: lease.LeaseID(k.GetLeaseId()),
@@ -285,17 +272,14 @@ func (s *state) slotRenew(t int64, c *api.Caller, k *api.RenewKey) (*api.KeyLeas
 	})
 	s.slotTouch(p.Name, ck, l)
 	if err != nil {
-		return &api.KeyLease{Error: keyError(leaseErr(p, ck, err))}, true
+		return &api.KeyLease{Error: keyError(leaseErr(p, ck, err))}
 	}
-	return &api.KeyLease{Grant: slotGrantProto(p, ck, g)}, true
+	return &api.KeyLease{Grant: slotGrantProto(p, ck, g)}
 }
 
 // slotRelease ends a slot lease (its holder runs nothing under it).
-func (s *state) slotRelease(t int64, c *api.Caller, k *api.ReleaseKey) (*api.ReleaseResult, bool) {
-	p, ok := s.slotPolicy(k.GetKey())
-	if !ok {
-		return nil, false
-	}
+func (s *state) slotRelease(t int64, c *api.Caller, k *api.ReleaseKey) *api.ReleaseResult {
+	p := s.policies[k.GetKey().GetPolicy()] // the kind's (kinds.go)
 	r := &api.ReleaseResult{}
 	ck, l, err := s.slotLedger(t, p, k.GetKey(), false)
 	if err == nil {
@@ -305,7 +289,7 @@ func (s *state) slotRelease(t int64, c *api.Caller, k *api.ReleaseKey) (*api.Rel
 	if err != nil {
 		r.Error = keyError(err)
 	}
-	return r, true
+	return r
 }
 
 // slotRevoke drops the slot leases of clientID's incarnations below

@@ -260,12 +260,6 @@ func windowNotLeasable(p policy.Policy) error {
 		p.Name, policy.ErrNotLeasable, p.Name, p.Algorithm)
 }
 
-// windowPolicy returns the leased window policy a key names, if it is one.
-func (s *state) windowPolicy(k *api.Key) (policy.Policy, bool) {
-	p, ok := s.policies[k.GetPolicy()]
-	return p, ok && leasedWindow(p.Algorithm)
-}
-
 // leasedWindow: the window algorithms the cluster leases in chunks.
 func leasedWindow(a policy.Algorithm) bool {
 	return a == policy.FixedWindow || a == policy.SlidingWindowApprox
@@ -412,19 +406,15 @@ func windowGrantProto(p policy.Policy, ck string, g lease.WindowGrant, renewal b
 	return out
 }
 
-// windowAcquire grants a chunk of a fixed-window key (ok false: not a
-// window key, the caller goes on).
-func (s *state) windowAcquire(t int64, c *api.Caller, k *api.AcquireKey, seen map[string]bool) (*api.KeyLease, bool) {
-	p, ok := s.windowPolicy(k.GetKey())
-	if !ok {
-		return nil, false
-	}
+// windowAcquire grants a chunk of a window key.
+func (s *state) windowAcquire(t int64, c *api.Caller, k *api.AcquireKey, seen map[string]bool) *api.KeyLease {
+	p := s.policies[k.GetKey().GetPolicy()] // the kind's (kinds.go)
 	ck, l, err := s.windowLedger(t, p, k.GetKey(), true)
 	if err != nil {
-		return &api.KeyLease{Error: keyError(err)}, true
+		return &api.KeyLease{Error: keyError(err)}
 	}
 	if seen[p.Name+"\x00"+ck] {
-		return &api.KeyLease{Error: keyError(fmt.Errorf("%w: key %s/%s is listed twice in one request", rpcerr.ErrInvalid, p.Name, ck))}, true
+		return &api.KeyLease{Error: keyError(fmt.Errorf("%w: key %s/%s is listed twice in one request", rpcerr.ErrInvalid, p.Name, ck))}
 	}
 	seen[p.Name+"\x00"+ck] = true
 	w := s.windowTime(t)
@@ -439,20 +429,17 @@ func (s *state) windowAcquire(t int64, c *api.Caller, k *api.AcquireKey, seen ma
 	})
 	s.windowTouch(p.Name, ck, l)
 	if err != nil {
-		return &api.KeyLease{Error: keyError(leaseErr(p, ck, err))}, true
+		return &api.KeyLease{Error: keyError(leaseErr(p, ck, err))}
 	}
-	return &api.KeyLease{Grant: windowGrantProto(p, ck, g, false, w)}, true
+	return &api.KeyLease{Grant: windowGrantProto(p, ck, g, false, w)}
 }
 
 // windowRenew extends a chunk and adds to it.
-func (s *state) windowRenew(t int64, c *api.Caller, k *api.RenewKey) (*api.KeyLease, bool) {
-	p, ok := s.windowPolicy(k.GetKey())
-	if !ok {
-		return nil, false
-	}
+func (s *state) windowRenew(t int64, c *api.Caller, k *api.RenewKey) *api.KeyLease {
+	p := s.policies[k.GetKey().GetPolicy()] // the kind's (kinds.go)
 	ck, l, err := s.windowLedger(t, p, k.GetKey(), false)
 	if err != nil {
-		return &api.KeyLease{Error: keyError(leaseErr(p, ck, err))}, true
+		return &api.KeyLease{Error: keyError(leaseErr(p, ck, err))}
 	}
 	w := s.windowTime(t)
 	start, end, _, _ := l.Window()
@@ -466,18 +453,15 @@ func (s *state) windowRenew(t int64, c *api.Caller, k *api.RenewKey) (*api.KeyLe
 	})
 	s.windowTouch(p.Name, ck, l)
 	if err != nil {
-		return &api.KeyLease{Error: keyError(leaseErr(p, ck, err))}, true
+		return &api.KeyLease{Error: keyError(leaseErr(p, ck, err))}
 	}
-	return &api.KeyLease{Grant: windowGrantProto(p, ck, g, true, w)}, true
+	return &api.KeyLease{Grant: windowGrantProto(p, ck, g, true, w)}
 }
 
 // windowRelease ends a chunk, returning its unspent units to the window if
 // it is still the chunk's.
-func (s *state) windowRelease(t int64, c *api.Caller, k *api.ReleaseKey) (*api.ReleaseResult, bool) {
-	p, ok := s.windowPolicy(k.GetKey())
-	if !ok {
-		return nil, false
-	}
+func (s *state) windowRelease(t int64, c *api.Caller, k *api.ReleaseKey) *api.ReleaseResult {
+	p := s.policies[k.GetKey().GetPolicy()] // the kind's (kinds.go)
 	r := &api.ReleaseResult{}
 	ck, l, err := s.windowLedger(t, p, k.GetKey(), false)
 	if err == nil && !s.has(faultWindowIndexSkipsRelease) {
@@ -492,7 +476,7 @@ func (s *state) windowRelease(t int64, c *api.Caller, k *api.ReleaseKey) (*api.R
 	if err != nil {
 		r.Error = keyError(err)
 	}
-	return r, true
+	return r
 }
 
 // windowRevoke retires the chunks of clientID's incarnations below
