@@ -27,12 +27,10 @@ type capture struct {
 	retired []frozenPolicy
 	clients []clientCopy
 	tokens  []*api.ACLToken
-	// windows: the window state (window.go), copied under the lock in
-	// frames: proportional to the window keys, which are not in the
-	// copy-on-write maps.
-	windows []*api.WindowFrame
-	// slots: the slot keys (slots.go), copied under the lock likewise.
-	slots []*api.SlotFrame
+	// frames: the window state and the slot keys (kinds.go), copied
+	// under the lock in frames, kind after kind: proportional to their
+	// keys, which are not in the copy-on-write maps.
+	frames []kindFrame
 
 	// saved holds the ledgers apply replaced since the capture; err a
 	// failed clone. Both guarded by ctx.mu.
@@ -97,8 +95,9 @@ func (s *state) capture(f *FSM) *capture {
 	for id, rec := range s.clients {
 		cp.clients = append(cp.clients, clientCopy{id: id, clientRecord: *rec})
 	}
-	cp.windows = s.exportWindows()
-	cp.slots = s.exportSlots()
+	for _, kd := range kinds {
+		cp.frames = append(cp.frames, kd.frames(s)...)
+	}
 	if f != nil {
 		c.live = append(c.live, cp)
 		c.recompute()
@@ -230,13 +229,8 @@ func writeCapture(w io.Writer, cp *capture) error {
 			return err
 		}
 	}
-	for _, w := range cp.windows {
-		if err := fw.frame(frameWindow, w); err != nil {
-			return err
-		}
-	}
-	for _, sf := range cp.slots {
-		if err := fw.frame(frameSlots, sf); err != nil {
+	for _, f := range cp.frames {
+		if err := fw.frame(f.kind, f.msg); err != nil {
 			return err
 		}
 	}

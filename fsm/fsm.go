@@ -317,21 +317,23 @@ func (s *state) applyPolicies(t int64, cmd *api.ApplyPoliciesCommand) (*Result, 
 			return nil, fmt.Errorf("%w: policy %q is listed twice in one command", rpcerr.ErrInvalid, p.Name)
 		}
 		seen[p.Name] = true
-		if err := s.checkChange(p); err != nil {
-			return nil, err
-		}
-		if err := s.windowCheckChange(t, p); err != nil {
-			return nil, err
-		}
-		if err := s.slotCheckChange(t, p); err != nil {
-			return nil, err
+		for _, kd := range kinds {
+			if err := kd.checkChange(s, t, p); err != nil {
+				return nil, err
+			}
 		}
 	}
 	for _, p := range ps {
-		s.windowInstall(p)
-		s.slotInstall(p)
-		if err := s.install(t, p); err != nil {
-			return nil, err
+		// Every kind installs p; a failure (a token bucket's reconfigure)
+		// is reported after the others have, as they do not depend on it.
+		var first error
+		for _, kd := range kinds {
+			if err := kd.install(s, t, p); err != nil && first == nil {
+				first = err
+			}
+		}
+		if first != nil {
+			return nil, first
 		}
 	}
 	return &Result{}, nil
@@ -430,16 +432,12 @@ func (s *state) begin(t int64, c *api.Caller, kind uint32, n int) ([]byte, error
 	return nil, nil
 }
 
-// revoke frees the leases of clientID's incarnations below incarnation,
-// through the holders index (index.go).
+// revoke frees the leases of clientID's incarnations below incarnation in
+// every kind, through their holder indexes (index.go, windowindex.go).
 func (s *state) revoke(t int64, clientID string, incarnation uint64) {
-	s.windowRevoke(clientID, incarnation)
-	s.slotRevoke(t, clientID, incarnation)
-	if s.ref != nil {
-		s.ref.revoke(s, t, clientID, incarnation)
-		return
+	for _, kd := range kinds {
+		kd.revoke(s, t, clientID, incarnation)
 	}
-	s.revokeIndexed(t, clientID, incarnation)
 }
 
 func (s *state) record(t int64, c *api.Caller, kind uint32, resp proto.Message) {
@@ -683,12 +681,11 @@ func (s *state) acquireKey(t int64, c *api.Caller, k *api.AcquireKey, seen map[s
 	if err := checkDemand(k.GetDemand()); err != nil {
 		return &api.KeyLease{Error: keyError(err)}
 	}
-	if kl, ok := s.windowAcquire(t, c, k, seen); ok {
-		return kl
-	}
-	if kl, ok := s.slotAcquire(t, c, k, seen); ok {
-		return kl
-	}
+	return s.kindOf(k.GetKey()).acquire(s, t, c, k, seen)
+}
+
+// tokenAcquire grants a token-bucket lease (kinds.go).
+func (s *state) tokenAcquire(t int64, c *api.Caller, k *api.AcquireKey, seen map[string]bool) *api.KeyLease {
 	// (resolve itself checks the policy and key before it creates a key.)
 	p, ck, kl, err := s.resolve(t, k.GetKey(), true)
 	if err != nil {
@@ -752,12 +749,11 @@ func (s *state) renewKey(t int64, c *api.Caller, k *api.RenewKey) *api.KeyLease 
 	if err := checkDemand(k.GetDemand()); err != nil {
 		return &api.KeyLease{Error: keyError(err)}
 	}
-	if kl, ok := s.windowRenew(t, c, k); ok {
-		return kl
-	}
-	if kl, ok := s.slotRenew(t, c, k); ok {
-		return kl
-	}
+	return s.kindOf(k.GetKey()).renew(s, t, c, k)
+}
+
+// tokenRenew renews a token-bucket lease (kinds.go).
+func (s *state) tokenRenew(t int64, c *api.Caller, k *api.RenewKey) *api.KeyLease {
 	clamped := k.GetClampedMilli()
 	if clamped < 0 || clamped > lease.MaxCapacityMilli {
 		return &api.KeyLease{Error: keyError(fmt.Errorf("%w: clamped_milli %d is outside [0, %d]", rpcerr.ErrInvalid, clamped, lease.MaxCapacityMilli))}
@@ -802,34 +798,31 @@ func (s *state) release(t int64, req *api.ReleaseRequest) (*api.ReleaseResponse,
 	}
 	resp := &api.ReleaseResponse{ClusterTimeNanos: t, Results: make([]*api.ReleaseResult, len(req.GetKeys()))}
 	for i, k := range req.GetKeys() {
-		if wr, ok := s.windowRelease(t, c, k); ok {
-			resp.Results[i] = wr
-			continue
-		}
-		if sr, ok := s.slotRelease(t, c, k); ok {
-			resp.Results[i] = sr
-			continue
-		}
-		r := &api.ReleaseResult{}
-		_, _, kl, err := s.resolve(t, k.GetKey(), false)
-		if err == nil {
-			var rr lease.ReleaseResult
-			rr, err = s.mut(kl).Release(t, lease.ReleaseRequest{
-				ClientID: c.GetClientId(), Incarnation: c.GetIncarnation(),
-				LeaseID: lease.LeaseID(k.GetLeaseId()), UnspentMilli: k.GetUnspentMilli(),
-			})
-			if !s.has(faultIndexSkipsRelease) {
-				s.touch(kl)
-			}
-			r.CreditedMilli = rr.CreditedMilli
-		}
-		if err != nil {
-			r.Error = keyError(err)
-		}
-		resp.Results[i] = r
+		resp.Results[i] = s.kindOf(k.GetKey()).release(s, t, c, k)
 	}
 	s.record(t, c, kindRelease, resp)
 	return resp, nil
+}
+
+// tokenRelease ends a token-bucket lease (kinds.go).
+func (s *state) tokenRelease(t int64, c *api.Caller, k *api.ReleaseKey) *api.ReleaseResult {
+	r := &api.ReleaseResult{}
+	_, _, kl, err := s.resolve(t, k.GetKey(), false)
+	if err == nil {
+		var rr lease.ReleaseResult
+		rr, err = s.mut(kl).Release(t, lease.ReleaseRequest{
+			ClientID: c.GetClientId(), Incarnation: c.GetIncarnation(),
+			LeaseID: lease.LeaseID(k.GetLeaseId()), UnspentMilli: k.GetUnspentMilli(),
+		})
+		if !s.has(faultIndexSkipsRelease) {
+			s.touch(kl)
+		}
+		r.CreditedMilli = rr.CreditedMilli
+	}
+	if err != nil {
+		r.Error = keyError(err)
+	}
+	return r
 }
 
 func unmarshalLease(dup []byte, err error) (*api.LeaseResponse, error) {
@@ -849,19 +842,16 @@ func unmarshalLease(dup []byte, err error) (*api.LeaseResponse, error) {
 // expire removes due leases in every ledger (retired ones included),
 // collects ledgers that are indistinguishable from fresh ones (no leases,
 // pool full) and floors that have lapsed, and forgets idempotency records
-// of clients with no leases not seen for retention. It visits only what
-// is due (index.go).
-func (s *state) expire(t, through, retention int64) (res *Result, err error) {
-	defer func() {
-		if err == nil {
-			s.windowExpire(t, res)
-			s.slotExpire(t, through, res)
+// of clients with no leases not seen for retention: every kind in turn,
+// each visiting only what is due (its due index), stopping at an error.
+func (s *state) expire(t, through, retention int64) (*Result, error) {
+	res := &Result{}
+	for _, kd := range kinds {
+		if err := kd.expire(s, t, through, retention, res); err != nil {
+			return nil, err
 		}
-	}()
-	if s.ref != nil {
-		return s.ref.expire(s, t, through, retention)
 	}
-	return s.expireIndexed(t, through, retention)
+	return res, nil
 }
 
 // Snapshot implements raft.FSM: a point-in-time capture whose cost under

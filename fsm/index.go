@@ -289,9 +289,16 @@ func (s *state) dropClient(id string) {
 	delete(s.clients, id)
 }
 
-// rebuildIndex builds every index from the replicated state alone: after
-// a snapshot is imported, and when a feature switch changes what is due.
+// rebuildIndex builds every kind's indexes from the replicated state
+// alone: after a snapshot is imported.
 func (s *state) rebuildIndex() {
+	for _, kd := range kinds {
+		kd.rebuildIndex(s)
+	}
+}
+
+// rebuildTokenIndex builds the token buckets' indexes.
+func (s *state) rebuildTokenIndex() {
 	s.idx = newIndex()
 	for pn, keys := range s.keys {
 		for ck, kl := range keys.all() {
@@ -312,7 +319,6 @@ func (s *state) rebuildIndex() {
 		c.id, c.pos = id, -1
 		heap.Push(&s.idx.clients, c)
 	}
-	s.rebuildWindowIndex()
 }
 
 // byKey orders ledgers by kind, policy and key.
@@ -429,14 +435,12 @@ func (s *state) revokeIndexed(t int64, clientID string, incarnation uint64) {
 	}
 }
 
-// nextDue is the index's earliest entry.
-func (s *state) nextDue() (int64, bool) {
-	wd, wok := s.windowNextDue()
-	if len(s.idx.due) == 0 {
-		return wd, wok
+// nextDue is the earliest entry of every kind's due index.
+func (s *state) nextDue() (due int64, ok bool) {
+	for _, kd := range kinds {
+		if d, has := kd.nextDue(s); has && (!ok || d < due) {
+			due, ok = d, true
+		}
 	}
-	if wok && wd < s.idx.due[0].due {
-		return wd, true
-	}
-	return s.idx.due[0].due, true
+	return due, ok
 }

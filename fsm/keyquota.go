@@ -21,14 +21,6 @@ import (
 // collect at that time (no leases, bucket full again) are collected, so
 // only keys someone holds, or that still owe tokens, count.
 
-// FeatureKeyQuota: a new key of a token-bucket policy is refused
-// (RESOURCE_EXHAUSTED) while the policy already tracks KeysPerValue() keys
-// with the same value of its first key attribute, a policy's
-// max_keys_per_value is stored as applied, and a key about to be refused
-// for max_keys or the cap first has the due collectable keys collected
-// (collectFresh). Part of the v0.1.0 baseline (BaselineFeatures).
-const FeatureKeyQuota uint64 = 1 << 10
-
 // keyGroup is the part of canonical key ck that names the value of its
 // policy's first key attribute, and whether it has one that other keys
 // may share: the text before the first '/', which cannot occur inside an

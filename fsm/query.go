@@ -63,13 +63,9 @@ func (f *FSM) Policy(name string) (policy.Policy, bool) {
 func (f *FSM) PolicyUsage(name string) (keys, leases int) {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
-	for _, kl := range f.st.keys[name].all() {
-		keys++
-		leases += kl.ledger.LeaseCount()
-	}
-	for _, l := range f.st.win.keys[name] { // window.go
-		keys++
-		leases += l.LeaseCount()
+	for _, kd := range kinds {
+		k, l := kd.usage(f.st, name)
+		keys, leases = keys+k, leases+l
 	}
 	return keys, leases
 }
@@ -81,12 +77,8 @@ func (f *FSM) PolicyUsage(name string) (keys, leases int) {
 func (f *FSM) NextDue() (due int64, ok bool) {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
-	// The due index's top (index.go): no scan; then the slot keys'.
-	due, ok = f.st.nextDue()
-	if sd, sok := f.st.slotsNextDue(); sok && (!ok || sd < due) {
-		due, ok = sd, true
-	}
-	return due, ok
+	return f.st.nextDue() // the due indexes' tops: no scan
+
 }
 
 // Leases lists leases and keys, optionally filtered by policy and canonical
@@ -100,12 +92,20 @@ func (f *FSM) Leases(policyName, key string, nowNanos int64) *api.ListLeasesResp
 	defer f.mu.RUnlock()
 	now := max(f.st.clusterTime, nowNanos)
 	out := &api.ListLeasesResponse{ClusterTimeNanos: now}
+	for _, kd := range kinds {
+		kd.listing(f.st, out, policyName, key, now)
+	}
+	return out
+}
+
+// tokenListing lists the token-bucket keys and leases (kinds.go).
+func (s *state) tokenListing(out *api.ListLeasesResponse, policyName, key string, now int64) {
 	// A name is either live (keys) or deleted (a retired spec), never both.
 	byName := map[string]*ledgerMap{}
-	for pn, ks := range f.st.keys {
+	for pn, ks := range s.keys {
 		byName[pn] = ks
 	}
-	for pn, r := range f.st.retired {
+	for pn, r := range s.retired {
 		if r.spec != nil {
 			byName[pn] = r.keys
 		}
@@ -136,9 +136,6 @@ func (f *FSM) Leases(policyName, key string, nowNanos int64) *api.ListLeasesResp
 			}
 		}
 	}
-	f.st.windowListing(out, policyName, key, now) // window.go
-	f.st.slotListing(out, policyName, key, now)   // slots.go
-	return out
 }
 
 // StateHash returns the Raft index of the last command applied and the

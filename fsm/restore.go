@@ -82,18 +82,9 @@ func PrepareRestore(snapshot []byte, base RestoreBase) ([]byte, error) {
 	}
 	now, current := base.ClusterTime, base.Policies
 	longest := int64(0)
-	for _, p := range current {
-		longest = max(longest, p.LeaseDurationNanos)
+	for _, kd := range kinds {
+		longest = max(longest, kd.leaseNanos(st, current))
 	}
-	for _, p := range st.policies {
-		longest = max(longest, p.LeaseDurationNanos)
-	}
-	for _, r := range st.retired {
-		if r.spec != nil {
-			longest = max(longest, r.spec.LeaseDurationNanos)
-		}
-	}
-	longest = max(longest, st.slotsLeaseNanos(current)) // slots.go
 	if longest == 0 {
 		longest = lease.MaxTTLNanos
 	}
@@ -102,6 +93,22 @@ func PrepareRestore(snapshot []byte, base RestoreBase) ([]byte, error) {
 	until := st.clusterTime + longest + RestoreHoldMarginNanos
 	st.restoreHoldUntil = max(st.restoreHoldUntil, until)
 	st.idGeneration++
+	for _, kd := range kinds {
+		if err := kd.prepareRestore(st, base, snapTime, until); err != nil {
+			return nil, err
+		}
+	}
+	var out bytes.Buffer
+	if err := writeCapture(&out, st.capture(nil)); err != nil {
+		return nil, err
+	}
+	return out.Bytes(), nil
+}
+
+// tokensPrepareRestore applies rule (j) to every token bucket of a
+// restored state, live and retired: held until until, lease IDs in the
+// new generation.
+func (st *state) tokensPrepareRestore(until int64) error {
 	hold := func(l *lease.Ledger) error {
 		if err := l.HoldAll(max(st.clusterTime, l.NowNanos()), until); err != nil {
 			return err
@@ -112,26 +119,18 @@ func PrepareRestore(snapshot []byte, base RestoreBase) ([]byte, error) {
 	for _, pn := range sortedKeys(st.keys) {
 		for _, ck := range st.keys[pn].sortedKeys() {
 			if err := hold(st.mut(st.keys[pn].at(ck))); err != nil {
-				return nil, fmt.Errorf("fsm: prepare restore: %s/%s: %w", pn, ck, err)
+				return fmt.Errorf("fsm: prepare restore: %s/%s: %w", pn, ck, err)
 			}
 		}
 	}
 	for _, name := range sortedKeys(st.retired) {
 		for _, ck := range st.retired[name].keys.sortedKeys() {
 			if err := hold(st.mut(st.retired[name].keys.at(ck))); err != nil {
-				return nil, fmt.Errorf("fsm: prepare restore: retired %s/%s: %w", name, ck, err)
+				return fmt.Errorf("fsm: prepare restore: retired %s/%s: %w", name, ck, err)
 			}
 		}
 	}
-	st.windowsPrepareRestore(base, snapTime)
-	if err := st.slotsPrepareRestore(until); err != nil {
-		return nil, err
-	}
-	var out bytes.Buffer
-	if err := writeCapture(&out, st.capture(nil)); err != nil {
-		return nil, err
-	}
-	return out.Bytes(), nil
+	return nil
 }
 
 // PrepareRecovery rewrites snapshot, the state a server recovered from its

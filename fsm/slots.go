@@ -14,8 +14,9 @@ import (
 // FeatureConcurrency on, a concurrency policy's keys are lease.SlotLedgers,
 // kept here beside the token and window ledgers; the lease batch's acquire,
 // renew and release ops carry slot leases (no new command type), and
-// revoke, expire, snapshots and restores reach them through a few hooks in
-// fsm.go, query.go, capture.go, snapshot.go and restore.go.
+// revoke, expire, snapshots and restores reach them as the slot kind
+// (kinds.go). Their due index (dueindex.go) makes an expire and a
+// revocation cost what is due or held, not the number of slot keys.
 //
 // On the wire a slot lease is a Grant with slot_lease set: slot_count s
 // (and cap_milli s·1000), the version the client acknowledges at renewals
@@ -23,21 +24,12 @@ import (
 // and the policy's rules. The demand's burst_milli is the slots asked for
 // (running plus queued requests), in whole requests, rounded up.
 
-// FeatureConcurrency: concurrency policies are applied and leased as slot
-// ledgers (lease.SlotLedger), and snapshots carry them (frame kind 7).
-// Part of the v0.1.0 baseline.
-const FeatureConcurrency uint64 = 1 << 8
-
 // faultSlotSnapshotDropsKeys: snapshots leave out the slot keys, so a
 // restarted or caught-up server forgets every held slot (the fsm slot
 // tests' negative control). Outside fault.go's sequence.
 const faultSlotSnapshotDropsKeys fault = 0x50
 
 var _ = registerFault(faultSlotSnapshotDropsKeys, "faultSlotSnapshotDropsKeys")
-
-// frameSlots is a snapshot frame of one slot key (api.SlotFrame). Older
-// servers refuse the frame kind (and the switch).
-const frameSlots byte = 7
 
 // Slot lease settings: a concurrency policy has no lease section; its
 // slot leases last slotLeaseNanos, renewed after a third of it, with the
@@ -52,12 +44,84 @@ type slotState struct {
 	keys map[string]map[string]*lease.SlotLedger
 	// attrs: the key attributes each name's keys were made under.
 	attrs map[string][]string
+
+	// Derived, never serialized (rebuilt on import). idx: the slot keys
+	// holding leases, due at their earliest lease expiry (NextExpiry), and
+	// their holders; idle: those holding none, due when their restore
+	// hold ends (they are collected then). An expire and a revoke visit
+	// only what these say (dueindex.go).
+	idx, idle dueIndex[*lease.SlotLedger]
+	// sweptAt: the cluster time of the latest expire or revoke. Both once
+	// advanced every slot ledger's clock to their time; now they visit
+	// only the due (or held) keys, and a ledger's clock as a snapshot or a
+	// listing shows it is max(its own, sweptAt) (slotNow), as before.
+	sweptAt int64
+	// scanRef: expire and revoke scan every key (tests' reference).
+	scanRef bool
 }
 
-// slotPolicy returns the concurrency policy a key names, if it is one.
-func (s *state) slotPolicy(k *api.Key) (policy.Policy, bool) {
-	p, ok := s.policies[k.GetPolicy()]
-	return p, ok && p.Algorithm == policy.Concurrency
+// slotNow is a slot ledger's clock as the state shows it: its own, or the
+// latest expire's or revoke's if later (slotState.sweptAt).
+func (s *state) slotNow(l *lease.SlotLedger) int64 { return max(l.NowNanos(), s.slots.sweptAt) }
+
+// slotFree is lease.SlotLedger.Free at the ledger's clock as the state
+// shows it (slotNow).
+func (s *state) slotFree(l *lease.SlotLedger) int64 {
+	now, st := s.slotNow(l), l.State()
+	if st.HoldAllUntilNanos > now {
+		return 0
+	}
+	held := int64(0)
+	for _, le := range st.Leases {
+		held += le.HeldAt(now)
+	}
+	return max(0, st.Config.Limit-held)
+}
+
+// sweep notes an expire or revoke at t that once advanced every slot
+// ledger's clock to t (when t is a time a ledger accepts; otherwise none
+// advanced).
+func (s *state) sweep(t int64) {
+	if t >= 0 && t <= lease.MaxTimeNanos {
+		s.slots.sweptAt = max(s.slots.sweptAt, t)
+	}
+}
+
+// slotTouch re-indexes a slot key after its ledger changed (or was
+// created).
+func (s *state) slotTouch(name, key string, l *lease.SlotLedger) {
+	st := l.State()
+	if len(st.Leases) == 0 {
+		s.slots.idx.untrack(name, key)
+		s.slots.idle.touch(name, key, l, st.HoldAllUntilNanos)
+		return
+	}
+	s.slots.idle.untrack(name, key)
+	due, _ := l.NextExpiry()
+	it := s.slots.idx.touch(name, key, l, due)
+	holders := make([]string, 0, len(st.Leases))
+	for _, le := range st.Leases { // sorted by client
+		if n := len(holders); n == 0 || holders[n-1] != le.ClientID {
+			holders = append(holders, le.ClientID)
+		}
+	}
+	s.slots.idx.setHolders(it, holders)
+}
+
+// slotUntrack forgets a slot key (collected or dropped).
+func (s *state) slotUntrack(name, key string) {
+	s.slots.idx.untrack(name, key)
+	s.slots.idle.untrack(name, key)
+}
+
+// rebuildSlotIndex builds the slot indexes from the replicated state.
+func (s *state) rebuildSlotIndex() {
+	s.slots.idx, s.slots.idle = dueIndex[*lease.SlotLedger]{}, dueIndex[*lease.SlotLedger]{}
+	for pn, keys := range s.slots.keys {
+		for ck, l := range keys {
+			s.slotTouch(pn, ck, l)
+		}
+	}
 }
 
 func slotConfig(p policy.Policy) lease.SlotConfig {
@@ -104,9 +168,12 @@ func (s *state) slotLedger(t int64, p policy.Policy, k *api.Key, create bool) (s
 		}
 		s.slots.keys[p.Name][ck] = l
 		s.slots.attrs[p.Name] = slices.Clone(p.Key)
+		s.slotTouch(p.Name, ck, l)
 	}
 	if l.Config() != cfg {
-		if err := l.Reconfigure(max(t, l.NowNanos()), cfg); err != nil {
+		err := l.Reconfigure(max(t, l.NowNanos()), cfg)
+		s.slotTouch(p.Name, ck, l)
+		if err != nil {
 			return ck, nil, fmt.Errorf("policy %q key %q: %w", p.Name, ck, err)
 		}
 	}
@@ -124,6 +191,7 @@ func slotIdle(l *lease.SlotLedger, t int64) bool {
 func (s *state) collectSlots(t int64, name string) {
 	for _, ck := range sortedKeys(s.slots.keys[name]) {
 		if slotIdle(s.slots.keys[name][ck], t) {
+			s.slotUntrack(name, ck)
 			delete(s.slots.keys[name], ck)
 		}
 	}
@@ -168,109 +236,141 @@ func slotGrantProto(p policy.Policy, ck string, g lease.SlotGrant) *api.Grant {
 	}
 }
 
-// slotAcquire grants a slot lease (ok false: not a slot key, the caller
-// goes on).
-func (s *state) slotAcquire(t int64, c *api.Caller, k *api.AcquireKey, seen map[string]bool) (*api.KeyLease, bool) {
-	p, ok := s.slotPolicy(k.GetKey())
-	if !ok {
-		return nil, false
-	}
+// slotAcquire grants a slot lease.
+func (s *state) slotAcquire(t int64, c *api.Caller, k *api.AcquireKey, seen map[string]bool) *api.KeyLease {
+	p := s.policies[k.GetKey().GetPolicy()] // the kind's (kinds.go)
 	ck, l, err := s.slotLedger(t, p, k.GetKey(), true)
 	if err != nil {
-		return &api.KeyLease{Error: keyError(err)}, true
+		return &api.KeyLease{Error: keyError(err)}
 	}
 	if seen[p.Name+"\x00"+ck] {
-		return &api.KeyLease{Error: keyError(fmt.Errorf("%w: key %s/%s is listed twice in one request", rpcerr.ErrInvalid, p.Name, ck))}, true
+		return &api.KeyLease{Error: keyError(fmt.Errorf("%w: key %s/%s is listed twice in one request", rpcerr.ErrInvalid, p.Name, ck))}
 	}
 	seen[p.Name+"\x00"+ck] = true
 	g, err := l.Grant(max(t, l.NowNanos()), lease.SlotGrantRequest{
 		ClientID: c.GetClientId(), Incarnation: c.GetIncarnation(), Seq: c.GetSeq(),
 		Weight: max(p.Weight(c.GetClientId()), 1), DemandSlots: slotDemand(k.GetDemand()), TTLNanos: slotLeaseNanos,
 	})
+	s.slotTouch(p.Name, ck, l)
 	if err != nil {
-		return &api.KeyLease{Error: keyError(leaseErr(p, ck, err))}, true
+		return &api.KeyLease{Error: keyError(leaseErr(p, ck, err))}
 	}
-	return &api.KeyLease{Grant: slotGrantProto(p, ck, g)}, true
+	return &api.KeyLease{Grant: slotGrantProto(p, ck, g)}
 }
 
 // slotRenew extends a slot lease with a fresh demand and acknowledgement.
-func (s *state) slotRenew(t int64, c *api.Caller, k *api.RenewKey) (*api.KeyLease, bool) {
-	p, ok := s.slotPolicy(k.GetKey())
-	if !ok {
-		return nil, false
-	}
+func (s *state) slotRenew(t int64, c *api.Caller, k *api.RenewKey) *api.KeyLease {
+	p := s.policies[k.GetKey().GetPolicy()] // the kind's (kinds.go)
 	ck, l, err := s.slotLedger(t, p, k.GetKey(), false)
 	if err != nil {
-		return &api.KeyLease{Error: keyError(leaseErr(p, ck, err))}, true
+		return &api.KeyLease{Error: keyError(leaseErr(p, ck, err))}
 	}
 	g, err := l.Renew(max(t, l.NowNanos()), lease.SlotRenewRequest{
 		ClientID: c.GetClientId(), Incarnation: c.GetIncarnation(), LeaseID: lease.LeaseID(k.GetLeaseId()),
 		Weight: max(p.Weight(c.GetClientId()), 1), DemandSlots: slotDemand(k.GetDemand()), TTLNanos: slotLeaseNanos,
 		AckedVersion: k.GetAckedVersion(),
 	})
+	s.slotTouch(p.Name, ck, l)
 	if err != nil {
-		return &api.KeyLease{Error: keyError(leaseErr(p, ck, err))}, true
+		return &api.KeyLease{Error: keyError(leaseErr(p, ck, err))}
 	}
-	return &api.KeyLease{Grant: slotGrantProto(p, ck, g)}, true
+	return &api.KeyLease{Grant: slotGrantProto(p, ck, g)}
 }
 
 // slotRelease ends a slot lease (its holder runs nothing under it).
-func (s *state) slotRelease(t int64, c *api.Caller, k *api.ReleaseKey) (*api.ReleaseResult, bool) {
-	p, ok := s.slotPolicy(k.GetKey())
-	if !ok {
-		return nil, false
-	}
+func (s *state) slotRelease(t int64, c *api.Caller, k *api.ReleaseKey) *api.ReleaseResult {
+	p := s.policies[k.GetKey().GetPolicy()] // the kind's (kinds.go)
 	r := &api.ReleaseResult{}
-	_, l, err := s.slotLedger(t, p, k.GetKey(), false)
+	ck, l, err := s.slotLedger(t, p, k.GetKey(), false)
 	if err == nil {
 		err = l.Release(max(t, l.NowNanos()), lease.SlotReleaseRequest{ClientID: c.GetClientId(), Incarnation: c.GetIncarnation(), LeaseID: lease.LeaseID(k.GetLeaseId())})
+		s.slotTouch(p.Name, ck, l)
 	}
 	if err != nil {
 		r.Error = keyError(err)
 	}
-	return r, true
+	return r
 }
 
 // slotRevoke drops the slot leases of clientID's incarnations below
-// incarnation: that process is gone, and its requests with it.
+// incarnation: that process is gone, and its requests with it. It visits
+// only the keys where the client holds leases (the index's byClient; the
+// other keys' clocks advance through sweptAt).
 func (s *state) slotRevoke(t int64, clientID string, incarnation uint64) {
+	if s.slots.scanRef {
+		s.slotRevokeScan(t, clientID, incarnation)
+		return
+	}
+	for _, it := range s.slots.idx.heldBy(clientID) {
+		_, _ = it.l.Revoke(max(t, it.l.NowNanos()), clientID, incarnation) // only a time error, excluded by max
+		s.slotTouch(it.name, it.key, it.l)
+	}
+	s.sweep(t)
+}
+
+// slotRevokeScan is slotRevoke visiting every key (the reference).
+func (s *state) slotRevokeScan(t int64, clientID string, incarnation uint64) {
 	for _, pn := range sortedKeys(s.slots.keys) {
 		for _, ck := range sortedKeys(s.slots.keys[pn]) {
 			l := s.slots.keys[pn][ck]
-			_, _ = l.Revoke(max(t, l.NowNanos()), clientID, incarnation) // only a time error, excluded by max
+			_, _ = l.Revoke(max(t, l.NowNanos()), clientID, incarnation)
+			s.slotTouch(pn, ck, l)
 		}
 	}
+	s.sweep(t)
 }
 
 // slotExpire removes the slot leases due by through and collects idle
-// keys (every policy's, deleted ones included).
+// keys (every policy's, deleted ones included), visiting only the keys
+// whose earliest lease expiry or hold end is due (the other keys' clocks
+// advance through sweptAt).
 func (s *state) slotExpire(t, through int64, res *Result) {
+	if s.slots.scanRef {
+		s.slotExpireScan(t, through, res)
+		return
+	}
+	due := append(s.slots.idx.popDue(t), s.slots.idle.popDue(t)...)
+	slices.SortFunc(due, byNameKey[*lease.SlotLedger])
+	for _, it := range due {
+		s.slotExpireKey(t, through, it.name, it.key, it.l, res)
+	}
+	s.sweep(t)
+}
+
+// slotExpireScan is slotExpire visiting every key (the reference).
+func (s *state) slotExpireScan(t, through int64, res *Result) {
 	for _, pn := range sortedKeys(s.slots.keys) {
 		for _, ck := range sortedKeys(s.slots.keys[pn]) {
-			l := s.slots.keys[pn][ck]
-			now := max(t, l.NowNanos())
-			gone, err := l.ExpireThrough(now, min(through, now))
-			if err == nil {
-				res.expired(pn, len(gone))
-			}
+			s.slotExpireKey(t, through, pn, ck, s.slots.keys[pn][ck], res)
 		}
-		s.collectSlots(t, pn)
+	}
+	s.sweep(t)
+}
+
+// slotExpireKey expires one slot key's leases due by through and collects
+// it if it is then idle (the rule of the index and the scan alike).
+func (s *state) slotExpireKey(t, through int64, pn, ck string, l *lease.SlotLedger, res *Result) {
+	now := max(t, l.NowNanos())
+	gone, err := l.ExpireThrough(now, min(through, now))
+	if err == nil {
+		res.expired(pn, len(gone))
+	}
+	if !slotIdle(l, t) {
+		s.slotTouch(pn, ck, l)
+		return
+	}
+	s.slotUntrack(pn, ck)
+	delete(s.slots.keys[pn], ck)
+	if len(s.slots.keys[pn]) == 0 {
+		delete(s.slots.keys, pn)
+		delete(s.slots.attrs, pn)
 	}
 }
 
 // slotsNextDue is the earliest slot lease expiry (the leader proposes an
-// expire entry then: a slot frees only at an expire entry).
-func (s *state) slotsNextDue() (int64, bool) {
-	best, ok := int64(0), false
-	for _, ks := range s.slots.keys {
-		for _, l := range ks {
-			if e, has := l.NextExpiry(); has && (!ok || e < best) {
-				best, ok = e, true
-			}
-		}
-	}
-	return best, ok
-}
+// expire entry then: a slot frees only at an expire entry). Idle keys'
+// hold ends are not due times: they wait for the next expire.
+func (s *state) slotsNextDue() (int64, bool) { return s.slots.idx.next() }
 
 // slotCheckChange refuses a change that would key a name's slots
 // differently (other key attributes, or another algorithm) while its keys
@@ -302,6 +402,9 @@ func (s *state) slotKeysKept(p policy.Policy) bool {
 // differently (slotCheckChange passed, so they are idle).
 func (s *state) slotInstall(p policy.Policy) {
 	if !s.slotKeysKept(p) {
+		for ck := range s.slots.keys[p.Name] {
+			s.slotUntrack(p.Name, ck)
+		}
 		delete(s.slots.keys, p.Name)
 		delete(s.slots.attrs, p.Name)
 	}
@@ -320,6 +423,7 @@ func (s *state) slotsPrepareRestore(until int64) error {
 			l.RaiseNextID(s.firstLeaseID())
 		}
 	}
+	s.rebuildSlotIndex()
 	return nil
 }
 
@@ -343,7 +447,7 @@ func (s *state) exportSlots() []*api.SlotFrame {
 		for _, ck := range sortedKeys(s.slots.keys[pn]) {
 			st := s.slots.keys[pn][ck].State()
 			f := &api.SlotFrame{Policy: pn, Key: ck, Limit: st.Config.Limit, MaxLeases: int64(st.Config.MaxLeases), DriftPpm: st.Config.DriftPPM,
-				NowNanos: st.NowNanos, NextId: uint64(st.NextID), HoldAllUntilNanos: st.HoldAllUntilNanos, OvercommitUntilNanos: st.OvercommitUntilNanos,
+				NowNanos: max(st.NowNanos, s.slots.sweptAt), NextId: uint64(st.NextID), HoldAllUntilNanos: st.HoldAllUntilNanos, OvercommitUntilNanos: st.OvercommitUntilNanos,
 				KeyAttributes: slices.Clone(s.slots.attrs[pn])}
 			for _, le := range st.Leases {
 				ls := &api.SlotLeaseSnapshot{Id: uint64(le.ID), ClientId: le.ClientID, Incarnation: le.Incarnation, GrantSeq: le.GrantSeq,
@@ -423,10 +527,10 @@ func (s *state) slotListing(out *api.ListLeasesResponse, policyName, key string,
 			}
 			l := s.slots.keys[pn][ck]
 			out.Keys = append(out.Keys, &api.KeyInfo{Policy: pn, Key: ck, CapacityMilli: l.Config().Limit * lease.MilliPerToken,
-				PoolMilli: l.Free() * lease.MilliPerToken})
+				PoolMilli: s.slotFree(l) * lease.MilliPerToken})
 			for _, le := range l.Leases() {
 				out.Leases = append(out.Leases, &api.LeaseInfo{Policy: pn, Key: ck, ClientId: le.ClientID, Incarnation: le.Incarnation,
-					LeaseId: uint64(le.ID), CapMilli: le.Current.Slots * lease.MilliPerToken, HeldCapMilli: le.HeldAt(l.NowNanos()) * lease.MilliPerToken,
+					LeaseId: uint64(le.ID), CapMilli: le.Current.Slots * lease.MilliPerToken, HeldCapMilli: le.HeldAt(s.slotNow(l)) * lease.MilliPerToken,
 					ExpiresNanos: le.Current.ExpiresNanos, ExpiresInNanos: le.Current.ExpiresNanos - now})
 			}
 		}

@@ -3,6 +3,7 @@ package fsm
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -318,4 +319,51 @@ func slotHistories(t *testing.T, broken fault) func(*rapid.T) {
 
 func TestSlotRandomHistories(t *testing.T) {
 	rapid.Check(t, slotHistories(t, faultNone))
+}
+
+// slotBenchHarness has n slot keys of one policy, each holding one lease
+// of its own client.
+func slotBenchHarness(b *testing.B, n int) *harness {
+	h := slotsOnHarness(b, 0, "4")
+	cmd := slotPolicies("4", "")
+	cmd.Policies[0].MaxKeys = int64(n + 1)
+	if r := h.apply(CmdApplyPolicies, 0, cmd); r.Err != nil {
+		b.Fatal(r.Err)
+	}
+	for i := range n {
+		h.batch(sec, sAcquire(caller(fmt.Sprint("c", i), 1, 1), fmt.Sprint("t", i), 1))
+	}
+	return h
+}
+
+// BenchmarkSlotExpire: an expire entry with no slot lease due, on n slot
+// keys (it should cost what is due, not n).
+func BenchmarkSlotExpire(b *testing.B) {
+	for _, n := range []int{1_000, 100_000} {
+		b.Run(fmt.Sprintf("keys=%d", n), func(b *testing.B) {
+			h := slotBenchHarness(b, n)
+			at := sec
+			b.ResetTimer()
+			for range b.N {
+				at += 1000
+				h.apply(CmdExpire, at, &api.ExpireCommand{})
+			}
+		})
+	}
+}
+
+// BenchmarkSlotRevoke: a new incarnation's first request, on n slot keys
+// its client holds no lease on but one.
+func BenchmarkSlotRevoke(b *testing.B) {
+	for _, n := range []int{1_000, 100_000} {
+		b.Run(fmt.Sprintf("keys=%d", n), func(b *testing.B) {
+			h := slotBenchHarness(b, n)
+			at := sec
+			b.ResetTimer()
+			for i := range b.N {
+				at += 1000
+				h.batch(at, sAcquire(caller("restarting", uint64(i+1), 1), "mine", 1))
+			}
+		})
+	}
 }

@@ -16,7 +16,7 @@ import (
 
 // Snapshot stream: a magic line, then frames of [kind byte][uvarint length]
 // [protobuf], then an end frame. Frames let Persist write and Restore read
-// one ledger at a time.
+// one ledger at a time. The frame kinds are in wire.go.
 //
 // A state with a feature switch on (every state past a cluster's first
 // entry) is written under snapshotMagicV2: a server that predates the
@@ -25,19 +25,6 @@ import (
 const (
 	snapshotMagic   = "ration-fsm-snapshot-v1\n"
 	snapshotMagicV2 = "ration-fsm-snapshot-v2\n"
-)
-
-const (
-	frameHeader byte = 1 // api.Snapshot without ledgers or clients
-	frameLedger byte = 2 // api.LedgerSnapshot
-	frameClient byte = 3 // api.ClientRecord
-	// frameRetired is a retired ledger (api.LedgerSnapshot whose policy
-	// names a header's RetiredPolicy). Older servers refuse the frame kind.
-	frameRetired byte = 4
-	// frameACLToken is one ACL token (api.ACLToken). Older servers refuse
-	// the frame kind.
-	frameACLToken byte = 5
-	frameEnd      byte = 0xff
 )
 
 // maxFrame bounds one frame so a corrupt length cannot allocate wildly.
@@ -106,6 +93,40 @@ func importLedger(ls *api.LedgerSnapshot) (*lease.Ledger, error) {
 
 var errSnapshot = errors.New("corrupt snapshot")
 
+// frameRestorer reads one frame's body into the state being restored.
+type frameRestorer func(st *state, buf []byte) error
+
+// restoreFrame is the frameRestorer of frames holding one T, read by read
+// (what names the frame in a decoding error).
+func restoreFrame[T any, PT interface {
+	*T
+	proto.Message
+}](what string, read func(st *state, m PT) error) frameRestorer {
+	return func(st *state, buf []byte) error {
+		m := PT(new(T))
+		if err := proto.Unmarshal(buf, m); err != nil {
+			return fmt.Errorf("%w: %s: %v", errSnapshot, what, err)
+		}
+		return read(st, m)
+	}
+}
+
+// frameRestorers are the state's own frame kinds' restorers (the header,
+// client records, ACL tokens) and every kind's (kinds.go).
+func frameRestorers() map[byte]frameRestorer {
+	out := map[byte]frameRestorer{
+		frameHeader:   restoreFrame("header", (*state).importHeader),
+		frameClient:   restoreFrame("client", (*state).importClient),
+		frameACLToken: restoreFrame("ACL token", (*state).importACLToken),
+	}
+	for _, kd := range kinds {
+		for k, r := range kd.restorers() {
+			out[k] = r
+		}
+	}
+	return out
+}
+
 func importState(r io.Reader) (*state, error) {
 	br := bufio.NewReader(r)
 	magic := make([]byte, len(snapshotMagic))
@@ -113,6 +134,7 @@ func importState(r io.Reader) (*state, error) {
 		return nil, fmt.Errorf("%w: not a ration FSM snapshot", errSnapshot)
 	}
 	st := newState()
+	restorers := frameRestorers()
 	sawHeader := false
 	for {
 		kind, err := br.ReadByte()
@@ -130,112 +152,14 @@ func importState(r io.Reader) (*state, error) {
 		if _, err := io.ReadFull(br, buf); err != nil {
 			return nil, fmt.Errorf("%w: truncated frame", errSnapshot)
 		}
-		switch kind {
-		case frameHeader:
-			h := &api.Snapshot{}
-			if err := proto.Unmarshal(buf, h); err != nil {
-				return nil, fmt.Errorf("%w: header: %v", errSnapshot, err)
-			}
-			st.clusterTime = h.GetClusterTimeNanos()
-			st.digest = h.GetAppliedDigest()
-			if unknown := h.GetFeatures() &^ KnownFeatures; unknown != 0 {
-				return nil, fmt.Errorf("%w: feature switches %#x are unknown to this server; upgrade it", errSnapshot, unknown)
-			}
-			st.features = h.GetFeatures()
-			if !st.baselineOn() && (len(st.digest) > 0 || st.clusterTime != 0) {
-				// A state that applied entries with a baseline switch off
-				// (one that applied none is the same in every version).
-				return nil, preBaseline("snapshot", st.features)
-			}
-			st.restoreHoldUntil, st.idGeneration = h.GetRestoreHoldUntilNanos(), h.GetLeaseIdGeneration()
-			st.aclBootstrapped = h.GetAclBootstrapped()
-			for _, spec := range h.GetPolicies() {
-				p, err := policy.FromProto(spec)
-				if err != nil {
-					return nil, fmt.Errorf("%w: policy %q: %v", errSnapshot, spec.GetName(), err)
-				}
-				st.policies[p.Name] = p
-			}
-			if err := importRetired(st, h.GetRetired()); err != nil {
-				return nil, err
-			}
-			sawHeader = true
-		case frameLedger:
-			ls := &api.LedgerSnapshot{}
-			if err := proto.Unmarshal(buf, ls); err != nil {
-				return nil, fmt.Errorf("%w: ledger: %v", errSnapshot, err)
-			}
-			l, err := importLedger(ls)
-			if err != nil {
-				return nil, fmt.Errorf("%w: ledger %s/%s: %v", errSnapshot, ls.GetPolicy(), ls.GetKey(), err)
-			}
-			if st.keys[ls.GetPolicy()] == nil {
-				st.keys[ls.GetPolicy()] = st.newLedgerMap()
-			}
-			st.keys[ls.GetPolicy()].set(ls.GetKey(), &keyLedger{ledger: l})
-		case frameRetired:
-			ls := &api.LedgerSnapshot{}
-			if err := proto.Unmarshal(buf, ls); err != nil {
-				return nil, fmt.Errorf("%w: retired ledger: %v", errSnapshot, err)
-			}
-			if err := addRetiredLedger(st, ls); err != nil {
-				return nil, err
-			}
-		case frameClient:
-			c := &api.ClientRecord{}
-			if err := proto.Unmarshal(buf, c); err != nil {
-				return nil, fmt.Errorf("%w: client: %v", errSnapshot, err)
-			}
-			// A recorded answer that does not decode would panic Apply at the
-			// client's next retry: refuse it here instead.
-			var probe proto.Message
-			switch c.GetResponseKind() {
-			case kindLease:
-				probe = &api.LeaseResponse{}
-			case kindRelease:
-				probe = &api.ReleaseResponse{}
-			default:
-				return nil, fmt.Errorf("%w: client %q: unknown response kind %d", errSnapshot, c.GetClientId(), c.GetResponseKind())
-			}
-			if err := proto.Unmarshal(c.GetResponse(), probe); err != nil {
-				return nil, fmt.Errorf("%w: client %q: recorded response: %v", errSnapshot, c.GetClientId(), err)
-			}
-			st.clients[c.GetClientId()] = &clientRecord{
-				incarnation: c.GetIncarnation(), seq: c.GetSeq(), kind: c.GetResponseKind(),
-				response: c.GetResponse(), lastSeen: c.GetLastSeenNanos(),
-			}
-		case frameACLToken:
-			p := &api.ACLToken{}
-			if err := proto.Unmarshal(buf, p); err != nil {
-				return nil, fmt.Errorf("%w: ACL token: %v", errSnapshot, err)
-			}
-			tok, err := tokenFromProto(p)
-			if err != nil {
-				return nil, fmt.Errorf("%w: %v", errSnapshot, err)
-			}
-			if _, dup := st.aclTokens[tok.AccessorID]; dup {
-				return nil, fmt.Errorf("%w: ACL token %s twice", errSnapshot, tok.AccessorID)
-			}
-			st.aclTokens[tok.AccessorID] = tok
-		case frameWindow:
-			wf := &api.WindowFrame{}
-			if err := proto.Unmarshal(buf, wf); err != nil {
-				return nil, fmt.Errorf("%w: window frame: %v", errSnapshot, err)
-			}
-			if err := st.importWindow(wf); err != nil {
-				return nil, err
-			}
-		case frameSlots:
-			sf := &api.SlotFrame{}
-			if err := proto.Unmarshal(buf, sf); err != nil {
-				return nil, fmt.Errorf("%w: slot frame: %v", errSnapshot, err)
-			}
-			if err := st.importSlots(sf); err != nil {
-				return nil, err
-			}
-		default:
+		restore, ok := restorers[kind]
+		if !ok {
 			return nil, fmt.Errorf("%w: unknown frame kind %d", errSnapshot, kind)
 		}
+		if err := restore(st, buf); err != nil {
+			return nil, err
+		}
+		sawHeader = sawHeader || kind == frameHeader
 	}
 	if !sawHeader {
 		return nil, fmt.Errorf("%w: no header frame", errSnapshot)
@@ -245,6 +169,81 @@ func importState(r io.Reader) (*state, error) {
 	}
 	st.rebuildIndex() // derived state: rebuilt, never read from the stream
 	return st, nil
+}
+
+// importHeader reads the header frame: the state's scalars, its policies
+// and its retired policies.
+func (st *state) importHeader(h *api.Snapshot) error {
+	st.clusterTime = h.GetClusterTimeNanos()
+	st.digest = h.GetAppliedDigest()
+	if unknown := h.GetFeatures() &^ KnownFeatures; unknown != 0 {
+		return fmt.Errorf("%w: feature switches %#x are unknown to this server; upgrade it", errSnapshot, unknown)
+	}
+	st.features = h.GetFeatures()
+	if !st.baselineOn() && (len(st.digest) > 0 || st.clusterTime != 0) {
+		// A state that applied entries with a baseline switch off
+		// (one that applied none is the same in every version).
+		return preBaseline("snapshot", st.features)
+	}
+	st.restoreHoldUntil, st.idGeneration = h.GetRestoreHoldUntilNanos(), h.GetLeaseIdGeneration()
+	st.aclBootstrapped = h.GetAclBootstrapped()
+	for _, spec := range h.GetPolicies() {
+		p, err := policy.FromProto(spec)
+		if err != nil {
+			return fmt.Errorf("%w: policy %q: %v", errSnapshot, spec.GetName(), err)
+		}
+		st.policies[p.Name] = p
+	}
+	return importRetired(st, h.GetRetired())
+}
+
+// importLiveLedger reads a live token bucket's frame.
+func (st *state) importLiveLedger(ls *api.LedgerSnapshot) error {
+	l, err := importLedger(ls)
+	if err != nil {
+		return fmt.Errorf("%w: ledger %s/%s: %v", errSnapshot, ls.GetPolicy(), ls.GetKey(), err)
+	}
+	if st.keys[ls.GetPolicy()] == nil {
+		st.keys[ls.GetPolicy()] = st.newLedgerMap()
+	}
+	st.keys[ls.GetPolicy()].set(ls.GetKey(), &keyLedger{ledger: l})
+	return nil
+}
+
+// importClient reads a client's idempotency record.
+func (st *state) importClient(c *api.ClientRecord) error {
+	// A recorded answer that does not decode would panic Apply at the
+	// client's next retry: refuse it here instead.
+	var probe proto.Message
+	switch c.GetResponseKind() {
+	case kindLease:
+		probe = &api.LeaseResponse{}
+	case kindRelease:
+		probe = &api.ReleaseResponse{}
+	default:
+		return fmt.Errorf("%w: client %q: unknown response kind %d", errSnapshot, c.GetClientId(), c.GetResponseKind())
+	}
+	if err := proto.Unmarshal(c.GetResponse(), probe); err != nil {
+		return fmt.Errorf("%w: client %q: recorded response: %v", errSnapshot, c.GetClientId(), err)
+	}
+	st.clients[c.GetClientId()] = &clientRecord{
+		incarnation: c.GetIncarnation(), seq: c.GetSeq(), kind: c.GetResponseKind(),
+		response: c.GetResponse(), lastSeen: c.GetLastSeenNanos(),
+	}
+	return nil
+}
+
+// importACLToken reads an ACL token.
+func (st *state) importACLToken(p *api.ACLToken) error {
+	tok, err := tokenFromProto(p)
+	if err != nil {
+		return fmt.Errorf("%w: %v", errSnapshot, err)
+	}
+	if _, dup := st.aclTokens[tok.AccessorID]; dup {
+		return fmt.Errorf("%w: ACL token %s twice", errSnapshot, tok.AccessorID)
+	}
+	st.aclTokens[tok.AccessorID] = tok
+	return nil
 }
 
 // importRetired reads the header's retired policies (their ledgers come in
@@ -291,6 +290,8 @@ func importRetired(st *state, rps []*api.RetiredPolicy) error {
 	return nil
 }
 
+// addRetiredLedger reads a retired token bucket (a frame of its own, or
+// inline in its retired policy).
 func addRetiredLedger(st *state, ls *api.LedgerSnapshot) error {
 	r := st.retired[ls.GetPolicy()]
 	if r == nil || r.spec == nil {

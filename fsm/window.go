@@ -14,33 +14,10 @@ import (
 
 // Leased fixed windows (docs/design.md §8). A fixed-window policy's keys are lease.WindowLedgers, kept here beside the
 // token-bucket ledgers; acquire, renew, release, revoke, expire, snapshots
-// and restores reach them through a few hooks in fsm.go, snapshot.go and
-// restore.go. Window time (the calendar's clock) is cluster time plus a
+// and restores reach them as the window kind (kinds.go). Window time (the calendar's clock) is cluster time plus a
 // replicated epoch offset, set by the entry that turns the baseline on
 // (the cluster's first) from its leader's wall clock, and moved forward (never back) by re-syncs to
 // later leaders' wall clocks (CmdWindowClock).
-
-// FeatureWindows: fixed-window policies are leased in chunks
-// (lease.WindowLedger), a policy may name a calendar period and timezone,
-// and snapshots carry window state (frame kind 6). Part of the v0.1.0
-// baseline.
-const FeatureWindows uint64 = 1 << 7
-
-// FeatureWindowSlew: window time ahead of a leader's wall clock is taken
-// back by a slew (a re-sync with slew set: window time then runs at 99%
-// of cluster time until the excess is gone, lease.WindowClock), an
-// operator's re-sync may step further than MaxWindowClockStepNanos
-// (max_step_nanos), and a window key's carry counts the slew since its
-// last operation. Part of the v0.1.0 baseline.
-const FeatureWindowSlew uint64 = 1 << 9
-
-// FeatureWindowSpent: a change of a window key's definition remembers the
-// count of the window it leaves until that window ends
-// (lease.WindowLedgerConfig.KeepSpent; snapshot field
-// WindowKeySnapshot.spent), so a change back within it (month -> 1s ->
-// month) resumes that count, and the key is not collected meanwhile. Part
-// of the v0.1.0 baseline.
-const FeatureWindowSpent uint64 = 1 << 11
 
 // faultWindowSnapshotDropsKeys: snapshots leave out the window keys, so a
 // restarted or caught-up server starts every window count afresh (the
@@ -86,10 +63,6 @@ var _ = registerFault(faultWindowRestoreSnapshotClock, "faultWindowRestoreSnapsh
 const faultWindowForgetSpent fault = 0x46
 
 var _ = registerFault(faultWindowForgetSpent, "faultWindowForgetSpent")
-
-// frameWindow is a snapshot frame of window state (api.WindowFrame).
-// Older servers refuse the frame kind (and the switch).
-const frameWindow byte = 6
 
 // Window lease settings: a window policy has no lease section; its chunks
 // are leased for at most windowLeaseNanos, renewed after
@@ -162,12 +135,6 @@ func (s *state) windowsSwitched(t, wallUnix int64) {
 		s.win.epochOffset = wallUnix - t
 	}
 }
-
-// CmdWindowClock re-synchronises window time to the proposing leader's
-// wall clock (api.WindowClockCommand; docs/design.md §8.2). Not
-// ignorable; proposed only with FeatureWindows on, which every server
-// that knows it supports.
-const CmdWindowClock CommandType = 8
 
 // MaxWindowClockStepNanos is the largest forward step of window time one
 // re-sync may make, and the largest excess one slew takes back. Elections
@@ -291,12 +258,6 @@ func (s *state) hasWindows() bool {
 func windowNotLeasable(p policy.Policy) error {
 	return fmt.Errorf("policy %q: %w: policy %q uses %s: the cluster leases token buckets only; window algorithms are for simulate",
 		p.Name, policy.ErrNotLeasable, p.Name, p.Algorithm)
-}
-
-// windowPolicy returns the leased window policy a key names, if it is one.
-func (s *state) windowPolicy(k *api.Key) (policy.Policy, bool) {
-	p, ok := s.policies[k.GetPolicy()]
-	return p, ok && leasedWindow(p.Algorithm)
 }
 
 // leasedWindow: the window algorithms the cluster leases in chunks.
@@ -445,19 +406,15 @@ func windowGrantProto(p policy.Policy, ck string, g lease.WindowGrant, renewal b
 	return out
 }
 
-// windowAcquire grants a chunk of a fixed-window key (ok false: not a
-// window key, the caller goes on).
-func (s *state) windowAcquire(t int64, c *api.Caller, k *api.AcquireKey, seen map[string]bool) (*api.KeyLease, bool) {
-	p, ok := s.windowPolicy(k.GetKey())
-	if !ok {
-		return nil, false
-	}
+// windowAcquire grants a chunk of a window key.
+func (s *state) windowAcquire(t int64, c *api.Caller, k *api.AcquireKey, seen map[string]bool) *api.KeyLease {
+	p := s.policies[k.GetKey().GetPolicy()] // the kind's (kinds.go)
 	ck, l, err := s.windowLedger(t, p, k.GetKey(), true)
 	if err != nil {
-		return &api.KeyLease{Error: keyError(err)}, true
+		return &api.KeyLease{Error: keyError(err)}
 	}
 	if seen[p.Name+"\x00"+ck] {
-		return &api.KeyLease{Error: keyError(fmt.Errorf("%w: key %s/%s is listed twice in one request", rpcerr.ErrInvalid, p.Name, ck))}, true
+		return &api.KeyLease{Error: keyError(fmt.Errorf("%w: key %s/%s is listed twice in one request", rpcerr.ErrInvalid, p.Name, ck))}
 	}
 	seen[p.Name+"\x00"+ck] = true
 	w := s.windowTime(t)
@@ -472,20 +429,17 @@ func (s *state) windowAcquire(t int64, c *api.Caller, k *api.AcquireKey, seen ma
 	})
 	s.windowTouch(p.Name, ck, l)
 	if err != nil {
-		return &api.KeyLease{Error: keyError(leaseErr(p, ck, err))}, true
+		return &api.KeyLease{Error: keyError(leaseErr(p, ck, err))}
 	}
-	return &api.KeyLease{Grant: windowGrantProto(p, ck, g, false, w)}, true
+	return &api.KeyLease{Grant: windowGrantProto(p, ck, g, false, w)}
 }
 
 // windowRenew extends a chunk and adds to it.
-func (s *state) windowRenew(t int64, c *api.Caller, k *api.RenewKey) (*api.KeyLease, bool) {
-	p, ok := s.windowPolicy(k.GetKey())
-	if !ok {
-		return nil, false
-	}
+func (s *state) windowRenew(t int64, c *api.Caller, k *api.RenewKey) *api.KeyLease {
+	p := s.policies[k.GetKey().GetPolicy()] // the kind's (kinds.go)
 	ck, l, err := s.windowLedger(t, p, k.GetKey(), false)
 	if err != nil {
-		return &api.KeyLease{Error: keyError(leaseErr(p, ck, err))}, true
+		return &api.KeyLease{Error: keyError(leaseErr(p, ck, err))}
 	}
 	w := s.windowTime(t)
 	start, end, _, _ := l.Window()
@@ -499,18 +453,15 @@ func (s *state) windowRenew(t int64, c *api.Caller, k *api.RenewKey) (*api.KeyLe
 	})
 	s.windowTouch(p.Name, ck, l)
 	if err != nil {
-		return &api.KeyLease{Error: keyError(leaseErr(p, ck, err))}, true
+		return &api.KeyLease{Error: keyError(leaseErr(p, ck, err))}
 	}
-	return &api.KeyLease{Grant: windowGrantProto(p, ck, g, true, w)}, true
+	return &api.KeyLease{Grant: windowGrantProto(p, ck, g, true, w)}
 }
 
 // windowRelease ends a chunk, returning its unspent units to the window if
 // it is still the chunk's.
-func (s *state) windowRelease(t int64, c *api.Caller, k *api.ReleaseKey) (*api.ReleaseResult, bool) {
-	p, ok := s.windowPolicy(k.GetKey())
-	if !ok {
-		return nil, false
-	}
+func (s *state) windowRelease(t int64, c *api.Caller, k *api.ReleaseKey) *api.ReleaseResult {
+	p := s.policies[k.GetKey().GetPolicy()] // the kind's (kinds.go)
 	r := &api.ReleaseResult{}
 	ck, l, err := s.windowLedger(t, p, k.GetKey(), false)
 	if err == nil && !s.has(faultWindowIndexSkipsRelease) {
@@ -525,7 +476,7 @@ func (s *state) windowRelease(t int64, c *api.Caller, k *api.ReleaseKey) (*api.R
 	if err != nil {
 		r.Error = keyError(err)
 	}
-	return r, true
+	return r
 }
 
 // windowRevoke retires the chunks of clientID's incarnations below
