@@ -92,6 +92,10 @@ type Config struct {
 	// eviction comes up to a round later than IdleTimeout, never earlier.
 	// A *Limiter held across its eviction keeps working (see Limiter).
 	IdleTimeout time.Duration
+	// PolicyRefresh is how often the client reads the cluster's policies
+	// once Policy or WaitPolicies has been called (default 30 s; never
+	// before). A policy changed by an operator is seen within it.
+	PolicyRefresh time.Duration
 	// PressureKeys, if positive, releases idle keys early under pressure:
 	// while the client holds more than PressureKeys keys, or a key of its
 	// was refused RESOURCE_EXHAUSTED (a policy's max_keys or
@@ -225,6 +229,12 @@ func (c *Config) setDefaults() error {
 	if c.IdleTimeout == 0 {
 		c.IdleTimeout = 5 * time.Minute
 	}
+	if c.PolicyRefresh < 0 {
+		return errors.New("ration: Config.PolicyRefresh is negative")
+	}
+	if c.PolicyRefresh == 0 {
+		c.PolicyRefresh = 30 * time.Second
+	}
 	if c.Clock == nil {
 		c.Clock = coarseclock.Default()
 	}
@@ -296,6 +306,10 @@ type Client struct {
 	countAllowed atomic.Bool
 	stop         chan struct{}
 	done         chan struct{}
+	// policies: the cluster's policies, read from the first Policy call
+	// on (policies.go); bg counts that reader, which Close waits for.
+	policies policyDirectory
+	bg       sync.WaitGroup
 }
 
 // New connects (lazily) to the servers and starts the background loop.
@@ -310,7 +324,8 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 		return nil, err
 	}
 	c := &Client{cfg: cfg, clock: cfg.Clock, log: cfg.Logger.With("client", cfg.ClientID), limiters: map[string]*Limiter{},
-		wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
+		wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}),
+		policies: policyDirectory{read: make(chan struct{})}}
 	creds := insecure.NewCredentials()
 	if cfg.TLS != nil {
 		creds = credentials.NewTLS(cfg.TLS)
@@ -564,6 +579,7 @@ func (c *Client) Close() error {
 	}
 	close(c.stop)
 	<-c.done
+	c.bg.Wait()
 	err := c.releaseAll()
 	c.closeConns()
 	return err

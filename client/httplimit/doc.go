@@ -5,8 +5,8 @@
 //	mw, err := httplimit.New(httplimit.Config{
 //		Client: c, // a *client.Client
 //		Layers: []httplimit.Layer{
-//			{Policy: "api-tenant-route", Key: httplimit.ByCallerAndRoute("route"), Rate: 5, Burst: 10},
-//			{Policy: "api-tenant", Rate: 20, Burst: 40}, // Key defaults to ByCaller
+//			{Policy: "api-tenant-route", Key: httplimit.ByCallerAndRoute("route")},
+//			{Policy: "api-tenant"}, // Key defaults to ByCaller
 //		},
 //		Route:     httplimit.MuxRoute(mux),
 //		Cost:      httplimit.CostByRoute(map[string]int64{"POST /v1/reports": 5}, 1),
@@ -60,8 +60,10 @@
 // which is never earlier than the limiter's RetryAfter. The body (RFC 9457)
 // names the refusing policy and nothing of any other caller's state. A
 // cost more than a policy's burst gets no Retry-After: it can never pass.
-// RateLimit-Policy needs Layer.Rate and Layer.Burst (copies of the
-// policy's); without them it is left out.
+// RateLimit-Policy states the policy's rate and burst as the cluster
+// holds them (read by the client, client.Client.Policy), or as
+// Layer.Rate and Layer.Burst override them; it is left out until the
+// client has read them.
 //
 // When the limiter cannot decide (client.NoLease: the first lease has not
 // arrived; client.Unavailable: the lease ran out and the policy is

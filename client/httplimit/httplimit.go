@@ -18,12 +18,31 @@ type Layer struct {
 	// Key builds the policy's key from the request and its caller; it must
 	// give every key attribute the policy names. Default: ByCaller.
 	Key func(r *http.Request, id Identity) (client.Key, error)
-	// Rate and Burst repeat the policy's rate (tokens per second) and
+	// Rate and Burst are the policy's rate (tokens per second) and
 	// burst, for the RateLimit-Policy field (q = Burst, w = Burst/Rate
 	// seconds rounded up, the time an empty bucket takes to refill) and
-	// the near-limit metric. Zero leaves RateLimit-Policy out.
+	// the near-limit metric. Both zero (the default): the cluster's, as
+	// the client last read them (client.Client.Policy; with ACLs the
+	// client's token needs the policy-read right), so a policy changed by
+	// the operator changes the fields within Config.PolicyRefresh; until
+	// the first read, or for a policy the cluster lacks, RateLimit-Policy
+	// is left out. Set them only to override what the cluster states.
 	Rate  float64
 	Burst int64
+
+	fromCluster bool // Rate and Burst are read from the cluster
+}
+
+// withTerms is l with the policy's rate and burst as the cluster states
+// them when l names none (Layer.Rate).
+func (m *Middleware) withTerms(l Layer) Layer {
+	if !l.fromCluster {
+		return l
+	}
+	if info, ok := m.cfg.Client.Policy(l.Policy); ok && info.Algorithm == "token-bucket" {
+		l.Rate, l.Burst = info.Rate, info.Burst
+	}
+	return l
 }
 
 // Config configures a Middleware.
@@ -131,6 +150,10 @@ func New(cfg Config) (*Middleware, error) {
 		}
 		if l.Key == nil {
 			l.Key = ByCaller()
+		}
+		if l.Rate == 0 && l.Burst == 0 {
+			l.fromCluster = true
+			cfg.Client.Policy(l.Policy) // start reading the cluster's policies
 		}
 	}
 	if cfg.Identity == nil {
@@ -315,7 +338,7 @@ func (m *Middleware) charge(w http.ResponseWriter, r *http.Request, next http.Ha
 	default:
 		m.metrics.count(policy, route, outLimited)
 		if !m.rejectWindow(w, m.cfg.Layers[i], lims[i], cost, d) {
-			m.rejectQuota(w, m.cfg.Layers[i], cost, d)
+			m.rejectQuota(w, m.withTerms(m.cfg.Layers[i]), cost, d)
 		}
 	}
 }
@@ -332,7 +355,7 @@ func (m *Middleware) admitted(w http.ResponseWriter, route string, decs []client
 		m.metrics.count(layer.Policy, route, outAllowed)
 	}
 	last := len(m.cfg.Layers) - 1
-	layer, d := m.cfg.Layers[last], decs[last]
+	layer, d := m.withTerms(m.cfg.Layers[last]), decs[last]
 	if d.Reason == client.Allowed && layer.Burst > 0 && d.RemainingMilli < layer.Burst*1000/5 {
 		m.metrics.nearLimit(layer.Policy, route)
 	}

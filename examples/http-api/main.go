@@ -92,9 +92,10 @@ func newHandler(c *client.Client, reg prometheus.Registerer, gatherer prometheus
 	lim, err := httplimit.New(httplimit.Config{
 		Client: c,
 		Layers: []httplimit.Layer{
-			// Rate and Burst repeat policies.yaml, for RateLimit-Policy.
-			{Policy: "api-tenant-route", Key: httplimit.ByCallerAndRoute("route"), Rate: 5, Burst: 10},
-			{Policy: "api-tenant", Key: httplimit.ByCaller(), Rate: 20, Burst: 40},
+			// RateLimit-Policy states each policy's rate and burst as
+			// the cluster holds them (read by the client).
+			{Policy: "api-tenant-route", Key: httplimit.ByCallerAndRoute("route")},
+			{Policy: "api-tenant", Key: httplimit.ByCaller()},
 		},
 		// The default identity is the principal authenticate stored:
 		// {"tenant": ...}. Routes are the mux's patterns.
@@ -143,6 +144,13 @@ func main() {
 	if err != nil {
 		log.Fatal(err)
 	}
+	// The policies' rates and bursts for RateLimit-Policy: read once
+	// before serving (the client re-reads them every 30 s).
+	wait, cancel := context.WithTimeout(ctx, 5*time.Second)
+	if err := c.WaitPolicies(wait); err != nil {
+		log.Printf("serving without RateLimit-Policy until the policies are read: %v", err)
+	}
+	cancel()
 	srv := &http.Server{Addr: addr, Handler: h, ReadHeaderTimeout: 5 * time.Second}
 	go func() {
 		<-ctx.Done()

@@ -35,6 +35,11 @@ func TestExample(t *testing.T) {
 		t.Fatal(err)
 	}
 	srv := serveExample(t, cl)
+	ctx, cancel := context.WithTimeout(context.Background(), testcluster.DefaultWait)
+	defer cancel()
+	if err := cl.WaitPolicies(ctx); err != nil {
+		t.Fatal(err)
+	}
 
 	call := func(method, path, key string) (*http.Response, string) {
 		t.Helper()
