@@ -194,13 +194,7 @@ func (l *Lease) replacedAt(nowNanos int64) (rate, capMilli int64) {
 // current expiry, or a replaced lease's if later. Expire removes it then.
 func (l *Lease) HoldUntil() int64 { return l.holdUntil() }
 
-func (l *Lease) holdUntil() int64 {
-	until := l.Current.ExpiresNanos
-	for _, s := range l.Replaced {
-		until = max(until, s.ExpiresNanos)
-	}
-	return until
-}
+func (l *Lease) holdUntil() int64 { return lastExpiry(l.Replaced, l.Current.ExpiresNanos) }
 
 // LedgerStats counts token flows since the ledger was created. They make
 // conservation checkable: pool = initial + minted - debited + credited - burned.
@@ -495,26 +489,13 @@ func pruneExpired(ss []Share, nowNanos int64) []Share {
 	return out
 }
 
-// replacedTerms is what a grant replacing old at now keeps held (rule h):
-// old's live replaced entries, plus old's own held terms until its expiry
-// if it is still live. Over MaxReplaced entries, the oldest two merge.
+// replacedTerms is what a grant replacing old at now keeps held (rule h,
+// replacedHolds): old's live replaced entries, plus old's own held terms
+// until its expiry if it is still live.
 func replacedTerms(old *Lease, nowNanos int64) []Share {
-	out := append([]Share(nil), pruneExpired(append([]Share(nil), old.Replaced...), nowNanos)...)
-	if old.Current.ExpiresNanos > nowNanos {
-		if r, c := old.ownHeldAt(nowNanos); r > 0 || c > 0 {
-			out = append(out, Share{RateMilliPerSec: r, CapMilli: c, ExpiresNanos: old.Current.ExpiresNanos})
-		}
-	}
-	for len(out) > MaxReplaced {
-		a, b := out[0], out[1]
-		merged := Share{RateMilliPerSec: satAdd(a.RateMilliPerSec, b.RateMilliPerSec), CapMilli: satAdd(a.CapMilli, b.CapMilli),
-			ExpiresNanos: max(a.ExpiresNanos, b.ExpiresNanos)}
-		out = append([]Share{merged}, out[2:]...)
-	}
-	if len(out) == 0 {
-		return nil
-	}
-	return out
+	r, c := old.ownHeldAt(nowNanos)
+	own := Share{RateMilliPerSec: r, CapMilli: c, ExpiresNanos: old.Current.ExpiresNanos}
+	return replacedHolds(old.Replaced, own, old.Current.ExpiresNanos > nowNanos && (r > 0 || c > 0), nowNanos)
 }
 
 func (l *Ledger) mintTo(t, rate, capMilli int64) {
@@ -571,13 +552,13 @@ func (l *Ledger) capPool() int64 {
 	return burned
 }
 
+// table is the ledger's holders table (holders.go).
+func (l *Ledger) table() holders[Lease, *Lease] {
+	return holders[Lease, *Lease]{rows: &l.s.Leases, now: &l.s.NowNanos, nextID: &l.s.NextID, kind: "lease"}
+}
+
 func (l *Ledger) find(clientID string, incarnation uint64) (int, bool) {
-	i := sort.Search(len(l.s.Leases), func(i int) bool {
-		le := &l.s.Leases[i]
-		return le.ClientID > clientID || (le.ClientID == clientID && le.Incarnation >= incarnation)
-	})
-	ok := i < len(l.s.Leases) && l.s.Leases[i].ClientID == clientID && l.s.Leases[i].Incarnation == incarnation
-	return i, ok
+	return l.table().find(clientID, incarnation)
 }
 
 // GrantRequest asks for a new lease.
@@ -779,15 +760,9 @@ func (l *Ledger) Grant(nowNanos int64, req GrantRequest) (Grant, error) {
 	if err := validateDemand(req.Weight, req.DemandRateMilliPerSec, req.DemandBurstMilli, req.DemandMaxCostMilli); err != nil {
 		return Grant{}, err
 	}
-	if nowNanos < l.s.NowNanos {
-		return Grant{}, fmt.Errorf("%w: cluster time %d ns is before %d ns", ErrTimeBackwards, nowNanos, l.s.NowNanos)
-	}
-	i, exists := l.find(req.ClientID, req.Incarnation)
-	if exists && req.Seq <= l.s.Leases[i].GrantSeq {
-		return Grant{}, fmt.Errorf("%w: %s incarnation %d sent grant %d after grant %d", ErrStaleGrant, req.ClientID, req.Incarnation, req.Seq, l.s.Leases[i].GrantSeq)
-	}
-	if !exists && len(l.s.Leases) >= l.s.Config.maxLeases() {
-		return Grant{}, fmt.Errorf("%w: %d leases", ErrTooManyLeases, len(l.s.Leases))
+	i, exists, err := l.table().admit(nowNanos, req.ClientID, req.Incarnation, req.Seq, l.s.Config.maxLeases())
+	if err != nil {
+		return Grant{}, err
 	}
 	if err := l.advance(nowNanos); err != nil {
 		return Grant{}, err
@@ -806,12 +781,8 @@ func (l *Ledger) Grant(nowNanos int64, req GrantRequest) (Grant, error) {
 		if !l.has(FaultForgetReplaced) {
 			le.Replaced = replacedTerms(&replaced, nowNanos)
 		}
-		l.s.Leases[i] = le
-	} else {
-		l.s.Leases = append(l.s.Leases, Lease{})
-		copy(l.s.Leases[i+1:], l.s.Leases[i:])
-		l.s.Leases[i] = le
 	}
+	l.table().put(i, exists, le)
 	if l.ix.ok {
 		l.insertAt(i)
 	} else {
@@ -871,22 +842,15 @@ func (l *Ledger) Renew(nowNanos int64, req RenewRequest) (Grant, error) {
 	if req.ClampedMilli < 0 || req.ClampedMilli > MaxCapacityMilli {
 		return Grant{}, fmt.Errorf("%w: clamped %d milli-tokens is outside [0, %d]", ErrInvalidRequest, req.ClampedMilli, int64(MaxCapacityMilli))
 	}
-	if nowNanos < l.s.NowNanos {
-		return Grant{}, fmt.Errorf("%w: cluster time %d ns is before %d ns", ErrTimeBackwards, nowNanos, l.s.NowNanos)
-	}
-	i, ok := l.find(req.ClientID, req.Incarnation)
-	if !ok || l.s.Leases[i].ID != req.LeaseID {
-		if req.LeaseID > 0 && req.LeaseID < LeaseID(l.s.NextID) {
-			// It existed: expired (and removed), released or replaced.
-			return Grant{}, fmt.Errorf("%w: lease %d of %s incarnation %d is gone (expired, released or replaced)", ErrLeaseExpired, req.LeaseID, req.ClientID, req.Incarnation)
-		}
-		return Grant{}, fmt.Errorf("%w: %s incarnation %d lease %d", ErrLeaseNotFound, req.ClientID, req.Incarnation, req.LeaseID)
+	i, err := l.table().lookup(nowNanos, req.ClientID, req.Incarnation, req.LeaseID, true)
+	if err != nil {
+		return Grant{}, err
 	}
 	if err := checkTime(nowNanos); err != nil {
 		return Grant{}, err
 	}
-	if l.s.Leases[i].Current.ExpiresNanos <= nowNanos {
-		return Grant{}, fmt.Errorf("%w: lease %d expired at %d ns, now %d ns", ErrLeaseExpired, req.LeaseID, l.s.Leases[i].Current.ExpiresNanos, nowNanos)
+	if e := l.s.Leases[i].Current.ExpiresNanos; e <= nowNanos {
+		return Grant{}, l.table().expired(req.LeaseID, e, nowNanos)
 	}
 	if err := l.advance(nowNanos); err != nil {
 		return Grant{}, err
@@ -987,25 +951,17 @@ func (l *Ledger) returnClamped(versions []Share, acked uint64, clampedMilli int6
 // renewal carries an old acknowledgement: the client may be using a
 // version granted since). Unversioned (0) terms are never dropped early.
 func dropAcknowledged(ss []Share, acked uint64, fault Fault) []Share {
-	if acked == 0 {
-		return ss
-	}
-	out := ss[:0]
-	for _, s := range ss {
-		drop := s.Version != 0 && s.Version < acked
+	return dropVersions(ss, acked, func(v uint64) bool {
 		if faultsBuilt {
 			switch fault {
 			case FaultAckDropsAcked:
-				drop = s.Version != 0 && s.Version <= acked // the deliberate bug: the version in use
+				return v != 0 && v <= acked // the deliberate bug: the version in use
 			case FaultAckDropsNewer:
-				drop = s.Version != 0 && s.Version != acked // the deliberate bug: versions granted since
+				return v != 0 && v != acked // the deliberate bug: versions granted since
 			}
 		}
-		if !drop {
-			out = append(out, s)
-		}
-	}
-	return out
+		return v != 0 && v < acked
+	})
 }
 
 // holdsSuperseded reports whether lease i holds a versioned superseded
@@ -1079,12 +1035,9 @@ func (l *Ledger) Release(nowNanos int64, req ReleaseRequest) (ReleaseResult, err
 	if req.UnspentMilli < 0 {
 		return ReleaseResult{}, fmt.Errorf("%w: unspent %d is negative", ErrInvalidRequest, req.UnspentMilli)
 	}
-	if nowNanos < l.s.NowNanos {
-		return ReleaseResult{}, fmt.Errorf("%w: cluster time %d ns is before %d ns", ErrTimeBackwards, nowNanos, l.s.NowNanos)
-	}
-	i, ok := l.find(req.ClientID, req.Incarnation)
-	if !ok || l.s.Leases[i].ID != req.LeaseID {
-		return ReleaseResult{}, fmt.Errorf("%w: %s incarnation %d lease %d", ErrLeaseNotFound, req.ClientID, req.Incarnation, req.LeaseID)
+	i, err := l.table().lookup(nowNanos, req.ClientID, req.Incarnation, req.LeaseID, false)
+	if err != nil {
+		return ReleaseResult{}, err
 	}
 	if err := l.advance(nowNanos); err != nil {
 		return ReleaseResult{}, err
@@ -1098,13 +1051,8 @@ func (l *Ledger) Release(nowNanos int64, req ReleaseRequest) (ReleaseResult, err
 		if l.ix.ok {
 			l.setClaim(i, le.Weight, 0, 0, le.DemandMaxCostMilli)
 		}
-		le.ID = l.s.NextID
-		l.s.NextID++
-		until := int64(0)
-		for _, r := range le.Replaced {
-			until = max(until, r.ExpiresNanos)
-		}
-		le.Current = Share{ExpiresNanos: until}
+		le.ID = l.table().takeID()
+		le.Current = Share{ExpiresNanos: lastExpiry(le.Replaced, 0)}
 		le.Superseded = nil
 		le.DemandRateMilliPerSec, le.DemandBurstMilli, le.StartMilli = 0, 0, 0
 		l.updateHeld(i)
@@ -1151,16 +1099,7 @@ func (l *Ledger) ExpireThrough(nowNanos, throughNanos int64) ([]LeaseID, error) 
 // removeLeases frees, without credit, every lease gone says to, keeping
 // the holder order, and returns their IDs (Expire and Revoke).
 func (l *Ledger) removeLeases(gone func(*Lease) bool) []LeaseID {
-	var ids []LeaseID
-	kept := l.s.Leases[:0]
-	for i := range l.s.Leases {
-		if gone(&l.s.Leases[i]) {
-			ids = append(ids, l.s.Leases[i].ID)
-			continue
-		}
-		kept = append(kept, l.s.Leases[i])
-	}
-	l.s.Leases = kept
+	ids := l.table().removeWhere(gone)
 	if len(ids) > 0 {
 		l.ix.ok = false
 	}
@@ -1176,18 +1115,7 @@ func (l *Ledger) overcommitted() bool {
 	if s.HoldAllUntilNanos > s.NowNanos {
 		return true // rule (j): the restored leases beside the whole budget held
 	}
-	if s.OvercommitUntilNanos == 0 {
-		return false
-	}
-	if s.OvercommitUntilNanos > s.NowNanos {
-		return true
-	}
-	for i := range s.Leases {
-		if s.Leases[i].holdUntil() <= s.OvercommitUntilNanos {
-			return true
-		}
-	}
-	return false
+	return l.table().overcommitted(s.OvercommitUntilNanos)
 }
 
 // markOvercommit records, when the leases hold more than cfg's budget,
@@ -1201,9 +1129,7 @@ func (l *Ledger) markOvercommit(cfg LedgerConfig) {
 	if hr <= cfg.RateMilliPerSec && hc <= cfg.CapacityMilli {
 		return
 	}
-	for i := range l.s.Leases {
-		l.s.OvercommitUntilNanos = max(l.s.OvercommitUntilNanos, l.s.Leases[i].holdUntil())
-	}
+	l.s.OvercommitUntilNanos = l.table().lastHold(l.s.OvercommitUntilNanos)
 }
 
 // Reconfigure changes the budget at cluster time now (a policy update).
@@ -1320,16 +1246,10 @@ func (l *Ledger) checkLeases() error {
 		return fmt.Errorf("pool %d is negative", s.PoolMilli)
 	}
 	for i := range s.Leases {
+		if err := l.table().checkRow(i); err != nil {
+			return err
+		}
 		le := &s.Leases[i]
-		if i > 0 {
-			p := &s.Leases[i-1]
-			if p.ClientID > le.ClientID || (p.ClientID == le.ClientID && p.Incarnation >= le.Incarnation) {
-				return fmt.Errorf("leases out of order at %d", i)
-			}
-		}
-		if le.ID == 0 || le.ID >= s.NextID {
-			return fmt.Errorf("lease %d has an ID outside [1, %d)", le.ID, s.NextID)
-		}
 		for _, sh := range append(append([]Share{le.Current}, le.Superseded...), le.Replaced...) {
 			if sh.RateMilliPerSec < 0 || sh.RateMilliPerSec > MaxRateMilliPerSec || sh.CapMilli < 0 || sh.CapMilli > MaxCapacityMilli {
 				return fmt.Errorf("lease %d has terms outside the supported ranges: %+v", le.ID, sh)

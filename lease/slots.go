@@ -1,9 +1,6 @@
 package lease
 
-import (
-	"fmt"
-	"sort"
-)
+import "fmt"
 
 // Cluster-wide concurrency limits (docs/concurrency.md): a SlotLedger is the
 // coordinator's account of one policy key's N slots. A lease holds s_i of
@@ -123,13 +120,7 @@ func (l *SlotLease) HeldAt(nowNanos int64) int64 {
 	return l.ownHeld() + l.replacedAt(nowNanos)
 }
 
-func (l *SlotLease) holdUntil() int64 {
-	until := l.Current.ExpiresNanos
-	for _, r := range l.Replaced {
-		until = max(until, r.ExpiresNanos)
-	}
-	return until
-}
+func (l *SlotLease) holdUntil() int64 { return lastExpiry(l.Replaced, l.Current.ExpiresNanos) }
 
 // SlotLedgerState is a slot ledger's complete state, for snapshots.
 type SlotLedgerState struct {
@@ -256,11 +247,7 @@ func (l *SlotLedger) reclaimAt(le *SlotLease) int64 {
 // removableAt is when Expire removes the lease: once its own slots and
 // every replaced hold have lapsed.
 func (l *SlotLedger) removableAt(le *SlotLease) int64 {
-	t := l.reclaimAt(le)
-	for _, r := range le.Replaced {
-		t = max(t, r.ExpiresNanos)
-	}
-	return t
+	return lastExpiry(le.Replaced, l.reclaimAt(le))
 }
 
 func (l *SlotLedger) heldExcept(skip int, nowNanos int64) int64 {
@@ -273,21 +260,17 @@ func (l *SlotLedger) heldExcept(skip int, nowNanos int64) int64 {
 	return h
 }
 
-func (l *SlotLedger) find(clientID string, incarnation uint64) (int, bool) {
-	i := sort.Search(len(l.s.Leases), func(i int) bool {
-		le := &l.s.Leases[i]
-		return le.ClientID > clientID || (le.ClientID == clientID && le.Incarnation >= incarnation)
-	})
-	ok := i < len(l.s.Leases) && l.s.Leases[i].ClientID == clientID && l.s.Leases[i].Incarnation == incarnation
-	return i, ok
+// table is the slot ledger's holders table (holders.go).
+func (l *SlotLedger) table() holders[SlotLease, *SlotLease] {
+	return holders[SlotLease, *SlotLease]{rows: &l.s.Leases, now: &l.s.NowNanos, nextID: &l.s.NextID, kind: "slot lease"}
 }
 
 func (l *SlotLedger) advance(nowNanos int64) error {
 	if err := checkTime(nowNanos); err != nil {
 		return err
 	}
-	if nowNanos < l.s.NowNanos {
-		return fmt.Errorf("%w: cluster time %d ns is before %d ns", ErrTimeBackwards, nowNanos, l.s.NowNanos)
+	if err := l.table().notBefore(nowNanos); err != nil {
+		return err
 	}
 	l.s.NowNanos = nowNanos
 	return nil
@@ -401,31 +384,18 @@ func (l *SlotLedger) Grant(nowNanos int64, req SlotGrantRequest) (SlotGrant, err
 	if err := checkTime(nowNanos); err != nil {
 		return SlotGrant{}, err
 	}
-	if nowNanos < l.s.NowNanos {
-		return SlotGrant{}, fmt.Errorf("%w: cluster time %d ns is before %d ns", ErrTimeBackwards, nowNanos, l.s.NowNanos)
-	}
-	i, exists := l.find(req.ClientID, req.Incarnation)
-	if exists && req.Seq <= l.s.Leases[i].GrantSeq {
-		return SlotGrant{}, fmt.Errorf("%w: %s incarnation %d sent grant %d after grant %d", ErrStaleGrant, req.ClientID, req.Incarnation, req.Seq, l.s.Leases[i].GrantSeq)
-	}
-	if !exists && len(l.s.Leases) >= l.s.Config.maxLeases() {
-		return SlotGrant{}, fmt.Errorf("%w: %d leases", ErrTooManyLeases, len(l.s.Leases))
+	i, exists, err := l.table().admit(nowNanos, req.ClientID, req.Incarnation, req.Seq, l.s.Config.maxLeases())
+	if err != nil {
+		return SlotGrant{}, err
 	}
 	if err := l.advance(nowNanos); err != nil {
 		return SlotGrant{}, err
 	}
 	le := SlotLease{ID: l.s.NextID, ClientID: req.ClientID, Incarnation: req.Incarnation, GrantSeq: req.Seq, Weight: req.Weight, DemandSlots: req.DemandSlots}
-	if exists {
-		old := l.s.Leases[i]
-		if !l.has(SlotFaultForgetReplaced) {
-			le.Replaced = replacedSlots(&old, nowNanos)
-		}
-		l.s.Leases[i] = le
-	} else {
-		l.s.Leases = append(l.s.Leases, SlotLease{})
-		copy(l.s.Leases[i+1:], l.s.Leases[i:])
-		l.s.Leases[i] = le
+	if exists && !l.has(SlotFaultForgetReplaced) {
+		le.Replaced = replacedSlots(&l.s.Leases[i], nowNanos)
 	}
+	l.table().put(i, exists, le)
 	slots, err := l.slotsFor(i)
 	if err != nil {
 		return SlotGrant{}, err // unreachable: inputs were validated
@@ -441,27 +411,12 @@ func (l *SlotLedger) Grant(nowNanos int64, req SlotGrantRequest) (SlotGrant, err
 		RenewSoon: l.converging(i)}, nil
 }
 
-// replacedSlots is what a replaced live lease keeps held (rule S6): its
-// held count until its expiry, plus its own replaced entries, at most
-// MaxReplaced of them (the oldest summed, at the later expiry).
+// replacedSlots is what a replaced live lease keeps held (rule S6,
+// replacedHolds): its held count until its expiry, plus its own replaced
+// entries still held.
 func replacedSlots(old *SlotLease, nowNanos int64) []SlotShare {
-	var out []SlotShare
-	for _, r := range old.Replaced {
-		if r.ExpiresNanos > nowNanos && r.Slots > 0 {
-			out = append(out, r)
-		}
-	}
-	if old.Current.ExpiresNanos > nowNanos {
-		if s := old.ownHeld(); s > 0 {
-			out = append(out, SlotShare{Slots: s, ExpiresNanos: old.Current.ExpiresNanos})
-		}
-	}
-	for len(out) > MaxReplaced {
-		a, b := out[0], out[1]
-		out[1] = SlotShare{Slots: a.Slots + b.Slots, ExpiresNanos: max(a.ExpiresNanos, b.ExpiresNanos)}
-		out = out[1:]
-	}
-	return out
+	s := old.ownHeld()
+	return replacedHolds(old.Replaced, SlotShare{Slots: s, ExpiresNanos: old.Current.ExpiresNanos}, old.Current.ExpiresNanos > nowNanos && s > 0, nowNanos)
 }
 
 // Renew extends a live slot lease with a fresh demand. A raise comes from
@@ -477,18 +432,12 @@ func (l *SlotLedger) Renew(nowNanos int64, req SlotRenewRequest) (SlotGrant, err
 	if err := checkTime(nowNanos); err != nil {
 		return SlotGrant{}, err
 	}
-	if nowNanos < l.s.NowNanos {
-		return SlotGrant{}, fmt.Errorf("%w: cluster time %d ns is before %d ns", ErrTimeBackwards, nowNanos, l.s.NowNanos)
-	}
-	i, ok := l.find(req.ClientID, req.Incarnation)
-	if !ok || l.s.Leases[i].ID != req.LeaseID {
-		if req.LeaseID > 0 && req.LeaseID < l.s.NextID {
-			return SlotGrant{}, fmt.Errorf("%w: slot lease %d of %s incarnation %d is gone (expired, released or replaced)", ErrLeaseExpired, req.LeaseID, req.ClientID, req.Incarnation)
-		}
-		return SlotGrant{}, fmt.Errorf("%w: %s incarnation %d slot lease %d", ErrLeaseNotFound, req.ClientID, req.Incarnation, req.LeaseID)
+	i, err := l.table().lookup(nowNanos, req.ClientID, req.Incarnation, req.LeaseID, true)
+	if err != nil {
+		return SlotGrant{}, err
 	}
 	if e := l.reclaimAt(&l.s.Leases[i]); e <= nowNanos {
-		return SlotGrant{}, fmt.Errorf("%w: slot lease %d expired at %d ns, now %d ns", ErrLeaseExpired, req.LeaseID, e, nowNanos)
+		return SlotGrant{}, l.table().expired(req.LeaseID, e, nowNanos)
 	}
 	if err := l.advance(nowNanos); err != nil {
 		return SlotGrant{}, err
@@ -532,20 +481,12 @@ func (l *SlotLedger) Renew(nowNanos int64, req SlotRenewRequest) (SlotGrant, err
 // the client's running requests had dropped to acked's count before it
 // sent the renewal, and it never again exceeds it under older versions.
 func dropAckedSlots(ss []SlotShare, acked uint64, fault SlotFault) []SlotShare {
-	if acked == 0 {
-		return ss
-	}
-	out := ss[:0]
-	for _, s := range ss {
-		drop := s.Version < acked
+	return dropVersions(ss, acked, func(v uint64) bool {
 		if faultsBuilt && fault == SlotFaultAckDropsAcked {
-			drop = s.Version <= acked
+			return v <= acked
 		}
-		if !drop {
-			out = append(out, s)
-		}
-	}
-	return out
+		return v < acked
+	})
 }
 
 // pruneSlotShares keeps only superseded versions above the current count
@@ -604,12 +545,9 @@ func (l *SlotLedger) Release(nowNanos int64, req SlotReleaseRequest) error {
 	if err := checkTime(nowNanos); err != nil {
 		return err
 	}
-	if nowNanos < l.s.NowNanos {
-		return fmt.Errorf("%w: cluster time %d ns is before %d ns", ErrTimeBackwards, nowNanos, l.s.NowNanos)
-	}
-	i, ok := l.find(req.ClientID, req.Incarnation)
-	if !ok || l.s.Leases[i].ID != req.LeaseID {
-		return fmt.Errorf("%w: %s incarnation %d slot lease %d", ErrLeaseNotFound, req.ClientID, req.Incarnation, req.LeaseID)
+	i, err := l.table().lookup(nowNanos, req.ClientID, req.Incarnation, req.LeaseID, false)
+	if err != nil {
+		return err
 	}
 	if err := l.advance(nowNanos); err != nil {
 		return err
@@ -617,13 +555,8 @@ func (l *SlotLedger) Release(nowNanos int64, req SlotReleaseRequest) error {
 	if le := &l.s.Leases[i]; len(le.Replaced) > 0 && !l.has(SlotFaultForgetReplaced) {
 		// S6 outlives the release: a placeholder under a fresh ID holds
 		// only the replaced slots until their expiry.
-		le.ID = l.s.NextID
-		l.s.NextID++
-		until := int64(0)
-		for _, r := range le.Replaced {
-			until = max(until, r.ExpiresNanos)
-		}
-		le.Current = SlotShare{ExpiresNanos: until}
+		le.ID = l.table().takeID()
+		le.Current = SlotShare{ExpiresNanos: lastExpiry(le.Replaced, 0)}
 		le.Superseded = nil
 		le.DemandSlots = 0
 	} else {
@@ -652,17 +585,7 @@ func (l *SlotLedger) ExpireThrough(nowNanos, throughNanos int64) ([]LeaseID, err
 }
 
 func (l *SlotLedger) removeLeases(gone func(*SlotLease) bool) []LeaseID {
-	var ids []LeaseID
-	kept := l.s.Leases[:0]
-	for i := range l.s.Leases {
-		if gone(&l.s.Leases[i]) {
-			ids = append(ids, l.s.Leases[i].ID)
-			continue
-		}
-		kept = append(kept, l.s.Leases[i])
-	}
-	l.s.Leases = kept
-	return ids
+	return l.table().removeWhere(gone)
 }
 
 // Revoke frees every lease of clientID whose incarnation is below
@@ -721,25 +644,11 @@ func (l *SlotLedger) markOvercommit() {
 	if l.Held() <= l.s.Config.Limit {
 		return
 	}
-	for i := range l.s.Leases {
-		l.s.OvercommitUntilNanos = max(l.s.OvercommitUntilNanos, l.s.Leases[i].holdUntil())
-	}
+	l.s.OvercommitUntilNanos = l.table().lastHold(l.s.OvercommitUntilNanos)
 }
 
 func (l *SlotLedger) overcommitted() bool {
-	s := &l.s
-	if s.OvercommitUntilNanos == 0 {
-		return false
-	}
-	if s.OvercommitUntilNanos > s.NowNanos {
-		return true
-	}
-	for i := range s.Leases {
-		if s.Leases[i].holdUntil() <= s.OvercommitUntilNanos {
-			return true
-		}
-	}
-	return false
+	return l.table().overcommitted(l.s.OvercommitUntilNanos)
 }
 
 // CheckInvariants verifies S1 and the structural invariants at the latest
@@ -750,16 +659,10 @@ func (l *SlotLedger) CheckInvariants() error {
 		return fmt.Errorf("rule S1: held slots %d exceed N %d", h, s.Config.Limit)
 	}
 	for i := range s.Leases {
+		if err := l.table().checkRow(i); err != nil {
+			return err
+		}
 		le := &s.Leases[i]
-		if i > 0 {
-			p := &s.Leases[i-1]
-			if p.ClientID > le.ClientID || (p.ClientID == le.ClientID && p.Incarnation >= le.Incarnation) {
-				return fmt.Errorf("slot leases out of order at %d", i)
-			}
-		}
-		if le.ID == 0 || le.ID >= s.NextID {
-			return fmt.Errorf("slot lease %d has an ID outside [1, %d)", le.ID, s.NextID)
-		}
 		if len(le.Replaced) > MaxReplaced {
 			return fmt.Errorf("slot lease %d holds %d replaced leases, more than %d", le.ID, len(le.Replaced), MaxReplaced)
 		}

@@ -446,13 +446,10 @@ func (l *WindowLedger) remaining() int64 {
 // ttl is a chunk's lease: at most ttlNanos, and over when its window is.
 func (l *WindowLedger) ttl(w, ttlNanos int64) int64 { return max(min(ttlNanos, l.s.End-w), 0) }
 
-func (l *WindowLedger) find(id LeaseID) int {
-	for i := range l.s.Leases {
-		if l.s.Leases[i].ID == id {
-			return i
-		}
-	}
-	return -1
+// table is the window ledger's holders table (holders.go); its rows are
+// in ID order, so it finds them by ID.
+func (l *WindowLedger) table() holders[WindowLease, *WindowLease] {
+	return holders[WindowLease, *WindowLease]{rows: &l.s.Leases, now: &l.s.NowNanos, nextID: &l.s.NextID, kind: "lease"}
 }
 
 func (l *WindowLedger) answer(le *WindowLease, chunk int64) WindowGrant {
@@ -476,20 +473,19 @@ func (l *WindowLedger) Grant(t, w int64, req WindowGrantRequest) (WindowGrant, e
 			live++
 			continue
 		}
-		if req.Seq <= le.GrantSeq {
-			return WindowGrant{}, fmt.Errorf("%w: %s incarnation %d sent grant %d after grant %d", ErrStaleGrant, req.ClientID, req.Incarnation, req.Seq, le.GrantSeq)
+		if err := staleGrant(req.ClientID, req.Incarnation, req.Seq, le.GrantSeq); err != nil {
+			return WindowGrant{}, err
 		}
 		le.Replaced = true
 		live++
 	}
 	if live >= l.cfg.maxLeases() {
-		return WindowGrant{}, fmt.Errorf("%w: %d leases", ErrTooManyLeases, live)
+		return WindowGrant{}, tooManyLeases(live)
 	}
 	chunk := min(req.AskMilli, l.remaining())
 	l.s.CountMilli += chunk
-	le := WindowLease{ID: l.s.NextID, ClientID: req.ClientID, Incarnation: req.Incarnation, GrantSeq: req.Seq,
+	le := WindowLease{ID: l.table().takeID(), ClientID: req.ClientID, Incarnation: req.Incarnation, GrantSeq: req.Seq,
 		ExpiresNanos: satAdd(t, l.ttl(w, req.TTLNanos)), WindowStart: l.s.Start, GrantedMilli: chunk}
-	l.s.NextID++
 	l.s.Leases = append(l.s.Leases, le)
 	return l.answer(&l.s.Leases[len(l.s.Leases)-1], chunk), nil
 }
@@ -503,8 +499,8 @@ func (l *WindowLedger) Renew(t, w int64, req WindowRenewRequest) (WindowGrant, e
 	if err := l.advance(t, w); err != nil {
 		return WindowGrant{}, err
 	}
-	i := l.find(req.LeaseID)
-	if i < 0 || l.s.Leases[i].ClientID != req.ClientID || l.s.Leases[i].Incarnation != req.Incarnation {
+	i := l.table().findID(req.LeaseID, req.ClientID, req.Incarnation)
+	if i < 0 {
 		return WindowGrant{}, fmt.Errorf("%w: lease %d (it may have expired with its window)", ErrLeaseNotFound, req.LeaseID)
 	}
 	le := &l.s.Leases[i]
@@ -530,8 +526,8 @@ func (l *WindowLedger) Release(t, w int64, clientID string, incarnation uint64, 
 	if err := l.advance(t, w); err != nil {
 		return 0, err
 	}
-	i := l.find(id)
-	if i < 0 || l.s.Leases[i].ClientID != clientID || l.s.Leases[i].Incarnation != incarnation {
+	i := l.table().findID(id, clientID, incarnation)
+	if i < 0 {
 		return 0, fmt.Errorf("%w: lease %d", ErrLeaseNotFound, id)
 	}
 	le := l.s.Leases[i]
