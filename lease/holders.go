@@ -260,7 +260,7 @@ func (h holders[L, P]) checkRow(i int) error {
 // replaced lease's own replaced entries (those still kept at now carry
 // over); own is its own held terms (the maximum over its versions) until
 // its expiry, added if ownLive (it had not expired and holds anything).
-// Past MaxReplaced entries the oldest two merge (summed, the later
+// Past maxReplaced entries the oldest two merge (summed, the later
 // expiry), which holds at least as much for at least as long.
 func replacedHolds[S heldShare[S]](old []S, own S, ownLive bool, nowNanos int64) []S {
 	var out []S
@@ -272,7 +272,7 @@ func replacedHolds[S heldShare[S]](old []S, own S, ownLive bool, nowNanos int64)
 	if ownLive {
 		out = append(out, own)
 	}
-	for len(out) > MaxReplaced {
+	for len(out) > maxReplaced {
 		out[1] = out[0].plus(out[1])
 		out = out[1:]
 	}

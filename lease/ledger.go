@@ -26,12 +26,12 @@ var (
 	ErrTooManyLeases = errors.New("lease: too many leases for this key")
 )
 
-// DefaultMaxLeases bounds the leases one key's ledger holds.
-const DefaultMaxLeases = 4096
+// defaultMaxLeases bounds the leases one key's ledger holds.
+const defaultMaxLeases = 4096
 
-// MaxLeasesLimit is the largest MaxLeases: with it, sums of per-lease terms
+// maxLeasesLimit is the largest MaxLeases: with it, sums of per-lease terms
 // (each at most MaxRateMilliPerSec or MaxCapacityMilli) fit in int64.
-const MaxLeasesLimit = 65536
+const maxLeasesLimit = 65536
 
 // MaxTTLNanos bounds a lease's duration (one day): long leases keep dead
 // clients' capacity idle for that long.
@@ -43,7 +43,7 @@ type LedgerConfig struct {
 	RateMilliPerSec int64 // r
 	CapacityMilli   int64 // B
 	StartFull       bool  // the pool starts with B tokens (else empty)
-	MaxLeases       int   // 0 means DefaultMaxLeases
+	MaxLeases       int   // 0 means defaultMaxLeases
 	// DriftPPM is ρ, the bound on every clock's rate error, the cluster
 	// clock's included. The pool mints (r - Σ held r_i)/(1+ρ) per cluster
 	// second, so even a cluster clock running ρ fast mints no more than
@@ -52,12 +52,12 @@ type LedgerConfig struct {
 	// RatePeriodNanos is the period of every rate of this ledger: r, each
 	// lease's r_i and the pool's rate are milli-tokens per RatePeriodNanos
 	// (0: one second). A policy of one token a minute is r = 1000 per 60 s,
-	// exactly. At most MaxRatePeriodNanos.
+	// exactly. At most maxRatePeriodNanos.
 	RatePeriodNanos int64
 }
 
-// MaxRatePeriodNanos bounds a budget's rate period: one day.
-const MaxRatePeriodNanos = 24 * 3600 * NanosPerSecond
+// maxRatePeriodNanos bounds a budget's rate period: one day.
+const maxRatePeriodNanos = 24 * 3600 * NanosPerSecond
 
 // RatePeriod returns the period of the ledger's rates (one second if unset).
 func (c LedgerConfig) RatePeriod() int64 {
@@ -78,20 +78,32 @@ func (c LedgerConfig) Validate() error {
 	if err := (BucketConfig{CapacityMilli: c.CapacityMilli, RateMilliPerSec: c.RateMilliPerSec}).Validate(); err != nil {
 		return err
 	}
-	if c.RatePeriodNanos < 0 || c.RatePeriodNanos > MaxRatePeriodNanos {
-		return fmt.Errorf("%w: rate period %d ns is outside [0, %d]", ErrInvalidConfig, c.RatePeriodNanos, MaxRatePeriodNanos)
+	if c.RatePeriodNanos < 0 || c.RatePeriodNanos > maxRatePeriodNanos {
+		return fmt.Errorf("%w: rate period %d ns is outside [0, %d]", ErrInvalidConfig, c.RatePeriodNanos, maxRatePeriodNanos)
 	}
-	if c.MaxLeases < 0 || c.MaxLeases > MaxLeasesLimit {
-		return fmt.Errorf("%w: max leases %d is outside [0, %d]", ErrInvalidConfig, c.MaxLeases, MaxLeasesLimit)
+	if err := validateMaxLeases(c.MaxLeases); err != nil {
+		return err
 	}
-	return ValidateDrift(c.DriftPPM)
+	return validateDrift(c.DriftPPM)
 }
 
-func (c LedgerConfig) maxLeases() int {
-	if c.MaxLeases == 0 {
-		return DefaultMaxLeases
+func (c LedgerConfig) maxLeases() int { return maxLeasesOr(c.MaxLeases) }
+
+// validateMaxLeases checks a ledger's bound on its leases (any kind).
+func validateMaxLeases(n int) error {
+	if n < 0 || n > maxLeasesLimit {
+		return fmt.Errorf("%w: max leases %d is outside [0, %d]", ErrInvalidConfig, n, maxLeasesLimit)
 	}
-	return c.MaxLeases
+	return nil
+}
+
+// maxLeasesOr is a configured bound on a ledger's leases, defaultMaxLeases
+// when unset (0; a window ledger's config also takes a negative one).
+func maxLeasesOr(n int) int {
+	if n <= 0 {
+		return defaultMaxLeases
+	}
+	return n
 }
 
 // LeaseID names one lease for its whole life (renewals keep it). IDs are
@@ -143,14 +155,14 @@ type Lease struct {
 	// until its expiry. They are counted in full, summed with each other
 	// and with this lease's own terms, because a replaced bucket may still
 	// be in use beside the new one (two users of one holder). At most
-	// MaxReplaced entries; older ones are merged (summed, later expiry).
+	// maxReplaced entries; older ones are merged (summed, later expiry).
 	Replaced []Share
 }
 
-// MaxReplaced bounds Lease.Replaced: a further replacement merges the two
+// maxReplaced bounds Lease.Replaced: a further replacement merges the two
 // oldest entries into one (rates and caps summed, the later expiry), which
 // holds at least as much for at least as long.
-const MaxReplaced = 4
+const maxReplaced = 4
 
 // HeldAt returns the rate and cap the ledger counts as in use by this lease
 // at cluster time now (see heldAt).
@@ -264,8 +276,8 @@ type Ledger struct {
 	ix    ledgerIndex // derived from s, never serialized (ledger_index.go)
 }
 
-// NewLedger returns a ledger whose pool starts full or empty at startNanos.
-func NewLedger(cfg LedgerConfig, startNanos int64) (*Ledger, error) {
+// newLedger returns a ledger whose pool starts full or empty at startNanos.
+func newLedger(cfg LedgerConfig, startNanos int64) (*Ledger, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -349,7 +361,7 @@ func (l *Ledger) Held() (rateMilliPerSec, capMilli int64) {
 func (l *Ledger) PoolFullAt() int64 {
 	if h := l.s.HoldAllUntilNanos; h > l.s.NowNanos {
 		// Rule (j): empty and held until h, then minting at no more than r.
-		wait := NanosToMintPer(l.s.Config.RateMilliPerSec, l.s.Config.poolPeriod(), l.s.Config.CapacityMilli-l.s.PoolMilli)
+		wait := nanosToMintPer(l.s.Config.RateMilliPerSec, l.s.Config.poolPeriod(), l.s.Config.CapacityMilli-l.s.PoolMilli)
 		if wait == int64(RetryNever) {
 			return math.MaxInt64
 		}
@@ -359,7 +371,7 @@ func (l *Ledger) PoolFullAt() int64 {
 	if l.s.PoolMilli >= capMilli {
 		return l.s.NowNanos
 	}
-	wait := NanosToMintPer(rate, l.s.Config.poolPeriod(), capMilli-l.s.PoolMilli)
+	wait := nanosToMintPer(rate, l.s.Config.poolPeriod(), capMilli-l.s.PoolMilli)
 	if wait == int64(RetryNever) {
 		return math.MaxInt64
 	}
@@ -620,7 +632,7 @@ type ReleaseRequest struct {
 // Grant is the coordinator's answer to a grant or renewal.
 type Grant struct {
 	LeaseID         LeaseID
-	RateMilliPerSec int64 // r_i: the client mints at ClientMintRate(r_i, ρ)
+	RateMilliPerSec int64 // r_i: the client mints at clientMintRate(r_i, ρ)
 	CapMilli        int64 // b_i
 	// StartMilli is the tokens debited from the pool for the client's
 	// bucket. Always zero for renewals (rule d).
@@ -629,9 +641,9 @@ type Grant struct {
 	// pool for the client to add to its bucket when it installs these
 	// terms (never above the new cap): at most the raise of the cap.
 	TopUpMilli int64
-	// ReturnedMilli (renewals only, rule i) is what this renewal credited
+	// returnedMilli (renewals only, rule i) is what this renewal credited
 	// to the pool of the client's reported clamp.
-	ReturnedMilli int64
+	returnedMilli int64
 	ExpiresNanos  int64
 	// TTLNanos is ExpiresNanos minus this operation's cluster time: the
 	// client may use the lease until ClientDeadline(send, TTLNanos, ρ).
@@ -674,20 +686,20 @@ func validateDemand(weight, rate, burst, maxCost int64) error {
 }
 
 // terms computes the rate and cap for lease index i (which must already
-// carry its fresh demands): DivideBudget over every live lease's demands,
+// carry its fresh demands): divideBudget over every live lease's demands,
 // limited by what the other leases hold now. While others hold part of the
-// budget, a cap below the lease's floor (CapFloor: its largest recent cost)
+// budget, a cap below the lease's floor (capFloor: its largest recent cost)
 // would admit nothing it is asked for and keep that much from everyone
 // else, so the lease gets no cap and no rate instead, and asks again at its
 // next renewal.
 //
 // leftoverBurst selects DivideOptions.LeftoverBurst (the fsm's
-// FeatureLeftoverBurst switch), unless FaultLeftoverBurstToPool forces it
+// FeatureLeftoverBurst switch), unless faultLeftoverBurstToPool forces it
 // off.
 func (l *Ledger) terms(i int, leftoverBurst bool) (rate, capMilli int64, err error) {
 	cfg := l.s.Config
 	mine := l.shareClaim(i)
-	if l.has(FaultLeftoverBurstToPool) {
+	if l.has(faultLeftoverBurstToPool) {
 		leftoverBurst = false // the deliberate bug: the division of before the switch
 	}
 	ri, bi, fast := l.fastShares(i, leftoverBurst)
@@ -695,20 +707,20 @@ func (l *Ledger) terms(i int, leftoverBurst bool) (rate, capMilli int64, err err
 		l.ix.fastTerms++
 	} else {
 		l.ix.fullTerms++
-		claims := make([]ShareClaim, len(l.s.Leases))
+		claims := make([]budgetClaim, len(l.s.Leases))
 		// Leases are sorted by holder, so slice order is the deterministic
 		// tie-break the division needs; no IDs are built on this hot path.
 		for j := range l.s.Leases {
 			le := &l.s.Leases[j]
 			c := l.shareClaim(j)
-			c.Incumbent = le.Current.CapMilli > 0 && le.Current.CapMilli >= CapFloor(c, cfg.CapacityMilli)
+			c.Incumbent = le.Current.CapMilli > 0 && le.Current.CapMilli >= capFloor(c, cfg.CapacityMilli)
 			claims[j] = c
 		}
 		var rs, bs []int64
-		if l.has(FaultSliverShares) {
+		if l.has(faultSliverShares) {
 			rs, bs, err = fairSharesOnly(cfg, claims)
 		} else {
-			rs, bs, err = DivideBudgetWith(cfg.RateMilliPerSec, cfg.CapacityMilli, claims, DivideOptions{LeftoverBurst: leftoverBurst})
+			rs, bs, err = divideBudgetWith(cfg.RateMilliPerSec, cfg.CapacityMilli, claims, DivideOptions{LeftoverBurst: leftoverBurst})
 		}
 		if err != nil {
 			return 0, 0, err
@@ -718,29 +730,29 @@ func (l *Ledger) terms(i int, leftoverBurst bool) (rate, capMilli int64, err err
 	otherRate, otherCap := l.heldExcept(i, l.s.NowNanos)
 	rate = max(0, min(ri, cfg.RateMilliPerSec-otherRate))
 	capMilli = max(0, min(bi, cfg.CapacityMilli-otherCap))
-	if l.has(FaultFloorOverHeld) {
+	if l.has(faultFloorOverHeld) {
 		// The deliberate bug: a floor granted on top of what others hold.
-		capMilli = max(capMilli, CapFloor(mine, cfg.CapacityMilli))
+		capMilli = max(capMilli, capFloor(mine, cfg.CapacityMilli))
 	}
-	if !l.has(FaultSliverShares) && otherCap > 0 && capMilli < CapFloor(mine, cfg.CapacityMilli) {
+	if !l.has(faultSliverShares) && otherCap > 0 && capMilli < capFloor(mine, cfg.CapacityMilli) {
 		return 0, 0, nil
 	}
 	return rate, capMilli, nil
 }
 
 // fairSharesOnly is the division before floors and leftovers (plain
-// weighted max-min fair shares of the demands), for FaultSliverShares.
-func fairSharesOnly(cfg LedgerConfig, cs []ShareClaim) (rates, caps []int64, err error) {
-	rc := make([]Claim, len(cs))
-	bc := make([]Claim, len(cs))
+// weighted max-min fair shares of the demands), for faultSliverShares.
+func fairSharesOnly(cfg LedgerConfig, cs []budgetClaim) (rates, caps []int64, err error) {
+	rc := make([]fairClaim, len(cs))
+	bc := make([]fairClaim, len(cs))
 	for j, c := range cs {
-		rc[j] = Claim{Demand: min(c.RateMilliPerSec, cfg.RateMilliPerSec), Weight: c.Weight}
-		bc[j] = Claim{Demand: min(c.BurstMilli, cfg.CapacityMilli), Weight: c.Weight}
+		rc[j] = fairClaim{Demand: min(c.RateMilliPerSec, cfg.RateMilliPerSec), Weight: c.Weight}
+		bc[j] = fairClaim{Demand: min(c.BurstMilli, cfg.CapacityMilli), Weight: c.Weight}
 	}
-	if rates, err = FairShares(cfg.RateMilliPerSec, rc); err != nil {
+	if rates, err = fairShares(cfg.RateMilliPerSec, rc); err != nil {
 		return nil, nil, err
 	}
-	caps, err = FairShares(cfg.CapacityMilli, bc)
+	caps, err = fairShares(cfg.CapacityMilli, bc)
 	return rates, caps, err
 }
 
@@ -863,7 +875,7 @@ func (l *Ledger) Renew(nowNanos int64, req RenewRequest) (Grant, error) {
 		return Grant{}, err
 	}
 	old := cur.Current
-	if !l.has(FaultForgetSuperseded) {
+	if !l.has(faultForgetSuperseded) {
 		cur.Superseded = append(cur.Superseded, old)
 	}
 	cur.Current = Share{RateMilliPerSec: rate, CapMilli: capMilli, ExpiresNanos: max(old.ExpiresNanos, nowNanos+req.TTLNanos)}
@@ -891,7 +903,7 @@ func (l *Ledger) Renew(nowNanos int64, req RenewRequest) (Grant, error) {
 		// fill it from the pool rather than burning what the pool can no
 		// longer hold.
 		topUp = min(capMilli-old.CapMilli, l.s.PoolMilli)
-		if !l.has(FaultTopUpNoDebit) {
+		if !l.has(faultTopUpNoDebit) {
 			l.s.PoolMilli -= topUp
 			l.s.Stats.DebitedMilli += topUp
 		}
@@ -903,7 +915,7 @@ func (l *Ledger) Renew(nowNanos int64, req RenewRequest) (Grant, error) {
 		LeaseID: cur.ID, RateMilliPerSec: rate, CapMilli: capMilli,
 		ExpiresNanos: cur.Current.ExpiresNanos, TTLNanos: cur.Current.ExpiresNanos - nowNanos, BurnedMilli: burned,
 		Version: cur.Current.Version, AckSoon: l.holdsSuperseded(i), RenewSoon: l.converging(i),
-		TopUpMilli: topUp, ReturnedMilli: returned,
+		TopUpMilli: topUp, returnedMilli: returned,
 	}, nil
 }
 
@@ -954,9 +966,9 @@ func dropAcknowledged(ss []Share, acked uint64, fault Fault) []Share {
 	return dropVersions(ss, acked, func(v uint64) bool {
 		if faultsBuilt {
 			switch fault {
-			case FaultAckDropsAcked:
+			case faultAckDropsAcked:
 				return v != 0 && v <= acked // the deliberate bug: the version in use
-			case FaultAckDropsNewer:
+			case faultAckDropsNewer:
 				return v != 0 && v != acked // the deliberate bug: versions granted since
 			}
 		}
@@ -1255,8 +1267,8 @@ func (l *Ledger) checkLeases() error {
 				return fmt.Errorf("lease %d has terms outside the supported ranges: %+v", le.ID, sh)
 			}
 		}
-		if len(le.Replaced) > MaxReplaced {
-			return fmt.Errorf("lease %d holds %d replaced leases' terms, more than %d", le.ID, len(le.Replaced), MaxReplaced)
+		if len(le.Replaced) > maxReplaced {
+			return fmt.Errorf("lease %d holds %d replaced leases' terms, more than %d", le.ID, len(le.Replaced), maxReplaced)
 		}
 		for _, sh := range le.Superseded {
 			if sh.ExpiresNanos > le.Current.ExpiresNanos {

@@ -104,7 +104,7 @@ func TestReleaseKeepsReplacedTermsHeld(t *testing.T) {
 }
 
 // TestReplacedTermsAreBounded: however often one holder is granted while
-// its previous lease is live, it keeps at most MaxReplaced entries, and
+// its previous lease is live, it keeps at most maxReplaced entries, and
 // what they hold never shrinks below the replaced leases' sum.
 func TestReplacedTermsAreBounded(t *testing.T) {
 	l := newTestLedger(t, 100_000, 100_000)
@@ -112,7 +112,7 @@ func TestReplacedTermsAreBounded(t *testing.T) {
 		grant(t, l, int64(i)*sec/10, "a", uint64(i+1), 5_000, 5_000)
 	}
 	le := l.Leases()[0]
-	if len(le.Replaced) > MaxReplaced {
+	if len(le.Replaced) > maxReplaced {
 		t.Fatalf("%d replaced entries", len(le.Replaced))
 	}
 	// 20 grants of 5000 each, all live: 100000 held in all.

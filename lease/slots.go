@@ -33,13 +33,13 @@ import "fmt"
 // SlotConfig is the budget of one concurrency key.
 type SlotConfig struct {
 	Limit     int64 // N: requests in flight across the cluster, [0, MaxSlots]
-	MaxLeases int   // 0 means DefaultMaxLeases
+	MaxLeases int   // 0 means defaultMaxLeases
 	// DriftPPM is ρ, the bound on every clock's rate error; the client's
 	// usable span is ClientUsableNanos(TTL, ρ).
 	DriftPPM int64
 }
 
-// MaxSlots bounds a concurrency limit: sums over MaxLeasesLimit leases
+// MaxSlots bounds a concurrency limit: sums over maxLeasesLimit leases
 // stay far inside int64.
 const MaxSlots = 1 << 30
 
@@ -48,18 +48,13 @@ func (c SlotConfig) Validate() error {
 	if c.Limit < 0 || c.Limit > MaxSlots {
 		return fmt.Errorf("%w: concurrency limit %d is outside [0, %d]", ErrInvalidConfig, c.Limit, MaxSlots)
 	}
-	if c.MaxLeases < 0 || c.MaxLeases > MaxLeasesLimit {
-		return fmt.Errorf("%w: max leases %d is outside [0, %d]", ErrInvalidConfig, c.MaxLeases, MaxLeasesLimit)
+	if err := validateMaxLeases(c.MaxLeases); err != nil {
+		return err
 	}
-	return ValidateDrift(c.DriftPPM)
+	return validateDrift(c.DriftPPM)
 }
 
-func (c SlotConfig) maxLeases() int {
-	if c.MaxLeases == 0 {
-		return DefaultMaxLeases
-	}
-	return c.MaxLeases
-}
+func (c SlotConfig) maxLeases() int { return maxLeasesOr(c.MaxLeases) }
 
 // SlotShare is one version of a slot lease's grant.
 type SlotShare struct {
@@ -88,7 +83,7 @@ type SlotLease struct {
 	Superseded []SlotShare
 	// Replaced holds the held slots of this holder's earlier leases a
 	// grant replaced while they were live (rule S6), each until its
-	// expiry. At most MaxReplaced entries; older ones are summed.
+	// expiry. At most maxReplaced entries; older ones are summed.
 	Replaced []SlotShare
 }
 
@@ -148,21 +143,21 @@ type SlotLedger struct {
 type SlotFault uint8
 
 const (
-	// SlotFaultNone is the correct ledger.
-	SlotFaultNone SlotFault = iota
+	// slotFaultNone is the correct ledger.
+	slotFaultNone SlotFault = iota
 	// SlotFaultForgetLowered frees a lowered grant's slots at the renewal
 	// that lowers it, before the client has acknowledged dropping to the
 	// new count (breaks S2).
 	SlotFaultForgetLowered
-	// SlotFaultAckDropsAcked drops the acknowledged version too: the
+	// slotFaultAckDropsAcked drops the acknowledged version too: the
 	// client may still run that many requests (breaks S2).
-	SlotFaultAckDropsAcked
-	// SlotFaultEarlyExpiry reclaims a lease an eighth of its last lease
+	slotFaultAckDropsAcked
+	// slotFaultEarlyExpiry reclaims a lease an eighth of its last lease
 	// duration before its expiry (breaks S5).
-	SlotFaultEarlyExpiry
-	// SlotFaultForgetReplaced frees a replaced lease's slots at once
+	slotFaultEarlyExpiry
+	// slotFaultForgetReplaced frees a replaced lease's slots at once
 	// (breaks S6).
-	SlotFaultForgetReplaced
+	slotFaultForgetReplaced
 )
 
 // NewSlotLedger returns an empty ledger at startNanos.
@@ -235,10 +230,10 @@ func (l *SlotLedger) NextExpiry() (int64, bool) {
 }
 
 // reclaimAt is when the lease's own slots may be freed: its expiry, exactly
-// (ReclaimAt: commit + TTL of its latest grant or renewal), never earlier.
-// Under SlotFaultEarlyExpiry, an eighth of that lease duration earlier.
+// (reclaimTime: commit + TTL of its latest grant or renewal), never earlier.
+// Under slotFaultEarlyExpiry, an eighth of that lease duration earlier.
 func (l *SlotLedger) reclaimAt(le *SlotLease) int64 {
-	if l.has(SlotFaultEarlyExpiry) {
+	if l.has(slotFaultEarlyExpiry) {
 		return le.Current.ExpiresNanos - le.LastTTLNanos/8
 	}
 	return le.Current.ExpiresNanos
@@ -329,6 +324,18 @@ type SlotGrant struct {
 	RenewSoon bool
 }
 
+// validateSlotAsk checks a slot grant's or renewal's holder, demand and
+// cluster time, in that order.
+func validateSlotAsk(nowNanos int64, clientID string, ttl, weight, demand int64) error {
+	if err := validateHolder(clientID, ttl); err != nil {
+		return err
+	}
+	if err := validateSlotDemand(weight, demand); err != nil {
+		return err
+	}
+	return checkTime(nowNanos)
+}
+
 func validateSlotDemand(weight, demand int64) error {
 	if weight < 0 || weight > 1<<20 {
 		return fmt.Errorf("%w: weight %d is outside [0, %d]", ErrInvalidRequest, weight, 1<<20)
@@ -342,12 +349,12 @@ func validateSlotDemand(weight, demand int64) error {
 // target is lease i's fair share of N by weighted max-min fairness over
 // every live lease's demand.
 func (l *SlotLedger) target(i int) (int64, error) {
-	claims := make([]Claim, len(l.s.Leases))
+	claims := make([]fairClaim, len(l.s.Leases))
 	for j := range l.s.Leases {
 		le := &l.s.Leases[j]
-		claims[j] = Claim{ID: le.ClientID, Demand: min(le.DemandSlots, l.s.Config.Limit), Weight: le.Weight}
+		claims[j] = fairClaim{ID: le.ClientID, Demand: min(le.DemandSlots, l.s.Config.Limit), Weight: le.Weight}
 	}
-	shares, err := FairShares(l.s.Config.Limit, claims)
+	shares, err := fairShares(l.s.Config.Limit, claims)
 	if err != nil {
 		return 0, err
 	}
@@ -375,13 +382,7 @@ func (l *SlotLedger) slotsFor(i int) (int64, error) {
 // Grant creates a slot lease for (ClientID, Incarnation) at cluster time
 // now; an existing lease of the same holder is replaced (rule S6).
 func (l *SlotLedger) Grant(nowNanos int64, req SlotGrantRequest) (SlotGrant, error) {
-	if err := validateHolder(req.ClientID, req.TTLNanos); err != nil {
-		return SlotGrant{}, err
-	}
-	if err := validateSlotDemand(req.Weight, req.DemandSlots); err != nil {
-		return SlotGrant{}, err
-	}
-	if err := checkTime(nowNanos); err != nil {
+	if err := validateSlotAsk(nowNanos, req.ClientID, req.TTLNanos, req.Weight, req.DemandSlots); err != nil {
 		return SlotGrant{}, err
 	}
 	i, exists, err := l.table().admit(nowNanos, req.ClientID, req.Incarnation, req.Seq, l.s.Config.maxLeases())
@@ -392,7 +393,7 @@ func (l *SlotLedger) Grant(nowNanos int64, req SlotGrantRequest) (SlotGrant, err
 		return SlotGrant{}, err
 	}
 	le := SlotLease{ID: l.s.NextID, ClientID: req.ClientID, Incarnation: req.Incarnation, GrantSeq: req.Seq, Weight: req.Weight, DemandSlots: req.DemandSlots}
-	if exists && !l.has(SlotFaultForgetReplaced) {
+	if exists && !l.has(slotFaultForgetReplaced) {
 		le.Replaced = replacedSlots(&l.s.Leases[i], nowNanos)
 	}
 	l.table().put(i, exists, le)
@@ -423,13 +424,7 @@ func replacedSlots(old *SlotLease, nowNanos int64) []SlotShare {
 // free slots (S3); a lowering keeps the old count held until acknowledged
 // (S2). The expiry never moves earlier.
 func (l *SlotLedger) Renew(nowNanos int64, req SlotRenewRequest) (SlotGrant, error) {
-	if err := validateHolder(req.ClientID, req.TTLNanos); err != nil {
-		return SlotGrant{}, err
-	}
-	if err := validateSlotDemand(req.Weight, req.DemandSlots); err != nil {
-		return SlotGrant{}, err
-	}
-	if err := checkTime(nowNanos); err != nil {
+	if err := validateSlotAsk(nowNanos, req.ClientID, req.TTLNanos, req.Weight, req.DemandSlots); err != nil {
 		return SlotGrant{}, err
 	}
 	i, err := l.table().lookup(nowNanos, req.ClientID, req.Incarnation, req.LeaseID, true)
@@ -449,7 +444,7 @@ func (l *SlotLedger) Renew(nowNanos int64, req SlotRenewRequest) (SlotGrant, err
 	// one the client had drained to when it sent this renewal.
 	if req.AckedVersion <= old.Version {
 		cur.Superseded = dropAckedSlots(cur.Superseded, req.AckedVersion, l.fault)
-		if l.has(SlotFaultAckDropsAcked) && req.AckedVersion == old.Version {
+		if l.has(slotFaultAckDropsAcked) && req.AckedVersion == old.Version {
 			// The deliberate bug: the acknowledged count is the one the
 			// client runs under; dropping it lets the new (lower) count
 			// alone be held.
@@ -482,7 +477,7 @@ func (l *SlotLedger) Renew(nowNanos int64, req SlotRenewRequest) (SlotGrant, err
 // sent the renewal, and it never again exceeds it under older versions.
 func dropAckedSlots(ss []SlotShare, acked uint64, fault SlotFault) []SlotShare {
 	return dropVersions(ss, acked, func(v uint64) bool {
-		if faultsBuilt && fault == SlotFaultAckDropsAcked {
+		if faultsBuilt && fault == slotFaultAckDropsAcked {
 			return v <= acked
 		}
 		return v < acked
@@ -552,7 +547,7 @@ func (l *SlotLedger) Release(nowNanos int64, req SlotReleaseRequest) error {
 	if err := l.advance(nowNanos); err != nil {
 		return err
 	}
-	if le := &l.s.Leases[i]; len(le.Replaced) > 0 && !l.has(SlotFaultForgetReplaced) {
+	if le := &l.s.Leases[i]; len(le.Replaced) > 0 && !l.has(slotFaultForgetReplaced) {
 		// S6 outlives the release: a placeholder under a fresh ID holds
 		// only the replaced slots until their expiry.
 		le.ID = l.table().takeID()
@@ -663,8 +658,8 @@ func (l *SlotLedger) CheckInvariants() error {
 			return err
 		}
 		le := &s.Leases[i]
-		if len(le.Replaced) > MaxReplaced {
-			return fmt.Errorf("slot lease %d holds %d replaced leases, more than %d", le.ID, len(le.Replaced), MaxReplaced)
+		if len(le.Replaced) > maxReplaced {
+			return fmt.Errorf("slot lease %d holds %d replaced leases, more than %d", le.ID, len(le.Replaced), maxReplaced)
 		}
 		for _, sh := range append(append([]SlotShare{le.Current}, le.Superseded...), le.Replaced...) {
 			if sh.Slots < 0 || sh.Slots > MaxSlots {
