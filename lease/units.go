@@ -184,29 +184,20 @@ func nanosToMintPer(rateMilli, periodNanos, amountMilli int64) int64 {
 
 // MulDiv returns floor(a*b/c) for non-negative a, b and positive c,
 // saturating at math.MaxInt64.
-func MulDiv(a, b, c int64) int64 {
-	if a <= 0 || b <= 0 {
-		return 0
-	}
-	hi, lo := bits.Mul64(uint64(a), uint64(b))
-	if hi >= uint64(c) {
-		return math.MaxInt64
-	}
-	q, _ := bits.Div64(hi, lo, uint64(c))
-	if q > math.MaxInt64 {
-		return math.MaxInt64
-	}
-	return int64(q)
-}
+func MulDiv(a, b, c int64) int64 { return mulDivAdd(a, b, c, 0) }
 
 // ceilMulDiv returns ceil(a*b/c) for non-negative a, b and positive c,
 // saturating at math.MaxInt64.
-func ceilMulDiv(a, b, c int64) int64 {
+func ceilMulDiv(a, b, c int64) int64 { return mulDivAdd(a, b, c, uint64(c)-1) }
+
+// mulDivAdd returns floor((a*b + add)/c) for non-negative a, b, positive
+// c and add < c, saturating at math.MaxInt64 (0 if a or b is not positive).
+func mulDivAdd(a, b, c int64, add uint64) int64 {
 	if a <= 0 || b <= 0 {
 		return 0
 	}
 	hi, lo := bits.Mul64(uint64(a), uint64(b))
-	lo, carry := bits.Add64(lo, uint64(c)-1, 0)
+	lo, carry := bits.Add64(lo, add, 0)
 	hi += carry
 	if hi >= uint64(c) {
 		return math.MaxInt64

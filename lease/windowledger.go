@@ -431,7 +431,7 @@ func (l *WindowLedger) remaining() int64 {
 	left := l.cfg.LimitMilli - l.s.CountMilli
 	if l.cfg.Approx && l.s.PrevCountMilli > 0 && !l.has(windowFaultApproxIgnoresPrev) {
 		W := l.s.End - l.s.Start
-		left -= mulDivCeil(l.s.PrevCountMilli, min(max(l.s.End-l.s.WindowNanos, 0), W), W)
+		left -= ceilMulDiv(l.s.PrevCountMilli, min(max(l.s.End-l.s.WindowNanos, 0), W), W)
 		// In whole units, as every cost is: a fraction could never be spent.
 		left -= ((left % MilliPerToken) + MilliPerToken) % MilliPerToken
 	}
