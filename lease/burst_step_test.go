@@ -152,7 +152,7 @@ func burstStepModel(t *rapid.T, fault Fault, on bool) string {
 		settled := false
 		for round := 0; round < 8 && !settled; round++ {
 			consume(50 * ms)
-			hr, hc := l.Held()
+			hr, hc := l.heldTotal()
 			settled = true
 			for _, h := range hs {
 				if renew(h) {
@@ -160,7 +160,7 @@ func burstStepModel(t *rapid.T, fault Fault, on bool) string {
 				}
 				now += ms
 			}
-			if hr2, hc2 := l.Held(); hr2 != hr || hc2 != hc || round == 0 {
+			if hr2, hc2 := l.heldTotal(); hr2 != hr || hc2 != hc || round == 0 {
 				// (The first round's early renewals saw the old demands
 				// of the holders after them.)
 				settled = false // an acknowledgement freed a superseded share: others may take it

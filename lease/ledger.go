@@ -351,8 +351,8 @@ func (l *Ledger) AppendHolders(dst []string) []string {
 	return dst
 }
 
-// Held returns Σ held r_i and Σ held b_i at the latest operation's time.
-func (l *Ledger) Held() (rateMilliPerSec, capMilli int64) {
+// heldTotal returns Σ held r_i and Σ held b_i at the latest operation's time.
+func (l *Ledger) heldTotal() (rateMilliPerSec, capMilli int64) {
 	return l.heldExcept(-1, l.s.NowNanos)
 }
 

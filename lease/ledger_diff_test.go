@@ -62,8 +62,8 @@ func (p *diffPair) compare(t *rapid.T, what string) {
 	if e1 != e2 || f1 != f2 {
 		t.Fatalf("%s: NextExpiry differs: indexed %d %v, reference %d %v", what, e1, f1, e2, f2)
 	}
-	hr1, hc1 := p.l.Held()
-	hr2, hc2 := p.ref.Held()
+	hr1, hc1 := p.l.heldTotal()
+	hr2, hc2 := p.ref.heldTotal()
 	if hr1 != hr2 || hc1 != hc2 {
 		t.Fatalf("%s: Held differs: indexed %d %d, reference %d %d", what, hr1, hc1, hr2, hc2)
 	}

@@ -123,8 +123,8 @@ func (l *refLedger) AppendHolders(dst []string) []string {
 	return dst
 }
 
-// Held returns Σ held r_i and Σ held b_i at the latest operation's time.
-func (l *refLedger) Held() (rateMilliPerSec, capMilli int64) {
+// heldTotal returns Σ held r_i and Σ held b_i at the latest operation's time.
+func (l *refLedger) heldTotal() (rateMilliPerSec, capMilli int64) {
 	return l.heldExcept(-1, l.s.NowNanos)
 }
 

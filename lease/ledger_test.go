@@ -100,7 +100,7 @@ func TestRenewReductionStaysHeld(t *testing.T) { // rule (b) and (d)
 	if ra.RateMilliPerSec != 5_000 || ra.CapMilli != 50_000 || ra.StartMilli != 0 {
 		t.Fatalf("renewal = %+v", ra)
 	}
-	if hr, hc := l.Held(); hr != 10_000 || hc != 100_000 {
+	if hr, hc := l.heldTotal(); hr != 10_000 || hc != 100_000 {
 		t.Fatalf("held = %d/%d, want the old 10000/100000 until 10 s", hr, hc)
 	}
 	rb, err := l.Renew(9*sec, RenewRequest{ClientID: "b", Incarnation: 1, LeaseID: gb.LeaseID, DemandRateMilliPerSec: 10_000, DemandBurstMilli: 100_000, TTLNanos: 10 * sec})
@@ -131,7 +131,7 @@ func TestReleaseCreditsAtMostCap(t *testing.T) { // rule (e)
 	if res.CreditedMilli != 4_000 {
 		t.Fatalf("credited %d, want the cap 4000", res.CreditedMilli)
 	}
-	if hr, hc := l.Held(); hr != 0 || hc != 0 {
+	if hr, hc := l.heldTotal(); hr != 0 || hc != 0 {
 		t.Fatalf("release left %d/%d held", hr, hc)
 	}
 	if _, err := l.Release(sec, ReleaseRequest{ClientID: "a", Incarnation: 1, LeaseID: g.LeaseID}); !errors.Is(err, ErrLeaseNotFound) {
@@ -289,7 +289,7 @@ func TestReconfigureHonoursHeldCapacity(t *testing.T) {
 		t.Fatal(err)
 	}
 	mustInv(t, l)
-	if hr, hc := l.Held(); hr != 0 || hc != 0 {
+	if hr, hc := l.heldTotal(); hr != 0 || hc != 0 {
 		t.Fatalf("held %d/%d after expiry", hr, hc)
 	}
 	// A renewal by b now divides the new budget.
@@ -412,7 +412,7 @@ func TestReconfigureRestatesRatesPerPeriod(t *testing.T) {
 	if err := l.Reconfigure(sec, LedgerConfig{RateMilliPerSec: 17, CapacityMilli: 1000}); err != nil {
 		t.Fatal(err)
 	}
-	if hr, _ := l.Held(); hr != 17 { // ceil(1000/60)
+	if hr, _ := l.heldTotal(); hr != 17 { // ceil(1000/60)
 		t.Fatalf("held %d per second after the restatement, want 17", hr)
 	}
 	mustInv(t, l)

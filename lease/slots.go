@@ -206,15 +206,15 @@ func (l *SlotLedger) NowNanos() int64 { return l.s.NowNanos }
 // Leases returns a copy of the leases, in holder order.
 func (l *SlotLedger) Leases() []SlotLease { return cloneSlotState(l.s).Leases }
 
-// Held returns Σ held slots at the latest operation's time.
-func (l *SlotLedger) Held() int64 { return l.heldExcept(-1, l.s.NowNanos) }
+// heldTotal returns Σ held slots at the latest operation's time.
+func (l *SlotLedger) heldTotal() int64 { return l.heldExcept(-1, l.s.NowNanos) }
 
 // Free returns N − Σ held (0 while a restore hold lasts).
 func (l *SlotLedger) Free() int64 {
 	if l.s.HoldAllUntilNanos > l.s.NowNanos {
 		return 0
 	}
-	return max(0, l.s.Config.Limit-l.Held())
+	return max(0, l.s.Config.Limit-l.heldTotal())
 }
 
 // NextExpiry returns the earliest time Expire would remove a lease, and
@@ -636,7 +636,7 @@ func (l *SlotLedger) Reconfigure(nowNanos int64, cfg SlotConfig) error {
 // only against the limit they were granted under until the last of them
 // has expired.
 func (l *SlotLedger) markOvercommit() {
-	if l.Held() <= l.s.Config.Limit {
+	if l.heldTotal() <= l.s.Config.Limit {
 		return
 	}
 	l.s.OvercommitUntilNanos = l.table().lastHold(l.s.OvercommitUntilNanos)
@@ -650,7 +650,7 @@ func (l *SlotLedger) overcommitted() bool {
 // operation's time. It returns nil for every reachable state.
 func (l *SlotLedger) CheckInvariants() error {
 	s := &l.s
-	if h := l.Held(); h > s.Config.Limit && !l.overcommitted() {
+	if h := l.heldTotal(); h > s.Config.Limit && !l.overcommitted() {
 		return fmt.Errorf("rule S1: held slots %d exceed N %d", h, s.Config.Limit)
 	}
 	for i := range s.Leases {
