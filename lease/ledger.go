@@ -566,7 +566,7 @@ func (l *Ledger) capPool() int64 {
 
 // table is the ledger's holders table (holders.go).
 func (l *Ledger) table() holders[Lease, *Lease] {
-	return holders[Lease, *Lease]{rows: &l.s.Leases, now: &l.s.NowNanos, nextID: &l.s.NextID, kind: "lease"}
+	return holders[Lease, *Lease]{rows: &l.s.Leases, now: &l.s.NowNanos, nextID: &l.s.NextID, kind: "lease", search: searchLeases}
 }
 
 func (l *Ledger) find(clientID string, incarnation uint64) (int, bool) {

@@ -257,7 +257,7 @@ func (l *SlotLedger) heldExcept(skip int, nowNanos int64) int64 {
 
 // table is the slot ledger's holders table (holders.go).
 func (l *SlotLedger) table() holders[SlotLease, *SlotLease] {
-	return holders[SlotLease, *SlotLease]{rows: &l.s.Leases, now: &l.s.NowNanos, nextID: &l.s.NextID, kind: "slot lease"}
+	return holders[SlotLease, *SlotLease]{rows: &l.s.Leases, now: &l.s.NowNanos, nextID: &l.s.NextID, kind: "slot lease", search: searchSlotLeases}
 }
 
 func (l *SlotLedger) advance(nowNanos int64) error {
