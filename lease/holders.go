@@ -20,7 +20,8 @@ import (
 // SlotLedger.holders, WindowLedger.holders), so it costs no allocation.
 // What a row holds is the kind's business, behind two hooks: holderRow
 // (the row's holder, ID, grant seq and hold) and heldShare (one version
-// of its terms, for rule (h) and the acknowledgement rule).
+// of its terms, for rule (h) and the acknowledgement rule); a kind in
+// holder order also passes its own binary search (holders.search).
 type holders[L any, P holderRow[L]] struct {
 	rows   *[]L
 	now    *int64   // cluster time of the latest operation
