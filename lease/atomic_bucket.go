@@ -36,7 +36,7 @@ const cacheLine = 128
 //     tries last.CompareAndSwap(last, newLast). Only the winner adds the
 //     minted milli-tokens to level, with a CAS loop that caps at capacity.
 //     The CAS on last makes the credited time segments disjoint, and each
-//     segment mints at most rate*segment (MintMilli rounds down), so the
+//     segment mints at most rate*segment (mintMilli rounds down), so the
 //     total minted never exceeds rate * (latest time - start). A stale level
 //     in the snapshot can only make the winner mint less (the cap is applied
 //     again when adding), never more. A loser retries with the new last,
@@ -52,7 +52,7 @@ const cacheLine = 128
 //     spent full since then to be minted by the next refill.
 //   - minDelta = ceil(1e9 / rate) is the shortest interval that mints one
 //     milli-token. When the bucket is not full and now-last < minDelta,
-//     MintMilli would return 0, so the caller skips it (and its 128-bit
+//     mintMilli would return 0, so the caller skips it (and its 128-bit
 //     division): low rates do not recompute on every call. The shortcut is
 //     exact (d >= ceil(1e9/r) iff floor(r*d/1e9) >= 1 for integer d), and it
 //     is checked after the full test, so a full bucket still moves its mark to
@@ -162,7 +162,7 @@ func NewAtomicBucket(cfg BucketConfig, startNanos int64) (*AtomicBucket, error) 
 	b := &AtomicBucket{}
 	b.per = cfg.period()
 	b.rate.Store(cfg.RateMilliPerSec)
-	b.minDelta.Store(NanosToMintPer(cfg.RateMilliPerSec, b.per, 1))
+	b.minDelta.Store(nanosToMintPer(cfg.RateMilliPerSec, b.per, 1))
 	b.capacity.Store(cfg.CapacityMilli)
 	lvl := int64(0)
 	if cfg.StartFull {
@@ -279,7 +279,7 @@ func (b *AtomicBucket) refillTo(nowNanos int64) {
 		if lvl < capm {
 			elapsed := nowNanos - last
 			if elapsed < b.minDelta.Load() {
-				return // exact shortcut: MintMilli would mint 0
+				return // exact shortcut: mintMilli would mint 0
 			}
 			if rate := b.rate.Load(); !fillsUp(rate, b.per, elapsed, capm-lvl) {
 				newLvl, newLast = refill(lvl, last, nowNanos, rate, b.per, capm)
@@ -369,7 +369,7 @@ func (b *AtomicBucket) markFull(nowNanos int64) {
 }
 
 // fillsUp reports whether rate (per periodNanos) mints at least
-// deficitMilli (> 0) over elapsedNanos (> 0), i.e. whether MintMilliPer's
+// deficitMilli (> 0) over elapsedNanos (> 0), i.e. whether mintMilliPer's
 // result would reach it, without its two 128-bit divisions:
 // floor(r*e/p) >= k iff r*e >= k*p.
 // Refill's result is then simply (capacity, now). A high-rate bucket refills
@@ -452,9 +452,9 @@ func (b *AtomicBucket) SetRate(nowNanos, rateMilliPerSec int64) {
 	}
 	// A hot-path reader may see the new rate with the old minDelta for a
 	// moment; a stale minDelta only delays a mint or costs a useless
-	// MintMilli, it never loses or over-mints tokens.
+	// mintMilli, it never loses or over-mints tokens.
 	b.rate.Store(rateMilliPerSec)
-	b.minDelta.Store(NanosToMintPer(rateMilliPerSec, b.per, 1))
+	b.minDelta.Store(nanosToMintPer(rateMilliPerSec, b.per, 1))
 }
 
 // SetCapacity changes the capacity at nowNanos, as TokenBucket.SetCapacity

@@ -80,7 +80,7 @@ func TestFullBucketTakenUnderLaggingClockMintsNoEarlierTime(t *testing.T) {
 				}
 				h = append(h, quotacheck.Admission{AtNanos: real, CostMilli: capm})
 				// Take every milli-token the instant it is minted.
-				step := NanosToMint(rate, 1)
+				step := nanosToMint(rate, 1)
 				for end := real + W; real < end; {
 					real += step
 					if lvl := b.LevelMilli(real); lvl > 0 && b.AllowN(real, lvl).Allowed {

@@ -77,7 +77,7 @@ func TestAtomicBucketMatchesTokenBucket(t *testing.T) {
 			StartFull:       rapid.Bool().Draw(rt, "full"),
 			// Rates per period: one second, a drift-stretched second, a
 			// minute, a day, the longest.
-			PeriodNanos: rapid.SampledFrom([]int64{0, NanosPerSecond, ClientPeriodNanos(0, 1000), 60 * NanosPerSecond, ClientPeriodNanos(86400*NanosPerSecond, MaxDriftPPM), MaxPeriodNanos}).Draw(rt, "period"),
+			PeriodNanos: rapid.SampledFrom([]int64{0, NanosPerSecond, ClientPeriodNanos(0, 1000), 60 * NanosPerSecond, ClientPeriodNanos(86400*NanosPerSecond, MaxDriftPPM), maxPeriodNanos}).Draw(rt, "period"),
 		}
 		start := rapid.Int64Range(0, 2e12).Draw(rt, "start")
 		tb, err := NewTokenBucket(cfg, start)
@@ -178,7 +178,7 @@ func TestAtomicBucketMatchesTokenBucket(t *testing.T) {
 			if lvl < tb.cfg.CapacityMilli && last != tb.lastNanos {
 				rt.Fatalf("step %d: last %d, TokenBucket %d (level %d)", i, last, tb.lastNanos, lvl)
 			}
-			if md := ab.minDelta.Load(); md != NanosToMintPer(tb.cfg.RateMilliPerSec, tb.cfg.period(), 1) {
+			if md := ab.minDelta.Load(); md != nanosToMintPer(tb.cfg.RateMilliPerSec, tb.cfg.period(), 1) {
 				rt.Fatalf("step %d: minDelta %d for rate %d", i, md, tb.cfg.RateMilliPerSec)
 			}
 		}

@@ -15,7 +15,7 @@ type BucketConfig struct {
 	// PeriodNanos is the time over which the bucket mints RateMilliPerSec
 	// (0: one second). Rates below a milli-token per second (1 token a
 	// minute: 1000 per 60 s) and rates divided by a drift factor (r_i per
-	// (1+ρ) seconds, ClientPeriodNanos) are then exact. In [0, MaxPeriodNanos].
+	// (1+ρ) seconds, ClientPeriodNanos) are then exact. In [0, maxPeriodNanos].
 	PeriodNanos int64
 	// StartFull makes the bucket start at CapacityMilli instead of empty.
 	StartFull bool
@@ -29,8 +29,8 @@ func (c BucketConfig) Validate() error {
 	if c.RateMilliPerSec < 0 || c.RateMilliPerSec > MaxRateMilliPerSec {
 		return fmt.Errorf("%w: rate %d milli-tokens/s is outside [0, %d]", ErrInvalidConfig, c.RateMilliPerSec, MaxRateMilliPerSec)
 	}
-	if c.PeriodNanos < 0 || c.PeriodNanos > MaxPeriodNanos {
-		return fmt.Errorf("%w: rate period %d ns is outside [0, %d]", ErrInvalidConfig, c.PeriodNanos, MaxPeriodNanos)
+	if c.PeriodNanos < 0 || c.PeriodNanos > maxPeriodNanos {
+		return fmt.Errorf("%w: rate period %d ns is outside [0, %d]", ErrInvalidConfig, c.PeriodNanos, maxPeriodNanos)
 	}
 	return nil
 }
@@ -84,7 +84,7 @@ func refill(levelMilli, lastNanos, nowNanos, rateMilliPerSec, periodNanos, capMi
 		// Full: time spent full mints nothing, so there is no fraction to carry.
 		return levelMilli, nowNanos
 	}
-	minted, used := MintMilliPer(rateMilliPerSec, periodNanos, nowNanos-lastNanos)
+	minted, used := mintMilliPer(rateMilliPerSec, periodNanos, nowNanos-lastNanos)
 	if minted == 0 {
 		return levelMilli, lastNanos
 	}
@@ -103,7 +103,7 @@ func decide(levelMilli, lastNanos, nowNanos, costMilli, rateMilliPerSec, periodN
 	if levelMilli >= costMilli {
 		return Decision{Allowed: true, Reason: ReasonOK, RemainingMilli: levelMilli - costMilli}
 	}
-	wait := NanosToMintPer(rateMilliPerSec, periodNanos, costMilli-levelMilli)
+	wait := nanosToMintPer(rateMilliPerSec, periodNanos, costMilli-levelMilli)
 	if wait != int64(RetryNever) {
 		// Part of the wait has already elapsed as the carried fraction.
 		wait -= nowNanos - lastNanos
@@ -161,10 +161,10 @@ func (b *TokenBucket) LevelMilli(nowNanos int64) (int64, error) {
 	return b.levelMilli, nil
 }
 
-// NewTokenBucketWithLevel returns a bucket that starts at levelMilli
+// newTokenBucketWithLevel returns a bucket that starts at levelMilli
 // (clamped to [0, capacity]) at startNanos: a client's bucket for a new
 // lease starts with the tokens the coordinator debited from its pool.
-func NewTokenBucketWithLevel(cfg BucketConfig, startNanos, levelMilli int64) (*TokenBucket, error) {
+func newTokenBucketWithLevel(cfg BucketConfig, startNanos, levelMilli int64) (*TokenBucket, error) {
 	b, err := NewTokenBucket(cfg, startNanos)
 	if err != nil {
 		return nil, err

@@ -40,14 +40,14 @@ func TestClientPeriodKeepsSmallShares(t *testing.T) {
 	}
 	var floored, exact int64
 	for _, share := range []int64{5, 5, 6} {
-		m, _ := MintMilliPer(share, per, 1000*sec)
+		m, _ := mintMilliPer(share, per, 1000*sec)
 		exact += m
-		floored += ClientMintRate(share, 1000) * 1000
+		floored += clientMintRate(share, 1000) * 1000
 	}
 	if exact != 15_984 || floored != 13_000 {
 		t.Fatalf("over 1000 s: %d exact (want 15984 = 16000/1.001), %d floored", exact, floored)
 	}
-	if ClientPeriodNanos(86400*sec, MaxDriftPPM) > MaxPeriodNanos {
+	if ClientPeriodNanos(86400*sec, MaxDriftPPM) > maxPeriodNanos {
 		t.Fatal("a day stretched by the largest drift does not fit a bucket's period")
 	}
 }

@@ -16,7 +16,7 @@ import (
 func TestLeftoverBurstToPoolCaught(t *testing.T) {
 	withRapidFlags(t, map[string]string{"rapid.nofailfile": "true", "rapid.checks": "2000", "rapid.shrinktime": "1ms"})
 	rapidcontrol.ExpectCaught(t, "leftover-burst-to-pool", "unclaimed", func(rt *rapid.T) {
-		if f := burstStepModel(rt, FaultLeftoverBurstToPool, true); f != "" {
+		if f := burstStepModel(rt, faultLeftoverBurstToPool, true); f != "" {
 			rt.Fatal(f)
 		}
 	})

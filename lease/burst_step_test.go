@@ -9,7 +9,7 @@ package lease
 // the shares settle after a step the utilization check asks that the
 // burst no demand claims is held by the holders, each its weight's part:
 // a holder that steps up spends it at once, without waiting for a
-// renewal. The negative control (FaultLeftoverBurstToPool: the division
+// renewal. The negative control (faultLeftoverBurstToPool: the division
 // of before the switch, leftovers back to the pool) must be caught by the
 // utilization check.
 
@@ -40,7 +40,7 @@ func burstStepModel(t *rapid.T, fault Fault, on bool) string {
 	const ms = NanosPerSecond / 1000
 	r := rapid.SampledFrom([]int64{1_000_000, 10_000_000, 1_000_000_000}).Draw(t, "r")
 	b := rapid.SampledFrom([]int64{1_000_000, 10_000_000, 1_000_000_000}).Draw(t, "B")
-	l, err := NewLedger(LedgerConfig{RateMilliPerSec: r, CapacityMilli: b, StartFull: true}, 0)
+	l, err := newLedger(LedgerConfig{RateMilliPerSec: r, CapacityMilli: b, StartFull: true}, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -87,7 +87,7 @@ func burstStepModel(t *rapid.T, fault Fault, on bool) string {
 		}
 		check("grant " + h.id)
 		h.leaseID = g.LeaseID
-		h.bucket, err = NewTokenBucketWithLevel(BucketConfig{CapacityMilli: g.CapMilli, RateMilliPerSec: g.RateMilliPerSec}, now, g.StartMilli)
+		h.bucket, err = newTokenBucketWithLevel(BucketConfig{CapacityMilli: g.CapMilli, RateMilliPerSec: g.RateMilliPerSec}, now, g.StartMilli)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -152,7 +152,7 @@ func burstStepModel(t *rapid.T, fault Fault, on bool) string {
 		settled := false
 		for round := 0; round < 8 && !settled; round++ {
 			consume(50 * ms)
-			hr, hc := l.Held()
+			hr, hc := l.heldTotal()
 			settled = true
 			for _, h := range hs {
 				if renew(h) {
@@ -160,7 +160,7 @@ func burstStepModel(t *rapid.T, fault Fault, on bool) string {
 				}
 				now += ms
 			}
-			if hr2, hc2 := l.Held(); hr2 != hr || hc2 != hc || round == 0 {
+			if hr2, hc2 := l.heldTotal(); hr2 != hr || hc2 != hc || round == 0 {
 				// (The first round's early renewals saw the old demands
 				// of the holders after them.)
 				settled = false // an acknowledgement freed a superseded share: others may take it
@@ -217,7 +217,7 @@ func TestLeftoverBurstStepModel(t *testing.T) {
 	for _, on := range []bool{true, false} {
 		t.Run(fmt.Sprintf("leftover-burst=%v", on), func(t *testing.T) {
 			rapid.Check(t, func(t *rapid.T) {
-				if f := burstStepModel(t, FaultNone, on); f != "" {
+				if f := burstStepModel(t, faultNone, on); f != "" {
 					t.Fatal(f)
 				}
 			})

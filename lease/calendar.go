@@ -69,8 +69,8 @@ const (
 // longer one is almost certainly a typing mistake.
 const MaxWindowNanos = int64(366 * 24 * time.Hour)
 
-// ErrInvalidWindow is wrapped by WindowSpec errors.
-var ErrInvalidWindow = errors.New("lease: invalid window")
+// errInvalidWindow is wrapped by WindowSpec errors.
+var errInvalidWindow = errors.New("lease: invalid window")
 
 // WindowSpec says where a key's windows start and end, in window time: Unix
 // nanoseconds as the cluster reckons them (docs/design.md §8). Exactly one
@@ -96,16 +96,16 @@ func NewWindowSpec(fixedNanos int64, period, timezone string) (WindowSpec, error
 	s := WindowSpec{FixedNanos: fixedNanos, Period: period, Timezone: timezone}
 	switch {
 	case fixedNanos != 0 && period != "":
-		return s, fmt.Errorf("%w: both a fixed window (%v) and a period (%s); want one of them", ErrInvalidWindow, time.Duration(fixedNanos), period)
+		return s, fmt.Errorf("%w: both a fixed window (%v) and a period (%s); want one of them", errInvalidWindow, time.Duration(fixedNanos), period)
 	case period == "" && timezone != "":
-		return s, fmt.Errorf("%w: timezone %q applies only to a calendar period (day, week or month)", ErrInvalidWindow, timezone)
+		return s, fmt.Errorf("%w: timezone %q applies only to a calendar period (day, week or month)", errInvalidWindow, timezone)
 	case period == "":
 		if fixedNanos <= 0 || fixedNanos > MaxWindowNanos {
-			return s, fmt.Errorf("%w: window %v is outside (0, 366d]", ErrInvalidWindow, time.Duration(fixedNanos))
+			return s, fmt.Errorf("%w: window %v is outside (0, 366d]", errInvalidWindow, time.Duration(fixedNanos))
 		}
 		return s, nil
 	case period != PeriodDay && period != PeriodWeek && period != PeriodMonth:
-		return s, fmt.Errorf("%w: period %q is not day, week or month", ErrInvalidWindow, period)
+		return s, fmt.Errorf("%w: period %q is not day, week or month", errInvalidWindow, period)
 	}
 	if timezone == "" {
 		s.Location = time.UTC
@@ -113,7 +113,7 @@ func NewWindowSpec(fixedNanos int64, period, timezone string) (WindowSpec, error
 	}
 	loc, err := loadZone(timezone)
 	if err != nil {
-		return s, fmt.Errorf("%w: timezone %q is not an IANA zone name like UTC or Europe/Paris", ErrInvalidWindow, timezone)
+		return s, fmt.Errorf("%w: timezone %q is not an IANA zone name like UTC or Europe/Paris", errInvalidWindow, timezone)
 	}
 	s.Location = loc
 	return s, nil

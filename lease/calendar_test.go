@@ -83,7 +83,7 @@ func TestWindowSpecErrors(t *testing.T) {
 		{time.Hour, "", "UTC", "applies only to a calendar period"},
 	} {
 		_, err := NewWindowSpec(int64(tc.fixed), tc.period, tc.tz)
-		if !errors.Is(err, ErrInvalidWindow) || !contains(err.Error(), tc.want) {
+		if !errors.Is(err, errInvalidWindow) || !contains(err.Error(), tc.want) {
 			t.Errorf("NewWindowSpec(%v, %q, %q) = %v, want %q", tc.fixed, tc.period, tc.tz, err, tc.want)
 		}
 	}

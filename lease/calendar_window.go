@@ -2,11 +2,11 @@ package lease
 
 import "time"
 
-// CalendarWindow is the local (simulation) limiter of a fixed-window
+// calendarWindow is the local (simulation) limiter of a fixed-window
 // policy whose windows are calendar periods: like FixedWindow, with the
 // window of time t being spec.At(t) (t read as Unix nanoseconds). It is not
 // safe for concurrent use.
-type CalendarWindow struct {
+type calendarWindow struct {
 	limitMilli int64
 	spec       WindowSpec
 	clock      windowClock
@@ -14,17 +14,17 @@ type CalendarWindow struct {
 	usedMilli  int64
 }
 
-var _ Limiter = (*CalendarWindow)(nil)
+var _ Limiter = (*calendarWindow)(nil)
 
 // NewCalendarWindow returns an empty calendar-window limiter.
-func NewCalendarWindow(limitMilli int64, spec WindowSpec) (*CalendarWindow, error) {
+func NewCalendarWindow(limitMilli int64, spec WindowSpec) (*calendarWindow, error) {
 	if err := (WindowLedgerConfig{LimitMilli: limitMilli, Spec: spec}).validate(); err != nil {
 		return nil, err
 	}
-	return &CalendarWindow{limitMilli: limitMilli, spec: spec}, nil
+	return &calendarWindow{limitMilli: limitMilli, spec: spec}, nil
 }
 
-func (c *CalendarWindow) advance(now int64) {
+func (c *calendarWindow) advance(now int64) {
 	c.clock.observe(now)
 	if c.end == 0 || now >= c.end || now < c.start {
 		c.start, c.end = c.spec.At(now)
@@ -33,7 +33,7 @@ func (c *CalendarWindow) advance(now int64) {
 }
 
 // Admit implements Limiter; a refusal waits for the next window.
-func (c *CalendarWindow) Admit(nowNanos, costMilli int64) (Decision, error) {
+func (c *calendarWindow) Admit(nowNanos, costMilli int64) (Decision, error) {
 	if err := validateCall(&c.clock, nowNanos, costMilli); err != nil {
 		return Decision{}, err
 	}
@@ -49,7 +49,7 @@ func (c *CalendarWindow) Admit(nowNanos, costMilli int64) (Decision, error) {
 }
 
 // Refund implements Limiter.
-func (c *CalendarWindow) Refund(nowNanos, costMilli int64) error {
+func (c *calendarWindow) Refund(nowNanos, costMilli int64) error {
 	if err := validateCall(&c.clock, nowNanos, costMilli); err != nil {
 		return err
 	}

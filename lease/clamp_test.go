@@ -49,18 +49,18 @@ func TestClampedTokensReturnThroughThePool(t *testing.T) { // rule (i)
 	}
 	// a renews: its share is cut to a quarter, the old terms still held.
 	a2 := versionedRenew(t, l, sec/10, "a", a, 1, 0)
-	if a2.CapMilli != 25_000 || a2.Version != 2 || a2.ReturnedMilli != 0 {
+	if a2.CapMilli != 25_000 || a2.Version != 2 || a2.returnedMilli != 0 {
 		t.Fatalf("a's renewal = %+v", a2)
 	}
 	// a installs version 2 (its bucket clamps 100 to 25 tokens) and says so.
 	a3 := versionedRenew(t, l, sec/5, "a", a2, 2, 75_000)
-	if a3.ReturnedMilli != 75_000 {
-		t.Fatalf("acknowledging renewal returned %d of the 75000 clamped, want all", a3.ReturnedMilli)
+	if a3.returnedMilli != 75_000 {
+		t.Fatalf("acknowledging renewal returned %d of the 75000 clamped, want all", a3.returnedMilli)
 	}
 	// The same renewal again (a duplicate) returns nothing more: the
 	// versions above version 2 were dropped by the first.
-	if dup := versionedRenew(t, l, sec/5, "a", a3, 2, 75_000); dup.ReturnedMilli != 0 {
-		t.Fatalf("a duplicated acknowledgement returned %d again", dup.ReturnedMilli)
+	if dup := versionedRenew(t, l, sec/5, "a", a3, 2, 75_000); dup.returnedMilli != 0 {
+		t.Fatalf("a duplicated acknowledgement returned %d again", dup.returnedMilli)
 	}
 	// The others' renewals raise their caps and fill them from the pool.
 	var topped int64
@@ -91,8 +91,8 @@ func TestClampReportIsBounded(t *testing.T) {
 	}
 	// Acknowledging version 1 (the whole burst) claims a clamp, but no
 	// version older than 1 exists: nothing returns.
-	if g := versionedRenew(t, l, sec/4, "a", a2, 1, 40_000); g.ReturnedMilli != 0 {
-		t.Fatalf("a clamp with no older version held returned %d", g.ReturnedMilli)
+	if g := versionedRenew(t, l, sec/4, "a", a2, 1, 40_000); g.returnedMilli != 0 {
+		t.Fatalf("a clamp with no older version held returned %d", g.returnedMilli)
 	}
 	if _, err := l.Renew(sec/3, RenewRequest{ClientID: "a", Incarnation: 1, LeaseID: a.LeaseID, TTLNanos: sec,
 		AckedVersion: 2, ClampedMilli: -1}); !errors.Is(err, ErrInvalidRequest) {
@@ -103,8 +103,8 @@ func TestClampReportIsBounded(t *testing.T) {
 	versionedGrant(t, l2, 0, "b")
 	a2 = versionedRenew(t, l2, sec/10, "a", a, 1, 0)
 	// A report above the cut (100000 - 50000) returns only the cut.
-	if g := versionedRenew(t, l2, sec/5, "a", a2, 2, 90_000); g.ReturnedMilli != 50_000 {
-		t.Fatalf("a clamp of 90000 against a cut of 50000 returned %d", g.ReturnedMilli)
+	if g := versionedRenew(t, l2, sec/5, "a", a2, 2, 90_000); g.returnedMilli != 50_000 {
+		t.Fatalf("a clamp of 90000 against a cut of 50000 returned %d", g.returnedMilli)
 	}
 }
 

@@ -34,14 +34,14 @@ func TestRealTimeBoundWithSlowLeaderAndElection(t *testing.T) {
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			l, _ := NewLedger(LedgerConfig{RateMilliPerSec: r, CapacityMilli: B, StartFull: true, DriftPPM: rho}, 0)
+			l, _ := newLedger(LedgerConfig{RateMilliPerSec: r, CapacityMilli: B, StartFull: true, DriftPPM: rho}, 0)
 			g, err := l.Grant(0, GrantRequest{ClientID: "a", Incarnation: 1, Seq: 1, DemandRateMilliPerSec: r, DemandBurstMilli: B, TTLNanos: 60 * sec})
 			if err != nil {
 				t.Fatal(err)
 			}
 			local := func(real int64) int64 { return real + real*rho/PPM } // client clock 5% fast
 			deadline := ClientDeadline(local(0), g.TTLNanos, rho)
-			b, _ := NewTokenBucketWithLevel(BucketConfig{CapacityMilli: g.CapMilli, RateMilliPerSec: g.RateMilliPerSec, PeriodNanos: ClientPeriodNanos(0, rho)}, local(0), g.StartMilli)
+			b, _ := newTokenBucketWithLevel(BucketConfig{CapacityMilli: g.CapMilli, RateMilliPerSec: g.RateMilliPerSec, PeriodNanos: ClientPeriodNanos(0, rho)}, local(0), g.StartMilli)
 			var h []quotacheck.Admission
 			for real := int64(0); local(real) < deadline; real += 10_000_000 {
 				if c := tc.cluster(real); c >= g.ExpiresNanos {
@@ -64,7 +64,7 @@ func TestRealTimeBoundWithSlowLeaderAndElection(t *testing.T) {
 func TestPoolMintRateCoversFastLeader(t *testing.T) {
 	const rho = 100_000 // 10%: the largest allowed
 	const r, B = 1_000, 1_000_000
-	l, _ := NewLedger(LedgerConfig{RateMilliPerSec: r, CapacityMilli: B, DriftPPM: rho}, 0) // pool starts empty
+	l, _ := newLedger(LedgerConfig{RateMilliPerSec: r, CapacityMilli: B, DriftPPM: rho}, 0) // pool starts empty
 	// Real time T; the leader's clock runs 10% fast: cluster = 1.1 T.
 	const realSpan = 500 * sec
 	cluster := realSpan + realSpan*rho/PPM
@@ -88,7 +88,7 @@ func TestPoolMintRateCoversFastLeader(t *testing.T) {
 // Regression: the pool's carried time must be dropped when its rate rises
 // (a lease holding the whole rate is released).
 func TestRepriceDropsCarry(t *testing.T) {
-	l, _ := NewLedger(LedgerConfig{RateMilliPerSec: 1_000, CapacityMilli: 1_000}, 0)
+	l, _ := newLedger(LedgerConfig{RateMilliPerSec: 1_000, CapacityMilli: 1_000}, 0)
 	g, _ := l.Grant(0, GrantRequest{ClientID: "a", Incarnation: 1, Seq: 1, DemandRateMilliPerSec: 1_000, DemandBurstMilli: 500, TTLNanos: 200 * sec})
 	if _, err := l.Release(100*sec, ReleaseRequest{ClientID: "a", Incarnation: 1, LeaseID: g.LeaseID}); err != nil {
 		t.Fatal(err)
@@ -103,7 +103,7 @@ func TestRepriceDropsCarry(t *testing.T) {
 
 // Regression: each segment of pool minting uses the rate in force during it.
 func TestSegmentRate(t *testing.T) {
-	l, _ := NewLedger(LedgerConfig{RateMilliPerSec: 1_000, CapacityMilli: 1_000}, 0)
+	l, _ := newLedger(LedgerConfig{RateMilliPerSec: 1_000, CapacityMilli: 1_000}, 0)
 	g, _ := l.Grant(0, GrantRequest{ClientID: "a", Incarnation: 1, Seq: 1, DemandRateMilliPerSec: 1_000, DemandBurstMilli: 1_000, TTLNanos: 10 * sec})
 	if _, err := l.Renew(sec, RenewRequest{ClientID: "a", Incarnation: 1, LeaseID: g.LeaseID, TTLNanos: 10 * sec}); err != nil {
 		t.Fatal(err)
@@ -117,13 +117,13 @@ func TestSegmentRate(t *testing.T) {
 }
 
 func TestTimeRangeAndDriftEdges(t *testing.T) {
-	if _, err := NewLedger(LedgerConfig{RateMilliPerSec: 1, CapacityMilli: 1}, -1); !errors.Is(err, ErrTimeOutOfRange) {
+	if _, err := newLedger(LedgerConfig{RateMilliPerSec: 1, CapacityMilli: 1}, -1); !errors.Is(err, ErrTimeOutOfRange) {
 		t.Errorf("negative start: %v", err)
 	}
 	if _, err := NewTokenBucket(BucketConfig{CapacityMilli: 1, RateMilliPerSec: 1}, math.MinInt64/2); !errors.Is(err, ErrTimeOutOfRange) {
 		t.Errorf("negative bucket start: %v", err)
 	}
-	l, _ := NewLedger(LedgerConfig{RateMilliPerSec: 1_000, CapacityMilli: 1_000, StartFull: true}, MaxTimeNanos-sec)
+	l, _ := newLedger(LedgerConfig{RateMilliPerSec: 1_000, CapacityMilli: 1_000, StartFull: true}, MaxTimeNanos-sec)
 	g, err := l.Grant(MaxTimeNanos-sec, GrantRequest{ClientID: "a", Incarnation: 1, Seq: 1, TTLNanos: MaxTTLNanos})
 	if err != nil || g.ExpiresNanos < MaxTimeNanos {
 		t.Fatalf("grant near the end of time: %+v, %v", g, err)
@@ -135,13 +135,13 @@ func TestTimeRangeAndDriftEdges(t *testing.T) {
 	if ClientUsableNanos(10*sec, -50_000) != ClientUsableNanos(10*sec, MaxDriftPPM) {
 		t.Error("negative drift not treated as maximal")
 	}
-	if ClientMintRate(1_000, -50_000) > 1_000 || ClientDeadline(sec, sec, -PPM) < sec {
+	if clientMintRate(1_000, -50_000) > 1_000 || ClientDeadline(sec, sec, -PPM) < sec {
 		t.Error("negative drift widened the client's terms")
 	}
 }
 
 func TestCorruptSnapshotRefused(t *testing.T) {
-	l, _ := NewLedger(LedgerConfig{RateMilliPerSec: 1_000, CapacityMilli: 1_000}, 0)
+	l, _ := newLedger(LedgerConfig{RateMilliPerSec: 1_000, CapacityMilli: 1_000}, 0)
 	for _, id := range []string{"a", "b", "c"} {
 		if _, err := l.Grant(0, GrantRequest{ClientID: id, Incarnation: 1, Seq: 1, TTLNanos: sec}); err != nil {
 			t.Fatal(err)

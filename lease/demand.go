@@ -21,7 +21,7 @@ type Demand struct {
 	Known bool
 }
 
-// Report returns the demand at nowNanos, given the cost offered since the
+// report returns the demand at nowNanos, given the cost offered since the
 // previous report (admitted or not, in milli-tokens) and the largest single
 // cost seen in that time.
 //
@@ -30,13 +30,13 @@ type Demand struct {
 //     that went quiet gives its share back within one report. A limiter
 //     offered nothing reports zero: it is idle, and its rate goes to the
 //     active ones (an idle lease keeps only what nobody else claims; see
-//     DivideBudget).
+//     divideBudget).
 //   - Burst: one second of the rate demand, and room for twice the largest
 //     cost seen while active (at least one token), so costly requests fit.
 //   - Max cost: the largest cost seen since the limiter last went idle.
 //
 // Nothing overflows: every sum and product saturates.
-func (m *DemandMeter) Report(nowNanos, offeredMilli, maxCostMilli int64) Demand {
+func (m *DemandMeter) report(nowNanos, offeredMilli, maxCostMilli int64) Demand {
 	offeredMilli, maxCostMilli = max(offeredMilli, 0), max(maxCostMilli, 0)
 	last := m.lastNanos
 	m.lastNanos = nowNanos
@@ -68,14 +68,14 @@ func (m *DemandMeter) demand() Demand {
 	return Demand{RateMilliPerSec: d, BurstMilli: burst, MaxCostMilli: m.maxCost, Known: true}
 }
 
-// ReportRise is Report for a report sent early because the offered rate
+// ReportRise is report for a report sent early because the offered rate
 // rose: recentRateMilli is the rate offered over the last few tens of
 // milliseconds (milli-tokens/s). The estimate follows a rise at once, not
 // smoothed: if the recent rate is above it, it becomes the estimate, so
 // the demand reported (with the usual headroom) is what is offered now,
 // not an average over a span that was mostly quiet.
 func (m *DemandMeter) ReportRise(nowNanos, offeredMilli, maxCostMilli, recentRateMilli int64) Demand {
-	d := m.Report(nowNanos, offeredMilli, maxCostMilli)
+	d := m.report(nowNanos, offeredMilli, maxCostMilli)
 	if !d.Known || recentRateMilli <= 0 || recentRateMilli <= m.ewma {
 		return d
 	}
@@ -86,8 +86,8 @@ func (m *DemandMeter) ReportRise(nowNanos, offeredMilli, maxCostMilli, recentRat
 // unknownDemand is a demand large enough to mean "as much as is fair".
 const unknownDemand = int64(1) << 50
 
-// UnknownDemand is what a limiter asks for before it has measured
+// demandUnknown is what a limiter asks for before it has measured
 // anything: as much as is fair.
-func UnknownDemand() Demand {
+func demandUnknown() Demand {
 	return Demand{RateMilliPerSec: unknownDemand, BurstMilli: unknownDemand, Known: false}
 }

@@ -7,22 +7,22 @@ import (
 
 func TestDemandMeterIdleReportsZero(t *testing.T) {
 	var m DemandMeter
-	if d := m.Report(sec, 5000, 5000); d.Known {
+	if d := m.report(sec, 5000, 5000); d.Known {
 		t.Fatalf("first report %+v, want unknown", d)
 	}
-	d := m.Report(2*sec, 4000, 5000)
+	d := m.report(2*sec, 4000, 5000)
 	if d.RateMilliPerSec != 5000 || d.BurstMilli != 10_000 || d.MaxCostMilli != 5000 {
 		t.Fatalf("active: %+v, want rate 4000·1.25, burst twice the cost 5000", d)
 	}
-	d = m.Report(3*sec, 0, 0)
+	d = m.report(3*sec, 0, 0)
 	if d != (Demand{Known: true}) {
 		t.Fatalf("idle: %+v, want zero demand", d)
 	}
 	// Back: the largest cost is remembered while active, forgotten when idle.
-	if d = m.Report(4*sec, 1000, 1000); d.MaxCostMilli != 1000 {
+	if d = m.report(4*sec, 1000, 1000); d.MaxCostMilli != 1000 {
 		t.Fatalf("back: %+v", d)
 	}
-	if d = m.Report(5*sec, 1000, 0); d.MaxCostMilli != 1000 || d.BurstMilli != 2000 {
+	if d = m.report(5*sec, 1000, 0); d.MaxCostMilli != 1000 || d.BurstMilli != 2000 {
 		t.Fatalf("still active: %+v", d)
 	}
 }
@@ -30,17 +30,17 @@ func TestDemandMeterIdleReportsZero(t *testing.T) {
 // Demands saturate: no sum or product wraps, whatever the offered cost.
 func TestDemandMeterSaturates(t *testing.T) {
 	var m DemandMeter
-	m.Report(1, math.MaxInt64, math.MaxInt64)
+	m.report(1, math.MaxInt64, math.MaxInt64)
 	for i := int64(2); i < 6; i++ {
-		d := m.Report(i, math.MaxInt64, math.MaxInt64)
+		d := m.report(i, math.MaxInt64, math.MaxInt64)
 		if d.RateMilliPerSec <= 0 || d.BurstMilli <= 0 || d.MaxCostMilli != math.MaxInt64 {
 			t.Fatalf("report %d wrapped: %+v", i, d)
 		}
 	}
 	// A huge cost after a small rate: twice the cost saturates.
 	var n DemandMeter
-	n.Report(sec, 1, 0)
-	if d := n.Report(2*sec, 1, math.MaxInt64/2+1); d.BurstMilli != math.MaxInt64 {
+	n.report(sec, 1, 0)
+	if d := n.report(2*sec, 1, math.MaxInt64/2+1); d.BurstMilli != math.MaxInt64 {
 		t.Fatalf("2·max cost wrapped: %+v", d)
 	}
 }
@@ -50,21 +50,21 @@ func TestDemandMeterSaturates(t *testing.T) {
 // 20 000/s with the headroom, not the span's average smoothed.
 func TestDemandMeterFollowsARiseAtOnce(t *testing.T) {
 	var m DemandMeter
-	m.Report(sec, 100_000, 1000)
-	m.Report(2*sec, 100_000, 1000)
+	m.report(sec, 100_000, 1000)
+	m.report(2*sec, 100_000, 1000)
 	offered := int64(90_000 + 2_000_000) // 0.9 s at 100/s, 0.1 s at 20 000/s
 	if d := m.ReportRise(3*sec, offered, 1000, 20_000_000); d.RateMilliPerSec != 25_000_000 || d.BurstMilli != 25_000_000 {
 		t.Fatalf("rise: %+v, want 20 000/s with 25%% headroom", d)
 	}
 	var n DemandMeter
-	n.Report(sec, 100_000, 1000)
-	n.Report(2*sec, 100_000, 1000)
-	if d := n.Report(3*sec, offered, 1000); d.RateMilliPerSec >= 2_000_000 {
+	n.report(sec, 100_000, 1000)
+	n.report(2*sec, 100_000, 1000)
+	if d := n.report(3*sec, offered, 1000); d.RateMilliPerSec >= 2_000_000 {
 		t.Fatalf("plain report: %+v, want the smoothed average", d)
 	}
 	// A recent rate below the estimate changes nothing.
 	var o DemandMeter
-	o.Report(sec, 100_000, 1000)
+	o.report(sec, 100_000, 1000)
 	if d := o.ReportRise(2*sec, 100_000, 1000, 50_000); d.RateMilliPerSec != 125_000 {
 		t.Fatalf("no rise: %+v", d)
 	}

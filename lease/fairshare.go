@@ -8,8 +8,8 @@ import (
 	"strings"
 )
 
-// Claim is one client's demand in a fair division.
-type Claim struct {
+// fairClaim is one client's demand in a fair division.
+type fairClaim struct {
 	// ID orders claims deterministically; the integer remainder of a
 	// division goes to the lowest IDs first, and equal IDs keep their order
 	// in the slice.
@@ -20,7 +20,7 @@ type Claim struct {
 	Weight int64
 }
 
-// FairShares divides total among claims by weighted max-min fairness using
+// fairShares divides total among claims by weighted max-min fairness using
 // iterative water-filling: every round gives each unsatisfied claim the same
 // amount per unit of weight; claims whose demand fits under that level are
 // satisfied exactly and leave, and their unused share is redistributed to the
@@ -32,7 +32,7 @@ type Claim struct {
 // unit at a time to the largest fractional parts (ties by ID).
 // shares[i] corresponds to claims[i].
 // Each share is within one unit of the exact rational max-min share.
-func FairShares(total int64, claims []Claim) ([]int64, error) {
+func fairShares(total int64, claims []fairClaim) ([]int64, error) {
 	if total < 0 {
 		return nil, fmt.Errorf("%w: fair-share total %d is negative", ErrInvalidConfig, total)
 	}
@@ -125,9 +125,9 @@ func mulLE(a, b, c, d int64) bool {
 	return h1 < h2 || (h1 == h2 && l1 <= l2)
 }
 
-// ShareClaim is one lease's claim in the division of a key's budget
-// (DivideBudget).
-type ShareClaim struct {
+// budgetClaim is one lease's claim in the division of a key's budget
+// (divideBudget).
+type budgetClaim struct {
 	// Weight scales the claim's fair share (>= 1; 0 is treated as 1).
 	Weight int64
 	// RateMilliPerSec and BurstMilli are the demands: the most rate and
@@ -143,11 +143,11 @@ type ShareClaim struct {
 	Incumbent bool
 }
 
-// CapFloor is the smallest useful cap for a claim on a budget of capacity
+// capFloor is the smallest useful cap for a claim on a budget of capacity
 // B: its largest recent cost, at least one token (every client cost is a
 // whole number of tokens), at most its burst demand and B. A cap below it
 // admits nothing the lease is asked for.
-func CapFloor(c ShareClaim, capacityMilli int64) int64 {
+func capFloor(c budgetClaim, capacityMilli int64) int64 {
 	f := min(max(c.MaxCostMilli, MilliPerToken), capacityMilli)
 	if c.BurstMilli > 0 {
 		f = min(f, c.BurstMilli)
@@ -155,14 +155,14 @@ func CapFloor(c ShareClaim, capacityMilli int64) int64 {
 	return f
 }
 
-// DivideBudget divides a key's rate r and burst B among leases' claims.
+// divideBudget divides a key's rate r and burst B among leases' claims.
 // It is a pure function of its arguments (so every server computes the same
 // division), and Σ rates <= r, Σ caps <= B always.
 //
-//  1. Weighted max-min fair shares (FairShares) of r and of B over the
+//  1. Weighted max-min fair shares (fairShares) of r and of B over the
 //     demands.
 //  2. No slivers: if some demanding claim's fair cap is below its floor
-//     (CapFloor: B/n smaller than a request), B is instead leased as
+//     (capFloor: B/n smaller than a request), B is instead leased as
 //     full-cost caps to a subset. Candidates (claims with a burst demand)
 //     are taken in order: incumbents first, then by rate demand, then by
 //     burst demand (both descending), then by position; a candidate joins
@@ -179,15 +179,15 @@ func CapFloor(c ShareClaim, capacityMilli int64) int64 {
 //     the whole burst, and its first renewal gives the reserve back to
 //     the others' demands.
 //
-// DivideBudgetWith with LeftoverBurst changes step 3 for B (the rule of
+// divideBudgetWith with LeftoverBurst changes step 3 for B (the rule of
 // FeatureLeftoverBurst, docs/design.md §3.2): outside step 2, and while no
 // claim is idle, whatever of B no demand claims is split by weight among
 // every claim and one more seat of weight 1, the pool's, for newcomers.
-func DivideBudget(rateMilliPerSec, capacityMilli int64, cs []ShareClaim) (rates, caps []int64, err error) {
-	return DivideBudgetWith(rateMilliPerSec, capacityMilli, cs, DivideOptions{})
+func divideBudget(rateMilliPerSec, capacityMilli int64, cs []budgetClaim) (rates, caps []int64, err error) {
+	return divideBudgetWith(rateMilliPerSec, capacityMilli, cs, DivideOptions{})
 }
 
-// DivideOptions selects a variant of DivideBudget's rule.
+// DivideOptions selects a variant of divideBudget's rule.
 type DivideOptions struct {
 	// LeftoverBurst: while no holder is idle (idle ones keep it all, as
 	// without the option), the burst no demand claims goes to every holder
@@ -200,30 +200,30 @@ type DivideOptions struct {
 	LeftoverBurst bool
 }
 
-// DivideBudgetWith is DivideBudget with the variant opts selects.
-func DivideBudgetWith(rateMilliPerSec, capacityMilli int64, cs []ShareClaim, opts DivideOptions) (rates, caps []int64, err error) {
+// divideBudgetWith is divideBudget with the variant opts selects.
+func divideBudgetWith(rateMilliPerSec, capacityMilli int64, cs []budgetClaim, opts DivideOptions) (rates, caps []int64, err error) {
 	if rateMilliPerSec < 0 || capacityMilli < 0 {
 		return nil, nil, fmt.Errorf("%w: budget rate %d, burst %d must not be negative", ErrInvalidConfig, rateMilliPerSec, capacityMilli)
 	}
 	n := len(cs)
-	rateClaims := make([]Claim, n)
-	burstClaims := make([]Claim, n)
+	rateClaims := make([]fairClaim, n)
+	burstClaims := make([]fairClaim, n)
 	for j, c := range cs {
 		if c.MaxCostMilli < 0 {
 			return nil, nil, fmt.Errorf("%w: claim %d max cost %d is negative", ErrInvalidConfig, j, c.MaxCostMilli)
 		}
-		rateClaims[j] = Claim{Demand: min(c.RateMilliPerSec, rateMilliPerSec), Weight: c.Weight}
-		burstClaims[j] = Claim{Demand: min(c.BurstMilli, capacityMilli), Weight: c.Weight}
+		rateClaims[j] = fairClaim{Demand: min(c.RateMilliPerSec, rateMilliPerSec), Weight: c.Weight}
+		burstClaims[j] = fairClaim{Demand: min(c.BurstMilli, capacityMilli), Weight: c.Weight}
 	}
-	if rates, err = FairShares(rateMilliPerSec, rateClaims); err != nil {
+	if rates, err = fairShares(rateMilliPerSec, rateClaims); err != nil {
 		return nil, nil, err
 	}
-	if caps, err = FairShares(capacityMilli, burstClaims); err != nil {
+	if caps, err = fairShares(capacityMilli, burstClaims); err != nil {
 		return nil, nil, err
 	}
 	sliver := false
 	for j, c := range cs {
-		if burstClaims[j].Demand > 0 && caps[j] < CapFloor(c, capacityMilli) {
+		if burstClaims[j].Demand > 0 && caps[j] < capFloor(c, capacityMilli) {
 			sliver = true
 			break
 		}
@@ -242,8 +242,8 @@ func DivideBudgetWith(rateMilliPerSec, capacityMilli int64, cs []ShareClaim, opt
 	return rates, caps, nil
 }
 
-// divideAmongSubset is step 2 of DivideBudget.
-func divideAmongSubset(rateMilliPerSec, capacityMilli int64, cs []ShareClaim, rateClaims, burstClaims []Claim) (rates, caps []int64, err error) {
+// divideAmongSubset is step 2 of divideBudget.
+func divideAmongSubset(rateMilliPerSec, capacityMilli int64, cs []budgetClaim, rateClaims, burstClaims []fairClaim) (rates, caps []int64, err error) {
 	n := len(cs)
 	order := make([]int, 0, n)
 	for j := range cs {
@@ -267,21 +267,21 @@ func divideAmongSubset(rateMilliPerSec, capacityMilli int64, cs []ShareClaim, ra
 	member := make([]bool, n)
 	left := capacityMilli
 	for _, j := range order {
-		f := CapFloor(cs[j], capacityMilli)
+		f := capFloor(cs[j], capacityMilli)
 		if f <= left {
 			member[j], floors[j] = true, f
 			left -= f
 		}
 	}
-	extraClaims := make([]Claim, n)
-	memberRates := make([]Claim, n)
+	extraClaims := make([]fairClaim, n)
+	memberRates := make([]fairClaim, n)
 	for j := range cs {
 		if member[j] {
-			extraClaims[j] = Claim{Demand: burstClaims[j].Demand - floors[j], Weight: cs[j].Weight}
+			extraClaims[j] = fairClaim{Demand: burstClaims[j].Demand - floors[j], Weight: cs[j].Weight}
 			memberRates[j] = rateClaims[j]
 		}
 	}
-	extra, err := FairShares(left, extraClaims)
+	extra, err := fairShares(left, extraClaims)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -289,17 +289,17 @@ func divideAmongSubset(rateMilliPerSec, capacityMilli int64, cs []ShareClaim, ra
 	for j := range cs {
 		caps[j] = floors[j] + extra[j]
 	}
-	if rates, err = FairShares(rateMilliPerSec, memberRates); err != nil {
+	if rates, err = fairShares(rateMilliPerSec, memberRates); err != nil {
 		return nil, nil, err
 	}
 	return rates, caps, nil
 }
 
-// shareLeftover is step 3 of DivideBudget: what of total the shares leave
+// shareLeftover is step 3 of divideBudget: what of total the shares leave
 // is split by weight among the idle claims, or, if all and no claim is
 // idle, among every claim and the pool's seat (weight 1, last), whose part
 // stays in the pool.
-func shareLeftover(total int64, shares []int64, cs []ShareClaim, all bool) error {
+func shareLeftover(total int64, shares []int64, cs []budgetClaim, all bool) error {
 	left := total
 	for _, s := range shares {
 		left -= s
@@ -307,7 +307,7 @@ func shareLeftover(total int64, shares []int64, cs []ShareClaim, all bool) error
 	if left <= 0 {
 		return nil
 	}
-	claims := make([]Claim, len(cs))
+	claims := make([]fairClaim, len(cs))
 	for _, c := range cs {
 		if c.RateMilliPerSec == 0 && c.BurstMilli == 0 {
 			// An idle lease keeps all of it, as without the option: a
@@ -319,7 +319,7 @@ func shareLeftover(total int64, shares []int64, cs []ShareClaim, all bool) error
 	idle := false
 	for j, c := range cs {
 		if all || (c.RateMilliPerSec == 0 && c.BurstMilli == 0) {
-			claims[j] = Claim{Demand: left, Weight: c.Weight}
+			claims[j] = fairClaim{Demand: left, Weight: c.Weight}
 			idle = true
 		}
 	}
@@ -327,9 +327,9 @@ func shareLeftover(total int64, shares []int64, cs []ShareClaim, all bool) error
 		return nil
 	}
 	if all {
-		claims = append(claims, Claim{Demand: left, Weight: 1}) // the pool's seat
+		claims = append(claims, fairClaim{Demand: left, Weight: 1}) // the pool's seat
 	}
-	extra, err := FairShares(left, claims)
+	extra, err := fairShares(left, claims)
 	if err != nil {
 		return err
 	}

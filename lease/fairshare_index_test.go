@@ -9,7 +9,7 @@ import (
 )
 
 // TestIndexSharesMatchDivideBudget: the index's division (fastShares)
-// gives every lease the rate and cap DivideBudget gives it, whenever it
+// gives every lease the rate and cap divideBudget gives it, whenever it
 // answers, on random claim sets with ties, idle claims, demands above the
 // budget and floors near the fair cap; and it answers for most sets with
 // equal weights and no sliver.
@@ -43,11 +43,11 @@ func TestIndexSharesMatchDivideBudget(t *testing.T) {
 			j := rapid.IntRange(0, n-1).Draw(t, "j")
 			l.setClaim(j, w, demand.Draw(t, "r2"), demand.Draw(t, "b2"), rapid.SampledFrom([]int64{0, 1000, 3000}).Draw(t, "mc2"))
 		}
-		claims := make([]ShareClaim, n)
+		claims := make([]budgetClaim, n)
 		for j := range claims {
 			c := l.shareClaim(j)
 			le := &l.s.Leases[j]
-			c.Incumbent = le.Current.CapMilli > 0 && le.Current.CapMilli >= CapFloor(c, cfg.CapacityMilli)
+			c.Incumbent = le.Current.CapMilli > 0 && le.Current.CapMilli >= capFloor(c, cfg.CapacityMilli)
 			claims[j] = c
 		}
 		lb := rapid.Bool().Draw(t, "leftoverBurst")
@@ -65,7 +65,7 @@ func TestIndexSharesMatchDivideBudget(t *testing.T) {
 				answered++
 			}
 			if r != rs[j] || b != bs[j] {
-				t.Fatalf("lease %d of %d: index (%d, %d), DivideBudget (%d, %d)\nrates %v\ncaps %v", j, n, r, b, rs[j], bs[j], rs, bs)
+				t.Fatalf("lease %d of %d: index (%d, %d), divideBudget (%d, %d)\nrates %v\ncaps %v", j, n, r, b, rs[j], bs[j], rs, bs)
 			}
 		}
 	})
@@ -77,7 +77,7 @@ func TestIndexSharesMatchDivideBudget(t *testing.T) {
 
 // TestSortedSumLevel: the sorted demands' block sums, kept by insertions
 // and removals, equal sums rebuilt from scratch, and their level gives
-// FairShares' shares, over sets spanning many blocks.
+// fairShares' shares, over sets spanning many blocks.
 func TestSortedSumLevel(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		total := rapid.SampledFrom([]int64{0, 1, 100, 12_345, 1_000_000, MaxCapacityMilli}).Draw(t, "total")
@@ -110,9 +110,9 @@ func TestSortedSumLevel(t *testing.T) {
 		if !slices.Equal(s.vals, fresh.vals) || !slices.Equal(s.blocks, fresh.blocks) || s.sum != fresh.sum {
 			t.Fatalf("kept %v %v %d, rebuilt %v %v %d", s.vals, s.blocks, s.sum, fresh.vals, fresh.blocks, fresh.sum)
 		}
-		claims := make([]Claim, len(held))
+		claims := make([]fairClaim, len(held))
 		for j, v := range held {
-			claims[j] = Claim{Demand: v, Weight: 1}
+			claims[j] = fairClaim{Demand: v, Weight: 1}
 		}
 		want, err := refFairShares(total, claims)
 		if err != nil {
@@ -121,7 +121,7 @@ func TestSortedSumLevel(t *testing.T) {
 		q, rem, unsat, all := s.level()
 		for j := range held {
 			if got := share(held, j, q, rem, unsat, all); got != want[j] {
-				t.Fatalf("claim %d (demand %d): level %d+%d (all %v) gives %d, FairShares %d", j, held[j], q, rem, all, got, want[j])
+				t.Fatalf("claim %d (demand %d): level %d+%d (all %v) gives %d, fairShares %d", j, held[j], q, rem, all, got, want[j])
 			}
 		}
 	})

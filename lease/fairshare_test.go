@@ -11,42 +11,42 @@ import (
 func TestFairSharesExamples(t *testing.T) {
 	cases := []struct {
 		total  int64
-		claims []Claim
+		claims []fairClaim
 		want   []int64
 	}{
-		{10, []Claim{{"a", 2, 1}, {"b", 100, 1}, {"c", 100, 1}}, []int64{2, 4, 4}},
-		{10, []Claim{{"a", 100, 1}, {"b", 100, 4}}, []int64{2, 8}},
-		{10, []Claim{{"a", 3, 1}, {"b", 3, 1}}, []int64{3, 3}},
-		{10, []Claim{{"a", 100, 1}, {"b", 100, 1}, {"c", 100, 1}}, []int64{4, 3, 3}},
-		{0, []Claim{{"a", 5, 1}}, []int64{0}},
+		{10, []fairClaim{{"a", 2, 1}, {"b", 100, 1}, {"c", 100, 1}}, []int64{2, 4, 4}},
+		{10, []fairClaim{{"a", 100, 1}, {"b", 100, 4}}, []int64{2, 8}},
+		{10, []fairClaim{{"a", 3, 1}, {"b", 3, 1}}, []int64{3, 3}},
+		{10, []fairClaim{{"a", 100, 1}, {"b", 100, 1}, {"c", 100, 1}}, []int64{4, 3, 3}},
+		{0, []fairClaim{{"a", 5, 1}}, []int64{0}},
 		{7, nil, []int64{}},
-		{9, []Claim{{"a", 0, 1}, {"b", 100, 0}}, []int64{0, 9}},
+		{9, []fairClaim{{"a", 0, 1}, {"b", 100, 0}}, []int64{0, 9}},
 	}
 	for _, c := range cases {
-		got, err := FairShares(c.total, c.claims)
+		got, err := fairShares(c.total, c.claims)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if fmt.Sprint(got) != fmt.Sprint(c.want) {
-			t.Errorf("FairShares(%d, %v) = %v, want %v", c.total, c.claims, got, c.want)
+			t.Errorf("fairShares(%d, %v) = %v, want %v", c.total, c.claims, got, c.want)
 		}
 	}
-	if _, err := FairShares(5, []Claim{{"a", -1, 1}}); err == nil {
+	if _, err := fairShares(5, []fairClaim{{"a", -1, 1}}); err == nil {
 		t.Error("negative demand accepted")
 	}
-	if _, err := FairShares(-5, nil); err == nil {
+	if _, err := fairShares(-5, nil); err == nil {
 		t.Error("negative total accepted")
 	}
 }
 
 // exactLevel computes the exact rational water level λ of weighted max-min
 // fairness by brute force: shares are min(d_i, w_i·λ) with Σ = min(T, Σd).
-func exactShares(total int64, cs []Claim) []*big.Rat {
+func exactShares(total int64, cs []fairClaim) []*big.Rat {
 	var sumD int64
 	for _, c := range cs {
 		sumD += c.Demand
 	}
-	w := func(c Claim) int64 {
+	w := func(c fairClaim) int64 {
 		if c.Weight == 0 {
 			return 1
 		}
@@ -97,13 +97,13 @@ func TestFairSharesProperties(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		total := rapid.Int64Range(0, 1_000_000).Draw(t, "total")
 		n := rapid.IntRange(1, 8).Draw(t, "n")
-		cs := make([]Claim, n)
+		cs := make([]fairClaim, n)
 		var sumD int64
 		for i := range cs {
-			cs[i] = Claim{ID: fmt.Sprintf("c%02d", i), Demand: rapid.Int64Range(0, 400_000).Draw(t, "d"), Weight: rapid.Int64Range(0, 5).Draw(t, "w")}
+			cs[i] = fairClaim{ID: fmt.Sprintf("c%02d", i), Demand: rapid.Int64Range(0, 400_000).Draw(t, "d"), Weight: rapid.Int64Range(0, 5).Draw(t, "w")}
 			sumD += cs[i].Demand
 		}
-		got, err := FairShares(total, cs)
+		got, err := fairShares(total, cs)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -137,11 +137,11 @@ func sumOf(xs []int64) (s int64) {
 // B/n below a request's cost: the budget goes as full-cost caps to a
 // subset instead of 0.1-token slivers, and the rate with it.
 func TestDivideBudgetLeasesFullCostCapsToASubset(t *testing.T) {
-	cs := make([]ShareClaim, 1000)
+	cs := make([]budgetClaim, 1000)
 	for j := range cs {
-		cs[j] = ShareClaim{RateMilliPerSec: 1250, BurstMilli: 2000, MaxCostMilli: 1000}
+		cs[j] = budgetClaim{RateMilliPerSec: 1250, BurstMilli: 2000, MaxCostMilli: 1000}
 	}
-	rates, caps, err := DivideBudget(100_000, 100_000, cs)
+	rates, caps, err := divideBudget(100_000, 100_000, cs)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -162,7 +162,7 @@ func TestDivideBudgetLeasesFullCostCapsToASubset(t *testing.T) {
 	for j := range cs {
 		cs[j].Incumbent = j >= 900
 	}
-	_, caps, _ = DivideBudget(100_000, 100_000, cs)
+	_, caps, _ = divideBudget(100_000, 100_000, cs)
 	for j := range cs {
 		if (caps[j] > 0) != (j >= 900) {
 			t.Fatalf("claim %d (incumbent %v) got cap %d", j, cs[j].Incumbent, caps[j])
@@ -172,12 +172,12 @@ func TestDivideBudgetLeasesFullCostCapsToASubset(t *testing.T) {
 
 // Costs of 5 tokens, B = 12: two members of at least 5, never three slivers of 4.
 func TestDivideBudgetFloorsAreTheLargestCost(t *testing.T) {
-	cs := []ShareClaim{
+	cs := []budgetClaim{
 		{RateMilliPerSec: 1000, BurstMilli: 10_000, MaxCostMilli: 5000},
 		{RateMilliPerSec: 1000, BurstMilli: 10_000, MaxCostMilli: 5000},
 		{RateMilliPerSec: 1000, BurstMilli: 10_000, MaxCostMilli: 5000},
 	}
-	rates, caps, err := DivideBudget(3000, 12_000, cs)
+	rates, caps, err := divideBudget(3000, 12_000, cs)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -189,15 +189,15 @@ func TestDivideBudgetFloorsAreTheLargestCost(t *testing.T) {
 // What no demand claims goes to idle claims, and stays in the pool if
 // there are none.
 func TestDivideBudgetLeftoverToIdle(t *testing.T) {
-	rates, caps, err := DivideBudget(5000, 10_000, []ShareClaim{{}})
+	rates, caps, err := divideBudget(5000, 10_000, []budgetClaim{{}})
 	if err != nil || rates[0] != 5000 || caps[0] != 10_000 {
 		t.Fatalf("a lone idle claim: rates %v caps %v (%v); want the whole budget", rates, caps, err)
 	}
-	rates, caps, _ = DivideBudget(5000, 10_000, []ShareClaim{{RateMilliPerSec: 1000, BurstMilli: 2000}, {}})
+	rates, caps, _ = divideBudget(5000, 10_000, []budgetClaim{{RateMilliPerSec: 1000, BurstMilli: 2000}, {}})
 	if rates[0] != 1000 || caps[0] != 2000 || rates[1] != 4000 || caps[1] != 8000 {
 		t.Fatalf("active and idle: rates %v caps %v", rates, caps)
 	}
-	rates, caps, _ = DivideBudget(5000, 10_000, []ShareClaim{{RateMilliPerSec: 1000, BurstMilli: 2000}})
+	rates, caps, _ = divideBudget(5000, 10_000, []budgetClaim{{RateMilliPerSec: 1000, BurstMilli: 2000}})
 	if rates[0] != 1000 || caps[0] != 2000 {
 		t.Fatalf("no idle claim: rates %v caps %v; the rest stays in the pool", rates, caps)
 	}
@@ -207,11 +207,11 @@ func TestDivideBudgetLeftoverToIdle(t *testing.T) {
 // weight; the rate no demand claims is divided as before.
 func TestDivideBudgetLeftoverBurstToHolders(t *testing.T) {
 	lb := DivideOptions{LeftoverBurst: true}
-	rates, caps, _ := DivideBudgetWith(5000, 10_000, []ShareClaim{{RateMilliPerSec: 1000, BurstMilli: 2000}}, lb)
+	rates, caps, _ := divideBudgetWith(5000, 10_000, []budgetClaim{{RateMilliPerSec: 1000, BurstMilli: 2000}}, lb)
 	if rates[0] != 1000 || caps[0] != 2000+4000 {
 		t.Fatalf("a lone holder: rates %v caps %v; want its rate and half the unclaimed burst (the pool keeps the other)", rates, caps)
 	}
-	rates, caps, _ = DivideBudgetWith(5000, 10_000, []ShareClaim{{RateMilliPerSec: 1000, BurstMilli: 2000}, {}, {Weight: 2, RateMilliPerSec: 500, BurstMilli: 1000}}, lb)
+	rates, caps, _ = divideBudgetWith(5000, 10_000, []budgetClaim{{RateMilliPerSec: 1000, BurstMilli: 2000}, {}, {Weight: 2, RateMilliPerSec: 500, BurstMilli: 1000}}, lb)
 	// An idle holder keeps the whole leftover (7000), as without the
 	// option: a client back after an idle spell finds its whole burst.
 	if rates[0] != 1000 || rates[1] != 3500 || rates[2] != 500 || caps[0] != 2000 || caps[1] != 7000 || caps[2] != 1000 {
@@ -219,7 +219,7 @@ func TestDivideBudgetLeftoverBurstToHolders(t *testing.T) {
 	}
 	// No idle holder: the leftover 7000 goes by weight to the holders and
 	// the pool's seat (1:2:1 of 7000 with the remainder to the holders).
-	rates, caps, _ = DivideBudgetWith(5000, 10_000, []ShareClaim{{RateMilliPerSec: 1000, BurstMilli: 2000}, {Weight: 2, RateMilliPerSec: 500, BurstMilli: 1000}}, lb)
+	rates, caps, _ = divideBudgetWith(5000, 10_000, []budgetClaim{{RateMilliPerSec: 1000, BurstMilli: 2000}, {Weight: 2, RateMilliPerSec: 500, BurstMilli: 1000}}, lb)
 	if rates[0] != 1000 || rates[1] != 500 || caps[0] != 2000+1750 || caps[1] != 1000+3500 {
 		t.Fatalf("active and weighted: rates %v caps %v", rates, caps)
 	}

@@ -11,50 +11,50 @@ import "github.com/ration-dev/ration/internal/faults"
 type Fault uint8
 
 const (
-	// FaultNone is the correct ledger.
-	FaultNone Fault = iota
+	// faultNone is the correct ledger.
+	faultNone Fault = iota
 	// FaultStartFullNoDebit starts every new lease's bucket full without
 	// debiting the pool: tokens come from nowhere, breaking rule (c).
 	FaultStartFullNoDebit
-	// FaultForgetSuperseded frees a renewal's reduced share at once instead
+	// faultForgetSuperseded frees a renewal's reduced share at once instead
 	// of holding it until the old expiry, breaking rule (b): the client may
 	// still be minting at the old rate.
-	FaultForgetSuperseded
-	// FaultAckDropsAcked drops the acknowledged version too at the commit
+	faultForgetSuperseded
+	// faultAckDropsAcked drops the acknowledged version too at the commit
 	// of the acknowledging renewal, not only the older ones: the client
 	// still uses it until the renewal's answer arrives.
-	FaultAckDropsAcked
-	// FaultAckDropsNewer drops every superseded version but the
+	faultAckDropsAcked
+	// faultAckDropsNewer drops every superseded version but the
 	// acknowledged one, newer ones included: a delayed renewal carrying an
 	// old acknowledgement frees terms granted since, which the client may
 	// have installed.
-	FaultAckDropsNewer
+	faultAckDropsNewer
 	// FaultForgetReplaced frees a replaced lease's terms at once when a
 	// grant replaces the same holder's live lease, breaking rule (h): a
 	// second user of the holder may still admit from the replaced bucket.
 	FaultForgetReplaced
-	// FaultSliverShares divides the budget by plain fair shares, with no
+	// faultSliverShares divides the budget by plain fair shares, with no
 	// floor and no leftover: many replicas get caps below every cost, and an
 	// idle lease's cap shrinks below a returning request. It breaks no bound,
 	// only utilization, which the share simulations must catch.
-	FaultSliverShares
-	// FaultFloorOverHeld raises a cap to the lease's floor even where the
+	faultSliverShares
+	// faultFloorOverHeld raises a cap to the lease's floor even where the
 	// others' held caps leave no room for it, breaking rule (a).
-	FaultFloorOverHeld
+	faultFloorOverHeld
 	// FaultCreditAtReduction credits the pool with a cap's cut at the
 	// renewal that cuts it, instead of with what the client reports it
 	// clamped once it installed the cut, breaking rule (i): until then the
 	// client still holds those tokens.
 	FaultCreditAtReduction
-	// FaultTopUpNoDebit tops a raised cap up without debiting the pool,
+	// faultTopUpNoDebit tops a raised cap up without debiting the pool,
 	// breaking rule (i): tokens from nowhere.
-	FaultTopUpNoDebit
-	// FaultLeftoverBurstToPool divides the budget as before
+	faultTopUpNoDebit
+	// faultLeftoverBurstToPool divides the budget as before
 	// FeatureLeftoverBurst even when the request asks for the switch's
 	// rule: the burst no demand claims stays in the pool, so a holder
 	// whose demand steps up is refused while B sits unused. It breaks no
 	// bound, only utilization, which the demand-step model must catch.
-	FaultLeftoverBurstToPool
+	faultLeftoverBurstToPool
 )
 
 // Every fault number of the package is registered (internal/faults.Number):
@@ -64,40 +64,40 @@ const (
 // registerFault itself (faultIndexHeldNotReduced). The package's tests
 // check that every fault declared is registered (faultstest).
 var _ = []any{
-	registerFault(FaultNone, "FaultNone"),
+	registerFault(faultNone, "faultNone"),
 	registerFault(FaultStartFullNoDebit, "FaultStartFullNoDebit"),
-	registerFault(FaultForgetSuperseded, "FaultForgetSuperseded"),
-	registerFault(FaultAckDropsAcked, "FaultAckDropsAcked"),
-	registerFault(FaultAckDropsNewer, "FaultAckDropsNewer"),
+	registerFault(faultForgetSuperseded, "faultForgetSuperseded"),
+	registerFault(faultAckDropsAcked, "faultAckDropsAcked"),
+	registerFault(faultAckDropsNewer, "faultAckDropsNewer"),
 	registerFault(FaultForgetReplaced, "FaultForgetReplaced"),
-	registerFault(FaultSliverShares, "FaultSliverShares"),
-	registerFault(FaultFloorOverHeld, "FaultFloorOverHeld"),
+	registerFault(faultSliverShares, "faultSliverShares"),
+	registerFault(faultFloorOverHeld, "faultFloorOverHeld"),
 	registerFault(FaultCreditAtReduction, "FaultCreditAtReduction"),
-	registerFault(FaultTopUpNoDebit, "FaultTopUpNoDebit"),
-	registerFault(FaultLeftoverBurstToPool, "FaultLeftoverBurstToPool"),
+	registerFault(faultTopUpNoDebit, "faultTopUpNoDebit"),
+	registerFault(faultLeftoverBurstToPool, "faultLeftoverBurstToPool"),
 
-	registerFault(WindowFaultNone, "WindowFaultNone"),
+	registerFault(windowFaultNone, "windowFaultNone"),
 	registerFault(WindowFaultDeadReturns, "WindowFaultDeadReturns"),
-	registerFault(WindowFaultRenewUncounted, "WindowFaultRenewUncounted"),
-	registerFault(WindowFaultNoCarry, "WindowFaultNoCarry"),
-	registerFault(WindowFaultApproxIgnoresPrev, "WindowFaultApproxIgnoresPrev"),
-	registerFault(WindowFaultRevokeDrops, "WindowFaultRevokeDrops"),
-	registerFault(WindowFaultSlewUncarried, "WindowFaultSlewUncarried"),
-	registerFault(WindowFaultForgetSpent, "WindowFaultForgetSpent"),
-	registerFault(WindowFaultIdleIgnoresCarry, "WindowFaultIdleIgnoresCarry"),
+	registerFault(windowFaultRenewUncounted, "windowFaultRenewUncounted"),
+	registerFault(windowFaultNoCarry, "windowFaultNoCarry"),
+	registerFault(windowFaultApproxIgnoresPrev, "windowFaultApproxIgnoresPrev"),
+	registerFault(windowFaultRevokeDrops, "windowFaultRevokeDrops"),
+	registerFault(windowFaultSlewUncarried, "windowFaultSlewUncarried"),
+	registerFault(windowFaultForgetSpent, "windowFaultForgetSpent"),
+	registerFault(windowFaultIdleIgnoresCarry, "windowFaultIdleIgnoresCarry"),
 
-	registerFault(SlotFaultNone, "SlotFaultNone"),
+	registerFault(slotFaultNone, "slotFaultNone"),
 	registerFault(SlotFaultForgetLowered, "SlotFaultForgetLowered"),
-	registerFault(SlotFaultAckDropsAcked, "SlotFaultAckDropsAcked"),
-	registerFault(SlotFaultEarlyExpiry, "SlotFaultEarlyExpiry"),
-	registerFault(SlotFaultForgetReplaced, "SlotFaultForgetReplaced"),
+	registerFault(slotFaultAckDropsAcked, "slotFaultAckDropsAcked"),
+	registerFault(slotFaultEarlyExpiry, "slotFaultEarlyExpiry"),
+	registerFault(slotFaultForgetReplaced, "slotFaultForgetReplaced"),
 
-	registerFault(SlotClientFaultNone, "SlotClientFaultNone"),
+	registerFault(slotClientFaultNone, "slotClientFaultNone"),
 	registerFault(SlotClientFaultAckAtOnce, "SlotClientFaultAckAtOnce"),
-	registerFault(SlotClientFaultIgnoreMaxDuration, "SlotClientFaultIgnoreMaxDuration"),
-	registerFault(SlotClientFaultNoDriftMargin, "SlotClientFaultNoDriftMargin"),
-	registerFault(SlotClientFaultCancelNoGrace, "SlotClientFaultCancelNoGrace"),
-	registerFault(SlotClientFaultNoClockGrain, "SlotClientFaultNoClockGrain"),
+	registerFault(slotClientFaultIgnoreMaxDuration, "slotClientFaultIgnoreMaxDuration"),
+	registerFault(slotClientFaultNoDriftMargin, "slotClientFaultNoDriftMargin"),
+	registerFault(slotClientFaultCancelNoGrace, "slotClientFaultCancelNoGrace"),
+	registerFault(slotClientFaultNoClockGrain, "slotClientFaultNoClockGrain"),
 	registerFault(SlotClientFaultInstallExtendsOld, "SlotClientFaultInstallExtendsOld"),
 }
 

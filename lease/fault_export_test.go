@@ -12,7 +12,7 @@ func TestInjectSlotFault(t *testing.T) {
 	for _, tc := range []struct {
 		fault SlotFault
 		free  int64
-	}{{SlotFaultNone, 0}, {SlotFaultForgetLowered, 2}} {
+	}{{slotFaultNone, 0}, {SlotFaultForgetLowered, 2}} {
 		l := newSlots(t, 4)
 		InjectSlotFault(l, tc.fault)
 		a := slotGrant(t, l, 1, "a", 1, 4)

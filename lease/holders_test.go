@@ -7,7 +7,7 @@ import (
 
 // AppendHolders lists each holder once, in order, whatever dst holds.
 func TestAppendHolders(t *testing.T) {
-	l, err := NewLedger(LedgerConfig{RateMilliPerSec: 10_000, CapacityMilli: 10_000, StartFull: true}, 0)
+	l, err := newLedger(LedgerConfig{RateMilliPerSec: 10_000, CapacityMilli: 10_000, StartFull: true}, 0)
 	if err != nil {
 		t.Fatal(err)
 	}

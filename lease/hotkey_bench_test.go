@@ -45,7 +45,7 @@ func newHotKeyFixture(b *testing.B, n int) *hotKeyFixture {
 
 func newHotKeyFixtureCap(b *testing.B, n int, capMilli int64) *hotKeyFixture {
 	b.Helper()
-	l, err := NewLedger(LedgerConfig{RateMilliPerSec: 10_000_000, CapacityMilli: capMilli, StartFull: true, DriftPPM: 1000}, NanosPerSecond)
+	l, err := newLedger(LedgerConfig{RateMilliPerSec: 10_000_000, CapacityMilli: capMilli, StartFull: true, DriftPPM: 1000}, NanosPerSecond)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -167,7 +167,7 @@ func BenchmarkRegrantHotKey(b *testing.B) {
 // BenchmarkRenewHotKeySubset: the same renewals ("changing") with a burst
 // of 2000 tokens, less than one token per holder at 4096: the fair caps
 // fall below the one-token floor and the division leases full-cost caps
-// to a subset (DivideBudget's step 2; the index keeps it for one weight
+// to a subset (divideBudget's step 2; the index keeps it for one weight
 // and one floor, lease/ledger_subset.go).
 //
 //	go test ./lease -run '^$' -bench 'RenewHotKeySubset' -count 6

@@ -26,12 +26,12 @@ var (
 	ErrTooManyLeases = errors.New("lease: too many leases for this key")
 )
 
-// DefaultMaxLeases bounds the leases one key's ledger holds.
-const DefaultMaxLeases = 4096
+// defaultMaxLeases bounds the leases one key's ledger holds.
+const defaultMaxLeases = 4096
 
-// MaxLeasesLimit is the largest MaxLeases: with it, sums of per-lease terms
+// maxLeasesLimit is the largest MaxLeases: with it, sums of per-lease terms
 // (each at most MaxRateMilliPerSec or MaxCapacityMilli) fit in int64.
-const MaxLeasesLimit = 65536
+const maxLeasesLimit = 65536
 
 // MaxTTLNanos bounds a lease's duration (one day): long leases keep dead
 // clients' capacity idle for that long.
@@ -43,7 +43,7 @@ type LedgerConfig struct {
 	RateMilliPerSec int64 // r
 	CapacityMilli   int64 // B
 	StartFull       bool  // the pool starts with B tokens (else empty)
-	MaxLeases       int   // 0 means DefaultMaxLeases
+	MaxLeases       int   // 0 means defaultMaxLeases
 	// DriftPPM is ρ, the bound on every clock's rate error, the cluster
 	// clock's included. The pool mints (r - Σ held r_i)/(1+ρ) per cluster
 	// second, so even a cluster clock running ρ fast mints no more than
@@ -52,12 +52,12 @@ type LedgerConfig struct {
 	// RatePeriodNanos is the period of every rate of this ledger: r, each
 	// lease's r_i and the pool's rate are milli-tokens per RatePeriodNanos
 	// (0: one second). A policy of one token a minute is r = 1000 per 60 s,
-	// exactly. At most MaxRatePeriodNanos.
+	// exactly. At most maxRatePeriodNanos.
 	RatePeriodNanos int64
 }
 
-// MaxRatePeriodNanos bounds a budget's rate period: one day.
-const MaxRatePeriodNanos = 24 * 3600 * NanosPerSecond
+// maxRatePeriodNanos bounds a budget's rate period: one day.
+const maxRatePeriodNanos = 24 * 3600 * NanosPerSecond
 
 // RatePeriod returns the period of the ledger's rates (one second if unset).
 func (c LedgerConfig) RatePeriod() int64 {
@@ -78,20 +78,32 @@ func (c LedgerConfig) Validate() error {
 	if err := (BucketConfig{CapacityMilli: c.CapacityMilli, RateMilliPerSec: c.RateMilliPerSec}).Validate(); err != nil {
 		return err
 	}
-	if c.RatePeriodNanos < 0 || c.RatePeriodNanos > MaxRatePeriodNanos {
-		return fmt.Errorf("%w: rate period %d ns is outside [0, %d]", ErrInvalidConfig, c.RatePeriodNanos, MaxRatePeriodNanos)
+	if c.RatePeriodNanos < 0 || c.RatePeriodNanos > maxRatePeriodNanos {
+		return fmt.Errorf("%w: rate period %d ns is outside [0, %d]", ErrInvalidConfig, c.RatePeriodNanos, maxRatePeriodNanos)
 	}
-	if c.MaxLeases < 0 || c.MaxLeases > MaxLeasesLimit {
-		return fmt.Errorf("%w: max leases %d is outside [0, %d]", ErrInvalidConfig, c.MaxLeases, MaxLeasesLimit)
+	if err := validateMaxLeases(c.MaxLeases); err != nil {
+		return err
 	}
-	return ValidateDrift(c.DriftPPM)
+	return validateDrift(c.DriftPPM)
 }
 
-func (c LedgerConfig) maxLeases() int {
-	if c.MaxLeases == 0 {
-		return DefaultMaxLeases
+func (c LedgerConfig) maxLeases() int { return maxLeasesOr(c.MaxLeases) }
+
+// validateMaxLeases checks a ledger's bound on its leases (any kind).
+func validateMaxLeases(n int) error {
+	if n < 0 || n > maxLeasesLimit {
+		return fmt.Errorf("%w: max leases %d is outside [0, %d]", ErrInvalidConfig, n, maxLeasesLimit)
 	}
-	return c.MaxLeases
+	return nil
+}
+
+// maxLeasesOr is a configured bound on a ledger's leases, defaultMaxLeases
+// when unset (0; a window ledger's config also takes a negative one).
+func maxLeasesOr(n int) int {
+	if n <= 0 {
+		return defaultMaxLeases
+	}
+	return n
 }
 
 // LeaseID names one lease for its whole life (renewals keep it). IDs are
@@ -143,14 +155,14 @@ type Lease struct {
 	// until its expiry. They are counted in full, summed with each other
 	// and with this lease's own terms, because a replaced bucket may still
 	// be in use beside the new one (two users of one holder). At most
-	// MaxReplaced entries; older ones are merged (summed, later expiry).
+	// maxReplaced entries; older ones are merged (summed, later expiry).
 	Replaced []Share
 }
 
-// MaxReplaced bounds Lease.Replaced: a further replacement merges the two
+// maxReplaced bounds Lease.Replaced: a further replacement merges the two
 // oldest entries into one (rates and caps summed, the later expiry), which
 // holds at least as much for at least as long.
-const MaxReplaced = 4
+const maxReplaced = 4
 
 // HeldAt returns the rate and cap the ledger counts as in use by this lease
 // at cluster time now (see heldAt).
@@ -194,13 +206,7 @@ func (l *Lease) replacedAt(nowNanos int64) (rate, capMilli int64) {
 // current expiry, or a replaced lease's if later. Expire removes it then.
 func (l *Lease) HoldUntil() int64 { return l.holdUntil() }
 
-func (l *Lease) holdUntil() int64 {
-	until := l.Current.ExpiresNanos
-	for _, s := range l.Replaced {
-		until = max(until, s.ExpiresNanos)
-	}
-	return until
-}
+func (l *Lease) holdUntil() int64 { return lastExpiry(l.Replaced, l.Current.ExpiresNanos) }
 
 // LedgerStats counts token flows since the ledger was created. They make
 // conservation checkable: pool = initial + minted - debited + credited - burned.
@@ -270,8 +276,8 @@ type Ledger struct {
 	ix    ledgerIndex // derived from s, never serialized (ledger_index.go)
 }
 
-// NewLedger returns a ledger whose pool starts full or empty at startNanos.
-func NewLedger(cfg LedgerConfig, startNanos int64) (*Ledger, error) {
+// newLedger returns a ledger whose pool starts full or empty at startNanos.
+func newLedger(cfg LedgerConfig, startNanos int64) (*Ledger, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -345,8 +351,8 @@ func (l *Ledger) AppendHolders(dst []string) []string {
 	return dst
 }
 
-// Held returns Σ held r_i and Σ held b_i at the latest operation's time.
-func (l *Ledger) Held() (rateMilliPerSec, capMilli int64) {
+// heldTotal returns Σ held r_i and Σ held b_i at the latest operation's time.
+func (l *Ledger) heldTotal() (rateMilliPerSec, capMilli int64) {
 	return l.heldExcept(-1, l.s.NowNanos)
 }
 
@@ -355,7 +361,7 @@ func (l *Ledger) Held() (rateMilliPerSec, capMilli int64) {
 func (l *Ledger) PoolFullAt() int64 {
 	if h := l.s.HoldAllUntilNanos; h > l.s.NowNanos {
 		// Rule (j): empty and held until h, then minting at no more than r.
-		wait := NanosToMintPer(l.s.Config.RateMilliPerSec, l.s.Config.poolPeriod(), l.s.Config.CapacityMilli-l.s.PoolMilli)
+		wait := nanosToMintPer(l.s.Config.RateMilliPerSec, l.s.Config.poolPeriod(), l.s.Config.CapacityMilli-l.s.PoolMilli)
 		if wait == int64(RetryNever) {
 			return math.MaxInt64
 		}
@@ -365,7 +371,7 @@ func (l *Ledger) PoolFullAt() int64 {
 	if l.s.PoolMilli >= capMilli {
 		return l.s.NowNanos
 	}
-	wait := NanosToMintPer(rate, l.s.Config.poolPeriod(), capMilli-l.s.PoolMilli)
+	wait := nanosToMintPer(rate, l.s.Config.poolPeriod(), capMilli-l.s.PoolMilli)
 	if wait == int64(RetryNever) {
 		return math.MaxInt64
 	}
@@ -495,26 +501,13 @@ func pruneExpired(ss []Share, nowNanos int64) []Share {
 	return out
 }
 
-// replacedTerms is what a grant replacing old at now keeps held (rule h):
-// old's live replaced entries, plus old's own held terms until its expiry
-// if it is still live. Over MaxReplaced entries, the oldest two merge.
+// replacedTerms is what a grant replacing old at now keeps held (rule h,
+// replacedHolds): old's live replaced entries, plus old's own held terms
+// until its expiry if it is still live.
 func replacedTerms(old *Lease, nowNanos int64) []Share {
-	out := append([]Share(nil), pruneExpired(append([]Share(nil), old.Replaced...), nowNanos)...)
-	if old.Current.ExpiresNanos > nowNanos {
-		if r, c := old.ownHeldAt(nowNanos); r > 0 || c > 0 {
-			out = append(out, Share{RateMilliPerSec: r, CapMilli: c, ExpiresNanos: old.Current.ExpiresNanos})
-		}
-	}
-	for len(out) > MaxReplaced {
-		a, b := out[0], out[1]
-		merged := Share{RateMilliPerSec: satAdd(a.RateMilliPerSec, b.RateMilliPerSec), CapMilli: satAdd(a.CapMilli, b.CapMilli),
-			ExpiresNanos: max(a.ExpiresNanos, b.ExpiresNanos)}
-		out = append([]Share{merged}, out[2:]...)
-	}
-	if len(out) == 0 {
-		return nil
-	}
-	return out
+	r, c := old.ownHeldAt(nowNanos)
+	own := Share{RateMilliPerSec: r, CapMilli: c, ExpiresNanos: old.Current.ExpiresNanos}
+	return replacedHolds(old.Replaced, own, old.Current.ExpiresNanos > nowNanos && (r > 0 || c > 0), nowNanos)
 }
 
 func (l *Ledger) mintTo(t, rate, capMilli int64) {
@@ -571,13 +564,13 @@ func (l *Ledger) capPool() int64 {
 	return burned
 }
 
+// table is the ledger's holders table (holders.go).
+func (l *Ledger) table() holders[Lease, *Lease] {
+	return holders[Lease, *Lease]{rows: &l.s.Leases, now: &l.s.NowNanos, nextID: &l.s.NextID, kind: "lease", search: searchLeases}
+}
+
 func (l *Ledger) find(clientID string, incarnation uint64) (int, bool) {
-	i := sort.Search(len(l.s.Leases), func(i int) bool {
-		le := &l.s.Leases[i]
-		return le.ClientID > clientID || (le.ClientID == clientID && le.Incarnation >= incarnation)
-	})
-	ok := i < len(l.s.Leases) && l.s.Leases[i].ClientID == clientID && l.s.Leases[i].Incarnation == incarnation
-	return i, ok
+	return l.table().find(clientID, incarnation)
 }
 
 // GrantRequest asks for a new lease.
@@ -639,7 +632,7 @@ type ReleaseRequest struct {
 // Grant is the coordinator's answer to a grant or renewal.
 type Grant struct {
 	LeaseID         LeaseID
-	RateMilliPerSec int64 // r_i: the client mints at ClientMintRate(r_i, ρ)
+	RateMilliPerSec int64 // r_i: the client mints at clientMintRate(r_i, ρ)
 	CapMilli        int64 // b_i
 	// StartMilli is the tokens debited from the pool for the client's
 	// bucket. Always zero for renewals (rule d).
@@ -648,9 +641,9 @@ type Grant struct {
 	// pool for the client to add to its bucket when it installs these
 	// terms (never above the new cap): at most the raise of the cap.
 	TopUpMilli int64
-	// ReturnedMilli (renewals only, rule i) is what this renewal credited
+	// returnedMilli (renewals only, rule i) is what this renewal credited
 	// to the pool of the client's reported clamp.
-	ReturnedMilli int64
+	returnedMilli int64
 	ExpiresNanos  int64
 	// TTLNanos is ExpiresNanos minus this operation's cluster time: the
 	// client may use the lease until ClientDeadline(send, TTLNanos, ρ).
@@ -693,20 +686,20 @@ func validateDemand(weight, rate, burst, maxCost int64) error {
 }
 
 // terms computes the rate and cap for lease index i (which must already
-// carry its fresh demands): DivideBudget over every live lease's demands,
+// carry its fresh demands): divideBudget over every live lease's demands,
 // limited by what the other leases hold now. While others hold part of the
-// budget, a cap below the lease's floor (CapFloor: its largest recent cost)
+// budget, a cap below the lease's floor (capFloor: its largest recent cost)
 // would admit nothing it is asked for and keep that much from everyone
 // else, so the lease gets no cap and no rate instead, and asks again at its
 // next renewal.
 //
 // leftoverBurst selects DivideOptions.LeftoverBurst (the fsm's
-// FeatureLeftoverBurst switch), unless FaultLeftoverBurstToPool forces it
+// FeatureLeftoverBurst switch), unless faultLeftoverBurstToPool forces it
 // off.
 func (l *Ledger) terms(i int, leftoverBurst bool) (rate, capMilli int64, err error) {
 	cfg := l.s.Config
 	mine := l.shareClaim(i)
-	if l.has(FaultLeftoverBurstToPool) {
+	if l.has(faultLeftoverBurstToPool) {
 		leftoverBurst = false // the deliberate bug: the division of before the switch
 	}
 	ri, bi, fast := l.fastShares(i, leftoverBurst)
@@ -714,20 +707,20 @@ func (l *Ledger) terms(i int, leftoverBurst bool) (rate, capMilli int64, err err
 		l.ix.fastTerms++
 	} else {
 		l.ix.fullTerms++
-		claims := make([]ShareClaim, len(l.s.Leases))
+		claims := make([]budgetClaim, len(l.s.Leases))
 		// Leases are sorted by holder, so slice order is the deterministic
 		// tie-break the division needs; no IDs are built on this hot path.
 		for j := range l.s.Leases {
 			le := &l.s.Leases[j]
 			c := l.shareClaim(j)
-			c.Incumbent = le.Current.CapMilli > 0 && le.Current.CapMilli >= CapFloor(c, cfg.CapacityMilli)
+			c.Incumbent = le.Current.CapMilli > 0 && le.Current.CapMilli >= capFloor(c, cfg.CapacityMilli)
 			claims[j] = c
 		}
 		var rs, bs []int64
-		if l.has(FaultSliverShares) {
+		if l.has(faultSliverShares) {
 			rs, bs, err = fairSharesOnly(cfg, claims)
 		} else {
-			rs, bs, err = DivideBudgetWith(cfg.RateMilliPerSec, cfg.CapacityMilli, claims, DivideOptions{LeftoverBurst: leftoverBurst})
+			rs, bs, err = divideBudgetWith(cfg.RateMilliPerSec, cfg.CapacityMilli, claims, DivideOptions{LeftoverBurst: leftoverBurst})
 		}
 		if err != nil {
 			return 0, 0, err
@@ -737,29 +730,29 @@ func (l *Ledger) terms(i int, leftoverBurst bool) (rate, capMilli int64, err err
 	otherRate, otherCap := l.heldExcept(i, l.s.NowNanos)
 	rate = max(0, min(ri, cfg.RateMilliPerSec-otherRate))
 	capMilli = max(0, min(bi, cfg.CapacityMilli-otherCap))
-	if l.has(FaultFloorOverHeld) {
+	if l.has(faultFloorOverHeld) {
 		// The deliberate bug: a floor granted on top of what others hold.
-		capMilli = max(capMilli, CapFloor(mine, cfg.CapacityMilli))
+		capMilli = max(capMilli, capFloor(mine, cfg.CapacityMilli))
 	}
-	if !l.has(FaultSliverShares) && otherCap > 0 && capMilli < CapFloor(mine, cfg.CapacityMilli) {
+	if !l.has(faultSliverShares) && otherCap > 0 && capMilli < capFloor(mine, cfg.CapacityMilli) {
 		return 0, 0, nil
 	}
 	return rate, capMilli, nil
 }
 
 // fairSharesOnly is the division before floors and leftovers (plain
-// weighted max-min fair shares of the demands), for FaultSliverShares.
-func fairSharesOnly(cfg LedgerConfig, cs []ShareClaim) (rates, caps []int64, err error) {
-	rc := make([]Claim, len(cs))
-	bc := make([]Claim, len(cs))
+// weighted max-min fair shares of the demands), for faultSliverShares.
+func fairSharesOnly(cfg LedgerConfig, cs []budgetClaim) (rates, caps []int64, err error) {
+	rc := make([]fairClaim, len(cs))
+	bc := make([]fairClaim, len(cs))
 	for j, c := range cs {
-		rc[j] = Claim{Demand: min(c.RateMilliPerSec, cfg.RateMilliPerSec), Weight: c.Weight}
-		bc[j] = Claim{Demand: min(c.BurstMilli, cfg.CapacityMilli), Weight: c.Weight}
+		rc[j] = fairClaim{Demand: min(c.RateMilliPerSec, cfg.RateMilliPerSec), Weight: c.Weight}
+		bc[j] = fairClaim{Demand: min(c.BurstMilli, cfg.CapacityMilli), Weight: c.Weight}
 	}
-	if rates, err = FairShares(cfg.RateMilliPerSec, rc); err != nil {
+	if rates, err = fairShares(cfg.RateMilliPerSec, rc); err != nil {
 		return nil, nil, err
 	}
-	caps, err = FairShares(cfg.CapacityMilli, bc)
+	caps, err = fairShares(cfg.CapacityMilli, bc)
 	return rates, caps, err
 }
 
@@ -779,15 +772,9 @@ func (l *Ledger) Grant(nowNanos int64, req GrantRequest) (Grant, error) {
 	if err := validateDemand(req.Weight, req.DemandRateMilliPerSec, req.DemandBurstMilli, req.DemandMaxCostMilli); err != nil {
 		return Grant{}, err
 	}
-	if nowNanos < l.s.NowNanos {
-		return Grant{}, fmt.Errorf("%w: cluster time %d ns is before %d ns", ErrTimeBackwards, nowNanos, l.s.NowNanos)
-	}
-	i, exists := l.find(req.ClientID, req.Incarnation)
-	if exists && req.Seq <= l.s.Leases[i].GrantSeq {
-		return Grant{}, fmt.Errorf("%w: %s incarnation %d sent grant %d after grant %d", ErrStaleGrant, req.ClientID, req.Incarnation, req.Seq, l.s.Leases[i].GrantSeq)
-	}
-	if !exists && len(l.s.Leases) >= l.s.Config.maxLeases() {
-		return Grant{}, fmt.Errorf("%w: %d leases", ErrTooManyLeases, len(l.s.Leases))
+	i, exists, err := l.table().admit(nowNanos, req.ClientID, req.Incarnation, req.Seq, l.s.Config.maxLeases())
+	if err != nil {
+		return Grant{}, err
 	}
 	if err := l.advance(nowNanos); err != nil {
 		return Grant{}, err
@@ -806,12 +793,8 @@ func (l *Ledger) Grant(nowNanos int64, req GrantRequest) (Grant, error) {
 		if !l.has(FaultForgetReplaced) {
 			le.Replaced = replacedTerms(&replaced, nowNanos)
 		}
-		l.s.Leases[i] = le
-	} else {
-		l.s.Leases = append(l.s.Leases, Lease{})
-		copy(l.s.Leases[i+1:], l.s.Leases[i:])
-		l.s.Leases[i] = le
 	}
+	l.table().put(i, exists, le)
 	if l.ix.ok {
 		l.insertAt(i)
 	} else {
@@ -871,22 +854,15 @@ func (l *Ledger) Renew(nowNanos int64, req RenewRequest) (Grant, error) {
 	if req.ClampedMilli < 0 || req.ClampedMilli > MaxCapacityMilli {
 		return Grant{}, fmt.Errorf("%w: clamped %d milli-tokens is outside [0, %d]", ErrInvalidRequest, req.ClampedMilli, int64(MaxCapacityMilli))
 	}
-	if nowNanos < l.s.NowNanos {
-		return Grant{}, fmt.Errorf("%w: cluster time %d ns is before %d ns", ErrTimeBackwards, nowNanos, l.s.NowNanos)
-	}
-	i, ok := l.find(req.ClientID, req.Incarnation)
-	if !ok || l.s.Leases[i].ID != req.LeaseID {
-		if req.LeaseID > 0 && req.LeaseID < LeaseID(l.s.NextID) {
-			// It existed: expired (and removed), released or replaced.
-			return Grant{}, fmt.Errorf("%w: lease %d of %s incarnation %d is gone (expired, released or replaced)", ErrLeaseExpired, req.LeaseID, req.ClientID, req.Incarnation)
-		}
-		return Grant{}, fmt.Errorf("%w: %s incarnation %d lease %d", ErrLeaseNotFound, req.ClientID, req.Incarnation, req.LeaseID)
+	i, err := l.table().lookup(nowNanos, req.ClientID, req.Incarnation, req.LeaseID, true)
+	if err != nil {
+		return Grant{}, err
 	}
 	if err := checkTime(nowNanos); err != nil {
 		return Grant{}, err
 	}
-	if l.s.Leases[i].Current.ExpiresNanos <= nowNanos {
-		return Grant{}, fmt.Errorf("%w: lease %d expired at %d ns, now %d ns", ErrLeaseExpired, req.LeaseID, l.s.Leases[i].Current.ExpiresNanos, nowNanos)
+	if e := l.s.Leases[i].Current.ExpiresNanos; e <= nowNanos {
+		return Grant{}, l.table().expired(req.LeaseID, e, nowNanos)
 	}
 	if err := l.advance(nowNanos); err != nil {
 		return Grant{}, err
@@ -899,7 +875,7 @@ func (l *Ledger) Renew(nowNanos int64, req RenewRequest) (Grant, error) {
 		return Grant{}, err
 	}
 	old := cur.Current
-	if !l.has(FaultForgetSuperseded) {
+	if !l.has(faultForgetSuperseded) {
 		cur.Superseded = append(cur.Superseded, old)
 	}
 	cur.Current = Share{RateMilliPerSec: rate, CapMilli: capMilli, ExpiresNanos: max(old.ExpiresNanos, nowNanos+req.TTLNanos)}
@@ -927,7 +903,7 @@ func (l *Ledger) Renew(nowNanos int64, req RenewRequest) (Grant, error) {
 		// fill it from the pool rather than burning what the pool can no
 		// longer hold.
 		topUp = min(capMilli-old.CapMilli, l.s.PoolMilli)
-		if !l.has(FaultTopUpNoDebit) {
+		if !l.has(faultTopUpNoDebit) {
 			l.s.PoolMilli -= topUp
 			l.s.Stats.DebitedMilli += topUp
 		}
@@ -939,7 +915,7 @@ func (l *Ledger) Renew(nowNanos int64, req RenewRequest) (Grant, error) {
 		LeaseID: cur.ID, RateMilliPerSec: rate, CapMilli: capMilli,
 		ExpiresNanos: cur.Current.ExpiresNanos, TTLNanos: cur.Current.ExpiresNanos - nowNanos, BurnedMilli: burned,
 		Version: cur.Current.Version, AckSoon: l.holdsSuperseded(i), RenewSoon: l.converging(i),
-		TopUpMilli: topUp, ReturnedMilli: returned,
+		TopUpMilli: topUp, returnedMilli: returned,
 	}, nil
 }
 
@@ -987,25 +963,17 @@ func (l *Ledger) returnClamped(versions []Share, acked uint64, clampedMilli int6
 // renewal carries an old acknowledgement: the client may be using a
 // version granted since). Unversioned (0) terms are never dropped early.
 func dropAcknowledged(ss []Share, acked uint64, fault Fault) []Share {
-	if acked == 0 {
-		return ss
-	}
-	out := ss[:0]
-	for _, s := range ss {
-		drop := s.Version != 0 && s.Version < acked
+	return dropVersions(ss, acked, func(v uint64) bool {
 		if faultsBuilt {
 			switch fault {
-			case FaultAckDropsAcked:
-				drop = s.Version != 0 && s.Version <= acked // the deliberate bug: the version in use
-			case FaultAckDropsNewer:
-				drop = s.Version != 0 && s.Version != acked // the deliberate bug: versions granted since
+			case faultAckDropsAcked:
+				return v != 0 && v <= acked // the deliberate bug: the version in use
+			case faultAckDropsNewer:
+				return v != 0 && v != acked // the deliberate bug: versions granted since
 			}
 		}
-		if !drop {
-			out = append(out, s)
-		}
-	}
-	return out
+		return v != 0 && v < acked
+	})
 }
 
 // holdsSuperseded reports whether lease i holds a versioned superseded
@@ -1079,12 +1047,9 @@ func (l *Ledger) Release(nowNanos int64, req ReleaseRequest) (ReleaseResult, err
 	if req.UnspentMilli < 0 {
 		return ReleaseResult{}, fmt.Errorf("%w: unspent %d is negative", ErrInvalidRequest, req.UnspentMilli)
 	}
-	if nowNanos < l.s.NowNanos {
-		return ReleaseResult{}, fmt.Errorf("%w: cluster time %d ns is before %d ns", ErrTimeBackwards, nowNanos, l.s.NowNanos)
-	}
-	i, ok := l.find(req.ClientID, req.Incarnation)
-	if !ok || l.s.Leases[i].ID != req.LeaseID {
-		return ReleaseResult{}, fmt.Errorf("%w: %s incarnation %d lease %d", ErrLeaseNotFound, req.ClientID, req.Incarnation, req.LeaseID)
+	i, err := l.table().lookup(nowNanos, req.ClientID, req.Incarnation, req.LeaseID, false)
+	if err != nil {
+		return ReleaseResult{}, err
 	}
 	if err := l.advance(nowNanos); err != nil {
 		return ReleaseResult{}, err
@@ -1098,13 +1063,8 @@ func (l *Ledger) Release(nowNanos int64, req ReleaseRequest) (ReleaseResult, err
 		if l.ix.ok {
 			l.setClaim(i, le.Weight, 0, 0, le.DemandMaxCostMilli)
 		}
-		le.ID = l.s.NextID
-		l.s.NextID++
-		until := int64(0)
-		for _, r := range le.Replaced {
-			until = max(until, r.ExpiresNanos)
-		}
-		le.Current = Share{ExpiresNanos: until}
+		le.ID = l.table().takeID()
+		le.Current = Share{ExpiresNanos: lastExpiry(le.Replaced, 0)}
 		le.Superseded = nil
 		le.DemandRateMilliPerSec, le.DemandBurstMilli, le.StartMilli = 0, 0, 0
 		l.updateHeld(i)
@@ -1151,16 +1111,7 @@ func (l *Ledger) ExpireThrough(nowNanos, throughNanos int64) ([]LeaseID, error) 
 // removeLeases frees, without credit, every lease gone says to, keeping
 // the holder order, and returns their IDs (Expire and Revoke).
 func (l *Ledger) removeLeases(gone func(*Lease) bool) []LeaseID {
-	var ids []LeaseID
-	kept := l.s.Leases[:0]
-	for i := range l.s.Leases {
-		if gone(&l.s.Leases[i]) {
-			ids = append(ids, l.s.Leases[i].ID)
-			continue
-		}
-		kept = append(kept, l.s.Leases[i])
-	}
-	l.s.Leases = kept
+	ids := l.table().removeWhere(gone)
 	if len(ids) > 0 {
 		l.ix.ok = false
 	}
@@ -1176,18 +1127,7 @@ func (l *Ledger) overcommitted() bool {
 	if s.HoldAllUntilNanos > s.NowNanos {
 		return true // rule (j): the restored leases beside the whole budget held
 	}
-	if s.OvercommitUntilNanos == 0 {
-		return false
-	}
-	if s.OvercommitUntilNanos > s.NowNanos {
-		return true
-	}
-	for i := range s.Leases {
-		if s.Leases[i].holdUntil() <= s.OvercommitUntilNanos {
-			return true
-		}
-	}
-	return false
+	return l.table().overcommitted(s.OvercommitUntilNanos)
 }
 
 // markOvercommit records, when the leases hold more than cfg's budget,
@@ -1201,9 +1141,7 @@ func (l *Ledger) markOvercommit(cfg LedgerConfig) {
 	if hr <= cfg.RateMilliPerSec && hc <= cfg.CapacityMilli {
 		return
 	}
-	for i := range l.s.Leases {
-		l.s.OvercommitUntilNanos = max(l.s.OvercommitUntilNanos, l.s.Leases[i].holdUntil())
-	}
+	l.s.OvercommitUntilNanos = l.table().lastHold(l.s.OvercommitUntilNanos)
 }
 
 // Reconfigure changes the budget at cluster time now (a policy update).
@@ -1320,23 +1258,17 @@ func (l *Ledger) checkLeases() error {
 		return fmt.Errorf("pool %d is negative", s.PoolMilli)
 	}
 	for i := range s.Leases {
+		if err := l.table().checkRow(i); err != nil {
+			return err
+		}
 		le := &s.Leases[i]
-		if i > 0 {
-			p := &s.Leases[i-1]
-			if p.ClientID > le.ClientID || (p.ClientID == le.ClientID && p.Incarnation >= le.Incarnation) {
-				return fmt.Errorf("leases out of order at %d", i)
-			}
-		}
-		if le.ID == 0 || le.ID >= s.NextID {
-			return fmt.Errorf("lease %d has an ID outside [1, %d)", le.ID, s.NextID)
-		}
 		for _, sh := range append(append([]Share{le.Current}, le.Superseded...), le.Replaced...) {
 			if sh.RateMilliPerSec < 0 || sh.RateMilliPerSec > MaxRateMilliPerSec || sh.CapMilli < 0 || sh.CapMilli > MaxCapacityMilli {
 				return fmt.Errorf("lease %d has terms outside the supported ranges: %+v", le.ID, sh)
 			}
 		}
-		if len(le.Replaced) > MaxReplaced {
-			return fmt.Errorf("lease %d holds %d replaced leases' terms, more than %d", le.ID, len(le.Replaced), MaxReplaced)
+		if len(le.Replaced) > maxReplaced {
+			return fmt.Errorf("lease %d holds %d replaced leases' terms, more than %d", le.ID, len(le.Replaced), maxReplaced)
 		}
 		for _, sh := range le.Superseded {
 			if sh.ExpiresNanos > le.Current.ExpiresNanos {

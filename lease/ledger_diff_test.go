@@ -62,8 +62,8 @@ func (p *diffPair) compare(t *rapid.T, what string) {
 	if e1 != e2 || f1 != f2 {
 		t.Fatalf("%s: NextExpiry differs: indexed %d %v, reference %d %v", what, e1, f1, e2, f2)
 	}
-	hr1, hc1 := p.l.Held()
-	hr2, hc2 := p.ref.Held()
+	hr1, hc1 := p.l.heldTotal()
+	hr2, hc2 := p.ref.heldTotal()
 	if hr1 != hr2 || hc1 != hc2 {
 		t.Fatalf("%s: Held differs: indexed %d %d, reference %d %d", what, hr1, hc1, hr2, hc2)
 	}
@@ -73,7 +73,7 @@ func (p *diffPair) compare(t *rapid.T, what string) {
 	if a, b := errText(p.l.CheckInvariants()), errText(p.ref.CheckInvariants()); a != b {
 		t.Fatalf("%s: CheckInvariants differs: indexed %s, reference %s", what, a, b)
 	}
-	if err := p.l.CheckInvariants(); err != nil && p.l.fault == FaultNone {
+	if err := p.l.CheckInvariants(); err != nil && p.l.fault == faultNone {
 		t.Fatalf("%s: %v", what, err)
 	}
 	if p.checkIndex {
@@ -199,16 +199,16 @@ func runDiff(t *rapid.T, fault Fault) {
 	}
 	start := rapid.Int64Range(0, 10*NanosPerSecond).Draw(t, "start")
 	ref, err1 := newRefLedger(cfg, start)
-	l, err2 := NewLedger(cfg, start)
+	l, err2 := newLedger(cfg, start)
 	if errText(err1) != errText(err2) {
-		t.Fatalf("NewLedger: %v vs %v", err2, err1)
+		t.Fatalf("newLedger: %v vs %v", err2, err1)
 	}
 	if err1 != nil {
 		return
 	}
 	l.injectFault(fault)
-	ref.fault = FaultNone
-	p = &diffPair{ref: ref, l: l, now: start, seq: map[string]uint64{}, checkIndex: fault == FaultNone}
+	ref.fault = faultNone
+	p = &diffPair{ref: ref, l: l, now: start, seq: map[string]uint64{}, checkIndex: fault == faultNone}
 	// Most keys have one weight for every holder (the index's fast
 	// division); some mix them (its fallback).
 	weights := []int64{rapid.SampledFrom([]int64{0, 1, 3}).Draw(t, "weight")}
@@ -335,7 +335,7 @@ func TestLedgerIndexDifferential(t *testing.T) {
 	var fast, full int
 	runDiffHook = func(l *Ledger) { fast, full = fast+l.ix.fastTerms, full+l.ix.fullTerms }
 	t.Cleanup(func() { runDiffHook = func(*Ledger) {} })
-	rapid.Check(t, func(t *rapid.T) { runDiff(t, FaultNone) })
+	rapid.Check(t, func(t *rapid.T) { runDiff(t, faultNone) })
 	if fast == 0 || full == 0 {
 		t.Fatalf("shares from the index %d times, from the full division %d: the sequences no longer exercise both", fast, full)
 	}

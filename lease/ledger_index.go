@@ -47,20 +47,20 @@ type ledgerIndex struct {
 	// expiry orders the leases by holdUntil (NextExpiry, Expire).
 	expiry posHeap
 
-	// The fair division's inputs (DivideBudget's claims without the
+	// The fair division's inputs (divideBudget's claims without the
 	// incumbency, which only its subset step reads), by lease position.
 	rateD, burstD []int64 // demands clipped to r and B
-	floor         []int64 // CapFloor
+	floor         []int64 // capFloor
 	idle          []bool  // no rate and no burst demand
 	nIdle         int
 	weights       map[int64]int // max(weight, 1) -> leases
-	floors        map[int64]int // CapFloor -> leases with a burst demand
+	floors        map[int64]int // capFloor -> leases with a burst demand
 	maxFloor      int64         // >= every key of floors
 	rateDiv       sortedSum
 	burstDiv      sortedSum
 	// sumsExact: n·r and n·B fit in int64, so the sorted sums are exact.
 	sumsExact bool
-	// sub: DivideBudget's subset step, while it applies (ledger_subset.go).
+	// sub: divideBudget's subset step, while it applies (ledger_subset.go).
 	sub *subsetIndex
 
 	// Counters for tests: renewals and grants whose shares came from the
@@ -72,7 +72,7 @@ type ledgerIndex struct {
 type heldPair struct{ rate, capMilli int64 }
 
 // heldExactLimit bounds every held term the index sums: with at most
-// MaxLeasesLimit (2^16) of them and a budget below 2^50, the sums stay
+// maxLeasesLimit (2^16) of them and a budget below 2^50, the sums stay
 // below 2^63, so they equal the saturating sums of the scans.
 const heldExactLimit = int64(1) << 46
 
@@ -208,11 +208,11 @@ func (s *sortedSum) remove(v int64) {
 	s.blocks = s.blocks[:(m+sumBlock-1)/sumBlock]
 }
 
-// level is FairShares' water level for equal weights: every claim whose
+// level is fairShares' water level for equal weights: every claim whose
 // demand is at most q is satisfied; the others get q, and the first rem
 // of them (in claim order) one more. all: every claim is satisfied.
 //
-// FairShares' rounds satisfy a prefix of the claims sorted by demand, and
+// fairShares' rounds satisfy a prefix of the claims sorted by demand, and
 // they stop at the first prefix k after which the next claim does not fit
 // under the level of what is left, (total - Σ vals[:k]) / (m - k): levels
 // only rise while claims that fit leave, so no earlier prefix stops
@@ -251,7 +251,7 @@ func (s *sortedSum) stops(k int, pre int64, m int) bool {
 	return s.vals[k] > left/int64(m-k)
 }
 
-// share is FairShares' share of claim i (demand d[i]) given the level.
+// share is fairShares' share of claim i (demand d[i]) given the level.
 // unsat is the number of unsatisfied claims.
 func share(d []int64, i int, q, rem, unsat int64, all bool) int64 {
 	v := d[i]
@@ -283,9 +283,9 @@ func share(d []int64, i int, q, rem, unsat int64, all bool) int64 {
 }
 
 // shareClaim is lease j's claim in the division, but for Incumbent.
-func (l *Ledger) shareClaim(j int) ShareClaim {
+func (l *Ledger) shareClaim(j int) budgetClaim {
 	le := &l.s.Leases[j]
-	c := ShareClaim{Weight: le.Weight, RateMilliPerSec: le.DemandRateMilliPerSec, BurstMilli: le.DemandBurstMilli, MaxCostMilli: le.DemandMaxCostMilli}
+	c := budgetClaim{Weight: le.Weight, RateMilliPerSec: le.DemandRateMilliPerSec, BurstMilli: le.DemandBurstMilli, MaxCostMilli: le.DemandMaxCostMilli}
 	if p := l.s.Config.RatePeriodNanos; p != 0 {
 		// Demands are per second; the budget's rates per its period.
 		c.RateMilliPerSec = MulDiv(c.RateMilliPerSec, p, NanosPerSecond)
@@ -341,7 +341,7 @@ func (l *Ledger) rebuildIndex() {
 	ix.maxFloor = 0
 	ix.rateDiv.reset(cfg.RateMilliPerSec)
 	ix.burstDiv.reset(cfg.CapacityMilli)
-	ix.sumsExact = n < MaxLeasesLimit && max(cfg.RateMilliPerSec, cfg.CapacityMilli) <= (int64(1)<<62)/int64(n+1)
+	ix.sumsExact = n < maxLeasesLimit && max(cfg.RateMilliPerSec, cfg.CapacityMilli) <= (int64(1)<<62)/int64(n+1)
 	for j := range l.s.Leases {
 		le := &l.s.Leases[j]
 		r, c := le.heldAt(now)
@@ -377,7 +377,7 @@ func (l *Ledger) addClaim(j int) {
 	c := l.shareClaim(j)
 	ix.rateD[j] = min(c.RateMilliPerSec, cfg.RateMilliPerSec)
 	ix.burstD[j] = min(c.BurstMilli, cfg.CapacityMilli)
-	ix.floor[j] = CapFloor(c, cfg.CapacityMilli)
+	ix.floor[j] = capFloor(c, cfg.CapacityMilli)
 	ix.idle[j] = c.RateMilliPerSec == 0 && c.BurstMilli == 0
 	if ix.idle[j] {
 		ix.nIdle++
@@ -532,8 +532,8 @@ func (l *Ledger) heldFast(skip int, nowNanos int64) (rate, capMilli int64, ok bo
 	return rate, capMilli, true
 }
 
-// fastShares is DivideBudget's rate and cap for lease i, from the index,
-// when it can tell them exactly: equal weights (FairShares' remainder
+// fastShares is divideBudget's rate and cap for lease i, from the index,
+// when it can tell them exactly: equal weights (fairShares' remainder
 // then goes to the first unsatisfied claims in order), exact sums, and
 // no claim's fair cap below its floor (no subset step).
 //
@@ -541,7 +541,7 @@ func (l *Ledger) heldFast(skip int, nowNanos int64) (rate, capMilli int64, ok bo
 // lease (outside the subset step).
 func (l *Ledger) fastShares(i int, leftoverBurst bool) (rate, capMilli int64, ok bool) {
 	ix := &l.ix
-	if !ix.ok || !ix.sumsExact || len(ix.weights) > 1 || l.has(FaultSliverShares) {
+	if !ix.ok || !ix.sumsExact || len(ix.weights) > 1 || l.has(faultSliverShares) {
 		return 0, 0, false
 	}
 	bq, brem, bn, ball := ix.burstDiv.level()
@@ -573,7 +573,7 @@ func (l *Ledger) fastShares(i int, leftoverBurst bool) (rate, capMilli int64, ok
 		// No lease is idle (idle ones keep it all, as without the
 		// option): every lease and the pool's seat get an equal part of the burst
 		// no demand claims, the remainder to the leases by position (with
-		// weights 1 every part's fraction is equal, and FairShares breaks
+		// weights 1 every part's fraction is equal, and fairShares breaks
 		// the tie by position, the pool's seat last). Other weights: the
 		// full division.
 		if _, one := ix.weights[1]; !one {
@@ -595,7 +595,7 @@ func (l *Ledger) fastShares(i int, leftoverBurst bool) (rate, capMilli int64, ok
 }
 
 // idleSplit is idle lease i's part of what no demand claims (step 3 of
-// DivideBudget): equal parts, the remainder by position.
+// divideBudget): equal parts, the remainder by position.
 func (l *Ledger) idleSplit(i int, leftRate, leftCap int64) (rate, capMilli int64) {
 	ix := &l.ix
 	before := int64(0)
@@ -742,7 +742,7 @@ func (l *Ledger) insertAt(j int) {
 	l.addClaim(j)
 	ix.rateDiv.insert(ix.rateD[j])
 	ix.burstDiv.insert(ix.burstD[j])
-	ix.sumsExact = n < MaxLeasesLimit && max(cfg.RateMilliPerSec, cfg.CapacityMilli) <= (int64(1)<<62)/int64(n+1)
+	ix.sumsExact = n < maxLeasesLimit && max(cfg.RateMilliPerSec, cfg.CapacityMilli) <= (int64(1)<<62)/int64(n+1)
 }
 
 // removeAt forgets the lease at position j, which is still there and is

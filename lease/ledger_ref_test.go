@@ -123,8 +123,8 @@ func (l *refLedger) AppendHolders(dst []string) []string {
 	return dst
 }
 
-// Held returns Σ held r_i and Σ held b_i at the latest operation's time.
-func (l *refLedger) Held() (rateMilliPerSec, capMilli int64) {
+// heldTotal returns Σ held r_i and Σ held b_i at the latest operation's time.
+func (l *refLedger) heldTotal() (rateMilliPerSec, capMilli int64) {
 	return l.heldExcept(-1, l.s.NowNanos)
 }
 
@@ -133,7 +133,7 @@ func (l *refLedger) Held() (rateMilliPerSec, capMilli int64) {
 func (l *refLedger) PoolFullAt() int64 {
 	if h := l.s.HoldAllUntilNanos; h > l.s.NowNanos {
 		// Rule (j): empty and held until h, then minting at no more than r.
-		wait := NanosToMintPer(l.s.Config.RateMilliPerSec, l.s.Config.poolPeriod(), l.s.Config.CapacityMilli-l.s.PoolMilli)
+		wait := nanosToMintPer(l.s.Config.RateMilliPerSec, l.s.Config.poolPeriod(), l.s.Config.CapacityMilli-l.s.PoolMilli)
 		if wait == int64(RetryNever) {
 			return math.MaxInt64
 		}
@@ -143,7 +143,7 @@ func (l *refLedger) PoolFullAt() int64 {
 	if l.s.PoolMilli >= capMilli {
 		return l.s.NowNanos
 	}
-	wait := NanosToMintPer(rate, l.s.Config.poolPeriod(), capMilli-l.s.PoolMilli)
+	wait := nanosToMintPer(rate, l.s.Config.poolPeriod(), capMilli-l.s.PoolMilli)
 	if wait == int64(RetryNever) {
 		return math.MaxInt64
 	}
@@ -253,7 +253,7 @@ func refPruneExpired(ss []Share, nowNanos int64) []Share {
 
 // refReplacedTerms is what a grant replacing old at now keeps held (rule h):
 // old's live replaced entries, plus old's own held terms until its expiry
-// if it is still live. Over MaxReplaced entries, the oldest two merge.
+// if it is still live. Over maxReplaced entries, the oldest two merge.
 func refReplacedTerms(old *Lease, nowNanos int64) []Share {
 	out := append([]Share(nil), refPruneExpired(append([]Share(nil), old.Replaced...), nowNanos)...)
 	if old.Current.ExpiresNanos > nowNanos {
@@ -261,7 +261,7 @@ func refReplacedTerms(old *Lease, nowNanos int64) []Share {
 			out = append(out, Share{RateMilliPerSec: r, CapMilli: c, ExpiresNanos: old.Current.ExpiresNanos})
 		}
 	}
-	for len(out) > MaxReplaced {
+	for len(out) > maxReplaced {
 		a, b := out[0], out[1]
 		merged := Share{RateMilliPerSec: satAdd(a.RateMilliPerSec, b.RateMilliPerSec), CapMilli: satAdd(a.CapMilli, b.CapMilli),
 			ExpiresNanos: max(a.ExpiresNanos, b.ExpiresNanos)}
@@ -339,30 +339,30 @@ func (l *refLedger) find(clientID string, incarnation uint64) (int, bool) {
 // terms computes the rate and cap for lease index i (which must already
 // carry its fresh demands): refDivideBudget over every live lease's demands,
 // limited by what the other leases hold now. While others hold part of the
-// budget, a cap below the lease's floor (CapFloor: its largest recent cost)
+// budget, a cap below the lease's floor (capFloor: its largest recent cost)
 // would admit nothing it is asked for and keep that much from everyone
 // else, so the lease gets no cap and no rate instead, and asks again at its
 // next renewal.
 func (l *refLedger) terms(i int, leftoverBurst bool) (rate, capMilli int64, err error) {
-	if l.fault == FaultLeftoverBurstToPool {
+	if l.fault == faultLeftoverBurstToPool {
 		leftoverBurst = false
 	}
 	cfg := l.s.Config
-	claims := make([]ShareClaim, len(l.s.Leases))
+	claims := make([]budgetClaim, len(l.s.Leases))
 	// Leases are sorted by holder, so slice order is the deterministic
 	// tie-break the division needs; no IDs are built on this hot path.
 	for j := range l.s.Leases {
 		le := &l.s.Leases[j]
-		c := ShareClaim{Weight: le.Weight, RateMilliPerSec: le.DemandRateMilliPerSec, BurstMilli: le.DemandBurstMilli, MaxCostMilli: le.DemandMaxCostMilli}
+		c := budgetClaim{Weight: le.Weight, RateMilliPerSec: le.DemandRateMilliPerSec, BurstMilli: le.DemandBurstMilli, MaxCostMilli: le.DemandMaxCostMilli}
 		if cfg.RatePeriodNanos != 0 {
 			// Demands are per second; the budget's rates per its period.
 			c.RateMilliPerSec = MulDiv(c.RateMilliPerSec, cfg.RatePeriodNanos, NanosPerSecond)
 		}
-		c.Incumbent = le.Current.CapMilli > 0 && le.Current.CapMilli >= CapFloor(c, cfg.CapacityMilli)
+		c.Incumbent = le.Current.CapMilli > 0 && le.Current.CapMilli >= capFloor(c, cfg.CapacityMilli)
 		claims[j] = c
 	}
 	var rs, bs []int64
-	if l.fault == FaultSliverShares {
+	if l.fault == faultSliverShares {
 		rs, bs, err = refFairSharesOnly(cfg, claims)
 	} else {
 		rs, bs, err = refDivideBudgetWith(cfg.RateMilliPerSec, cfg.CapacityMilli, claims, leftoverBurst)
@@ -373,24 +373,24 @@ func (l *refLedger) terms(i int, leftoverBurst bool) (rate, capMilli int64, err 
 	otherRate, otherCap := l.heldExcept(i, l.s.NowNanos)
 	rate = max(0, min(rs[i], cfg.RateMilliPerSec-otherRate))
 	capMilli = max(0, min(bs[i], cfg.CapacityMilli-otherCap))
-	if l.fault == FaultFloorOverHeld {
+	if l.fault == faultFloorOverHeld {
 		// The deliberate bug: a floor granted on top of what others hold.
-		capMilli = max(capMilli, CapFloor(claims[i], cfg.CapacityMilli))
+		capMilli = max(capMilli, capFloor(claims[i], cfg.CapacityMilli))
 	}
-	if l.fault != FaultSliverShares && otherCap > 0 && capMilli < CapFloor(claims[i], cfg.CapacityMilli) {
+	if l.fault != faultSliverShares && otherCap > 0 && capMilli < capFloor(claims[i], cfg.CapacityMilli) {
 		return 0, 0, nil
 	}
 	return rate, capMilli, nil
 }
 
 // refFairSharesOnly is the division before floors and leftovers (plain
-// weighted max-min fair shares of the demands), for FaultSliverShares.
-func refFairSharesOnly(cfg LedgerConfig, cs []ShareClaim) (rates, caps []int64, err error) {
-	rc := make([]Claim, len(cs))
-	bc := make([]Claim, len(cs))
+// weighted max-min fair shares of the demands), for faultSliverShares.
+func refFairSharesOnly(cfg LedgerConfig, cs []budgetClaim) (rates, caps []int64, err error) {
+	rc := make([]fairClaim, len(cs))
+	bc := make([]fairClaim, len(cs))
 	for j, c := range cs {
-		rc[j] = Claim{Demand: min(c.RateMilliPerSec, cfg.RateMilliPerSec), Weight: c.Weight}
-		bc[j] = Claim{Demand: min(c.BurstMilli, cfg.CapacityMilli), Weight: c.Weight}
+		rc[j] = fairClaim{Demand: min(c.RateMilliPerSec, cfg.RateMilliPerSec), Weight: c.Weight}
+		bc[j] = fairClaim{Demand: min(c.BurstMilli, cfg.CapacityMilli), Weight: c.Weight}
 	}
 	if rates, err = refFairShares(cfg.RateMilliPerSec, rc); err != nil {
 		return nil, nil, err
@@ -527,7 +527,7 @@ func (l *refLedger) Renew(nowNanos int64, req RenewRequest) (Grant, error) {
 		return Grant{}, err
 	}
 	old := cur.Current
-	if l.fault != FaultForgetSuperseded {
+	if l.fault != faultForgetSuperseded {
 		cur.Superseded = append(cur.Superseded, old)
 	}
 	cur.Current = Share{RateMilliPerSec: rate, CapMilli: capMilli, ExpiresNanos: max(old.ExpiresNanos, nowNanos+req.TTLNanos)}
@@ -555,7 +555,7 @@ func (l *refLedger) Renew(nowNanos int64, req RenewRequest) (Grant, error) {
 		// fill it from the pool rather than burning what the pool can no
 		// longer hold.
 		topUp = min(capMilli-old.CapMilli, l.s.PoolMilli)
-		if l.fault != FaultTopUpNoDebit {
+		if l.fault != faultTopUpNoDebit {
 			l.s.PoolMilli -= topUp
 			l.s.Stats.DebitedMilli += topUp
 		}
@@ -566,7 +566,7 @@ func (l *refLedger) Renew(nowNanos int64, req RenewRequest) (Grant, error) {
 		LeaseID: cur.ID, RateMilliPerSec: rate, CapMilli: capMilli,
 		ExpiresNanos: cur.Current.ExpiresNanos, TTLNanos: cur.Current.ExpiresNanos - nowNanos, BurnedMilli: burned,
 		Version: cur.Current.Version, AckSoon: l.holdsSuperseded(i), RenewSoon: l.converging(i),
-		TopUpMilli: topUp, ReturnedMilli: returned,
+		TopUpMilli: topUp, returnedMilli: returned,
 	}, nil
 }
 
@@ -621,9 +621,9 @@ func refDropAcknowledged(ss []Share, acked uint64, fault Fault) []Share {
 	for _, s := range ss {
 		drop := s.Version != 0 && s.Version < acked
 		switch fault {
-		case FaultAckDropsAcked:
+		case faultAckDropsAcked:
 			drop = s.Version != 0 && s.Version <= acked // the deliberate bug: the version in use
-		case FaultAckDropsNewer:
+		case faultAckDropsNewer:
 			drop = s.Version != 0 && s.Version != acked // the deliberate bug: versions granted since
 		}
 		if !drop {
@@ -927,8 +927,8 @@ func (l *refLedger) checkLeases() error {
 				return fmt.Errorf("lease %d has terms outside the supported ranges: %+v", le.ID, sh)
 			}
 		}
-		if len(le.Replaced) > MaxReplaced {
-			return fmt.Errorf("lease %d holds %d replaced leases' terms, more than %d", le.ID, len(le.Replaced), MaxReplaced)
+		if len(le.Replaced) > maxReplaced {
+			return fmt.Errorf("lease %d holds %d replaced leases' terms, more than %d", le.ID, len(le.Replaced), maxReplaced)
 		}
 		for _, sh := range le.Superseded {
 			if sh.ExpiresNanos > le.Current.ExpiresNanos {
@@ -955,7 +955,7 @@ func (l *refLedger) checkLeases() error {
 // unit at a time to the largest fractional parts (ties by ID).
 // shares[i] corresponds to claims[i].
 // Each share is within one unit of the exact rational max-min share.
-func refFairShares(total int64, claims []Claim) ([]int64, error) {
+func refFairShares(total int64, claims []fairClaim) ([]int64, error) {
 	if total < 0 {
 		return nil, fmt.Errorf("%w: fair-share total %d is negative", ErrInvalidConfig, total)
 	}
@@ -1048,7 +1048,7 @@ func refFairShares(total int64, claims []Claim) ([]int64, error) {
 //  1. Weighted max-min fair shares (refFairShares) of r and of B over the
 //     demands.
 //  2. No slivers: if some demanding claim's fair cap is below its floor
-//     (CapFloor: B/n smaller than a request), B is instead leased as
+//     (capFloor: B/n smaller than a request), B is instead leased as
 //     full-cost caps to a subset. Candidates (claims with a burst demand)
 //     are taken in order: incumbents first, then by rate demand, then by
 //     burst demand (both descending), then by position; a candidate joins
@@ -1067,23 +1067,23 @@ func refFairShares(total int64, claims []Claim) ([]int64, error) {
 //
 // refDivideBudgetWith's leftoverBurst: step 3 for B splits what no demand
 // claims among every claim by weight, unless step 2 ran.
-func refDivideBudget(rateMilliPerSec, capacityMilli int64, cs []ShareClaim) (rates, caps []int64, err error) {
+func refDivideBudget(rateMilliPerSec, capacityMilli int64, cs []budgetClaim) (rates, caps []int64, err error) {
 	return refDivideBudgetWith(rateMilliPerSec, capacityMilli, cs, false)
 }
 
-func refDivideBudgetWith(rateMilliPerSec, capacityMilli int64, cs []ShareClaim, leftoverBurst bool) (rates, caps []int64, err error) {
+func refDivideBudgetWith(rateMilliPerSec, capacityMilli int64, cs []budgetClaim, leftoverBurst bool) (rates, caps []int64, err error) {
 	if rateMilliPerSec < 0 || capacityMilli < 0 {
 		return nil, nil, fmt.Errorf("%w: budget rate %d, burst %d must not be negative", ErrInvalidConfig, rateMilliPerSec, capacityMilli)
 	}
 	n := len(cs)
-	rateClaims := make([]Claim, n)
-	burstClaims := make([]Claim, n)
+	rateClaims := make([]fairClaim, n)
+	burstClaims := make([]fairClaim, n)
 	for j, c := range cs {
 		if c.MaxCostMilli < 0 {
 			return nil, nil, fmt.Errorf("%w: claim %d max cost %d is negative", ErrInvalidConfig, j, c.MaxCostMilli)
 		}
-		rateClaims[j] = Claim{Demand: min(c.RateMilliPerSec, rateMilliPerSec), Weight: c.Weight}
-		burstClaims[j] = Claim{Demand: min(c.BurstMilli, capacityMilli), Weight: c.Weight}
+		rateClaims[j] = fairClaim{Demand: min(c.RateMilliPerSec, rateMilliPerSec), Weight: c.Weight}
+		burstClaims[j] = fairClaim{Demand: min(c.BurstMilli, capacityMilli), Weight: c.Weight}
 	}
 	if rates, err = refFairShares(rateMilliPerSec, rateClaims); err != nil {
 		return nil, nil, err
@@ -1093,7 +1093,7 @@ func refDivideBudgetWith(rateMilliPerSec, capacityMilli int64, cs []ShareClaim, 
 	}
 	sliver := false
 	for j, c := range cs {
-		if burstClaims[j].Demand > 0 && caps[j] < CapFloor(c, capacityMilli) {
+		if burstClaims[j].Demand > 0 && caps[j] < capFloor(c, capacityMilli) {
 			sliver = true
 			break
 		}
@@ -1113,7 +1113,7 @@ func refDivideBudgetWith(rateMilliPerSec, capacityMilli int64, cs []ShareClaim, 
 }
 
 // refDivideAmongSubset is step 2 of refDivideBudget.
-func refDivideAmongSubset(rateMilliPerSec, capacityMilli int64, cs []ShareClaim, rateClaims, burstClaims []Claim) (rates, caps []int64, err error) {
+func refDivideAmongSubset(rateMilliPerSec, capacityMilli int64, cs []budgetClaim, rateClaims, burstClaims []fairClaim) (rates, caps []int64, err error) {
 	n := len(cs)
 	order := make([]int, 0, n)
 	for j := range cs {
@@ -1137,17 +1137,17 @@ func refDivideAmongSubset(rateMilliPerSec, capacityMilli int64, cs []ShareClaim,
 	member := make([]bool, n)
 	left := capacityMilli
 	for _, j := range order {
-		f := CapFloor(cs[j], capacityMilli)
+		f := capFloor(cs[j], capacityMilli)
 		if f <= left {
 			member[j], floors[j] = true, f
 			left -= f
 		}
 	}
-	extraClaims := make([]Claim, n)
-	memberRates := make([]Claim, n)
+	extraClaims := make([]fairClaim, n)
+	memberRates := make([]fairClaim, n)
 	for j := range cs {
 		if member[j] {
-			extraClaims[j] = Claim{Demand: burstClaims[j].Demand - floors[j], Weight: cs[j].Weight}
+			extraClaims[j] = fairClaim{Demand: burstClaims[j].Demand - floors[j], Weight: cs[j].Weight}
 			memberRates[j] = rateClaims[j]
 		}
 	}
@@ -1167,7 +1167,7 @@ func refDivideAmongSubset(rateMilliPerSec, capacityMilli int64, cs []ShareClaim,
 
 // refShareLeftover is step 3 of refDivideBudget: what of total the shares leave
 // is split by weight among the idle claims.
-func refShareLeftover(total int64, shares []int64, cs []ShareClaim, all bool) error {
+func refShareLeftover(total int64, shares []int64, cs []budgetClaim, all bool) error {
 	left := total
 	for _, s := range shares {
 		left -= s
@@ -1175,15 +1175,15 @@ func refShareLeftover(total int64, shares []int64, cs []ShareClaim, all bool) er
 	if left <= 0 {
 		return nil
 	}
-	isIdle := func(c ShareClaim) bool { return c.RateMilliPerSec == 0 && c.BurstMilli == 0 }
+	isIdle := func(c budgetClaim) bool { return c.RateMilliPerSec == 0 && c.BurstMilli == 0 }
 	if all && slices.ContainsFunc(cs, isIdle) {
 		all = false // idle holders keep it all, as without the option
 	}
-	claims := make([]Claim, len(cs))
+	claims := make([]fairClaim, len(cs))
 	idle := false
 	for j, c := range cs {
 		if all || isIdle(c) {
-			claims[j] = Claim{Demand: left, Weight: c.Weight}
+			claims[j] = fairClaim{Demand: left, Weight: c.Weight}
 			idle = true
 		}
 	}
@@ -1191,7 +1191,7 @@ func refShareLeftover(total int64, shares []int64, cs []ShareClaim, all bool) er
 		return nil
 	}
 	if all {
-		claims = append(claims, Claim{Demand: left, Weight: 1}) // the pool's seat
+		claims = append(claims, fairClaim{Demand: left, Weight: 1}) // the pool's seat
 	}
 	extra, err := refFairShares(left, claims)
 	if err != nil {

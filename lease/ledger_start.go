@@ -6,7 +6,7 @@ package lease
 // than the retired budgets of the old keying could be by then
 // (docs/design.md §3.5).
 func NewLedgerWithPool(cfg LedgerConfig, startNanos, poolMilli int64) (*Ledger, error) {
-	l, err := NewLedger(cfg, startNanos)
+	l, err := newLedger(cfg, startNanos)
 	if err != nil {
 		return nil, err
 	}

@@ -5,7 +5,7 @@ import (
 	"slices"
 )
 
-// subsetIndex is DivideBudget's step 2 (fair caps below the floor: full
+// subsetIndex is divideBudget's step 2 (fair caps below the floor: full
 // caps to a subset) kept up to date for a key whose holders have one
 // weight and whose candidates (claims with a burst demand) have one floor
 // F. Then the greedy membership is a prefix: every candidate takes F, so
@@ -131,7 +131,7 @@ func (l *Ledger) subInsert(j int) {
 	}
 }
 
-// subsetShares is DivideBudget's rate and cap for lease i in step 2 with
+// subsetShares is divideBudget's rate and cap for lease i in step 2 with
 // one floor f, followed by step 3 (the idle claims' split).
 func (l *Ledger) subsetShares(i int, f int64) (rate, capMilli int64) {
 	ix := &l.ix

@@ -9,7 +9,7 @@ const sec = NanosPerSecond
 
 func newTestLedger(t *testing.T, r, b int64) *Ledger {
 	t.Helper()
-	l, err := NewLedger(LedgerConfig{RateMilliPerSec: r, CapacityMilli: b, StartFull: true}, 0)
+	l, err := newLedger(LedgerConfig{RateMilliPerSec: r, CapacityMilli: b, StartFull: true}, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -52,7 +52,7 @@ func TestGrantDebitsPool(t *testing.T) { // rule (c)
 }
 
 func TestPoolMintsAtUnleasedRate(t *testing.T) { // rule (g)
-	l, _ := NewLedger(LedgerConfig{RateMilliPerSec: 10_000, CapacityMilli: 100_000}, 0)
+	l, _ := newLedger(LedgerConfig{RateMilliPerSec: 10_000, CapacityMilli: 100_000}, 0)
 	grant(t, l, 0, "a", 1, 4_000, 30_000)
 	if _, err := l.Expire(2 * sec); err != nil {
 		t.Fatal(err)
@@ -100,7 +100,7 @@ func TestRenewReductionStaysHeld(t *testing.T) { // rule (b) and (d)
 	if ra.RateMilliPerSec != 5_000 || ra.CapMilli != 50_000 || ra.StartMilli != 0 {
 		t.Fatalf("renewal = %+v", ra)
 	}
-	if hr, hc := l.Held(); hr != 10_000 || hc != 100_000 {
+	if hr, hc := l.heldTotal(); hr != 10_000 || hc != 100_000 {
 		t.Fatalf("held = %d/%d, want the old 10000/100000 until 10 s", hr, hc)
 	}
 	rb, err := l.Renew(9*sec, RenewRequest{ClientID: "b", Incarnation: 1, LeaseID: gb.LeaseID, DemandRateMilliPerSec: 10_000, DemandBurstMilli: 100_000, TTLNanos: 10 * sec})
@@ -131,7 +131,7 @@ func TestReleaseCreditsAtMostCap(t *testing.T) { // rule (e)
 	if res.CreditedMilli != 4_000 {
 		t.Fatalf("credited %d, want the cap 4000", res.CreditedMilli)
 	}
-	if hr, hc := l.Held(); hr != 0 || hc != 0 {
+	if hr, hc := l.heldTotal(); hr != 0 || hc != 0 {
 		t.Fatalf("release left %d/%d held", hr, hc)
 	}
 	if _, err := l.Release(sec, ReleaseRequest{ClientID: "a", Incarnation: 1, LeaseID: g.LeaseID}); !errors.Is(err, ErrLeaseNotFound) {
@@ -140,7 +140,7 @@ func TestReleaseCreditsAtMostCap(t *testing.T) { // rule (e)
 }
 
 func TestExpiryReturnsNoTokens(t *testing.T) { // rule (f)
-	l, _ := NewLedger(LedgerConfig{RateMilliPerSec: 0, CapacityMilli: 10_000, StartFull: true}, 0)
+	l, _ := newLedger(LedgerConfig{RateMilliPerSec: 0, CapacityMilli: 10_000, StartFull: true}, 0)
 	grant(t, l, 0, "a", 1, 0, 4_000)
 	gone, err := l.Expire(10 * sec)
 	if err != nil || len(gone) != 1 {
@@ -209,7 +209,7 @@ func TestLedgerRejectsBadInput(t *testing.T) {
 }
 
 func TestTooManyLeases(t *testing.T) {
-	l, _ := NewLedger(LedgerConfig{RateMilliPerSec: 1_000, CapacityMilli: 1_000, MaxLeases: 2}, 0)
+	l, _ := newLedger(LedgerConfig{RateMilliPerSec: 1_000, CapacityMilli: 1_000, MaxLeases: 2}, 0)
 	grant(t, l, 0, "a", 1, 1, 1)
 	grant(t, l, 0, "b", 1, 1, 1)
 	if _, err := l.Grant(0, GrantRequest{ClientID: "c", TTLNanos: sec}); !errors.Is(err, ErrTooManyLeases) {
@@ -247,7 +247,7 @@ func TestStateRoundTrip(t *testing.T) {
 }
 
 func TestLedgerHugeValues(t *testing.T) {
-	l, err := NewLedger(LedgerConfig{RateMilliPerSec: MaxRateMilliPerSec, CapacityMilli: MaxCapacityMilli, StartFull: true}, 0)
+	l, err := newLedger(LedgerConfig{RateMilliPerSec: MaxRateMilliPerSec, CapacityMilli: MaxCapacityMilli, StartFull: true}, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -289,7 +289,7 @@ func TestReconfigureHonoursHeldCapacity(t *testing.T) {
 		t.Fatal(err)
 	}
 	mustInv(t, l)
-	if hr, hc := l.Held(); hr != 0 || hc != 0 {
+	if hr, hc := l.heldTotal(); hr != 0 || hc != 0 {
 		t.Fatalf("held %d/%d after expiry", hr, hc)
 	}
 	// A renewal by b now divides the new budget.
@@ -354,7 +354,7 @@ func TestNewLedgerWithPool(t *testing.T) {
 			t.Errorf("pool %d: %v", c.pool, err)
 		}
 		// It mints from there like any ledger: full after (B - pool)/r.
-		if got, want := l.PoolFullAt(), 5+NanosToMint(10_000, 20_000-c.want); got != want {
+		if got, want := l.PoolFullAt(), 5+nanosToMint(10_000, 20_000-c.want); got != want {
 			t.Errorf("pool %d: full at %d, want %d", c.pool, got, want)
 		}
 	}
@@ -404,7 +404,7 @@ func TestNegativeMaxCostIsRefused(t *testing.T) {
 // in the new unit, rounding up, so what they hold still covers what their
 // clients mint.
 func TestReconfigureRestatesRatesPerPeriod(t *testing.T) {
-	l, _ := NewLedger(LedgerConfig{RateMilliPerSec: 1000, CapacityMilli: 1000, StartFull: true, RatePeriodNanos: 60 * sec}, 0)
+	l, _ := newLedger(LedgerConfig{RateMilliPerSec: 1000, CapacityMilli: 1000, StartFull: true, RatePeriodNanos: 60 * sec}, 0)
 	g := grant(t, l, 0, "a", 1, 1<<40, 1<<40) // 1000 per minute
 	if g.RateMilliPerSec != 1000 {
 		t.Fatalf("grant %+v", g)
@@ -412,7 +412,7 @@ func TestReconfigureRestatesRatesPerPeriod(t *testing.T) {
 	if err := l.Reconfigure(sec, LedgerConfig{RateMilliPerSec: 17, CapacityMilli: 1000}); err != nil {
 		t.Fatal(err)
 	}
-	if hr, _ := l.Held(); hr != 17 { // ceil(1000/60)
+	if hr, _ := l.heldTotal(); hr != 17 { // ceil(1000/60)
 		t.Fatalf("held %d per second after the restatement, want 17", hr)
 	}
 	mustInv(t, l)

@@ -21,7 +21,7 @@ func TestGrantKeepsReplacedTermsHeld(t *testing.T) {
 	if g2.RateMilliPerSec != 0 || g2.CapMilli != 0 || g2.StartMilli != 0 {
 		t.Fatalf("a replacing grant got %+v while the replaced lease still holds all of r and B", g2)
 	}
-	if hr, hc := l.Held(); hr != 10_000 || hc != 10_000 {
+	if hr, hc := l.heldTotal(); hr != 10_000 || hc != 10_000 {
 		t.Fatalf("held %d/%d after the replacement, want 10000/10000", hr, hc)
 	}
 	// A renewal of the new lease cannot take the replaced terms either.
@@ -39,7 +39,7 @@ func TestGrantKeepsReplacedTermsHeld(t *testing.T) {
 		t.Fatal(err)
 	}
 	mustInv(t, l)
-	if hr, hc := l.Held(); hr != 0 || hc != 0 {
+	if hr, hc := l.heldTotal(); hr != 0 || hc != 0 {
 		t.Fatalf("held %d/%d after the replaced lease's expiry, want 0/0", hr, hc)
 	}
 	r, err = l.Renew(11*sec, RenewRequest{ClientID: "a", Incarnation: 1, LeaseID: g2.LeaseID, DemandRateMilliPerSec: 1 << 40, DemandBurstMilli: 1 << 40, TTLNanos: 10 * sec})
@@ -76,7 +76,7 @@ func TestReleaseKeepsReplacedTermsHeld(t *testing.T) {
 		t.Fatal(err)
 	}
 	mustInv(t, l)
-	if hr, hc := l.Held(); hr != 4_000 || hc != 4_000 {
+	if hr, hc := l.heldTotal(); hr != 4_000 || hc != 4_000 {
 		t.Fatalf("held %d/%d after the release, want the replaced lease's 4000/4000", hr, hc)
 	}
 	le := l.Leases()
@@ -104,7 +104,7 @@ func TestReleaseKeepsReplacedTermsHeld(t *testing.T) {
 }
 
 // TestReplacedTermsAreBounded: however often one holder is granted while
-// its previous lease is live, it keeps at most MaxReplaced entries, and
+// its previous lease is live, it keeps at most maxReplaced entries, and
 // what they hold never shrinks below the replaced leases' sum.
 func TestReplacedTermsAreBounded(t *testing.T) {
 	l := newTestLedger(t, 100_000, 100_000)
@@ -112,11 +112,11 @@ func TestReplacedTermsAreBounded(t *testing.T) {
 		grant(t, l, int64(i)*sec/10, "a", uint64(i+1), 5_000, 5_000)
 	}
 	le := l.Leases()[0]
-	if len(le.Replaced) > MaxReplaced {
+	if len(le.Replaced) > maxReplaced {
 		t.Fatalf("%d replaced entries", len(le.Replaced))
 	}
 	// 20 grants of 5000 each, all live: 100000 held in all.
-	if hr, hc := l.Held(); hr != 100_000 || hc != 100_000 {
+	if hr, hc := l.heldTotal(); hr != 100_000 || hc != 100_000 {
 		t.Fatalf("held %d/%d, want 100000/100000", hr, hc)
 	}
 }
@@ -131,7 +131,7 @@ func TestRevokeFreesReplacedTerms(t *testing.T) {
 		t.Fatal(err)
 	}
 	mustInv(t, l)
-	if hr, hc := l.Held(); hr != 0 || hc != 0 {
+	if hr, hc := l.heldTotal(); hr != 0 || hc != 0 {
 		t.Fatalf("held %d/%d after the revoke", hr, hc)
 	}
 }
@@ -164,7 +164,7 @@ func TestReplacingAfterAReductionStaysOvercommitted(t *testing.T) {
 			t.Fatal(err)
 		}
 		mustInv(t, l)
-		if hr, _ := l.Held(); hr != 10_000 {
+		if hr, _ := l.heldTotal(); hr != 10_000 {
 			t.Fatalf("held rate %d at %v, want the replaced 10000 until 12s", hr, at)
 		}
 	}

@@ -2,7 +2,7 @@ package lease
 
 // Lease-level simulations of utilization: one real Ledger, many replicas,
 // each with the client's bucket arithmetic (a TokenBucket minting at
-// ClientMintRate, renewals that change rate and cap but add no tokens) and
+// clientMintRate, renewals that change rate and cap but add no tokens) and
 // the client's own demand estimate (DemandMeter). No latency, perfect
 // clocks: what they measure is the division of the budget, not the
 // network. Every admission is also checked against B + r·W.
@@ -66,7 +66,7 @@ type shareResult struct {
 
 func (p shareSim) run(t *testing.T) shareResult {
 	t.Helper()
-	l, err := NewLedger(LedgerConfig{RateMilliPerSec: p.rate, CapacityMilli: p.capacity, StartFull: true, DriftPPM: p.driftPPM, MaxLeases: MaxLeasesLimit, RatePeriodNanos: p.ratePeriod}, 0)
+	l, err := newLedger(LedgerConfig{RateMilliPerSec: p.rate, CapacityMilli: p.capacity, StartFull: true, DriftPPM: p.driftPPM, MaxLeases: maxLeasesLimit, RatePeriodNanos: p.ratePeriod}, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -79,7 +79,7 @@ func (p shareSim) run(t *testing.T) shareResult {
 	var hist []quotacheck.Admission
 	res := shareResult{byReplica: make([]int64, p.replicas)}
 	demand := func(r *shareReplica, now int64) Demand {
-		d := r.meter.Report(now, r.offered, r.maxCost)
+		d := r.meter.report(now, r.offered, r.maxCost)
 		r.offered, r.maxCost = 0, 0
 		if !d.Known {
 			d.RateMilliPerSec, d.BurstMilli = unknownDemand, unknownDemand
@@ -103,7 +103,7 @@ func (p shareSim) run(t *testing.T) shareResult {
 						t.Fatal(err)
 					}
 					r.leaseID = g.LeaseID
-					r.bucket, err = NewTokenBucketWithLevel(p.bucketConfig(g), now, g.StartMilli)
+					r.bucket, err = newTokenBucketWithLevel(p.bucketConfig(g), now, g.StartMilli)
 					if err != nil {
 						t.Fatal(err)
 					}
@@ -119,7 +119,7 @@ func (p shareSim) run(t *testing.T) shareResult {
 					r.deadline = max(r.deadline, ClientDeadline(now, g.TTLNanos, p.driftPPM))
 				}
 				r.renewAt = now + p.renewEvery
-				if err := l.CheckInvariants(); err != nil && p.fault == FaultNone {
+				if err := l.CheckInvariants(); err != nil && p.fault == faultNone {
 					t.Fatal(err)
 				}
 			}
@@ -162,7 +162,7 @@ func (p shareSim) run(t *testing.T) shareResult {
 // install): the share over the rate period stretched by (1+ρ).
 func (p shareSim) bucketConfig(g Grant) BucketConfig {
 	if p.floorDrift {
-		return BucketConfig{CapacityMilli: g.CapMilli, RateMilliPerSec: ClientMintRate(g.RateMilliPerSec, p.driftPPM)}
+		return BucketConfig{CapacityMilli: g.CapMilli, RateMilliPerSec: clientMintRate(g.RateMilliPerSec, p.driftPPM)}
 	}
 	return BucketConfig{CapacityMilli: g.CapMilli, RateMilliPerSec: g.RateMilliPerSec, PeriodNanos: ClientPeriodNanos(p.ratePeriod, p.driftPPM)}
 }
@@ -190,7 +190,7 @@ func TestShareSimManyReplicas(t *testing.T) {
 	if testing.Short() {
 		t.Skip("a 40 s simulation of 1000 replicas")
 	}
-	res := manyReplicas(FaultNone).run(t)
+	res := manyReplicas(faultNone).run(t)
 	holders := 0
 	for _, a := range res.byReplica {
 		if a > 0 {
@@ -269,18 +269,18 @@ func TestShareSimOnePerMinute(t *testing.T) {
 func idleReturn(t *testing.T, fault Fault) int {
 	t.Helper()
 	const ttl, renew = 5 * sec, 5 * sec / 3
-	l, err := NewLedger(LedgerConfig{RateMilliPerSec: 5000, CapacityMilli: 10_000, StartFull: true, DriftPPM: 1000}, 0)
+	l, err := newLedger(LedgerConfig{RateMilliPerSec: 5000, CapacityMilli: 10_000, StartFull: true, DriftPPM: 1000}, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
 	l.injectFault(fault)
 	var m DemandMeter
-	d := m.Report(0, 0, 0)
+	d := m.report(0, 0, 0)
 	g, err := l.Grant(0, GrantRequest{ClientID: "a", Incarnation: 1, Seq: 1, DemandRateMilliPerSec: unknownDemand, DemandBurstMilli: unknownDemand, TTLNanos: ttl})
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, _ := NewTokenBucketWithLevel(BucketConfig{CapacityMilli: g.CapMilli, RateMilliPerSec: g.RateMilliPerSec, PeriodNanos: ClientPeriodNanos(0, 1000)}, 0, g.StartMilli)
+	b, _ := newTokenBucketWithLevel(BucketConfig{CapacityMilli: g.CapMilli, RateMilliPerSec: g.RateMilliPerSec, PeriodNanos: ClientPeriodNanos(0, 1000)}, 0, g.StartMilli)
 	offered, maxCost := int64(0), int64(0)
 	for _, at := range []int64{1, 2} {
 		if dd, _ := b.Admit(at, 5000); !dd.Allowed {
@@ -289,7 +289,7 @@ func idleReturn(t *testing.T, fault Fault) int {
 		offered, maxCost = offered+5000, 5000
 	}
 	for now := renew; now <= 30*sec+renew; now += renew {
-		d = m.Report(now, offered, maxCost)
+		d = m.report(now, offered, maxCost)
 		offered, maxCost = 0, 0
 		g, err = l.Renew(now, RenewRequest{ClientID: "a", Incarnation: 1, LeaseID: g.LeaseID, DemandRateMilliPerSec: d.RateMilliPerSec,
 			DemandBurstMilli: d.BurstMilli, DemandMaxCostMilli: d.MaxCostMilli, TTLNanos: ttl})
@@ -312,13 +312,13 @@ func idleReturn(t *testing.T, fault Fault) int {
 // the budget nobody else claims stays with it; plain fair shares of its
 // (zero) demand would leave it nothing, the negative control.
 func TestIdleLeaseKeepsItsBurst(t *testing.T) {
-	if n := idleReturn(t, FaultNone); n != 2 {
+	if n := idleReturn(t, faultNone); n != 2 {
 		t.Fatalf("back after 30 s idle: %d of two cost-5 requests admitted, want the whole burst", n)
 	}
 	if !faultsBuilt {
 		return // the control needs -tags ration_faults (controls_test.go)
 	}
-	if n := idleReturn(t, FaultSliverShares); n != 0 {
+	if n := idleReturn(t, faultSliverShares); n != 0 {
 		t.Fatalf("negative control: plain fair shares admitted %d after the idle spell", n)
 	}
 }

@@ -228,17 +228,17 @@ func (s *sim) idle() {
 }
 
 func newSim(t *rapid.T, p simParams, fault Fault) *sim {
-	l, err := NewLedger(LedgerConfig{RateMilliPerSec: p.rate, CapacityMilli: p.capacity, StartFull: p.startFull, DriftPPM: p.rhoPPM, RatePeriodNanos: p.period}, 0)
+	l, err := newLedger(LedgerConfig{RateMilliPerSec: p.rate, CapacityMilli: p.capacity, StartFull: p.startFull, DriftPPM: p.rhoPPM, RatePeriodNanos: p.period}, 0)
 	if err != nil {
-		t.Fatalf("NewLedger: %v", err)
+		t.Fatalf("newLedger: %v", err)
 	}
 	clockFault := fault == faultClockResumeOwnReading
 	restoreNoHold := fault == faultRestoreNoHold
 	if clockFault || restoreNoHold {
-		fault = FaultNone // the ledger is correct; the clock or the restore is not
+		fault = faultNone // the ledger is correct; the clock or the restore is not
 	}
 	l.injectFault(fault)
-	s := &sim{prompt: rapid.Bool().Draw(t, "prompt"), saturate: rapid.Bool().Draw(t, "saturate"), t: t, p: p, ledger: l, checkInv: fault == FaultNone, clockResumesOwnReading: clockFault, restoreNoHold: restoreNoHold,
+	s := &sim{prompt: rapid.Bool().Draw(t, "prompt"), saturate: rapid.Bool().Draw(t, "saturate"), t: t, p: p, ledger: l, checkInv: fault == faultNone, clockResumesOwnReading: clockFault, restoreNoHold: restoreNoHold,
 		leftoverBurst: rapid.Bool().Draw(t, "leftoverBurst")}
 	for i := range rapid.IntRange(1, 3).Draw(t, "servers") {
 		s.servers = append(s.servers, simServer{skew: rapid.Int64Range(-p.rhoPPM, p.rhoPPM).Draw(t, fmt.Sprintf("leaderSkew%d", i))})
@@ -369,7 +369,7 @@ func (s *sim) deliver(m *simMsg) {
 			if deadline <= local {
 				return // arrived too late to use: the tokens are lost, safely
 			}
-			b, err := NewTokenBucketWithLevel(BucketConfig{CapacityMilli: m.resp.CapMilli, RateMilliPerSec: mint, PeriodNanos: ClientPeriodNanos(s.p.period, s.p.rhoPPM)}, local, m.resp.StartMilli)
+			b, err := newTokenBucketWithLevel(BucketConfig{CapacityMilli: m.resp.CapMilli, RateMilliPerSec: mint, PeriodNanos: ClientPeriodNanos(s.p.period, s.p.rhoPPM)}, local, m.resp.StartMilli)
 			if err != nil {
 				s.t.Fatalf("client bucket: %v", err)
 			}
@@ -591,7 +591,7 @@ func (s *sim) restore() {
 	}
 	l, err := NewLedgerFromState(*s.saved)
 	if err != nil {
-		if s.ledger.fault != FaultNone {
+		if s.ledger.fault != faultNone {
 			return // a broken ledger's state may not restore (its checks refuse it)
 		}
 		s.t.Fatalf("restore: %v", err)
@@ -704,7 +704,7 @@ func TestLeaseProtocolKeepsBound(t *testing.T) {
 		withRapidFlags(t, map[string]string{"rapid.checks": "2000"})
 	}
 	rapid.Check(t, func(t *rapid.T) {
-		h, b := runSim(t, FaultNone)
+		h, b := runSim(t, faultNone)
 		if v := quotacheck.Check(h, b); v != nil {
 			t.Fatalf("%v (history of %d admissions)", v, len(h))
 		}

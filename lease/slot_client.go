@@ -41,7 +41,7 @@ type slotEarlierGrant struct {
 
 // SlotStart is a request started under a slot lease: the number of the
 // grant it started under, which its deadline and cancel time follow
-// (DeadlineOf, CancelAtOf) and End gives back, and the local time it must
+// (deadlineOfGrant, CancelAtOf) and End gives back, and the local time it must
 // end by (start + M with M, else the grant's cancel time as it was at the
 // start: a renewal of that same lease may move it later).
 type SlotStart struct {
@@ -67,21 +67,21 @@ type SlotClientConfig struct {
 type SlotClientFault uint8
 
 const (
-	// SlotClientFaultNone is the correct client.
-	SlotClientFaultNone SlotClientFault = iota
+	// slotClientFaultNone is the correct client.
+	slotClientFaultNone SlotClientFault = iota
 	// SlotClientFaultAckAtOnce acknowledges a lowered version as soon as
 	// it arrives, before the running requests have dropped to its count.
 	SlotClientFaultAckAtOnce
-	// SlotClientFaultIgnoreMaxDuration starts a request while now <
+	// slotClientFaultIgnoreMaxDuration starts a request while now <
 	// deadline, whatever M.
-	SlotClientFaultIgnoreMaxDuration
-	// SlotClientFaultNoDriftMargin uses a lease until send + TTL.
-	SlotClientFaultNoDriftMargin
-	// SlotClientFaultCancelNoGrace cancels at the deadline itself.
-	SlotClientFaultCancelNoGrace
-	// SlotClientFaultNoClockGrain uses ClientDeadline without the margin
-	// SlotClockGrainNanos for clocks read in whole steps.
-	SlotClientFaultNoClockGrain
+	slotClientFaultIgnoreMaxDuration
+	// slotClientFaultNoDriftMargin uses a lease until send + TTL.
+	slotClientFaultNoDriftMargin
+	// slotClientFaultCancelNoGrace cancels at the deadline itself.
+	slotClientFaultCancelNoGrace
+	// slotClientFaultNoClockGrain uses ClientDeadline without the margin
+	// slotClockGrainNanos for clocks read in whole steps.
+	slotClientFaultNoClockGrain
 	// SlotClientFaultInstallExtendsOld cancels every running request at
 	// the installed lease's cancel time, whatever lease it started under:
 	// a grant installed after a refused renewal extends the requests of
@@ -91,7 +91,7 @@ const (
 
 // NewSlotClient checks the rules' parameters.
 func NewSlotClient(cfg SlotClientConfig) (*SlotClient, error) {
-	if err := ValidateDrift(cfg.DriftPPM); err != nil {
+	if err := validateDrift(cfg.DriftPPM); err != nil {
 		return nil, err
 	}
 	if cfg.MaxDurationNanos < 0 || cfg.MaxDurationNanos > MaxTTLNanos {
@@ -123,7 +123,7 @@ func (c *SlotClient) AckedVersion() uint64 { return c.acked }
 // time now (else the client acquires anew).
 func (c *SlotClient) Usable(nowLocal int64) bool { return c.has && nowLocal < c.deadline }
 
-// SlotClockGrainNanos is the margin the client's slot deadline keeps for
+// slotClockGrainNanos is the margin the client's slot deadline keeps for
 // clocks read in whole steps (docs/concurrency.md §3, "Clock readings"):
 // ClientDeadline is exact for clocks that run within ±ρ continuously, and
 // has no slack at all when the messages take no time and the two clocks
@@ -138,16 +138,16 @@ func (c *SlotClient) Usable(nowLocal int64) bool { return c.has && nowLocal < c.
 // without it: its clocks read whole nanoseconds, and a request cancelled
 // a grace before the deadline that returned after exactly the grace still
 // ran 1 ns after the coordinator's expiry (TestSlotClockGrainRegression).
-const SlotClockGrainNanos = 1000
+const slotClockGrainNanos = 1000
 
 func (c *SlotClient) deadlineOf(sendLocal, ttlNanos int64) int64 {
 	switch {
-	case c.broken(SlotClientFaultNoDriftMargin):
+	case c.broken(slotClientFaultNoDriftMargin):
 		return satAdd(sendLocal, ttlNanos)
-	case c.broken(SlotClientFaultNoClockGrain):
+	case c.broken(slotClientFaultNoClockGrain):
 		return ClientDeadline(sendLocal, ttlNanos, c.cfg.DriftPPM)
 	}
-	return ClientDeadline(sendLocal, ttlNanos, c.cfg.DriftPPM) - SlotClockGrainNanos
+	return ClientDeadline(sendLocal, ttlNanos, c.cfg.DriftPPM) - slotClockGrainNanos
 }
 
 // InstallGrant installs the answer to a grant sent at sendLocal, arriving
@@ -206,11 +206,11 @@ func (c *SlotClient) Drop() {
 // GrantNo is the installed lease's grant number (0 before the first).
 func (c *SlotClient) GrantNo() uint64 { return c.grantNo }
 
-// DeadlineOf is the local deadline of the lease that grant n installed:
+// deadlineOfGrant is the local deadline of the lease that grant n installed:
 // the installed lease's (which its renewals move), or the one an earlier
 // lease had when it was dropped or replaced. A grant under which nothing
 // runs any more has none: 0, already past.
-func (c *SlotClient) DeadlineOf(n uint64) int64 {
+func (c *SlotClient) deadlineOfGrant(n uint64) int64 {
 	if c.has && n == c.grantNo {
 		return c.deadline
 	}
@@ -227,10 +227,10 @@ func (c *SlotClient) DeadlineOf(n uint64) int64 {
 // less the grace. A request never outlives the lease it started under.
 func (c *SlotClient) CancelAtOf(n uint64) int64 {
 	if c.broken(SlotClientFaultInstallExtendsOld) {
-		return c.CancelAt()
+		return c.cancelAt()
 	}
-	d := c.DeadlineOf(n)
-	if c.broken(SlotClientFaultCancelNoGrace) {
+	d := c.deadlineOfGrant(n)
+	if c.broken(slotClientFaultCancelNoGrace) {
 		return d
 	}
 	return d - c.cfg.CancelGraceNanos
@@ -246,7 +246,7 @@ func (c *SlotClient) TryStart(nowLocal int64) (SlotStart, bool) {
 	}
 	var endBy int64
 	switch m := c.cfg.MaxDurationNanos; {
-	case m > 0 && !c.broken(SlotClientFaultIgnoreMaxDuration):
+	case m > 0 && !c.broken(slotClientFaultIgnoreMaxDuration):
 		if satAdd(nowLocal, m) > c.deadline {
 			return SlotStart{}, false
 		}
@@ -257,7 +257,7 @@ func (c *SlotClient) TryStart(nowLocal int64) (SlotStart, bool) {
 		}
 		endBy = nowLocal + m
 	default:
-		at := c.CancelAt()
+		at := c.cancelAt()
 		if nowLocal >= at {
 			return SlotStart{}, false
 		}
@@ -268,10 +268,10 @@ func (c *SlotClient) TryStart(nowLocal int64) (SlotStart, bool) {
 	return SlotStart{GrantNo: c.grantNo, EndBy: endBy}, true
 }
 
-// CancelAt is the local time the deadline-cancel rule cancels the
+// cancelAt is the local time the deadline-cancel rule cancels the
 // installed lease's requests at (without M): the deadline less the grace.
-func (c *SlotClient) CancelAt() int64 {
-	if c.broken(SlotClientFaultCancelNoGrace) {
+func (c *SlotClient) cancelAt() int64 {
+	if c.broken(slotClientFaultCancelNoGrace) {
 		return c.deadline
 	}
 	return c.deadline - c.cfg.CancelGraceNanos
@@ -316,7 +316,7 @@ func (c *SlotClient) Demand(waiting int64) int64 {
 
 // ValidateSlotRules checks a concurrency policy's timing against its lease
 // duration: with M, M must be shorter than the usable span
-// ClientUsableNanos(ttl, ρ) − SlotClockGrainNanos, or no request could ever start (a start needs
+// ClientUsableNanos(ttl, ρ) − slotClockGrainNanos, or no request could ever start (a start needs
 // now + M within the deadline); without M, the cancel grace must be shorter
 // than it too. A policy with neither M nor a grace is valid, and its bound
 // carries the term ε_over (docs/concurrency.md §4).
@@ -324,7 +324,7 @@ func ValidateSlotRules(cfg SlotClientConfig, ttlNanos int64) error {
 	if _, err := NewSlotClient(cfg); err != nil {
 		return err
 	}
-	usable := ClientUsableNanos(ttlNanos, cfg.DriftPPM) - SlotClockGrainNanos
+	usable := ClientUsableNanos(ttlNanos, cfg.DriftPPM) - slotClockGrainNanos
 	if cfg.MaxDurationNanos > 0 && cfg.MaxDurationNanos >= usable {
 		return fmt.Errorf("%w: max duration %d ns is not shorter than the usable lease span %d ns (lease duration %d ns, drift %d ppm)", ErrInvalidConfig, cfg.MaxDurationNanos, usable, ttlNanos, cfg.DriftPPM)
 	}

@@ -36,13 +36,13 @@ func TestSlotClientClockGrain(t *testing.T) {
 		if !c.InstallGrant(SlotGrant{LeaseID: 1, Slots: 1, Version: 1, TTLNanos: ttl}, send, send) {
 			t.Fatal("grant not installed")
 		}
-		if want := ClientDeadline(send, ttl, rho) - SlotClockGrainNanos; c.Deadline() != want {
+		if want := ClientDeadline(send, ttl, rho) - slotClockGrainNanos; c.Deadline() != want {
 			t.Fatalf("ρ %d: deadline %d, want %d", rho, c.Deadline(), want)
 		}
 		if !c.InstallRenewal(SlotGrant{LeaseID: 1, Slots: 1, Version: 2, TTLNanos: ttl}, send+1, send+1) {
 			t.Fatal("renewal not installed")
 		}
-		if want := ClientDeadline(send+1, ttl, rho) - SlotClockGrainNanos; c.Deadline() != want {
+		if want := ClientDeadline(send+1, ttl, rho) - slotClockGrainNanos; c.Deadline() != want {
 			t.Fatalf("ρ %d: renewed deadline %d, want %d", rho, c.Deadline(), want)
 		}
 		// The control: without the margin the deadline is ClientDeadline's.
@@ -50,14 +50,14 @@ func TestSlotClientClockGrain(t *testing.T) {
 			continue // the control needs -tags ration_faults (controls_test.go)
 		}
 		f := newSlotClient(t, SlotClientConfig{DriftPPM: rho})
-		f.fault = SlotClientFaultNoClockGrain
+		f.fault = slotClientFaultNoClockGrain
 		f.InstallGrant(SlotGrant{LeaseID: 1, Slots: 1, Version: 1, TTLNanos: ttl}, send, send)
 		if f.Deadline() != ClientDeadline(send, ttl, rho) {
 			t.Fatalf("ρ %d: the control's deadline %d", rho, f.Deadline())
 		}
 	}
 	c := newSlotClient(t, SlotClientConfig{})
-	if c.InstallGrant(SlotGrant{LeaseID: 1, Slots: 1, Version: 1, TTLNanos: SlotClockGrainNanos}, 0, 0) {
+	if c.InstallGrant(SlotGrant{LeaseID: 1, Slots: 1, Version: 1, TTLNanos: slotClockGrainNanos}, 0, 0) {
 		t.Fatal("installed a grant no longer than the clock margin")
 	}
 }
@@ -69,7 +69,7 @@ func TestSlotClientMaxDuration(t *testing.T) {
 	if _, ok := c.TryStart(0); ok {
 		t.Fatal("started with no lease")
 	}
-	if !c.InstallGrant(SlotGrant{LeaseID: 1, Slots: 2, Version: 1, TTLNanos: 1000 + SlotClockGrainNanos}, 0, 10) {
+	if !c.InstallGrant(SlotGrant{LeaseID: 1, Slots: 2, Version: 1, TTLNanos: 1000 + slotClockGrainNanos}, 0, 10) {
 		t.Fatal("grant not installed")
 	}
 	if c.Deadline() != 1000 || c.AckedVersion() != 1 {
@@ -87,7 +87,7 @@ func TestSlotClientMaxDuration(t *testing.T) {
 	}
 	// A late grant answer is dropped.
 	d := newSlotClient(t, SlotClientConfig{DriftPPM: 1000})
-	if d.InstallGrant(SlotGrant{LeaseID: 1, Slots: 1, Version: 1, TTLNanos: 1000 + SlotClockGrainNanos}, 0, 999) {
+	if d.InstallGrant(SlotGrant{LeaseID: 1, Slots: 1, Version: 1, TTLNanos: 1000 + slotClockGrainNanos}, 0, 999) {
 		t.Fatal("installed an answer past its drift-shortened deadline")
 	}
 }
@@ -97,7 +97,7 @@ func TestSlotClientMaxDuration(t *testing.T) {
 // acknowledged only once the running requests fit it.
 func TestSlotClientAcknowledgesOnlyOnceDrained(t *testing.T) {
 	c := newSlotClient(t, SlotClientConfig{CancelGraceNanos: 10})
-	c.InstallGrant(SlotGrant{LeaseID: 7, Slots: 4, Version: 1, TTLNanos: 1000 + SlotClockGrainNanos}, 0, 0)
+	c.InstallGrant(SlotGrant{LeaseID: 7, Slots: 4, Version: 1, TTLNanos: 1000 + slotClockGrainNanos}, 0, 0)
 	var runs []SlotStart
 	for range 4 {
 		r, ok := c.TryStart(1)
@@ -106,7 +106,7 @@ func TestSlotClientAcknowledgesOnlyOnceDrained(t *testing.T) {
 		}
 		runs = append(runs, r)
 	}
-	if !c.InstallRenewal(SlotGrant{LeaseID: 7, Slots: 2, Version: 2, TTLNanos: 1000 + SlotClockGrainNanos}, 100, 110) {
+	if !c.InstallRenewal(SlotGrant{LeaseID: 7, Slots: 2, Version: 2, TTLNanos: 1000 + slotClockGrainNanos}, 100, 110) {
 		t.Fatal("renewal not installed")
 	}
 	if c.Deadline() != 1100 || c.Limit() != 2 || c.AckedVersion() != 1 {
@@ -128,8 +128,8 @@ func TestSlotClientAcknowledgesOnlyOnceDrained(t *testing.T) {
 	if c.InstallRenewal(SlotGrant{LeaseID: 8, Slots: 9, Version: 3, TTLNanos: 5000}, 200, 210) {
 		t.Fatal("installed another lease's renewal")
 	}
-	if c.CancelAt() != 1090 {
-		t.Fatalf("cancel at %d, want 1090", c.CancelAt())
+	if c.cancelAt() != 1090 {
+		t.Fatalf("cancel at %d, want 1090", c.cancelAt())
 	}
 	if _, ok := c.TryStart(1090); ok {
 		t.Fatal("started at the cancel time")
@@ -145,7 +145,7 @@ func TestSlotClientAcknowledgesOnlyOnceDrained(t *testing.T) {
 
 func TestValidateSlotRules(t *testing.T) {
 	const ttl = 10 * NanosPerSecond
-	usable := ClientUsableNanos(ttl, 1000) - SlotClockGrainNanos
+	usable := ClientUsableNanos(ttl, 1000) - slotClockGrainNanos
 	for _, c := range []struct {
 		cfg SlotClientConfig
 		ok  bool
@@ -171,8 +171,8 @@ func TestValidateSlotRules(t *testing.T) {
 // (SlotClientFaultInstallExtendsOld) moves the old request's cancel time
 // to the new lease's.
 func TestSlotClientRequestKeepsItsLease(t *testing.T) {
-	const ttl = 1000 + SlotClockGrainNanos
-	for _, fault := range controls(SlotClientFaultNone, SlotClientFaultInstallExtendsOld) {
+	const ttl = 1000 + slotClockGrainNanos
+	for _, fault := range controls(slotClientFaultNone, SlotClientFaultInstallExtendsOld) {
 		c := newSlotClient(t, SlotClientConfig{CancelGraceNanos: 10})
 		c.fault = fault
 		c.InstallGrant(SlotGrant{LeaseID: 1, Slots: 2, Version: 1, TTLNanos: ttl}, 0, 0)
@@ -192,14 +192,14 @@ func TestSlotClientRequestKeepsItsLease(t *testing.T) {
 		}
 		got := c.CancelAtOf(old.GrantNo)
 		switch {
-		case fault == SlotClientFaultNone && (got != 1090 || c.DeadlineOf(old.GrantNo) != 1100):
-			t.Fatalf("the old lease's request is cancelled at %d (deadline %d), want 1090 (1100)", got, c.DeadlineOf(old.GrantNo))
-		case fault != SlotClientFaultNone && got != 1490:
+		case fault == slotClientFaultNone && (got != 1090 || c.deadlineOfGrant(old.GrantNo) != 1100):
+			t.Fatalf("the old lease's request is cancelled at %d (deadline %d), want 1090 (1100)", got, c.deadlineOfGrant(old.GrantNo))
+		case fault != slotClientFaultNone && got != 1490:
 			t.Fatalf("the control cancels the old request at %d, want the new lease's 1490", got)
 		}
 		c.End(old)
-		if c.Running() != 1 || c.DeadlineOf(old.GrantNo) != 0 {
-			t.Fatalf("fault %d: after the old request ended: running %d, its lease's deadline %d", fault, c.Running(), c.DeadlineOf(old.GrantNo))
+		if c.Running() != 1 || c.deadlineOfGrant(old.GrantNo) != 0 {
+			t.Fatalf("fault %d: after the old request ended: running %d, its lease's deadline %d", fault, c.Running(), c.deadlineOfGrant(old.GrantNo))
 		}
 		c.End(SlotStart{GrantNo: 99}) // never started: nothing
 		c.End(cur)

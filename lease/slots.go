@@ -1,9 +1,6 @@
 package lease
 
-import (
-	"fmt"
-	"sort"
-)
+import "fmt"
 
 // Cluster-wide concurrency limits (docs/concurrency.md): a SlotLedger is the
 // coordinator's account of one policy key's N slots. A lease holds s_i of
@@ -36,13 +33,13 @@ import (
 // SlotConfig is the budget of one concurrency key.
 type SlotConfig struct {
 	Limit     int64 // N: requests in flight across the cluster, [0, MaxSlots]
-	MaxLeases int   // 0 means DefaultMaxLeases
+	MaxLeases int   // 0 means defaultMaxLeases
 	// DriftPPM is ρ, the bound on every clock's rate error; the client's
 	// usable span is ClientUsableNanos(TTL, ρ).
 	DriftPPM int64
 }
 
-// MaxSlots bounds a concurrency limit: sums over MaxLeasesLimit leases
+// MaxSlots bounds a concurrency limit: sums over maxLeasesLimit leases
 // stay far inside int64.
 const MaxSlots = 1 << 30
 
@@ -51,18 +48,13 @@ func (c SlotConfig) Validate() error {
 	if c.Limit < 0 || c.Limit > MaxSlots {
 		return fmt.Errorf("%w: concurrency limit %d is outside [0, %d]", ErrInvalidConfig, c.Limit, MaxSlots)
 	}
-	if c.MaxLeases < 0 || c.MaxLeases > MaxLeasesLimit {
-		return fmt.Errorf("%w: max leases %d is outside [0, %d]", ErrInvalidConfig, c.MaxLeases, MaxLeasesLimit)
+	if err := validateMaxLeases(c.MaxLeases); err != nil {
+		return err
 	}
-	return ValidateDrift(c.DriftPPM)
+	return validateDrift(c.DriftPPM)
 }
 
-func (c SlotConfig) maxLeases() int {
-	if c.MaxLeases == 0 {
-		return DefaultMaxLeases
-	}
-	return c.MaxLeases
-}
+func (c SlotConfig) maxLeases() int { return maxLeasesOr(c.MaxLeases) }
 
 // SlotShare is one version of a slot lease's grant.
 type SlotShare struct {
@@ -91,7 +83,7 @@ type SlotLease struct {
 	Superseded []SlotShare
 	// Replaced holds the held slots of this holder's earlier leases a
 	// grant replaced while they were live (rule S6), each until its
-	// expiry. At most MaxReplaced entries; older ones are summed.
+	// expiry. At most maxReplaced entries; older ones are summed.
 	Replaced []SlotShare
 }
 
@@ -123,13 +115,7 @@ func (l *SlotLease) HeldAt(nowNanos int64) int64 {
 	return l.ownHeld() + l.replacedAt(nowNanos)
 }
 
-func (l *SlotLease) holdUntil() int64 {
-	until := l.Current.ExpiresNanos
-	for _, r := range l.Replaced {
-		until = max(until, r.ExpiresNanos)
-	}
-	return until
-}
+func (l *SlotLease) holdUntil() int64 { return lastExpiry(l.Replaced, l.Current.ExpiresNanos) }
 
 // SlotLedgerState is a slot ledger's complete state, for snapshots.
 type SlotLedgerState struct {
@@ -157,21 +143,21 @@ type SlotLedger struct {
 type SlotFault uint8
 
 const (
-	// SlotFaultNone is the correct ledger.
-	SlotFaultNone SlotFault = iota
+	// slotFaultNone is the correct ledger.
+	slotFaultNone SlotFault = iota
 	// SlotFaultForgetLowered frees a lowered grant's slots at the renewal
 	// that lowers it, before the client has acknowledged dropping to the
 	// new count (breaks S2).
 	SlotFaultForgetLowered
-	// SlotFaultAckDropsAcked drops the acknowledged version too: the
+	// slotFaultAckDropsAcked drops the acknowledged version too: the
 	// client may still run that many requests (breaks S2).
-	SlotFaultAckDropsAcked
-	// SlotFaultEarlyExpiry reclaims a lease an eighth of its last lease
+	slotFaultAckDropsAcked
+	// slotFaultEarlyExpiry reclaims a lease an eighth of its last lease
 	// duration before its expiry (breaks S5).
-	SlotFaultEarlyExpiry
-	// SlotFaultForgetReplaced frees a replaced lease's slots at once
+	slotFaultEarlyExpiry
+	// slotFaultForgetReplaced frees a replaced lease's slots at once
 	// (breaks S6).
-	SlotFaultForgetReplaced
+	slotFaultForgetReplaced
 )
 
 // NewSlotLedger returns an empty ledger at startNanos.
@@ -220,15 +206,15 @@ func (l *SlotLedger) NowNanos() int64 { return l.s.NowNanos }
 // Leases returns a copy of the leases, in holder order.
 func (l *SlotLedger) Leases() []SlotLease { return cloneSlotState(l.s).Leases }
 
-// Held returns Σ held slots at the latest operation's time.
-func (l *SlotLedger) Held() int64 { return l.heldExcept(-1, l.s.NowNanos) }
+// heldTotal returns Σ held slots at the latest operation's time.
+func (l *SlotLedger) heldTotal() int64 { return l.heldExcept(-1, l.s.NowNanos) }
 
 // Free returns N − Σ held (0 while a restore hold lasts).
 func (l *SlotLedger) Free() int64 {
 	if l.s.HoldAllUntilNanos > l.s.NowNanos {
 		return 0
 	}
-	return max(0, l.s.Config.Limit-l.Held())
+	return max(0, l.s.Config.Limit-l.heldTotal())
 }
 
 // NextExpiry returns the earliest time Expire would remove a lease, and
@@ -245,9 +231,9 @@ func (l *SlotLedger) NextExpiry() (int64, bool) {
 
 // reclaimAt is when the lease's own slots may be freed: its expiry, exactly
 // (ExpiresNanos: commit + TTL of its latest grant or renewal), never earlier.
-// Under SlotFaultEarlyExpiry, an eighth of that lease duration earlier.
+// Under slotFaultEarlyExpiry, an eighth of that lease duration earlier.
 func (l *SlotLedger) reclaimAt(le *SlotLease) int64 {
-	if l.has(SlotFaultEarlyExpiry) {
+	if l.has(slotFaultEarlyExpiry) {
 		return le.Current.ExpiresNanos - le.LastTTLNanos/8
 	}
 	return le.Current.ExpiresNanos
@@ -256,11 +242,7 @@ func (l *SlotLedger) reclaimAt(le *SlotLease) int64 {
 // removableAt is when Expire removes the lease: once its own slots and
 // every replaced hold have lapsed.
 func (l *SlotLedger) removableAt(le *SlotLease) int64 {
-	t := l.reclaimAt(le)
-	for _, r := range le.Replaced {
-		t = max(t, r.ExpiresNanos)
-	}
-	return t
+	return lastExpiry(le.Replaced, l.reclaimAt(le))
 }
 
 func (l *SlotLedger) heldExcept(skip int, nowNanos int64) int64 {
@@ -273,21 +255,17 @@ func (l *SlotLedger) heldExcept(skip int, nowNanos int64) int64 {
 	return h
 }
 
-func (l *SlotLedger) find(clientID string, incarnation uint64) (int, bool) {
-	i := sort.Search(len(l.s.Leases), func(i int) bool {
-		le := &l.s.Leases[i]
-		return le.ClientID > clientID || (le.ClientID == clientID && le.Incarnation >= incarnation)
-	})
-	ok := i < len(l.s.Leases) && l.s.Leases[i].ClientID == clientID && l.s.Leases[i].Incarnation == incarnation
-	return i, ok
+// table is the slot ledger's holders table (holders.go).
+func (l *SlotLedger) table() holders[SlotLease, *SlotLease] {
+	return holders[SlotLease, *SlotLease]{rows: &l.s.Leases, now: &l.s.NowNanos, nextID: &l.s.NextID, kind: "slot lease", search: searchSlotLeases}
 }
 
 func (l *SlotLedger) advance(nowNanos int64) error {
 	if err := checkTime(nowNanos); err != nil {
 		return err
 	}
-	if nowNanos < l.s.NowNanos {
-		return fmt.Errorf("%w: cluster time %d ns is before %d ns", ErrTimeBackwards, nowNanos, l.s.NowNanos)
+	if err := l.table().notBefore(nowNanos); err != nil {
+		return err
 	}
 	l.s.NowNanos = nowNanos
 	return nil
@@ -346,6 +324,18 @@ type SlotGrant struct {
 	RenewSoon bool
 }
 
+// validateSlotAsk checks a slot grant's or renewal's holder, demand and
+// cluster time, in that order.
+func validateSlotAsk(nowNanos int64, clientID string, ttl, weight, demand int64) error {
+	if err := validateHolder(clientID, ttl); err != nil {
+		return err
+	}
+	if err := validateSlotDemand(weight, demand); err != nil {
+		return err
+	}
+	return checkTime(nowNanos)
+}
+
 func validateSlotDemand(weight, demand int64) error {
 	if weight < 0 || weight > 1<<20 {
 		return fmt.Errorf("%w: weight %d is outside [0, %d]", ErrInvalidRequest, weight, 1<<20)
@@ -359,12 +349,12 @@ func validateSlotDemand(weight, demand int64) error {
 // target is lease i's fair share of N by weighted max-min fairness over
 // every live lease's demand.
 func (l *SlotLedger) target(i int) (int64, error) {
-	claims := make([]Claim, len(l.s.Leases))
+	claims := make([]fairClaim, len(l.s.Leases))
 	for j := range l.s.Leases {
 		le := &l.s.Leases[j]
-		claims[j] = Claim{ID: le.ClientID, Demand: min(le.DemandSlots, l.s.Config.Limit), Weight: le.Weight}
+		claims[j] = fairClaim{ID: le.ClientID, Demand: min(le.DemandSlots, l.s.Config.Limit), Weight: le.Weight}
 	}
-	shares, err := FairShares(l.s.Config.Limit, claims)
+	shares, err := fairShares(l.s.Config.Limit, claims)
 	if err != nil {
 		return 0, err
 	}
@@ -392,40 +382,21 @@ func (l *SlotLedger) slotsFor(i int) (int64, error) {
 // Grant creates a slot lease for (ClientID, Incarnation) at cluster time
 // now; an existing lease of the same holder is replaced (rule S6).
 func (l *SlotLedger) Grant(nowNanos int64, req SlotGrantRequest) (SlotGrant, error) {
-	if err := validateHolder(req.ClientID, req.TTLNanos); err != nil {
+	if err := validateSlotAsk(nowNanos, req.ClientID, req.TTLNanos, req.Weight, req.DemandSlots); err != nil {
 		return SlotGrant{}, err
 	}
-	if err := validateSlotDemand(req.Weight, req.DemandSlots); err != nil {
+	i, exists, err := l.table().admit(nowNanos, req.ClientID, req.Incarnation, req.Seq, l.s.Config.maxLeases())
+	if err != nil {
 		return SlotGrant{}, err
-	}
-	if err := checkTime(nowNanos); err != nil {
-		return SlotGrant{}, err
-	}
-	if nowNanos < l.s.NowNanos {
-		return SlotGrant{}, fmt.Errorf("%w: cluster time %d ns is before %d ns", ErrTimeBackwards, nowNanos, l.s.NowNanos)
-	}
-	i, exists := l.find(req.ClientID, req.Incarnation)
-	if exists && req.Seq <= l.s.Leases[i].GrantSeq {
-		return SlotGrant{}, fmt.Errorf("%w: %s incarnation %d sent grant %d after grant %d", ErrStaleGrant, req.ClientID, req.Incarnation, req.Seq, l.s.Leases[i].GrantSeq)
-	}
-	if !exists && len(l.s.Leases) >= l.s.Config.maxLeases() {
-		return SlotGrant{}, fmt.Errorf("%w: %d leases", ErrTooManyLeases, len(l.s.Leases))
 	}
 	if err := l.advance(nowNanos); err != nil {
 		return SlotGrant{}, err
 	}
 	le := SlotLease{ID: l.s.NextID, ClientID: req.ClientID, Incarnation: req.Incarnation, GrantSeq: req.Seq, Weight: req.Weight, DemandSlots: req.DemandSlots}
-	if exists {
-		old := l.s.Leases[i]
-		if !l.has(SlotFaultForgetReplaced) {
-			le.Replaced = replacedSlots(&old, nowNanos)
-		}
-		l.s.Leases[i] = le
-	} else {
-		l.s.Leases = append(l.s.Leases, SlotLease{})
-		copy(l.s.Leases[i+1:], l.s.Leases[i:])
-		l.s.Leases[i] = le
+	if exists && !l.has(slotFaultForgetReplaced) {
+		le.Replaced = replacedSlots(&l.s.Leases[i], nowNanos)
 	}
+	l.table().put(i, exists, le)
 	slots, err := l.slotsFor(i)
 	if err != nil {
 		return SlotGrant{}, err // unreachable: inputs were validated
@@ -441,54 +412,27 @@ func (l *SlotLedger) Grant(nowNanos int64, req SlotGrantRequest) (SlotGrant, err
 		RenewSoon: l.converging(i)}, nil
 }
 
-// replacedSlots is what a replaced live lease keeps held (rule S6): its
-// held count until its expiry, plus its own replaced entries, at most
-// MaxReplaced of them (the oldest summed, at the later expiry).
+// replacedSlots is what a replaced live lease keeps held (rule S6,
+// replacedHolds): its held count until its expiry, plus its own replaced
+// entries still held.
 func replacedSlots(old *SlotLease, nowNanos int64) []SlotShare {
-	var out []SlotShare
-	for _, r := range old.Replaced {
-		if r.ExpiresNanos > nowNanos && r.Slots > 0 {
-			out = append(out, r)
-		}
-	}
-	if old.Current.ExpiresNanos > nowNanos {
-		if s := old.ownHeld(); s > 0 {
-			out = append(out, SlotShare{Slots: s, ExpiresNanos: old.Current.ExpiresNanos})
-		}
-	}
-	for len(out) > MaxReplaced {
-		a, b := out[0], out[1]
-		out[1] = SlotShare{Slots: a.Slots + b.Slots, ExpiresNanos: max(a.ExpiresNanos, b.ExpiresNanos)}
-		out = out[1:]
-	}
-	return out
+	s := old.ownHeld()
+	return replacedHolds(old.Replaced, SlotShare{Slots: s, ExpiresNanos: old.Current.ExpiresNanos}, old.Current.ExpiresNanos > nowNanos && s > 0, nowNanos)
 }
 
 // Renew extends a live slot lease with a fresh demand. A raise comes from
 // free slots (S3); a lowering keeps the old count held until acknowledged
 // (S2). The expiry never moves earlier.
 func (l *SlotLedger) Renew(nowNanos int64, req SlotRenewRequest) (SlotGrant, error) {
-	if err := validateHolder(req.ClientID, req.TTLNanos); err != nil {
+	if err := validateSlotAsk(nowNanos, req.ClientID, req.TTLNanos, req.Weight, req.DemandSlots); err != nil {
 		return SlotGrant{}, err
 	}
-	if err := validateSlotDemand(req.Weight, req.DemandSlots); err != nil {
+	i, err := l.table().lookup(nowNanos, req.ClientID, req.Incarnation, req.LeaseID, true)
+	if err != nil {
 		return SlotGrant{}, err
-	}
-	if err := checkTime(nowNanos); err != nil {
-		return SlotGrant{}, err
-	}
-	if nowNanos < l.s.NowNanos {
-		return SlotGrant{}, fmt.Errorf("%w: cluster time %d ns is before %d ns", ErrTimeBackwards, nowNanos, l.s.NowNanos)
-	}
-	i, ok := l.find(req.ClientID, req.Incarnation)
-	if !ok || l.s.Leases[i].ID != req.LeaseID {
-		if req.LeaseID > 0 && req.LeaseID < l.s.NextID {
-			return SlotGrant{}, fmt.Errorf("%w: slot lease %d of %s incarnation %d is gone (expired, released or replaced)", ErrLeaseExpired, req.LeaseID, req.ClientID, req.Incarnation)
-		}
-		return SlotGrant{}, fmt.Errorf("%w: %s incarnation %d slot lease %d", ErrLeaseNotFound, req.ClientID, req.Incarnation, req.LeaseID)
 	}
 	if e := l.reclaimAt(&l.s.Leases[i]); e <= nowNanos {
-		return SlotGrant{}, fmt.Errorf("%w: slot lease %d expired at %d ns, now %d ns", ErrLeaseExpired, req.LeaseID, e, nowNanos)
+		return SlotGrant{}, l.table().expired(req.LeaseID, e, nowNanos)
 	}
 	if err := l.advance(nowNanos); err != nil {
 		return SlotGrant{}, err
@@ -500,7 +444,7 @@ func (l *SlotLedger) Renew(nowNanos int64, req SlotRenewRequest) (SlotGrant, err
 	// one the client had drained to when it sent this renewal.
 	if req.AckedVersion <= old.Version {
 		cur.Superseded = dropAckedSlots(cur.Superseded, req.AckedVersion, l.fault)
-		if l.has(SlotFaultAckDropsAcked) && req.AckedVersion == old.Version {
+		if l.has(slotFaultAckDropsAcked) && req.AckedVersion == old.Version {
 			// The deliberate bug: the acknowledged count is the one the
 			// client runs under; dropping it lets the new (lower) count
 			// alone be held.
@@ -532,20 +476,12 @@ func (l *SlotLedger) Renew(nowNanos int64, req SlotRenewRequest) (SlotGrant, err
 // the client's running requests had dropped to acked's count before it
 // sent the renewal, and it never again exceeds it under older versions.
 func dropAckedSlots(ss []SlotShare, acked uint64, fault SlotFault) []SlotShare {
-	if acked == 0 {
-		return ss
-	}
-	out := ss[:0]
-	for _, s := range ss {
-		drop := s.Version < acked
-		if faultsBuilt && fault == SlotFaultAckDropsAcked {
-			drop = s.Version <= acked
+	return dropVersions(ss, acked, func(v uint64) bool {
+		if faultsBuilt && fault == slotFaultAckDropsAcked {
+			return v <= acked
 		}
-		if !drop {
-			out = append(out, s)
-		}
-	}
-	return out
+		return v < acked
+	})
 }
 
 // pruneSlotShares keeps only superseded versions above the current count
@@ -604,26 +540,18 @@ func (l *SlotLedger) Release(nowNanos int64, req SlotReleaseRequest) error {
 	if err := checkTime(nowNanos); err != nil {
 		return err
 	}
-	if nowNanos < l.s.NowNanos {
-		return fmt.Errorf("%w: cluster time %d ns is before %d ns", ErrTimeBackwards, nowNanos, l.s.NowNanos)
-	}
-	i, ok := l.find(req.ClientID, req.Incarnation)
-	if !ok || l.s.Leases[i].ID != req.LeaseID {
-		return fmt.Errorf("%w: %s incarnation %d slot lease %d", ErrLeaseNotFound, req.ClientID, req.Incarnation, req.LeaseID)
+	i, err := l.table().lookup(nowNanos, req.ClientID, req.Incarnation, req.LeaseID, false)
+	if err != nil {
+		return err
 	}
 	if err := l.advance(nowNanos); err != nil {
 		return err
 	}
-	if le := &l.s.Leases[i]; len(le.Replaced) > 0 && !l.has(SlotFaultForgetReplaced) {
+	if le := &l.s.Leases[i]; len(le.Replaced) > 0 && !l.has(slotFaultForgetReplaced) {
 		// S6 outlives the release: a placeholder under a fresh ID holds
 		// only the replaced slots until their expiry.
-		le.ID = l.s.NextID
-		l.s.NextID++
-		until := int64(0)
-		for _, r := range le.Replaced {
-			until = max(until, r.ExpiresNanos)
-		}
-		le.Current = SlotShare{ExpiresNanos: until}
+		le.ID = l.table().takeID()
+		le.Current = SlotShare{ExpiresNanos: lastExpiry(le.Replaced, 0)}
 		le.Superseded = nil
 		le.DemandSlots = 0
 	} else {
@@ -652,17 +580,7 @@ func (l *SlotLedger) ExpireThrough(nowNanos, throughNanos int64) ([]LeaseID, err
 }
 
 func (l *SlotLedger) removeLeases(gone func(*SlotLease) bool) []LeaseID {
-	var ids []LeaseID
-	kept := l.s.Leases[:0]
-	for i := range l.s.Leases {
-		if gone(&l.s.Leases[i]) {
-			ids = append(ids, l.s.Leases[i].ID)
-			continue
-		}
-		kept = append(kept, l.s.Leases[i])
-	}
-	l.s.Leases = kept
-	return ids
+	return l.table().removeWhere(gone)
 }
 
 // Revoke frees every lease of clientID whose incarnation is below
@@ -718,50 +636,30 @@ func (l *SlotLedger) Reconfigure(nowNanos int64, cfg SlotConfig) error {
 // only against the limit they were granted under until the last of them
 // has expired.
 func (l *SlotLedger) markOvercommit() {
-	if l.Held() <= l.s.Config.Limit {
+	if l.heldTotal() <= l.s.Config.Limit {
 		return
 	}
-	for i := range l.s.Leases {
-		l.s.OvercommitUntilNanos = max(l.s.OvercommitUntilNanos, l.s.Leases[i].holdUntil())
-	}
+	l.s.OvercommitUntilNanos = l.table().lastHold(l.s.OvercommitUntilNanos)
 }
 
 func (l *SlotLedger) overcommitted() bool {
-	s := &l.s
-	if s.OvercommitUntilNanos == 0 {
-		return false
-	}
-	if s.OvercommitUntilNanos > s.NowNanos {
-		return true
-	}
-	for i := range s.Leases {
-		if s.Leases[i].holdUntil() <= s.OvercommitUntilNanos {
-			return true
-		}
-	}
-	return false
+	return l.table().overcommitted(l.s.OvercommitUntilNanos)
 }
 
 // CheckInvariants verifies S1 and the structural invariants at the latest
 // operation's time. It returns nil for every reachable state.
 func (l *SlotLedger) CheckInvariants() error {
 	s := &l.s
-	if h := l.Held(); h > s.Config.Limit && !l.overcommitted() {
+	if h := l.heldTotal(); h > s.Config.Limit && !l.overcommitted() {
 		return fmt.Errorf("rule S1: held slots %d exceed N %d", h, s.Config.Limit)
 	}
 	for i := range s.Leases {
+		if err := l.table().checkRow(i); err != nil {
+			return err
+		}
 		le := &s.Leases[i]
-		if i > 0 {
-			p := &s.Leases[i-1]
-			if p.ClientID > le.ClientID || (p.ClientID == le.ClientID && p.Incarnation >= le.Incarnation) {
-				return fmt.Errorf("slot leases out of order at %d", i)
-			}
-		}
-		if le.ID == 0 || le.ID >= s.NextID {
-			return fmt.Errorf("slot lease %d has an ID outside [1, %d)", le.ID, s.NextID)
-		}
-		if len(le.Replaced) > MaxReplaced {
-			return fmt.Errorf("slot lease %d holds %d replaced leases, more than %d", le.ID, len(le.Replaced), MaxReplaced)
+		if len(le.Replaced) > maxReplaced {
+			return fmt.Errorf("slot lease %d holds %d replaced leases, more than %d", le.ID, len(le.Replaced), maxReplaced)
 		}
 		for _, sh := range append(append([]SlotShare{le.Current}, le.Superseded...), le.Replaced...) {
 			if sh.Slots < 0 || sh.Slots > MaxSlots {

@@ -3,7 +3,7 @@ package lease
 import "testing"
 
 // The clock-reading margin of the slot client's deadline
-// (SlotClockGrainNanos, docs/concurrency.md §3 "Clock readings"), replayed
+// (slotClockGrainNanos, docs/concurrency.md §3 "Clock readings"), replayed
 // deterministically on the property model's own clocks (slotHolder.local
 // and slotSim.cluster read whole nanoseconds, truncating).
 
@@ -90,7 +90,7 @@ func TestSlotClockGrainRegression(t *testing.T) {
 		}
 		r, ok := cl.TryStart(h.local(2006))
 		cancelLocal := r.EndBy
-		if !ok || cancelLocal != cl.CancelAt() {
+		if !ok || cancelLocal != cl.cancelAt() {
 			t.Fatalf("start: %d %v", cancelLocal, ok)
 		}
 		// Cancelled at the cancel time; the work returns after exactly the
@@ -108,7 +108,7 @@ func TestSlotClockGrainRegression(t *testing.T) {
 		}
 		return end, expiry, held
 	}
-	end, expiry, held := replay(SlotClientFaultNone)
+	end, expiry, held := replay(slotClientFaultNone)
 	if held != 0 {
 		t.Fatalf("the coordinator still holds %d at the expiry", held)
 	}
@@ -119,7 +119,7 @@ func TestSlotClockGrainRegression(t *testing.T) {
 	if !faultsBuilt {
 		return // the control needs -tags ration_faults (controls_test.go)
 	}
-	if end, expiry, _ := replay(SlotClientFaultNoClockGrain); end <= expiry {
+	if end, expiry, _ := replay(slotClientFaultNoClockGrain); end <= expiry {
 		t.Fatalf("control not caught: without the clock margin the request ends at %d ns, expiry %d ns", end, expiry)
 	} else {
 		t.Logf("without the margin: the request ends at %d ns, the expiry frees its slot at %d ns", end, expiry)
@@ -141,14 +141,14 @@ func TestSlotClockGrainSweep(t *testing.T) {
 					{rho: rho, grantAt: 1, ttl: ttl, renewAt: 1 + at*7, renew: ttl / 2},
 				} {
 					cases++
-					d, e := c.run(t, SlotClientFaultNone)
+					d, e := c.run(t, slotClientFaultNone)
 					if d > e {
 						t.Fatalf("%+v: the deadline is reached at %d ns, after the expiry at %d ns", c, d, e)
 					}
 					if !faultsBuilt {
 						continue // the control needs -tags ration_faults
 					}
-					if d, e := c.run(t, SlotClientFaultNoClockGrain); d > e {
+					if d, e := c.run(t, slotClientFaultNoClockGrain); d > e {
 						broken++
 					}
 				}

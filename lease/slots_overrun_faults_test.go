@@ -10,7 +10,7 @@ import "testing"
 // time. (At random, the in-flight count alone catches it in about one
 // history in 10 000: too rare for a control that must be caught every run.)
 func slotOverrunControl(t *testing.T) {
-	n, end, expiry := slotOverrunHistory(t, SlotClientFaultCancelNoGrace)
+	n, end, expiry := slotOverrunHistory(t, slotClientFaultCancelNoGrace)
 	if n <= 1 {
 		t.Fatalf("the checker did not catch the deadline cancel without grace: %d in flight (A's request ends at %d, its lease expires at %d)", n, end, expiry)
 	}

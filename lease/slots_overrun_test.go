@@ -7,7 +7,7 @@ import "testing"
 // (no oracle): N = 1, ρ = 0.1%, clocks exact, 1 ms message delays. Holder
 // A is granted the slot, starts a request longer than the lease, and is
 // then cut off from every server (its renewals are lost). Its client
-// cancels the request's context at CancelAt; the work returns after the
+// cancels the request's context at cancelAt; the work returns after the
 // whole grace, the longest latency the rule covers. The coordinator
 // expires A's lease at its expiry; holder B asks 1 ms later, is granted
 // the slot and starts a request at once. It returns the most requests in
@@ -79,7 +79,7 @@ func slotOverrunHistory(t *testing.T, fault SlotClientFault) (maxInflight, aEnd,
 // by its deadline, before the expiry that frees its slot, so B's request
 // never runs alongside it.
 func TestSlotOverrunHistory(t *testing.T) {
-	if n, end, expiry := slotOverrunHistory(t, SlotClientFaultNone); n > 1 || end > expiry {
+	if n, end, expiry := slotOverrunHistory(t, slotClientFaultNone); n > 1 || end > expiry {
 		t.Fatalf("%d requests in flight > N 1 (A's ends at %d, its lease expires at %d)", n, end, expiry)
 	}
 }

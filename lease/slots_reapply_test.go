@@ -139,7 +139,7 @@ func slotRefusedRenewalHistory(t *testing.T, fault SlotClientFault, reapply bool
 // before the cluster frees their slots, so B's never run alongside them.
 func TestSlotRefusedRenewalHistory(t *testing.T) {
 	for _, reapply := range []bool{false, true} {
-		if got, end, deadline := slotRefusedRenewalHistory(t, SlotClientFaultNone, reapply); got > 4 || end > deadline {
+		if got, end, deadline := slotRefusedRenewalHistory(t, slotClientFaultNone, reapply); got > 4 || end > deadline {
 			t.Fatalf("reapply %v: %d requests in flight > N 4 (A's old requests end at %d, their lease's deadline is %d)", reapply, got, end, deadline)
 		}
 	}

@@ -26,31 +26,31 @@ func TestSlotNegativeControls(t *testing.T) {
 		boundOnlyHistory func(*testing.T)
 	}{
 		{"lowered grant freed before the client's acknowledgement", slotModeMaxDuration, SlotFaultForgetLowered, slotModelFaultNone, true, "", nil},
-		{"acknowledgement drops the acknowledged version", slotModeMaxDuration, SlotFaultAckDropsAcked, slotModelFaultNone, true, "", nil},
+		{"acknowledgement drops the acknowledged version", slotModeMaxDuration, slotFaultAckDropsAcked, slotModelFaultNone, true, "", nil},
 		// Bound only: 40 to 11 000 histories to the first catch over seeds
 		// 1-50 (mean about 3000, 2026-12-02); a clean-clone CI run missed it
 		// within 20 000. The search stops at the first catch.
-		{"dead holder's slots returned before its expiry", slotModeMaxDuration, SlotFaultEarlyExpiry, slotModelFaultNone, true, "100000", nil},
-		{"replaced lease's slots freed at once", slotModeMaxDuration, SlotFaultForgetReplaced, slotModelFaultNone, true, "", nil},
-		{"client acknowledges before dropping to the new count", slotModeMaxDuration, SlotFaultNone, slotModelAckAtOnce, true, "", nil},
-		{"client starts ignoring max_duration", slotModeMaxDuration, SlotFaultNone, slotModelIgnoreMaxDuration, false, "", nil},
+		{"dead holder's slots returned before its expiry", slotModeMaxDuration, slotFaultEarlyExpiry, slotModelFaultNone, true, "100000", nil},
+		{"replaced lease's slots freed at once", slotModeMaxDuration, slotFaultForgetReplaced, slotModelFaultNone, true, "", nil},
+		{"client acknowledges before dropping to the new count", slotModeMaxDuration, slotFaultNone, slotModelAckAtOnce, true, "", nil},
+		{"client starts ignoring max_duration", slotModeMaxDuration, slotFaultNone, slotModelIgnoreMaxDuration, false, "", nil},
 		// The rarest: about one history in 3000 has a lease reclaimed within
 		// the drift margin while its holder runs a request.
-		{"client deadline without the drift margin", slotModeMaxDuration, SlotFaultNone, slotModelNoDriftMargin, false, "60000", nil},
+		{"client deadline without the drift margin", slotModeMaxDuration, slotFaultNone, slotModelNoDriftMargin, false, "60000", nil},
 		// Bound only, at random about one history in 10 000 (288 to 23 400
 		// to the first catch on 8 seeds, and once not within 60 000): the
 		// bound-only variant is the targeted history of slots_overrun_test.go.
-		{"deadline cancel without grace", slotModeCancel, SlotFaultNone, slotModelCancelNoGrace, true, "", slotOverrunControl},
-		{"no rule, checked as if the term were zero", slotModeNone, SlotFaultNone, slotModelStrict, true, "", nil},
-		{"restore without the hold", slotModeMaxDuration, SlotFaultNone, slotModelRestoreNoHold, true, "", nil},
+		{"deadline cancel without grace", slotModeCancel, slotFaultNone, slotModelCancelNoGrace, true, "", slotOverrunControl},
+		{"no rule, checked as if the term were zero", slotModeNone, slotFaultNone, slotModelStrict, true, "", nil},
+		{"restore without the hold", slotModeMaxDuration, slotFaultNone, slotModelRestoreNoHold, true, "", nil},
 		// A grant installed after a refused renewal (restore, deleted
 		// policy) extends the old lease's requests; the bound-only variant
 		// is the targeted history of slots_reapply_test.go.
-		{"new grant extends the old lease's requests", slotModeCancel, SlotFaultNone, slotModelInstallExtendsOld, true, "", slotReapplyControl},
+		{"new grant extends the old lease's requests", slotModeCancel, slotFaultNone, slotModelInstallExtendsOld, true, "", slotReapplyControl},
 		// Rare too: 1 866 to 7 243 histories to the first catch on 6 seeds
 		// (missed once within 20 000); the search stops at the first catch,
 		// so the larger cap costs nothing when it is caught.
-		{"restore keeping the restored leases", slotModeCancel, SlotFaultNone, slotModelRestoreKeepLeases, false, "60000", nil},
+		{"restore keeping the restored leases", slotModeCancel, slotFaultNone, slotModelRestoreKeepLeases, false, "60000", nil},
 	} {
 		for _, oracle := range []bool{true, false} {
 			if !oracle && !c.boundOnly {

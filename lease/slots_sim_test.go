@@ -256,7 +256,7 @@ func newSlotSim(t *rapid.T, p slotParams, fault SlotFault, model int) *slotSim {
 		t.Fatalf("NewSlotLedger: %v", err)
 	}
 	l.fault = fault
-	s := &slotSim{t: t, p: p, ledger: l, model: model, prompt: rapid.Bool().Draw(t, "prompt"), saturate: rapid.Bool().Draw(t, "saturate"), checkInv: fault == SlotFaultNone}
+	s := &slotSim{t: t, p: p, ledger: l, model: model, prompt: rapid.Bool().Draw(t, "prompt"), saturate: rapid.Bool().Draw(t, "saturate"), checkInv: fault == slotFaultNone}
 	for i := range rapid.IntRange(1, 3).Draw(t, "servers") {
 		s.skews = append(s.skews, drawSkew(t, p.rhoPPM, fmt.Sprintf("leaderSkew%d", i)))
 	}
@@ -299,9 +299,9 @@ func (s *slotSim) newClient() *SlotClient {
 	}
 	c.fault = map[int]SlotClientFault{
 		slotModelAckAtOnce:         SlotClientFaultAckAtOnce,
-		slotModelIgnoreMaxDuration: SlotClientFaultIgnoreMaxDuration,
-		slotModelNoDriftMargin:     SlotClientFaultNoDriftMargin,
-		slotModelCancelNoGrace:     SlotClientFaultCancelNoGrace,
+		slotModelIgnoreMaxDuration: slotClientFaultIgnoreMaxDuration,
+		slotModelNoDriftMargin:     slotClientFaultNoDriftMargin,
+		slotModelCancelNoGrace:     slotClientFaultCancelNoGrace,
 		slotModelInstallExtendsOld: SlotClientFaultInstallExtendsOld,
 	}[s.model]
 	return c
@@ -677,7 +677,7 @@ func (s *slotSim) restore() {
 	}
 	l, err := NewSlotLedgerFromState(*s.saved)
 	if err != nil {
-		if s.ledger.fault != SlotFaultNone {
+		if s.ledger.fault != slotFaultNone {
 			return
 		}
 		s.t.Fatalf("restore: %v", err)
@@ -798,7 +798,7 @@ func TestSlotProtocolKeepsBound(t *testing.T) {
 	}
 	for _, m := range slotModes() {
 		t.Run(slotModeName(m), func(t *testing.T) {
-			rapid.Check(t, func(t *rapid.T) { runSlotSim(t, m, SlotFaultNone, slotModelFaultNone, true) })
+			rapid.Check(t, func(t *rapid.T) { runSlotSim(t, m, slotFaultNone, slotModelFaultNone, true) })
 		})
 	}
 }
@@ -811,7 +811,7 @@ func TestSlotModelReachesTheLimit(t *testing.T) {
 		t.Run(slotModeName(m), func(t *testing.T) {
 			var full, total int
 			rapid.Check(t, func(t *rapid.T) {
-				s := runSlotSim(t, m, SlotFaultNone, slotModelFaultNone, true)
+				s := runSlotSim(t, m, slotFaultNone, slotModelFaultNone, true)
 				total++
 				if s.maxSeen == s.p.limit && s.p.holders > 1 {
 					full++

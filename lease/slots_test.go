@@ -61,7 +61,7 @@ func TestSlotsMoveAsDemandShifts(t *testing.T) {
 	if a2.Slots != 2 || a2.Version != 2 || !a2.AckSoon {
 		t.Fatalf("a's renewal = %+v, want its fair 2 slots at version 2 with AckSoon", a2)
 	}
-	if h := l.Held(); h != 4 {
+	if h := l.heldTotal(); h != 4 {
 		t.Fatalf("held %d after a's lowering, want 4 (the old count until acknowledged)", h)
 	}
 	if b2 := slotRenew(t, l, 4, "b", b, 4, 1); b2.Slots != 0 || !b2.RenewSoon {
@@ -70,8 +70,8 @@ func TestSlotsMoveAsDemandShifts(t *testing.T) {
 	// A delayed duplicate of a's first renewal (acknowledging 1) frees
 	// nothing: a may be running under version 2 or 1.
 	a3 := slotRenew(t, l, 5, "a", a, 4, 1)
-	if l.Held() != 4 {
-		t.Fatalf("held %d after a renewal acknowledging version 1, want 4", l.Held())
+	if l.heldTotal() != 4 {
+		t.Fatalf("held %d after a renewal acknowledging version 1, want 4", l.heldTotal())
 	}
 	// a's running requests have dropped to 2: it acknowledges version 3
 	// (the count it installed), which frees the older versions.
@@ -79,7 +79,7 @@ func TestSlotsMoveAsDemandShifts(t *testing.T) {
 	if a4.Slots != 2 || a4.AckSoon {
 		t.Fatalf("a's acknowledging renewal = %+v, want 2 slots, no AckSoon", a4)
 	}
-	if h := l.Held(); h != 2 {
+	if h := l.heldTotal(); h != 2 {
 		t.Fatalf("held %d after a's acknowledgement, want 2", h)
 	}
 	b3 := slotRenew(t, l, 7, "b", b, 4, 1)
@@ -89,8 +89,8 @@ func TestSlotsMoveAsDemandShifts(t *testing.T) {
 	// Demand moves back: b goes idle, a takes everything once b
 	// acknowledges its drop to 0.
 	b4 := slotRenew(t, l, 8, "b", b, 0, b3.Version)
-	if b4.Slots != 0 || l.Held() != 4 {
-		t.Fatalf("b idle = %+v, held %d: want 0 slots, 4 held (b's 2 until acknowledged)", b4, l.Held())
+	if b4.Slots != 0 || l.heldTotal() != 4 {
+		t.Fatalf("b idle = %+v, held %d: want 0 slots, 4 held (b's 2 until acknowledged)", b4, l.heldTotal())
 	}
 	slotRenew(t, l, 9, "b", b, 0, b4.Version)
 	if a5 := slotRenew(t, l, 10, "a", a, 4, a4.Version); a5.Slots != 4 {
@@ -106,7 +106,7 @@ func TestSlotAckAboveCurrentIgnored(t *testing.T) {
 	slotGrant(t, l, 1, "b", 1, 2)
 	slotRenew(t, l, 2, "a", a, 2, 1) // lowered to 1, version 2; 2 held
 	slotRenew(t, l, 3, "a", a, 2, 99)
-	if h := l.Held(); h != 2 {
+	if h := l.heldTotal(); h != 2 {
 		t.Fatalf("held %d after an acknowledgement above the current version, want 2", h)
 	}
 }
@@ -162,8 +162,8 @@ func TestSlotReplacedLeaseHeld(t *testing.T) {
 	l := newSlots(t, 3)
 	a := slotGrant(t, l, 1, "a", 1, 2)
 	a2 := slotGrant(t, l, 2, "a", 2, 3)
-	if a2.Slots != 1 || l.Held() != 3 {
-		t.Fatalf("replacing grant = %+v, held %d: want 1 slot (2 still held by the replaced lease), 3 held", a2, l.Held())
+	if a2.Slots != 1 || l.heldTotal() != 3 {
+		t.Fatalf("replacing grant = %+v, held %d: want 1 slot (2 still held by the replaced lease), 3 held", a2, l.heldTotal())
 	}
 	if _, err := l.Grant(3, SlotGrantRequest{ClientID: "a", Incarnation: 1, Seq: 2, DemandSlots: 1, TTLNanos: slotTTL}); !errors.Is(err, ErrStaleGrant) {
 		t.Fatalf("stale grant: %v", err)
@@ -171,11 +171,11 @@ func TestSlotReplacedLeaseHeld(t *testing.T) {
 	if err := l.Release(4, SlotReleaseRequest{ClientID: "a", Incarnation: 1, LeaseID: a2.LeaseID}); err != nil {
 		t.Fatal(err)
 	}
-	if l.Held() != 2 {
-		t.Fatalf("held %d after releasing the new lease, want the replaced 2", l.Held())
+	if l.heldTotal() != 2 {
+		t.Fatalf("held %d after releasing the new lease, want the replaced 2", l.heldTotal())
 	}
-	if ids, _ := l.Expire(a.ExpiresNanos); len(ids) != 1 || l.Held() != 0 {
-		t.Fatalf("expire at the replaced lease's end: %v, held %d", ids, l.Held())
+	if ids, _ := l.Expire(a.ExpiresNanos); len(ids) != 1 || l.heldTotal() != 0 {
+		t.Fatalf("expire at the replaced lease's end: %v, held %d", ids, l.heldTotal())
 	}
 	checkSlots(t, l)
 }
@@ -262,8 +262,8 @@ func TestSlotReconfigureAndHold(t *testing.T) {
 	}
 	// a's fair share of N = 2 beside b is 1 (its own 4 stay held until
 	// it acknowledges; the room is N − b's 0 = 2).
-	if a2 := slotRenew(t, l, 4, "a", a, 4, 1); a2.Slots != 1 || l.Held() != 4 {
-		t.Fatalf("a renewed under N = 2: %+v, held %d; want 1 slot, 4 held", a2, l.Held())
+	if a2 := slotRenew(t, l, 4, "a", a, 4, 1); a2.Slots != 1 || l.heldTotal() != 4 {
+		t.Fatalf("a renewed under N = 2: %+v, held %d; want 1 slot, 4 held", a2, l.heldTotal())
 	}
 	if _, err := l.Expire(a.ExpiresNanos + slotTTL); err != nil {
 		t.Fatal(err)

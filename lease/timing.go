@@ -13,8 +13,8 @@ const PPM = 1_000_000
 // drifting, and the lease arithmetic would waste most of every lease.
 const MaxDriftPPM = 100_000
 
-// ValidateDrift checks a clock-rate error bound in parts per million.
-func ValidateDrift(driftPPM int64) error {
+// validateDrift checks a clock-rate error bound in parts per million.
+func validateDrift(driftPPM int64) error {
 	if driftPPM < 0 || driftPPM > MaxDriftPPM {
 		return fmt.Errorf("%w: clock drift %d ppm is outside [0, %d]", ErrInvalidConfig, driftPPM, MaxDriftPPM)
 	}
@@ -75,11 +75,11 @@ func ClientPeriodNanos(periodNanos, driftPPM int64) int64 {
 	return int64(min(q, math.MaxInt64))
 }
 
-// ClientMintRate is r_i/(1+ρ) per second, rounded down: a safe mint rate
+// clientMintRate is r_i/(1+ρ) per second, rounded down: a safe mint rate
 // for a share r_i, which clients used before ClientPeriodNanos. Rounding
 // the rate loses up to a milli-token per second per lease (all of a share
 // below 1/(1+ρ) milli-tokens per second); clients now keep the rate and
 // stretch the period instead.
-func ClientMintRate(shareMilliPerSec, driftPPM int64) int64 {
+func clientMintRate(shareMilliPerSec, driftPPM int64) int64 {
 	return MulDiv(shareMilliPerSec, PPM, PPM+safeDrift(driftPPM))
 }

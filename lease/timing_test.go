@@ -14,11 +14,11 @@ func TestTimingRules(t *testing.T) {
 	if got := ClientDeadline(5, 10*sec, 0); got != 5+10*sec {
 		t.Fatalf("deadline with ρ=0 = %d", got)
 	}
-	if got := ClientMintRate(11_000, 100_000); got != 10_000 {
+	if got := clientMintRate(11_000, 100_000); got != 10_000 {
 		t.Fatalf("mint = %d", got)
 	}
-	if ValidateDrift(-1) == nil || ValidateDrift(MaxDriftPPM+1) == nil || ValidateDrift(100) != nil {
-		t.Fatal("ValidateDrift")
+	if validateDrift(-1) == nil || validateDrift(MaxDriftPPM+1) == nil || validateDrift(100) != nil {
+		t.Fatal("validateDrift")
 	}
 }
 
@@ -44,7 +44,7 @@ func TestClientStopsBeforeReclaim(t *testing.T) {
 			t.Fatalf("client uses the lease after reclaim: L=%d ttl=%d rho=%d skews=%d/%d", L, ttl, rho, cSkew, lSkew)
 		}
 		r := rapid.Int64Range(0, MaxRateMilliPerSec).Draw(t, "rate")
-		m := ClientMintRate(r, rho)
+		m := clientMintRate(r, rho)
 		// real mint rate = m·(1+cSkew/1e6) <= r
 		if mul(m, PPM+cSkew).Cmp(mul(r, PPM)) > 0 {
 			t.Fatalf("client mints %d at skew %d, over share %d", m, cSkew, r)

@@ -26,10 +26,10 @@ const (
 	MaxCapacityMilli = int64(1e12) * MilliPerToken
 )
 
-// MaxPeriodNanos bounds a rate's period (BucketConfig.PeriodNanos,
+// maxPeriodNanos bounds a rate's period (BucketConfig.PeriodNanos,
 // LedgerConfig.RatePeriodNanos): two days, room for a rate per day
 // stretched by the largest drift factor.
-const MaxPeriodNanos = 2 * 24 * 3600 * NanosPerSecond
+const maxPeriodNanos = 2 * 24 * 3600 * NanosPerSecond
 
 // MaxTimeNanos is the latest time any call may pass: far beyond any real
 // clock (about 290 years), and low enough that time + MaxTTLNanos and
@@ -114,25 +114,25 @@ type Limiter interface {
 	Refund(nowNanos, costMilli int64) error
 }
 
-// MintMilli returns how many whole milli-tokens a rate mints over elapsedNanos
+// mintMilli returns how many whole milli-tokens a rate mints over elapsedNanos
 // and how much of that time those whole milli-tokens used up. The caller
 // advances its clock by usedNanos, not elapsedNanos, so the fraction of a
 // milli-token not yet minted is carried forward as time and never lost
 // (beyond at most 1 ns of rounding per call, always toward fewer tokens).
 //
 // The result saturates at math.MaxInt64 milli-tokens; callers cap it.
-func MintMilli(rateMilliPerSec, elapsedNanos int64) (mintedMilli, usedNanos int64) {
-	return MintMilliPer(rateMilliPerSec, NanosPerSecond, elapsedNanos)
+func mintMilli(rateMilliPerSec, elapsedNanos int64) (mintedMilli, usedNanos int64) {
+	return mintMilliPer(rateMilliPerSec, NanosPerSecond, elapsedNanos)
 }
 
-// MintMilliPer is MintMilli for a rate of rateMilli milli-tokens per
+// mintMilliPer is mintMilli for a rate of rateMilli milli-tokens per
 // periodNanos (> 0) nanoseconds: floor(rate·elapsed/period) whole
 // milli-tokens, and the time they used, ceil(minted·period/rate). A period
 // other than one second expresses rates below one milli-token per second
 // exactly (1 token a minute is 1000 per 60e9 ns), and a drift factor
 // applied to time instead of to the rate: r_i per (1+ρ) seconds mints
 // exactly r_i/(1+ρ) per second, with no rounding of the rate.
-func MintMilliPer(rateMilli, periodNanos, elapsedNanos int64) (mintedMilli, usedNanos int64) {
+func mintMilliPer(rateMilli, periodNanos, elapsedNanos int64) (mintedMilli, usedNanos int64) {
 	if rateMilli <= 0 || elapsedNanos <= 0 || periodNanos <= 0 {
 		return 0, 0
 	}
@@ -148,19 +148,19 @@ func MintMilliPer(rateMilli, periodNanos, elapsedNanos int64) (mintedMilli, used
 	if minted == 0 {
 		return 0, 0
 	}
-	return minted, NanosToMintPer(rateMilli, periodNanos, minted)
+	return minted, nanosToMintPer(rateMilli, periodNanos, minted)
 }
 
-// NanosToMint returns the shortest time in which rateMilliPerSec mints at
+// nanosToMint returns the shortest time in which rateMilliPerSec mints at
 // least amountMilli: ceil(amountMilli * 1e9 / rate). It returns RetryNever's
 // nanoseconds when the rate is zero or the time does not fit in int64.
-func NanosToMint(rateMilliPerSec, amountMilli int64) int64 {
-	return NanosToMintPer(rateMilliPerSec, NanosPerSecond, amountMilli)
+func nanosToMint(rateMilliPerSec, amountMilli int64) int64 {
+	return nanosToMintPer(rateMilliPerSec, NanosPerSecond, amountMilli)
 }
 
-// NanosToMintPer is NanosToMint for a rate of rateMilli per periodNanos:
+// nanosToMintPer is nanosToMint for a rate of rateMilli per periodNanos:
 // ceil(amount·period/rate).
-func NanosToMintPer(rateMilli, periodNanos, amountMilli int64) int64 {
+func nanosToMintPer(rateMilli, periodNanos, amountMilli int64) int64 {
 	if amountMilli <= 0 {
 		return 0
 	}
@@ -184,29 +184,20 @@ func NanosToMintPer(rateMilli, periodNanos, amountMilli int64) int64 {
 
 // MulDiv returns floor(a*b/c) for non-negative a, b and positive c,
 // saturating at math.MaxInt64.
-func MulDiv(a, b, c int64) int64 {
-	if a <= 0 || b <= 0 {
-		return 0
-	}
-	hi, lo := bits.Mul64(uint64(a), uint64(b))
-	if hi >= uint64(c) {
-		return math.MaxInt64
-	}
-	q, _ := bits.Div64(hi, lo, uint64(c))
-	if q > math.MaxInt64 {
-		return math.MaxInt64
-	}
-	return int64(q)
-}
+func MulDiv(a, b, c int64) int64 { return mulDivAdd(a, b, c, 0) }
 
 // ceilMulDiv returns ceil(a*b/c) for non-negative a, b and positive c,
 // saturating at math.MaxInt64.
-func ceilMulDiv(a, b, c int64) int64 {
+func ceilMulDiv(a, b, c int64) int64 { return mulDivAdd(a, b, c, uint64(c)-1) }
+
+// mulDivAdd returns floor((a*b + add)/c) for non-negative a, b, positive
+// c and add < c, saturating at math.MaxInt64 (0 if a or b is not positive).
+func mulDivAdd(a, b, c int64, add uint64) int64 {
 	if a <= 0 || b <= 0 {
 		return 0
 	}
 	hi, lo := bits.Mul64(uint64(a), uint64(b))
-	lo, carry := bits.Add64(lo, uint64(c)-1, 0)
+	lo, carry := bits.Add64(lo, add, 0)
 	hi += carry
 	if hi >= uint64(c) {
 		return math.MaxInt64

@@ -2,7 +2,6 @@ package lease
 
 import (
 	"fmt"
-	"math/bits"
 	"time"
 )
 
@@ -66,23 +65,6 @@ func validateCall(c *windowClock, nowNanos, costMilli int64) error {
 		return fmt.Errorf("%w: got %d", ErrInvalidCost, costMilli)
 	}
 	return c.check(nowNanos)
-}
-
-// mulDivCeil returns ceil(a*b/c) for a, b >= 0 and c > 0 when the result is
-// at most a (that is, b <= c), which is the only way this file uses it. The
-// product is formed in 128 bits because a count near MaxCapacityMilli times
-// a window of days overflows int64 by many orders of magnitude.
-func mulDivCeil(a, b, c int64) int64 {
-	if a <= 0 || b <= 0 {
-		return 0
-	}
-	hi, lo := bits.Mul64(uint64(a), uint64(b))
-	var carry uint64
-	lo, carry = bits.Add64(lo, uint64(c)-1, 0)
-	hi += carry
-	// b <= c keeps hi < c, so Div64 cannot panic and q <= a fits in int64.
-	q, _ := bits.Div64(hi, lo, uint64(c))
-	return int64(q)
 }
 
 // FixedWindow admits at most LimitMilli per window, with windows aligned to
@@ -395,7 +377,7 @@ func (a *ApproxSlidingWindow) advance(nowNanos int64) {
 // and does not grow with time (see retryAfter).
 func (a *ApproxSlidingWindow) estimate(e int64) int64 {
 	w := a.cfg.WindowNanos
-	return a.currMilli + mulDivCeil(a.prevMilli, w-e, w)
+	return a.currMilli + ceilMulDiv(a.prevMilli, w-e, w)
 }
 
 // Admit implements Limiter. A rejected request's RetryAfter is exact: the

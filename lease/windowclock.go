@@ -41,8 +41,8 @@ func (c WindowClock) SlewedBy(t int64) int64 { return c.Slewed + c.taken(t) }
 // SlewLeft is what the slew in progress has still to take back at t.
 func (c WindowClock) SlewLeft(t int64) int64 { return c.SlewNanos - c.taken(t) }
 
-// Slewing reports whether a slew is still taking time back at t.
-func (c WindowClock) Slewing(t int64) bool { return c.SlewLeft(t) > 0 }
+// slewing reports whether a slew is still taking time back at t.
+func (c WindowClock) slewing(t int64) bool { return c.SlewLeft(t) > 0 }
 
 // settle folds the slew taken by t into Offset and Slewed, and restarts
 // what is left of it at t (the same function of t from t on).

@@ -67,7 +67,7 @@ func checkWindowClock(t *rapid.T, broken bool) {
 			// It ends having taken back exactly its amount.
 			if !broken {
 				end := c.SlewStart + amount*WindowSlewDivisor
-				if c.Slewing(end) || c.SlewLeft(end) != 0 || c.SlewedBy(end)-slewed != amount {
+				if c.slewing(end) || c.SlewLeft(end) != 0 || c.SlewedBy(end)-slewed != amount {
 					t.Fatalf("a slew of %d: %d left, %d taken at its end", amount, c.SlewLeft(end), c.SlewedBy(end)-slewed)
 				}
 			}

@@ -37,7 +37,7 @@ type WindowLedgerConfig struct {
 	// LimitMilli is L, the units a window admits (milli-units).
 	LimitMilli int64
 	Spec       WindowSpec
-	// MaxLeases bounds the live chunks (DefaultMaxLeases when 0).
+	// MaxLeases bounds the live chunks (defaultMaxLeases when 0).
 	MaxLeases int
 	// KeepSpent: a change of the window's definition remembers the count
 	// of the window it leaves until that window ends (Reconfigure), so a
@@ -95,7 +95,7 @@ type WindowLedgerState struct {
 	SlewedNanos int64
 	// Spent is the count of each window of another definition the key
 	// counted in that has not yet ended (KeepSpent), sorted by Start then
-	// definition; at most MaxWindowSpent.
+	// definition; at most maxWindowSpent.
 	Spent []WindowSpent
 }
 
@@ -108,11 +108,11 @@ type WindowSpent struct {
 	CountMilli int64
 }
 
-// MaxWindowSpent bounds WindowLedgerState.Spent: a key whose definition
+// maxWindowSpent bounds WindowLedgerState.Spent: a key whose definition
 // changes more often than that within one window has its oldest spent
 // window folded into ExhaustThrough (it, and every window of any
 // definition starting by its start, is then full), never forgotten.
-const MaxWindowSpent = 8
+const maxWindowSpent = 8
 
 // WindowGrant is a chunk as granted or renewed.
 type WindowGrant struct {
@@ -151,36 +151,36 @@ type WindowRenewRequest struct {
 type WindowFault uint8
 
 const (
-	WindowFaultNone WindowFault = iota
+	windowFaultNone WindowFault = iota
 	// WindowFaultDeadReturns: an expired chunk returns its units to the
 	// window (as if its dead holder had spent nothing).
 	WindowFaultDeadReturns
-	// WindowFaultRenewUncounted: units a renewal adds are not counted in G.
-	WindowFaultRenewUncounted
-	// WindowFaultNoCarry: a new window starts at 0 even while chunks of an
+	// windowFaultRenewUncounted: units a renewal adds are not counted in G.
+	windowFaultRenewUncounted
+	// windowFaultNoCarry: a new window starts at 0 even while chunks of an
 	// earlier one are still live.
-	WindowFaultNoCarry
-	// WindowFaultApproxIgnoresPrev: sliding-window-approx grants as a fixed
+	windowFaultNoCarry
+	// windowFaultApproxIgnoresPrev: sliding-window-approx grants as a fixed
 	// window, ignoring the previous window's weighted count.
-	WindowFaultApproxIgnoresPrev
-	// WindowFaultRevokeDrops: a revoked (dead incarnation's) chunk is
+	windowFaultApproxIgnoresPrev
+	// windowFaultRevokeDrops: a revoked (dead incarnation's) chunk is
 	// dropped at once, so a window that begins while it still lives (after
 	// a forward re-sync of window time) does not count it.
-	WindowFaultRevokeDrops
-	// WindowFaultSlewUncarried: a new window's carry takes its beginning as
+	windowFaultRevokeDrops
+	// windowFaultSlewUncarried: a new window's carry takes its beginning as
 	// if window time had run with cluster time since the last operation,
 	// ignoring a slew (so it begins too late, and misses chunks live when
 	// it did).
-	WindowFaultSlewUncarried
-	// WindowFaultForgetSpent: a change of the window's definition forgets
+	windowFaultSlewUncarried
+	// windowFaultForgetSpent: a change of the window's definition forgets
 	// the count of the window it leaves (as if KeepSpent were off), so a
 	// change back within that window starts it afresh.
-	WindowFaultForgetSpent
-	// WindowFaultIdleIgnoresCarry: Idle as of v0.1.0 (IdleUncarried): a
+	windowFaultForgetSpent
+	// windowFaultIdleIgnoresCarry: Idle as of v0.1.0 (IdleUncarried): a
 	// ledger whose expired chunks a forward re-sync let outlive its window
 	// is idle once its own window is over, so a fresh one forgets the
 	// units they were spent with in later windows.
-	WindowFaultIdleIgnoresCarry
+	windowFaultIdleIgnoresCarry
 )
 
 // NewWindowLedger returns an empty ledger.
@@ -206,8 +206,8 @@ func NewWindowLedgerFromState(cfg WindowLedgerConfig, st WindowLedgerState) (*Wi
 		}
 		seen[le.ID] = true
 	}
-	if len(st.Spent) > MaxWindowSpent {
-		return nil, fmt.Errorf("%w: %d spent windows, more than %d", ErrInvalidConfig, len(st.Spent), MaxWindowSpent)
+	if len(st.Spent) > maxWindowSpent {
+		return nil, fmt.Errorf("%w: %d spent windows, more than %d", ErrInvalidConfig, len(st.Spent), maxWindowSpent)
 	}
 	for _, sp := range st.Spent {
 		if sp.End <= sp.Start || sp.CountMilli <= 0 {
@@ -233,12 +233,7 @@ func (c WindowLedgerConfig) validate() error {
 	return nil
 }
 
-func (c WindowLedgerConfig) maxLeases() int {
-	if c.MaxLeases <= 0 {
-		return DefaultMaxLeases
-	}
-	return c.MaxLeases
-}
+func (c WindowLedgerConfig) maxLeases() int { return maxLeasesOr(c.MaxLeases) }
 
 // Config returns the ledger's configuration.
 func (l *WindowLedger) Config() WindowLedgerConfig { return l.cfg }
@@ -287,7 +282,7 @@ func (l *WindowLedger) NextExpiry() int64 {
 // (docs/design.md §8.2, "Collection"). The caller observes the slew first
 // (ObserveSlew), as before an operation.
 func (l *WindowLedger) Idle(t, w int64) bool {
-	return l.idle(t, w) && (l.has(WindowFaultIdleIgnoresCarry) || !l.carries(t, w))
+	return l.idle(t, w) && (l.has(windowFaultIdleIgnoresCarry) || !l.carries(t, w))
 }
 
 // IdleUncarried is Idle as of v0.1.0, without the carry check: the rule
@@ -356,7 +351,7 @@ func (l *WindowLedger) advance(t, w int64) error {
 	// began at most this much earlier in cluster time than w − t says.
 	slack := max(l.slewed-l.s.SlewedNanos, 0)
 	l.s.SlewedNanos = max(l.s.SlewedNanos, l.slewed)
-	if l.has(WindowFaultSlewUncarried) {
+	if l.has(windowFaultSlewUncarried) {
 		slack = 0
 	}
 	l.s.NowNanos, l.s.WindowNanos = t, w
@@ -398,7 +393,7 @@ func (l *WindowLedger) roll(t, w, slack int64) {
 		// of window time: they are its count.
 		W := l.s.End - l.s.Start
 		for _, le := range l.s.Leases {
-			if le.ExpiresNanos > began-W && !l.has(WindowFaultNoCarry) {
+			if le.ExpiresNanos > began-W && !l.has(windowFaultNoCarry) {
 				l.s.PrevCountMilli = satAdd(l.s.PrevCountMilli, le.GrantedMilli)
 			}
 		}
@@ -406,7 +401,7 @@ func (l *WindowLedger) roll(t, w, slack int64) {
 	l.s.CountMilli = 0
 	for i := range l.s.Leases {
 		le := &l.s.Leases[i]
-		if le.ExpiresNanos > began && !l.has(WindowFaultNoCarry) {
+		if le.ExpiresNanos > began && !l.has(windowFaultNoCarry) {
 			l.s.CountMilli = satAdd(l.s.CountMilli, le.GrantedMilli)
 		}
 		le.WindowStart = l.s.Start
@@ -434,9 +429,9 @@ func (l *WindowLedger) ExhaustThrough(w int64) {
 // L − G, less the previous window's weighted count for Approx.
 func (l *WindowLedger) remaining() int64 {
 	left := l.cfg.LimitMilli - l.s.CountMilli
-	if l.cfg.Approx && l.s.PrevCountMilli > 0 && !l.has(WindowFaultApproxIgnoresPrev) {
+	if l.cfg.Approx && l.s.PrevCountMilli > 0 && !l.has(windowFaultApproxIgnoresPrev) {
 		W := l.s.End - l.s.Start
-		left -= mulDivCeil(l.s.PrevCountMilli, min(max(l.s.End-l.s.WindowNanos, 0), W), W)
+		left -= ceilMulDiv(l.s.PrevCountMilli, min(max(l.s.End-l.s.WindowNanos, 0), W), W)
 		// In whole units, as every cost is: a fraction could never be spent.
 		left -= ((left % MilliPerToken) + MilliPerToken) % MilliPerToken
 	}
@@ -446,13 +441,10 @@ func (l *WindowLedger) remaining() int64 {
 // ttl is a chunk's lease: at most ttlNanos, and over when its window is.
 func (l *WindowLedger) ttl(w, ttlNanos int64) int64 { return max(min(ttlNanos, l.s.End-w), 0) }
 
-func (l *WindowLedger) find(id LeaseID) int {
-	for i := range l.s.Leases {
-		if l.s.Leases[i].ID == id {
-			return i
-		}
-	}
-	return -1
+// table is the window ledger's holders table (holders.go); its rows are
+// in ID order, so it finds them by ID.
+func (l *WindowLedger) table() holders[WindowLease, *WindowLease] {
+	return holders[WindowLease, *WindowLease]{rows: &l.s.Leases, now: &l.s.NowNanos, nextID: &l.s.NextID, kind: "lease"}
 }
 
 func (l *WindowLedger) answer(le *WindowLease, chunk int64) WindowGrant {
@@ -476,20 +468,19 @@ func (l *WindowLedger) Grant(t, w int64, req WindowGrantRequest) (WindowGrant, e
 			live++
 			continue
 		}
-		if req.Seq <= le.GrantSeq {
-			return WindowGrant{}, fmt.Errorf("%w: %s incarnation %d sent grant %d after grant %d", ErrStaleGrant, req.ClientID, req.Incarnation, req.Seq, le.GrantSeq)
+		if err := staleGrant(req.ClientID, req.Incarnation, req.Seq, le.GrantSeq); err != nil {
+			return WindowGrant{}, err
 		}
 		le.Replaced = true
 		live++
 	}
 	if live >= l.cfg.maxLeases() {
-		return WindowGrant{}, fmt.Errorf("%w: %d leases", ErrTooManyLeases, live)
+		return WindowGrant{}, tooManyLeases(live)
 	}
 	chunk := min(req.AskMilli, l.remaining())
 	l.s.CountMilli += chunk
-	le := WindowLease{ID: l.s.NextID, ClientID: req.ClientID, Incarnation: req.Incarnation, GrantSeq: req.Seq,
+	le := WindowLease{ID: l.table().takeID(), ClientID: req.ClientID, Incarnation: req.Incarnation, GrantSeq: req.Seq,
 		ExpiresNanos: satAdd(t, l.ttl(w, req.TTLNanos)), WindowStart: l.s.Start, GrantedMilli: chunk}
-	l.s.NextID++
 	l.s.Leases = append(l.s.Leases, le)
 	return l.answer(&l.s.Leases[len(l.s.Leases)-1], chunk), nil
 }
@@ -503,8 +494,8 @@ func (l *WindowLedger) Renew(t, w int64, req WindowRenewRequest) (WindowGrant, e
 	if err := l.advance(t, w); err != nil {
 		return WindowGrant{}, err
 	}
-	i := l.find(req.LeaseID)
-	if i < 0 || l.s.Leases[i].ClientID != req.ClientID || l.s.Leases[i].Incarnation != req.Incarnation {
+	i := l.table().findID(req.LeaseID, req.ClientID, req.Incarnation)
+	if i < 0 {
 		return WindowGrant{}, fmt.Errorf("%w: lease %d (it may have expired with its window)", ErrLeaseNotFound, req.LeaseID)
 	}
 	le := &l.s.Leases[i]
@@ -512,7 +503,7 @@ func (l *WindowLedger) Renew(t, w int64, req WindowRenewRequest) (WindowGrant, e
 		return WindowGrant{}, fmt.Errorf("%w: lease %d was replaced by a later grant", ErrLeaseExpired, req.LeaseID)
 	}
 	chunk := min(req.AskMilli, l.remaining())
-	if !l.has(WindowFaultRenewUncounted) {
+	if !l.has(windowFaultRenewUncounted) {
 		l.s.CountMilli += chunk
 	}
 	le.GrantedMilli = satAdd(le.GrantedMilli, chunk)
@@ -530,8 +521,8 @@ func (l *WindowLedger) Release(t, w int64, clientID string, incarnation uint64, 
 	if err := l.advance(t, w); err != nil {
 		return 0, err
 	}
-	i := l.find(id)
-	if i < 0 || l.s.Leases[i].ClientID != clientID || l.s.Leases[i].Incarnation != incarnation {
+	i := l.table().findID(id, clientID, incarnation)
+	if i < 0 {
 		return 0, fmt.Errorf("%w: lease %d", ErrLeaseNotFound, id)
 	}
 	le := l.s.Leases[i]
@@ -570,7 +561,7 @@ func (l *WindowLedger) Revoke(clientID string, incarnation uint64) int {
 			n++
 		}
 	}
-	if l.has(WindowFaultRevokeDrops) {
+	if l.has(windowFaultRevokeDrops) {
 		l.s.Leases = slices.DeleteFunc(l.s.Leases, func(le WindowLease) bool {
 			return le.ClientID == clientID && le.Incarnation < incarnation
 		})
@@ -606,7 +597,7 @@ func (l *WindowLedger) Reconfigure(t, w int64, cfg WindowLedgerConfig) error {
 	old := l.cfg.Spec
 	l.cfg = cfg
 	if !same {
-		keep := cfg.KeepSpent && !l.has(WindowFaultForgetSpent)
+		keep := cfg.KeepSpent && !l.has(windowFaultForgetSpent)
 		if keep && l.s.End != 0 && l.s.CountMilli > 0 {
 			l.rememberSpent(WindowSpent{Spec: old, Start: l.s.Start, End: l.s.End, CountMilli: l.s.CountMilli})
 		}
@@ -634,7 +625,7 @@ func (l *WindowLedger) findSpent(spec WindowSpec, start int64) int {
 }
 
 // rememberSpent records a window the key leaves with a count, replacing
-// an earlier record of it; past MaxWindowSpent the oldest record is folded
+// an earlier record of it; past maxWindowSpent the oldest record is folded
 // into ExhaustThrough (its window, and any starting by its start, full).
 func (l *WindowLedger) rememberSpent(sp WindowSpent) {
 	if i := l.findSpent(sp.Spec, sp.Start); i >= 0 {
@@ -653,7 +644,7 @@ func (l *WindowLedger) rememberSpent(sp WindowSpent) {
 		}
 		return cmp.Compare(a.Spec.FixedNanos, b.Spec.FixedNanos)
 	})
-	for len(l.s.Spent) > MaxWindowSpent {
+	for len(l.s.Spent) > maxWindowSpent {
 		l.s.ExhaustThrough = max(l.s.ExhaustThrough, l.s.Spent[0].Start)
 		l.s.Spent = slices.Delete(l.s.Spent, 0, 1)
 	}

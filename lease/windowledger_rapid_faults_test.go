@@ -13,7 +13,7 @@ import (
 func TestWindowDefinitionChangeForgetSpentCaught(t *testing.T) {
 	withRapidFlags(t, map[string]string{"rapid.nofailfile": "true", "rapid.checks": "20000", "rapid.shrinktime": "1ms"})
 	rapidcontrol.ExpectCaught(t, "forget-spent", "more than its limit", func(rt *rapid.T) {
-		runWindowModelOpts(rt, windowModelOpts{slews: true, specChanges: true, fault: WindowFaultForgetSpent})
+		runWindowModelOpts(rt, windowModelOpts{slews: true, specChanges: true, fault: windowFaultForgetSpent})
 	})
 }
 
@@ -27,11 +27,11 @@ func TestWindowNegativeControls(t *testing.T) {
 		approx bool
 	}{
 		{"dead-returns", WindowFaultDeadReturns, false},
-		{"renew-uncounted", WindowFaultRenewUncounted, false},
-		{"approx-ignores-prev", WindowFaultApproxIgnoresPrev, true},
+		{"renew-uncounted", windowFaultRenewUncounted, false},
+		{"approx-ignores-prev", windowFaultApproxIgnoresPrev, true},
 		// Forward re-syncs of window time let live chunks outlive their
 		// window: a new window that does not count them admits more than L.
-		{"jump-without-carry", WindowFaultNoCarry, false},
+		{"jump-without-carry", windowFaultNoCarry, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			withRapidFlags(t, map[string]string{"rapid.nofailfile": "true", "rapid.checks": "20000", "rapid.shrinktime": "1ms"})
@@ -46,7 +46,7 @@ func TestWindowNegativeControls(t *testing.T) {
 // afresh in the window it already spent) must be caught.
 func TestWindowBackwardResyncCaught(t *testing.T) {
 	withRapidFlags(t, map[string]string{"rapid.nofailfile": "true", "rapid.checks": "20000", "rapid.shrinktime": "1ms"})
-	rapidcontrol.ExpectCaught(t, "backward-resync", "more than its limit", func(rt *rapid.T) { runWindowModelClock(rt, WindowFaultNone, false, true) })
+	rapidcontrol.ExpectCaught(t, "backward-resync", "more than its limit", func(rt *rapid.T) { runWindowModelClock(rt, windowFaultNone, false, true) })
 }
 
 // TestWindowIdleIgnoresCarryCaught: Idle's carry check's negative
@@ -62,7 +62,7 @@ func TestWindowIdleIgnoresCarryCaught(t *testing.T) {
 		t.Run(fmt.Sprint("approx=", approx), func(t *testing.T) {
 			withRapidFlags(t, map[string]string{"rapid.nofailfile": "true", "rapid.checks": "500000", "rapid.shrinktime": "1ms"})
 			rapidcontrol.ExpectCaught(t, "idle-ignores-carry", "more than its limit", func(rt *rapid.T) {
-				runWindowModelOpts(rt, windowModelOpts{fault: WindowFaultIdleIgnoresCarry, approx: approx, slews: true, collects: true})
+				runWindowModelOpts(rt, windowModelOpts{fault: windowFaultIdleIgnoresCarry, approx: approx, slews: true, collects: true})
 			})
 		})
 	}

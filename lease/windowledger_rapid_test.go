@@ -302,7 +302,7 @@ type windowModelOpts struct {
 	specChanges bool
 	// collects: one client, and the search biased to re-syncs,
 	// collections and spending (the targeted search of the control of
-	// Idle's carry check, WindowFaultIdleIgnoresCarry).
+	// Idle's carry check, windowFaultIdleIgnoresCarry).
 	collects bool
 }
 
@@ -442,7 +442,7 @@ func TestWindowLeaseProtocolKeepsBound(t *testing.T) {
 	if f := flag.Lookup("rapid.checks"); f != nil && f.Value.String() == "100" {
 		withRapidFlags(t, map[string]string{"rapid.checks": "1000"})
 	}
-	rapid.Check(t, func(t *rapid.T) { runWindowModel(t, WindowFaultNone, false) })
+	rapid.Check(t, func(t *rapid.T) { runWindowModel(t, windowFaultNone, false) })
 }
 
 // TestApproxWindowLeaseProtocolKeepsBound: the same model for
@@ -453,13 +453,13 @@ func TestApproxWindowLeaseProtocolKeepsBound(t *testing.T) {
 	if f := flag.Lookup("rapid.checks"); f != nil && f.Value.String() == "100" {
 		withRapidFlags(t, map[string]string{"rapid.checks": "1000"})
 	}
-	rapid.Check(t, func(t *rapid.T) { runWindowModel(t, WindowFaultNone, true) })
+	rapid.Check(t, func(t *rapid.T) { runWindowModel(t, windowFaultNone, true) })
 }
 
 // TestWindowDefinitionChangesKeepBound: the model with the operator
 // changing the window's definition back and forth (W and 3W) mid-window:
 // no window of either definition is granted more than L while it is in
-// force. Its control (WindowFaultForgetSpent, the rule before: a change
+// force. Its control (windowFaultForgetSpent, the rule before: a change
 // forgets the count of the window it leaves) is caught.
 func TestWindowDefinitionChangesKeepBound(t *testing.T) {
 	if f := flag.Lookup("rapid.checks"); f != nil && f.Value.String() == "100" {
@@ -471,10 +471,10 @@ func TestWindowDefinitionChangesKeepBound(t *testing.T) {
 // TestWindowRevokedChunkCarriedAfterResync: a dead holder's chunk that a
 // forward re-sync carried past its window's start still counts in the new
 // window when its holder's next incarnation revokes it before any
-// operation rolled the window; the control (WindowFaultRevokeDrops, the
+// operation rolled the window; the control (windowFaultRevokeDrops, the
 // chunk dropped at the revoke) lets the new window grant all of L again.
 func TestWindowRevokedChunkCarriedAfterResync(t *testing.T) {
-	for _, fault := range controls(WindowFaultNone, WindowFaultRevokeDrops) {
+	for _, fault := range controls(windowFaultNone, windowFaultRevokeDrops) {
 		l, err := NewWindowLedger(WindowLedgerConfig{LimitMilli: 10_000, Spec: WindowSpec{FixedNanos: 1e9}})
 		if err != nil {
 			t.Fatal(err)
@@ -496,10 +496,10 @@ func TestWindowRevokedChunkCarriedAfterResync(t *testing.T) {
 			t.Fatal(err)
 		}
 		got := g.ChunkMilli
-		if fault == WindowFaultNone && got != 4000 {
+		if fault == windowFaultNone && got != 4000 {
 			t.Fatalf("the new window granted %d after a carried chunk of 6000, want 4000", got)
 		}
-		if fault == WindowFaultRevokeDrops && got != 10_000 {
+		if fault == windowFaultRevokeDrops && got != 10_000 {
 			t.Fatalf("control: the new window granted %d, want all 10000 (the dropped chunk uncounted)", got)
 		}
 	}

@@ -76,7 +76,7 @@ func TestWindowLedgerLimitChangeKeepsCount(t *testing.T) {
 // A change of the window's definition carries the count into the new
 // window, and a chunk still live when a window begins counts in it.
 func TestWindowLedgerSpecChangeCarries(t *testing.T) {
-	for _, fault := range controls(WindowFaultNone, WindowFaultNoCarry) {
+	for _, fault := range controls(windowFaultNone, windowFaultNoCarry) {
 		l := newWL(t, 10_000, time.Hour)
 		l.injectFault(fault)
 		l.Grant(sec, sec, WindowGrantRequest{ClientID: "a", Incarnation: 1, Seq: 1, AskMilli: 7000, TTLNanos: 20 * sec})
@@ -90,10 +90,10 @@ func TestWindowLedgerSpecChangeCarries(t *testing.T) {
 		}
 		// At 10 s a new 10 s window begins while a's 20 s chunk is live.
 		g, _ := l.Grant(11*sec, 11*sec, WindowGrantRequest{ClientID: "b", Incarnation: 1, Seq: 1, AskMilli: 10_000, TTLNanos: 5 * sec})
-		if fault == WindowFaultNone && g.ChunkMilli != 3000 {
+		if fault == windowFaultNone && g.ChunkMilli != 3000 {
 			t.Fatalf("grant in the next window %+v, want 3000 (a's live 7000 carried)", g)
 		}
-		if fault == WindowFaultNoCarry && g.ChunkMilli != 10_000 {
+		if fault == windowFaultNoCarry && g.ChunkMilli != 10_000 {
 			t.Fatalf("the no-carry control granted %d", g.ChunkMilli)
 		}
 		// At 35 s a's chunk (expired at 21 s) lapsed before its window
@@ -144,11 +144,11 @@ func TestWindowLedgerExhaustAndErrors(t *testing.T) {
 // window, in a window whose beginning a slew then pushed earlier in
 // cluster time than window time less cluster time says at the next
 // operation, still counts in the new window (the carry's slew term,
-// ObserveSlew). Its control (WindowFaultSlewUncarried) grants the new
+// ObserveSlew). Its control (windowFaultSlewUncarried) grants the new
 // window all of L again beside the chunk its holder spent there.
 func TestWindowSlewedCarry(t *testing.T) {
 	const ms = int64(1e6)
-	for _, fault := range controls(WindowFaultNone, WindowFaultSlewUncarried) {
+	for _, fault := range controls(windowFaultNone, windowFaultSlewUncarried) {
 		l, err := NewWindowLedger(WindowLedgerConfig{LimitMilli: 10_000, Spec: WindowSpec{FixedNanos: 1000 * ms}})
 		if err != nil {
 			t.Fatal(err)
@@ -178,11 +178,11 @@ func TestWindowSlewedCarry(t *testing.T) {
 			t.Fatal(err)
 		}
 		switch got := g.ChunkMilli; {
-		case fault == WindowFaultNone && got != 0:
+		case fault == windowFaultNone && got != 0:
 			t.Fatalf("the new window granted %d beside a carried chunk of 10000, want 0", got)
-		case fault == WindowFaultSlewUncarried && got != 10_000:
+		case fault == windowFaultSlewUncarried && got != 10_000:
 			t.Fatalf("control: the new window granted %d, want all 10000 (the carried chunk missed)", got)
-		case fault == WindowFaultSlewUncarried:
+		case fault == windowFaultSlewUncarried:
 			t.Logf("control caught: the window beginning at cluster time 995 ms granted %d more beside a 10-unit chunk spent in it", got)
 		}
 	}
@@ -200,12 +200,12 @@ func TestWindowSlewedCarry(t *testing.T) {
 // sliding-window-approx weigh it in the next): a fresh ledger would grant
 // fixed-window's [1.2 s, 1.5 s) all of L again (3.5 units in it), and
 // sliding-window-approx 1 unit at 1.534 s, an estimate of 1 + 1.5·266/300 =
-// 2.33 units. The control (WindowFaultIdleIgnoresCarry, Idle as of v0.1.0,
+// 2.33 units. The control (windowFaultIdleIgnoresCarry, Idle as of v0.1.0,
 // IdleUncarried) drops it.
 func TestWindowIdleKeepsCarriedChunk(t *testing.T) {
 	const ms = int64(1e6)
 	for _, approx := range []bool{false, true} {
-		for _, fault := range controls(WindowFaultNone, WindowFaultIdleIgnoresCarry) {
+		for _, fault := range controls(windowFaultNone, windowFaultIdleIgnoresCarry) {
 			cfg := WindowLedgerConfig{LimitMilli: 2000, Spec: WindowSpec{FixedNanos: 300 * ms}, MaxLeases: 8, Approx: approx}
 			l, err := NewWindowLedger(cfg)
 			if err != nil {
@@ -226,7 +226,7 @@ func TestWindowIdleKeepsCarriedChunk(t *testing.T) {
 				t.Fatal("the v0.1.0 rule keeps the ledger: the sequence no longer shows the bug")
 			}
 			idle := l.Idle(481*ms, at(481*ms))
-			if fault == WindowFaultNone && idle {
+			if fault == windowFaultNone && idle {
 				t.Fatalf("approx %v: a ledger holding a chunk spent in window [1.2 s, 1.5 s) is idle at 1.481 s", approx)
 			}
 			if idle {
@@ -248,11 +248,11 @@ func TestWindowIdleKeepsCarriedChunk(t *testing.T) {
 				want = 0 // L − ⌈1500·266/300⌉ = 670, in whole units 0
 			}
 			switch {
-			case fault == WindowFaultNone && g.ChunkMilli != want:
+			case fault == windowFaultNone && g.ChunkMilli != want:
 				t.Fatalf("approx %v: granted %d at window time %d beside the carried chunk, want %d", approx, g.ChunkMilli, at(now), want)
-			case fault == WindowFaultIdleIgnoresCarry && g.ChunkMilli == want:
+			case fault == windowFaultIdleIgnoresCarry && g.ChunkMilli == want:
 				t.Fatalf("approx %v: control not caught: granted %d", approx, g.ChunkMilli)
-			case fault == WindowFaultIdleIgnoresCarry:
+			case fault == windowFaultIdleIgnoresCarry:
 				t.Logf("control caught (approx %v): the collected key's fresh ledger granted %d at window time %d, beside 1500 spent in window [1.2 s, 1.5 s)", approx, g.ChunkMilli, at(now))
 			}
 		}
