@@ -26,6 +26,7 @@ import (
 	"github.com/ration-dev/ration/api"
 	"github.com/ration-dev/ration/internal/acl"
 	"github.com/ration-dev/ration/internal/coarseclock"
+	"github.com/ration-dev/ration/internal/rpcerr"
 	"github.com/ration-dev/ration/internal/tracing"
 	"github.com/ration-dev/ration/lease"
 )
@@ -617,7 +618,6 @@ func call[T any](c *Client, abort <-chan struct{}, giveUp int64, send func(ctx c
 	}
 }
 
-// errorFrom turns a per-key error from the cluster into a gRPC status error.
-func errorFrom(e *api.KeyError) error {
-	return status.Error(codes.Code(e.GetCode()), e.GetMessage())
-}
+// errorFrom turns a per-key error from the cluster into a gRPC status error
+// (with its kind as an ErrorInfo detail: rpcerr.Reason).
+func errorFrom(e *api.KeyError) error { return rpcerr.KeyStatus(e) }

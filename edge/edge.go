@@ -14,7 +14,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/health"
@@ -25,6 +24,7 @@ import (
 	"github.com/ration-dev/ration/internal/acl"
 	"github.com/ration-dev/ration/internal/envoyconf"
 	"github.com/ration-dev/ration/internal/policy"
+	"github.com/ration-dev/ration/internal/rpcerr"
 	"github.com/ration-dev/ration/internal/tracing"
 )
 
@@ -452,7 +452,7 @@ func (e *Edge) noteRefusal(l *client.Limiter, d client.Decision) {
 	if d.Reason != client.NoLease && d.Reason != client.Unavailable {
 		return
 	}
-	if err := l.Err(); err != nil && status.Code(err) == codes.Aborted && strings.Contains(err.Error(), "older than") {
+	if err := l.Err(); takenOver(err) {
 		msg := fmt.Sprintf("client ID %q is in use by another, newer process (%v): every edge needs its own --client-id", e.cfg.ClientID, status.Convert(err).Message())
 		if e.stale.Swap(&msg) == nil {
 			e.log.Error(msg)
@@ -460,6 +460,12 @@ func (e *Edge) noteRefusal(l *client.Limiter, d client.Decision) {
 		}
 	}
 }
+
+// takenOver reports whether err is the cluster's refusal of this edge's
+// client ID as an older incarnation: another, newer process uses the ID.
+// It decides by the refusal's kind (rpcerr.Reason), which a retry answered
+// from the record of its request keeps, never by its message.
+func takenOver(err error) bool { return err != nil && rpcerr.IsOlderIncarnation(err) }
 
 // clampCost maps a requested cost onto the client's range: more than
 // client.MaxCost (no policy's burst admits it) stays more, without

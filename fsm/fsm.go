@@ -398,7 +398,7 @@ func (s *state) checkCallerOnly(c *api.Caller, kind uint32) ([]byte, bool, error
 	}
 	switch {
 	case c.GetIncarnation() < rec.incarnation:
-		return nil, false, fmt.Errorf("%w: client %q incarnation %d is older than %d; a restarted process must use a larger incarnation", rpcerr.ErrStale, c.GetClientId(), c.GetIncarnation(), rec.incarnation)
+		return nil, false, fmt.Errorf("%w: client %q incarnation %d is older than %d; a restarted process must use a larger incarnation", rpcerr.ErrOlderIncarnation, c.GetClientId(), c.GetIncarnation(), rec.incarnation)
 	case c.GetIncarnation() > rec.incarnation:
 		return nil, true, nil
 	case c.GetSeq() == rec.seq:
