@@ -15,6 +15,7 @@ import (
 
 	"github.com/ration-dev/ration/api"
 	"github.com/ration-dev/ration/internal/faults"
+	"github.com/ration-dev/ration/internal/rpcerr"
 	"github.com/ration-dev/ration/lease"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -280,7 +281,7 @@ func (l *Limiter) allowRemote(costMilli int64) (d Decision, ok bool) {
 		}
 		r.errs.Add(1)
 		if err == nil {
-			err = status.Errorf(codes.Internal, "edge %s answered %d results for one item", e.addr, len(resp.GetResults()))
+			err = rpcerr.Errorf(codes.Internal, "edge %s answered %d results for one item", e.addr, len(resp.GetResults()))
 		}
 		switch status.Code(err) {
 		case codes.Unavailable, codes.Canceled, codes.Unknown, codes.ResourceExhausted:

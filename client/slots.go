@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/ration-dev/ration/api"
+	"github.com/ration-dev/ration/internal/rpcerr"
 	"github.com/ration-dev/ration/lease"
 )
 
@@ -584,7 +585,7 @@ func slotAnswer(resp *api.LeaseResponse, err error) (*api.Grant, error) {
 	}
 	g := resp.GetLeases()[0].GetGrant()
 	if !g.GetSlotLease() {
-		return nil, status.Errorf(codes.FailedPrecondition, "ration: the policy is not a concurrency policy (its grant is not a slot lease); use Limiter")
+		return nil, rpcerr.Errorf(codes.FailedPrecondition, "ration: the policy is not a concurrency policy (its grant is not a slot lease); use Limiter")
 	}
 	return g, nil
 }

@@ -238,3 +238,15 @@ func Reason(err error) string {
 // IsOlderIncarnation reports whether err is a refusal of an older
 // incarnation of the caller's client ID: another, newer process uses it.
 func IsOlderIncarnation(err error) bool { return Reason(err) == ReasonOlderIncarnation }
+
+// Error is the gRPC status error of code with message msg, for a refusal
+// no sentinel names (every status outside this package is built here or
+// by Status, KeyStatus or Errorf).
+func Error(code codes.Code, msg string) error { return status.New(code, msg).Err() }
+
+// Errorf is Error with a formatted message. It keeps no error it formats:
+// a status carries a code and a message (use Status to keep a sentinel's
+// kind).
+func Errorf(code codes.Code, format string, args ...any) error {
+	return status.New(code, fmt.Sprintf(format, args...)).Err()
+}
