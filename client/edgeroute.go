@@ -124,7 +124,7 @@ func checkEdgeAddrs(edges []string) error {
 		}
 		_, port, err := net.SplitHostPort(a)
 		if err != nil {
-			return fmt.Errorf("ration: Config.Edges[%d] %q: want host:port: %v", i, a, err)
+			return fmt.Errorf("ration: Config.Edges[%d] %q: want host:port: %w", i, a, err)
 		}
 		if p, err := strconv.Atoi(port); err != nil || p < 1 || p > 65535 {
 			return fmt.Errorf("ration: Config.Edges[%d] %q: port %q is not in 1-65535", i, a, port)

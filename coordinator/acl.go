@@ -336,7 +336,7 @@ func newToken(name string, role acl.Role, bindings []string, clientIDs []string)
 	for _, b := range bindings {
 		ab, err := acl.ParseBinding(b)
 		if err != nil {
-			return nil, secret, fmt.Errorf("%w: %v", rpcerr.ErrInvalid, err)
+			return nil, secret, fmt.Errorf("%w: %w", rpcerr.ErrInvalid, err)
 		}
 		tok.Bindings = append(tok.Bindings, ab)
 	}
@@ -408,7 +408,7 @@ func (a *adminService) ACLTokenCreate(ctx context.Context, req *api.ACLTokenCrea
 		func() (*api.ACLTokenSecret, error) {
 			role, err := acl.ParseRole(req.GetRole())
 			if err != nil {
-				return nil, fmt.Errorf("%w: %v", rpcerr.ErrInvalid, err)
+				return nil, fmt.Errorf("%w: %w", rpcerr.ErrInvalid, err)
 			}
 			p, secret, err := newToken(req.GetName(), role, req.GetBindings(), req.GetClientIds())
 			if err != nil {

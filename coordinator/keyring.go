@@ -76,7 +76,7 @@ func openKeyring(dataDir string, key []byte) (*keyring, bool, error) {
 	if b, err := os.ReadFile(k.path); err == nil {
 		var list []string
 		if err := json.Unmarshal(b, &list); err != nil || len(list) == 0 {
-			return nil, false, fmt.Errorf("gossip keyring %s: not a JSON list of keys (%v)", k.path, err)
+			return nil, false, fmt.Errorf("gossip keyring %s: not a JSON list of keys (%w)", k.path, err)
 		}
 		keys = keys[:0]
 		for _, s := range list {
@@ -154,7 +154,7 @@ func (k *keyring) apply(op api.KeyringOp, key []byte) error {
 		return fmt.Errorf("%w: keyring operation %v", rpcerr.ErrInvalid, op)
 	}
 	if err != nil {
-		return fmt.Errorf("%w: %v", rpcerr.ErrInvalid, err)
+		return fmt.Errorf("%w: %w", rpcerr.ErrInvalid, err)
 	}
 	return k.save()
 }

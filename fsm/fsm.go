@@ -304,7 +304,7 @@ func (s *state) applyPolicies(t int64, cmd *api.ApplyPoliciesCommand) (*Result, 
 		if err != nil {
 			// The leader validated it; a stored spec that fails validation
 			// means versions disagree. Refuse the whole command, change nothing.
-			return nil, fmt.Errorf("%w: %v", rpcerr.ErrInvalid, err)
+			return nil, fmt.Errorf("%w: %w", rpcerr.ErrInvalid, err)
 		}
 		ps = append(ps, p)
 	}

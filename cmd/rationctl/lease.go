@@ -46,7 +46,7 @@ coordinator grants its fair share. The lease is not renewed.`,
 				continue
 			}
 			if _, err := policy.ParseMilli(v); err != nil {
-				return fmt.Errorf("%s %q: %v", name, v, err)
+				return fmt.Errorf("%s %q: %w", name, v, err)
 			}
 		}
 		return nil
