@@ -26,6 +26,7 @@ import (
 	"github.com/ration-dev/ration/api"
 	"github.com/ration-dev/ration/internal/acl"
 	"github.com/ration-dev/ration/internal/coarseclock"
+	"github.com/ration-dev/ration/internal/limits"
 	"github.com/ration-dev/ration/internal/rpcerr"
 	"github.com/ration-dev/ration/internal/tracing"
 	"github.com/ration-dev/ration/lease"
@@ -198,8 +199,8 @@ func (c *Config) setDefaults() error {
 	if c.ClientID == "" {
 		c.ClientID = DefaultClientID()
 	}
-	if len(c.ClientID) > 256 {
-		return errors.New("ration: Config.ClientID must be at most 256 bytes")
+	if len(c.ClientID) > limits.ClientIDBytes {
+		return fmt.Errorf("ration: Config.ClientID must be at most %d bytes", limits.ClientIDBytes)
 	}
 	if !utf8.ValidString(c.ClientID) {
 		// Every request carries it as a protobuf string: none could be sent.
@@ -249,8 +250,8 @@ func DefaultClientID() string {
 		host = "localhost"
 	}
 	suffix := fmt.Sprintf("-%d-%d", os.Getpid(), defaultClients.Add(1))
-	if len(host)+len(suffix) > 256 {
-		host = host[:256-len(suffix)]
+	if len(host)+len(suffix) > limits.ClientIDBytes {
+		host = host[:limits.ClientIDBytes-len(suffix)]
 	}
 	return host + suffix
 }

@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/ration-dev/ration/api"
+	"github.com/ration-dev/ration/internal/limits"
 	"github.com/ration-dev/ration/internal/rpcerr"
 	"github.com/ration-dev/ration/lease"
 )
@@ -160,7 +161,7 @@ var slotHandles atomic.Uint64
 // a long client ID shortened with a hash of the whole kept.
 func slotCallerID(clientID string, n uint64) string {
 	suffix := fmt.Sprintf("/slots/%d", n)
-	if len(clientID)+len(suffix) <= 256 {
+	if len(clientID)+len(suffix) <= limits.ClientIDBytes {
 		return clientID + suffix
 	}
 	h := fnv.New64a()

@@ -6,7 +6,7 @@ import (
 
 	"github.com/ration-dev/ration/api"
 	"github.com/ration-dev/ration/fsm"
-	"github.com/ration-dev/ration/internal/policy"
+	"github.com/ration-dev/ration/internal/limits"
 	"github.com/ration-dev/ration/internal/rpcerr"
 	"google.golang.org/protobuf/proto"
 )
@@ -20,14 +20,8 @@ type leaseService struct {
 
 // validateRequest bounds a request before anything reaches the log.
 func (s *Server) validateRequest(c *api.Caller, keys []*api.Key, size int) error {
-	if c == nil || c.GetClientId() == "" {
-		return fmt.Errorf("%w: caller.client_id is required", rpcerr.ErrInvalid)
-	}
-	if len(c.GetClientId()) > fsm.MaxClientIDLen {
-		return fmt.Errorf("%w: caller.client_id is %d bytes, more than %d", rpcerr.ErrInvalid, len(c.GetClientId()), fsm.MaxClientIDLen)
-	}
-	if c.GetSeq() == 0 {
-		return fmt.Errorf("%w: caller.seq must be at least 1", rpcerr.ErrInvalid)
+	if err := limits.CheckCaller(c); err != nil {
+		return err
 	}
 	if len(keys) == 0 {
 		return fmt.Errorf("%w: the request names no keys", rpcerr.ErrInvalid)
@@ -42,12 +36,12 @@ func (s *Server) validateRequest(c *api.Caller, keys []*api.Key, size int) error
 		if k.GetPolicy() == "" {
 			return fmt.Errorf("%w: keys[%d].policy is empty", rpcerr.ErrInvalid, i)
 		}
-		if len(k.GetAttributes()) > 32 {
-			return fmt.Errorf("%w: keys[%d] has %d attributes, more than 32", rpcerr.ErrInvalid, i, len(k.GetAttributes()))
+		if len(k.GetAttributes()) > limits.KeyAttributes {
+			return fmt.Errorf("%w: keys[%d] has %d attributes, more than %d", rpcerr.ErrInvalid, i, len(k.GetAttributes()), limits.KeyAttributes)
 		}
 		for name, v := range k.GetAttributes() {
-			if len(name) > policy.MaxKeyValueLen || len(v) > policy.MaxKeyValueLen {
-				return fmt.Errorf("%w: keys[%d] attribute %.40q is longer than %d bytes", rpcerr.ErrInvalid, i, name, policy.MaxKeyValueLen)
+			if len(name) > limits.KeyValueBytes || len(v) > limits.KeyValueBytes {
+				return fmt.Errorf("%w: keys[%d] attribute %.40q is longer than %d bytes", rpcerr.ErrInvalid, i, name, limits.KeyValueBytes)
 			}
 		}
 	}

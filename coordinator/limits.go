@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/ration-dev/ration/api"
-	"github.com/ration-dev/ration/fsm"
+	"github.com/ration-dev/ration/internal/limits"
 	"github.com/ration-dev/ration/internal/rpcerr"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -276,7 +276,7 @@ func (l *leaseLimits) clientUnary(ctx context.Context, req any, info *grpc.Unary
 		}
 		// No ID, or one too long: validateRequest refuses it (the
 		// connection limit applies); a bucket never keeps a long key.
-		if id != "" && len(id) <= fsm.MaxClientIDLen {
+		if id != "" && len(id) <= limits.ClientIDBytes {
 			if ok, wait := l.client.take(id, time.Now()); !ok {
 				return nil, l.refuse(l.client, fmt.Sprintf("client ID %.64q", id), wait)
 			}

@@ -10,7 +10,7 @@ import (
 	"github.com/ration-dev/ration/api"
 	"github.com/ration-dev/ration/client"
 	"github.com/ration-dev/ration/client/httplimit"
-	"github.com/ration-dev/ration/internal/policy"
+	"github.com/ration-dev/ration/internal/limits"
 	"github.com/ration-dev/ration/internal/rpcerr"
 	"github.com/ration-dev/ration/lease"
 )
@@ -138,8 +138,8 @@ func validateCheck(req *api.CheckRequest) ([]int64, error) {
 		if it.GetPolicy() == "" {
 			return nil, rpcerr.Errorf(codes.InvalidArgument, "item %d: empty policy", i)
 		}
-		if len(it.GetPolicy()) > policy.MaxNameLen {
-			return nil, rpcerr.Errorf(codes.InvalidArgument, "item %d: policy name of %d bytes; at most %d", i, len(it.GetPolicy()), policy.MaxNameLen)
+		if len(it.GetPolicy()) > limits.PolicyNameBytes {
+			return nil, rpcerr.Errorf(codes.InvalidArgument, "item %d: policy name of %d bytes; at most %d", i, len(it.GetPolicy()), limits.PolicyNameBytes)
 		}
 		if len(it.GetKey()) > MaxKeyAttrs {
 			return nil, rpcerr.Errorf(codes.InvalidArgument, "item %d: %d key attributes; at most %d", i, len(it.GetKey()), MaxKeyAttrs)
@@ -148,8 +148,8 @@ func validateCheck(req *api.CheckRequest) ([]int64, error) {
 			if k == "" || len(k) > MaxNameLen {
 				return nil, rpcerr.Errorf(codes.InvalidArgument, "item %d: key attribute names are 1 to %d bytes", i, MaxNameLen)
 			}
-			if len(v) > policy.MaxKeyValueLen {
-				return nil, rpcerr.Errorf(codes.InvalidArgument, "item %d: key attribute %q: value of %d bytes; at most %d", i, k, len(v), policy.MaxKeyValueLen)
+			if len(v) > limits.KeyValueBytes {
+				return nil, rpcerr.Errorf(codes.InvalidArgument, "item %d: key attribute %q: value of %d bytes; at most %d", i, k, len(v), limits.KeyValueBytes)
 			}
 		}
 		switch c := it.GetCost(); {

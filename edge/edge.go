@@ -23,6 +23,7 @@ import (
 	"github.com/ration-dev/ration/client"
 	"github.com/ration-dev/ration/internal/acl"
 	"github.com/ration-dev/ration/internal/envoyconf"
+	"github.com/ration-dev/ration/internal/limits"
 	"github.com/ration-dev/ration/internal/policy"
 	"github.com/ration-dev/ration/internal/rpcerr"
 	"github.com/ration-dev/ration/internal/tracing"
@@ -31,18 +32,18 @@ import (
 // Limits on one call.
 const (
 	// MaxDescriptors bounds the descriptors of one ShouldRateLimit call.
-	MaxDescriptors = 64
+	MaxDescriptors = limits.Descriptors
 	// MaxEntries bounds the entries of one descriptor.
-	MaxEntries = 16
+	MaxEntries = limits.DescriptorEntries
 	// MaxCheckItems bounds the items of one Check call.
-	MaxCheckItems = 64
+	MaxCheckItems = limits.CheckItems
 	// MaxKeyAttrs bounds the attributes of one Check item's key.
-	MaxKeyAttrs = 32
+	MaxKeyAttrs = limits.KeyAttributes
 	// MaxNameLen bounds a descriptor entry's key and a Check key's
 	// attribute names, in bytes. A Check key's values are bounded by
-	// policy.MaxKeyValueLen; a descriptor's are not (a long one is known
+	// limits.KeyValueBytes; a descriptor's are not (a long one is known
 	// by its client.WireKeyValue).
-	MaxNameLen = 256
+	MaxNameLen = limits.KeyValueBytes
 	// maxCachedLimiters bounds the cache of limiters by policy and key.
 	maxCachedLimiters = 1 << 16
 	// DefaultPressureKeys is Config.PressureKeys's default.

@@ -16,18 +16,17 @@ import (
 	"github.com/hashicorp/raft"
 	"github.com/ration-dev/ration/api"
 	"github.com/ration-dev/ration/internal/acl"
+	"github.com/ration-dev/ration/internal/limits"
 	"github.com/ration-dev/ration/internal/policy"
 	"github.com/ration-dev/ration/internal/rpcerr"
 	"github.com/ration-dev/ration/lease"
 	"google.golang.org/protobuf/proto"
 )
 
-// Limits the FSM enforces on every operation (the coordinator checks them
-// before proposing, so these are a second line).
-const (
-	MaxClientIDLen = 256
-	MaxKeysPerOp   = 1024
-)
+// MaxKeysPerOp is the most keys of one operation (internal/limits). The
+// FSM enforces it, and limits.CheckCaller, on every operation as a second
+// line: the coordinator checks them before proposing.
+const MaxKeysPerOp = limits.KeysPerRequest
 
 // Response kinds recorded for idempotent retries.
 const (
@@ -383,14 +382,8 @@ func (s *state) checkCaller(c *api.Caller, kind uint32, n int) (dup []byte, newe
 }
 
 func (s *state) checkCallerOnly(c *api.Caller, kind uint32) ([]byte, bool, error) {
-	if c == nil || c.GetClientId() == "" {
-		return nil, false, fmt.Errorf("%w: caller.client_id is empty", rpcerr.ErrInvalid)
-	}
-	if len(c.GetClientId()) > MaxClientIDLen {
-		return nil, false, fmt.Errorf("%w: caller.client_id is %d bytes, more than %d", rpcerr.ErrInvalid, len(c.GetClientId()), MaxClientIDLen)
-	}
-	if c.GetSeq() == 0 {
-		return nil, false, fmt.Errorf("%w: caller.seq must be at least 1", rpcerr.ErrInvalid)
+	if err := limits.CheckCaller(c); err != nil {
+		return nil, false, err
 	}
 	rec, ok := s.clients[c.GetClientId()]
 	if !ok {

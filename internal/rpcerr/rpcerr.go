@@ -18,6 +18,7 @@ import (
 	"strings"
 
 	"github.com/ration-dev/ration/api"
+	"github.com/ration-dev/ration/internal/limits"
 	"github.com/ration-dev/ration/internal/policy"
 	"github.com/ration-dev/ration/lease"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
@@ -29,7 +30,7 @@ import (
 // (or a lease/policy sentinel) with fmt.Errorf("%w: ...") to pick the code.
 var (
 	ErrNotFound          = errors.New("not found")
-	ErrInvalid           = errors.New("invalid argument")
+	ErrInvalid           = limits.ErrInvalid // every out-of-bounds request's error
 	ErrResourceExhausted = errors.New("resource exhausted")
 	ErrStale             = errors.New("stale request")
 	ErrUnavailable       = errors.New("unavailable")
