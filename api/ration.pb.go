@@ -32,7 +32,7 @@ const (
 	ErrorKind_ERROR_KIND_INVALID_ARGUMENT   ErrorKind = 2 // a malformed request, key, demand or cost
 	ErrorKind_ERROR_KIND_RESOURCE_EXHAUSTED ErrorKind = 3 // a policy's max_keys or max_keys_per_value reached
 	ErrorKind_ERROR_KIND_TOO_MANY_LEASES    ErrorKind = 4 // a key's max_leases_per_key reached
-	ErrorKind_ERROR_KIND_STALE              ErrorKind = 5 // an older incarnation, or a grant older than the lease it would replace
+	ErrorKind_ERROR_KIND_STALE              ErrorKind = 5 // a seq older than the caller's last, or a grant older than the lease it would replace
 	ErrorKind_ERROR_KIND_UNAVAILABLE        ErrorKind = 6
 	ErrorKind_ERROR_KIND_EXPIRED            ErrorKind = 7
 	ErrorKind_ERROR_KIND_PRECONDITION       ErrorKind = 8  // e.g. a policy whose algorithm cannot be leased
@@ -41,6 +41,10 @@ const (
 	ErrorKind_ERROR_KIND_INTERNAL           ErrorKind = 11
 	ErrorKind_ERROR_KIND_UNKNOWN            ErrorKind = 12 // an error of no known kind
 	ErrorKind_ERROR_KIND_PERMISSION_DENIED  ErrorKind = 13 // the call's ACL token may not lease this key
+	// OLDER_INCARNATION: the caller's incarnation is older than one of its
+	// client ID that has already spoken: another, newer process uses the ID
+	// (ABORTED, like STALE).
+	ErrorKind_ERROR_KIND_OLDER_INCARNATION ErrorKind = 14
 )
 
 // Enum value maps for ErrorKind.
@@ -60,6 +64,7 @@ var (
 		11: "ERROR_KIND_INTERNAL",
 		12: "ERROR_KIND_UNKNOWN",
 		13: "ERROR_KIND_PERMISSION_DENIED",
+		14: "ERROR_KIND_OLDER_INCARNATION",
 	}
 	ErrorKind_value = map[string]int32{
 		"ERROR_KIND_UNSPECIFIED":        0,
@@ -76,6 +81,7 @@ var (
 		"ERROR_KIND_INTERNAL":           11,
 		"ERROR_KIND_UNKNOWN":            12,
 		"ERROR_KIND_PERMISSION_DENIED":  13,
+		"ERROR_KIND_OLDER_INCARNATION":  14,
 	}
 )
 
@@ -3897,7 +3903,7 @@ const file_ration_proto_rawDesc = "" +
 	"\aapplied\x18V \x01(\bR\aapplied\x12&\n" +
 	"\x0fslew_left_nanos\x18W \x01(\x03R\rslewLeftNanos\x12\x14\n" +
 	"\x05index\x18X \x01(\x04R\x05index\x12\x18\n" +
-	"\arefused\x18Y \x01(\tR\arefused*\x9d\x03\n" +
+	"\arefused\x18Y \x01(\tR\arefused*\xbf\x03\n" +
 	"\tErrorKind\x12\x1a\n" +
 	"\x16ERROR_KIND_UNSPECIFIED\x10\x00\x12\x18\n" +
 	"\x14ERROR_KIND_NOT_FOUND\x10\x01\x12\x1f\n" +
@@ -3913,7 +3919,8 @@ const file_ration_proto_rawDesc = "" +
 	"\x12\x17\n" +
 	"\x13ERROR_KIND_INTERNAL\x10\v\x12\x16\n" +
 	"\x12ERROR_KIND_UNKNOWN\x10\f\x12 \n" +
-	"\x1cERROR_KIND_PERMISSION_DENIED\x10\r*\x7f\n" +
+	"\x1cERROR_KIND_PERMISSION_DENIED\x10\r\x12 \n" +
+	"\x1cERROR_KIND_OLDER_INCARNATION\x10\x0e*\x7f\n" +
 	"\tKeyringOp\x12\x1a\n" +
 	"\x16KEYRING_OP_UNSPECIFIED\x10\x00\x12\x13\n" +
 	"\x0fKEYRING_OP_LIST\x10\x01\x12\x16\n" +

@@ -26,6 +26,8 @@ import (
 	"github.com/ration-dev/ration/api"
 	"github.com/ration-dev/ration/internal/acl"
 	"github.com/ration-dev/ration/internal/coarseclock"
+	"github.com/ration-dev/ration/internal/limits"
+	"github.com/ration-dev/ration/internal/rpcerr"
 	"github.com/ration-dev/ration/internal/tracing"
 	"github.com/ration-dev/ration/lease"
 )
@@ -201,8 +203,8 @@ func (c *Config) setDefaults() error {
 	if c.ClientID == "" {
 		c.ClientID = DefaultClientID()
 	}
-	if len(c.ClientID) > 256 {
-		return errors.New("ration: Config.ClientID must be at most 256 bytes")
+	if len(c.ClientID) > limits.ClientIDBytes {
+		return fmt.Errorf("ration: Config.ClientID must be at most %d bytes", limits.ClientIDBytes)
 	}
 	if !utf8.ValidString(c.ClientID) {
 		// Every request carries it as a protobuf string: none could be sent.
@@ -258,8 +260,8 @@ func DefaultClientID() string {
 		host = "localhost"
 	}
 	suffix := fmt.Sprintf("-%d-%d", os.Getpid(), defaultClients.Add(1))
-	if len(host)+len(suffix) > 256 {
-		host = host[:256-len(suffix)]
+	if len(host)+len(suffix) > limits.ClientIDBytes {
+		host = host[:limits.ClientIDBytes-len(suffix)]
 	}
 	return host + suffix
 }
@@ -633,7 +635,6 @@ func call[T any](c *Client, abort <-chan struct{}, giveUp int64, send func(ctx c
 	}
 }
 
-// errorFrom turns a per-key error from the cluster into a gRPC status error.
-func errorFrom(e *api.KeyError) error {
-	return status.Error(codes.Code(e.GetCode()), e.GetMessage())
-}
+// errorFrom turns a per-key error from the cluster into a gRPC status error
+// (with its kind as an ErrorInfo detail: rpcerr.Reason).
+func errorFrom(e *api.KeyError) error { return rpcerr.KeyStatus(e) }

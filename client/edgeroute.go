@@ -15,6 +15,7 @@ import (
 
 	"github.com/ration-dev/ration/api"
 	"github.com/ration-dev/ration/internal/faults"
+	"github.com/ration-dev/ration/internal/rpcerr"
 	"github.com/ration-dev/ration/lease"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -123,7 +124,7 @@ func checkEdgeAddrs(edges []string) error {
 		}
 		_, port, err := net.SplitHostPort(a)
 		if err != nil {
-			return fmt.Errorf("ration: Config.Edges[%d] %q: want host:port: %v", i, a, err)
+			return fmt.Errorf("ration: Config.Edges[%d] %q: want host:port: %w", i, a, err)
 		}
 		if p, err := strconv.Atoi(port); err != nil || p < 1 || p > 65535 {
 			return fmt.Errorf("ration: Config.Edges[%d] %q: port %q is not in 1-65535", i, a, port)
@@ -280,7 +281,7 @@ func (l *Limiter) allowRemote(costMilli int64) (d Decision, ok bool) {
 		}
 		r.errs.Add(1)
 		if err == nil {
-			err = status.Errorf(codes.Internal, "edge %s answered %d results for one item", e.addr, len(resp.GetResults()))
+			err = rpcerr.Errorf(codes.Internal, "edge %s answered %d results for one item", e.addr, len(resp.GetResults()))
 		}
 		switch status.Code(err) {
 		case codes.Unavailable, codes.Canceled, codes.Unknown, codes.ResourceExhausted:

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/ration-dev/ration/internal/limits"
 )
 
 // Key values on the wire (docs/design.md §3.4, "Key bytes").
@@ -20,11 +22,11 @@ import (
 // their own name.
 
 // MaxKeyValueLen is the longest key attribute name or value the cluster's
-// API accepts, in bytes (the servers' policy.MaxKeyValueLen).
-const MaxKeyValueLen = 256
+// API accepts, in bytes (the servers' bound, internal/limits).
+const MaxKeyValueLen = limits.KeyValueBytes
 
 // MaxKeyAttributes is the most attributes one key may have.
-const MaxKeyAttributes = 32
+const MaxKeyAttributes = limits.KeyAttributes
 
 // ErrInvalidKey is Limiter.Err's error (wrapped) for a key no cluster can
 // lease: an empty policy name, one that is not UTF-8, more than

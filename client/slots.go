@@ -15,6 +15,8 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/ration-dev/ration/api"
+	"github.com/ration-dev/ration/internal/limits"
+	"github.com/ration-dev/ration/internal/rpcerr"
 	"github.com/ration-dev/ration/lease"
 )
 
@@ -159,7 +161,7 @@ var slotHandles atomic.Uint64
 // a long client ID shortened with a hash of the whole kept.
 func slotCallerID(clientID string, n uint64) string {
 	suffix := fmt.Sprintf("/slots/%d", n)
-	if len(clientID)+len(suffix) <= 256 {
+	if len(clientID)+len(suffix) <= limits.ClientIDBytes {
 		return clientID + suffix
 	}
 	h := fnv.New64a()
@@ -584,7 +586,7 @@ func slotAnswer(resp *api.LeaseResponse, err error) (*api.Grant, error) {
 	}
 	g := resp.GetLeases()[0].GetGrant()
 	if !g.GetSlotLease() {
-		return nil, status.Errorf(codes.FailedPrecondition, "ration: the policy is not a concurrency policy (its grant is not a slot lease); use Limiter")
+		return nil, rpcerr.Errorf(codes.FailedPrecondition, "ration: the policy is not a concurrency policy (its grant is not a slot lease); use Limiter")
 	}
 	return g, nil
 }

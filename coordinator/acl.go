@@ -20,7 +20,6 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
-	"google.golang.org/grpc/status"
 )
 
 // ACL enforcement (docs/security.md, "Who may do what"). With Config.ACL
@@ -81,15 +80,15 @@ func bearer(ctx context.Context) (acl.Secret, bool, error) {
 		return acl.Secret{}, false, nil
 	}
 	if len(vals) > 1 {
-		return acl.Secret{}, true, status.Error(codes.Unauthenticated, "more than one authorization value in the call's metadata")
+		return acl.Secret{}, true, rpcerr.Error(codes.Unauthenticated, "more than one authorization value in the call's metadata")
 	}
 	text, ok := strings.CutPrefix(vals[0], "Bearer ")
 	if !ok {
-		return acl.Secret{}, true, status.Error(codes.Unauthenticated, `authorization metadata must be "Bearer <token>"`)
+		return acl.Secret{}, true, rpcerr.Error(codes.Unauthenticated, `authorization metadata must be "Bearer <token>"`)
 	}
 	s, err := acl.ParseSecret(strings.TrimSpace(text))
 	if err != nil {
-		return acl.Secret{}, true, status.Error(codes.Unauthenticated, err.Error())
+		return acl.Secret{}, true, rpcerr.Error(codes.Unauthenticated, err.Error())
 	}
 	return s, true, nil
 }
@@ -108,7 +107,7 @@ func (g *aclGate) authenticate(ctx context.Context, right acl.Right, forwards bo
 		if !g.s.fsm.ACLBootstrapped() {
 			return nil, false, errNotBootstrapped
 		}
-		return nil, false, status.Error(codes.Unauthenticated, "this call needs an ACL token: pass it as authorization: Bearer <token> (rationctl --token or RATION_TOKEN; client.Config.Token)")
+		return nil, false, rpcerr.Error(codes.Unauthenticated, "this call needs an ACL token: pass it as authorization: Bearer <token> (rationctl --token or RATION_TOKEN; client.Config.Token)")
 	}
 	var tok *acl.Token
 	if g.s.fsm.ACLBootstrapped() {
@@ -130,10 +129,10 @@ func (g *aclGate) authenticate(ctx context.Context, right acl.Right, forwards bo
 	if !g.s.fsm.ACLBootstrapped() {
 		return nil, false, errNotBootstrapped
 	}
-	return nil, false, status.Error(codes.Unauthenticated, "ACL token not found (deleted, or of another cluster)")
+	return nil, false, rpcerr.Error(codes.Unauthenticated, "ACL token not found (deleted, or of another cluster)")
 }
 
-var errNotBootstrapped = status.Error(codes.Unauthenticated, "ACLs are enabled on this cluster and not bootstrapped yet: run rationctl acl bootstrap")
+var errNotBootstrapped = rpcerr.Error(codes.Unauthenticated, "ACLs are enabled on this cluster and not bootstrapped yet: run rationctl acl bootstrap")
 
 // forwardingMethods are the unary calls whose handlers forward to the
 // leader before doing anything else (leaderOnly, leaseService.handle), so
@@ -197,7 +196,7 @@ func (g *aclGate) awaitReplication(ctx context.Context, secret acl.Secret) *acl.
 func (g *aclGate) check(ctx context.Context, method string, req any) (*acl.Token, error) {
 	right, ok := acl.RightFor(method)
 	if !ok {
-		return nil, status.Errorf(codes.PermissionDenied, "%s is not a call ACL tokens can grant", method)
+		return nil, rpcerr.Errorf(codes.PermissionDenied, "%s is not a call ACL tokens can grant", method)
 	}
 	tok, deferToLeader, err := g.authenticate(ctx, right, forwardingMethods[method])
 	if deferToLeader {
@@ -218,7 +217,7 @@ func (g *aclGate) check(ctx context.Context, method string, req any) (*acl.Token
 	// (keyScope): a key the token may not lease fails alone, as a per-key
 	// PermissionDenied, and the call's other keys are served.
 	if err := acl.Authorize(tok, right, clientID, keys); err != nil {
-		return nil, status.Error(codes.PermissionDenied, err.Error())
+		return nil, rpcerr.Error(codes.PermissionDenied, err.Error())
 	}
 	return tok, nil
 }
@@ -301,7 +300,7 @@ func (g *aclGate) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo
 func (g *aclGate) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
 	if _, err := g.check(ss.Context(), info.FullMethod, nil); err != nil {
 		if errors.Is(err, errDeferred) { // not a forwarding method: cannot happen
-			return status.Error(codes.Internal, "acl: a stream cannot defer its check")
+			return rpcerr.Error(codes.Internal, "acl: a stream cannot defer its check")
 		}
 		return err
 	}
@@ -337,7 +336,7 @@ func newToken(name string, role acl.Role, bindings []string, clientIDs []string)
 	for _, b := range bindings {
 		ab, err := acl.ParseBinding(b)
 		if err != nil {
-			return nil, secret, fmt.Errorf("%w: %v", rpcerr.ErrInvalid, err)
+			return nil, secret, fmt.Errorf("%w: %w", rpcerr.ErrInvalid, err)
 		}
 		tok.Bindings = append(tok.Bindings, ab)
 	}
@@ -409,7 +408,7 @@ func (a *adminService) ACLTokenCreate(ctx context.Context, req *api.ACLTokenCrea
 		func() (*api.ACLTokenSecret, error) {
 			role, err := acl.ParseRole(req.GetRole())
 			if err != nil {
-				return nil, fmt.Errorf("%w: %v", rpcerr.ErrInvalid, err)
+				return nil, fmt.Errorf("%w: %w", rpcerr.ErrInvalid, err)
 			}
 			p, secret, err := newToken(req.GetName(), role, req.GetBindings(), req.GetClientIds())
 			if err != nil {

@@ -262,7 +262,7 @@ func (a *adminService) LeaderTransfer(ctx context.Context, req *api.LeaderTransf
 					return nil, rerr
 				}
 				// e.g. "cannot find peer" on a single-voter cluster.
-				return nil, fmt.Errorf("%w: leadership transfer: %v", rpcerr.ErrPrecondition, err)
+				return nil, fmt.Errorf("%w: leadership transfer: %w", rpcerr.ErrPrecondition, err)
 			}
 			// The transfer returns before the new leader is known here:
 			// wait (bounded) until it is.
@@ -445,7 +445,7 @@ func (a *adminService) SnapshotRestore(stream grpc.ClientStreamingServer[api.Sna
 	// Check it decodes before Raft takes it: a bad file must not replace
 	// good state.
 	if err := fsm.New(nil).Restore(io.NopCloser(bytes.NewReader(buf.Bytes()))); err != nil {
-		return rpcerr.Status(fmt.Errorf("%w: %v", rpcerr.ErrInvalid, err))
+		return rpcerr.Status(fmt.Errorf("%w: %w", rpcerr.ErrInvalid, err))
 	}
 	// Rule (j): the restored state must hold every budget until the leases
 	// the current state granted are gone, and never reuse their IDs
@@ -469,7 +469,7 @@ func (s *Server) prepareRestore(snapshot []byte) error {
 	}
 	prepared, err := fsm.PrepareRestore(snapshot, s.fsm.RestoreBase())
 	if err != nil {
-		return fmt.Errorf("%w: %v", rpcerr.ErrInvalid, err)
+		return fmt.Errorf("%w: %w", rpcerr.ErrInvalid, err)
 	}
 	meta := &raft.SnapshotMeta{Version: raft.SnapshotVersionMax, Size: int64(len(prepared))}
 	if err := s.raft.Restore(meta, bytes.NewReader(prepared), time.Minute); err != nil {

@@ -57,7 +57,7 @@ func (b *batcher) submit(ctx context.Context, op *api.LeaseOp) fsm.OpResult {
 	case <-ctx.Done():
 		return fsm.OpResult{Err: ctx.Err()}
 	case <-b.s.shutdownCh:
-		return fsm.OpResult{Err: fmt.Errorf("%w: %v", rpcerr.ErrUnavailable, ErrShutdown)}
+		return fsm.OpResult{Err: fmt.Errorf("%w: %w", rpcerr.ErrUnavailable, ErrShutdown)}
 	}
 	select {
 	case r := <-req.done:
@@ -68,7 +68,7 @@ func (b *batcher) submit(ctx context.Context, op *api.LeaseOp) fsm.OpResult {
 		return fsm.OpResult{Err: ctx.Err()}
 	case <-b.s.shutdownCh:
 		// Queued after run() drained: nobody will answer it.
-		return fsm.OpResult{Err: fmt.Errorf("%w: %v", rpcerr.ErrUnavailable, ErrShutdown)}
+		return fsm.OpResult{Err: fmt.Errorf("%w: %w", rpcerr.ErrUnavailable, ErrShutdown)}
 	}
 }
 
@@ -84,7 +84,7 @@ func (b *batcher) run() {
 		select {
 		case b.sem <- struct{}{}:
 		case <-b.s.shutdownCh:
-			first.done <- fsm.OpResult{Err: fmt.Errorf("%w: %v", rpcerr.ErrUnavailable, ErrShutdown)}
+			first.done <- fsm.OpResult{Err: fmt.Errorf("%w: %w", rpcerr.ErrUnavailable, ErrShutdown)}
 			b.drain()
 			return
 		}
@@ -124,7 +124,7 @@ func (b *batcher) requeue(r *batchReq) {
 	case b.sem <- struct{}{}:
 		b.apply([]*batchReq{r})
 	case <-b.s.shutdownCh:
-		r.done <- fsm.OpResult{Err: fmt.Errorf("%w: %v", rpcerr.ErrUnavailable, ErrShutdown)}
+		r.done <- fsm.OpResult{Err: fmt.Errorf("%w: %w", rpcerr.ErrUnavailable, ErrShutdown)}
 	}
 }
 
@@ -132,7 +132,7 @@ func (b *batcher) drain() {
 	for {
 		select {
 		case r := <-b.in:
-			r.done <- fsm.OpResult{Err: fmt.Errorf("%w: %v", rpcerr.ErrUnavailable, ErrShutdown)}
+			r.done <- fsm.OpResult{Err: fmt.Errorf("%w: %w", rpcerr.ErrUnavailable, ErrShutdown)}
 		default:
 			return
 		}

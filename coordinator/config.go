@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/ration-dev/ration/internal/coarseclock"
+	"github.com/ration-dev/ration/internal/limits"
 	"github.com/ration-dev/ration/internal/policy"
 	"github.com/ration-dev/ration/internal/tlsutil"
 )
@@ -203,8 +204,8 @@ func DefaultConfig() Config {
 		ClientRetention:     10 * time.Minute,
 		ForwardTimeout:      5 * time.Second,
 		ApplyTimeout:        5 * time.Second,
-		MaxKeysPerRequest:   1024,
-		MaxRequestBytes:     4 << 20,
+		MaxKeysPerRequest:   limits.KeysPerRequest,
+		MaxRequestBytes:     limits.RequestBytes,
 		MaxBatchOps:         512,
 		GossipSuspicionMult: 4,
 		ClusterName:         "ration",

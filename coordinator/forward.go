@@ -91,7 +91,7 @@ func (f *forwarder) forward(ctx context.Context) (*grpc.ClientConn, context.Cont
 			if ok {
 				conn, err := f.conn(addr)
 				if err != nil {
-					return nil, nil, false, fmt.Errorf("%w: dial leader %s at %s: %v", rpcerr.ErrUnavailable, id, addr, err)
+					return nil, nil, false, fmt.Errorf("%w: dial leader %s at %s: %w", rpcerr.ErrUnavailable, id, addr, err)
 				}
 				out := withCallerToken(ctx, metadata.AppendToOutgoingContext(ctx, hopsKey, strconv.Itoa(h+1)))
 				f.s.stats.forwarded.Add(1)
@@ -106,7 +106,7 @@ func (f *forwarder) forward(ctx context.Context) (*grpc.ClientConn, context.Cont
 		case <-ctx.Done():
 			return nil, nil, false, ctx.Err()
 		case <-f.s.shutdownCh:
-			return nil, nil, false, fmt.Errorf("%w: %v", rpcerr.ErrUnavailable, ErrShutdown)
+			return nil, nil, false, fmt.Errorf("%w: %w", rpcerr.ErrUnavailable, ErrShutdown)
 		case <-time.After(wait):
 		}
 	}

@@ -19,7 +19,6 @@ import (
 	"github.com/ration-dev/ration/internal/rpcerr"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
-	"google.golang.org/grpc/status"
 )
 
 // Gossip encryption. memberlist encrypts every gossip message with the
@@ -77,7 +76,7 @@ func openKeyring(dataDir string, key []byte) (*keyring, bool, error) {
 	if b, err := os.ReadFile(k.path); err == nil {
 		var list []string
 		if err := json.Unmarshal(b, &list); err != nil || len(list) == 0 {
-			return nil, false, fmt.Errorf("gossip keyring %s: not a JSON list of keys (%v)", k.path, err)
+			return nil, false, fmt.Errorf("gossip keyring %s: not a JSON list of keys (%w)", k.path, err)
 		}
 		keys = keys[:0]
 		for _, s := range list {
@@ -155,7 +154,7 @@ func (k *keyring) apply(op api.KeyringOp, key []byte) error {
 		return fmt.Errorf("%w: keyring operation %v", rpcerr.ErrInvalid, op)
 	}
 	if err != nil {
-		return fmt.Errorf("%w: %v", rpcerr.ErrInvalid, err)
+		return fmt.Errorf("%w: %w", rpcerr.ErrInvalid, err)
 	}
 	return k.save()
 }
@@ -181,21 +180,21 @@ const keyringFanoutTimeout = 5 * time.Second
 func (a *adminService) Keyring(ctx context.Context, req *api.KeyringRequest) (*api.KeyringResponse, error) {
 	s := a.s
 	if s.members.keys == nil {
-		return nil, status.Errorf(codes.FailedPrecondition, "gossip encryption is off on this server (start it with %s)", s.cfg.settingName("GossipKey"))
+		return nil, rpcerr.Errorf(codes.FailedPrecondition, "gossip encryption is off on this server (start it with %s)", s.cfg.settingName("GossipKey"))
 	}
 	var key []byte
 	switch req.GetOp() {
 	case api.KeyringOp_KEYRING_OP_LIST:
 		if req.GetKey() != "" {
-			return nil, status.Error(codes.InvalidArgument, "keyring list takes no key")
+			return nil, rpcerr.Error(codes.InvalidArgument, "keyring list takes no key")
 		}
 	case api.KeyringOp_KEYRING_OP_INSTALL, api.KeyringOp_KEYRING_OP_USE, api.KeyringOp_KEYRING_OP_REMOVE:
 		var err error
 		if key, err = DecodeGossipKey(req.GetKey()); err != nil {
-			return nil, status.Error(codes.InvalidArgument, err.Error())
+			return nil, rpcerr.Error(codes.InvalidArgument, err.Error())
 		}
 	default:
-		return nil, status.Errorf(codes.InvalidArgument, "keyring operation %v: want list, install, use or remove", req.GetOp())
+		return nil, rpcerr.Errorf(codes.InvalidArgument, "keyring operation %v: want list, install, use or remove", req.GetOp())
 	}
 	local := func() *api.KeyringNodeResult {
 		err := s.members.keys.apply(req.GetOp(), key)

@@ -165,7 +165,7 @@ func raftErr(err error) error {
 	case errors.Is(err, raft.ErrNotLeader), errors.Is(err, raft.ErrLeadershipLost),
 		errors.Is(err, raft.ErrLeadershipTransferInProgress), errors.Is(err, raft.ErrRaftShutdown),
 		errors.Is(err, raft.ErrEnqueueTimeout), errors.Is(err, raft.ErrAbortedByRestore):
-		return fmt.Errorf("%w: %v", rpcerr.ErrUnavailable, err)
+		return fmt.Errorf("%w: %w", rpcerr.ErrUnavailable, err)
 	}
 	return err
 }

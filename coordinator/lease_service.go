@@ -6,7 +6,7 @@ import (
 
 	"github.com/ration-dev/ration/api"
 	"github.com/ration-dev/ration/fsm"
-	"github.com/ration-dev/ration/internal/policy"
+	"github.com/ration-dev/ration/internal/limits"
 	"github.com/ration-dev/ration/internal/rpcerr"
 	"google.golang.org/protobuf/proto"
 )
@@ -18,16 +18,10 @@ type leaseService struct {
 	s *Server
 }
 
-// validateKeys bounds a request before anything reaches the log.
+// validateRequest bounds a request before anything reaches the log.
 func (s *Server) validateRequest(c *api.Caller, keys []*api.Key, size int) error {
-	if c == nil || c.GetClientId() == "" {
-		return fmt.Errorf("%w: caller.client_id is required", rpcerr.ErrInvalid)
-	}
-	if len(c.GetClientId()) > fsm.MaxClientIDLen {
-		return fmt.Errorf("%w: caller.client_id is %d bytes, more than %d", rpcerr.ErrInvalid, len(c.GetClientId()), fsm.MaxClientIDLen)
-	}
-	if c.GetSeq() == 0 {
-		return fmt.Errorf("%w: caller.seq must be at least 1", rpcerr.ErrInvalid)
+	if err := limits.CheckCaller(c); err != nil {
+		return err
 	}
 	if len(keys) == 0 {
 		return fmt.Errorf("%w: the request names no keys", rpcerr.ErrInvalid)
@@ -42,12 +36,12 @@ func (s *Server) validateRequest(c *api.Caller, keys []*api.Key, size int) error
 		if k.GetPolicy() == "" {
 			return fmt.Errorf("%w: keys[%d].policy is empty", rpcerr.ErrInvalid, i)
 		}
-		if len(k.GetAttributes()) > 32 {
-			return fmt.Errorf("%w: keys[%d] has %d attributes, more than 32", rpcerr.ErrInvalid, i, len(k.GetAttributes()))
+		if len(k.GetAttributes()) > limits.KeyAttributes {
+			return fmt.Errorf("%w: keys[%d] has %d attributes, more than %d", rpcerr.ErrInvalid, i, len(k.GetAttributes()), limits.KeyAttributes)
 		}
 		for name, v := range k.GetAttributes() {
-			if len(name) > policy.MaxKeyValueLen || len(v) > policy.MaxKeyValueLen {
-				return fmt.Errorf("%w: keys[%d] attribute %.40q is longer than %d bytes", rpcerr.ErrInvalid, i, name, policy.MaxKeyValueLen)
+			if len(name) > limits.KeyValueBytes || len(v) > limits.KeyValueBytes {
+				return fmt.Errorf("%w: keys[%d] attribute %.40q is longer than %d bytes", rpcerr.ErrInvalid, i, name, limits.KeyValueBytes)
 			}
 		}
 	}
@@ -74,22 +68,6 @@ func validateReports[T auditReport](c *api.Caller, keys []T) error {
 	return nil
 }
 
-func (l *leaseService) handle(ctx context.Context, op *api.LeaseOp, forward func(api.LeasesClient, context.Context) (proto.Message, error)) (fsm.OpResult, proto.Message, error) {
-	conn, fctx, self, err := l.s.fwd.forward(ctx)
-	if err != nil {
-		return fsm.OpResult{}, nil, rpcerr.Status(err)
-	}
-	if !self {
-		m, err := forward(api.NewLeasesClient(conn), fctx)
-		return fsm.OpResult{}, m, err
-	}
-	r := l.s.batcher.submit(ctx, op)
-	if r.Err != nil {
-		return r, nil, rpcerr.Status(r.Err)
-	}
-	return r, nil, nil
-}
-
 func keysOf[T interface{ GetKey() *api.Key }](ks []T) []*api.Key {
 	out := make([]*api.Key, len(ks))
 	for i, k := range ks {
@@ -98,29 +76,87 @@ func keysOf[T interface{ GetKey() *api.Key }](ks []T) []*api.Key {
 	return out
 }
 
+// leaseRequest is an AcquireRequest, a RenewRequest or a ReleaseRequest.
+type leaseRequest interface {
+	proto.Message
+	GetCaller() *api.Caller
+}
+
+// keyed is one key of a lease request.
+type keyed interface{ GetKey() *api.Key }
+
+// leaseResponse is a LeaseResponse or a ReleaseResponse.
+type leaseResponse interface{ GetClusterTimeNanos() int64 }
+
+// leaseRPC is what one lease RPC has of its own; serveLease does the rest.
+// Req's keys are K; Resp answers each with an E.
+type leaseRPC[Req leaseRequest, K keyed, Resp leaseResponse, E any] struct {
+	keys    func(Req) []K
+	reports func(*api.Caller, []K) error // the audit reports' check; nil: none
+	only    func(Req, []K) Req           // the request for these of its keys
+	op      func(Req) *api.LeaseOp
+	remote  func(api.LeasesClient, context.Context, Req) (Resp, error)
+	local   func(*Server, Req, fsm.OpResult) Resp // the committed answer, audited
+	answers func(Resp) []E
+	refused func(*api.KeyError) E
+	answer  func(clusterTime int64, answers []E) Resp
+}
+
 // Keys a call's ACL token may not lease (acl.go, deniedKeys) are taken out
 // of a valid request before it is forwarded or logged, and answered
 // with a per-key PermissionDenied in their places: one such key does not
 // fail the others, and nothing of it reaches the log.
 
-// Acquire implements api.LeasesServer.
-func (l *leaseService) Acquire(ctx context.Context, req *api.AcquireRequest) (*api.LeaseResponse, error) {
-	if err := l.s.validateRequest(req.GetCaller(), keysOf(req.GetKeys()), proto.Size(req)); err != nil {
-		return nil, rpcerr.Status(err)
+// serveLease runs one lease RPC: it validates the request (once), takes
+// out the keys the call's ACL token may not lease, and commits the rest
+// (commitLease).
+func serveLease[Req leaseRequest, K keyed, Resp leaseResponse, E any](l *leaseService, ctx context.Context, rpc leaseRPC[Req, K, Resp, E], req Req) (Resp, error) {
+	var zero Resp
+	keys := rpc.keys(req)
+	if err := l.s.validateRequest(req.GetCaller(), keysOf(keys), proto.Size(req)); err != nil {
+		return zero, rpcerr.Status(err)
 	}
-	denied := l.s.acl.deniedKeys(ctx, keysOf(req.GetKeys()))
-	if denied == nil {
-		return l.acquire(ctx, req)
-	}
-	r := &api.LeaseResponse{ClusterTimeNanos: l.s.fsm.ClusterTime()}
-	if keep := keepAllowed(req.GetKeys(), denied); len(keep) > 0 {
-		var err error
-		if r, err = l.acquire(ctx, &api.AcquireRequest{Caller: req.GetCaller(), Keys: keep}); err != nil {
-			return nil, err
+	if rpc.reports != nil {
+		if err := rpc.reports(req.GetCaller(), keys); err != nil {
+			return zero, rpcerr.Status(err)
 		}
 	}
-	leases, err := spliceDenied(len(req.GetKeys()), denied, r.GetLeases(), leaseRefusal)
-	return &api.LeaseResponse{ClusterTimeNanos: r.GetClusterTimeNanos(), Leases: leases}, err
+	denied := l.s.acl.deniedKeys(ctx, keysOf(keys))
+	if denied == nil {
+		return commitLease(l, ctx, rpc, req)
+	}
+	clusterTime := l.s.fsm.ClusterTime()
+	var got []E
+	if keep := keepAllowed(keys, denied); len(keep) > 0 {
+		r, err := commitLease(l, ctx, rpc, rpc.only(req, keep))
+		if err != nil {
+			return zero, err
+		}
+		clusterTime, got = r.GetClusterTimeNanos(), rpc.answers(r)
+	}
+	out, err := spliceDenied(len(keys), denied, got, rpc.refused)
+	if err != nil {
+		return zero, err
+	}
+	return rpc.answer(clusterTime, out), nil
+}
+
+// commitLease commits a validated request on the leader: queued into the
+// batcher here, or forwarded.
+func commitLease[Req leaseRequest, K keyed, Resp leaseResponse, E any](l *leaseService, ctx context.Context, rpc leaseRPC[Req, K, Resp, E], req Req) (Resp, error) {
+	var zero Resp
+	conn, fctx, self, err := l.s.fwd.forward(ctx)
+	if err != nil {
+		return zero, rpcerr.Status(err)
+	}
+	if !self {
+		return rpc.remote(api.NewLeasesClient(conn), fctx, req)
+	}
+	r := l.s.batcher.submit(ctx, rpc.op(req))
+	if r.Err != nil {
+		return zero, rpcerr.Status(r.Err)
+	}
+	return rpc.local(l.s, req, r), nil
 }
 
 func leaseRefusal(e *api.KeyError) *api.KeyLease { return &api.KeyLease{Error: e} }
@@ -154,96 +190,79 @@ func spliceDenied[E any](n int, denied map[int]*api.KeyError, got []E, refusal f
 	return out, nil
 }
 
-func (l *leaseService) acquire(ctx context.Context, req *api.AcquireRequest) (*api.LeaseResponse, error) {
-	if err := l.s.validateRequest(req.GetCaller(), keysOf(req.GetKeys()), proto.Size(req)); err != nil {
-		return nil, rpcerr.Status(err)
-	}
-	r, fwd, err := l.handle(ctx, &api.LeaseOp{Op: &api.LeaseOp_Acquire{Acquire: req}},
-		func(c api.LeasesClient, ctx context.Context) (proto.Message, error) { return c.Acquire(ctx, req) })
-	if err != nil {
-		return nil, err
-	}
-	if fwd != nil {
-		return fwd.(*api.LeaseResponse), nil
-	}
-	l.s.audit.acquired(req, r.Lease)
-	return r.Lease, nil
+var acquireRPC = leaseRPC[*api.AcquireRequest, *api.AcquireKey, *api.LeaseResponse, *api.KeyLease]{
+	keys: (*api.AcquireRequest).GetKeys,
+	only: func(r *api.AcquireRequest, keys []*api.AcquireKey) *api.AcquireRequest {
+		return &api.AcquireRequest{Caller: r.GetCaller(), Keys: keys}
+	},
+	op: func(r *api.AcquireRequest) *api.LeaseOp { return &api.LeaseOp{Op: &api.LeaseOp_Acquire{Acquire: r}} },
+	remote: func(c api.LeasesClient, ctx context.Context, r *api.AcquireRequest) (*api.LeaseResponse, error) {
+		return c.Acquire(ctx, r)
+	},
+	local: func(s *Server, r *api.AcquireRequest, res fsm.OpResult) *api.LeaseResponse {
+		s.audit.acquired(r, res.Lease)
+		return res.Lease
+	},
+	answers: (*api.LeaseResponse).GetLeases,
+	refused: leaseRefusal,
+	answer:  leaseAnswer,
+}
+
+var renewRPC = leaseRPC[*api.RenewRequest, *api.RenewKey, *api.LeaseResponse, *api.KeyLease]{
+	keys:    (*api.RenewRequest).GetKeys,
+	reports: validateReports[*api.RenewKey],
+	only: func(r *api.RenewRequest, keys []*api.RenewKey) *api.RenewRequest {
+		return &api.RenewRequest{Caller: r.GetCaller(), Keys: keys}
+	},
+	op: func(r *api.RenewRequest) *api.LeaseOp { return &api.LeaseOp{Op: &api.LeaseOp_Renew{Renew: r}} },
+	remote: func(c api.LeasesClient, ctx context.Context, r *api.RenewRequest) (*api.LeaseResponse, error) {
+		return c.Renew(ctx, r)
+	},
+	local: func(s *Server, r *api.RenewRequest, res fsm.OpResult) *api.LeaseResponse {
+		s.audit.renewed(r, res.Lease)
+		return res.Lease
+	},
+	answers: (*api.LeaseResponse).GetLeases,
+	refused: leaseRefusal,
+	answer:  leaseAnswer,
+}
+
+var releaseRPC = leaseRPC[*api.ReleaseRequest, *api.ReleaseKey, *api.ReleaseResponse, *api.ReleaseResult]{
+	keys:    (*api.ReleaseRequest).GetKeys,
+	reports: validateReports[*api.ReleaseKey],
+	only: func(r *api.ReleaseRequest, keys []*api.ReleaseKey) *api.ReleaseRequest {
+		return &api.ReleaseRequest{Caller: r.GetCaller(), Keys: keys}
+	},
+	op: func(r *api.ReleaseRequest) *api.LeaseOp { return &api.LeaseOp{Op: &api.LeaseOp_Release{Release: r}} },
+	remote: func(c api.LeasesClient, ctx context.Context, r *api.ReleaseRequest) (*api.ReleaseResponse, error) {
+		return c.Release(ctx, r)
+	},
+	local: func(s *Server, r *api.ReleaseRequest, res fsm.OpResult) *api.ReleaseResponse {
+		s.audit.released(r)
+		return res.Release
+	},
+	answers: (*api.ReleaseResponse).GetResults,
+	refused: func(e *api.KeyError) *api.ReleaseResult { return &api.ReleaseResult{Error: e} },
+	answer: func(t int64, results []*api.ReleaseResult) *api.ReleaseResponse {
+		return &api.ReleaseResponse{ClusterTimeNanos: t, Results: results}
+	},
+}
+
+func leaseAnswer(t int64, leases []*api.KeyLease) *api.LeaseResponse {
+	return &api.LeaseResponse{ClusterTimeNanos: t, Leases: leases}
+}
+
+// Acquire implements api.LeasesServer.
+func (l *leaseService) Acquire(ctx context.Context, req *api.AcquireRequest) (*api.LeaseResponse, error) {
+	return serveLease(l, ctx, acquireRPC, req)
 }
 
 // Renew implements api.LeasesServer.
 func (l *leaseService) Renew(ctx context.Context, req *api.RenewRequest) (*api.LeaseResponse, error) {
-	if err := l.s.validateRequest(req.GetCaller(), keysOf(req.GetKeys()), proto.Size(req)); err != nil {
-		return nil, rpcerr.Status(err)
-	}
-	denied := l.s.acl.deniedKeys(ctx, keysOf(req.GetKeys()))
-	if denied == nil {
-		return l.renew(ctx, req)
-	}
-	r := &api.LeaseResponse{ClusterTimeNanos: l.s.fsm.ClusterTime()}
-	if keep := keepAllowed(req.GetKeys(), denied); len(keep) > 0 {
-		var err error
-		if r, err = l.renew(ctx, &api.RenewRequest{Caller: req.GetCaller(), Keys: keep}); err != nil {
-			return nil, err
-		}
-	}
-	leases, err := spliceDenied(len(req.GetKeys()), denied, r.GetLeases(), leaseRefusal)
-	return &api.LeaseResponse{ClusterTimeNanos: r.GetClusterTimeNanos(), Leases: leases}, err
-}
-
-func (l *leaseService) renew(ctx context.Context, req *api.RenewRequest) (*api.LeaseResponse, error) {
-	if err := l.s.validateRequest(req.GetCaller(), keysOf(req.GetKeys()), proto.Size(req)); err != nil {
-		return nil, rpcerr.Status(err)
-	}
-	if err := validateReports(req.GetCaller(), req.GetKeys()); err != nil {
-		return nil, rpcerr.Status(err)
-	}
-	r, fwd, err := l.handle(ctx, &api.LeaseOp{Op: &api.LeaseOp_Renew{Renew: req}},
-		func(c api.LeasesClient, ctx context.Context) (proto.Message, error) { return c.Renew(ctx, req) })
-	if err != nil {
-		return nil, err
-	}
-	if fwd != nil {
-		return fwd.(*api.LeaseResponse), nil
-	}
-	l.s.audit.renewed(req, r.Lease)
-	return r.Lease, nil
+	return serveLease(l, ctx, renewRPC, req)
 }
 
 // Release implements api.LeasesServer.
 func (l *leaseService) Release(ctx context.Context, req *api.ReleaseRequest) (*api.ReleaseResponse, error) {
-	if err := l.s.validateRequest(req.GetCaller(), keysOf(req.GetKeys()), proto.Size(req)); err != nil {
-		return nil, rpcerr.Status(err)
-	}
-	denied := l.s.acl.deniedKeys(ctx, keysOf(req.GetKeys()))
-	if denied == nil {
-		return l.release(ctx, req)
-	}
-	r := &api.ReleaseResponse{ClusterTimeNanos: l.s.fsm.ClusterTime()}
-	if keep := keepAllowed(req.GetKeys(), denied); len(keep) > 0 {
-		var err error
-		if r, err = l.release(ctx, &api.ReleaseRequest{Caller: req.GetCaller(), Keys: keep}); err != nil {
-			return nil, err
-		}
-	}
-	results, err := spliceDenied(len(req.GetKeys()), denied, r.GetResults(), func(e *api.KeyError) *api.ReleaseResult { return &api.ReleaseResult{Error: e} })
-	return &api.ReleaseResponse{ClusterTimeNanos: r.GetClusterTimeNanos(), Results: results}, err
-}
-
-func (l *leaseService) release(ctx context.Context, req *api.ReleaseRequest) (*api.ReleaseResponse, error) {
-	if err := l.s.validateRequest(req.GetCaller(), keysOf(req.GetKeys()), proto.Size(req)); err != nil {
-		return nil, rpcerr.Status(err)
-	}
-	if err := validateReports(req.GetCaller(), req.GetKeys()); err != nil {
-		return nil, rpcerr.Status(err)
-	}
-	r, fwd, err := l.handle(ctx, &api.LeaseOp{Op: &api.LeaseOp_Release{Release: req}},
-		func(c api.LeasesClient, ctx context.Context) (proto.Message, error) { return c.Release(ctx, req) })
-	if err != nil {
-		return nil, err
-	}
-	if fwd != nil {
-		return fwd.(*api.ReleaseResponse), nil
-	}
-	l.s.audit.released(req)
-	return r.Release, nil
+	return serveLease(l, ctx, releaseRPC, req)
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/ration-dev/ration/api"
 	"github.com/ration-dev/ration/coordinator"
+	"github.com/ration-dev/ration/internal/rpcerr"
 	"github.com/ration-dev/ration/internal/testcluster"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -197,6 +198,9 @@ func TestIdempotentRetries(t *testing.T) {
 	}
 	_, err = acquire(fi, req)
 	wantStatus(t, "seq 1 after seq 2", err, codes.Aborted, `client "idem" seq 1 is older than 2`)
+	if rpcerr.IsOlderIncarnation(err) || rpcerr.Reason(err) != "STALE" {
+		t.Errorf("seq 1 after seq 2: reason %q", rpcerr.Reason(err))
+	}
 	_, err = testcluster.RetryUnavailable(func(ctx context.Context) (*api.ReleaseResponse, error) {
 		return c.Client(li).Release(ctx, &api.ReleaseRequest{Caller: caller("idem", 1, 2), Keys: []*api.ReleaseKey{{Key: keys[0], LeaseId: 1}}})
 	})
@@ -218,6 +222,9 @@ func TestIdempotentRetries(t *testing.T) {
 	}
 	_, err = acquire(li, acquireReq(caller("idem", 1, 3), keys...))
 	wantStatus(t, "old incarnation", err, codes.Aborted, `client "idem" incarnation 1 is older than 2`)
+	if !rpcerr.IsOlderIncarnation(err) {
+		t.Errorf("old incarnation: reason %q, want %s", rpcerr.Reason(err), rpcerr.ReasonOlderIncarnation)
+	}
 }
 
 // Test 8: bad requests fail with precise codes and messages, and nothing

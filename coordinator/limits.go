@@ -11,12 +11,12 @@ import (
 	"time"
 
 	"github.com/ration-dev/ration/api"
-	"github.com/ration-dev/ration/fsm"
+	"github.com/ration-dev/ration/internal/limits"
+	"github.com/ration-dev/ration/internal/rpcerr"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
-	"google.golang.org/grpc/status"
 )
 
 // Per-connection and per-client limits on the lease API (docs/security.md,
@@ -248,7 +248,7 @@ func peerAddr(ctx context.Context) string {
 }
 
 func (l *leaseLimits) refuse(t *limitTable, what string, wait time.Duration) error {
-	return status.Errorf(codes.ResourceExhausted,
+	return rpcerr.Errorf(codes.ResourceExhausted,
 		"lease API limit: %s is over %g requests per second (burst %g) on server %s (%s); retry in %v",
 		what, t.rate, t.burst, l.s.cfg.ID, t.setting, wait.Round(time.Millisecond)+time.Millisecond)
 }
@@ -276,7 +276,7 @@ func (l *leaseLimits) clientUnary(ctx context.Context, req any, info *grpc.Unary
 		}
 		// No ID, or one too long: validateRequest refuses it (the
 		// connection limit applies); a bucket never keeps a long key.
-		if id != "" && len(id) <= fsm.MaxClientIDLen {
+		if id != "" && len(id) <= limits.ClientIDBytes {
 			if ok, wait := l.client.take(id, time.Now()); !ok {
 				return nil, l.refuse(l.client, fmt.Sprintf("client ID %.64q", id), wait)
 			}

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/ration-dev/ration/api"
-	"github.com/ration-dev/ration/fsm"
+	"github.com/ration-dev/ration/internal/limits"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
@@ -141,7 +141,7 @@ func TestLimitsIgnoreOverlongClientIDs(t *testing.T) {
 	l := newLeaseLimits(s)
 	info := &grpc.UnaryServerInfo{FullMethod: "/ration.v1.Leases/Acquire"}
 	ok := func(context.Context, any) (any, error) { return nil, nil }
-	for _, id := range []string{strings.Repeat("x", fsm.MaxClientIDLen+1), strings.Repeat("y", 1<<20), "", "fine"} {
+	for _, id := range []string{strings.Repeat("x", limits.ClientIDBytes+1), strings.Repeat("y", 1<<20), "", "fine"} {
 		req := &api.AcquireRequest{Caller: &api.Caller{ClientId: id}}
 		if _, err := l.clientUnary(ctxFrom("192.0.2.7:5000", false), req, info, ok); err != nil {
 			t.Fatal(err)

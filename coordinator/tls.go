@@ -3,13 +3,13 @@ package coordinator
 import (
 	"context"
 
+	"github.com/ration-dev/ration/internal/rpcerr"
 	"github.com/ration-dev/ration/internal/tlsutil"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
-	"google.golang.org/grpc/status"
 )
 
 // serverCall reports whether a call says it comes from another server: it
@@ -39,7 +39,7 @@ func checkServerPeer(ctx context.Context, name string) error {
 			}
 		}
 	}
-	return status.Errorf(codes.PermissionDenied, "a server-to-server call needs a server's certificate (naming %s)", name)
+	return rpcerr.Errorf(codes.PermissionDenied, "a server-to-server call needs a server's certificate (naming %s)", name)
 }
 
 func serverOnlyUnary(name string) grpc.UnaryServerInterceptor {

@@ -5,13 +5,13 @@ import (
 	"fmt"
 
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/ration-dev/ration/api"
 	"github.com/ration-dev/ration/client"
 	"github.com/ration-dev/ration/client/httplimit"
-	"github.com/ration-dev/ration/internal/policy"
+	"github.com/ration-dev/ration/internal/limits"
+	"github.com/ration-dev/ration/internal/rpcerr"
 	"github.com/ration-dev/ration/lease"
 )
 
@@ -129,39 +129,39 @@ func validateCheck(req *api.CheckRequest) ([]int64, error) {
 	items := req.GetItems()
 	switch n := len(items); {
 	case n == 0:
-		return nil, status.Error(codes.InvalidArgument, "no items; a Check names 1 to 64 {policy, key, cost}")
+		return nil, rpcerr.Error(codes.InvalidArgument, "no items; a Check names 1 to 64 {policy, key, cost}")
 	case n > MaxCheckItems:
-		return nil, status.Errorf(codes.InvalidArgument, "%d items; at most %d per Check", n, MaxCheckItems)
+		return nil, rpcerr.Errorf(codes.InvalidArgument, "%d items; at most %d per Check", n, MaxCheckItems)
 	}
 	costs := make([]int64, len(items))
 	for i, it := range items {
 		if it.GetPolicy() == "" {
-			return nil, status.Errorf(codes.InvalidArgument, "item %d: empty policy", i)
+			return nil, rpcerr.Errorf(codes.InvalidArgument, "item %d: empty policy", i)
 		}
-		if len(it.GetPolicy()) > policy.MaxNameLen {
-			return nil, status.Errorf(codes.InvalidArgument, "item %d: policy name of %d bytes; at most %d", i, len(it.GetPolicy()), policy.MaxNameLen)
+		if len(it.GetPolicy()) > limits.PolicyNameBytes {
+			return nil, rpcerr.Errorf(codes.InvalidArgument, "item %d: policy name of %d bytes; at most %d", i, len(it.GetPolicy()), limits.PolicyNameBytes)
 		}
 		if len(it.GetKey()) > MaxKeyAttrs {
-			return nil, status.Errorf(codes.InvalidArgument, "item %d: %d key attributes; at most %d", i, len(it.GetKey()), MaxKeyAttrs)
+			return nil, rpcerr.Errorf(codes.InvalidArgument, "item %d: %d key attributes; at most %d", i, len(it.GetKey()), MaxKeyAttrs)
 		}
 		for k, v := range it.GetKey() {
 			if k == "" || len(k) > MaxNameLen {
-				return nil, status.Errorf(codes.InvalidArgument, "item %d: key attribute names are 1 to %d bytes", i, MaxNameLen)
+				return nil, rpcerr.Errorf(codes.InvalidArgument, "item %d: key attribute names are 1 to %d bytes", i, MaxNameLen)
 			}
-			if len(v) > policy.MaxKeyValueLen {
-				return nil, status.Errorf(codes.InvalidArgument, "item %d: key attribute %q: value of %d bytes; at most %d", i, k, len(v), policy.MaxKeyValueLen)
+			if len(v) > limits.KeyValueBytes {
+				return nil, rpcerr.Errorf(codes.InvalidArgument, "item %d: key attribute %q: value of %d bytes; at most %d", i, k, len(v), limits.KeyValueBytes)
 			}
 		}
 		switch c := it.GetCost(); {
 		case c < 0:
-			return nil, status.Errorf(codes.InvalidArgument, "item %d: negative cost %d", i, c)
+			return nil, rpcerr.Errorf(codes.InvalidArgument, "item %d: negative cost %d", i, c)
 		case c == 0:
 			costs[i] = 1
 		default:
 			costs[i] = clampCost(uint64(c))
 		}
 		if req.GetAllOrNone() && costs[i] != costs[0] {
-			return nil, status.Errorf(codes.InvalidArgument, "item %d: cost %d differs from item 0's %d; all_or_none charges one cost on every item", i, costs[i], costs[0])
+			return nil, rpcerr.Errorf(codes.InvalidArgument, "item %d: cost %d differs from item 0's %d; all_or_none charges one cost on every item", i, costs[i], costs[0])
 		}
 	}
 	return costs, nil

@@ -5,11 +5,11 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/emptypb"
 
 	"github.com/ration-dev/ration/api"
+	"github.com/ration-dev/ration/internal/rpcerr"
 )
 
 // A Check's policy names and key attributes are proto3 strings, so a
@@ -58,7 +58,7 @@ func rawHandler[Req any](method string, decode func([]byte) (Req, error), call f
 func decodeCheck(b []byte) (*api.CheckRequest, error) {
 	req := &api.CheckRequest{}
 	if err := proto.Unmarshal(b, req); err != nil {
-		return nil, status.Errorf(codes.InvalidArgument,
+		return nil, rpcerr.Errorf(codes.InvalidArgument,
 			"not a CheckRequest: %v (policy names and key attributes are UTF-8; send other bytes as their client.WireKeyValue, docs/envoy.md \"The Check API\")", err)
 	}
 	return req, nil

@@ -14,7 +14,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/health"
@@ -24,25 +23,27 @@ import (
 	"github.com/ration-dev/ration/client"
 	"github.com/ration-dev/ration/internal/acl"
 	"github.com/ration-dev/ration/internal/envoyconf"
+	"github.com/ration-dev/ration/internal/limits"
 	"github.com/ration-dev/ration/internal/policy"
+	"github.com/ration-dev/ration/internal/rpcerr"
 	"github.com/ration-dev/ration/internal/tracing"
 )
 
 // Limits on one call.
 const (
 	// MaxDescriptors bounds the descriptors of one ShouldRateLimit call.
-	MaxDescriptors = 64
+	MaxDescriptors = limits.Descriptors
 	// MaxEntries bounds the entries of one descriptor.
-	MaxEntries = 16
+	MaxEntries = limits.DescriptorEntries
 	// MaxCheckItems bounds the items of one Check call.
-	MaxCheckItems = 64
+	MaxCheckItems = limits.CheckItems
 	// MaxKeyAttrs bounds the attributes of one Check item's key.
-	MaxKeyAttrs = 32
+	MaxKeyAttrs = limits.KeyAttributes
 	// MaxNameLen bounds a descriptor entry's key and a Check key's
 	// attribute names, in bytes. A Check key's values are bounded by
-	// policy.MaxKeyValueLen; a descriptor's are not (a long one is known
+	// limits.KeyValueBytes; a descriptor's are not (a long one is known
 	// by its client.WireKeyValue).
-	MaxNameLen = 256
+	MaxNameLen = limits.KeyValueBytes
 	// maxCachedLimiters bounds the cache of limiters by policy and key.
 	maxCachedLimiters = 1 << 16
 	// DefaultPressureKeys is Config.PressureKeys's default.
@@ -452,7 +453,7 @@ func (e *Edge) noteRefusal(l *client.Limiter, d client.Decision) {
 	if d.Reason != client.NoLease && d.Reason != client.Unavailable {
 		return
 	}
-	if err := l.Err(); err != nil && status.Code(err) == codes.Aborted && strings.Contains(err.Error(), "older than") {
+	if err := l.Err(); takenOver(err) {
 		msg := fmt.Sprintf("client ID %q is in use by another, newer process (%v): every edge needs its own --client-id", e.cfg.ClientID, status.Convert(err).Message())
 		if e.stale.Swap(&msg) == nil {
 			e.log.Error(msg)
@@ -460,6 +461,12 @@ func (e *Edge) noteRefusal(l *client.Limiter, d client.Decision) {
 		}
 	}
 }
+
+// takenOver reports whether err is the cluster's refusal of this edge's
+// client ID as an older incarnation: another, newer process uses the ID.
+// It decides by the refusal's kind (rpcerr.Reason), which a retry answered
+// from the record of its request keeps, never by its message.
+func takenOver(err error) bool { return err != nil && rpcerr.IsOlderIncarnation(err) }
 
 // clampCost maps a requested cost onto the client's range: more than
 // client.MaxCost (no policy's burst admits it) stays more, without

@@ -11,12 +11,12 @@ import (
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/ration-dev/ration/client"
 	"github.com/ration-dev/ration/client/httplimit"
 	"github.com/ration-dev/ration/internal/envoyconf"
+	"github.com/ration-dev/ration/internal/rpcerr"
 	"github.com/ration-dev/ration/lease"
 )
 
@@ -344,29 +344,29 @@ func (e *Edge) decidedStatus(s *rlsSlot, st *rlspb.RateLimitResponse_DescriptorS
 
 func validateRLS(req *rlspb.RateLimitRequest) error {
 	if req.GetDomain() == "" {
-		return status.Error(codes.InvalidArgument, "rate limit domain must not be empty")
+		return rpcerr.Error(codes.InvalidArgument, "rate limit domain must not be empty")
 	}
 	n := len(req.GetDescriptors())
 	if n == 0 {
-		return status.Error(codes.InvalidArgument, "rate limit descriptor list must not be empty")
+		return rpcerr.Error(codes.InvalidArgument, "rate limit descriptor list must not be empty")
 	}
 	if n > MaxDescriptors {
-		return status.Errorf(codes.InvalidArgument, "%d descriptors; at most %d per request", n, MaxDescriptors)
+		return rpcerr.Errorf(codes.InvalidArgument, "%d descriptors; at most %d per request", n, MaxDescriptors)
 	}
 	for i, d := range req.GetDescriptors() {
 		m := len(d.GetEntries())
 		if m == 0 {
-			return status.Errorf(codes.InvalidArgument, "descriptor %d has no entries", i)
+			return rpcerr.Errorf(codes.InvalidArgument, "descriptor %d has no entries", i)
 		}
 		if m > MaxEntries {
-			return status.Errorf(codes.InvalidArgument, "descriptor %d has %d entries; at most %d", i, m, MaxEntries)
+			return rpcerr.Errorf(codes.InvalidArgument, "descriptor %d has %d entries; at most %d", i, m, MaxEntries)
 		}
 		for j, en := range d.GetEntries() {
 			if en.GetKey() == "" {
-				return status.Errorf(codes.InvalidArgument, "descriptor %d entry %d has an empty key", i, j)
+				return rpcerr.Errorf(codes.InvalidArgument, "descriptor %d entry %d has an empty key", i, j)
 			}
 			if len(en.GetKey()) > MaxNameLen {
-				return status.Errorf(codes.InvalidArgument, "descriptor %d entry %d: key of %d bytes; at most %d", i, j, len(en.GetKey()), MaxNameLen)
+				return rpcerr.Errorf(codes.InvalidArgument, "descriptor %d entry %d: key of %d bytes; at most %d", i, j, len(en.GetKey()), MaxNameLen)
 			}
 		}
 	}

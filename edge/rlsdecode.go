@@ -8,10 +8,11 @@ import (
 	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/ration-dev/ration/internal/rpcerr"
 )
 
 // Envoy's descriptors are bytes (docs/envoy.md, "Descriptor values").
@@ -49,7 +50,7 @@ func decodeRLS(b []byte) (*rlspb.RateLimitRequest, error) {
 	}
 	req, err := decodeRLSLax(b)
 	if err != nil {
-		return nil, status.Errorf(codes.InvalidArgument, "not a RateLimitRequest: %v", err)
+		return nil, rpcerr.Errorf(codes.InvalidArgument, "not a RateLimitRequest: %v", err)
 	}
 	return req, nil
 }

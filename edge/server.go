@@ -21,6 +21,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/ration-dev/ration/api"
+	"github.com/ration-dev/ration/internal/rpcerr"
 	"github.com/ration-dev/ration/internal/tracing"
 )
 
@@ -110,16 +111,16 @@ func (e *Edge) serveCheck(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		var tooBig *http.MaxBytesError
 		if errors.As(err, &tooBig) {
-			writeError(w, http.StatusRequestEntityTooLarge, status.Errorf(codes.InvalidArgument, "body over %d bytes", maxCheckBody))
+			writeError(w, http.StatusRequestEntityTooLarge, rpcerr.Errorf(codes.InvalidArgument, "body over %d bytes", maxCheckBody))
 			return
 		}
-		writeError(w, http.StatusBadRequest, status.Errorf(codes.InvalidArgument, "reading the body: %v", err))
+		writeError(w, http.StatusBadRequest, rpcerr.Errorf(codes.InvalidArgument, "reading the body: %v", err))
 		return
 	}
 	req := &api.CheckRequest{}
 	if err := protojson.Unmarshal(body, req); err != nil {
 		e.m.checkInvalid.Add(1)
-		writeError(w, http.StatusBadRequest, status.Errorf(codes.InvalidArgument, "not a CheckRequest: %v", err))
+		writeError(w, http.StatusBadRequest, rpcerr.Errorf(codes.InvalidArgument, "not a CheckRequest: %v", err))
 		return
 	}
 	resp, err := e.Check(r.Context(), req)
@@ -133,7 +134,7 @@ func (e *Edge) serveCheck(w http.ResponseWriter, r *http.Request) {
 	}
 	out, err := protojson.MarshalOptions{UseProtoNames: true, EmitUnpopulated: true}.Marshal(resp)
 	if err != nil {
-		writeError(w, http.StatusInternalServerError, status.Error(codes.Internal, err.Error()))
+		writeError(w, http.StatusInternalServerError, rpcerr.Error(codes.Internal, err.Error()))
 		return
 	}
 	// protojson varies its whitespace on purpose; answer a stable form.

@@ -8,7 +8,6 @@ import (
 
 	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
@@ -17,6 +16,7 @@ import (
 	"github.com/ration-dev/ration/client/httplimit"
 	"github.com/ration-dev/ration/internal/envoyconf"
 	"github.com/ration-dev/ration/internal/policy"
+	"github.com/ration-dev/ration/internal/rpcerr"
 	"github.com/ration-dev/ration/lease"
 )
 
@@ -156,7 +156,7 @@ func concurrencyError(what, pol string, limit int64, call string) error {
 	if limit > 0 {
 		n = fmt.Sprintf("at most %d", limit)
 	}
-	return status.Errorf(codes.FailedPrecondition,
+	return rpcerr.Errorf(codes.FailedPrecondition,
 		"%s: policy %q is a concurrency policy (%s requests in flight), not a rate: %s has no release, so the edge cannot hold a slot for the request; use the Go client's Slots (client/inflight, docs/concurrency.md), or name a rate or window policy",
 		what, pol, n, call)
 }

@@ -6,6 +6,7 @@ import (
 
 	"github.com/ration-dev/ration/api"
 	"github.com/ration-dev/ration/internal/acl"
+	"github.com/ration-dev/ration/internal/limits"
 	"github.com/ration-dev/ration/internal/rpcerr"
 )
 
@@ -17,15 +18,15 @@ import (
 
 // maxACLTokens bounds the token set (each authorization of an uncached
 // secret hashes it once per token).
-const maxACLTokens = 4096
+const maxACLTokens = limits.ACLTokens
 
 // Limits on a token's fields, so one entry cannot bloat every server.
 const (
-	maxTokenName     = 256
-	maxTokenBindings = 256
-	maxTokenMatches  = 32
-	maxTokenIDs      = 256
-	maxTokenText     = 512
+	maxTokenName     = limits.ACLTokenNameBytes
+	maxTokenBindings = limits.ACLTokenBindings
+	maxTokenMatches  = limits.ACLBindingMatches
+	maxTokenIDs      = limits.ACLTokenClientIDs
+	maxTokenText     = limits.ACLTokenTextBytes
 )
 
 func (s *state) applyACL(cmd *api.ACLCommand) (*Result, error) {
@@ -94,8 +95,8 @@ func tokenFromProto(p *api.ACLToken) (*acl.Token, error) {
 	if p == nil {
 		return nil, bad("missing")
 	}
-	if p.GetAccessorId() == "" || len(p.GetAccessorId()) > 64 {
-		return nil, bad("accessor ID must be 1 to 64 characters")
+	if p.GetAccessorId() == "" || len(p.GetAccessorId()) > limits.ACLAccessorIDBytes {
+		return nil, bad("accessor ID must be 1 to %d characters", limits.ACLAccessorIDBytes)
 	}
 	if len(p.GetName()) > maxTokenName {
 		return nil, bad("name is %d bytes, more than %d", len(p.GetName()), maxTokenName)

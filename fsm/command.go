@@ -86,7 +86,7 @@ func decodeBody[T any, PT interface {
 }](body []byte) (PT, error) {
 	msg := PT(new(T))
 	if err := proto.Unmarshal(body, msg); err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrCorruptEntry, err)
+		return nil, fmt.Errorf("%w: %w", ErrCorruptEntry, err)
 	}
 	return msg, nil
 }

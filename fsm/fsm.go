@@ -16,18 +16,17 @@ import (
 	"github.com/hashicorp/raft"
 	"github.com/ration-dev/ration/api"
 	"github.com/ration-dev/ration/internal/acl"
+	"github.com/ration-dev/ration/internal/limits"
 	"github.com/ration-dev/ration/internal/policy"
 	"github.com/ration-dev/ration/internal/rpcerr"
 	"github.com/ration-dev/ration/lease"
 	"google.golang.org/protobuf/proto"
 )
 
-// Limits the FSM enforces on every operation (the coordinator checks them
-// before proposing, so these are a second line).
-const (
-	MaxClientIDLen = 256
-	MaxKeysPerOp   = 1024
-)
+// MaxKeysPerOp is the most keys of one operation (internal/limits). The
+// FSM enforces it, and limits.CheckCaller, on every operation as a second
+// line: the coordinator checks them before proposing.
+const MaxKeysPerOp = limits.KeysPerRequest
 
 // Response kinds recorded for idempotent retries.
 const (
@@ -304,7 +303,7 @@ func (s *state) applyPolicies(t int64, cmd *api.ApplyPoliciesCommand) (*Result, 
 		if err != nil {
 			// The leader validated it; a stored spec that fails validation
 			// means versions disagree. Refuse the whole command, change nothing.
-			return nil, fmt.Errorf("%w: %v", rpcerr.ErrInvalid, err)
+			return nil, fmt.Errorf("%w: %w", rpcerr.ErrInvalid, err)
 		}
 		ps = append(ps, p)
 	}
@@ -369,8 +368,6 @@ func (s *state) deletePolicy(t int64, name string) (*Result, error) {
 func sortedKeys[V any](m map[string]V) []string { return slices.Sorted(maps.Keys(m)) }
 
 // checkCaller applies the idempotency rules. It returns the recorded
-// response when this is a retry of the client's latest request.
-// checkCaller applies the idempotency rules. It returns the recorded
 // response when this is a retry of the client's latest request, and newer
 // when the caller is a newer incarnation than the recorded one (whose
 // leases the caller must revoke once the request is known to be valid).
@@ -383,14 +380,8 @@ func (s *state) checkCaller(c *api.Caller, kind uint32, n int) (dup []byte, newe
 }
 
 func (s *state) checkCallerOnly(c *api.Caller, kind uint32) ([]byte, bool, error) {
-	if c == nil || c.GetClientId() == "" {
-		return nil, false, fmt.Errorf("%w: caller.client_id is empty", rpcerr.ErrInvalid)
-	}
-	if len(c.GetClientId()) > MaxClientIDLen {
-		return nil, false, fmt.Errorf("%w: caller.client_id is %d bytes, more than %d", rpcerr.ErrInvalid, len(c.GetClientId()), MaxClientIDLen)
-	}
-	if c.GetSeq() == 0 {
-		return nil, false, fmt.Errorf("%w: caller.seq must be at least 1", rpcerr.ErrInvalid)
+	if err := limits.CheckCaller(c); err != nil {
+		return nil, false, err
 	}
 	rec, ok := s.clients[c.GetClientId()]
 	if !ok {
@@ -398,7 +389,7 @@ func (s *state) checkCallerOnly(c *api.Caller, kind uint32) ([]byte, bool, error
 	}
 	switch {
 	case c.GetIncarnation() < rec.incarnation:
-		return nil, false, fmt.Errorf("%w: client %q incarnation %d is older than %d; a restarted process must use a larger incarnation", rpcerr.ErrStale, c.GetClientId(), c.GetIncarnation(), rec.incarnation)
+		return nil, false, fmt.Errorf("%w: client %q incarnation %d is older than %d; a restarted process must use a larger incarnation", rpcerr.ErrOlderIncarnation, c.GetClientId(), c.GetIncarnation(), rec.incarnation)
 	case c.GetIncarnation() > rec.incarnation:
 		return nil, true, nil
 	case c.GetSeq() == rec.seq:

@@ -492,7 +492,7 @@ func (st *state) importSlots(f *api.SlotFrame) error {
 	}
 	l, err := lease.NewSlotLedgerFromState(ls)
 	if err != nil {
-		return fmt.Errorf("%w: slot key %s/%s: %v", errSnapshot, f.GetPolicy(), f.GetKey(), err)
+		return fmt.Errorf("%w: slot key %s/%s: %w", errSnapshot, f.GetPolicy(), f.GetKey(), err)
 	}
 	l = withSlotFault(l)
 	if st.slots.keys == nil {

@@ -105,7 +105,7 @@ func restoreFrame[T any, PT interface {
 	return func(st *state, buf []byte) error {
 		m := PT(new(T))
 		if err := proto.Unmarshal(buf, m); err != nil {
-			return fmt.Errorf("%w: %s: %v", errSnapshot, what, err)
+			return fmt.Errorf("%w: %s: %w", errSnapshot, what, err)
 		}
 		return read(st, m)
 	}
@@ -190,7 +190,7 @@ func (st *state) importHeader(h *api.Snapshot) error {
 	for _, spec := range h.GetPolicies() {
 		p, err := policy.FromProto(spec)
 		if err != nil {
-			return fmt.Errorf("%w: policy %q: %v", errSnapshot, spec.GetName(), err)
+			return fmt.Errorf("%w: policy %q: %w", errSnapshot, spec.GetName(), err)
 		}
 		st.policies[p.Name] = p
 	}
@@ -201,7 +201,7 @@ func (st *state) importHeader(h *api.Snapshot) error {
 func (st *state) importLiveLedger(ls *api.LedgerSnapshot) error {
 	l, err := importLedger(ls)
 	if err != nil {
-		return fmt.Errorf("%w: ledger %s/%s: %v", errSnapshot, ls.GetPolicy(), ls.GetKey(), err)
+		return fmt.Errorf("%w: ledger %s/%s: %w", errSnapshot, ls.GetPolicy(), ls.GetKey(), err)
 	}
 	if st.keys[ls.GetPolicy()] == nil {
 		st.keys[ls.GetPolicy()] = st.newLedgerMap()
@@ -224,7 +224,7 @@ func (st *state) importClient(c *api.ClientRecord) error {
 		return fmt.Errorf("%w: client %q: unknown response kind %d", errSnapshot, c.GetClientId(), c.GetResponseKind())
 	}
 	if err := proto.Unmarshal(c.GetResponse(), probe); err != nil {
-		return fmt.Errorf("%w: client %q: recorded response: %v", errSnapshot, c.GetClientId(), err)
+		return fmt.Errorf("%w: client %q: recorded response: %w", errSnapshot, c.GetClientId(), err)
 	}
 	st.clients[c.GetClientId()] = &clientRecord{
 		incarnation: c.GetIncarnation(), seq: c.GetSeq(), kind: c.GetResponseKind(),
@@ -237,7 +237,7 @@ func (st *state) importClient(c *api.ClientRecord) error {
 func (st *state) importACLToken(p *api.ACLToken) error {
 	tok, err := tokenFromProto(p)
 	if err != nil {
-		return fmt.Errorf("%w: %v", errSnapshot, err)
+		return fmt.Errorf("%w: %w", errSnapshot, err)
 	}
 	if _, dup := st.aclTokens[tok.AccessorID]; dup {
 		return fmt.Errorf("%w: ACL token %s twice", errSnapshot, tok.AccessorID)
@@ -266,7 +266,7 @@ func importRetired(st *state, rps []*api.RetiredPolicy) error {
 		if rp.GetSpec() != nil {
 			p, err := policy.FromProto(rp.GetSpec())
 			if err != nil {
-				return fmt.Errorf("%w: retired policy %q: %v", errSnapshot, name, err)
+				return fmt.Errorf("%w: retired policy %q: %w", errSnapshot, name, err)
 			}
 			if p.Name != name {
 				return fmt.Errorf("%w: retired policy %q holds the definition of %q", errSnapshot, name, p.Name)
@@ -302,7 +302,7 @@ func addRetiredLedger(st *state, ls *api.LedgerSnapshot) error {
 	}
 	l, err := importLedger(ls)
 	if err != nil {
-		return fmt.Errorf("%w: retired ledger %s/%s: %v", errSnapshot, ls.GetPolicy(), ls.GetKey(), err)
+		return fmt.Errorf("%w: retired ledger %s/%s: %w", errSnapshot, ls.GetPolicy(), ls.GetKey(), err)
 	}
 	r.keys.set(ls.GetKey(), &keyLedger{ledger: l})
 	return nil

@@ -667,7 +667,7 @@ func (st *state) importWindow(f *api.WindowFrame) error {
 	}
 	spec, err := lease.NewWindowSpec(ks.GetFixedNanos(), ks.GetPeriod(), ks.GetTimezone())
 	if err != nil {
-		return fmt.Errorf("%w: window key %s/%s: %v", errSnapshot, ks.GetPolicy(), ks.GetKey(), err)
+		return fmt.Errorf("%w: window key %s/%s: %w", errSnapshot, ks.GetPolicy(), ks.GetKey(), err)
 	}
 	cfg := lease.WindowLedgerConfig{LimitMilli: ks.GetLimitMilli(), Spec: spec, MaxLeases: int(ks.GetMaxLeases()), Approx: ks.GetApprox(),
 		KeepSpent: true}
@@ -677,7 +677,7 @@ func (st *state) importWindow(f *api.WindowFrame) error {
 	for _, sp := range ks.GetSpent() {
 		spec, err := lease.NewWindowSpec(sp.GetFixedNanos(), sp.GetPeriod(), sp.GetTimezone())
 		if err != nil {
-			return fmt.Errorf("%w: window key %s/%s: spent window: %v", errSnapshot, ks.GetPolicy(), ks.GetKey(), err)
+			return fmt.Errorf("%w: window key %s/%s: spent window: %w", errSnapshot, ks.GetPolicy(), ks.GetKey(), err)
 		}
 		ls.Spent = append(ls.Spent, lease.WindowSpent{Spec: spec, Start: sp.GetStartNanos(), End: sp.GetEndNanos(), CountMilli: sp.GetCountMilli()})
 	}
@@ -687,7 +687,7 @@ func (st *state) importWindow(f *api.WindowFrame) error {
 	}
 	l, err := lease.NewWindowLedgerFromState(cfg, ls)
 	if err != nil {
-		return fmt.Errorf("%w: window key %s/%s: %v", errSnapshot, ks.GetPolicy(), ks.GetKey(), err)
+		return fmt.Errorf("%w: window key %s/%s: %w", errSnapshot, ks.GetPolicy(), ks.GetKey(), err)
 	}
 	l = withWindowFault(l)
 	if st.win.keys == nil {

@@ -139,7 +139,7 @@ func (e *Env) checkACLEnforced() CheckerResult {
 	expect := func(what string, env []string, want string, verb string, args ...string) {
 		out, err := e.rationctlEnv(env, verb, args...)
 		if err == nil || !strings.Contains(out, want) {
-			errs = append(errs, fmt.Errorf("%s: %v, output %q, want a refusal saying %q", what, err, out, want))
+			errs = append(errs, fmt.Errorf("%s: %w, output %q, want a refusal saying %q", what, err, out, want))
 		}
 	}
 	expect("rationctl status without a token", tlsOnly, "Unauthenticated", "status", "--timeout", "3s")
@@ -150,7 +150,7 @@ func (e *Env) checkACLEnforced() CheckerResult {
 			"--policy", runPolicy, "--key", "tenant=t1", "--client", r+"-forged", "--timeout", "3s")
 	}
 	if out, err := e.rationctl("status"); err != nil {
-		errs = append(errs, fmt.Errorf("rationctl status with the operator token failed (twin of the refusals): %v: %s", err, out))
+		errs = append(errs, fmt.Errorf("rationctl status with the operator token failed (twin of the refusals): %w: %s", err, out))
 	}
 	res.OK = len(errs) == 0
 	if res.OK {

@@ -526,7 +526,7 @@ func (n *Net) netemLocked(h Host, delay, jitter time.Duration, lossPercent float
 	if _, err := run(nil, args...); err != nil {
 		// tc's message is the only signal of a missing qdisc; this is the one place we map it.
 		if strings.Contains(err.Error(), "qdisc kind is unknown") {
-			return fmt.Errorf("%w: %v", ErrNetemUnsupported, err)
+			return fmt.Errorf("%w: %w", ErrNetemUnsupported, err)
 		}
 		return err
 	}

@@ -517,7 +517,7 @@ func (e *Env) checkConvergence() CheckerResult {
 		for _, s := range e.cfg.Servers {
 			st, err := e.status(s)
 			if err != nil {
-				return fmt.Errorf("%s: %v", s, err)
+				return fmt.Errorf("%s: %w", s, err)
 			}
 			parts = append(parts, fmt.Sprintf("%s@%d:%.12s", s, st.GetFsmIndex(), st.GetFsmStateSha256()))
 			if idx == 0 {

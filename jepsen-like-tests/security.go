@@ -227,7 +227,7 @@ func (e *Env) checkPlaintextRefused() CheckerResult {
 		errs = append(errs, fmt.Errorf("rationctl status without TLS settings succeeded: %s", out))
 	}
 	if out, err := e.rationctl("status"); err != nil {
-		errs = append(errs, fmt.Errorf("rationctl status with TLS settings failed (twin of the refusal): %v: %s", err, out))
+		errs = append(errs, fmt.Errorf("rationctl status with TLS settings failed (twin of the refusal): %w: %s", err, out))
 	}
 	res.OK = len(errs) == 0
 	if res.OK {
@@ -257,7 +257,7 @@ func plaintextRefused(addr string, tlsOpts []grpc.DialOption, within time.Durati
 	var last error
 	err := pollUntil(within, func() error {
 		if err := call(tlsOpts); status.Code(err) == codes.Unavailable || status.Code(err) == codes.DeadlineExceeded {
-			last = fmt.Errorf("the TLS twin did not reach the server: %v", err)
+			last = fmt.Errorf("the TLS twin did not reach the server: %w", err)
 			return last
 		}
 		return nil
@@ -267,7 +267,7 @@ func plaintextRefused(addr string, tlsOpts []grpc.DialOption, within time.Durati
 	}
 	err = call([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())})
 	if status.Code(err) != codes.Unavailable {
-		return fmt.Errorf("a plaintext Status call was answered (%v), want the connection refused", err)
+		return fmt.Errorf("a plaintext Status call was answered (%w), want the connection refused", err)
 	}
 	return nil
 }
@@ -280,7 +280,7 @@ func raftPlaintextRefused(addr string, cfg *tls.Config, within time.Duration) er
 	var last error
 	if err := pollUntil(within, func() error {
 		if err := raftProbe(addr, cfg); err != nil {
-			last = fmt.Errorf("the TLS twin was not answered: %v", err)
+			last = fmt.Errorf("the TLS twin was not answered: %w", err)
 			return last
 		}
 		return nil

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"math"
 	"sort"
+
+	"github.com/ration-dev/ration/internal/limits"
 )
 
 // Ledger errors. Like the rest of the package's errors they mean the request
@@ -666,8 +668,8 @@ func validateHolder(clientID string, ttl int64) error {
 	if clientID == "" {
 		return fmt.Errorf("%w: client ID is empty", ErrInvalidRequest)
 	}
-	if len(clientID) > 256 {
-		return fmt.Errorf("%w: client ID is %d bytes, more than 256", ErrInvalidRequest, len(clientID))
+	if len(clientID) > limits.ClientIDBytes {
+		return fmt.Errorf("%w: client ID is %d bytes, more than %d", ErrInvalidRequest, len(clientID), limits.ClientIDBytes)
 	}
 	if ttl <= 0 || ttl > MaxTTLNanos {
 		return fmt.Errorf("%w: lease duration %d ns is outside (0, %d]", ErrInvalidRequest, ttl, MaxTTLNanos)

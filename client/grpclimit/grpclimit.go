@@ -9,10 +9,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 
 	"github.com/ration-dev/ration/client"
 	"github.com/ration-dev/ration/client/inflight"
+	"github.com/ration-dev/ration/internal/rpcerr"
 )
 
 // KeyFunc names the budget a call is charged to under one layer's policy,
@@ -280,7 +280,7 @@ func (s *meteredStream) RecvMsg(m any) error {
 // refusal's status error, or nil.
 func (g *Interceptor) check(ctx context.Context, fullMethod string, cost int64) error {
 	if cost < 0 {
-		return status.Errorf(codes.Internal, "rate limiter: the cost function priced %s at %d; a cost must not be negative", fullMethod, cost)
+		return rpcerr.Errorf(codes.Internal, "rate limiter: the cost function priced %s at %d; a cost must not be negative", fullMethod, cost)
 	}
 	if cost == 0 {
 		return nil

@@ -19,6 +19,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/ration-dev/ration/api"
+	"github.com/ration-dev/ration/internal/rpcerr"
 )
 
 // The admin commands talk to the cluster through the public gRPC API only
@@ -313,7 +314,7 @@ func connect(servers []string, timeout time.Duration) (*grpc.ClientConn, string,
 			break
 		}
 	}
-	return nil, "", status.Errorf(codes.Unavailable, "no server answered (%s)", strings.Join(failures, "; "))
+	return nil, "", rpcerr.Errorf(codes.Unavailable, "no server answered (%s)", strings.Join(failures, "; "))
 }
 
 // dialReady connects to addr and waits until the connection is ready, or

@@ -10,8 +10,7 @@ import (
 	"flag"
 	"github.com/ration-dev/ration/api"
 	"github.com/ration-dev/ration/internal/policy"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
+	"github.com/ration-dev/ration/internal/rpcerr"
 )
 
 // leaseVerbs lets an operator take a lease exactly as a client replica
@@ -47,7 +46,7 @@ coordinator grants its fair share. The lease is not renewed.`,
 				continue
 			}
 			if _, err := policy.ParseMilli(v); err != nil {
-				return fmt.Errorf("%s %q: %v", name, v, err)
+				return fmt.Errorf("%s %q: %w", name, v, err)
 			}
 		}
 		return nil
@@ -70,7 +69,7 @@ coordinator grants its fair share. The lease is not renewed.`,
 		}
 		kl := resp.GetLeases()[0]
 		if e := kl.GetError(); e != nil {
-			return status.Error(codes.Code(e.GetCode()), e.GetMessage())
+			return rpcerr.KeyStatus(e)
 		}
 		g := kl.GetGrant()
 		if o.json {

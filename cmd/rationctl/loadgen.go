@@ -219,7 +219,7 @@ func runLoadgen(ctx context.Context, o *invocation, cfg *loadgenConfig) error {
 	}
 	f, err := policy.Parse(strings.NewReader(info.GetYaml()))
 	if err != nil || len(f.Policies) != 1 {
-		return fmt.Errorf("policy %q: cannot read the policy the server sent: %v", cfg.policy, err)
+		return fmt.Errorf("policy %q: cannot read the policy the server sent: %w", cfg.policy, err)
 	}
 	p := f.Policies[0]
 	if p.Algorithm != policy.TokenBucket {
@@ -227,7 +227,7 @@ func runLoadgen(ctx context.Context, o *invocation, cfg *loadgenConfig) error {
 	}
 	canonical, err := p.CanonicalKey(cfg.attrs)
 	if err != nil {
-		return fmt.Errorf("--key %q: %v", cfg.key, err)
+		return fmt.Errorf("--key %q: %w", cfg.key, err)
 	}
 	servers, err := o.serverList()
 	if err != nil {

@@ -10,9 +10,9 @@ import (
 	"path/filepath"
 
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 
 	"github.com/ration-dev/ration/api"
+	"github.com/ration-dev/ration/internal/rpcerr"
 )
 
 // restoreChunk is the size of the chunks a restore streams.
@@ -118,7 +118,7 @@ func snapshotRestore(ctx context.Context, o *invocation) error {
 	}
 	leader := st.GetLeader()
 	if leader == "" {
-		return status.Errorf(codes.Unavailable, "the cluster has no leader (asked %s)", st.GetAnsweredBy())
+		return rpcerr.Errorf(codes.Unavailable, "the cluster has no leader (asked %s)", st.GetAnsweredBy())
 	}
 	admin := o.admin()
 	if st.GetAnsweredBy() != leader {
@@ -129,12 +129,12 @@ func snapshotRestore(ctx context.Context, o *invocation) error {
 			}
 		}
 		if addr == "" {
-			return status.Errorf(codes.Unavailable, "the gRPC address of leader %s is not known to %s", leader, st.GetAnsweredBy())
+			return rpcerr.Errorf(codes.Unavailable, "the gRPC address of leader %s is not known to %s", leader, st.GetAnsweredBy())
 		}
 		deadline, _ := ctx.Deadline()
 		conn, err := dialReady(addr, deadline)
 		if err != nil {
-			return status.Errorf(codes.Unavailable, "leader %s at %s: %v", leader, addr, err)
+			return rpcerr.Errorf(codes.Unavailable, "leader %s at %s: %v", leader, addr, err)
 		}
 		defer conn.Close()
 		admin = api.NewAdminClient(conn)

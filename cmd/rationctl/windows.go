@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/ration-dev/ration/api"
+	"github.com/ration-dev/ration/internal/rpcerr"
 )
 
 // maxOperatorStep mirrors fsm.MaxWindowClockOperatorStepNanos (rationctl
@@ -77,7 +78,7 @@ admin action (warning level, with the step and the lag before).`,
 		r, err := o.admin().WindowResync(ctx, &api.WindowResyncRequest{MaxStepNanos: int64(o.maxStep), DryRun: o.dryRun})
 		if err != nil {
 			if st, ok := status.FromError(err); ok {
-				return status.Error(st.Code(), maxStepFlag(st.Message()))
+				return rpcerr.Error(st.Code(), maxStepFlag(st.Message()))
 			}
 			return err
 		}

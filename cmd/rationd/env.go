@@ -1,9 +1,11 @@
 package main
 
 import (
+	"errors"
 	"flag"
 	"fmt"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -56,7 +58,7 @@ func fromEnv(fs *flag.FlagSet, lookup func(string) (string, bool)) (envSet, erro
 			return
 		}
 		if err := fs.Set(f.Name, v); err != nil {
-			errs = append(errs, fmt.Sprintf("%s=%q: %s for --%s", name, v, explainSetError(f, err), f.Name))
+			errs = append(errs, fmt.Sprintf("%s=%q: %s for --%s", name, v, explainSetError(f, v, err), f.Name))
 			return
 		}
 		set[f.Name] = name
@@ -68,8 +70,9 @@ func fromEnv(fs *flag.FlagSet, lookup func(string) (string, bool)) (envSet, erro
 }
 
 // explainSetError says what a flag's Set refused, in words: the flag
-// package's own values say only "parse error".
-func explainSetError(f *flag.Flag, err error) string {
+// package's own values say only "parse error". Whether a number is out of
+// range is decided by parsing v again, not by the error's text.
+func explainSetError(f *flag.Flag, v string, err error) string {
 	g, ok := f.Value.(flag.Getter)
 	if !ok {
 		return err.Error()
@@ -87,10 +90,29 @@ func explainSetError(f *flag.Flag, err error) string {
 	default:
 		return err.Error()
 	}
-	if strings.Contains(err.Error(), "range") {
+	if outOfRange(g.Get(), v) {
 		return kind + " out of range"
 	}
 	return "invalid " + kind
+}
+
+// outOfRange reports whether v is a number too large for a flag holding
+// val, parsed as the flag package parses it.
+func outOfRange(val any, v string) bool {
+	var err error
+	switch val.(type) {
+	case int:
+		_, err = strconv.ParseInt(v, 0, strconv.IntSize)
+	case int64:
+		_, err = strconv.ParseInt(v, 0, 64)
+	case uint:
+		_, err = strconv.ParseUint(v, 0, strconv.IntSize)
+	case uint64:
+		_, err = strconv.ParseUint(v, 0, 64)
+	case float64:
+		_, err = strconv.ParseFloat(v, 64)
+	}
+	return errors.Is(err, strconv.ErrRange)
 }
 
 // explain names the variable behind every flag an error mentions that a

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ration-dev/ration/internal/limits"
 	"github.com/ration-dev/ration/lease"
 )
 
@@ -42,7 +43,7 @@ const (
 	DefaultClientWeight = 1
 	MaxWeight           = 1 << 20
 	// MaxClientIDLen is the longest client ID in weights.clients, in bytes.
-	MaxClientIDLen = 256
+	MaxClientIDLen = limits.ClientIDBytes
 	// DefaultFailure is the default failure mode.
 	DefaultFailure = FailClosed
 	// DefaultMaxKeys is the default bound on distinct key values per
@@ -60,7 +61,7 @@ const (
 	DefaultKeysPerValueDivisor = 10
 	// MaxKeyValueLen is the longest key attribute value CanonicalKey
 	// accepts, in bytes.
-	MaxKeyValueLen = 256
+	MaxKeyValueLen = limits.KeyValueBytes
 	// MinLeasedWindow is the shortest window the cluster leases. A
 	// window's chunk lease ends with its window, and its renewals come
 	// every window/16, at least 50 ms (docs/design.md §8.1): in a window

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/ration-dev/ration/internal/limits"
 	"github.com/ration-dev/ration/lease"
 )
 
@@ -61,7 +62,7 @@ const (
 	// MaxLimit is the largest window limit, in units per window.
 	MaxLimit = lease.MaxCapacityMilli / lease.MilliPerToken
 	// MaxNameLen is the longest policy name.
-	MaxNameLen = 63
+	MaxNameLen = limits.PolicyNameBytes
 )
 
 // Shortest durations a policy file may set. They are rules for new

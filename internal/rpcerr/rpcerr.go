@@ -2,15 +2,26 @@
 // the one place the mapping lives: the FSM uses it for per-key results and
 // the coordinator for whole-RPC failures. Errors are matched with errors.Is,
 // never by their text.
+//
+// A status built here for an error of a known kind carries that kind as a
+// google.rpc.ErrorInfo detail (domain Domain, reason the kind's name without
+// its ERROR_KIND_ prefix, e.g. OLDER_INCARNATION); so does one built from a
+// per-key error (KeyStatus), also when it was answered from the record of a
+// retried request, which keeps the kind. Callers decide by Reason, never by
+// a message.
 package rpcerr
 
 import (
 	"context"
 	"errors"
+	"fmt"
+	"strings"
 
 	"github.com/ration-dev/ration/api"
+	"github.com/ration-dev/ration/internal/limits"
 	"github.com/ration-dev/ration/internal/policy"
 	"github.com/ration-dev/ration/lease"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
@@ -19,13 +30,18 @@ import (
 // (or a lease/policy sentinel) with fmt.Errorf("%w: ...") to pick the code.
 var (
 	ErrNotFound          = errors.New("not found")
-	ErrInvalid           = errors.New("invalid argument")
+	ErrInvalid           = limits.ErrInvalid // every out-of-bounds request's error
 	ErrResourceExhausted = errors.New("resource exhausted")
 	ErrStale             = errors.New("stale request")
 	ErrUnavailable       = errors.New("unavailable")
 	ErrExpired           = errors.New("expired")
 	ErrPrecondition      = errors.New("failed precondition")
 	ErrPermissionDenied  = errors.New("permission denied")
+	// ErrOlderIncarnation: the caller is an older incarnation of its client
+	// ID than one that has already spoken (another process uses the ID).
+	// It is a stale request too: errors.Is(err, ErrStale) holds, and its
+	// text is ErrStale's.
+	ErrOlderIncarnation = fmt.Errorf("%w", ErrStale)
 )
 
 // table maps each sentinel to its code and its stable kind (the kind is
@@ -38,6 +54,7 @@ var table = []struct {
 	{ErrNotFound, codes.NotFound, api.ErrorKind_ERROR_KIND_NOT_FOUND},
 	{ErrInvalid, codes.InvalidArgument, api.ErrorKind_ERROR_KIND_INVALID_ARGUMENT},
 	{ErrResourceExhausted, codes.ResourceExhausted, api.ErrorKind_ERROR_KIND_RESOURCE_EXHAUSTED},
+	{ErrOlderIncarnation, codes.Aborted, api.ErrorKind_ERROR_KIND_OLDER_INCARNATION}, // before ErrStale, which it wraps
 	{ErrStale, codes.Aborted, api.ErrorKind_ERROR_KIND_STALE},
 	{ErrUnavailable, codes.Unavailable, api.ErrorKind_ERROR_KIND_UNAVAILABLE},
 	{ErrExpired, codes.FailedPrecondition, api.ErrorKind_ERROR_KIND_EXPIRED},
@@ -77,6 +94,7 @@ var kindCodes = map[api.ErrorKind]codes.Code{
 	api.ErrorKind_ERROR_KIND_INTERNAL:           codes.Internal,
 	api.ErrorKind_ERROR_KIND_UNKNOWN:            codes.Unknown,
 	api.ErrorKind_ERROR_KIND_PERMISSION_DENIED:  codes.PermissionDenied,
+	api.ErrorKind_ERROR_KIND_OLDER_INCARNATION:  codes.Aborted,
 }
 
 var kindMessages = map[api.ErrorKind]string{
@@ -84,7 +102,7 @@ var kindMessages = map[api.ErrorKind]string{
 	api.ErrorKind_ERROR_KIND_INVALID_ARGUMENT:   "invalid argument in the request",
 	api.ErrorKind_ERROR_KIND_RESOURCE_EXHAUSTED: "resource exhausted: the policy's max_keys, or its max_keys_per_value for the key's first attribute, is reached",
 	api.ErrorKind_ERROR_KIND_TOO_MANY_LEASES:    "lease: too many leases for this key (max_leases_per_key reached)",
-	api.ErrorKind_ERROR_KIND_STALE:              "stale request: a newer incarnation or grant exists",
+	api.ErrorKind_ERROR_KIND_STALE:              "stale request: a newer request or grant exists",
 	api.ErrorKind_ERROR_KIND_UNAVAILABLE:        "unavailable",
 	api.ErrorKind_ERROR_KIND_EXPIRED:            "expired",
 	api.ErrorKind_ERROR_KIND_PRECONDITION:       "failed precondition: the policy cannot be leased",
@@ -93,6 +111,7 @@ var kindMessages = map[api.ErrorKind]string{
 	api.ErrorKind_ERROR_KIND_INTERNAL:           "internal error",
 	api.ErrorKind_ERROR_KIND_UNKNOWN:            "unknown error",
 	api.ErrorKind_ERROR_KIND_PERMISSION_DENIED:  "permission denied: the ACL token may not lease this key",
+	api.ErrorKind_ERROR_KIND_OLDER_INCARNATION:  "stale request: a newer incarnation of this client ID exists (another process uses it)",
 }
 
 // Kind returns the stable kind of err (UNSPECIFIED for nil, UNKNOWN for
@@ -145,7 +164,9 @@ func Code(err error) codes.Code {
 	return codes.Unknown
 }
 
-// Status converts err to a gRPC status error with its code and message.
+// Status converts err to a gRPC status error with its code and message,
+// and its kind's ErrorInfo when the kind is known. A status error is
+// returned as it is.
 func Status(err error) error {
 	if err == nil {
 		return nil
@@ -153,5 +174,80 @@ func Status(err error) error {
 	if _, ok := status.FromError(err); ok {
 		return err
 	}
-	return status.Error(Code(err), err.Error())
+	return withKind(status.New(Code(err), err.Error()), Kind(err)).Err()
+}
+
+// KeyStatus is the status error of a per-key error: its code and message
+// (derived from its kind when answered from a record, fsm answerForm) and
+// its kind's ErrorInfo. nil for nil.
+func KeyStatus(e *api.KeyError) error {
+	if e == nil {
+		return nil
+	}
+	return withKind(status.New(codes.Code(e.GetCode()), e.GetMessage()), e.GetKind()).Err()
+}
+
+// Domain is the domain of the ErrorInfo details ration's statuses carry.
+const Domain = "ration.dev"
+
+// ReasonOlderIncarnation is the ErrorInfo reason of a refusal of an older
+// incarnation of a client ID (ERROR_KIND_OLDER_INCARNATION).
+const ReasonOlderIncarnation = "OLDER_INCARNATION"
+
+// reasonOf is the ErrorInfo reason of a kind: its name without the
+// ERROR_KIND_ prefix ("" for none or one of no meaning).
+func reasonOf(k api.ErrorKind) string {
+	if _, ok := kindCodes[k]; !ok || k == api.ErrorKind_ERROR_KIND_UNKNOWN {
+		return ""
+	}
+	return strings.TrimPrefix(k.String(), "ERROR_KIND_")
+}
+
+func withKind(st *status.Status, k api.ErrorKind) *status.Status {
+	r := reasonOf(k)
+	if r == "" || st.Code() == codes.OK {
+		return st
+	}
+	if d, err := st.WithDetails(&errdetails.ErrorInfo{Reason: r, Domain: Domain}); err == nil {
+		return d
+	}
+	return st
+}
+
+// Reason returns the ErrorInfo reason err carries in Domain: from the
+// error's kind for an error the table knows, else from the details of the
+// gRPC status it is or wraps; "" when there is none.
+func Reason(err error) string {
+	if err == nil {
+		return ""
+	}
+	if r := reasonOf(Kind(err)); r != "" {
+		return r
+	}
+	s, ok := status.FromError(err)
+	if !ok {
+		return ""
+	}
+	for _, d := range s.Details() {
+		if info, ok := d.(*errdetails.ErrorInfo); ok && info.GetDomain() == Domain {
+			return info.GetReason()
+		}
+	}
+	return ""
+}
+
+// IsOlderIncarnation reports whether err is a refusal of an older
+// incarnation of the caller's client ID: another, newer process uses it.
+func IsOlderIncarnation(err error) bool { return Reason(err) == ReasonOlderIncarnation }
+
+// Error is the gRPC status error of code with message msg, for a refusal
+// no sentinel names (every status outside this package is built here or
+// by Status, KeyStatus or Errorf).
+func Error(code codes.Code, msg string) error { return status.New(code, msg).Err() }
+
+// Errorf is Error with a formatted message. It keeps no error it formats:
+// a status carries a code and a message (use Status to keep a sentinel's
+// kind).
+func Errorf(code codes.Code, format string, args ...any) error {
+	return status.New(code, fmt.Sprintf(format, args...)).Err()
 }

@@ -55,7 +55,7 @@ func parseHold(s string) (lo, hi time.Duration, err error) {
 		hi, err = time.ParseDuration(b)
 	}
 	if err != nil || lo <= 0 || hi < lo {
-		return 0, 0, fmt.Errorf("--slot-hold %q: want MIN:MAX with 0 < MIN <= MAX (%v)", s, err)
+		return 0, 0, fmt.Errorf("--slot-hold %q: want MIN:MAX with 0 < MIN <= MAX (%w)", s, err)
 	}
 	return lo, hi, nil
 }

@@ -143,7 +143,7 @@ func waitUntil(timeout time.Duration, p *edgeProc, cond func() error) error {
 		default:
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("%s not ready after %v: %v (see %s)", p.name, timeout, err, p.logPath)
+			return fmt.Errorf("%s not ready after %v: %w (see %s)", p.name, timeout, err, p.logPath)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}

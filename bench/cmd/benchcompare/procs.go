@@ -186,7 +186,7 @@ func (c *cluster) waitLeader(timeout time.Duration) (*node, error) {
 			}
 		}
 		if time.Now().After(deadline) {
-			return nil, fmt.Errorf("no leader after %v (last: %v)", timeout, err)
+			return nil, fmt.Errorf("no leader after %v (last: %w)", timeout, err)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
