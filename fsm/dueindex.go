@@ -120,7 +120,7 @@ func (x *dueIndex[L]) setHolders(it *dueKey[L], clients []string) {
 		}
 		x.byClient[c][it] = struct{}{}
 	}
-	it.clients = clients
+	it.clients = slices.Clone(clients) // callers may reuse clients
 }
 
 // remove takes it out of the heap and the items (not out of byClient:

@@ -56,6 +56,8 @@ type slotState struct {
 	// only the due (or held) keys, and a ledger's clock as a snapshot or a
 	// listing shows it is max(its own, sweptAt) (slotNow), as before.
 	sweptAt int64
+	// holders: slotTouch's scratch slice (never stored).
+	holders []string
 	// scanRef: expire and revoke scan every key (tests' reference).
 	scanRef bool
 }
@@ -90,22 +92,18 @@ func (s *state) sweep(t int64) {
 // slotTouch re-indexes a slot key after its ledger changed (or was
 // created).
 func (s *state) slotTouch(name, key string, l *lease.SlotLedger) {
-	st := l.State()
-	if len(st.Leases) == 0 {
+	if l.LeaseCount() == 0 {
 		s.slots.idx.untrack(name, key)
-		s.slots.idle.touch(name, key, l, st.HoldAllUntilNanos)
+		s.slots.idle.touch(name, key, l, l.HoldAllUntilNanos())
 		return
 	}
 	s.slots.idle.untrack(name, key)
 	due, _ := l.NextExpiry()
 	it := s.slots.idx.touch(name, key, l, due)
-	holders := make([]string, 0, len(st.Leases))
-	for _, le := range st.Leases { // sorted by client
-		if n := len(holders); n == 0 || holders[n-1] != le.ClientID {
-			holders = append(holders, le.ClientID)
-		}
-	}
-	s.slots.idx.setHolders(it, holders)
+	// The holders into a scratch slice: setHolders copies them only when
+	// they changed, so an op that keeps a key's holders allocates nothing.
+	s.slots.holders = l.AppendHolders(s.slots.holders[:0])
+	s.slots.idx.setHolders(it, s.slots.holders)
 }
 
 // slotUntrack forgets a slot key (collected or dropped).
@@ -183,8 +181,7 @@ func (s *state) slotLedger(t int64, p policy.Policy, k *api.Key, create bool) (s
 // slotIdle: no lease (replaced holds included) and no restore hold: the
 // ledger is indistinguishable from a fresh one but for its next ID.
 func slotIdle(l *lease.SlotLedger, t int64) bool {
-	st := l.State()
-	return len(st.Leases) == 0 && st.HoldAllUntilNanos <= t
+	return l.LeaseCount() == 0 && l.HoldAllUntilNanos() <= t
 }
 
 // collectSlots drops a policy's idle slot keys.

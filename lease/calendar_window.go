@@ -17,7 +17,7 @@ type calendarWindow struct {
 var _ Limiter = (*calendarWindow)(nil)
 
 // NewCalendarWindow returns an empty calendar-window limiter.
-func NewCalendarWindow(limitMilli int64, spec WindowSpec) (*calendarWindow, error) {
+func NewCalendarWindow(limitMilli int64, spec WindowSpec) (Limiter, error) {
 	if err := (WindowLedgerConfig{LimitMilli: limitMilli, Spec: spec}).validate(); err != nil {
 		return nil, err
 	}

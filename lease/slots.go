@@ -206,6 +206,26 @@ func (l *SlotLedger) NowNanos() int64 { return l.s.NowNanos }
 // Leases returns a copy of the leases, in holder order.
 func (l *SlotLedger) Leases() []SlotLease { return cloneSlotState(l.s).Leases }
 
+// LeaseCount is how many leases the ledger holds (no copy).
+func (l *SlotLedger) LeaseCount() int { return len(l.s.Leases) }
+
+// HoldAllUntilNanos is when a restore's hold of every slot ends (0: none).
+func (l *SlotLedger) HoldAllUntilNanos() int64 { return l.s.HoldAllUntilNanos }
+
+// AppendHolders appends the distinct client IDs holding leases, sorted,
+// to dst (no copy of the ledger).
+func (l *SlotLedger) AppendHolders(dst []string) []string {
+	start := len(dst)
+	for i := range l.s.Leases {
+		id := l.s.Leases[i].ClientID
+		if len(dst) > start && dst[len(dst)-1] == id {
+			continue // sorted by (ClientID, Incarnation): a holder's leases are adjacent
+		}
+		dst = append(dst, id)
+	}
+	return dst
+}
+
 // heldTotal returns Σ held slots at the latest operation's time.
 func (l *SlotLedger) heldTotal() int64 { return l.heldExcept(-1, l.s.NowNanos) }
 
