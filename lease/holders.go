@@ -193,6 +193,20 @@ func (h holders[L, P]) expired(id LeaseID, until, nowNanos int64) error {
 }
 
 // takeID assigns the next lease ID.
+// appendClients appends the distinct client IDs of the rows, sorted (the
+// rows are sorted by holder, so a client's rows are adjacent), to dst.
+func (h holders[L, P]) appendClients(dst []string) []string {
+	start := len(dst)
+	for i := range *h.rows {
+		id, _ := P(&(*h.rows)[i]).holder()
+		if len(dst) > start && dst[len(dst)-1] == id {
+			continue
+		}
+		dst = append(dst, id)
+	}
+	return dst
+}
+
 func (h holders[L, P]) takeID() LeaseID {
 	id := *h.nextID
 	*h.nextID++

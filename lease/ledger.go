@@ -341,17 +341,7 @@ func (l *Ledger) LeaseCount() int { return len(l.s.Leases) }
 
 // AppendHolders appends to dst the distinct client IDs that hold live
 // leases, in order, without copying the leases (the FSM's client index).
-func (l *Ledger) AppendHolders(dst []string) []string {
-	start := len(dst)
-	for i := range l.s.Leases {
-		id := l.s.Leases[i].ClientID
-		if len(dst) > start && dst[len(dst)-1] == id {
-			continue // sorted by (ClientID, Incarnation): a holder's leases are adjacent
-		}
-		dst = append(dst, id)
-	}
-	return dst
-}
+func (l *Ledger) AppendHolders(dst []string) []string { return l.table().appendClients(dst) }
 
 // heldTotal returns Σ held r_i and Σ held b_i at the latest operation's time.
 func (l *Ledger) heldTotal() (rateMilliPerSec, capMilli int64) {

@@ -214,17 +214,7 @@ func (l *SlotLedger) HoldAllUntilNanos() int64 { return l.s.HoldAllUntilNanos }
 
 // AppendHolders appends the distinct client IDs holding leases, sorted,
 // to dst (no copy of the ledger).
-func (l *SlotLedger) AppendHolders(dst []string) []string {
-	start := len(dst)
-	for i := range l.s.Leases {
-		id := l.s.Leases[i].ClientID
-		if len(dst) > start && dst[len(dst)-1] == id {
-			continue // sorted by (ClientID, Incarnation): a holder's leases are adjacent
-		}
-		dst = append(dst, id)
-	}
-	return dst
-}
+func (l *SlotLedger) AppendHolders(dst []string) []string { return l.table().appendClients(dst) }
 
 // heldTotal returns Σ held slots at the latest operation's time.
 func (l *SlotLedger) heldTotal() int64 { return l.heldExcept(-1, l.s.NowNanos) }
