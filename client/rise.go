@@ -102,7 +102,8 @@ func (l *Limiter) rising(t *terms, now int64) (rise bool, wake int64) {
 	if !l.riseOK.Load() || recent <= t.rateMilli {
 		return false, 0
 	}
-	low := t.bucket.LevelMilli(now) < t.capMilli/2
+	// A lease granted no cap (it reported no demand) is as low as can be.
+	low := t.capMilli == 0 || t.bucket.LevelMilli(now) < t.capMilli/2
 	steep := window >= riseProbe && inWindow >= riseMinTokens && recent/2 >= t.rateMilli
 	if !low && !steep {
 		return false, 0
