@@ -294,8 +294,9 @@ type Client struct {
 	// client RESOURCE_EXHAUSTED, 0 if never (PressureKeys).
 	exhaustedAt atomic.Int64
 
-	rpcStats rpcStats // the loop's RPCs, for metrics (metrics.go)
-	router   *router  // the edges (edgeroute.go); nil without
+	rpcStats rpcStats   // the loop's RPCs, for metrics (metrics.go)
+	sched    renewSched // the loop's renewal schedule (schedule.go)
+	router   *router    // the edges (edgeroute.go); nil without
 
 	wake   chan struct{}
 	closed atomic.Bool
@@ -327,7 +328,7 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 	}
 	c := &Client{cfg: cfg, clock: cfg.Clock, log: cfg.Logger.With("client", cfg.ClientID), limiters: map[string]*Limiter{},
 		wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}),
-		policies: policyDirectory{read: make(chan struct{})}}
+		policies: policyDirectory{read: make(chan struct{})}, sched: newRenewSched()}
 	creds := insecure.NewCredentials()
 	if cfg.TLS != nil {
 		creds = credentials.NewTLS(cfg.TLS)

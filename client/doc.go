@@ -47,13 +47,18 @@
 //
 // One background goroutine per Client acquires keys without a usable lease
 // and renews the ones due, each group in batched RPCs (at most 1024 keys
-// and about 1 MiB each, so no key's size fails another's request). A key
-// due within the
+// and about 1 MiB each, so no key's size fails another's request), one
+// RPC at a time, renewals and acquires in turn. Renewals go earliest
+// deadline first from a queue (schedule.go), each key at renew_after plus
+// a jitter of up to 1/8 of it, or earlier when Renew RPCs are slow (no
+// later than the deadline less 4× the slowest recent one, never before a
+// quarter of the lease), so a backlog delays every key alike instead of
+// letting some lapse (docs/design.md §3.4, item 4). A key due within the
 // last quarter of its own renewal span (from the request its terms answer
 // to its renewal time) rides along with the keys due now, so keys granted
 // at nearly the same time renew in one RPC and keep doing so; no key
-// renews more than once per 3/4 of its renew_after however many other
-// keys fall due (1.33× its renewals at worst, where every key once renewed
+// renews more than once per 3/4 of its renew_after (the headroom aside)
+// however many other keys fall due (1.33× its renewals at worst, where every key once renewed
 // at every other key's renewal; docs/scaling.md).
 // It reports each key's demand: the cost offered per second, rejected cost
 // included, smoothed by an EWMA when it rises and followed at once when it

@@ -235,6 +235,11 @@ type Limiter struct {
 	// the rate the next report takes (0: none).
 	probeAt, probeOffered int64
 	riseSentAt, riseRate  int64
+	// The renewal schedule (schedule.go), owned by the loop: the terms of
+	// this key's live entry in it (nil: none), and whether the batch being
+	// built or sent holds it.
+	queued  *terms
+	batched bool
 }
 
 // Err returns the last error the background loop saw for this key (a

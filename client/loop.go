@@ -58,12 +58,18 @@ func (c *Client) snapshot() []*Limiter {
 
 // round acquires keys without a usable lease and renews the ones due,
 // each group in batched RPCs (batchLen), and returns how long to sleep.
+// Its scan looks at every key (acquires, releases, rises, eviction) and
+// queues any terms the renewal schedule does not hold (schedule.go); then
+// it sends, one RPC at a time, a renewal of the ready keys with the
+// earliest deadlines and an acquire in turn, so neither waits behind all
+// of the other's RPCs: every acquire of the round, and renewals for up to
+// maxSleep or until those are sent.
 func (c *Client) round() time.Duration {
 	now := c.clock.Precise()
 	c.routeRound(now) // edgeroute.go
 	c.evictIdle(now)
 	wakeAt := now + int64(maxSleep)
-	var acquire, renew, spent, unused []*Limiter
+	var acquire, spent, unused []*Limiter
 	excess := c.excessKeys(now)
 	for _, l := range c.snapshot() {
 		t := l.cur.Load()
@@ -79,15 +85,13 @@ func (c *Client) round() time.Duration {
 		case now >= t.renewAt && len(unused) < excess && !l.offeredSinceReport(t):
 			unused = append(unused, l) // released, not renewed (PressureKeys)
 		case now >= t.renewAt:
-			renew = append(renew, l)
+			c.sched.queue(l, t)
 		default:
+			c.sched.queue(l, t)
 			if rise, wake := l.rising(t, now); rise {
-				renew = append(renew, l) // rise.go
-			} else {
-				wakeAt = min(wakeAt, t.renewAt)
-				if wake > 0 {
-					wakeAt = min(wakeAt, wake)
-				}
+				c.sched.rise = append(c.sched.rise, l) // rise.go
+			} else if wake > 0 {
+				wakeAt = min(wakeAt, wake)
 			}
 		}
 	}
@@ -105,42 +109,65 @@ func (c *Client) round() time.Duration {
 			}
 		}
 	}
-	// Batch: a key due soon rides along with the ones due now (dueSoon).
-	if len(renew) > 0 {
-		for _, l := range c.snapshot() {
-			// Under pressure an unused key does not ride along: it is
-			// released when it falls due instead (PressureKeys).
-			if t := l.cur.Load(); t != nil && rideAlong(l, t, now) && (excess == 0 || l.offeredSinceReport(t)) {
-				renew = append(renew, l)
-			}
-		}
-	}
 	// Two passes: a policy whose key attributes are unknown sends one key
 	// in the first (keying.go); its grant teaches them, and the keys held
 	// back go in the second, canonicalised. Any still held back wait for
 	// the next round.
 	slices.SortFunc(acquire, func(a, b *Limiter) int { return cmp.Compare(a.born, b.born) })
-	for pass := 0; pass < 2 && len(acquire) > 0; pass++ {
-		var now []*Limiter
-		now, acquire = c.acquireable(acquire)
-		for len(now) > 0 {
-			n := batchLen(now)
-			c.acquire(now[:n])
-			now = now[n:]
+	var acquireNow []*Limiter
+	pass := 0
+	nextAcquire := func() []*Limiter {
+		for len(acquireNow) == 0 && pass < 2 && len(acquire) > 0 {
+			acquireNow, acquire = c.acquireable(acquire)
+			pass++
+		}
+		n := min(len(acquireNow), batchLen(acquireNow))
+		b := acquireNow[:n]
+		acquireNow = acquireNow[n:]
+		return b
+	}
+	end := now + int64(maxSleep)
+	for {
+		sent := false
+		if b := c.sched.batch(c.clock.Precise(), excess); len(b) > 0 {
+			c.renewBatch(b)
+			sent = true
+		}
+		if b := nextAcquire(); len(b) > 0 {
+			c.acquire(b)
+			for _, l := range b {
+				c.sched.queue(l, l.cur.Load())
+			}
+			sent = true
+		}
+		if !sent || c.stopping() {
+			break
+		}
+		if len(acquireNow) == 0 && (pass == 2 || len(acquire) == 0) && c.clock.Precise() >= end {
+			// Every acquire of the round is sent (all of them, oldest
+			// first, so none starves behind keys that keep lapsing);
+			// renewals still due go in the next round, at once.
+			return time.Millisecond
 		}
 	}
 	if len(acquire) > 0 {
 		wakeAt = min(wakeAt, c.clock.Precise()+int64(c.cfg.RenewRetryMin))
 	}
-	// An acquire's grant may have merged a limiter due for renewal into its
-	// budget's limiter (keying.go): it has no lease to renew any more.
-	renew = slices.DeleteFunc(renew, func(l *Limiter) bool { return l.cur.Load() == nil })
-	for len(renew) > 0 {
-		n := batchLen(renew)
-		c.renew(renew[:n])
-		renew = renew[n:]
+	now = c.clock.Precise()
+	if due, ok := c.sched.nextDue(now); ok {
+		wakeAt = min(wakeAt, due)
 	}
-	return max(time.Duration(wakeAt-c.clock.Precise()), time.Millisecond)
+	return max(time.Duration(wakeAt-now), time.Millisecond)
+}
+
+// stopping says whether Close has begun.
+func (c *Client) stopping() bool {
+	select {
+	case <-c.stop:
+		return true
+	default:
+		return false
+	}
 }
 
 // One batched request holds at most maxBatchKeys keys (the servers'
@@ -418,7 +445,7 @@ func (l *Limiter) install(tSend int64, g *api.Grant) {
 	t := &terms{leaseID: g.GetLeaseId(), bucket: b, capMilli: g.GetCapMilli(), rateMilli: g.GetRateMilliPerSec(),
 		ttlNanos: g.GetTtlNanos(), driftPPM: drift, shadow: g.GetShadow(), canonical: g.GetCanonicalKey(), version: g.GetVersion(),
 		policyBurst: g.GetPolicyBurstMilli(), win: windowOf(g, now)}
-	t.setTimes(tSend, deadline, g.GetRenewAfterNanos())
+	t.setTimes(tSend, deadline, g.GetRenewAfterNanos(), l.c.sched.headroom)
 	if g.GetFailureMode() == "fail-open" && g.GetFallbackRateMilliPerSec() > 0 {
 		f := g.GetFallbackRateMilliPerSec()
 		t.failOpen = true
@@ -450,11 +477,12 @@ func grantRate(g *api.Grant) (rate, periodNanos int64) {
 // setTimes derives the renewal time and the guard band from the deadline.
 // The answer's renew_after_nanos is honoured (between minRenewAfter and
 // half the usable span): an early one while the key's shares converge,
-// the policy's again once they have.
-func (t *terms) setTimes(tSend, deadline, renewAfter int64) {
+// the policy's again once they have; with jitter, and no later than the
+// deadline less the measured headroom (renewTimes, schedule.go).
+func (t *terms) setTimes(tSend, deadline, renewAfter, headroom int64) {
 	t.deadline = deadline
 	span := deadline - tSend
-	t.renewAt = tSend + min(max(renewAfter, minRenewAfter), span/2)
+	t.renewAt = renewTimes(tSend, deadline, renewAfter, headroom)
 	// The hot path decides on a floored reading (Clock.Fresh) until the last
 	// quarter of the usable span (at least 100ms of it), then on a precise one.
 	guard := max(span/4, int64(100*time.Millisecond))
@@ -575,7 +603,7 @@ func (l *Limiter) applyRenewal(tSend int64, old *terms, g *api.Grant) (toppedUp 
 	nt.version = g.GetVersion()
 	nt.policyBurst = g.GetPolicyBurstMilli()
 	nt.win = windowOf(g, now)
-	nt.setTimes(tSend, newDeadline, g.GetRenewAfterNanos())
+	nt.setTimes(tSend, newDeadline, g.GetRenewAfterNanos(), l.c.sched.headroom)
 	l.fails = 0
 	l.noteAnswer(g.GetRateMilliPerSec())
 	if l.cur.CompareAndSwap(old, &nt) {
