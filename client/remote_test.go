@@ -1,11 +1,18 @@
 package client_test
 
 import (
+	"context"
 	"fmt"
 	"sync"
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+
+	"github.com/ration-dev/ration/api"
 	"github.com/ration-dev/ration/client"
 	"github.com/ration-dev/ration/internal/quotacheck"
 	"github.com/ration-dev/ration/internal/testcluster"
@@ -119,4 +126,92 @@ func TestRemoteByDefaultLoneKeyStaysLocal(t *testing.T) {
 	if s := off.EdgeStats(); s != (client.EdgeStats{}) {
 		t.Fatalf("NoRemote client routed: %+v", s)
 	}
+}
+
+// TestBuiltinEdgeCheck: every server answers the Check API from leases of
+// its own (coordinator/remote.go), through the public API like any
+// caller: bad requests are refused INVALID_ARGUMENT, a concurrency policy
+// FAILED_PRECONDITION, a cost above the burst is refused (never admitted),
+// and a valid item is admitted once the server's lease (client ID
+// "rationd/<server ID>") is installed. A cluster with ACLs does not serve
+// it.
+func TestBuiltinEdgeCheck(t *testing.T) {
+	c := startCluster(t, remotePolicy+`
+  - name: conc
+    algorithm: concurrency
+    limit: 2
+    max_duration: 2s
+    key: [tenant]
+`)
+	adm := admissionAt(t, c.Server(1).GRPCAddr())
+	item := func(pol string, cost int64, kv ...string) *api.CheckItem {
+		k := map[string]string{}
+		for i := 0; i+1 < len(kv); i += 2 {
+			k[kv[i]] = kv[i+1]
+		}
+		return &api.CheckItem{Policy: pol, Key: k, Cost: cost}
+	}
+	for _, tc := range []struct {
+		name string
+		req  *api.CheckRequest
+		code codes.Code
+	}{
+		{"no items", &api.CheckRequest{}, codes.InvalidArgument},
+		{"negative cost", &api.CheckRequest{Items: []*api.CheckItem{item("trickle", -1, "tenant", "a")}}, codes.InvalidArgument},
+		{"empty policy", &api.CheckRequest{Items: []*api.CheckItem{item("", 1, "tenant", "a")}}, codes.InvalidArgument},
+		{"all_or_none, two costs", &api.CheckRequest{AllOrNone: true, Items: []*api.CheckItem{item("trickle", 1, "tenant", "a"), item("trickle", 2, "tenant", "b")}}, codes.InvalidArgument},
+		{"concurrency", &api.CheckRequest{Items: []*api.CheckItem{item("conc", 1, "tenant", "a")}}, codes.FailedPrecondition},
+	} {
+		ctx, cancel := context.WithTimeout(context.Background(), testcluster.DefaultWait)
+		_, err := adm.Check(ctx, tc.req)
+		cancel()
+		if status.Code(err) != tc.code {
+			t.Errorf("%s: %v, want %v", tc.name, err, tc.code)
+		}
+	}
+	check := func(it *api.CheckItem) *api.CheckResult {
+		ctx, cancel := context.WithTimeout(context.Background(), testcluster.DefaultWait)
+		defer cancel()
+		resp, err := adm.Check(ctx, &api.CheckRequest{Items: []*api.CheckItem{it}})
+		if err != nil {
+			t.Fatalf("Check %v: %v", it, err)
+		}
+		return resp.GetResults()[0]
+	}
+	if r := check(item("trickle", 1<<62, "tenant", "huge")); r.GetAllowed() {
+		t.Fatalf("a cost above the burst was admitted: %v", r)
+	}
+	testcluster.WaitFor(t, testcluster.DefaultWait, func() error {
+		if r := check(item("trickle", 1, "tenant", "acme")); !r.GetAllowed() {
+			return fmt.Errorf("not admitted yet: %v", r)
+		}
+		return nil
+	})
+	if n := leasesBy(t, c, "rationd/"+c.Server(1).ID())["acme"]; n != 1 {
+		t.Fatalf("the server holds %d leases on the key it admitted, want 1", n)
+	}
+	// An unknown policy is refused, never admitted.
+	if r := check(item("nope", 1, "tenant", "acme")); r.GetAllowed() {
+		t.Fatalf("an unknown policy admitted: %v", r)
+	}
+
+	ac := testcluster.New(t, 1, testcluster.WithACL(), testcluster.WithPolicies(remotePolicy))
+	ac.WaitForLeader(t)
+	ctx, cancel := context.WithTimeout(context.Background(), testcluster.DefaultWait)
+	defer cancel()
+	_, err := admissionAt(t, ac.Server(0).GRPCAddr()).Check(ctx, &api.CheckRequest{Items: []*api.CheckItem{item("trickle", 1, "tenant", "a")}})
+	if c := status.Code(err); c != codes.Unimplemented && c != codes.Unauthenticated && c != codes.PermissionDenied {
+		t.Fatalf("a server with ACLs answered the Check API: %v", err)
+	}
+}
+
+// admissionAt is an Admission client of the gRPC server at addr.
+func admissionAt(t *testing.T, addr string) api.AdmissionClient {
+	t.Helper()
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	return api.NewAdmissionClient(conn)
 }
