@@ -44,6 +44,45 @@ func TestManyReplicasTrickleUtilization(t *testing.T) {
 	t.Run("5of100", func(t *testing.T) {
 		runTrickle(t, trickle{instances: 100, active: 5, rate: 10, burst: 10, warm: warm, measure: measure})
 	})
+	t.Run("latency", func(t *testing.T) {
+		remoteLatency(t, envInt("RATION_TRICKLE_CALLS", 5000))
+	})
+}
+
+// remoteLatency: one caller's remote decisions, alone on an idle
+// cluster: sequential Admission.Check calls at a server's built-in edge
+// (what a routed key's call is), once its lease is installed.
+func remoteLatency(t *testing.T, calls int) {
+	c := testcluster.New(t, 3, testcluster.WithPolicies(`
+policies:
+  - name: trickle
+    algorithm: token-bucket
+    rate: 1000000
+    burst: 1000000
+    key: [tenant]
+`))
+	c.WaitForLeader(t)
+	adm := admissionAt(t, c.Server(0).GRPCAddr())
+	req := &api.CheckRequest{Items: []*api.CheckItem{{Policy: "trickle", Key: map[string]string{"tenant": "acme"}, Cost: 1}}}
+	testcluster.WaitFor(t, testcluster.DefaultWait, func() error {
+		resp, err := adm.Check(context.Background(), req)
+		if err != nil || !resp.GetAllowed() {
+			return fmt.Errorf("not admitted yet: %v %v", resp, err)
+		}
+		return nil
+	})
+	lat := make([]time.Duration, 0, calls)
+	allowed := 0
+	for range calls {
+		t0 := time.Now()
+		resp, err := adm.Check(context.Background(), req)
+		lat = append(lat, time.Since(t0))
+		if err == nil && resp.GetAllowed() {
+			allowed++
+		}
+	}
+	slices.Sort(lat)
+	t.Logf("%d remote decisions, one caller: %d allowed; p50 %v p99 %v max %v", calls, allowed, lat[calls/2], lat[calls*99/100], lat[calls-1])
 }
 
 type trickle struct {
