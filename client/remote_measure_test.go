@@ -13,6 +13,7 @@ import (
 
 	"github.com/ration-dev/ration/api"
 	"github.com/ration-dev/ration/client"
+	"github.com/ration-dev/ration/coordinator"
 	"github.com/ration-dev/ration/internal/quotacheck"
 	"github.com/ration-dev/ration/internal/testcluster"
 )
@@ -85,6 +86,16 @@ policies:
 	t.Logf("%d remote decisions, one caller: %d allowed; p50 %v p99 %v max %v", calls, allowed, lat[calls/2], lat[calls*99/100], lat[calls-1])
 }
 
+// productionTiming gives an in-process server rationd's timing (Raft,
+// snapshots, expiry) instead of the tests' tight one, under which a
+// thousand clients on a loaded 2-core machine start elections.
+func productionTiming(_ int, c *coordinator.Config) {
+	d := coordinator.DefaultConfig()
+	c.HeartbeatTimeout, c.ElectionTimeout, c.LeaderLeaseTimeout, c.CommitTimeout = d.HeartbeatTimeout, d.ElectionTimeout, d.LeaderLeaseTimeout, d.CommitTimeout
+	c.SnapshotInterval, c.SnapshotThreshold, c.TrailingLogs = d.SnapshotInterval, d.SnapshotThreshold, d.TrailingLogs
+	c.ExpireInterval, c.ReconcileInterval = d.ExpireInterval, d.ReconcileInterval
+}
+
 type trickle struct {
 	instances, active int
 	rate, burst       int64
@@ -100,7 +111,7 @@ policies:
     burst: %d
     key: [tenant]
     max_leases_per_key: 4096
-`, p.rate, p.burst)))
+`, p.rate, p.burst)), testcluster.WithConfig(productionTiming))
 	c.WaitForLeader(t)
 	c.WaitForFeatures(t)
 	var srv []string
@@ -123,6 +134,7 @@ policies:
 	var hist []quotacheck.Admission
 	var lat []time.Duration
 	var offered, allowed atomic.Int64
+	var reasons [16]atomic.Int64
 	start := time.Now()
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
@@ -159,6 +171,7 @@ policies:
 						return
 					}
 					offered.Add(1)
+					reasons[int(d.Reason)%len(reasons)].Add(1)
 					mu.Lock()
 					lat = append(lat, t1.Sub(t0))
 					if d.Allowed {
@@ -237,6 +250,13 @@ policies:
 	util := float64(allowed.Load()) / (float64(p.rate) * window)
 	t.Logf("%d instances (%d calling), r = %d/s, B = %d: offered %.0f/s, admitted %.1f%% of r; call latency p50 %v p99 %v",
 		p.instances, p.active, p.rate, p.burst, float64(offered.Load())/window, 100*util, pct(0.5), pct(0.99))
+	var rs []string
+	for i := range reasons {
+		if n := reasons[i].Load(); n > 0 {
+			rs = append(rs, fmt.Sprintf("%v:%d", client.Reason(i), n))
+		}
+	}
+	t.Logf("decisions by reason: %v", rs)
 	t.Logf("routing: %d remote checks (%d failed), %d keys demoted, %d promoted; now %d remote, %d leased", es.Checks, es.Errors, es.Demotions, es.Promotions, es.Remote, es.Leased)
 	for _, w := range []time.Duration{100 * time.Millisecond, time.Second} {
 		b := p.burst*1000 + p.rate*1000*w.Nanoseconds()/1e9
