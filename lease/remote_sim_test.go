@@ -28,6 +28,9 @@ type remoteSim struct {
 	promoteRate  int64 // H, milli-tokens per second
 	promoteAfter int64 // also how long a lease must stay thin
 	demoteAfter  int64
+	// leasesOnly: no routing (every replica keeps its lease), the
+	// comparison.
+	leasesOnly bool
 	// remoteNoLease: the broken variant: a remote call is admitted when
 	// the edge has no usable lease (and without charging any).
 	remoteNoLease bool
@@ -183,7 +186,7 @@ func (p remoteSim) run(t *testing.T) remoteResult {
 					}
 					continue
 				}
-				if r.bucket == nil || !thin(r) {
+				if p.leasesOnly || r.bucket == nil || !thin(r) {
 					r.thinSince = 0
 					continue
 				}
@@ -263,8 +266,14 @@ func TestRemoteSimTrickle(t *testing.T) {
 	if res.broken != nil {
 		t.Fatalf("bound broken: %v", res.broken)
 	}
-	t.Logf("1000 replicas at 0.3/s, r=100/s, B=100: %.1f%% of r from 10 s to 40 s (%.1f%% through the edge); %d switched remote, %d back local, %d remote at the end",
-		100*res.ofRate, 100*float64(res.edgeAdmitted)/max(float64(res.admitted), 1), res.toRemote, res.toLocal, res.remoteAtEnd)
+	base := trickleSim(1000, sec*10/3)
+	base.leasesOnly = true
+	lo := base.run(t)
+	if lo.broken != nil {
+		t.Fatalf("bound broken with leases only: %v", lo.broken)
+	}
+	t.Logf("1000 replicas at 0.3/s, r=100/s, B=100: %.1f%% of r from 10 s to 40 s (%.1f%% through the edge; leases only: %.1f%%); %d switched remote, %d back local, %d remote at the end",
+		100*res.ofRate, 100*float64(res.edgeAdmitted)/max(float64(res.admitted), 1), 100*lo.ofRate, res.toRemote, res.toLocal, res.remoteAtEnd)
 	if res.ofRate < 0.90 {
 		t.Fatalf("admitted %.1f%% of r, want >= 90%%", 100*res.ofRate)
 	}
