@@ -46,7 +46,8 @@ import (
 // while its lease is too thin to serve it (thinLease: a demand below
 // PromoteRate, and a cap below one cost or under two costs with the
 // demand below half its rate, the no-slivers division's single-cost
-// seats held by replicas that use a fraction of them) for PromoteAfter,
+// seats held by replicas that use a fraction of them) for PromoteAfter
+// (at once for a cap below one cost: the lease admits nothing here),
 // and brings it back by the promote
 // rule above, never within DemoteAfter of its last demotion. A server
 // that does not serve the Check API (an older version, or a cluster with
@@ -499,19 +500,24 @@ func (r *router) evalKey(l *Limiter, off, now int64, rc *routeCands) {
 }
 
 // evalThin makes leased key l (builtin routing) a demotion candidate once
-// its lease has been thin for PromoteAfter, and it has held it for
-// DemoteAfter since a promotion (none for a key local from the start).
+// its lease has been thin for PromoteAfter (at once if it is starved: it
+// admits nothing here), and it has held it for DemoteAfter since a
+// promotion (none for a key local from the start).
 func (r *router) evalThin(l *Limiter, now int64, rc *routeCands) {
 	rt := l.route
 	t := l.cur.Load()
-	if r.unsupported.Load() || t == nil || !r.thinLease(l, t) {
+	var thin, starved bool
+	if !r.unsupported.Load() && t != nil {
+		thin, starved = r.thinLease(l, t)
+	}
+	if !thin {
 		rt.thinSince = 0
 		return
 	}
 	if rt.thinSince == 0 {
 		rt.thinSince = now
 	}
-	if now-rt.thinSince >= int64(r.cfg.PromoteAfter) && (rt.remoteAt == 0 || now-rt.leaseAt >= int64(r.cfg.DemoteAfter)) {
+	if (starved || now-rt.thinSince >= int64(r.cfg.PromoteAfter)) && (rt.remoteAt == 0 || now-rt.leaseAt >= int64(r.cfg.DemoteAfter)) {
 		rc.down = append(rc.down, routeCand{l, l.lastDemand.RateMilliPerSec})
 	}
 }
@@ -522,22 +528,25 @@ func (r *router) evalThin(l *Limiter, now int64, rc *routeCands) {
 // (so the key would not come straight back), and the cap is below one
 // cost (the no-slivers division left it out, or others' caps squeeze it)
 // or under two costs with the demand below half the lease's rate (a
-// whole-cost seat of B that this replica uses a fraction of). A window
-// chunk, and a cost above the policy's burst (no holder could admit it),
-// are never thin.
-func (r *router) thinLease(l *Limiter, t *terms) bool {
+// whole-cost seat of B that this replica uses a fraction of); starved:
+// the first (it admits nothing here). A window chunk, and a cost above
+// the policy's burst (no holder could admit it), are never thin.
+func (r *router) thinLease(l *Limiter, t *terms) (thin, starved bool) {
 	if t.win != nil || t.expiredAck {
-		return false
+		return false, false
 	}
 	floor := max(l.lastDemand.MaxCostMilli, l.maxCost.Load(), lease.MilliPerToken)
 	if t.policyBurst > 0 && t.policyBurst < floor {
-		return false
+		return false, false
 	}
 	est := l.lastDemand.RateMilliPerSec * 4 / 5
 	if !l.lastDemand.Known || est >= int64(r.cfg.PromoteRate*lease.MilliPerToken) {
-		return false // a hot key waits for its share here, as it would come back
+		return false, false // a hot key waits for its share here, as it would come back
 	}
-	return t.capMilli < floor || (t.capMilli < 2*floor && est < t.rateMilli/2)
+	if t.capMilli < floor {
+		return true, true
+	}
+	return t.capMilli < 2*floor && est < t.rateMilli/2, false
 }
 
 // evalRemote makes remote key l, offered rate since from, a promotion

@@ -6,8 +6,8 @@ package lease
 // rule. Every replica starts local (a lease of its own); at each
 // evaluation (once a second) a local replica whose lease has been thin
 // for two seconds (a known demand below H, and a cap below one cost or
-// under two costs with the demand below half its rate) releases it and
-// goes remote:
+// under two costs with the demand below half its rate; at once for the
+// first, starved) releases it and goes remote:
 // its calls are decided from the lease of one more holder, the built-in
 // edge, whose demand is what the remote replicas offer. A remote replica
 // offered at least H for two seconds, and not demoted in the last
@@ -128,13 +128,16 @@ func (p remoteSim) run(t *testing.T) remoteResult {
 		}
 		h.bucket, h.meter, h.offered, h.maxCost = nil, DemandMeter{}, 0, 0
 	}
-	thin := func(h *remoteReplica) bool {
+	thin := func(h *remoteReplica) (thin, starved bool) {
 		floor := max(h.demand.MaxCostMilli, p.cost, MilliPerToken)
 		est := h.demand.RateMilliPerSec * 4 / 5
 		if !h.demand.Known || est >= p.promoteRate {
-			return false
+			return false, false
 		}
-		return h.grant.CapMilli < floor || (h.grant.CapMilli < 2*floor && est < h.grant.RateMilliPerSec/2)
+		if h.grant.CapMilli < floor {
+			return true, true
+		}
+		return h.grant.CapMilli < 2*floor && est < h.grant.RateMilliPerSec/2, false
 	}
 	admit := func(i int, h *remoteReplica, b *remoteReplica, now int64) {
 		ok := false
@@ -186,14 +189,18 @@ func (p remoteSim) run(t *testing.T) remoteResult {
 					}
 					continue
 				}
-				if p.leasesOnly || r.bucket == nil || !thin(r) {
+				var isThin, starved bool
+				if !p.leasesOnly && r.bucket != nil {
+					isThin, starved = thin(r)
+				}
+				if !isThin {
 					r.thinSince = 0
 					continue
 				}
 				if r.thinSince == 0 {
 					r.thinSince = now
 				}
-				if now-r.thinSince >= p.promoteAfter && (r.remoteAt == 0 || now-r.promoted >= p.demoteAfter) {
+				if (starved || now-r.thinSince >= p.promoteAfter) && (r.remoteAt == 0 || now-r.promoted >= p.demoteAfter) {
 					release(r, now)
 					r.remote, r.remoteAt, r.thinSince = true, now, 0
 					res.toRemote++
