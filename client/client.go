@@ -149,9 +149,17 @@ type Config struct {
 	// this replica is decided at an edge (one Admission.Check, from the
 	// edge's lease) instead of taking a lease of its own, until it is hot
 	// enough for one (EdgeRouting; client/edgeroute.go). TLS, Token and
-	// DialOptions apply to the edges too. Empty: every key takes a lease.
+	// DialOptions apply to the edges too. Empty: the servers are the
+	// edges (each serves the Check API from leases of its own), and a key
+	// starts with a lease of its own, going remote only while that lease
+	// is too thin to serve it (docs/design.md §3.4, "Remote decisions by
+	// default"; client/edgeroute.go).
 	Edges       []string
 	EdgeRouting EdgeRouting
+	// NoRemote: with no Edges, every key takes a lease of its own and is
+	// never decided at a server's built-in edge (the edges' own clients
+	// set it: they are the holders remote decisions come from).
+	NoRemote bool
 }
 
 // GrantInfo describes one acknowledged grant the client put to use.

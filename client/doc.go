@@ -12,7 +12,8 @@
 // canonical ID; see Key), each with its current lease terms (an immutable
 // terms value, published with one atomic pointer store) and the lease's
 // lease.AtomicBucket; one connection per server (and per edge, with
-// Config.Edges); and one background goroutine (loop.go) that acquires,
+// Config.Edges; without, the servers' connections carry the remote
+// decisions too); and one background goroutine (loop.go) that acquires,
 // renews, releases and evicts. The hot path touches only the first two;
 // everything that talks to the cluster runs on the loop.
 //
@@ -117,6 +118,19 @@
 // edge) plus one per hot key and replica, instead of one per key and
 // replica. EdgeStats counts what was routed. The rule and why the switch
 // keeps the bound: docs/design.md §3.4 rule 9.
+//
+// Remote decisions by default: with no Config.Edges (and not NoRemote)
+// the servers are the edges (every rationd answers Admission.Check from
+// leases of its own), over the Client's own connections. A key starts
+// with a lease of its own, as without routing, and is sent to its home
+// server (a hash of its ID) only while that lease is too thin to serve it
+// (a cap below one cost, or under two costs with a demand below half its
+// rate, the demand below PromoteRate) for PromoteAfter; it comes back by
+// the promote rule, not within DemoteAfter of its demotion. So a thousand
+// replicas that each see a trickle of one key use its quota through one
+// lease, and a few replicas on a key keep theirs. A server that does not
+// serve the Check API (an older version, ACLs) turns routing off.
+// docs/design.md §3.4, "Remote decisions by default".
 //
 // A new process is a new incarnation (Config.Incarnation defaults to the
 // start time in nanoseconds): the cluster releases the previous

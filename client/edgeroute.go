@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -34,6 +35,23 @@ import (
 // then the lease is released with its unspent tokens, as an idle
 // eviction releases it. Every admission is by a lease holder, the edge or
 // this client: nothing is admitted between the two.
+//
+// Remote decisions by default (docs/design.md §3.4, "Remote decisions by
+// default"). A Client with no Edges (and not NoRemote) uses its servers
+// as its edges: each rationd serves Admission.Check from leases of its
+// own (coordinator/remote.go), and a key's home server is a hash of its
+// ID, so a key decided remotely holds one lease cluster-wide, not one per
+// replica. Such a key starts *local*: it takes a lease as without
+// routing, and its first calls wait for it. The loop sends it remote only
+// while its lease is too thin to serve it (thinLease: a demand below
+// PromoteRate, and a cap below one cost or under two costs with the
+// demand below half its rate, the no-slivers division's single-cost
+// seats held by replicas that use a fraction of them) for PromoteAfter
+// (at once for a cap below one cost: the lease admits nothing here),
+// and brings it back by the promote
+// rule above, never within DemoteAfter of its last demotion. A server
+// that does not serve the Check API (an older version, or a cluster with
+// ACLs) turns remote routing off for the Client: its keys keep leases.
 
 // EdgeRouting tunes when a key is checked at an edge and when it takes a
 // lease of its own (Config.Edges). Zero values take the defaults.
@@ -138,6 +156,15 @@ func checkEdgeAddrs(edges []string) error {
 type router struct {
 	cfg   EdgeRouting
 	edges []*edgeConn
+	// builtin: the edges are the servers (no Config.Edges); keys start
+	// local and go remote only while their lease is thin.
+	builtin bool
+	// unsupported is set (builtin only) once a server answered that it
+	// does not serve the Check API: no key goes remote any more.
+	unsupported atomic.Bool
+	// byPolicy counts remote decisions, failures and switches per policy
+	// (a *routeCounts per policy name; metrics.go reads it).
+	byPolicy sync.Map
 	// nextEval is when the loop next evaluates demand (loop-owned).
 	nextEval int64
 
@@ -147,7 +174,7 @@ type router struct {
 
 type edgeConn struct {
 	addr      string
-	conn      *grpc.ClientConn
+	conn      *grpc.ClientConn // nil for a server's: the Client's own connection
 	adm       api.AdmissionClient
 	downUntil atomic.Int64 // local time before which calls skip this edge
 	timeouts  atomic.Int32 // consecutive calls that timed out
@@ -177,19 +204,40 @@ type route struct {
 	// switching is set from a promotion until the next demotion (read
 	// only by the negative control: AdmitBeforeLease).
 	switching atomic.Bool
+	// local (builtin routing only) is set from the key's creation until
+	// its first demotion: a call finding no lease takes the path of a key
+	// without routing (the first-lease wait), not the remote one.
+	local atomic.Bool
 
 	// Owned by the loop. leasing: the loop acquires and renews the key.
 	leasing                      bool
 	seenOffered                  int64
 	evalOffered, evalAt          int64
 	hotSince, coldSince, leaseAt int64
+	// thinSince: since when the lease has been thin (builtin routing);
+	// remoteAt: the last demotion (0: none).
+	thinSince, remoteAt int64
+}
+
+// routeCounts are one policy's routing counts.
+type routeCounts struct {
+	remote, failures, toRemote, toLocal atomic.Int64
+}
+
+// counts returns policy's routing counts.
+func (r *router) counts(policy string) *routeCounts {
+	if v, ok := r.byPolicy.Load(policy); ok {
+		return v.(*routeCounts)
+	}
+	v, _ := r.byPolicy.LoadOrStore(policy, &routeCounts{})
+	return v.(*routeCounts)
 }
 
 // startEdges connects (lazily) to the edges, with the servers' dial
 // options (TLS, token, DialOptions apply to edges too).
 func (c *Client) startEdges(opts []grpc.DialOption) error {
 	if len(c.cfg.Edges) == 0 {
-		return nil
+		return c.startBuiltin()
 	}
 	if err := checkEdgeAddrs(c.cfg.Edges); err != nil {
 		return err
@@ -210,12 +258,31 @@ func (c *Client) startEdges(opts []grpc.DialOption) error {
 	return nil
 }
 
+// startBuiltin routes through the servers' built-in edges, over the
+// Client's own connections (no Config.Edges).
+func (c *Client) startBuiltin() error {
+	if c.cfg.NoRemote {
+		return nil
+	}
+	if err := c.cfg.EdgeRouting.setDefaults(); err != nil {
+		return err
+	}
+	r := &router{cfg: c.cfg.EdgeRouting, builtin: true}
+	for i, conn := range c.conns {
+		r.edges = append(r.edges, &edgeConn{addr: c.cfg.Servers[i], adm: api.NewAdmissionClient(conn)})
+	}
+	c.router = r
+	return nil
+}
+
 func (r *router) close() {
 	if r == nil {
 		return
 	}
 	for _, e := range r.edges {
-		_ = e.conn.Close()
+		if e.conn != nil {
+			_ = e.conn.Close()
+		}
 	}
 }
 
@@ -228,7 +295,14 @@ func (c *Client) newRoute(id string, now int64) *route {
 	}
 	h := fnv.New32a()
 	_, _ = h.Write([]byte(id))
-	return &route{home: int(h.Sum32() % uint32(len(c.router.edges))), evalAt: now}
+	rt := &route{home: int(h.Sum32() % uint32(len(c.router.edges))), evalAt: now}
+	if c.router.builtin {
+		// Local first: leased as without routing, until its lease is thin.
+		rt.leasing = true
+		rt.local.Store(true)
+		rt.switching.Store(true)
+	}
+	return rt
 }
 
 // wantsLease says whether the loop should acquire for l: always without
@@ -270,6 +344,7 @@ func (l *Limiter) allowRemote(costMilli int64) (d Decision, ok bool) {
 		r.checks.Add(1)
 		if err == nil && len(resp.GetResults()) == 1 {
 			e.timeouts.Store(0)
+			r.counts(l.policy).remote.Add(1)
 			d = decisionOf(resp.GetResults()[0])
 			if d.Reason != Allowed || c.countAllowed.Load() {
 				l.decisions[d.Reason].Add(1)
@@ -280,6 +355,7 @@ func (l *Limiter) allowRemote(costMilli int64) (d Decision, ok bool) {
 			return d, true
 		}
 		r.errs.Add(1)
+		r.counts(l.policy).failures.Add(1)
 		if err == nil {
 			err = rpcerr.Errorf(codes.Internal, "edge %s answered %d results for one item", e.addr, len(resp.GetResults()))
 		}
@@ -300,6 +376,9 @@ func (l *Limiter) allowRemote(costMilli int64) (d Decision, ok bool) {
 			// the cluster.
 			return l.count(Decision{Verdict: Verdict{Reason: Unavailable}, RetryAfter: r.cfg.Timeout}), true
 		}
+		if r.builtin && notServed(err) && !r.unsupported.Swap(true) {
+			c.log.Warn("a server does not serve the Check API (an older version, or ACLs); every key keeps a lease of its own", "server", e.addr, "err", err)
+		}
 		// This edge cannot serve the key (a refusal that another edge
 		// would repeat: bad key, unknown service, no permission): lease it.
 		err = fmt.Errorf("ration: edge %s: %w", e.addr, err)
@@ -310,6 +389,16 @@ func (l *Limiter) allowRemote(costMilli int64) (d Decision, ok bool) {
 		c.poke()
 	}
 	return Decision{}, false
+}
+
+// notServed reports a server's refusal of the Check API itself: not
+// implemented (an older version), or refused by its ACLs.
+func notServed(err error) bool {
+	switch status.Code(err) {
+	case codes.Unimplemented, codes.PermissionDenied, codes.Unauthenticated:
+		return true
+	}
+	return false
 }
 
 // decisionOf turns an edge's answer into a Decision.
@@ -400,11 +489,64 @@ func (r *router) evalKey(l *Limiter, off, now int64, rc *routeCands) {
 	rate := lease.MulDiv(max(off-rt.evalOffered, 0), lease.NanosPerSecond, span)
 	from := rt.evalAt
 	rt.evalOffered, rt.evalAt = off, now
-	if !rt.leasing {
+	switch {
+	case !rt.leasing:
 		r.evalRemote(l, rate, from, now, rc)
-	} else {
+	case r.builtin:
+		r.evalThin(l, now, rc)
+	default:
 		r.evalLeased(l, rate, now, rc)
 	}
+}
+
+// evalThin makes leased key l (builtin routing) a demotion candidate once
+// its lease has been thin for PromoteAfter (at once if it is starved: it
+// admits nothing here), and it has held it for DemoteAfter since a
+// promotion (none for a key local from the start).
+func (r *router) evalThin(l *Limiter, now int64, rc *routeCands) {
+	rt := l.route
+	t := l.cur.Load()
+	var thin, starved bool
+	if !r.unsupported.Load() && t != nil {
+		thin, starved = r.thinLease(l, t)
+	}
+	if !thin {
+		rt.thinSince = 0
+		return
+	}
+	if rt.thinSince == 0 {
+		rt.thinSince = now
+	}
+	if (starved || now-rt.thinSince >= int64(r.cfg.PromoteAfter)) && (rt.remoteAt == 0 || now-rt.leaseAt >= int64(r.cfg.DemoteAfter)) {
+		rc.down = append(rc.down, routeCand{l, l.lastDemand.RateMilliPerSec})
+	}
+}
+
+// thinLease reports whether lease t cannot serve key l's demand here
+// (docs/design.md §3.4, "Remote decisions by default"): the demand its
+// renewals report, less their headroom, is known and below PromoteRate
+// (so the key would not come straight back), and the cap is below one
+// cost (the no-slivers division left it out, or others' caps squeeze it)
+// or under two costs with the demand below half the lease's rate (a
+// whole-cost seat of B that this replica uses a fraction of); starved:
+// the first (it admits nothing here). A window chunk, and a cost above
+// the policy's burst (no holder could admit it), are never thin.
+func (r *router) thinLease(l *Limiter, t *terms) (thin, starved bool) {
+	if t.win != nil || t.expiredAck {
+		return false, false
+	}
+	floor := max(l.lastDemand.MaxCostMilli, l.maxCost.Load(), lease.MilliPerToken)
+	if t.policyBurst > 0 && t.policyBurst < floor {
+		return false, false
+	}
+	est := l.lastDemand.RateMilliPerSec * 4 / 5
+	if !l.lastDemand.Known || est >= int64(r.cfg.PromoteRate*lease.MilliPerToken) {
+		return false, false // a hot key waits for its share here, as it would come back
+	}
+	if t.capMilli < floor {
+		return true, true
+	}
+	return t.capMilli < 2*floor && est < t.rateMilli/2, false
 }
 
 // evalRemote makes remote key l, offered rate since from, a promotion
@@ -412,7 +554,7 @@ func (r *router) evalKey(l *Limiter, off, now int64, rc *routeCands) {
 func (r *router) evalRemote(l *Limiter, rate, from, now int64, rc *routeCands) {
 	rt := l.route
 	hot := int64(r.cfg.PromoteRate * lease.MilliPerToken)
-	if rate < hot {
+	if rate < hot || (r.builtin && now-rt.remoteAt < int64(r.cfg.DemoteAfter)) {
 		rt.hotSince = 0
 		return
 	}
@@ -483,9 +625,11 @@ func (c *Client) demote(now int64, down []routeCand) {
 		l := x.l
 		ls[i] = l
 		rt := l.route
-		rt.leasing, rt.hotSince, rt.coldSince = false, 0, 0
+		rt.leasing, rt.hotSince, rt.coldSince, rt.thinSince, rt.remoteAt = false, 0, 0, 0, now
 		rt.forced.Store(false)
 		rt.switching.Store(false)
+		rt.local.Store(false)
+		c.router.counts(l.policy).toRemote.Add(1)
 		// Calls that find no lease now go to the edge; calls that loaded
 		// the terms before the swap admit from the lease, which is held
 		// until the release below has drained its bucket.
@@ -509,6 +653,7 @@ func (c *Client) promote(l *Limiter, now int64) {
 	l.meter, l.lastDemand = lease.DemandMeter{}, lease.Demand{}
 	l.retryAt.Store(0)
 	c.router.promotions.Add(1)
+	c.router.counts(l.policy).toLocal.Add(1)
 }
 
 // EdgeStats counts what a Client with edges routed (all zero without).

@@ -30,8 +30,10 @@ import (
 // offering in total RATE calls/s over K keys with Zipf popularity (s =
 // 1.1), each call to a uniformly chosen replica. Sub-benchmark "edges": the
 // replicas route cold keys through E edges (real `rationd edge` servers on
-// loopback gRPC); "leases": every replica leases every key it calls, as
-// without edges. After a warm-up it measures, over a window: leases held
+// loopback gRPC); "default": no edges configured, thin keys go to the
+// servers' built-in edges (docs/design.md §3.4, "Remote decisions by
+// default"); "leases": every replica leases every key it calls
+// (Config.NoRemote). After a warm-up it measures, over a window: leases held
 // (sampled), key-renewals/s (acknowledged renewals, OnGrant), and the
 // utilization of the hottest keys' quotas (admitted / (rate × window)). Run
 // once per sub-benchmark (-benchtime=1x); sizes from the environment:
@@ -45,10 +47,10 @@ func BenchmarkEdgeRouteZipf(b *testing.B) {
 		rate: envInt("RATION_ZIPF_RATE", 1000), edges: envInt("RATION_ZIPF_EDGES", 2),
 		warmup: envDur("RATION_ZIPF_WARMUP", 15*time.Second), measure: envDur("RATION_ZIPF_MEASURE", 30*time.Second),
 	}
-	for _, mode := range []string{"edges", "leases"} {
+	for _, mode := range []string{"edges", "default", "leases"} {
 		b.Run(mode, func(b *testing.B) {
 			for range b.N {
-				r := runZipf(b, cfg, mode == "edges")
+				r := runZipf(b, cfg, mode)
 				b.ReportMetric(r.leasesReplicas, "leases-replicas")
 				b.ReportMetric(r.leasesEdges, "leases-edges")
 				b.ReportMetric(r.leasesReplicas+r.leasesEdges, "leases")
@@ -97,7 +99,8 @@ policies:
     max_leases_per_key: 1024
 `
 
-func runZipf(b *testing.B, cfg zipfConfig, withEdges bool) zipfResult {
+func runZipf(b *testing.B, cfg zipfConfig, mode string) zipfResult {
+	withEdges := mode == "edges"
 	c := testcluster.New(b, 3, testcluster.WithPolicies(zipfPolicy))
 	c.WaitForLeader(b)
 	c.WaitForFeatures(b)
@@ -134,7 +137,7 @@ func runZipf(b *testing.B, cfg zipfConfig, withEdges bool) zipfResult {
 	}
 	reps := make([]*client.Client, cfg.replicas)
 	for i := range reps {
-		cc := client.Config{Servers: srv, ClientID: fmt.Sprintf("rep-%03d", i), IdleTimeout: idle, OnGrant: onGrant, NoFirstLeaseWait: true}
+		cc := client.Config{Servers: srv, ClientID: fmt.Sprintf("rep-%03d", i), IdleTimeout: idle, OnGrant: onGrant, NoFirstLeaseWait: true, NoRemote: mode == "leases"}
 		if withEdges {
 			// The defaults (H = 5/s for 2s, C = 1/s for 30s), but a faster
 			// demotion so that a run of a minute sees keys cool.
@@ -222,7 +225,7 @@ func runZipf(b *testing.B, cfg zipfConfig, withEdges bool) zipfResult {
 			return c.Admin(0).ListLeases(ctx, &api.ListLeasesRequest{Policy: "zipf"}) // forwarded to the leader
 		})
 		for _, l := range resp.GetLeases() {
-			if strings.HasPrefix(l.GetClientId(), "edge-") {
+			if strings.HasPrefix(l.GetClientId(), "edge-") || strings.HasPrefix(l.GetClientId(), "rationd/") {
 				sumEdge++
 			} else {
 				sumRep++

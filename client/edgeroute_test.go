@@ -173,8 +173,10 @@ func TestEdgeRouteColdKeysNoLease(t *testing.T) {
 	if reasons[client.Allowed] == 0 {
 		t.Fatalf("no call allowed through the edge: %v", reasons)
 	}
-	if ps := plain.EdgeStats(); ps != (client.EdgeStats{}) {
-		t.Fatalf("a client without edges has routing stats %+v", ps)
+	// Its leases are thick (one replica per key), so none goes remote to
+	// the servers' built-in edges (TestRemoteByDefault*).
+	if ps := plain.EdgeStats(); ps.Remote != 0 || ps.Checks != 0 || ps.Demotions != 0 {
+		t.Fatalf("a client without edges routed keys: %+v", ps)
 	}
 	t.Logf("reasons %v, stats %+v", reasons, s)
 }
@@ -559,9 +561,16 @@ func TestEdgeRouteCarelessCalls(t *testing.T) {
 		}
 		return nil
 	})
-	// Edges pointed at a server (no Admission service): every key takes
-	// a lease of its own and is served from it; Err says why.
-	wrong := routedClient(t, c, "wrong", client.EdgeRouting{Interval: 100 * time.Millisecond}, servers(c)[0])
+	// Edges pointed at a gRPC server without the Admission service: every
+	// key takes a lease of its own and is served from it; Err says why.
+	bare := grpc.NewServer()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = bare.Serve(ln) }()
+	t.Cleanup(bare.Stop)
+	wrong := routedClient(t, c, "wrong", client.EdgeRouting{Interval: 100 * time.Millisecond}, ln.Addr().String())
 	wl := wrong.Limiter("api", client.Key{"tenant": "w"})
 	testcluster.WaitFor(t, testcluster.DefaultWait, func() error {
 		if d := wl.AllowN(1); !d.Allowed {

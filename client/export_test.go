@@ -70,3 +70,13 @@ func KeepSpentWindowChunks(c *Client) { c.keepSpent.Store(true) }
 
 // SlotsSends is how many acquires and renewals s's loop has sent.
 func SlotsSends(s *Slots) int64 { return s.sends.Load() }
+
+// Renewals is how many renewal RPCs c's loop has completed (the RPC
+// latency histogram's count).
+func Renewals(c *Client) uint64 {
+	var n uint64
+	for i := range c.rpcStats.ops[opRenew].buckets {
+		n += c.rpcStats.ops[opRenew].buckets[i].Load()
+	}
+	return n
+}

@@ -413,7 +413,7 @@ func (l *Limiter) allow(costMilli int64, waitFirst bool) (Decision, *lease.Atomi
 		if l.evicted.Load() {
 			return l.live().allow(costMilli, waitFirst)
 		}
-		if l.route != nil {
+		if l.route != nil && !l.route.local.Load() {
 			if d, ok := l.allowRemote(costMilli); ok {
 				return d, nil // no local bucket charged: AllowAll cannot refund it
 			}

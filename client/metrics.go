@@ -39,6 +39,16 @@ import (
 //	renewal_duration_seconds{op}             histogram: acquire and renew RPCs, retries included
 //	renewal_errors_total{op,code}            counter: failed RPCs and per-key refusals, by gRPC code
 //
+// and, for a Client that routes keys to edges or to the servers' built-in
+// ones (edgeroute.go; none with Config.NoRemote):
+//
+//	remote_decisions_total{policy}           counter: calls decided remotely (one Admission.Check each, counted
+//	                                         whatever the reason); local decisions are decisions_total less these
+//	remote_failures_total{policy}            counter: remote calls that failed (the next edge was tried, or the
+//	                                         key took the path of a key without a lease)
+//	route_switches_total{policy,to}          counter: keys switched to="remote" (demoted) or to="local" (promoted)
+//	remote_keys{policy}                      gauge: keys decided remotely now
+//
 // and, unprefixed, as the server and the edge carry it:
 //
 //	ration_build_info{version,revision,goversion}  gauge: 1, the client library's build (internal/version)
@@ -66,6 +76,8 @@ type Collector struct {
 	latency *prometheus.Desc
 	errs    *prometheus.Desc
 	build   *prometheus.Desc
+
+	remote, remoteFail, switches, remoteKeys *prometheus.Desc
 }
 
 // CollectorOption configures NewCollector.
@@ -119,6 +131,13 @@ func NewCollector(c *Client, opts ...CollectorOption) *Collector {
 		build:   version.BuildInfoDesc(o.constLabels),
 	}
 	col.descs = []*prometheus.Desc{col.dec, col.shadow, col.near, col.lims, col.evicts, col.leases, col.rate, col.capTok, col.expiry, col.latency, col.errs, col.build}
+	if c.router != nil {
+		col.remote = desc("remote_decisions_total", "Calls decided remotely, at an edge or a server's built-in edge (decisions_total counts them too).", "policy")
+		col.remoteFail = desc("remote_failures_total", "Remote calls that failed.", "policy")
+		col.switches = desc("route_switches_total", "Keys switched to remote decisions (to=remote) or to a lease of their own (to=local).", "policy", "to")
+		col.remoteKeys = desc("remote_keys", "Keys decided remotely now.", "policy")
+		col.descs = append(col.descs, col.remote, col.remoteFail, col.switches, col.remoteKeys)
+	}
 	return col
 }
 
@@ -250,6 +269,7 @@ func (col *Collector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(col.expiry, prometheus.GaugeValue, time.Duration(a.minExpiry).Seconds(), labels...)
 	}
 
+	col.collectRoutes(ch, live)
 	for op := range numOps {
 		s := &c.rpcStats.ops[op]
 		var count uint64
@@ -265,6 +285,38 @@ func (col *Collector) Collect(ch chan<- prometheus.Metric) {
 				ch <- prometheus.MustNewConstMetric(col.errs, prometheus.CounterValue, float64(n), op.String(), codes.Code(code).String())
 			}
 		}
+	}
+}
+
+// collectRoutes sends the routing series (none without a router).
+func (col *Collector) collectRoutes(ch chan<- prometheus.Metric, live []*Limiter) {
+	r := col.c.router
+	if r == nil || col.remote == nil {
+		return
+	}
+	remoteKeys := map[string]int{}
+	for _, l := range live {
+		if l.route != nil && !l.route.switching.Load() {
+			remoteKeys[l.policy]++
+		}
+	}
+	counts := map[string]*routeCounts{}
+	r.byPolicy.Range(func(k, v any) bool {
+		counts[k.(string)] = v.(*routeCounts)
+		return true
+	})
+	for p := range remoteKeys {
+		if counts[p] == nil {
+			counts[p] = &routeCounts{}
+		}
+	}
+	for _, p := range sortedKeys(counts) {
+		rc := counts[p]
+		ch <- prometheus.MustNewConstMetric(col.remote, prometheus.CounterValue, float64(rc.remote.Load()), p)
+		ch <- prometheus.MustNewConstMetric(col.remoteFail, prometheus.CounterValue, float64(rc.failures.Load()), p)
+		ch <- prometheus.MustNewConstMetric(col.switches, prometheus.CounterValue, float64(rc.toRemote.Load()), p, "remote")
+		ch <- prometheus.MustNewConstMetric(col.switches, prometheus.CounterValue, float64(rc.toLocal.Load()), p, "local")
+		ch <- prometheus.MustNewConstMetric(col.remoteKeys, prometheus.GaugeValue, float64(remoteKeys[p]), p)
 	}
 }
 

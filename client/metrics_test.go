@@ -1,8 +1,6 @@
 package client
 
 import (
-	"context"
-	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -13,7 +11,6 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/ration-dev/ration/api"
-	"github.com/ration-dev/ration/internal/testcluster"
 	"github.com/ration-dev/ration/internal/version"
 )
 
@@ -234,56 +231,6 @@ func TestCountingDoesNotAllocate(t *testing.T) {
 	if got := l.decisions[Allowed].Load(); got < 1000 {
 		t.Fatalf("counted %d admissions, want >= 1000", got)
 	}
-}
-
-// TestCollectorLive: against a real cluster, the loop's acquire and
-// renewals show up in the histogram and the decisions in the counters.
-func TestCollectorLive(t *testing.T) {
-	tc := testcluster.New(t, 3, testcluster.WithPolicies(`
-policies:
-  - name: writes
-    algorithm: token-bucket
-    rate: 100
-    burst: 50
-    key: [tenant]
-    lease: {duration: 1s, renew_after: 200ms}
-`))
-	tc.WaitForLeader(t)
-	var servers []string
-	for i := 0; i < tc.Len(); i++ {
-		servers = append(servers, tc.Server(i).GRPCAddr())
-	}
-	c, err := New(context.Background(), Config{Servers: servers, ClientID: "metrics"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	l := c.Limiter("writes", Key{"tenant": "acme"})
-	col := NewCollector(c)
-	allowed := 0
-	testcluster.WaitFor(t, testcluster.DefaultWait, func() error {
-		if l.AllowN(1).Allowed {
-			allowed++
-		}
-		if n := renewals(c); n < 2 {
-			return fmt.Errorf("%d renewals yet, want 2", n)
-		}
-		return nil
-	})
-	if got := value(t, col, "ration_client_decisions_total", "reason", "allowed"); int(got) != allowed {
-		t.Errorf("decisions_total{allowed} = %v, want %d", got, allowed)
-	}
-	if n := testutil.CollectAndCount(col, "ration_client_leases"); n != 1 {
-		t.Errorf("%d lease series, want 1", n)
-	}
-}
-
-func renewals(c *Client) uint64 {
-	var n uint64
-	for i := range c.rpcStats.ops[opRenew].buckets {
-		n += c.rpcStats.ops[opRenew].buckets[i].Load()
-	}
-	return n
 }
 
 // value gathers col and returns the value of the one series of name with

@@ -39,12 +39,14 @@ type Server struct {
 	grpcLn  net.Listener
 	grpc    *grpc.Server
 	batcher *batcher
-	clock   clusterClock
-	fwd     *forwarder
-	stats   *opStats
-	audit   *audit
-	acl     *aclGate
-	limits  *leaseLimits
+	// remote is the built-in edge (remote.go); nil with ACLs.
+	remote *remoteService
+	clock  clusterClock
+	fwd    *forwarder
+	stats  *opStats
+	audit  *audit
+	acl    *aclGate
+	limits *leaseLimits
 	// windowClockMu serialises re-syncs of window time with a snapshot
 	// restore, which reads the window clock it keeps (windows.go).
 	windowClockMu sync.Mutex
@@ -223,6 +225,11 @@ func (s *Server) startGRPC() error {
 	s.grpc = grpc.NewServer(s.grpcServerOptions()...)
 	api.RegisterLeasesServer(s.grpc, &leaseService{s: s})
 	api.RegisterAdminServer(s.grpc, &adminService{s: s})
+	if !cfg.ACL {
+		// The built-in edge (remote.go): not with ACLs.
+		s.remote = newRemoteService(s)
+		api.RegisterAdmissionServer(s.grpc, s.remote)
+	}
 	if cfg.RegisterGRPC != nil {
 		cfg.RegisterGRPC(s.grpc)
 	}
@@ -359,6 +366,8 @@ func (s *Server) FSM() *fsm.FSM { return s.fsm }
 func (s *Server) Shutdown(ctx context.Context) error {
 	var err error
 	s.shutdownOnce.Do(func() {
+		// The built-in edge's leases first, while the cluster serves.
+		s.closeRemote()
 		// A transfer can fail for a passing reason (its TimeoutNow RPC
 		// went out on a pooled connection the peer had closed: EOF; a
 		// failed connection is not pooled again), so it is tried again
@@ -399,6 +408,12 @@ func (s *Server) Kill() {
 		if s.grpc != nil {
 			s.grpc.Stop()
 		}
+		if s.remote != nil {
+			// As a crash: nothing waits for the built-in edge's releases
+			// (they cannot reach this server any more); its leases
+			// expire unless a release reaches another server first.
+			go s.remote.close()
+		}
 		_ = s.closeAll(false)
 		s.wg.Wait()
 	})
@@ -434,6 +449,13 @@ func (s *Server) closeAll(leaveGossip bool) error {
 		_ = s.grpcLn.Close()
 	}
 	return errors.Join(errs...)
+}
+
+// closeRemote closes the built-in edge (remote.go), if any.
+func (s *Server) closeRemote() {
+	if s.remote != nil {
+		s.remote.close()
+	}
 }
 
 func (s *Server) voterCount() int {

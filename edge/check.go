@@ -4,14 +4,12 @@ import (
 	"context"
 	"fmt"
 
-	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/ration-dev/ration/api"
 	"github.com/ration-dev/ration/client"
 	"github.com/ration-dev/ration/client/httplimit"
-	"github.com/ration-dev/ration/internal/limits"
-	"github.com/ration-dev/ration/internal/rpcerr"
+	"github.com/ration-dev/ration/internal/checkreq"
 	"github.com/ration-dev/ration/lease"
 )
 
@@ -124,45 +122,6 @@ func (e *Edge) result(pol string, lim *client.Limiter, d client.Decision) *api.C
 	return r
 }
 
-// validateCheck checks a request's shape and returns each item's cost.
-func validateCheck(req *api.CheckRequest) ([]int64, error) {
-	items := req.GetItems()
-	switch n := len(items); {
-	case n == 0:
-		return nil, rpcerr.Error(codes.InvalidArgument, "no items; a Check names 1 to 64 {policy, key, cost}")
-	case n > MaxCheckItems:
-		return nil, rpcerr.Errorf(codes.InvalidArgument, "%d items; at most %d per Check", n, MaxCheckItems)
-	}
-	costs := make([]int64, len(items))
-	for i, it := range items {
-		if it.GetPolicy() == "" {
-			return nil, rpcerr.Errorf(codes.InvalidArgument, "item %d: empty policy", i)
-		}
-		if len(it.GetPolicy()) > limits.PolicyNameBytes {
-			return nil, rpcerr.Errorf(codes.InvalidArgument, "item %d: policy name of %d bytes; at most %d", i, len(it.GetPolicy()), limits.PolicyNameBytes)
-		}
-		if len(it.GetKey()) > MaxKeyAttrs {
-			return nil, rpcerr.Errorf(codes.InvalidArgument, "item %d: %d key attributes; at most %d", i, len(it.GetKey()), MaxKeyAttrs)
-		}
-		for k, v := range it.GetKey() {
-			if k == "" || len(k) > MaxNameLen {
-				return nil, rpcerr.Errorf(codes.InvalidArgument, "item %d: key attribute names are 1 to %d bytes", i, MaxNameLen)
-			}
-			if len(v) > limits.KeyValueBytes {
-				return nil, rpcerr.Errorf(codes.InvalidArgument, "item %d: key attribute %q: value of %d bytes; at most %d", i, k, len(v), limits.KeyValueBytes)
-			}
-		}
-		switch c := it.GetCost(); {
-		case c < 0:
-			return nil, rpcerr.Errorf(codes.InvalidArgument, "item %d: negative cost %d", i, c)
-		case c == 0:
-			costs[i] = 1
-		default:
-			costs[i] = clampCost(uint64(c))
-		}
-		if req.GetAllOrNone() && costs[i] != costs[0] {
-			return nil, rpcerr.Errorf(codes.InvalidArgument, "item %d: cost %d differs from item 0's %d; all_or_none charges one cost on every item", i, costs[i], costs[0])
-		}
-	}
-	return costs, nil
-}
+// validateCheck checks a request's shape and returns each item's cost
+// (internal/checkreq, shared with the servers' built-in edge).
+func validateCheck(req *api.CheckRequest) ([]int64, error) { return checkreq.Validate(req) }

@@ -22,6 +22,7 @@ import (
 	"github.com/ration-dev/ration/api"
 	"github.com/ration-dev/ration/client"
 	"github.com/ration-dev/ration/internal/acl"
+	"github.com/ration-dev/ration/internal/checkreq"
 	"github.com/ration-dev/ration/internal/envoyconf"
 	"github.com/ration-dev/ration/internal/limits"
 	"github.com/ration-dev/ration/internal/policy"
@@ -161,7 +162,7 @@ func New(ctx context.Context, cfg Config) (*Edge, error) {
 		cfg.PressureKeys = DefaultPressureKeys
 	}
 	ccfg := client.Config{Servers: cfg.Servers, ClientID: cfg.ClientID, Logger: cfg.Logger.With("part", "client"), TracerProvider: cfg.TracerProvider,
-		FirstLeaseWait: cfg.FirstLeaseWait, NoFirstLeaseWait: cfg.NoFirstLeaseWait, TLS: cfg.TLS, Token: cfg.Token,
+		FirstLeaseWait: cfg.FirstLeaseWait, NoFirstLeaseWait: cfg.NoFirstLeaseWait, TLS: cfg.TLS, Token: cfg.Token, NoRemote: true,
 		PressureKeys: max(cfg.PressureKeys, 0)}
 	if cfg.Client != nil {
 		cfg.Client(&ccfg)
@@ -468,12 +469,6 @@ func (e *Edge) noteRefusal(l *client.Limiter, d client.Decision) {
 // from the record of its request keeps, never by its message.
 func takenOver(err error) bool { return err != nil && rpcerr.IsOlderIncarnation(err) }
 
-// clampCost maps a requested cost onto the client's range: more than
-// client.MaxCost (no policy's burst admits it) stays more, without
-// overflowing.
-func clampCost(c uint64) int64 {
-	if c > uint64(client.MaxCost) {
-		return client.MaxCost + 1
-	}
-	return int64(c)
-}
+// clampCost maps a requested cost onto the client's range
+// (checkreq.ClampCost).
+func clampCost(c uint64) int64 { return checkreq.ClampCost(c) }

@@ -1,0 +1,193 @@
+package coordinator
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/ration-dev/ration/api"
+	"github.com/ration-dev/ration/client"
+	"github.com/ration-dev/ration/client/httplimit"
+	"github.com/ration-dev/ration/internal/checkreq"
+	"github.com/ration-dev/ration/internal/policy"
+	"github.com/ration-dev/ration/internal/rpcerr"
+	"github.com/ration-dev/ration/lease"
+)
+
+// The built-in edge (docs/design.md §3.4, "Remote decisions by default").
+// Every server answers ration.v1.Admission/Check from leases of its own,
+// held by an in-process client.Client (client ID "rationd/<server ID>")
+// that reaches the cluster through this server's own gRPC address, as any
+// client does: a remote decision is that client's Limiter.AllowN, so the
+// server is one more lease holder and B + r·W holds over it and every
+// other holder together. Clients with no Config.Edges send a key here
+// while their own lease of it is too thin to serve it (client/edgeroute.go).
+//
+// The client is started on the first Check (a cluster nobody routes to
+// holds no extra leases and runs no extra loop) and closed, releasing its
+// leases, first thing in Shutdown. A cluster with ACLs does not serve the
+// Check API (the service is not registered: Unimplemented), and the
+// clients keep leases of their own: the built-in edge would need a token
+// of its own for every policy.
+
+// remoteClientID is the built-in edge's lease-holder name.
+func remoteClientID(serverID string) string { return "rationd/" + serverID }
+
+// maxRemoteLimiters bounds the built-in edge's cache of limiters (the
+// client keeps the limiters themselves, and evicts idle ones).
+const maxRemoteLimiters = 1 << 16
+
+// remotePressureKeys is the built-in edge's client.Config.PressureKeys
+// (rationd edge's default, edge.DefaultPressureKeys).
+const remotePressureKeys = 1024
+
+type remoteService struct {
+	api.UnimplementedAdmissionServer
+	s *Server
+
+	mu     sync.Mutex
+	c      *client.Client // nil until the first Check; closed: set
+	closed bool
+
+	limMu    sync.RWMutex
+	limiters map[string]*client.Limiter
+
+	calls, items, invalid atomic.Int64
+}
+
+func newRemoteService(s *Server) *remoteService {
+	return &remoteService{s: s, limiters: map[string]*client.Limiter{}}
+}
+
+// client returns the built-in edge's client, starting it on first use;
+// nil once the server shuts down.
+func (r *remoteService) client() (*client.Client, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed {
+		return nil, rpcerr.Error(codes.Unavailable, "the server is shutting down")
+	}
+	if r.c != nil {
+		return r.c, nil
+	}
+	s := r.s
+	creds := insecure.NewCredentials()
+	if s.cfg.TLS != nil {
+		// The server's own certificate, as a forwarded call presents it.
+		creds = credentials.NewTLS(s.cfg.TLS.ClientConfig(s.cfg.peerServerName()))
+	}
+	addr := s.cfg.AdvertiseGRPCAddr
+	if addr == "" {
+		addr = s.GRPCAddr()
+	}
+	c, err := client.New(context.Background(), client.Config{
+		Servers: []string{addr}, ClientID: remoteClientID(s.cfg.ID), NoRemote: true,
+		DialOptions: []grpc.DialOption{grpc.WithTransportCredentials(creds)}, PressureKeys: remotePressureKeys,
+		Logger: s.log.With("part", "builtin-edge"), TracerProvider: s.cfg.TracerProvider,
+	})
+	if err != nil {
+		return nil, rpcerr.Errorf(codes.Internal, "the built-in edge: %v", err)
+	}
+	r.c = c
+	return c, nil
+}
+
+// close releases the built-in edge's leases; later Checks are refused
+// Unavailable.
+func (r *remoteService) close() {
+	r.mu.Lock()
+	c := r.c
+	r.c, r.closed = nil, true
+	r.mu.Unlock()
+	if c != nil {
+		if err := c.Close(); err != nil {
+			r.s.log.Warn("the built-in edge's leases were not all released", "err", err)
+		}
+	}
+}
+
+// limiter returns c's limiter for policy and key (wire names), from a
+// bounded cache.
+func (r *remoteService) limiter(c *client.Client, pol string, key client.Key) *client.Limiter {
+	id := client.LimiterID(pol, key)
+	r.limMu.RLock()
+	l, ok := r.limiters[id]
+	r.limMu.RUnlock()
+	if ok {
+		return l
+	}
+	l = c.WireLimiter(pol, key)
+	r.limMu.Lock()
+	if len(r.limiters) >= maxRemoteLimiters {
+		r.limiters = map[string]*client.Limiter{}
+	}
+	r.limiters[id] = l
+	r.limMu.Unlock()
+	return l
+}
+
+// Check decides a batch of items from the built-in edge's leases (see
+// api/check.proto). Its results carry the decision (allowed, reason,
+// remaining, retry-after, shadow), not the RateLimit header fields that
+// rationd edge adds.
+func (r *remoteService) Check(_ context.Context, req *api.CheckRequest) (*api.CheckResponse, error) {
+	r.calls.Add(1)
+	costs, err := checkreq.Validate(req)
+	if err != nil {
+		r.invalid.Add(1)
+		return nil, err
+	}
+	items := req.GetItems()
+	for i, it := range items {
+		if p, ok := r.s.fsm.Policy(it.GetPolicy()); ok && p.Algorithm == policy.Concurrency {
+			r.invalid.Add(1)
+			return nil, rpcerr.Errorf(codes.FailedPrecondition, "item %d: policy %q is a concurrency policy, which the Check API cannot serve (a call has no release)", i, it.GetPolicy())
+		}
+	}
+	c, err := r.client()
+	if err != nil {
+		return nil, err
+	}
+	r.items.Add(int64(len(items)))
+	lims := make([]*client.Limiter, len(items))
+	ds := make([]client.Decision, len(items))
+	for i, it := range items {
+		lims[i] = r.limiter(c, it.GetPolicy(), client.Key(it.GetKey()))
+	}
+	evaluated := len(items)
+	if req.GetAllOrNone() {
+		if refused := c.AllowAllDetail(costs[0], lims, ds); refused >= 0 {
+			evaluated = refused + 1
+		}
+	} else {
+		for i, l := range lims {
+			ds[i] = l.AllowN(costs[i])
+		}
+	}
+	resp := &api.CheckResponse{Results: make([]*api.CheckResult, len(items)), Allowed: evaluated == len(items)}
+	for i := range items {
+		if i >= evaluated {
+			resp.Results[i] = &api.CheckResult{Reason: "not-evaluated"}
+			continue
+		}
+		d := ds[i]
+		res := &api.CheckResult{Allowed: d.Allowed, Reason: d.Reason.String(), Remaining: max(d.RemainingMilli/lease.MilliPerToken, 0), Shadow: d.Shadow}
+		if !d.Allowed {
+			resp.Allowed = false
+			if d.RetryAfter == lease.RetryNever {
+				res.RetryNever = true
+			} else {
+				res.RetryAfter = durationpb.New(d.RetryAfter)
+				res.RetryAfterSeconds = httplimit.CeilSeconds(d.RetryAfter)
+			}
+		}
+		resp.Results[i] = res
+	}
+	return resp, nil
+}

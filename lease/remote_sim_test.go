@@ -1,0 +1,333 @@
+package lease
+
+// The model of remote decisions by default (docs/design.md §3.4, "Remote
+// decisions by default"; client/edgeroute.go, coordinator/remote.go): the
+// lease-level simulation of share_sim_test.go with the client's routing
+// rule. Every replica starts local (a lease of its own); at each
+// evaluation (once a second) a local replica whose lease has been thin
+// for two seconds (a known demand below H, and a cap below one cost or
+// under two costs with the demand below half its rate; at once for the
+// first, starved) releases it and goes remote:
+// its calls are decided from the lease of one more holder, the built-in
+// edge, whose demand is what the remote replicas offer. A remote replica
+// offered at least H for two seconds, and not demoted in the last
+// DemoteAfter, comes back local. Every admission, local or remote, is
+// checked against B + r·W (remoteResult.broken); the negative control (remoteNoLease, in
+// remote_sim_faults_test.go) serves remote calls without the edge's lease.
+
+import (
+	"cmp"
+	"fmt"
+	"testing"
+
+	"github.com/ration-dev/ration/internal/quotacheck"
+)
+
+type remoteSim struct {
+	shareSim
+	promoteRate  int64 // H, milli-tokens per second
+	promoteAfter int64 // also how long a lease must stay thin
+	demoteAfter  int64
+	// leasesOnly: no routing (every replica keeps its lease), the
+	// comparison.
+	leasesOnly bool
+	// remoteNoLease: the broken variant: a remote call is admitted when
+	// the edge has no usable lease (and without charging any).
+	remoteNoLease bool
+	// edgeCrashAt, if positive, is when the edge crashes (it loses its
+	// bucket, its lease stays held until it expires); it is back, and
+	// acquires again, edgeDownFor later.
+	edgeCrashAt, edgeDownFor int64
+	// offerEvery, if set, is replica i's gap between calls from now on
+	// (0: shareSim.offerEvery).
+	offerEveryAt func(i int, now int64) int64
+}
+
+type remoteReplica struct {
+	shareReplica
+	remote                        bool
+	grant                         Grant
+	demand                        Demand
+	thinSince, remoteAt, promoted int64
+	evalOffered, lastEvalOffered  int64 // cost offered since the last evaluation (promote rule)
+	hotSince                      int64
+}
+
+type remoteResult struct {
+	shareResult
+	toRemote, toLocal int
+	remoteAtEnd       int
+	edgeAdmitted      int64
+	// broken is the worst window over B + r·W, nil if the bound held.
+	broken *quotacheck.Violation
+}
+
+func (p remoteSim) run(t *testing.T) remoteResult {
+	t.Helper()
+	l, err := newLedger(LedgerConfig{RateMilliPerSec: p.rate, CapacityMilli: p.capacity, StartFull: true, DriftPPM: p.driftPPM, MaxLeases: maxLeasesLimit}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rs := make([]*remoteReplica, p.replicas)
+	for i := range rs {
+		rs[i] = &remoteReplica{shareReplica: shareReplica{id: fmt.Sprintf("r%04d", i), renewAt: int64(i) * p.renewEvery / int64(p.replicas),
+			nextOffer: int64(i) * p.offerEvery / int64(p.replicas), rng: uint64(i)*0x9E3779B97F4A7C15 + 1}}
+	}
+	edge := &remoteReplica{shareReplica: shareReplica{id: "rationd/s0", renewAt: 0}}
+	var hist []quotacheck.Admission
+	res := remoteResult{shareResult: shareResult{byReplica: make([]int64, p.replicas)}}
+	// renew acquires or renews h's lease at now.
+	renew := func(h *remoteReplica, now int64) {
+		d := h.meter.report(now, h.offered, h.maxCost)
+		h.offered, h.maxCost = 0, 0
+		h.demand = d
+		if !d.Known {
+			d.RateMilliPerSec, d.BurstMilli = unknownDemand, unknownDemand
+		}
+		var g Grant
+		if h.bucket == nil || now >= h.deadline {
+			h.seq++
+			g, err = l.Grant(now, GrantRequest{ClientID: h.id, Incarnation: 1, Seq: h.seq, DemandRateMilliPerSec: d.RateMilliPerSec,
+				DemandBurstMilli: d.BurstMilli, DemandMaxCostMilli: d.MaxCostMilli, TTLNanos: p.ttl})
+			if err != nil {
+				t.Fatal(err)
+			}
+			h.leaseID = g.LeaseID
+			if h.bucket, err = newTokenBucketWithLevel(p.bucketConfig(g), now, g.StartMilli); err != nil {
+				t.Fatal(err)
+			}
+			h.deadline = ClientDeadline(now, g.TTLNanos, p.driftPPM)
+		} else {
+			g, err = l.Renew(now, RenewRequest{ClientID: h.id, Incarnation: 1, LeaseID: h.leaseID, DemandRateMilliPerSec: d.RateMilliPerSec,
+				DemandBurstMilli: d.BurstMilli, DemandMaxCostMilli: d.MaxCostMilli, TTLNanos: p.ttl})
+			if err != nil {
+				t.Fatal(err)
+			}
+			must2(t, h.bucket.SetRate(now, p.bucketConfig(g).RateMilliPerSec))
+			must2(t, h.bucket.SetCapacity(now, g.CapMilli))
+			h.deadline = max(h.deadline, ClientDeadline(now, g.TTLNanos, p.driftPPM))
+		}
+		h.grant = g
+		h.renewAt = now + p.renewEvery
+		if err := l.CheckInvariants(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// release gives h's lease back with its unspent tokens (a demotion:
+	// the bucket stops minting and is drained first).
+	release := func(h *remoteReplica, now int64) {
+		if h.bucket != nil && now < h.deadline {
+			must2(t, h.bucket.SetRate(now, 0))
+			unspent, err := h.bucket.Drain(now)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := l.Release(now, ReleaseRequest{ClientID: h.id, Incarnation: 1, LeaseID: h.leaseID, UnspentMilli: unspent}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		h.bucket, h.meter, h.offered, h.maxCost = nil, DemandMeter{}, 0, 0
+	}
+	thin := func(h *remoteReplica) (thin, starved bool) {
+		floor := max(h.demand.MaxCostMilli, p.cost, MilliPerToken)
+		est := h.demand.RateMilliPerSec * 4 / 5
+		if !h.demand.Known || est >= p.promoteRate {
+			return false, false
+		}
+		if h.grant.CapMilli < floor {
+			return true, true
+		}
+		return h.grant.CapMilli < 2*floor && est < h.grant.RateMilliPerSec/2, false
+	}
+	admit := func(i int, h *remoteReplica, b *remoteReplica, now int64) {
+		ok := false
+		switch {
+		case b.bucket != nil && now < b.deadline:
+			d, err := b.bucket.Admit(now, p.cost)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ok = d.Allowed
+		case h.remote && p.remoteNoLease:
+			ok = true // the broken variant: served by no lease holder
+		}
+		if !ok {
+			return
+		}
+		hist = append(hist, quotacheck.Admission{AtNanos: now, CostMilli: p.cost, Who: b.id})
+		if now >= p.from {
+			res.admitted += p.cost
+			res.byReplica[i] += p.cost
+			if h.remote {
+				res.edgeAdmitted += p.cost
+			}
+		}
+	}
+	nextEval := int64(sec)
+	for now := int64(0); now < p.dur; now += p.tick {
+		if next, ok := l.NextExpiry(); ok && next <= now {
+			if _, err := l.Expire(now); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if now >= nextEval {
+			nextEval += sec
+			for _, r := range rs {
+				rate := (r.evalOffered - r.lastEvalOffered) // per second: one evaluation a second
+				r.lastEvalOffered = r.evalOffered
+				if r.remote {
+					if rate < p.promoteRate || now-r.remoteAt < p.demoteAfter {
+						r.hotSince = 0
+						continue
+					}
+					if r.hotSince == 0 {
+						r.hotSince = now - sec
+					}
+					if now-r.hotSince >= p.promoteAfter {
+						r.remote, r.promoted, r.hotSince, r.renewAt = false, now, 0, now
+						res.toLocal++
+					}
+					continue
+				}
+				var isThin, starved bool
+				if !p.leasesOnly && r.bucket != nil {
+					isThin, starved = thin(r)
+				}
+				if !isThin {
+					r.thinSince = 0
+					continue
+				}
+				if r.thinSince == 0 {
+					r.thinSince = now
+				}
+				if (starved || now-r.thinSince >= p.promoteAfter) && (r.remoteAt == 0 || now-r.promoted >= p.demoteAfter) {
+					release(r, now)
+					r.remote, r.remoteAt, r.thinSince = true, now, 0
+					res.toRemote++
+				}
+			}
+		}
+		if p.edgeCrashAt > 0 && now >= p.edgeCrashAt && now < p.edgeCrashAt+p.tick {
+			edge.bucket, edge.meter, edge.offered, edge.maxCost = nil, DemandMeter{}, 0, 0
+			edge.renewAt = now + p.edgeDownFor
+		}
+		// The edge holds a lease once a replica is remote.
+		if now >= edge.renewAt && (edge.bucket != nil || res.toRemote > 0) {
+			renew(edge, now)
+		}
+		for i, r := range rs {
+			if !r.remote && now >= r.renewAt {
+				renew(r, now)
+			}
+			if !p.active(i) || now < r.nextOffer {
+				continue
+			}
+			every := p.offerEvery
+			if p.offerEveryAt != nil {
+				every = cmp.Or(p.offerEveryAt(i, now), every)
+			}
+			for ; r.nextOffer <= now; r.nextOffer += r.nextGap(every) {
+				r.evalOffered += p.cost
+				if r.remote {
+					edge.offered += p.cost
+					edge.maxCost = max(edge.maxCost, p.cost)
+					admit(i, r, edge, now)
+					continue
+				}
+				r.offered += p.cost
+				r.maxCost = max(r.maxCost, p.cost)
+				admit(i, r, r, now)
+			}
+		}
+	}
+	for _, r := range rs {
+		if r.remote {
+			res.remoteAtEnd++
+		}
+	}
+	res.broken = quotacheck.Check(hist, quotacheck.Bound{CapacityMilli: p.capacity, RateMilliPerSec: p.rate})
+	span := p.dur - p.from
+	res.perSecond = float64(res.admitted) / MilliPerToken / (float64(span) / float64(NanosPerSecond))
+	res.ofRate = float64(res.admitted) / (float64(p.rate) * float64(span) / float64(NanosPerSecond))
+	return res
+}
+
+// trickleSim: n replicas on r = 100/s, B = 100, each offering one call of
+// cost 1 every offerEvery (jittered), the client's routing defaults
+// (H = 5/s, T = 2 s, T' = 30 s); D = 5 s, renewals every D/3.
+func trickleSim(n int, offerEvery int64) remoteSim {
+	return remoteSim{shareSim: shareSim{rate: 100_000, capacity: 100_000, ttl: 5 * sec, renewEvery: 5 * sec / 3, driftPPM: 1000, replicas: n,
+		active: everyone, offerEvery: offerEvery, cost: 1000, tick: 10 * 1e6, dur: 40 * sec, from: 10 * sec},
+		promoteRate: 5000, promoteAfter: 2 * sec, demoteAfter: 30 * sec}
+}
+
+// TestRemoteSimTrickle: 1000 replicas at 0.3/s each (3·r in total): with
+// leases alone the no-slivers division leaves them near 30% of r; routed,
+// the thin leases go remote and the edge's one lease serves them: ≥ 90%
+// of r from 10 s on, within B + r·W.
+func TestRemoteSimTrickle(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a 40 s simulation of 1000 replicas")
+	}
+	res := trickleSim(1000, sec*10/3).run(t)
+	if res.broken != nil {
+		t.Fatalf("bound broken: %v", res.broken)
+	}
+	base := trickleSim(1000, sec*10/3)
+	base.leasesOnly = true
+	lo := base.run(t)
+	if lo.broken != nil {
+		t.Fatalf("bound broken with leases only: %v", lo.broken)
+	}
+	t.Logf("1000 replicas at 0.3/s, r=100/s, B=100: %.1f%% of r from 10 s to 40 s (%.1f%% through the edge; leases only: %.1f%%); %d switched remote, %d back local, %d remote at the end",
+		100*res.ofRate, 100*float64(res.edgeAdmitted)/max(float64(res.admitted), 1), 100*lo.ofRate, res.toRemote, res.toLocal, res.remoteAtEnd)
+	if res.ofRate < 0.90 {
+		t.Fatalf("admitted %.1f%% of r, want >= 90%%", 100*res.ofRate)
+	}
+}
+
+// TestRemoteSimHotStayLocal: 10 replicas at 30/s each on the same policy:
+// every lease is thick (cap 10), so no key goes remote and nothing
+// switches; utilization as with leases alone.
+func TestRemoteSimHotStayLocal(t *testing.T) {
+	res := trickleSim(10, sec/30).run(t)
+	if res.broken != nil {
+		t.Fatalf("bound broken: %v", res.broken)
+	}
+	t.Logf("10 replicas at 30/s: %.1f%% of r; %d switched remote", 100*res.ofRate, res.toRemote)
+	if res.toRemote != 0 || res.ofRate < 0.90 {
+		t.Fatalf("%d switched remote, %.1f%% of r: hot replicas must keep their leases and use r", res.toRemote, 100*res.ofRate)
+	}
+}
+
+// switchSim: 200 replicas at 0.3/s go remote; from 20 s on, ten of them
+// call at 20/s, are promoted back to leases of their own (after the 30 s
+// since their demotion), and the rest stay remote; at 50 s the edge
+// crashes and is back 5 s later.
+func switchSim() remoteSim {
+	p := trickleSim(200, sec*10/3)
+	p.dur, p.from = 70*sec, 10*sec
+	p.edgeCrashAt, p.edgeDownFor = 50*sec, 5*sec
+	p.offerEveryAt = func(i int, now int64) int64 {
+		if i%20 == 3 && now >= 20*sec {
+			return sec / 20
+		}
+		return 0
+	}
+	return p
+}
+
+// TestRemoteSimSwitches: keys switch remote, then back local as their
+// demand rises, and the edge's lease is lost and taken again; every
+// admission, local or remote, stays within B + r·W.
+func TestRemoteSimSwitches(t *testing.T) {
+	res := switchSim().run(t)
+	if res.broken != nil {
+		t.Fatalf("bound broken: %v", res.broken)
+	}
+	t.Logf("200 replicas, 10 stepping up at 20 s, the edge down at 50 s for 5 s: %.1f%% of r; %d switched remote, %d back local, %d remote at the end",
+		100*res.ofRate, res.toRemote, res.toLocal, res.remoteAtEnd)
+	if res.toRemote < 190 || res.toLocal < 10 {
+		t.Fatalf("%d switched remote, %d back local: want every replica remote, and the ten hot ones back", res.toRemote, res.toLocal)
+	}
+}
