@@ -42,7 +42,10 @@ func TestRiseFromNothing(t *testing.T) {
 	defer func() { close(stop); <-done }()
 
 	log := &grantLog{start: time.Now()}
-	b := newClient(t, client.Config{Servers: servers(c), ClientID: "b", OnGrant: log.on})
+	// NoRemote: a starved lease would otherwise go to the servers' built-in
+	// edge (§3.4, "Remote decisions by default"); the rule is for a client
+	// that keeps its leases (rationd edge's own, say).
+	b := newClient(t, client.Config{Servers: servers(c), ClientID: "b", OnGrant: log.on, NoRemote: true})
 	limB := b.Limiter("shared", client.Key{"tenant": "t"})
 	limB.AllowN(1) // starts the lease; then nothing until it reports no demand
 	testcluster.WaitFor(t, 30*time.Second, func() error {
