@@ -1,6 +1,7 @@
 package coordinator
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"slices"
@@ -223,7 +224,7 @@ func (p stablePromoter) FilterFailedServerRemovals(_ *autopilot.Config, st *auto
 		}
 		cfg.Servers = append(cfg.Servers, raft.Server{ID: id, Address: srv.Server.Address, Suffrage: suffrage})
 	}
-	slices.SortFunc(cfg.Servers, func(a, b raft.Server) int { return cmpID(a.ID, b.ID) })
+	slices.SortFunc(cfg.Servers, func(a, b raft.Server) int { return cmp.Compare(a.ID, b.ID) })
 	now := time.Now()
 	s.members.mu.Lock()
 	due := planReconcile(raft.ServerID(s.cfg.ID), s.members.members(), cfg, s.members.deadAt, now, s.cfg.ReapTimeout).remove
@@ -252,16 +253,6 @@ func (p stablePromoter) FilterFailedServerRemovals(_ *autopilot.Config, st *auto
 		FailedNonVoters: keep(failed.FailedNonVoters),
 		FailedVoters:    keep(failed.FailedVoters),
 	}
-}
-
-func cmpID(a, b raft.ServerID) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // autopilotProto is st as the Status RPC carries it, with the reason each
