@@ -1492,8 +1492,13 @@ type StatusResponse struct {
 	// (v0.1.0) and VCS revision. A server older than the field leaves both
 	// empty. rationctl status and version show each server's, so a cluster
 	// half way through an upgrade shows its mix.
-	Version       string `protobuf:"bytes,13,opt,name=version,proto3" json:"version,omitempty"`
-	Revision      string `protobuf:"bytes,14,opt,name=revision,proto3" json:"revision,omitempty"`
+	Version  string `protobuf:"bytes,13,opt,name=version,proto3" json:"version,omitempty"`
+	Revision string `protobuf:"bytes,14,opt,name=revision,proto3" json:"revision,omitempty"`
+	// Autopilot (docs/operations.md, "Autopilot"): the server health and
+	// failure tolerance the leader computed at its last autopilot round.
+	// Only the leader sets it; a follower, and a server older than the
+	// field, leave it unset (rationctl status then judges health itself).
+	Autopilot     *AutopilotState `protobuf:"bytes,210,opt,name=autopilot,proto3" json:"autopilot,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1661,6 +1666,226 @@ func (x *StatusResponse) GetRevision() string {
 	return ""
 }
 
+func (x *StatusResponse) GetAutopilot() *AutopilotState {
+	if x != nil {
+		return x.Autopilot
+	}
+	return nil
+}
+
+// AutopilotState is the leader's autopilot view of the Raft configuration.
+type AutopilotState struct {
+	state                  protoimpl.MessageState `protogen:"open.v1"`
+	Healthy                bool                   `protobuf:"varint,1,opt,name=healthy,proto3" json:"healthy,omitempty"`                                           // every server in the configuration healthy
+	FailureTolerance       int32                  `protobuf:"varint,2,opt,name=failure_tolerance,json=failureTolerance,proto3" json:"failure_tolerance,omitempty"` // voters that can fail with a quorum left: healthy voters minus the quorum
+	Servers                []*AutopilotServer     `protobuf:"bytes,3,rep,name=servers,proto3" json:"servers,omitempty"`
+	UpdatedUnixNanos       int64                  `protobuf:"varint,4,opt,name=updated_unix_nanos,json=updatedUnixNanos,proto3" json:"updated_unix_nanos,omitempty"`                   // when the leader computed it (its wall clock)
+	StabilizationTimeNanos int64                  `protobuf:"varint,5,opt,name=stabilization_time_nanos,json=stabilizationTimeNanos,proto3" json:"stabilization_time_nanos,omitempty"` // how long a non-voter stays healthy before it is promoted
+	MaxLastContactNanos    int64                  `protobuf:"varint,6,opt,name=max_last_contact_nanos,json=maxLastContactNanos,proto3" json:"max_last_contact_nanos,omitempty"`        // the health thresholds the leader applies
+	MaxTrailingLogs        uint64                 `protobuf:"varint,7,opt,name=max_trailing_logs,json=maxTrailingLogs,proto3" json:"max_trailing_logs,omitempty"`
+	ReapTimeoutNanos       int64                  `protobuf:"varint,8,opt,name=reap_timeout_nanos,json=reapTimeoutNanos,proto3" json:"reap_timeout_nanos,omitempty"` // a failed server is removed after this
+	unknownFields          protoimpl.UnknownFields
+	sizeCache              protoimpl.SizeCache
+}
+
+func (x *AutopilotState) Reset() {
+	*x = AutopilotState{}
+	mi := &file_ration_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AutopilotState) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AutopilotState) ProtoMessage() {}
+
+func (x *AutopilotState) ProtoReflect() protoreflect.Message {
+	mi := &file_ration_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AutopilotState.ProtoReflect.Descriptor instead.
+func (*AutopilotState) Descriptor() ([]byte, []int) {
+	return file_ration_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *AutopilotState) GetHealthy() bool {
+	if x != nil {
+		return x.Healthy
+	}
+	return false
+}
+
+func (x *AutopilotState) GetFailureTolerance() int32 {
+	if x != nil {
+		return x.FailureTolerance
+	}
+	return 0
+}
+
+func (x *AutopilotState) GetServers() []*AutopilotServer {
+	if x != nil {
+		return x.Servers
+	}
+	return nil
+}
+
+func (x *AutopilotState) GetUpdatedUnixNanos() int64 {
+	if x != nil {
+		return x.UpdatedUnixNanos
+	}
+	return 0
+}
+
+func (x *AutopilotState) GetStabilizationTimeNanos() int64 {
+	if x != nil {
+		return x.StabilizationTimeNanos
+	}
+	return 0
+}
+
+func (x *AutopilotState) GetMaxLastContactNanos() int64 {
+	if x != nil {
+		return x.MaxLastContactNanos
+	}
+	return 0
+}
+
+func (x *AutopilotState) GetMaxTrailingLogs() uint64 {
+	if x != nil {
+		return x.MaxTrailingLogs
+	}
+	return 0
+}
+
+func (x *AutopilotState) GetReapTimeoutNanos() int64 {
+	if x != nil {
+		return x.ReapTimeoutNanos
+	}
+	return 0
+}
+
+// AutopilotServer is one server of the Raft configuration as the leader's
+// autopilot judged it.
+type AutopilotServer struct {
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	Id         string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	RaftState  string                 `protobuf:"bytes,2,opt,name=raft_state,json=raftState,proto3" json:"raft_state,omitempty"`    // leader | voter | non-voter | staging
+	NodeStatus string                 `protobuf:"bytes,3,opt,name=node_status,json=nodeStatus,proto3" json:"node_status,omitempty"` // alive | failed | left: gossip, as the leader sees it
+	Healthy    bool                   `protobuf:"varint,4,opt,name=healthy,proto3" json:"healthy,omitempty"`
+	Reason     string                 `protobuf:"bytes,5,opt,name=reason,proto3" json:"reason,omitempty"` // why not healthy; empty when healthy
+	// Nanoseconds since the leader last had an answer from the server on
+	// Raft's own link (0 for the leader itself, -1 if it never had one).
+	LastContactNanos     int64  `protobuf:"varint,6,opt,name=last_contact_nanos,json=lastContactNanos,proto3" json:"last_contact_nanos,omitempty"`
+	LastIndex            uint64 `protobuf:"varint,7,opt,name=last_index,json=lastIndex,proto3" json:"last_index,omitempty"`                                      // the server's last log index, as it last answered
+	LastTerm             uint64 `protobuf:"varint,8,opt,name=last_term,json=lastTerm,proto3" json:"last_term,omitempty"`                                         // the server's term, as it last answered
+	StableSinceUnixNanos int64  `protobuf:"varint,9,opt,name=stable_since_unix_nanos,json=stableSinceUnixNanos,proto3" json:"stable_since_unix_nanos,omitempty"` // when its health last changed, as the leader saw it
+	unknownFields        protoimpl.UnknownFields
+	sizeCache            protoimpl.SizeCache
+}
+
+func (x *AutopilotServer) Reset() {
+	*x = AutopilotServer{}
+	mi := &file_ration_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AutopilotServer) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AutopilotServer) ProtoMessage() {}
+
+func (x *AutopilotServer) ProtoReflect() protoreflect.Message {
+	mi := &file_ration_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AutopilotServer.ProtoReflect.Descriptor instead.
+func (*AutopilotServer) Descriptor() ([]byte, []int) {
+	return file_ration_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *AutopilotServer) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *AutopilotServer) GetRaftState() string {
+	if x != nil {
+		return x.RaftState
+	}
+	return ""
+}
+
+func (x *AutopilotServer) GetNodeStatus() string {
+	if x != nil {
+		return x.NodeStatus
+	}
+	return ""
+}
+
+func (x *AutopilotServer) GetHealthy() bool {
+	if x != nil {
+		return x.Healthy
+	}
+	return false
+}
+
+func (x *AutopilotServer) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *AutopilotServer) GetLastContactNanos() int64 {
+	if x != nil {
+		return x.LastContactNanos
+	}
+	return 0
+}
+
+func (x *AutopilotServer) GetLastIndex() uint64 {
+	if x != nil {
+		return x.LastIndex
+	}
+	return 0
+}
+
+func (x *AutopilotServer) GetLastTerm() uint64 {
+	if x != nil {
+		return x.LastTerm
+	}
+	return 0
+}
+
+func (x *AutopilotServer) GetStableSinceUnixNanos() int64 {
+	if x != nil {
+		return x.StableSinceUnixNanos
+	}
+	return 0
+}
+
 type MembersRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -1669,7 +1894,7 @@ type MembersRequest struct {
 
 func (x *MembersRequest) Reset() {
 	*x = MembersRequest{}
-	mi := &file_ration_proto_msgTypes[18]
+	mi := &file_ration_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1681,7 +1906,7 @@ func (x *MembersRequest) String() string {
 func (*MembersRequest) ProtoMessage() {}
 
 func (x *MembersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ration_proto_msgTypes[18]
+	mi := &file_ration_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1694,7 +1919,7 @@ func (x *MembersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MembersRequest.ProtoReflect.Descriptor instead.
 func (*MembersRequest) Descriptor() ([]byte, []int) {
-	return file_ration_proto_rawDescGZIP(), []int{18}
+	return file_ration_proto_rawDescGZIP(), []int{20}
 }
 
 type Member struct {
@@ -1709,7 +1934,7 @@ type Member struct {
 
 func (x *Member) Reset() {
 	*x = Member{}
-	mi := &file_ration_proto_msgTypes[19]
+	mi := &file_ration_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1721,7 +1946,7 @@ func (x *Member) String() string {
 func (*Member) ProtoMessage() {}
 
 func (x *Member) ProtoReflect() protoreflect.Message {
-	mi := &file_ration_proto_msgTypes[19]
+	mi := &file_ration_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1734,7 +1959,7 @@ func (x *Member) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Member.ProtoReflect.Descriptor instead.
 func (*Member) Descriptor() ([]byte, []int) {
-	return file_ration_proto_rawDescGZIP(), []int{19}
+	return file_ration_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *Member) GetName() string {
@@ -1774,7 +1999,7 @@ type MembersResponse struct {
 
 func (x *MembersResponse) Reset() {
 	*x = MembersResponse{}
-	mi := &file_ration_proto_msgTypes[20]
+	mi := &file_ration_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1786,7 +2011,7 @@ func (x *MembersResponse) String() string {
 func (*MembersResponse) ProtoMessage() {}
 
 func (x *MembersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ration_proto_msgTypes[20]
+	mi := &file_ration_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1799,7 +2024,7 @@ func (x *MembersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MembersResponse.ProtoReflect.Descriptor instead.
 func (*MembersResponse) Descriptor() ([]byte, []int) {
-	return file_ration_proto_rawDescGZIP(), []int{20}
+	return file_ration_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *MembersResponse) GetMembers() []*Member {
@@ -1819,7 +2044,7 @@ type ApplyPoliciesRequest struct {
 
 func (x *ApplyPoliciesRequest) Reset() {
 	*x = ApplyPoliciesRequest{}
-	mi := &file_ration_proto_msgTypes[21]
+	mi := &file_ration_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1831,7 +2056,7 @@ func (x *ApplyPoliciesRequest) String() string {
 func (*ApplyPoliciesRequest) ProtoMessage() {}
 
 func (x *ApplyPoliciesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ration_proto_msgTypes[21]
+	mi := &file_ration_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1844,7 +2069,7 @@ func (x *ApplyPoliciesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApplyPoliciesRequest.ProtoReflect.Descriptor instead.
 func (*ApplyPoliciesRequest) Descriptor() ([]byte, []int) {
-	return file_ration_proto_rawDescGZIP(), []int{21}
+	return file_ration_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ApplyPoliciesRequest) GetYaml() string {
@@ -1864,7 +2089,7 @@ type ApplyPoliciesResponse struct {
 
 func (x *ApplyPoliciesResponse) Reset() {
 	*x = ApplyPoliciesResponse{}
-	mi := &file_ration_proto_msgTypes[22]
+	mi := &file_ration_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1876,7 +2101,7 @@ func (x *ApplyPoliciesResponse) String() string {
 func (*ApplyPoliciesResponse) ProtoMessage() {}
 
 func (x *ApplyPoliciesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ration_proto_msgTypes[22]
+	mi := &file_ration_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1889,7 +2114,7 @@ func (x *ApplyPoliciesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApplyPoliciesResponse.ProtoReflect.Descriptor instead.
 func (*ApplyPoliciesResponse) Descriptor() ([]byte, []int) {
-	return file_ration_proto_rawDescGZIP(), []int{22}
+	return file_ration_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ApplyPoliciesResponse) GetApplied() []string {
@@ -1915,7 +2140,7 @@ type GetPolicyRequest struct {
 
 func (x *GetPolicyRequest) Reset() {
 	*x = GetPolicyRequest{}
-	mi := &file_ration_proto_msgTypes[23]
+	mi := &file_ration_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1927,7 +2152,7 @@ func (x *GetPolicyRequest) String() string {
 func (*GetPolicyRequest) ProtoMessage() {}
 
 func (x *GetPolicyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ration_proto_msgTypes[23]
+	mi := &file_ration_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1940,7 +2165,7 @@ func (x *GetPolicyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPolicyRequest.ProtoReflect.Descriptor instead.
 func (*GetPolicyRequest) Descriptor() ([]byte, []int) {
-	return file_ration_proto_rawDescGZIP(), []int{23}
+	return file_ration_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *GetPolicyRequest) GetName() string {
@@ -1963,7 +2188,7 @@ type PolicyInfo struct {
 
 func (x *PolicyInfo) Reset() {
 	*x = PolicyInfo{}
-	mi := &file_ration_proto_msgTypes[24]
+	mi := &file_ration_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1975,7 +2200,7 @@ func (x *PolicyInfo) String() string {
 func (*PolicyInfo) ProtoMessage() {}
 
 func (x *PolicyInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_ration_proto_msgTypes[24]
+	mi := &file_ration_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1988,7 +2213,7 @@ func (x *PolicyInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PolicyInfo.ProtoReflect.Descriptor instead.
 func (*PolicyInfo) Descriptor() ([]byte, []int) {
-	return file_ration_proto_rawDescGZIP(), []int{24}
+	return file_ration_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *PolicyInfo) GetName() string {
@@ -2027,7 +2252,7 @@ type ListPoliciesRequest struct {
 
 func (x *ListPoliciesRequest) Reset() {
 	*x = ListPoliciesRequest{}
-	mi := &file_ration_proto_msgTypes[25]
+	mi := &file_ration_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2039,7 +2264,7 @@ func (x *ListPoliciesRequest) String() string {
 func (*ListPoliciesRequest) ProtoMessage() {}
 
 func (x *ListPoliciesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ration_proto_msgTypes[25]
+	mi := &file_ration_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2052,7 +2277,7 @@ func (x *ListPoliciesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPoliciesRequest.ProtoReflect.Descriptor instead.
 func (*ListPoliciesRequest) Descriptor() ([]byte, []int) {
-	return file_ration_proto_rawDescGZIP(), []int{25}
+	return file_ration_proto_rawDescGZIP(), []int{27}
 }
 
 type ListPoliciesResponse struct {
@@ -2064,7 +2289,7 @@ type ListPoliciesResponse struct {
 
 func (x *ListPoliciesResponse) Reset() {
 	*x = ListPoliciesResponse{}
-	mi := &file_ration_proto_msgTypes[26]
+	mi := &file_ration_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2076,7 +2301,7 @@ func (x *ListPoliciesResponse) String() string {
 func (*ListPoliciesResponse) ProtoMessage() {}
 
 func (x *ListPoliciesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ration_proto_msgTypes[26]
+	mi := &file_ration_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2089,7 +2314,7 @@ func (x *ListPoliciesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPoliciesResponse.ProtoReflect.Descriptor instead.
 func (*ListPoliciesResponse) Descriptor() ([]byte, []int) {
-	return file_ration_proto_rawDescGZIP(), []int{26}
+	return file_ration_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *ListPoliciesResponse) GetPolicies() []*PolicyInfo {
@@ -2108,7 +2333,7 @@ type DeletePolicyRequest struct {
 
 func (x *DeletePolicyRequest) Reset() {
 	*x = DeletePolicyRequest{}
-	mi := &file_ration_proto_msgTypes[27]
+	mi := &file_ration_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2120,7 +2345,7 @@ func (x *DeletePolicyRequest) String() string {
 func (*DeletePolicyRequest) ProtoMessage() {}
 
 func (x *DeletePolicyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ration_proto_msgTypes[27]
+	mi := &file_ration_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2133,7 +2358,7 @@ func (x *DeletePolicyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeletePolicyRequest.ProtoReflect.Descriptor instead.
 func (*DeletePolicyRequest) Descriptor() ([]byte, []int) {
-	return file_ration_proto_rawDescGZIP(), []int{27}
+	return file_ration_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *DeletePolicyRequest) GetName() string {
@@ -2152,7 +2377,7 @@ type DeletePolicyResponse struct {
 
 func (x *DeletePolicyResponse) Reset() {
 	*x = DeletePolicyResponse{}
-	mi := &file_ration_proto_msgTypes[28]
+	mi := &file_ration_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2164,7 +2389,7 @@ func (x *DeletePolicyResponse) String() string {
 func (*DeletePolicyResponse) ProtoMessage() {}
 
 func (x *DeletePolicyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ration_proto_msgTypes[28]
+	mi := &file_ration_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2177,7 +2402,7 @@ func (x *DeletePolicyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeletePolicyResponse.ProtoReflect.Descriptor instead.
 func (*DeletePolicyResponse) Descriptor() ([]byte, []int) {
-	return file_ration_proto_rawDescGZIP(), []int{28}
+	return file_ration_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *DeletePolicyResponse) GetIndex() uint64 {
@@ -2197,7 +2422,7 @@ type ListLeasesRequest struct {
 
 func (x *ListLeasesRequest) Reset() {
 	*x = ListLeasesRequest{}
-	mi := &file_ration_proto_msgTypes[29]
+	mi := &file_ration_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2209,7 +2434,7 @@ func (x *ListLeasesRequest) String() string {
 func (*ListLeasesRequest) ProtoMessage() {}
 
 func (x *ListLeasesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ration_proto_msgTypes[29]
+	mi := &file_ration_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2222,7 +2447,7 @@ func (x *ListLeasesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListLeasesRequest.ProtoReflect.Descriptor instead.
 func (*ListLeasesRequest) Descriptor() ([]byte, []int) {
-	return file_ration_proto_rawDescGZIP(), []int{29}
+	return file_ration_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *ListLeasesRequest) GetPolicy() string {
@@ -2259,7 +2484,7 @@ type LeaseInfo struct {
 
 func (x *LeaseInfo) Reset() {
 	*x = LeaseInfo{}
-	mi := &file_ration_proto_msgTypes[30]
+	mi := &file_ration_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2271,7 +2496,7 @@ func (x *LeaseInfo) String() string {
 func (*LeaseInfo) ProtoMessage() {}
 
 func (x *LeaseInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_ration_proto_msgTypes[30]
+	mi := &file_ration_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2284,7 +2509,7 @@ func (x *LeaseInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseInfo.ProtoReflect.Descriptor instead.
 func (*LeaseInfo) Descriptor() ([]byte, []int) {
-	return file_ration_proto_rawDescGZIP(), []int{30}
+	return file_ration_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *LeaseInfo) GetPolicy() string {
@@ -2390,7 +2615,7 @@ type KeyInfo struct {
 
 func (x *KeyInfo) Reset() {
 	*x = KeyInfo{}
-	mi := &file_ration_proto_msgTypes[31]
+	mi := &file_ration_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2402,7 +2627,7 @@ func (x *KeyInfo) String() string {
 func (*KeyInfo) ProtoMessage() {}
 
 func (x *KeyInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_ration_proto_msgTypes[31]
+	mi := &file_ration_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2415,7 +2640,7 @@ func (x *KeyInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeyInfo.ProtoReflect.Descriptor instead.
 func (*KeyInfo) Descriptor() ([]byte, []int) {
-	return file_ration_proto_rawDescGZIP(), []int{31}
+	return file_ration_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *KeyInfo) GetPolicy() string {
@@ -2492,7 +2717,7 @@ type ListLeasesResponse struct {
 
 func (x *ListLeasesResponse) Reset() {
 	*x = ListLeasesResponse{}
-	mi := &file_ration_proto_msgTypes[32]
+	mi := &file_ration_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2504,7 +2729,7 @@ func (x *ListLeasesResponse) String() string {
 func (*ListLeasesResponse) ProtoMessage() {}
 
 func (x *ListLeasesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ration_proto_msgTypes[32]
+	mi := &file_ration_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2517,7 +2742,7 @@ func (x *ListLeasesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListLeasesResponse.ProtoReflect.Descriptor instead.
 func (*ListLeasesResponse) Descriptor() ([]byte, []int) {
-	return file_ration_proto_rawDescGZIP(), []int{32}
+	return file_ration_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *ListLeasesResponse) GetLeases() []*LeaseInfo {
@@ -2553,7 +2778,7 @@ type SnapshotSaveRequest struct {
 
 func (x *SnapshotSaveRequest) Reset() {
 	*x = SnapshotSaveRequest{}
-	mi := &file_ration_proto_msgTypes[33]
+	mi := &file_ration_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2565,7 +2790,7 @@ func (x *SnapshotSaveRequest) String() string {
 func (*SnapshotSaveRequest) ProtoMessage() {}
 
 func (x *SnapshotSaveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ration_proto_msgTypes[33]
+	mi := &file_ration_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2578,7 +2803,7 @@ func (x *SnapshotSaveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotSaveRequest.ProtoReflect.Descriptor instead.
 func (*SnapshotSaveRequest) Descriptor() ([]byte, []int) {
-	return file_ration_proto_rawDescGZIP(), []int{33}
+	return file_ration_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *SnapshotSaveRequest) GetStale() bool {
@@ -2597,7 +2822,7 @@ type SnapshotChunk struct {
 
 func (x *SnapshotChunk) Reset() {
 	*x = SnapshotChunk{}
-	mi := &file_ration_proto_msgTypes[34]
+	mi := &file_ration_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2609,7 +2834,7 @@ func (x *SnapshotChunk) String() string {
 func (*SnapshotChunk) ProtoMessage() {}
 
 func (x *SnapshotChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_ration_proto_msgTypes[34]
+	mi := &file_ration_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2622,7 +2847,7 @@ func (x *SnapshotChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotChunk.ProtoReflect.Descriptor instead.
 func (*SnapshotChunk) Descriptor() ([]byte, []int) {
-	return file_ration_proto_rawDescGZIP(), []int{34}
+	return file_ration_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *SnapshotChunk) GetData() []byte {
@@ -2641,7 +2866,7 @@ type SnapshotRestoreResponse struct {
 
 func (x *SnapshotRestoreResponse) Reset() {
 	*x = SnapshotRestoreResponse{}
-	mi := &file_ration_proto_msgTypes[35]
+	mi := &file_ration_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2653,7 +2878,7 @@ func (x *SnapshotRestoreResponse) String() string {
 func (*SnapshotRestoreResponse) ProtoMessage() {}
 
 func (x *SnapshotRestoreResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ration_proto_msgTypes[35]
+	mi := &file_ration_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2666,7 +2891,7 @@ func (x *SnapshotRestoreResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotRestoreResponse.ProtoReflect.Descriptor instead.
 func (*SnapshotRestoreResponse) Descriptor() ([]byte, []int) {
-	return file_ration_proto_rawDescGZIP(), []int{35}
+	return file_ration_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *SnapshotRestoreResponse) GetIndex() uint64 {
@@ -2685,7 +2910,7 @@ type LeaderTransferRequest struct {
 
 func (x *LeaderTransferRequest) Reset() {
 	*x = LeaderTransferRequest{}
-	mi := &file_ration_proto_msgTypes[36]
+	mi := &file_ration_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2697,7 +2922,7 @@ func (x *LeaderTransferRequest) String() string {
 func (*LeaderTransferRequest) ProtoMessage() {}
 
 func (x *LeaderTransferRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ration_proto_msgTypes[36]
+	mi := &file_ration_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2710,7 +2935,7 @@ func (x *LeaderTransferRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaderTransferRequest.ProtoReflect.Descriptor instead.
 func (*LeaderTransferRequest) Descriptor() ([]byte, []int) {
-	return file_ration_proto_rawDescGZIP(), []int{36}
+	return file_ration_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *LeaderTransferRequest) GetId() string {
@@ -2729,7 +2954,7 @@ type LeaderTransferResponse struct {
 
 func (x *LeaderTransferResponse) Reset() {
 	*x = LeaderTransferResponse{}
-	mi := &file_ration_proto_msgTypes[37]
+	mi := &file_ration_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2741,7 +2966,7 @@ func (x *LeaderTransferResponse) String() string {
 func (*LeaderTransferResponse) ProtoMessage() {}
 
 func (x *LeaderTransferResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ration_proto_msgTypes[37]
+	mi := &file_ration_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2754,7 +2979,7 @@ func (x *LeaderTransferResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaderTransferResponse.ProtoReflect.Descriptor instead.
 func (*LeaderTransferResponse) Descriptor() ([]byte, []int) {
-	return file_ration_proto_rawDescGZIP(), []int{37}
+	return file_ration_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *LeaderTransferResponse) GetNewLeader() string {
@@ -2773,7 +2998,7 @@ type RemoveServerRequest struct {
 
 func (x *RemoveServerRequest) Reset() {
 	*x = RemoveServerRequest{}
-	mi := &file_ration_proto_msgTypes[38]
+	mi := &file_ration_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2785,7 +3010,7 @@ func (x *RemoveServerRequest) String() string {
 func (*RemoveServerRequest) ProtoMessage() {}
 
 func (x *RemoveServerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ration_proto_msgTypes[38]
+	mi := &file_ration_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2798,7 +3023,7 @@ func (x *RemoveServerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveServerRequest.ProtoReflect.Descriptor instead.
 func (*RemoveServerRequest) Descriptor() ([]byte, []int) {
-	return file_ration_proto_rawDescGZIP(), []int{38}
+	return file_ration_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *RemoveServerRequest) GetId() string {
@@ -2817,7 +3042,7 @@ type RemoveServerResponse struct {
 
 func (x *RemoveServerResponse) Reset() {
 	*x = RemoveServerResponse{}
-	mi := &file_ration_proto_msgTypes[39]
+	mi := &file_ration_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2829,7 +3054,7 @@ func (x *RemoveServerResponse) String() string {
 func (*RemoveServerResponse) ProtoMessage() {}
 
 func (x *RemoveServerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ration_proto_msgTypes[39]
+	mi := &file_ration_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2842,7 +3067,7 @@ func (x *RemoveServerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveServerResponse.ProtoReflect.Descriptor instead.
 func (*RemoveServerResponse) Descriptor() ([]byte, []int) {
-	return file_ration_proto_rawDescGZIP(), []int{39}
+	return file_ration_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *RemoveServerResponse) GetIndex() uint64 {
@@ -2863,7 +3088,7 @@ type KeyringRequest struct {
 
 func (x *KeyringRequest) Reset() {
 	*x = KeyringRequest{}
-	mi := &file_ration_proto_msgTypes[40]
+	mi := &file_ration_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2875,7 +3100,7 @@ func (x *KeyringRequest) String() string {
 func (*KeyringRequest) ProtoMessage() {}
 
 func (x *KeyringRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ration_proto_msgTypes[40]
+	mi := &file_ration_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2888,7 +3113,7 @@ func (x *KeyringRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeyringRequest.ProtoReflect.Descriptor instead.
 func (*KeyringRequest) Descriptor() ([]byte, []int) {
-	return file_ration_proto_rawDescGZIP(), []int{40}
+	return file_ration_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *KeyringRequest) GetOp() KeyringOp {
@@ -2925,7 +3150,7 @@ type KeyringNodeResult struct {
 
 func (x *KeyringNodeResult) Reset() {
 	*x = KeyringNodeResult{}
-	mi := &file_ration_proto_msgTypes[41]
+	mi := &file_ration_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2937,7 +3162,7 @@ func (x *KeyringNodeResult) String() string {
 func (*KeyringNodeResult) ProtoMessage() {}
 
 func (x *KeyringNodeResult) ProtoReflect() protoreflect.Message {
-	mi := &file_ration_proto_msgTypes[41]
+	mi := &file_ration_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2950,7 +3175,7 @@ func (x *KeyringNodeResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeyringNodeResult.ProtoReflect.Descriptor instead.
 func (*KeyringNodeResult) Descriptor() ([]byte, []int) {
-	return file_ration_proto_rawDescGZIP(), []int{41}
+	return file_ration_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *KeyringNodeResult) GetServerId() string {
@@ -2997,7 +3222,7 @@ type KeyringResponse struct {
 
 func (x *KeyringResponse) Reset() {
 	*x = KeyringResponse{}
-	mi := &file_ration_proto_msgTypes[42]
+	mi := &file_ration_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3009,7 +3234,7 @@ func (x *KeyringResponse) String() string {
 func (*KeyringResponse) ProtoMessage() {}
 
 func (x *KeyringResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ration_proto_msgTypes[42]
+	mi := &file_ration_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3022,7 +3247,7 @@ func (x *KeyringResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeyringResponse.ProtoReflect.Descriptor instead.
 func (*KeyringResponse) Descriptor() ([]byte, []int) {
-	return file_ration_proto_rawDescGZIP(), []int{42}
+	return file_ration_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *KeyringResponse) GetServers() []*KeyringNodeResult {
@@ -3040,7 +3265,7 @@ type ACLBootstrapRequest struct {
 
 func (x *ACLBootstrapRequest) Reset() {
 	*x = ACLBootstrapRequest{}
-	mi := &file_ration_proto_msgTypes[43]
+	mi := &file_ration_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3052,7 +3277,7 @@ func (x *ACLBootstrapRequest) String() string {
 func (*ACLBootstrapRequest) ProtoMessage() {}
 
 func (x *ACLBootstrapRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ration_proto_msgTypes[43]
+	mi := &file_ration_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3065,7 +3290,7 @@ func (x *ACLBootstrapRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ACLBootstrapRequest.ProtoReflect.Descriptor instead.
 func (*ACLBootstrapRequest) Descriptor() ([]byte, []int) {
-	return file_ration_proto_rawDescGZIP(), []int{43}
+	return file_ration_proto_rawDescGZIP(), []int{45}
 }
 
 type ACLTokenInfo struct {
@@ -3083,7 +3308,7 @@ type ACLTokenInfo struct {
 
 func (x *ACLTokenInfo) Reset() {
 	*x = ACLTokenInfo{}
-	mi := &file_ration_proto_msgTypes[44]
+	mi := &file_ration_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3095,7 +3320,7 @@ func (x *ACLTokenInfo) String() string {
 func (*ACLTokenInfo) ProtoMessage() {}
 
 func (x *ACLTokenInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_ration_proto_msgTypes[44]
+	mi := &file_ration_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3108,7 +3333,7 @@ func (x *ACLTokenInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ACLTokenInfo.ProtoReflect.Descriptor instead.
 func (*ACLTokenInfo) Descriptor() ([]byte, []int) {
-	return file_ration_proto_rawDescGZIP(), []int{44}
+	return file_ration_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *ACLTokenInfo) GetAccessorId() string {
@@ -3164,7 +3389,7 @@ type ACLTokenSecret struct {
 
 func (x *ACLTokenSecret) Reset() {
 	*x = ACLTokenSecret{}
-	mi := &file_ration_proto_msgTypes[45]
+	mi := &file_ration_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3176,7 +3401,7 @@ func (x *ACLTokenSecret) String() string {
 func (*ACLTokenSecret) ProtoMessage() {}
 
 func (x *ACLTokenSecret) ProtoReflect() protoreflect.Message {
-	mi := &file_ration_proto_msgTypes[45]
+	mi := &file_ration_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3189,7 +3414,7 @@ func (x *ACLTokenSecret) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ACLTokenSecret.ProtoReflect.Descriptor instead.
 func (*ACLTokenSecret) Descriptor() ([]byte, []int) {
-	return file_ration_proto_rawDescGZIP(), []int{45}
+	return file_ration_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *ACLTokenSecret) GetToken() *ACLTokenInfo {
@@ -3225,7 +3450,7 @@ type ACLTokenCreateRequest struct {
 
 func (x *ACLTokenCreateRequest) Reset() {
 	*x = ACLTokenCreateRequest{}
-	mi := &file_ration_proto_msgTypes[46]
+	mi := &file_ration_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3237,7 +3462,7 @@ func (x *ACLTokenCreateRequest) String() string {
 func (*ACLTokenCreateRequest) ProtoMessage() {}
 
 func (x *ACLTokenCreateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ration_proto_msgTypes[46]
+	mi := &file_ration_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3250,7 +3475,7 @@ func (x *ACLTokenCreateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ACLTokenCreateRequest.ProtoReflect.Descriptor instead.
 func (*ACLTokenCreateRequest) Descriptor() ([]byte, []int) {
-	return file_ration_proto_rawDescGZIP(), []int{46}
+	return file_ration_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *ACLTokenCreateRequest) GetName() string {
@@ -3289,7 +3514,7 @@ type ACLTokenListRequest struct {
 
 func (x *ACLTokenListRequest) Reset() {
 	*x = ACLTokenListRequest{}
-	mi := &file_ration_proto_msgTypes[47]
+	mi := &file_ration_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3301,7 +3526,7 @@ func (x *ACLTokenListRequest) String() string {
 func (*ACLTokenListRequest) ProtoMessage() {}
 
 func (x *ACLTokenListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ration_proto_msgTypes[47]
+	mi := &file_ration_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3314,7 +3539,7 @@ func (x *ACLTokenListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ACLTokenListRequest.ProtoReflect.Descriptor instead.
 func (*ACLTokenListRequest) Descriptor() ([]byte, []int) {
-	return file_ration_proto_rawDescGZIP(), []int{47}
+	return file_ration_proto_rawDescGZIP(), []int{49}
 }
 
 type ACLTokenListResponse struct {
@@ -3328,7 +3553,7 @@ type ACLTokenListResponse struct {
 
 func (x *ACLTokenListResponse) Reset() {
 	*x = ACLTokenListResponse{}
-	mi := &file_ration_proto_msgTypes[48]
+	mi := &file_ration_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3340,7 +3565,7 @@ func (x *ACLTokenListResponse) String() string {
 func (*ACLTokenListResponse) ProtoMessage() {}
 
 func (x *ACLTokenListResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ration_proto_msgTypes[48]
+	mi := &file_ration_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3353,7 +3578,7 @@ func (x *ACLTokenListResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ACLTokenListResponse.ProtoReflect.Descriptor instead.
 func (*ACLTokenListResponse) Descriptor() ([]byte, []int) {
-	return file_ration_proto_rawDescGZIP(), []int{48}
+	return file_ration_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *ACLTokenListResponse) GetTokens() []*ACLTokenInfo {
@@ -3379,7 +3604,7 @@ type ACLTokenDeleteRequest struct {
 
 func (x *ACLTokenDeleteRequest) Reset() {
 	*x = ACLTokenDeleteRequest{}
-	mi := &file_ration_proto_msgTypes[49]
+	mi := &file_ration_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3391,7 +3616,7 @@ func (x *ACLTokenDeleteRequest) String() string {
 func (*ACLTokenDeleteRequest) ProtoMessage() {}
 
 func (x *ACLTokenDeleteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ration_proto_msgTypes[49]
+	mi := &file_ration_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3404,7 +3629,7 @@ func (x *ACLTokenDeleteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ACLTokenDeleteRequest.ProtoReflect.Descriptor instead.
 func (*ACLTokenDeleteRequest) Descriptor() ([]byte, []int) {
-	return file_ration_proto_rawDescGZIP(), []int{49}
+	return file_ration_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *ACLTokenDeleteRequest) GetAccessorId() string {
@@ -3423,7 +3648,7 @@ type ACLTokenDeleteResponse struct {
 
 func (x *ACLTokenDeleteResponse) Reset() {
 	*x = ACLTokenDeleteResponse{}
-	mi := &file_ration_proto_msgTypes[50]
+	mi := &file_ration_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3435,7 +3660,7 @@ func (x *ACLTokenDeleteResponse) String() string {
 func (*ACLTokenDeleteResponse) ProtoMessage() {}
 
 func (x *ACLTokenDeleteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ration_proto_msgTypes[50]
+	mi := &file_ration_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3448,7 +3673,7 @@ func (x *ACLTokenDeleteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ACLTokenDeleteResponse.ProtoReflect.Descriptor instead.
 func (*ACLTokenDeleteResponse) Descriptor() ([]byte, []int) {
-	return file_ration_proto_rawDescGZIP(), []int{50}
+	return file_ration_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *ACLTokenDeleteResponse) GetIndex() uint64 {
@@ -3472,7 +3697,7 @@ type WindowResyncRequest struct {
 
 func (x *WindowResyncRequest) Reset() {
 	*x = WindowResyncRequest{}
-	mi := &file_ration_proto_msgTypes[51]
+	mi := &file_ration_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3484,7 +3709,7 @@ func (x *WindowResyncRequest) String() string {
 func (*WindowResyncRequest) ProtoMessage() {}
 
 func (x *WindowResyncRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ration_proto_msgTypes[51]
+	mi := &file_ration_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3497,7 +3722,7 @@ func (x *WindowResyncRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WindowResyncRequest.ProtoReflect.Descriptor instead.
 func (*WindowResyncRequest) Descriptor() ([]byte, []int) {
-	return file_ration_proto_rawDescGZIP(), []int{51}
+	return file_ration_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *WindowResyncRequest) GetMaxStepNanos() int64 {
@@ -3538,7 +3763,7 @@ type WindowResyncResponse struct {
 
 func (x *WindowResyncResponse) Reset() {
 	*x = WindowResyncResponse{}
-	mi := &file_ration_proto_msgTypes[52]
+	mi := &file_ration_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3550,7 +3775,7 @@ func (x *WindowResyncResponse) String() string {
 func (*WindowResyncResponse) ProtoMessage() {}
 
 func (x *WindowResyncResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ration_proto_msgTypes[52]
+	mi := &file_ration_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3563,7 +3788,7 @@ func (x *WindowResyncResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WindowResyncResponse.ProtoReflect.Descriptor instead.
 func (*WindowResyncResponse) Descriptor() ([]byte, []int) {
-	return file_ration_proto_rawDescGZIP(), []int{52}
+	return file_ration_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *WindowResyncResponse) GetLeader() string {
@@ -3745,7 +3970,7 @@ const file_ration_proto_rawDesc = "" +
 	"\fgrpc_address\x18\x03 \x01(\tR\vgrpcAddress\x12\x1a\n" +
 	"\bsuffrage\x18\x04 \x01(\tR\bsuffrage\x12\x14\n" +
 	"\x05state\x18\x05 \x01(\tR\x05state\x12\x18\n" +
-	"\ahealthy\x18\x06 \x01(\bR\ahealthy\"\xaa\x05\n" +
+	"\ahealthy\x18\x06 \x01(\bR\ahealthy\"\xe4\x05\n" +
 	"\x0eStatusResponse\x12\x16\n" +
 	"\x06leader\x18\x01 \x01(\tR\x06leader\x12\x12\n" +
 	"\x04term\x18\x02 \x01(\x04R\x04term\x12!\n" +
@@ -3767,7 +3992,30 @@ const file_ration_proto_rawDesc = "" +
 	"\x10window_lag_nanos\x18Q \x01(\x03R\x0ewindowLagNanos\x123\n" +
 	"\x16window_slew_left_nanos\x18R \x01(\x03R\x13windowSlewLeftNanos\x12\x18\n" +
 	"\aversion\x18\r \x01(\tR\aversion\x12\x1a\n" +
-	"\brevision\x18\x0e \x01(\tR\brevision\"\x10\n" +
+	"\brevision\x18\x0e \x01(\tR\brevision\x128\n" +
+	"\tautopilot\x18\xd2\x01 \x01(\v2\x19.ration.v1.AutopilotStateR\tautopilot\"\x84\x03\n" +
+	"\x0eAutopilotState\x12\x18\n" +
+	"\ahealthy\x18\x01 \x01(\bR\ahealthy\x12+\n" +
+	"\x11failure_tolerance\x18\x02 \x01(\x05R\x10failureTolerance\x124\n" +
+	"\aservers\x18\x03 \x03(\v2\x1a.ration.v1.AutopilotServerR\aservers\x12,\n" +
+	"\x12updated_unix_nanos\x18\x04 \x01(\x03R\x10updatedUnixNanos\x128\n" +
+	"\x18stabilization_time_nanos\x18\x05 \x01(\x03R\x16stabilizationTimeNanos\x123\n" +
+	"\x16max_last_contact_nanos\x18\x06 \x01(\x03R\x13maxLastContactNanos\x12*\n" +
+	"\x11max_trailing_logs\x18\a \x01(\x04R\x0fmaxTrailingLogs\x12,\n" +
+	"\x12reap_timeout_nanos\x18\b \x01(\x03R\x10reapTimeoutNanos\"\xb4\x02\n" +
+	"\x0fAutopilotServer\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1d\n" +
+	"\n" +
+	"raft_state\x18\x02 \x01(\tR\traftState\x12\x1f\n" +
+	"\vnode_status\x18\x03 \x01(\tR\n" +
+	"nodeStatus\x12\x18\n" +
+	"\ahealthy\x18\x04 \x01(\bR\ahealthy\x12\x16\n" +
+	"\x06reason\x18\x05 \x01(\tR\x06reason\x12,\n" +
+	"\x12last_contact_nanos\x18\x06 \x01(\x03R\x10lastContactNanos\x12\x1d\n" +
+	"\n" +
+	"last_index\x18\a \x01(\x04R\tlastIndex\x12\x1b\n" +
+	"\tlast_term\x18\b \x01(\x04R\blastTerm\x125\n" +
+	"\x17stable_since_unix_nanos\x18\t \x01(\x03R\x14stableSinceUnixNanos\"\x10\n" +
 	"\x0eMembersRequest\"\xb8\x01\n" +
 	"\x06Member\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
@@ -3965,7 +4213,7 @@ func file_ration_proto_rawDescGZIP() []byte {
 }
 
 var file_ration_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_ration_proto_msgTypes = make([]protoimpl.MessageInfo, 55)
+var file_ration_proto_msgTypes = make([]protoimpl.MessageInfo, 57)
 var file_ration_proto_goTypes = []any{
 	(ErrorKind)(0),                  // 0: ration.v1.ErrorKind
 	(KeyringOp)(0),                  // 1: ration.v1.KeyringOp
@@ -3987,46 +4235,48 @@ var file_ration_proto_goTypes = []any{
 	(*StatusRequest)(nil),           // 17: ration.v1.StatusRequest
 	(*ServerStatus)(nil),            // 18: ration.v1.ServerStatus
 	(*StatusResponse)(nil),          // 19: ration.v1.StatusResponse
-	(*MembersRequest)(nil),          // 20: ration.v1.MembersRequest
-	(*Member)(nil),                  // 21: ration.v1.Member
-	(*MembersResponse)(nil),         // 22: ration.v1.MembersResponse
-	(*ApplyPoliciesRequest)(nil),    // 23: ration.v1.ApplyPoliciesRequest
-	(*ApplyPoliciesResponse)(nil),   // 24: ration.v1.ApplyPoliciesResponse
-	(*GetPolicyRequest)(nil),        // 25: ration.v1.GetPolicyRequest
-	(*PolicyInfo)(nil),              // 26: ration.v1.PolicyInfo
-	(*ListPoliciesRequest)(nil),     // 27: ration.v1.ListPoliciesRequest
-	(*ListPoliciesResponse)(nil),    // 28: ration.v1.ListPoliciesResponse
-	(*DeletePolicyRequest)(nil),     // 29: ration.v1.DeletePolicyRequest
-	(*DeletePolicyResponse)(nil),    // 30: ration.v1.DeletePolicyResponse
-	(*ListLeasesRequest)(nil),       // 31: ration.v1.ListLeasesRequest
-	(*LeaseInfo)(nil),               // 32: ration.v1.LeaseInfo
-	(*KeyInfo)(nil),                 // 33: ration.v1.KeyInfo
-	(*ListLeasesResponse)(nil),      // 34: ration.v1.ListLeasesResponse
-	(*SnapshotSaveRequest)(nil),     // 35: ration.v1.SnapshotSaveRequest
-	(*SnapshotChunk)(nil),           // 36: ration.v1.SnapshotChunk
-	(*SnapshotRestoreResponse)(nil), // 37: ration.v1.SnapshotRestoreResponse
-	(*LeaderTransferRequest)(nil),   // 38: ration.v1.LeaderTransferRequest
-	(*LeaderTransferResponse)(nil),  // 39: ration.v1.LeaderTransferResponse
-	(*RemoveServerRequest)(nil),     // 40: ration.v1.RemoveServerRequest
-	(*RemoveServerResponse)(nil),    // 41: ration.v1.RemoveServerResponse
-	(*KeyringRequest)(nil),          // 42: ration.v1.KeyringRequest
-	(*KeyringNodeResult)(nil),       // 43: ration.v1.KeyringNodeResult
-	(*KeyringResponse)(nil),         // 44: ration.v1.KeyringResponse
-	(*ACLBootstrapRequest)(nil),     // 45: ration.v1.ACLBootstrapRequest
-	(*ACLTokenInfo)(nil),            // 46: ration.v1.ACLTokenInfo
-	(*ACLTokenSecret)(nil),          // 47: ration.v1.ACLTokenSecret
-	(*ACLTokenCreateRequest)(nil),   // 48: ration.v1.ACLTokenCreateRequest
-	(*ACLTokenListRequest)(nil),     // 49: ration.v1.ACLTokenListRequest
-	(*ACLTokenListResponse)(nil),    // 50: ration.v1.ACLTokenListResponse
-	(*ACLTokenDeleteRequest)(nil),   // 51: ration.v1.ACLTokenDeleteRequest
-	(*ACLTokenDeleteResponse)(nil),  // 52: ration.v1.ACLTokenDeleteResponse
-	(*WindowResyncRequest)(nil),     // 53: ration.v1.WindowResyncRequest
-	(*WindowResyncResponse)(nil),    // 54: ration.v1.WindowResyncResponse
-	nil,                             // 55: ration.v1.Key.AttributesEntry
-	nil,                             // 56: ration.v1.Member.MetaEntry
+	(*AutopilotState)(nil),          // 20: ration.v1.AutopilotState
+	(*AutopilotServer)(nil),         // 21: ration.v1.AutopilotServer
+	(*MembersRequest)(nil),          // 22: ration.v1.MembersRequest
+	(*Member)(nil),                  // 23: ration.v1.Member
+	(*MembersResponse)(nil),         // 24: ration.v1.MembersResponse
+	(*ApplyPoliciesRequest)(nil),    // 25: ration.v1.ApplyPoliciesRequest
+	(*ApplyPoliciesResponse)(nil),   // 26: ration.v1.ApplyPoliciesResponse
+	(*GetPolicyRequest)(nil),        // 27: ration.v1.GetPolicyRequest
+	(*PolicyInfo)(nil),              // 28: ration.v1.PolicyInfo
+	(*ListPoliciesRequest)(nil),     // 29: ration.v1.ListPoliciesRequest
+	(*ListPoliciesResponse)(nil),    // 30: ration.v1.ListPoliciesResponse
+	(*DeletePolicyRequest)(nil),     // 31: ration.v1.DeletePolicyRequest
+	(*DeletePolicyResponse)(nil),    // 32: ration.v1.DeletePolicyResponse
+	(*ListLeasesRequest)(nil),       // 33: ration.v1.ListLeasesRequest
+	(*LeaseInfo)(nil),               // 34: ration.v1.LeaseInfo
+	(*KeyInfo)(nil),                 // 35: ration.v1.KeyInfo
+	(*ListLeasesResponse)(nil),      // 36: ration.v1.ListLeasesResponse
+	(*SnapshotSaveRequest)(nil),     // 37: ration.v1.SnapshotSaveRequest
+	(*SnapshotChunk)(nil),           // 38: ration.v1.SnapshotChunk
+	(*SnapshotRestoreResponse)(nil), // 39: ration.v1.SnapshotRestoreResponse
+	(*LeaderTransferRequest)(nil),   // 40: ration.v1.LeaderTransferRequest
+	(*LeaderTransferResponse)(nil),  // 41: ration.v1.LeaderTransferResponse
+	(*RemoveServerRequest)(nil),     // 42: ration.v1.RemoveServerRequest
+	(*RemoveServerResponse)(nil),    // 43: ration.v1.RemoveServerResponse
+	(*KeyringRequest)(nil),          // 44: ration.v1.KeyringRequest
+	(*KeyringNodeResult)(nil),       // 45: ration.v1.KeyringNodeResult
+	(*KeyringResponse)(nil),         // 46: ration.v1.KeyringResponse
+	(*ACLBootstrapRequest)(nil),     // 47: ration.v1.ACLBootstrapRequest
+	(*ACLTokenInfo)(nil),            // 48: ration.v1.ACLTokenInfo
+	(*ACLTokenSecret)(nil),          // 49: ration.v1.ACLTokenSecret
+	(*ACLTokenCreateRequest)(nil),   // 50: ration.v1.ACLTokenCreateRequest
+	(*ACLTokenListRequest)(nil),     // 51: ration.v1.ACLTokenListRequest
+	(*ACLTokenListResponse)(nil),    // 52: ration.v1.ACLTokenListResponse
+	(*ACLTokenDeleteRequest)(nil),   // 53: ration.v1.ACLTokenDeleteRequest
+	(*ACLTokenDeleteResponse)(nil),  // 54: ration.v1.ACLTokenDeleteResponse
+	(*WindowResyncRequest)(nil),     // 55: ration.v1.WindowResyncRequest
+	(*WindowResyncResponse)(nil),    // 56: ration.v1.WindowResyncResponse
+	nil,                             // 57: ration.v1.Key.AttributesEntry
+	nil,                             // 58: ration.v1.Member.MetaEntry
 }
 var file_ration_proto_depIdxs = []int32{
-	55, // 0: ration.v1.Key.attributes:type_name -> ration.v1.Key.AttributesEntry
+	57, // 0: ration.v1.Key.attributes:type_name -> ration.v1.Key.AttributesEntry
 	3,  // 1: ration.v1.AcquireKey.key:type_name -> ration.v1.Key
 	4,  // 2: ration.v1.AcquireKey.demand:type_name -> ration.v1.Demand
 	2,  // 3: ration.v1.AcquireRequest.caller:type_name -> ration.v1.Caller
@@ -4045,60 +4295,62 @@ var file_ration_proto_depIdxs = []int32{
 	11, // 16: ration.v1.ReleaseResult.error:type_name -> ration.v1.KeyError
 	15, // 17: ration.v1.ReleaseResponse.results:type_name -> ration.v1.ReleaseResult
 	18, // 18: ration.v1.StatusResponse.servers:type_name -> ration.v1.ServerStatus
-	56, // 19: ration.v1.Member.meta:type_name -> ration.v1.Member.MetaEntry
-	21, // 20: ration.v1.MembersResponse.members:type_name -> ration.v1.Member
-	26, // 21: ration.v1.ListPoliciesResponse.policies:type_name -> ration.v1.PolicyInfo
-	32, // 22: ration.v1.ListLeasesResponse.leases:type_name -> ration.v1.LeaseInfo
-	33, // 23: ration.v1.ListLeasesResponse.keys:type_name -> ration.v1.KeyInfo
-	1,  // 24: ration.v1.KeyringRequest.op:type_name -> ration.v1.KeyringOp
-	43, // 25: ration.v1.KeyringResponse.servers:type_name -> ration.v1.KeyringNodeResult
-	46, // 26: ration.v1.ACLTokenSecret.token:type_name -> ration.v1.ACLTokenInfo
-	46, // 27: ration.v1.ACLTokenListResponse.tokens:type_name -> ration.v1.ACLTokenInfo
-	6,  // 28: ration.v1.Leases.Acquire:input_type -> ration.v1.AcquireRequest
-	8,  // 29: ration.v1.Leases.Renew:input_type -> ration.v1.RenewRequest
-	10, // 30: ration.v1.Leases.Release:input_type -> ration.v1.ReleaseRequest
-	17, // 31: ration.v1.Admin.Status:input_type -> ration.v1.StatusRequest
-	20, // 32: ration.v1.Admin.Members:input_type -> ration.v1.MembersRequest
-	23, // 33: ration.v1.Admin.ApplyPolicies:input_type -> ration.v1.ApplyPoliciesRequest
-	25, // 34: ration.v1.Admin.GetPolicy:input_type -> ration.v1.GetPolicyRequest
-	27, // 35: ration.v1.Admin.ListPolicies:input_type -> ration.v1.ListPoliciesRequest
-	29, // 36: ration.v1.Admin.DeletePolicy:input_type -> ration.v1.DeletePolicyRequest
-	31, // 37: ration.v1.Admin.ListLeases:input_type -> ration.v1.ListLeasesRequest
-	35, // 38: ration.v1.Admin.SnapshotSave:input_type -> ration.v1.SnapshotSaveRequest
-	36, // 39: ration.v1.Admin.SnapshotRestore:input_type -> ration.v1.SnapshotChunk
-	38, // 40: ration.v1.Admin.LeaderTransfer:input_type -> ration.v1.LeaderTransferRequest
-	40, // 41: ration.v1.Admin.RemoveServer:input_type -> ration.v1.RemoveServerRequest
-	42, // 42: ration.v1.Admin.Keyring:input_type -> ration.v1.KeyringRequest
-	45, // 43: ration.v1.Admin.ACLBootstrap:input_type -> ration.v1.ACLBootstrapRequest
-	48, // 44: ration.v1.Admin.ACLTokenCreate:input_type -> ration.v1.ACLTokenCreateRequest
-	49, // 45: ration.v1.Admin.ACLTokenList:input_type -> ration.v1.ACLTokenListRequest
-	51, // 46: ration.v1.Admin.ACLTokenDelete:input_type -> ration.v1.ACLTokenDeleteRequest
-	53, // 47: ration.v1.Admin.WindowResync:input_type -> ration.v1.WindowResyncRequest
-	14, // 48: ration.v1.Leases.Acquire:output_type -> ration.v1.LeaseResponse
-	14, // 49: ration.v1.Leases.Renew:output_type -> ration.v1.LeaseResponse
-	16, // 50: ration.v1.Leases.Release:output_type -> ration.v1.ReleaseResponse
-	19, // 51: ration.v1.Admin.Status:output_type -> ration.v1.StatusResponse
-	22, // 52: ration.v1.Admin.Members:output_type -> ration.v1.MembersResponse
-	24, // 53: ration.v1.Admin.ApplyPolicies:output_type -> ration.v1.ApplyPoliciesResponse
-	26, // 54: ration.v1.Admin.GetPolicy:output_type -> ration.v1.PolicyInfo
-	28, // 55: ration.v1.Admin.ListPolicies:output_type -> ration.v1.ListPoliciesResponse
-	30, // 56: ration.v1.Admin.DeletePolicy:output_type -> ration.v1.DeletePolicyResponse
-	34, // 57: ration.v1.Admin.ListLeases:output_type -> ration.v1.ListLeasesResponse
-	36, // 58: ration.v1.Admin.SnapshotSave:output_type -> ration.v1.SnapshotChunk
-	37, // 59: ration.v1.Admin.SnapshotRestore:output_type -> ration.v1.SnapshotRestoreResponse
-	39, // 60: ration.v1.Admin.LeaderTransfer:output_type -> ration.v1.LeaderTransferResponse
-	41, // 61: ration.v1.Admin.RemoveServer:output_type -> ration.v1.RemoveServerResponse
-	44, // 62: ration.v1.Admin.Keyring:output_type -> ration.v1.KeyringResponse
-	47, // 63: ration.v1.Admin.ACLBootstrap:output_type -> ration.v1.ACLTokenSecret
-	47, // 64: ration.v1.Admin.ACLTokenCreate:output_type -> ration.v1.ACLTokenSecret
-	50, // 65: ration.v1.Admin.ACLTokenList:output_type -> ration.v1.ACLTokenListResponse
-	52, // 66: ration.v1.Admin.ACLTokenDelete:output_type -> ration.v1.ACLTokenDeleteResponse
-	54, // 67: ration.v1.Admin.WindowResync:output_type -> ration.v1.WindowResyncResponse
-	48, // [48:68] is the sub-list for method output_type
-	28, // [28:48] is the sub-list for method input_type
-	28, // [28:28] is the sub-list for extension type_name
-	28, // [28:28] is the sub-list for extension extendee
-	0,  // [0:28] is the sub-list for field type_name
+	20, // 19: ration.v1.StatusResponse.autopilot:type_name -> ration.v1.AutopilotState
+	21, // 20: ration.v1.AutopilotState.servers:type_name -> ration.v1.AutopilotServer
+	58, // 21: ration.v1.Member.meta:type_name -> ration.v1.Member.MetaEntry
+	23, // 22: ration.v1.MembersResponse.members:type_name -> ration.v1.Member
+	28, // 23: ration.v1.ListPoliciesResponse.policies:type_name -> ration.v1.PolicyInfo
+	34, // 24: ration.v1.ListLeasesResponse.leases:type_name -> ration.v1.LeaseInfo
+	35, // 25: ration.v1.ListLeasesResponse.keys:type_name -> ration.v1.KeyInfo
+	1,  // 26: ration.v1.KeyringRequest.op:type_name -> ration.v1.KeyringOp
+	45, // 27: ration.v1.KeyringResponse.servers:type_name -> ration.v1.KeyringNodeResult
+	48, // 28: ration.v1.ACLTokenSecret.token:type_name -> ration.v1.ACLTokenInfo
+	48, // 29: ration.v1.ACLTokenListResponse.tokens:type_name -> ration.v1.ACLTokenInfo
+	6,  // 30: ration.v1.Leases.Acquire:input_type -> ration.v1.AcquireRequest
+	8,  // 31: ration.v1.Leases.Renew:input_type -> ration.v1.RenewRequest
+	10, // 32: ration.v1.Leases.Release:input_type -> ration.v1.ReleaseRequest
+	17, // 33: ration.v1.Admin.Status:input_type -> ration.v1.StatusRequest
+	22, // 34: ration.v1.Admin.Members:input_type -> ration.v1.MembersRequest
+	25, // 35: ration.v1.Admin.ApplyPolicies:input_type -> ration.v1.ApplyPoliciesRequest
+	27, // 36: ration.v1.Admin.GetPolicy:input_type -> ration.v1.GetPolicyRequest
+	29, // 37: ration.v1.Admin.ListPolicies:input_type -> ration.v1.ListPoliciesRequest
+	31, // 38: ration.v1.Admin.DeletePolicy:input_type -> ration.v1.DeletePolicyRequest
+	33, // 39: ration.v1.Admin.ListLeases:input_type -> ration.v1.ListLeasesRequest
+	37, // 40: ration.v1.Admin.SnapshotSave:input_type -> ration.v1.SnapshotSaveRequest
+	38, // 41: ration.v1.Admin.SnapshotRestore:input_type -> ration.v1.SnapshotChunk
+	40, // 42: ration.v1.Admin.LeaderTransfer:input_type -> ration.v1.LeaderTransferRequest
+	42, // 43: ration.v1.Admin.RemoveServer:input_type -> ration.v1.RemoveServerRequest
+	44, // 44: ration.v1.Admin.Keyring:input_type -> ration.v1.KeyringRequest
+	47, // 45: ration.v1.Admin.ACLBootstrap:input_type -> ration.v1.ACLBootstrapRequest
+	50, // 46: ration.v1.Admin.ACLTokenCreate:input_type -> ration.v1.ACLTokenCreateRequest
+	51, // 47: ration.v1.Admin.ACLTokenList:input_type -> ration.v1.ACLTokenListRequest
+	53, // 48: ration.v1.Admin.ACLTokenDelete:input_type -> ration.v1.ACLTokenDeleteRequest
+	55, // 49: ration.v1.Admin.WindowResync:input_type -> ration.v1.WindowResyncRequest
+	14, // 50: ration.v1.Leases.Acquire:output_type -> ration.v1.LeaseResponse
+	14, // 51: ration.v1.Leases.Renew:output_type -> ration.v1.LeaseResponse
+	16, // 52: ration.v1.Leases.Release:output_type -> ration.v1.ReleaseResponse
+	19, // 53: ration.v1.Admin.Status:output_type -> ration.v1.StatusResponse
+	24, // 54: ration.v1.Admin.Members:output_type -> ration.v1.MembersResponse
+	26, // 55: ration.v1.Admin.ApplyPolicies:output_type -> ration.v1.ApplyPoliciesResponse
+	28, // 56: ration.v1.Admin.GetPolicy:output_type -> ration.v1.PolicyInfo
+	30, // 57: ration.v1.Admin.ListPolicies:output_type -> ration.v1.ListPoliciesResponse
+	32, // 58: ration.v1.Admin.DeletePolicy:output_type -> ration.v1.DeletePolicyResponse
+	36, // 59: ration.v1.Admin.ListLeases:output_type -> ration.v1.ListLeasesResponse
+	38, // 60: ration.v1.Admin.SnapshotSave:output_type -> ration.v1.SnapshotChunk
+	39, // 61: ration.v1.Admin.SnapshotRestore:output_type -> ration.v1.SnapshotRestoreResponse
+	41, // 62: ration.v1.Admin.LeaderTransfer:output_type -> ration.v1.LeaderTransferResponse
+	43, // 63: ration.v1.Admin.RemoveServer:output_type -> ration.v1.RemoveServerResponse
+	46, // 64: ration.v1.Admin.Keyring:output_type -> ration.v1.KeyringResponse
+	49, // 65: ration.v1.Admin.ACLBootstrap:output_type -> ration.v1.ACLTokenSecret
+	49, // 66: ration.v1.Admin.ACLTokenCreate:output_type -> ration.v1.ACLTokenSecret
+	52, // 67: ration.v1.Admin.ACLTokenList:output_type -> ration.v1.ACLTokenListResponse
+	54, // 68: ration.v1.Admin.ACLTokenDelete:output_type -> ration.v1.ACLTokenDeleteResponse
+	56, // 69: ration.v1.Admin.WindowResync:output_type -> ration.v1.WindowResyncResponse
+	50, // [50:70] is the sub-list for method output_type
+	30, // [30:50] is the sub-list for method input_type
+	30, // [30:30] is the sub-list for extension type_name
+	30, // [30:30] is the sub-list for extension extendee
+	0,  // [0:30] is the sub-list for field type_name
 }
 
 func init() { file_ration_proto_init() }
@@ -4112,7 +4364,7 @@ func file_ration_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_ration_proto_rawDesc), len(file_ration_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   55,
+			NumMessages:   57,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -89,6 +89,7 @@ func (a *adminService) Status(ctx context.Context, _ *api.StatusRequest) (*api.S
 		}
 		resp.Servers = append(resp.Servers, st)
 	}
+	resp.Autopilot = s.AutopilotState() // the leader's only
 	return resp, nil
 }
 

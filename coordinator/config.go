@@ -67,9 +67,27 @@ type Config struct {
 	// beyond it.
 	SnapshotRetain int
 
-	// ReapTimeout: a server dead in gossip longer than this is removed from
-	// the Raft voters (if quorum allows). Never on a single gossip event.
+	// ReapTimeout: a server dead in gossip (or absent from it) longer than
+	// this is removed from the Raft configuration by the leader's
+	// autopilot (if quorum allows). Never on a single gossip event. A
+	// server that left gracefully is removed at once.
 	ReapTimeout time.Duration
+	// ServerStabilizationTime: a server new to the Raft configuration
+	// joins it as a non-voter; the leader's autopilot promotes it to voter
+	// once it has been healthy this long (autopilot.go). The servers of a
+	// bootstrap (BootstrapExpect) are voters from the start.
+	ServerStabilizationTime time.Duration
+	// AutopilotInterval: how often the leader's autopilot recomputes the
+	// servers' health and failure tolerance, promotes stable non-voters
+	// and removes servers due for removal.
+	AutopilotInterval time.Duration
+	// AutopilotMaxLastContact and AutopilotMaxTrailingLogs: a server is
+	// healthy when the leader has had an answer from it on Raft within
+	// AutopilotMaxLastContact, and its log is at most
+	// AutopilotMaxTrailingLogs entries behind the leader's (and it is
+	// alive in gossip, in the leader's term).
+	AutopilotMaxLastContact  time.Duration
+	AutopilotMaxTrailingLogs uint64
 	// ReconcileInterval: how often the leader reconciles gossip into Raft.
 	ReconcileInterval time.Duration
 	// ExpireInterval: how often the leader checks for due expiries.
@@ -191,24 +209,31 @@ type Config struct {
 // DefaultConfig returns production defaults; callers fill in the addresses.
 func DefaultConfig() Config {
 	return Config{
-		HeartbeatTimeout:    1000 * time.Millisecond,
-		ElectionTimeout:     1000 * time.Millisecond,
-		LeaderLeaseTimeout:  500 * time.Millisecond,
-		CommitTimeout:       5 * time.Millisecond,
-		SnapshotInterval:    30 * time.Second,
-		SnapshotThreshold:   8192,
-		TrailingLogs:        10240,
-		ReapTimeout:         72 * time.Hour,
-		ReconcileInterval:   5 * time.Second,
-		ExpireInterval:      100 * time.Millisecond,
-		ClientRetention:     10 * time.Minute,
-		ForwardTimeout:      5 * time.Second,
-		ApplyTimeout:        5 * time.Second,
-		MaxKeysPerRequest:   limits.KeysPerRequest,
-		MaxRequestBytes:     limits.RequestBytes,
-		MaxBatchOps:         512,
-		GossipSuspicionMult: 4,
-		ClusterName:         "ration",
+		HeartbeatTimeout:   1000 * time.Millisecond,
+		ElectionTimeout:    1000 * time.Millisecond,
+		LeaderLeaseTimeout: 500 * time.Millisecond,
+		CommitTimeout:      5 * time.Millisecond,
+		SnapshotInterval:   30 * time.Second,
+		SnapshotThreshold:  8192,
+		TrailingLogs:       10240,
+		ReapTimeout:        72 * time.Hour,
+		// Consul's defaults for the stabilization time and the interval
+		// (its ServerHealthInterval); its 200ms last contact assumes its
+		// own Raft timing, ration's heartbeats go every 100ms.
+		ServerStabilizationTime:  10 * time.Second,
+		AutopilotInterval:        2 * time.Second,
+		AutopilotMaxLastContact:  500 * time.Millisecond,
+		AutopilotMaxTrailingLogs: 1000,
+		ReconcileInterval:        5 * time.Second,
+		ExpireInterval:           100 * time.Millisecond,
+		ClientRetention:          10 * time.Minute,
+		ForwardTimeout:           5 * time.Second,
+		ApplyTimeout:             5 * time.Second,
+		MaxKeysPerRequest:        limits.KeysPerRequest,
+		MaxRequestBytes:          limits.RequestBytes,
+		MaxBatchOps:              512,
+		GossipSuspicionMult:      4,
+		ClusterName:              "ration",
 		// The client library sends a few calls per second per client
 		// (renewals batched per round; TestClientStaysUnderLeaseLimits
 		// measures it): these only stop a flood.
@@ -230,6 +255,8 @@ func TestConfig() Config {
 	c.SnapshotThreshold = 64
 	c.TrailingLogs = 32
 	c.ReapTimeout = 3 * time.Second
+	c.ServerStabilizationTime = 300 * time.Millisecond
+	c.AutopilotInterval = 100 * time.Millisecond
 	c.ReconcileInterval = 200 * time.Millisecond
 	c.ExpireInterval = 20 * time.Millisecond
 	c.ForwardTimeout = 5 * time.Second
@@ -339,8 +366,17 @@ func (c Config) Validate() error {
 	if (c.LeaseClientRPS > 0 || c.LeaseConnRPS > 0) && c.LeaseLimiterMaxEntries <= 0 {
 		bad("lease limiter max entries %d must be positive while a lease limit is on", c.LeaseLimiterMaxEntries)
 	}
-	if c.ExpireInterval <= 0 || c.ReconcileInterval <= 0 || c.ReapTimeout <= 0 {
+	if c.ExpireInterval <= 0 || c.ReconcileInterval <= 0 || c.AutopilotInterval <= 0 {
 		bad("intervals must be positive")
+	}
+	if c.ReapTimeout <= 0 {
+		badField("ReapTimeout", "%v must be positive", c.ReapTimeout)
+	}
+	if c.ServerStabilizationTime < 0 {
+		badField("ServerStabilizationTime", "%v is negative", c.ServerStabilizationTime)
+	}
+	if c.AutopilotMaxLastContact <= 0 {
+		badField("AutopilotMaxLastContact", "%v must be positive", c.AutopilotMaxLastContact)
 	}
 	if c.VerifyServerHostname && c.TLS == nil {
 		badField("VerifyServerHostname", "needs %s", fieldName("TLS"))

@@ -29,8 +29,14 @@
 //     membership reconciliation (reconcile, membership.go).
 //   - Gossip membership (membership.go, memberlist): who is alive, each
 //     server's addresses and features; it bootstraps a new cluster
-//     (bootstrapConfig) and makes the Raft voters follow gossip
-//     (planReconcile decides, reconcile applies).
+//     (bootstrapConfig, every server a voter) and makes the Raft
+//     configuration follow gossip (planReconcile decides; reconcile adds
+//     newcomers as non-voters and rewrites moved servers' addresses).
+//   - Autopilot on the leader (autopilot.go, hashicorp/raft-autopilot):
+//     each server's health and the failure tolerance (Status RPC,
+//     ration_autopilot_* metrics), promotion of a non-voter once healthy
+//     for ServerStabilizationTime, and removal of the servers
+//     planReconcile says are due (left, or dead longer than ReapTimeout).
 //   - The online audit of the bound (audit.go), ACLs (acl.go), the
 //     lease API's per-client and per-connection limits (limits.go),
 //     metrics and stats.
@@ -53,8 +59,11 @@
 //     answer recorded for it in the replicated state, never a second
 //     grant: the FSM answers it from its client records.
 //   - Membership changes never leave the alive servers without a quorum:
-//     planReconcile removes a dead or departed voter only while the
-//     remaining voters keep a quorum of alive servers.
+//     autopilot removes a dead or departed voter only when planReconcile
+//     finds the remaining voters keep a quorum of alive servers (and at
+//     most a minority of the voters per round).
+//   - A server votes only once autopilot has seen it healthy for
+//     ServerStabilizationTime, except the servers of a bootstrap.
 //
 // The request path end to end, from the client's Limiter to its bucket,
 // is in docs/architecture.md; the protocol rules and their proofs in

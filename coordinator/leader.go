@@ -239,6 +239,7 @@ func (s *Server) leaderLoop(stop chan struct{}) {
 	lastExpire := time.Now()
 	s.reconcile()
 	s.enableFeatures()
+	defer s.runAutopilot()()
 	for {
 		select {
 		case <-stop:
@@ -252,6 +253,8 @@ func (s *Server) leaderLoop(stop chan struct{}) {
 		case <-s.members.nudge:
 			s.reconcile()
 			s.enableFeatures()
+			// A server that left is due for removal at once.
+			s.autopilot.RemoveDeadServers()
 		case <-expire.C:
 			if s.raft.CurrentTerm() != term {
 				// Leadership was lost and won back between two reads of
@@ -331,7 +334,9 @@ func inheritedMargin(policies []policy.Policy, base int64) (margin, until int64)
 	return margin, base + maxD + margin
 }
 
-// reconcile makes the Raft voters match gossip (leader only).
+// reconcile makes the Raft configuration follow gossip (leader only): it
+// adds new servers as non-voters, rewrites moved servers' addresses and
+// keeps the reap clocks. Autopilot promotes and removes (autopilot.go).
 func (s *Server) reconcile() {
 	if !s.IsLeader() {
 		return
@@ -346,21 +351,22 @@ func (s *Server) reconcile() {
 	plan.applyDeaths(s.members.deadAt, now)
 	s.members.mu.Unlock()
 	for _, srv := range plan.readdress {
-		s.log.Info("server gossips a new raft address; updating the configuration", "id", srv.ID, "addr", srv.Address)
-		if err := s.raft.AddVoter(srv.ID, srv.Address, 0, s.cfg.ApplyTimeout).Error(); err != nil {
-			s.log.Warn("update voter address", "id", srv.ID, "err", err)
+		s.log.Info("server gossips a new raft address; updating the configuration", "id", srv.ID, "addr", srv.Address, "suffrage", srv.Suffrage)
+		// Adding an ID already in the configuration rewrites its address
+		// in place; AddVoter would also promote a non-voter.
+		add := s.raft.AddNonvoter
+		if srv.Suffrage == raft.Voter {
+			add = s.raft.AddVoter
+		}
+		if err := add(srv.ID, srv.Address, 0, s.cfg.ApplyTimeout).Error(); err != nil {
+			s.log.Warn("update server address", "id", srv.ID, "err", err)
 		}
 	}
 	for _, srv := range plan.add {
-		s.log.Info("adding voter", "id", srv.ID, "addr", srv.Address)
-		if err := s.raft.AddVoter(srv.ID, srv.Address, 0, s.cfg.ApplyTimeout).Error(); err != nil {
-			s.log.Warn("add voter", "id", srv.ID, "err", err)
-		}
-	}
-	for _, id := range plan.remove {
-		s.log.Info("removing server that left, or was dead longer than the reap timeout", "id", id)
-		if err := s.raft.RemoveServer(id, 0, s.cfg.ApplyTimeout).Error(); err != nil {
-			s.log.Warn("remove server", "id", id, "err", err)
+		s.log.Info("adding server as a non-voter; autopilot promotes it once stable", "id", srv.ID, "addr", srv.Address,
+			"stabilization", s.cfg.ServerStabilizationTime)
+		if err := s.raft.AddNonvoter(srv.ID, srv.Address, 0, s.cfg.ApplyTimeout).Error(); err != nil {
+			s.log.Warn("add non-voter", "id", srv.ID, "err", err)
 		}
 	}
 }

@@ -323,15 +323,19 @@ func bootstrapConfig(members []memberInfo, expect int) (raft.Configuration, bool
 
 // reconcilePlan is what planReconcile decided: which servers to add,
 // readdress and remove, and how the reap clocks (membership.deadAt)
-// change. The caller applies it: the clocks with applyDeaths, the servers
-// through Raft (Server.reconcile).
+// change. The leader loop applies the clocks (applyDeaths), the adds and
+// readdresses (Server.reconcile); autopilot applies the removals
+// (autopilot.go, FilterFailedServerRemovals).
 type reconcilePlan struct {
-	add []raft.Server // new voters
+	add []raft.Server // new servers, as non-voters (autopilot promotes them)
 	// readdress: same ID, a new gossiped address, this server's own
-	// included. AddVoter with the same ID rewrites the address in place:
-	// the server stays a voter throughout.
+	// included, with its current suffrage. Adding the same ID again
+	// rewrites the address in place: the server keeps its suffrage.
 	readdress []raft.Server
-	remove    []raft.ServerID
+	// remove: the servers due for removal (left, or dead longer than the
+	// reap timeout, while an alive quorum remains). Server.reconcile does
+	// not apply it: autopilot removes them (autopilot.go).
+	remove []raft.ServerID
 	// died: servers in the configuration first seen not alive now (their
 	// reap clock starts at now); revived: servers alive again whose clock
 	// is dropped. Self is in neither.
@@ -339,8 +343,8 @@ type reconcilePlan struct {
 }
 
 // planReconcile decides, from gossip, the Raft configuration and the reap
-// clocks (deadAt: raft ID -> first seen not alive), what reconcile does
-// at now. It is pure: it reads deadAt and changes nothing, so it can be
+// clocks (deadAt: raft ID -> first seen not alive), what reconcile and
+// autopilot do at now. It is pure: it reads deadAt and changes nothing, so it can be
 // tested alone.
 func planReconcile(self raft.ServerID, members []memberInfo, cfg raft.Configuration, deadAt map[string]time.Time, now time.Time, reap time.Duration) reconcilePlan {
 	var p reconcilePlan
@@ -372,12 +376,13 @@ func planReconcile(self raft.ServerID, members []memberInfo, cfg raft.Configurat
 	sort.Strings(ids)
 	for _, id := range ids {
 		mi := alive[raft.ServerID(id)]
-		want := raft.Server{Suffrage: raft.Voter, ID: raft.ServerID(id), Address: raft.ServerAddress(mi.Meta.RaftAddr)}
+		want := raft.Server{Suffrage: raft.Nonvoter, ID: raft.ServerID(id), Address: raft.ServerAddress(mi.Meta.RaftAddr)}
 		cur, ok := inRaft[want.ID]
 		switch {
 		case !ok:
 			p.add = append(p.add, want)
 		case cur.Address != want.Address:
+			want.Suffrage = cur.Suffrage
 			p.readdress = append(p.readdress, want)
 		}
 	}

@@ -56,7 +56,7 @@ func TestPlanReconcile(t *testing.T) {
 	}{
 		{name: "steady", members: []memberInfo{member("s1", "alive"), member("s2", "alive"), member("s3", "alive")},
 			cfg: voters("s1", "s2", "s3")},
-		{name: "new member becomes a voter", members: []memberInfo{member("s1", "alive"), member("s2", "alive"), member("s3", "alive"), member("s4", "alive")},
+		{name: "new member joins as a non-voter", members: []memberInfo{member("s1", "alive"), member("s2", "alive"), member("s3", "alive"), member("s4", "alive")},
 			cfg: voters("s1", "s2", "s3"), add: []string{"s4"}},
 		{name: "member without meta is ignored", members: []memberInfo{member("s1", "alive"), member("s2", "alive"), member("s3", "alive"), noMeta},
 			cfg: voters("s1", "s2", "s3")},
@@ -96,12 +96,12 @@ func TestPlanReconcile(t *testing.T) {
 		{name: "self is never removed", members: []memberInfo{member("s2", "alive"), member("s3", "alive")},
 			cfg: voters("s1", "s2", "s3"), deadAt: map[string]time.Time{"s1": long}},
 	}
-	ids := func(ss []raft.Server) []string {
+	ids := func(ss []raft.Server, want raft.ServerSuffrage) []string {
 		var out []string
 		for _, s := range ss {
 			out = append(out, string(s.ID))
-			if s.Suffrage != raft.Voter {
-				t.Errorf("%s planned as %v, want voter", s.ID, s.Suffrage)
+			if s.Suffrage != want {
+				t.Errorf("%s planned as %v, want %v", s.ID, s.Suffrage, want)
 			}
 			if want := raft.ServerAddress(""); s.Address == want {
 				t.Errorf("%s planned without an address", s.ID)
@@ -126,16 +126,31 @@ func TestPlanReconcile(t *testing.T) {
 			if got := serverIDs(p.revived); !slices.Equal(got, tc.revived) {
 				t.Errorf("revived %v, want %v", got, tc.revived)
 			}
-			if got := ids(p.add); !slices.Equal(got, tc.add) {
+			if got := ids(p.add, raft.Nonvoter); !slices.Equal(got, tc.add) {
 				t.Errorf("add %v, want %v", got, tc.add)
 			}
-			if got := ids(p.readdress); !slices.Equal(got, tc.readdress) {
+			if got := ids(p.readdress, raft.Voter); !slices.Equal(got, tc.readdress) {
 				t.Errorf("readdress %v, want %v", got, tc.readdress)
 			}
 			if !slices.Equal(remove, tc.remove) {
 				t.Errorf("remove %v, want %v", remove, tc.remove)
 			}
 		})
+	}
+}
+
+// A moved non-voter keeps its suffrage: re-adding it as a voter would
+// promote it before autopilot judged it stable.
+func TestPlanReconcileReaddressKeepsNonvoter(t *testing.T) {
+	cfg := voters("s1", "s2", "s3")
+	cfg.Servers = append(cfg.Servers, raft.Server{Suffrage: raft.Nonvoter, ID: "s4", Address: raft.ServerAddress(raftAddr("s4"))})
+	moved := member("s4", "alive")
+	moved.Meta.RaftAddr = "10.0.9.9:7000"
+	p := planReconcile("s1", []memberInfo{member("s1", "alive"), member("s2", "alive"), member("s3", "alive"), moved},
+		cfg, map[string]time.Time{}, time.Now(), time.Minute)
+	want := []raft.Server{{Suffrage: raft.Nonvoter, ID: "s4", Address: "10.0.9.9:7000"}}
+	if !slices.Equal(p.readdress, want) || len(p.add) != 0 {
+		t.Fatalf("readdress %v add %v, want readdress %v", p.readdress, p.add, want)
 	}
 }
 
@@ -226,7 +241,7 @@ func TestPlanReconcilePure(t *testing.T) {
 		t.Fatal("members changed by planning")
 	}
 	want := reconcilePlan{
-		add:     []raft.Server{{Suffrage: raft.Voter, ID: "s5", Address: raft.ServerAddress(raftAddr("s5"))}},
+		add:     []raft.Server{{Suffrage: raft.Nonvoter, ID: "s5", Address: raft.ServerAddress(raftAddr("s5"))}},
 		remove:  []raft.ServerID{"s4", "s6"},
 		died:    []raft.ServerID{"s3", "s6"},
 		revived: []raft.ServerID{"s2"},

@@ -10,9 +10,11 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/raft"
+	autopilot "github.com/hashicorp/raft-autopilot"
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
 	"go.etcd.io/bbolt"
 	"google.golang.org/grpc"
@@ -35,6 +37,10 @@ type Server struct {
 	transport *gatedTransport
 	store     *raftboltdb.BoltStore
 	members   *membership
+	// autopilot runs while this server leads (autopilot.go); apState is
+	// what it last computed, nil when not leading.
+	autopilot *autopilot.Autopilot
+	apState   atomic.Pointer[api.AutopilotState]
 
 	grpcLn  net.Listener
 	grpc    *grpc.Server
@@ -178,6 +184,7 @@ func (s *Server) startRaft(snaps *raft.FileSnapshotStore) (hasState bool, err er
 	}
 	s.raft = r
 	addrs.raft.Store(r)
+	s.autopilot = newAutopilot(s)
 	return hasState, nil
 }
 

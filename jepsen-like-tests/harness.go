@@ -409,6 +409,9 @@ func (e *Env) serverArgs(name string, bootstrapExpect int) []string {
 		"--config", filepath.Join(e.dir, "policies.yaml"),
 		"--clock-control", filepath.Join(e.dir, "clock-"+name),
 		"--log-format", "text", "--log-level", "info",
+		// The membership nemesis waits for n4 to vote: 1s of stability,
+		// not the default 10s, keeps the run short.
+		"--server-stabilization-time", "1s",
 	}
 	if e.cfg.SnapshotThreshold > 0 {
 		args = append(args, "--raft-snapshot-threshold", fmt.Sprint(e.cfg.SnapshotThreshold),

@@ -266,6 +266,24 @@ func cannedNode2() *fakeAdmin {
 	return f
 }
 
+// cannedAutopilot is cannedNode2 with the autopilot state a leader
+// reports: node3 failed in gossip, so one of three voters is unhealthy.
+func cannedAutopilot() *fakeAdmin {
+	f := cannedNode2()
+	stable := int64(1_700_000_000_000_000_000)
+	f.status.Autopilot = &api.AutopilotState{
+		Healthy: false, FailureTolerance: 0, UpdatedUnixNanos: stable + 42_000_000_000,
+		StabilizationTimeNanos: 10_000_000_000, MaxLastContactNanos: 500_000_000, MaxTrailingLogs: 1000, ReapTimeoutNanos: 72 * 3600_000_000_000,
+		Servers: []*api.AutopilotServer{
+			{Id: "node1", RaftState: "voter", NodeStatus: "alive", Healthy: true, LastContactNanos: 8_000_000, LastIndex: 1240, LastTerm: 7, StableSinceUnixNanos: stable},
+			{Id: "node2", RaftState: "leader", NodeStatus: "alive", Healthy: true, LastIndex: 1240, LastTerm: 7, StableSinceUnixNanos: stable},
+			{Id: "node3", RaftState: "voter", NodeStatus: "failed", Reason: "failed in gossip", LastContactNanos: 31_400_000_000, LastIndex: 1100, LastTerm: 7,
+				StableSinceUnixNanos: stable + 10_600_000_000},
+		},
+	}
+	return f
+}
+
 // cannedAddrs maps the gRPC addresses of cannedCluster's servers to the
 // fakes serving them in a test; status dials them through dialServer.
 var (
@@ -327,6 +345,29 @@ func TestAdminGolden(t *testing.T) {
 		{"policy-delete", []string{"policy", "delete", "global"}},
 		{"leader-transfer", []string{"leader", "transfer"}},
 		{"server-remove", []string{"server", "remove", "node3"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			var stdout, stderr bytes.Buffer
+			if code := run(append(c.args, "--servers", addr), &stdout, &stderr); code != 0 || stderr.Len() > 0 {
+				t.Fatalf("exit %d, stderr:\n%s", code, stderr.String())
+			}
+			checkGolden(t, goldenPath("admin-"+c.name, ".stdout"), stdout.Bytes())
+		})
+	}
+}
+
+// TestAdminGoldenAutopilot: status shows the health the leader's
+// autopilot computed when the leader reports it (the other goldens' leader
+// is older: rationctl judges, and says so).
+func TestAdminGoldenAutopilot(t *testing.T) {
+	addr := serve(t, cannedCluster())
+	serveCanned(t, "127.0.0.1:7401", cannedAutopilot())
+	for _, c := range []struct {
+		name string
+		args []string
+	}{
+		{"status-autopilot", []string{"status"}},
+		{"status-autopilot-json", []string{"status", "--json"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			var stdout, stderr bytes.Buffer

@@ -11,8 +11,13 @@ import (
 	"github.com/ration-dev/ration/api"
 )
 
-// Health of the servers as Consul's autopilot judges it: rationctl status
-// asks every server of the Raft configuration for its own Status (its
+// Health of the servers. The leader runs autopilot (coordinator/
+// autopilot.go) and reports what it computed in its Status answer (the
+// autopilot field): each server's health, with the reason when not
+// healthy, and the failure tolerance. rationctl status shows that
+// (fromLeader). A leader older than the field reports none; rationctl then
+// judges health itself, as Consul's autopilot would, and says so (judge):
+// it asks every server of the Raft configuration for its own Status (its
 // term, leader, last contact with the leader, last log index) and calls a
 // voter healthy when it answers, is alive in gossip, follows the same
 // leader in the same term, heard from the leader within
@@ -21,6 +26,12 @@ import (
 // quorum is lost: healthy voters minus the quorum (0 without a leader).
 // The servers are asked from where rationctl runs: one it cannot reach
 // counts as unhealthy even if its peers reach it.
+
+// Where a clusterHealth comes from.
+const (
+	healthFromLeader = "leader"    // the leader's autopilot
+	healthFromCLI    = "rationctl" // judge, for a leader without autopilot state
+)
 
 // Defaults of the status thresholds (Consul's autopilot uses 200ms and
 // 250 entries with its own Raft timing; ration's heartbeats are every
@@ -43,6 +54,9 @@ type serverHealth struct {
 	resp    *api.StatusResponse // nil when it did not answer
 	healthy bool
 	problem string // why not healthy; empty when healthy
+	// ap is the leader's autopilot view of the server (source
+	// healthFromLeader; nil if the leader's state does not list it).
+	ap *api.AutopilotServer
 }
 
 // clusterHealth is the verdict over the configuration.
@@ -53,6 +67,49 @@ type clusterHealth struct {
 	failureTolerance int
 	maxLastContact   time.Duration
 	maxTrailingLogs  uint64
+	source           string              // healthFromLeader or healthFromCLI
+	autopilot        *api.AutopilotState // the leader's, when source is healthFromLeader
+}
+
+// health is the leader's autopilot verdict when its answer carries one,
+// else rationctl's own (judge).
+func health(first *api.StatusResponse, answers map[string]*api.StatusResponse, maxLastContact time.Duration, maxTrailing uint64) *clusterHealth {
+	if l := answers[first.GetLeader()]; l != nil && l.GetAutopilot() != nil {
+		return fromLeader(first, answers, l.GetAutopilot())
+	}
+	return judge(first, answers, maxLastContact, maxTrailing)
+}
+
+// fromLeader is the health the leader's autopilot computed, over the
+// configuration as first lists it.
+func fromLeader(first *api.StatusResponse, answers map[string]*api.StatusResponse, ap *api.AutopilotState) *clusterHealth {
+	h := &clusterHealth{servers: map[string]*serverHealth{}, source: healthFromLeader, autopilot: ap,
+		failureTolerance: int(ap.GetFailureTolerance()), maxLastContact: time.Duration(ap.GetMaxLastContactNanos()),
+		maxTrailingLogs: ap.GetMaxTrailingLogs()}
+	byID := map[string]*api.AutopilotServer{}
+	for _, s := range ap.GetServers() {
+		byID[s.GetId()] = s
+		if s.GetRaftState() == "leader" || s.GetRaftState() == "voter" {
+			h.voters++
+			if s.GetHealthy() {
+				h.healthyVoters++
+			}
+		}
+	}
+	for _, s := range first.GetServers() {
+		sh := &serverHealth{resp: answers[s.GetId()], ap: byID[s.GetId()]}
+		switch {
+		case sh.ap == nil:
+			sh.problem = "not in the leader's autopilot state yet"
+		case sh.ap.GetHealthy():
+			sh.healthy = true
+		default:
+			sh.problem = sh.ap.GetReason()
+		}
+		h.servers[s.GetId()] = sh
+	}
+	h.quorum = h.voters/2 + 1
+	return h
 }
 
 // askAll gets every server's own Status: the answering server's is first
@@ -126,7 +183,7 @@ func askAll(ctx context.Context, first *api.StatusResponse, also []string) map[s
 
 // judge applies the autopilot rules to the answers.
 func judge(first *api.StatusResponse, answers map[string]*api.StatusResponse, maxLastContact time.Duration, maxTrailing uint64) *clusterHealth {
-	h := &clusterHealth{servers: map[string]*serverHealth{}, maxLastContact: maxLastContact, maxTrailingLogs: maxTrailing}
+	h := &clusterHealth{servers: map[string]*serverHealth{}, maxLastContact: maxLastContact, maxTrailingLogs: maxTrailing, source: healthFromCLI}
 	leaderID := first.GetLeader()
 	leader := answers[leaderID]
 	for _, s := range first.GetServers() {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/ration-dev/ration/api"
+	"github.com/ration-dev/ration/coordinator"
 	"github.com/ration-dev/ration/internal/testcluster"
 )
 
@@ -83,13 +84,15 @@ func TestJudge(t *testing.T) {
 }
 
 // TestStatusFailureTolerance: rationctl status against a real in-process
-// cluster: 1 with three healthy voters and every server's last contact;
-// 0 with one stopped, which is named unhealthy; 1 again once it is back.
+// cluster shows what the leader's autopilot computed: 1 with three
+// healthy voters and every server's last contact; 0 with one stopped,
+// which is named unhealthy with the leader's reason; 1 again once it is
+// back. (The reap timeout is long: the stopped server stays a voter.)
 func TestStatusFailureTolerance(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a cluster")
 	}
-	c := testcluster.New(t, 3)
+	c := testcluster.New(t, 3, testcluster.WithConfig(func(_ int, cfg *coordinator.Config) { cfg.ReapTimeout = time.Hour }))
 	c.WaitForStableLeader(t)
 	var addrs []string
 	for i := range c.Len() {
@@ -113,7 +116,8 @@ func TestStatusFailureTolerance(t *testing.T) {
 		t.Helper()
 		c.WaitFor(t, testcluster.DefaultWait, func() error {
 			st, out := status(servers)
-			if st.FailureTolerance != tolerance || st.HealthyVoters != healthy || st.Voters != 3 || st.Quorum != 2 {
+			if st.FailureTolerance != tolerance || st.HealthyVoters != healthy || st.Voters != 3 || st.Quorum != 2 ||
+				st.HealthSource != "leader" || st.Autopilot == nil || int(st.Autopilot.FailureTolerance) != tolerance {
 				return fmt.Errorf("tolerance %d, %d healthy voters, want %d and %d:\n%s", st.FailureTolerance, st.HealthyVoters, tolerance, healthy, out)
 			}
 			if check != nil {
@@ -130,13 +134,17 @@ func TestStatusFailureTolerance(t *testing.T) {
 			if (s.State == "leader") != (s.LastContactNanos == 0) || s.LastContactNanos < 0 {
 				return fmt.Errorf("last contact of %+v", s)
 			}
+			if a := s.Autopilot; a == nil || !a.Healthy || a.NodeStatus != "alive" || a.LastIndex == 0 || a.LastContactNanos < 0 {
+				return fmt.Errorf("the leader's view of %+v: %+v", s, a)
+			}
 		}
 		return nil
 	})
 	// The table shows it too.
 	var stdout, stderr bytes.Buffer
 	if code := run([]string{"status", "--servers", servers, "--max-last-contact", "5s"}, &stdout, &stderr); code != 0 ||
-		!strings.Contains(stdout.String(), "Failure tolerance:  1 (3 of 3 voters healthy, quorum 2)") || !strings.Contains(stdout.String(), "(leader)") {
+		!strings.Contains(stdout.String(), "Failure tolerance:  1 (3 of 3 voters healthy, quorum 2; computed by the leader's autopilot)") ||
+		!strings.Contains(stdout.String(), "(leader)") {
 		t.Errorf("exit %d\n%s%s", code, stdout.String(), stderr.String())
 	}
 
@@ -153,7 +161,7 @@ func TestStatusFailureTolerance(t *testing.T) {
 	servers = strings.Join(live, ",")
 	want(0, 2, func(st statusJSON) error {
 		for _, s := range st.Servers {
-			if s.ID == stopped && (s.AutopilotHealthy || s.Problem == "") {
+			if s.ID == stopped && (s.AutopilotHealthy || s.Problem == "" || s.Autopilot == nil || s.Autopilot.Reason != s.Problem) {
 				return fmt.Errorf("stopped %s shown healthy: %+v", stopped, s)
 			}
 		}

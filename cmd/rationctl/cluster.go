@@ -24,26 +24,43 @@ health.
 
 Every server is asked for its own figures at its advertised gRPC address,
 or else at one of --servers (from here: a server rationctl cannot reach
-is unhealthy). A server is healthy, as Consul's autopilot
-judges it, when it answers, is alive in gossip, follows the same leader in
+shows no figures). Health and the failure tolerance are what the leader's
+autopilot computed: a server is healthy when it is alive in the leader's
+gossip, answered the leader on Raft recently enough, is in the leader's
+term and its log is close enough to the leader's (rationd's
+--autopilot-max-last-contact and --autopilot-max-trailing-logs); an
+unhealthy one shows why. A new server is a non-voter until it has been
+healthy for the leader's --server-stabilization-time. The failure
+tolerance is how many voters can fail before the quorum is lost: healthy
+voters minus the quorum (voters/2 + 1), 0 without a leader.
+
+A leader older than its autopilot reports none: rationctl then judges
+health itself, as Consul's autopilot would, and says so: a server is
+healthy when it answers, is alive in gossip, follows the same leader in
 the same term, heard from the leader within --max-last-contact and its log
-is within --max-trailing-logs entries of the leader's. The failure tolerance
-is how many voters can fail before the quorum is lost: healthy voters minus
-the quorum (voters/2 + 1), 0 without a leader.
+is within --max-trailing-logs entries of the leader's (both flags apply to
+that case only).
 
 --json prints {"leader", "term", "commit_index", "applied_index",
 "answered_by", "cluster_time_nanos", "policies", "keys", "leases",
 "voters", "quorum", "healthy_voters", "failure_tolerance",
+"health_source" ("leader": its autopilot; "rationctl": judged here),
+"autopilot" (the leader's, when it reports one: "healthy",
+"failure_tolerance", "stabilization_time_nanos", "max_last_contact_nanos",
+"max_trailing_logs", "reap_timeout_nanos", "updated_unix_nanos"),
 "servers": [{"id", "address" (Raft), "grpc_address", "suffrage", "state",
 "healthy" (alive in gossip), "answered", "term", "last_contact_nanos" (-1:
 never or unknown), "last_log_index", "version", "revision",
-"autopilot_healthy", "problem"}]}.`,
+"autopilot_healthy", "problem", "autopilot" (the leader's view: "raft_state",
+"node_status", "healthy", "reason", "last_contact_nanos" (since the leader
+last heard from it; -1 never), "last_index", "last_term",
+"stable_since_unix_nanos")}]}.`,
 	reads: true,
 	flags: func(fs *flag.FlagSet, o *invocation) {
 		fs.DurationVar(&o.maxLastContact, "max-last-contact", defaultMaxLastContact,
-			"a server that last heard from the leader longer ago than `D` is unhealthy")
+			"without the leader's autopilot state (an older leader): a server that last heard from the leader longer ago than `D` is unhealthy")
 		fs.Uint64Var(&o.maxTrailingLogs, "max-trailing-logs", defaultMaxTrailingLogs,
-			"a server whose log is more than `N` entries behind the leader's is unhealthy")
+			"without the leader's autopilot state (an older leader): a server whose log is more than `N` entries behind the leader's is unhealthy")
 	},
 	run: func(ctx context.Context, o *invocation) error {
 		r, err := o.admin().Status(ctx, &api.StatusRequest{})
@@ -51,7 +68,7 @@ never or unknown), "last_log_index", "version", "revision",
 			return err
 		}
 		servers, _ := o.serverList() // resolved already by o.admin()
-		h := judge(r, askAll(ctx, r, servers), o.maxLastContact, o.maxTrailingLogs)
+		h := health(r, askAll(ctx, r, servers), o.maxLastContact, o.maxTrailingLogs)
 		return writeStatus(o.stdout, r, h, o.json)
 	},
 }
@@ -148,8 +165,8 @@ var serverVerbs = []verb{{
 	synopsis: "ID",
 	summary:  "remove server ID from the Raft configuration",
 	help: `Removes server ID from the Raft configuration, e.g. a server that is gone for
-good. The leader also removes servers dead in gossip for longer than its
-reap timeout on its own.`,
+good. The leader's autopilot also removes servers dead in gossip for longer
+than its reap timeout (rationd --reap-timeout, default 72h) on its own.`,
 	args: []string{"ID"},
 	run: func(ctx context.Context, o *invocation) error {
 		r, err := o.admin().RemoveServer(ctx, &api.RemoveServerRequest{Id: o.args[0]})

@@ -44,23 +44,50 @@ func orDash(s string) string {
 
 // statusJSON is `rationctl status --json`.
 type statusJSON struct {
-	Leader           string       `json:"leader"`
-	Term             uint64       `json:"term"`
-	CommitIndex      uint64       `json:"commit_index"`
-	AppliedIndex     uint64       `json:"applied_index"`
-	AnsweredBy       string       `json:"answered_by"`
-	ClusterTimeNanos int64        `json:"cluster_time_nanos"`
-	Policies         uint64       `json:"policies"`
-	Keys             uint64       `json:"keys"`
-	Leases           uint64       `json:"leases"`
-	Voters           int          `json:"voters"`
-	Quorum           int          `json:"quorum"`
-	HealthyVoters    int          `json:"healthy_voters"`
-	FailureTolerance int          `json:"failure_tolerance"`
-	Servers          []serverJSON `json:"servers"`
+	Leader           string `json:"leader"`
+	Term             uint64 `json:"term"`
+	CommitIndex      uint64 `json:"commit_index"`
+	AppliedIndex     uint64 `json:"applied_index"`
+	AnsweredBy       string `json:"answered_by"`
+	ClusterTimeNanos int64  `json:"cluster_time_nanos"`
+	Policies         uint64 `json:"policies"`
+	Keys             uint64 `json:"keys"`
+	Leases           uint64 `json:"leases"`
+	Voters           int    `json:"voters"`
+	Quorum           int    `json:"quorum"`
+	HealthyVoters    int    `json:"healthy_voters"`
+	FailureTolerance int    `json:"failure_tolerance"`
+	// HealthSource: "leader" (its autopilot computed the health) or
+	// "rationctl" (an older leader reports none: judged here).
+	HealthSource string         `json:"health_source"`
+	Autopilot    *autopilotJSON `json:"autopilot,omitempty"`
+	Servers      []serverJSON   `json:"servers"`
 	// WindowClock: window time against the answering server's wall clock
 	// (only when leased windows are in use).
 	WindowClock *windowClockJSON `json:"window_clock,omitempty"`
+}
+
+// autopilotJSON is the leader's autopilot settings and verdict.
+type autopilotJSON struct {
+	Healthy                bool   `json:"healthy"`
+	FailureTolerance       int32  `json:"failure_tolerance"`
+	StabilizationTimeNanos int64  `json:"stabilization_time_nanos"`
+	MaxLastContactNanos    int64  `json:"max_last_contact_nanos"`
+	MaxTrailingLogs        uint64 `json:"max_trailing_logs"`
+	ReapTimeoutNanos       int64  `json:"reap_timeout_nanos"`
+	UpdatedUnixNanos       int64  `json:"updated_unix_nanos"`
+}
+
+// autopilotServerJSON is one server as the leader's autopilot saw it.
+type autopilotServerJSON struct {
+	RaftState            string `json:"raft_state"`
+	NodeStatus           string `json:"node_status"`
+	Healthy              bool   `json:"healthy"`
+	Reason               string `json:"reason"`
+	LastContactNanos     int64  `json:"last_contact_nanos"`
+	LastIndex            uint64 `json:"last_index"`
+	LastTerm             uint64 `json:"last_term"`
+	StableSinceUnixNanos int64  `json:"stable_since_unix_nanos"`
 }
 
 type windowClockJSON struct {
@@ -88,6 +115,8 @@ type serverJSON struct {
 	Revision         string `json:"revision"`
 	AutopilotHealthy bool   `json:"autopilot_healthy"`
 	Problem          string `json:"problem"`
+	// Autopilot: the leader's view of the server (health_source "leader").
+	Autopilot *autopilotServerJSON `json:"autopilot,omitempty"`
 }
 
 func writeStatus(w io.Writer, r *api.StatusResponse, h *clusterHealth, asJSON bool) error {
@@ -98,6 +127,11 @@ func writeStatus(w io.Writer, r *api.StatusResponse, h *clusterHealth, asJSON bo
 		}
 		if sh := h.servers[s.GetId()]; sh != nil {
 			out.AutopilotHealthy, out.Problem = sh.healthy, sh.problem
+			if a := sh.ap; a != nil {
+				out.Autopilot = &autopilotServerJSON{RaftState: a.GetRaftState(), NodeStatus: a.GetNodeStatus(), Healthy: a.GetHealthy(),
+					Reason: a.GetReason(), LastContactNanos: a.GetLastContactNanos(), LastIndex: a.GetLastIndex(), LastTerm: a.GetLastTerm(),
+					StableSinceUnixNanos: a.GetStableSinceUnixNanos()}
+			}
 			if sh.resp != nil {
 				out.Answered, out.Term = true, sh.resp.GetTerm()
 				out.LastContactNanos, out.LastLogIndex = sh.resp.GetLastContactNanos(), sh.resp.GetLastLogIndex()
@@ -112,7 +146,12 @@ func writeStatus(w io.Writer, r *api.StatusResponse, h *clusterHealth, asJSON bo
 			AnsweredBy: r.GetAnsweredBy(), ClusterTimeNanos: r.GetClusterTimeNanos(),
 			Policies: r.GetPolicies(), Keys: r.GetKeys(), Leases: r.GetLeases(),
 			Voters: h.voters, Quorum: h.quorum, HealthyVoters: h.healthyVoters, FailureTolerance: h.failureTolerance,
-			Servers: []serverJSON{},
+			HealthSource: h.source, Servers: []serverJSON{},
+		}
+		if a := h.autopilot; a != nil {
+			out.Autopilot = &autopilotJSON{Healthy: a.GetHealthy(), FailureTolerance: a.GetFailureTolerance(),
+				StabilizationTimeNanos: a.GetStabilizationTimeNanos(), MaxLastContactNanos: a.GetMaxLastContactNanos(),
+				MaxTrailingLogs: a.GetMaxTrailingLogs(), ReapTimeoutNanos: a.GetReapTimeoutNanos(), UpdatedUnixNanos: a.GetUpdatedUnixNanos()}
 		}
 		for _, s := range r.GetServers() {
 			out.Servers = append(out.Servers, server(s))
@@ -137,7 +176,16 @@ func writeStatus(w io.Writer, r *api.StatusResponse, h *clusterHealth, asJSON bo
 	fmt.Fprintf(tw, "Keys:\t%d\n", r.GetKeys())
 	fmt.Fprintf(tw, "Leases:\t%d\n", r.GetLeases())
 	fmt.Fprintf(tw, "Answered by:\t%s\n", r.GetAnsweredBy())
-	fmt.Fprintf(tw, "Failure tolerance:\t%d (%d of %d voters healthy, quorum %d)\n", h.failureTolerance, h.healthyVoters, h.voters, h.quorum)
+	if h.source == healthFromLeader {
+		fmt.Fprintf(tw, "Failure tolerance:\t%d (%d of %d voters healthy, quorum %d; computed by the leader's autopilot)\n",
+			h.failureTolerance, h.healthyVoters, h.voters, h.quorum)
+		a := h.autopilot
+		fmt.Fprintf(tw, "Autopilot:\tnew servers vote after %v healthy; failed servers removed after %v\n",
+			time.Duration(a.GetStabilizationTimeNanos()), time.Duration(a.GetReapTimeoutNanos()))
+	} else {
+		fmt.Fprintf(tw, "Failure tolerance:\t%d (%d of %d voters healthy, quorum %d; judged by rationctl: the leader reports no autopilot state)\n",
+			h.failureTolerance, h.healthyVoters, h.voters, h.quorum)
+	}
 	if r.GetWindowClockSet() {
 		fmt.Fprintf(tw, "Window time:\t%s\n", windowLag(r.GetWindowLagNanos(), r.GetWindowSlewLeftNanos()))
 	}
@@ -164,8 +212,11 @@ func writeStatus(w io.Writer, r *api.StatusResponse, h *clusterHealth, asJSON bo
 			gossip = "not alive"
 		}
 		health := "yes"
-		if !sj.AutopilotHealthy {
+		switch {
+		case !sj.AutopilotHealthy:
 			health = "no: " + sj.Problem
+		case sj.Suffrage == "nonvoter" && sj.Autopilot != nil && sj.Autopilot.RaftState == "non-voter":
+			health = "yes (a voter once stable)"
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", sj.ID, sj.Address, orDash(sj.GRPCAddress),
 			sj.Suffrage, sj.State, gossip, contact, index, ver, health)

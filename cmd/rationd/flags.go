@@ -38,6 +38,9 @@ type options struct {
 	// Lease API limits (coordinator/limits.go); 0 turns one off.
 	limits leaseLimitOptions
 
+	// Autopilot on the leader (coordinator/autopilot.go).
+	autopilot autopilotOptions
+
 	// Test builds only (-tags ration_faults): negative-control faults and
 	// the clock control file (internal/faults).
 	faults       stringList
@@ -113,6 +116,7 @@ func serverFlags(name string, o *options) *flag.FlagSet {
 	fs.IntVar(&o.snapshotRetain, "raft-snapshot-retain", o.snapshotRetain,
 		"Raft snapshots to keep in the data dir (`N`; 0: the default, 3)")
 	leaseLimitFlags(fs, &o.limits)
+	autopilotFlags(fs, &o.autopilot)
 	if faults.Enabled {
 		fs.Var(&o.faults, "fault", fmt.Sprintf("TEST BUILD ONLY: turn on a broken `VARIANT` (repeatable): %v", faults.All))
 		fs.StringVar(&o.clockControl, "clock-control", o.clockControl,
@@ -122,7 +126,8 @@ func serverFlags(name string, o *options) *flag.FlagSet {
 }
 
 func defaultOptions() options {
-	return options{logLevel: "info", logFormat: "text", security: securityOptions{clusterName: "ration", reloadEvery: defaultTLSReload}, limits: defaultLeaseLimits()}
+	return options{logLevel: "info", logFormat: "text", security: securityOptions{clusterName: "ration", reloadEvery: defaultTLSReload}, limits: defaultLeaseLimits(),
+		autopilot: defaultAutopilot()}
 }
 
 // usageError is a command-line mistake: the caller prints it with the usage
@@ -217,6 +222,7 @@ func (o options) config(logger *slog.Logger, policies *policy.File) coordinator.
 	}
 	cfg.SnapshotRetain = o.snapshotRetain // negative: Validate refuses it
 	o.limits.apply(&cfg)
+	o.autopilot.apply(&cfg)
 	return cfg
 }
 
@@ -225,25 +231,59 @@ func (o options) config(logger *slog.Logger, policies *policy.File) coordinator.
 // mention, the rationd flag that sets it; TLS, set by three flags, is
 // named with all of them.
 var configFlags = map[string]string{
-	"ID":                   "--id",
-	"DataDir":              "--data-dir",
-	"RaftAddr":             "--raft-addr",
-	"GRPCAddr":             "--grpc-addr",
-	"GossipAddr":           "--gossip-addr",
-	"AdvertiseRaftAddr":    "--advertise-raft-addr",
-	"AdvertiseGRPCAddr":    "--advertise-grpc-addr",
-	"AdvertiseGossipAddr":  "--advertise-gossip-addr",
-	"Join":                 "--join",
-	"BootstrapExpect":      "--bootstrap-expect",
-	"LeaseClientRPS":       "--lease-client-rps",
-	"LeaseClientBurst":     "--lease-client-burst",
-	"LeaseConnRPS":         "--lease-conn-rps",
-	"LeaseConnBurst":       "--lease-conn-burst",
-	"VerifyServerHostname": "--tls-verify-server-hostname",
-	"TLS":                  "TLS (--tls-ca-file, --tls-cert-file, --tls-key-file)",
-	"ClusterName":          "--cluster-name",
-	"GossipKey":            "--gossip-key-file",
-	"ACL":                  "--acl-enabled",
+	"ID":                       "--id",
+	"DataDir":                  "--data-dir",
+	"RaftAddr":                 "--raft-addr",
+	"GRPCAddr":                 "--grpc-addr",
+	"GossipAddr":               "--gossip-addr",
+	"AdvertiseRaftAddr":        "--advertise-raft-addr",
+	"AdvertiseGRPCAddr":        "--advertise-grpc-addr",
+	"AdvertiseGossipAddr":      "--advertise-gossip-addr",
+	"Join":                     "--join",
+	"BootstrapExpect":          "--bootstrap-expect",
+	"LeaseClientRPS":           "--lease-client-rps",
+	"LeaseClientBurst":         "--lease-client-burst",
+	"LeaseConnRPS":             "--lease-conn-rps",
+	"LeaseConnBurst":           "--lease-conn-burst",
+	"VerifyServerHostname":     "--tls-verify-server-hostname",
+	"TLS":                      "TLS (--tls-ca-file, --tls-cert-file, --tls-key-file)",
+	"ClusterName":              "--cluster-name",
+	"GossipKey":                "--gossip-key-file",
+	"ACL":                      "--acl-enabled",
+	"ReapTimeout":              "--reap-timeout",
+	"ServerStabilizationTime":  "--server-stabilization-time",
+	"AutopilotMaxLastContact":  "--autopilot-max-last-contact",
+	"AutopilotMaxTrailingLogs": "--autopilot-max-trailing-logs",
+}
+
+// autopilotOptions are the flags of the leader's autopilot.
+type autopilotOptions struct {
+	reapTimeout, stabilization, maxLastContact time.Duration
+	maxTrailingLogs                            uint64
+}
+
+func defaultAutopilot() autopilotOptions {
+	d := coordinator.DefaultConfig()
+	return autopilotOptions{reapTimeout: d.ReapTimeout, stabilization: d.ServerStabilizationTime,
+		maxLastContact: d.AutopilotMaxLastContact, maxTrailingLogs: d.AutopilotMaxTrailingLogs}
+}
+
+func autopilotFlags(fs *flag.FlagSet, o *autopilotOptions) {
+	fs.DurationVar(&o.reapTimeout, "reap-timeout", o.reapTimeout,
+		"the leader removes a server dead in gossip for longer than `D` from the Raft configuration (one that left gracefully: at once)")
+	fs.DurationVar(&o.stabilization, "server-stabilization-time", o.stabilization,
+		"a new server joins as a non-voter and becomes a voter once healthy for `D` (servers of a bootstrap vote from the start)")
+	fs.DurationVar(&o.maxLastContact, "autopilot-max-last-contact", o.maxLastContact,
+		"a server the leader has had no Raft answer from for longer than `D` is unhealthy")
+	fs.Uint64Var(&o.maxTrailingLogs, "autopilot-max-trailing-logs", o.maxTrailingLogs,
+		"a server whose log is more than `N` entries behind the leader's is unhealthy")
+}
+
+func (o autopilotOptions) apply(cfg *coordinator.Config) {
+	cfg.ReapTimeout = o.reapTimeout
+	cfg.ServerStabilizationTime = o.stabilization
+	cfg.AutopilotMaxLastContact = o.maxLastContact
+	cfg.AutopilotMaxTrailingLogs = o.maxTrailingLogs
 }
 
 // settingName is coordinator.Config.SettingName for rationd: a field's flag.

@@ -57,6 +57,11 @@ var (
 	descBoundOver        = desc("bound_windows_over_total", "Leader: reports after which some audited window of a key of the policy held more than B + r*W.", "policy")
 	descAuditReported    = desc("audit_reported_tokens_total", "Leader: tokens clients reported admitted on the policy's leases (each counted once).", "policy")
 	descAuditUnplaced    = desc("audit_unplaced_tokens_total", "Leader: reported tokens the audit could not place in time (base request older than this leadership, or over the memory bound): in no window.", "policy")
+
+	// Autopilot (coordinator/autopilot.go): the leader's only; a follower
+	// runs no autopilot and exports neither.
+	descAPTolerance = desc("autopilot_failure_tolerance", "Leader: voters that can fail with a quorum left, as its autopilot computed them: healthy voters minus the quorum.")
+	descAPHealthy   = desc("autopilot_healthy", "Leader: 1 if its autopilot judges the server healthy (alive in gossip, a recent Raft answer, the leader's term, its log close to the leader's), else 0; one series per server of the Raft configuration.", "server_id")
 )
 
 // serverCollector reads the server's figures at scrape time.
@@ -67,7 +72,7 @@ func (c *serverCollector) Describe(ch chan<- *prometheus.Desc) {
 		descLastContact, descLeaderChanges, descLeaderKnown, descVoters, descApplyDuration, descBatchOps, descEntryBytes,
 		descForwarded, descLeaseLimited, descLimiterEntries, descExpiries, descPolicyKeys, descPolicyLeases, descPolicyHeldRate, descPolicyHeldCap,
 		descPolicyPool, descPolicyRate, descPolicyBurst,
-		descBoundUtilization, descBoundOver, descAuditReported, descAuditUnplaced} {
+		descBoundUtilization, descBoundOver, descAuditReported, descAuditUnplaced, descAPTolerance, descAPHealthy} {
 		ch <- d
 	}
 }
@@ -158,6 +163,16 @@ func (c *serverCollector) Collect(ch chan<- prometheus.Metric) {
 	collectPolicies(ch, srv)
 	if state == raft.Leader {
 		collectAudit(ch, srv)
+	}
+	if ap := srv.AutopilotState(); ap != nil {
+		gauge(ch, descAPTolerance, float64(ap.GetFailureTolerance()))
+		for _, s := range ap.GetServers() {
+			v := 0.0
+			if s.GetHealthy() {
+				v = 1
+			}
+			gauge(ch, descAPHealthy, v, s.GetId())
+		}
 	}
 }
 

@@ -13,11 +13,12 @@
 // Figures are read at scrape time, not kept on the apply path: Raft's from
 // raft.Raft, the per-policy ones from the FSM's read API (fsm/query.go,
 // under its read lock, as copies), the batcher's and forwarder's from
-// coordinator.Server.OpStats. The only counters kept here are those of the
-// lease calls (grants, renewals, releases, refusals by reason), counted by
-// a gRPC interceptor on the server the client called (a forwarded call is
-// not counted again by the leader), so summing over servers counts each
-// call once. Policy labels are bounded: a name that is not a stored policy
+// coordinator.Server.OpStats, the leader's autopilot figures from
+// coordinator.Server.AutopilotState (nil on a follower: no series). The
+// only counters kept here are those of the lease calls (grants, renewals,
+// releases, refusals by reason), counted by a gRPC interceptor on the
+// server the client called (a forwarded call is not counted again by the
+// leader), so summing over servers counts each call once. Policy labels are bounded: a name that is not a stored policy
 // is counted as "(unknown)"; raw keys are never labels.
 package observe
 

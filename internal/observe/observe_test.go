@@ -49,10 +49,10 @@ type observed struct {
 	obs []*observe.Observer
 }
 
-func newObserved(t *testing.T, n int, pprofOn func(i int) bool) *observed {
+func newObserved(t *testing.T, n int, pprofOn func(i int) bool, opts ...testcluster.Option) *observed {
 	t.Helper()
 	o := &observed{obs: make([]*observe.Observer, n)}
-	o.c = testcluster.New(t, n, testcluster.WithPolicies(policies), testcluster.WithConfig(func(i int, cfg *coordinator.Config) {
+	o.c = testcluster.New(t, n, append([]testcluster.Option{testcluster.WithPolicies(policies), testcluster.WithConfig(func(i int, cfg *coordinator.Config) {
 		if i >= n || o.obs[i] != nil {
 			return
 		}
@@ -60,7 +60,7 @@ func newObserved(t *testing.T, n int, pprofOn func(i int) bool) *observed {
 		o.obs[i] = ob
 		cfg.GRPCServerOptions = ob.GRPCServerOptions()
 		cfg.RegisterGRPC = ob.RegisterGRPC
-	}))
+	})}, opts...)...)
 	for i, ob := range o.obs {
 		ob.Attach(o.c.Server(i))
 		if err := ob.Serve("127.0.0.1:0"); err != nil {
@@ -382,6 +382,51 @@ var metricName = regexp.MustCompile(`\b(?:ration|grpc_server)_[a-z_]+\b`)
 // checkNames reports every metric text names that no scrape in fams has
 // (a histogram's _bucket, _sum and _count series count as the histogram);
 // it returns how many names it checked.
+// TestAutopilotMetrics: the leader exports its autopilot's failure
+// tolerance and each server's health; followers export neither. Three
+// healthy voters tolerate one failure; with one killed, none, and the
+// killed server is unhealthy.
+func TestAutopilotMetrics(t *testing.T) {
+	o := newObserved(t, 3, nil, testcluster.WithConfig(func(_ int, cfg *coordinator.Config) { cfg.ReapTimeout = time.Hour }))
+	leader := o.c.WaitForStableLeader(t)
+	li := o.c.Index(leader)
+	want := func(tolerance float64, healthy map[string]float64) {
+		t.Helper()
+		o.c.WaitFor(t, testcluster.DefaultWait, func() error {
+			if o.c.Leader() != leader {
+				return fmt.Errorf("leadership moved from %s", leader.ID())
+			}
+			f := scrape(t, o.obs[li])
+			if v, ok := value(f, "ration_autopilot_failure_tolerance"); !ok || v != tolerance {
+				return fmt.Errorf("ration_autopilot_failure_tolerance = %v (present %v), want %v", v, ok, tolerance)
+			}
+			for id, w := range healthy {
+				if v, ok := value(f, "ration_autopilot_healthy", "server_id="+id); !ok || v != w {
+					return fmt.Errorf("ration_autopilot_healthy{server_id=%q} = %v (present %v), want %v", id, v, ok, w)
+				}
+			}
+			return nil
+		})
+	}
+	want(1, map[string]float64{"s0": 1, "s1": 1, "s2": 1})
+	for i, ob := range o.obs {
+		if i == li {
+			continue
+		}
+		f := scrape(t, ob)
+		for _, name := range []string{"ration_autopilot_failure_tolerance", "ration_autopilot_healthy"} {
+			if _, ok := f[name]; ok {
+				t.Errorf("follower %s exports %s", o.c.ID(i), name)
+			}
+		}
+	}
+	victim := (li + 1) % 3
+	o.c.Kill(victim)
+	healthy := map[string]float64{"s0": 1, "s1": 1, "s2": 1}
+	healthy[o.c.ID(victim)] = 0
+	want(0, healthy)
+}
+
 func checkNames(t *testing.T, where, text string, fams ...map[string]*dto.MetricFamily) int {
 	t.Helper()
 	names := metricName.FindAllString(text, -1)
