@@ -16,9 +16,10 @@ import (
 // unconditionally, by the first entry of a new cluster (ensureBaseline):
 // every server of 0.1.0 or later supports them, and one that predates a bit
 // stops loudly (it panics on the CmdSetFeatures entry or refuses the
-// snapshot). A switch added after 0.1.0 is turned on only once every voter
-// in the Raft configuration is alive in gossip and advertises it
-// (serverMeta.Features, enableFeatures). Switches are never turned off,
+// snapshot). A switch added after 0.1.0 is turned on only once every server
+// in the Raft configuration, voter or non-voter (both apply the log; a new
+// server is a non-voter until autopilot promotes it), is alive in gossip
+// and advertises it (serverMeta.Features, enableFeatures). Switches are never turned off,
 // and snapshots keep them.
 
 // ensureBaseline proposes the baseline switches if they are not on yet
@@ -54,7 +55,8 @@ func (s *Server) supportedFeatures() uint64 {
 }
 
 // enableFeatures proposes the switches added after the baseline that
-// every voter supports and that are still off (leader only).
+// every server of the configuration supports and that are still off
+// (leader only).
 func (s *Server) enableFeatures() {
 	missing := fsm.KnownFeatures &^ s.fsm.Features()
 	if missing == 0 || !s.IsLeader() {
@@ -64,10 +66,10 @@ func (s *Server) enableFeatures() {
 	if f.Error() != nil {
 		return
 	}
-	all := s.supportedFeatures() & votersSupport(raft.ServerID(s.cfg.ID), f.Configuration(), s.members.members())
+	all := s.supportedFeatures() & serversSupport(raft.ServerID(s.cfg.ID), f.Configuration(), s.members.members())
 	want := missing & all
 	if want == 0 {
-		s.log.Debug("feature switches wait for every voter to support them", "off", missing, "voters_support", all)
+		s.log.Debug("feature switches wait for every server to support them", "off", missing, "servers_support", all)
 		return
 	}
 	cmd := &api.SetFeaturesCommand{Features: want, WallUnixNanos: s.wallNow()}
@@ -75,13 +77,14 @@ func (s *Server) enableFeatures() {
 		s.log.Warn("turning on feature switches", "features", want, "err", err)
 		return
 	}
-	s.log.Info("feature switches on: every voter supports them", "features", want)
+	s.log.Info("feature switches on: every server supports them", "features", want)
 }
 
-// votersSupport returns the feature bits every voter other than self
-// advertises in gossip: none if a voter is not alive in gossip or its
-// metadata does not decode (it may be a server that predates them).
-func votersSupport(self raft.ServerID, cfg raft.Configuration, members []memberInfo) uint64 {
+// serversSupport returns the feature bits every server of the
+// configuration other than self, voter or not, advertises in gossip: none
+// if one is not alive in gossip or its metadata does not decode (it may be
+// a server that predates them).
+func serversSupport(self raft.ServerID, cfg raft.Configuration, members []memberInfo) uint64 {
 	alive := map[raft.ServerID]serverMeta{}
 	for _, mi := range members {
 		if mi.ok && mi.Status == statusAlive {
@@ -90,7 +93,7 @@ func votersSupport(self raft.ServerID, cfg raft.Configuration, members []memberI
 	}
 	all := ^uint64(0)
 	for _, srv := range cfg.Servers {
-		if srv.Suffrage != raft.Voter || srv.ID == self {
+		if srv.ID == self {
 			continue
 		}
 		meta, ok := alive[srv.ID]

@@ -29,7 +29,8 @@ type serverMeta struct {
 	Leaving bool `json:"leaving,omitempty"`
 	// Features are the feature switches (fsm.FeatureXxx bits) this server
 	// can apply. A server that predates them gossips none; the leader turns
-	// a switch on only once every voter gossips it (features.go).
+	// a switch on only once every server of the configuration gossips it
+	// (features.go).
 	Features uint64 `json:"features,omitempty"`
 }
 

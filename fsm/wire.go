@@ -68,7 +68,7 @@ const IgnorableFlag CommandType = 0x80
 // else (coordinator), every server of 0.1.0 or later applies them, and the
 // FSM refuses state or entries from before them (ErrPreBaseline). They have
 // no Off path left. A switch added after 0.1.0 is turned on only once
-// every voter advertises support (coordinator/features.go) and keeps the
+// every server of the configuration advertises support (coordinator/features.go) and keeps the
 // old behaviour while off; docs/design.md §3.6.
 const (
 	// FeatureAcks: grants and renewals number their terms (Grant.version),

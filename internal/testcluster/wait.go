@@ -111,7 +111,7 @@ func (c *Cluster) WaitForLeader(t testing.TB) *coordinator.Server {
 
 // WaitForFeatures waits until every live server has applied the feature
 // switches it knows (fsm.KnownFeatures): the baseline's are the cluster's
-// first entry; a switch added after 0.1.0 is turned on once every voter
+// first entry; a switch added after 0.1.0 is turned on once every server
 // advertises it, shortly after the cluster forms.
 func (c *Cluster) WaitForFeatures(t testing.TB) {
 	t.Helper()
