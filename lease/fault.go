@@ -55,6 +55,14 @@ const (
 	// whose demand steps up is refused while B sits unused. It breaks no
 	// bound, only utilization, which the demand-step model must catch.
 	faultLeftoverBurstToPool
+	// FaultForgetDebt lets a lease that ends without a release (expiry,
+	// replacement, revocation) take its possible debt with it, breaking
+	// rule (k): the holder may have charged down to its allowance since
+	// its last word, and the allowance is granted again to others.
+	FaultForgetDebt
+	// faultReleaseDebtUnreported drops the debt a release reports (a
+	// settlement that never reaches the cluster), breaking rule (k).
+	faultReleaseDebtUnreported
 )
 
 // Every fault number of the package is registered (internal/faults.Number):
@@ -75,6 +83,8 @@ var _ = []any{
 	registerFault(FaultCreditAtReduction, "FaultCreditAtReduction"),
 	registerFault(faultTopUpNoDebit, "faultTopUpNoDebit"),
 	registerFault(faultLeftoverBurstToPool, "faultLeftoverBurstToPool"),
+	registerFault(FaultForgetDebt, "FaultForgetDebt"),
+	registerFault(faultReleaseDebtUnreported, "faultReleaseDebtUnreported"),
 
 	registerFault(windowFaultNone, "windowFaultNone"),
 	registerFault(WindowFaultDeadReturns, "WindowFaultDeadReturns"),
