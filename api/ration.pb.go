@@ -620,6 +620,10 @@ type ReleaseKey struct {
 	Key          *Key                   `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
 	LeaseId      uint64                 `protobuf:"varint,2,opt,name=lease_id,json=leaseId,proto3" json:"lease_id,omitempty"`
 	UnspentMilli int64                  `protobuf:"varint,3,opt,name=unspent_milli,json=unspentMilli,proto3" json:"unspent_milli,omitempty"`
+	// debt_milli: how far below zero the bucket was when the client stopped
+	// (docs/design.md §4.1); it stays in the key's budget. A release reports
+	// unspent_milli or debt_milli, not both.
+	DebtMilli int64 `protobuf:"varint,4,opt,name=debt_milli,json=debtMilli,proto3" json:"debt_milli,omitempty"`
 	// As RenewKey's: what the bucket admitted since the answer to
 	// admitted_since_seq, up to this release.
 	AdmittedMilli    int64  `protobuf:"varint,50,opt,name=admitted_milli,json=admittedMilli,proto3" json:"admitted_milli,omitempty"`
@@ -675,6 +679,13 @@ func (x *ReleaseKey) GetLeaseId() uint64 {
 func (x *ReleaseKey) GetUnspentMilli() int64 {
 	if x != nil {
 		return x.UnspentMilli
+	}
+	return 0
+}
+
+func (x *ReleaseKey) GetDebtMilli() int64 {
+	if x != nil {
+		return x.DebtMilli
 	}
 	return 0
 }
@@ -862,6 +873,11 @@ type Grant struct {
 	// above cap_milli). At most the raise of the cap (rule i). A client that
 	// does not add them loses them, safely.
 	TopUpMilli int64 `protobuf:"varint,33,opt,name=top_up_milli,json=topUpMilli,proto3" json:"top_up_milli,omitempty"`
+	// debt_allowance_milli: how far below zero charges after the work may
+	// take this lease's bucket (docs/design.md §4.1, rule k); never lower
+	// than the lease's previous answer's. 0: the bucket never goes below
+	// zero (a policy without max_debt, or a server without debt).
+	DebtAllowanceMilli int64 `protobuf:"varint,34,opt,name=debt_allowance_milli,json=debtAllowanceMilli,proto3" json:"debt_allowance_milli,omitempty"`
 	// A chunk of a leased window policy (docs/design.md §8), else all 0. The
 	// grant is then a bucket with no rate whose cap is the chunk's units
 	// (start_milli, then top_up_milli at renewals) and whose lease ends with
@@ -1044,6 +1060,13 @@ func (x *Grant) GetRatePeriodNanos() int64 {
 func (x *Grant) GetTopUpMilli() int64 {
 	if x != nil {
 		return x.TopUpMilli
+	}
+	return 0
+}
+
+func (x *Grant) GetDebtAllowanceMilli() int64 {
+	if x != nil {
+		return x.DebtAllowanceMilli
 	}
 	return 0
 }
@@ -3675,12 +3698,14 @@ const file_ration_proto_rawDesc = "" +
 	"\x12admitted_since_seq\x183 \x01(\x04R\x10admittedSinceSeq\"b\n" +
 	"\fRenewRequest\x12)\n" +
 	"\x06caller\x18\x01 \x01(\v2\x11.ration.v1.CallerR\x06caller\x12'\n" +
-	"\x04keys\x18\x02 \x03(\v2\x13.ration.v1.RenewKeyR\x04keys\"\xc3\x01\n" +
+	"\x04keys\x18\x02 \x03(\v2\x13.ration.v1.RenewKeyR\x04keys\"\xe2\x01\n" +
 	"\n" +
 	"ReleaseKey\x12 \n" +
 	"\x03key\x18\x01 \x01(\v2\x0e.ration.v1.KeyR\x03key\x12\x19\n" +
 	"\blease_id\x18\x02 \x01(\x04R\aleaseId\x12#\n" +
-	"\runspent_milli\x18\x03 \x01(\x03R\funspentMilli\x12%\n" +
+	"\runspent_milli\x18\x03 \x01(\x03R\funspentMilli\x12\x1d\n" +
+	"\n" +
+	"debt_milli\x18\x04 \x01(\x03R\tdebtMilli\x12%\n" +
 	"\x0eadmitted_milli\x182 \x01(\x03R\radmittedMilli\x12,\n" +
 	"\x12admitted_since_seq\x183 \x01(\x04R\x10admittedSinceSeq\"f\n" +
 	"\x0eReleaseRequest\x12)\n" +
@@ -3689,7 +3714,7 @@ const file_ration_proto_rawDesc = "" +
 	"\bKeyError\x12\x12\n" +
 	"\x04code\x18\x01 \x01(\rR\x04code\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\x12(\n" +
-	"\x04kind\x18\x03 \x01(\x0e2\x14.ration.v1.ErrorKindR\x04kind\"\xfb\b\n" +
+	"\x04kind\x18\x03 \x01(\x0e2\x14.ration.v1.ErrorKindR\x04kind\"\xad\t\n" +
 	"\x05Grant\x12\x19\n" +
 	"\blease_id\x18\x01 \x01(\x04R\aleaseId\x12+\n" +
 	"\x12rate_milli_per_sec\x18\x02 \x01(\x03R\x0frateMilliPerSec\x12\x1b\n" +
@@ -3711,7 +3736,8 @@ const file_ration_proto_rawDesc = "" +
 	"\x15rate_milli_per_period\x18\x1f \x01(\x03R\x12rateMilliPerPeriod\x12*\n" +
 	"\x11rate_period_nanos\x18  \x01(\x03R\x0fratePeriodNanos\x12 \n" +
 	"\ftop_up_milli\x18! \x01(\x03R\n" +
-	"topUpMilli\x12,\n" +
+	"topUpMilli\x120\n" +
+	"\x14debt_allowance_milli\x18\" \x01(\x03R\x12debtAllowanceMilli\x12,\n" +
 	"\x12window_limit_milli\x18( \x01(\x03R\x10windowLimitMilli\x12!\n" +
 	"\fwindow_nanos\x18) \x01(\x03R\vwindowNanos\x12,\n" +
 	"\x12window_reset_nanos\x18* \x01(\x03R\x10windowResetNanos\x124\n" +

@@ -1,0 +1,45 @@
+package lease
+
+import "testing"
+
+// TestHoldAllKeepsDebt: a restore's HoldAll (rule j) keeps the key's
+// debt and counts every allowance the restored state does not account
+// for as debt too: leases granted after the snapshot may have used them.
+func TestHoldAllKeepsDebt(t *testing.T) {
+	l, err := newLedger(LedgerConfig{RateMilliPerSec: 1_000, CapacityMilli: 10_000, StartFull: true, MaxDebtMilli: 6_000}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := l.Grant(1, GrantRequest{ClientID: "a", Incarnation: 1, Seq: 1, DemandRateMilliPerSec: 1_000, DemandBurstMilli: 10_000, TTLNanos: 5 * NanosPerSecond})
+	if err != nil || g.DebtAllowanceMilli != 6_000 {
+		t.Fatalf("grant %+v, %v", g, err)
+	}
+	if _, err := l.Release(2, ReleaseRequest{ClientID: "a", Incarnation: 1, LeaseID: g.LeaseID, DebtMilli: 2_500}); err != nil {
+		t.Fatal(err)
+	}
+	if l.DebtMilli() != 2_500 {
+		t.Fatalf("debt %d after the release, want 2500", l.DebtMilli())
+	}
+	if err := l.HoldAll(3, 10*NanosPerSecond); err != nil {
+		t.Fatal(err)
+	}
+	if l.DebtMilli() != 6_000 || l.PoolMilli() != 0 {
+		t.Fatalf("after HoldAll: debt %d, pool %d; want all of max_debt owed, an empty pool", l.DebtMilli(), l.PoolMilli())
+	}
+	if err := l.CheckInvariants(); err != nil {
+		t.Fatal(err)
+	}
+	// Bad releases are refused, changing nothing.
+	g, _ = l.Grant(4, GrantRequest{ClientID: "b", Incarnation: 1, Seq: 1, TTLNanos: NanosPerSecond})
+	for _, req := range []ReleaseRequest{
+		{ClientID: "b", Incarnation: 1, LeaseID: g.LeaseID, DebtMilli: -1},
+		{ClientID: "b", Incarnation: 1, LeaseID: g.LeaseID, DebtMilli: 1, UnspentMilli: 1},
+	} {
+		if _, err := l.Release(5, req); err == nil {
+			t.Fatalf("release %+v accepted", req)
+		}
+	}
+	if _, err := newLedger(LedgerConfig{RateMilliPerSec: 1, CapacityMilli: 1, MaxDebtMilli: -1}, 0); err == nil {
+		t.Fatal("a negative max debt accepted")
+	}
+}
