@@ -2407,8 +2407,11 @@ type KeyInfo struct {
 	WindowEndUnixNanos   int64 `protobuf:"varint,7,opt,name=window_end_unix_nanos,json=windowEndUnixNanos,proto3" json:"window_end_unix_nanos,omitempty"`
 	WindowCountMilli     int64 `protobuf:"varint,8,opt,name=window_count_milli,json=windowCountMilli,proto3" json:"window_count_milli,omitempty"`
 	WindowLimitMilli     int64 `protobuf:"varint,9,opt,name=window_limit_milli,json=windowLimitMilli,proto3" json:"window_limit_milli,omitempty"`
-	unknownFields        protoimpl.UnknownFields
-	sizeCache            protoimpl.SizeCache
+	// debt_milli: the key's debt (docs/design.md §4.1): what leases that
+	// ended owed, or may have owed, their buckets; the pool pays it first.
+	DebtMilli     int64 `protobuf:"varint,10,opt,name=debt_milli,json=debtMilli,proto3" json:"debt_milli,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *KeyInfo) Reset() {
@@ -2500,6 +2503,13 @@ func (x *KeyInfo) GetWindowCountMilli() int64 {
 func (x *KeyInfo) GetWindowLimitMilli() int64 {
 	if x != nil {
 		return x.WindowLimitMilli
+	}
+	return 0
+}
+
+func (x *KeyInfo) GetDebtMilli() int64 {
+	if x != nil {
+		return x.DebtMilli
 	}
 	return 0
 }
@@ -3842,7 +3852,7 @@ const file_ration_proto_rawDesc = "" +
 	"\x10expires_in_nanos\x18\n" +
 	" \x01(\x03R\x0eexpiresInNanos\x124\n" +
 	"\x17held_rate_milli_per_sec\x18\v \x01(\x03R\x13heldRateMilliPerSec\x12$\n" +
-	"\x0eheld_cap_milli\x18\f \x01(\x03R\fheldCapMilli\"\xec\x02\n" +
+	"\x0eheld_cap_milli\x18\f \x01(\x03R\fheldCapMilli\"\x8b\x03\n" +
 	"\aKeyInfo\x12\x16\n" +
 	"\x06policy\x18\x01 \x01(\tR\x06policy\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\tR\x03key\x12\x1d\n" +
@@ -3853,7 +3863,10 @@ const file_ration_proto_rawDesc = "" +
 	"\x17window_start_unix_nanos\x18\x06 \x01(\x03R\x14windowStartUnixNanos\x121\n" +
 	"\x15window_end_unix_nanos\x18\a \x01(\x03R\x12windowEndUnixNanos\x12,\n" +
 	"\x12window_count_milli\x18\b \x01(\x03R\x10windowCountMilli\x12,\n" +
-	"\x12window_limit_milli\x18\t \x01(\x03R\x10windowLimitMilli\"\x98\x01\n" +
+	"\x12window_limit_milli\x18\t \x01(\x03R\x10windowLimitMilli\x12\x1d\n" +
+	"\n" +
+	"debt_milli\x18\n" +
+	" \x01(\x03R\tdebtMilli\"\x98\x01\n" +
 	"\x12ListLeasesResponse\x12,\n" +
 	"\x06leases\x18\x01 \x03(\v2\x14.ration.v1.LeaseInfoR\x06leases\x12&\n" +
 	"\x04keys\x18\x02 \x03(\v2\x12.ration.v1.KeyInfoR\x04keys\x12,\n" +

@@ -43,3 +43,35 @@ func TestHoldAllKeepsDebt(t *testing.T) {
 		t.Fatal("a negative max debt accepted")
 	}
 }
+
+// TestChargeN: a charge after the fact is never refused; the level goes
+// down to minus the allowance, the rest is excess; a level below zero
+// admits nothing and refills from below.
+func TestChargeN(t *testing.T) {
+	b, err := NewAtomicBucketWithLevel(BucketConfig{CapacityMilli: 10_000, RateMilliPerSec: 1_000}, 0, 4_000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if lvl, ex := b.ChargeN(0, 6_000); lvl != 0 || ex != 2_000 {
+		t.Fatalf("no allowance: level %d, excess %d; want 0 and 2000", lvl, ex)
+	}
+	b.SetDebtAllowance(5_000)
+	if lvl, ex := b.ChargeN(0, 3_000); lvl != -3_000 || ex != 0 {
+		t.Fatalf("level %d, excess %d; want -3000, 0", lvl, ex)
+	}
+	if lvl, ex := b.ChargeN(0, 1<<62); lvl != -5_000 || ex != 1<<62-2_000 {
+		t.Fatalf("a huge charge: level %d, excess %d", lvl, ex)
+	}
+	if lvl, ex := b.ChargeN(0, -1); lvl != -5_000 || ex != 0 {
+		t.Fatalf("a negative charge changed the level: %d, %d", lvl, ex)
+	}
+	if d := b.AllowN(0, 1); d.Allowed || d.RetryAfter != 5_001_000_000 {
+		t.Fatalf("in debt: %+v; want refused until 5.001 tokens are minted", d)
+	}
+	if lvl := b.LevelMilli(6 * NanosPerSecond); lvl != 1_000 {
+		t.Fatalf("after 6 s at 1/s: level %d, want 1000", lvl)
+	}
+	if _, ok := b.TakeN(6*NanosPerSecond, 1_000); !ok {
+		t.Fatal("the paid bucket refused")
+	}
+}
