@@ -24,7 +24,7 @@ policies:
     rate: 10
     burst: 10
     start: full
-    max_debt: 20
+    max_debt: 40
     lease: {duration: 2s, renew_after: 200ms}
   - name: slow
     algorithm: token-bucket
@@ -32,7 +32,7 @@ policies:
     rate: 1
     burst: 5
     start: full
-    max_debt: 20
+    max_debt: 40
     lease: {duration: 1s, renew_after: 200ms}
 `
 

@@ -17,7 +17,7 @@ policies:
     start: full
     key: [tenant]
     lease: {duration: 5s}
-    max_debt: 6
+    max_debt: 12
 `
 
 func llmKey(t string) *api.Key {
@@ -71,8 +71,8 @@ func TestDebtWaitsForItsSwitch(t *testing.T) {
 		if want := map[bool]int64{false: 999, true: 0}[on]; b.GetStartMilli() != want {
 			t.Fatalf("switch on %v: b starts with %d, want %d", on, b.GetStartMilli(), want)
 		}
-		if on && (l.DebtMilli() != 3_001 || b.GetDebtAllowanceMilli() != 2_999) {
-			t.Fatalf("key debt %d, b's allowance %d: want 3001 and 2999 (max_debt 6 less the debt)", l.DebtMilli(), b.GetDebtAllowanceMilli())
+		if on && (l.DebtMilli() != 3_001 || b.GetDebtAllowanceMilli() != 6_000) {
+			t.Fatalf("key debt %d, b's allowance %d: want 3001 and 6000 (half of max_debt 12: one seat kept for a newcomer)", l.DebtMilli(), b.GetDebtAllowanceMilli())
 		}
 	}
 }
@@ -113,10 +113,11 @@ func TestDebtOutlivesItsHolder(t *testing.T) {
 	if l := debtLedger(&harness{f: g2}, "acme"); l == nil || l.DebtMilli() != 5_001 {
 		t.Fatalf("restored: key debt %v, want 5001", l)
 	}
-	// A new holder's grant: no tokens while the key is in debt, and an
-	// allowance of what the debt leaves.
+	// A new holder's grant: no tokens while the key is in debt, and its
+	// allowance (half of max_debt: one seat kept), which the debt leaves
+	// room for.
 	b := grantOf(t, h.batch(8*sec, acquire(caller("b", 1, 1), llmKey("acme"))))
-	if b.GetStartMilli() != 0 || b.GetDebtAllowanceMilli() != 1_998 {
+	if b.GetStartMilli() != 0 || b.GetDebtAllowanceMilli() != 6_000 {
 		t.Fatalf("b's grant with debt 4002 left: %v", b)
 	}
 	if err := debtLedger(h, "acme").CheckInvariants(); err != nil {

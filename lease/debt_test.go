@@ -6,7 +6,7 @@ import "testing"
 // debt and counts every allowance the restored state does not account
 // for as debt too: leases granted after the snapshot may have used them.
 func TestHoldAllKeepsDebt(t *testing.T) {
-	l, err := newLedger(LedgerConfig{RateMilliPerSec: 1_000, CapacityMilli: 10_000, StartFull: true, MaxDebtMilli: 6_000}, 0)
+	l, err := newLedger(LedgerConfig{RateMilliPerSec: 1_000, CapacityMilli: 10_000, StartFull: true, MaxDebtMilli: 12_000}, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -23,7 +23,7 @@ func TestHoldAllKeepsDebt(t *testing.T) {
 	if err := l.HoldAll(3, 10*NanosPerSecond); err != nil {
 		t.Fatal(err)
 	}
-	if l.DebtMilli() != 6_000 || l.PoolMilli() != 0 {
+	if l.DebtMilli() != 12_000 || l.PoolMilli() != 0 {
 		t.Fatalf("after HoldAll: debt %d, pool %d; want all of max_debt owed, an empty pool", l.DebtMilli(), l.PoolMilli())
 	}
 	if err := l.CheckInvariants(); err != nil {

@@ -584,7 +584,8 @@ func (l *Ledger) allowedDebt(skip int) int64 {
 }
 
 // debtAllowance is lease i's allowance at a grant or renewal (rule k):
-// its equal part of MaxDebtMilli over the leases, limited by the room the
+// its equal part of MaxDebtMilli over the leases and one more seat,
+// limited by the room the
 // key's debt and the others' allowances leave, and never below what it
 // already has (an allowance is never lowered while its lease lives: the
 // bucket may be down to it).
@@ -598,7 +599,9 @@ func (l *Ledger) debtAllowance(i int) int64 {
 	if l.s.DebtCeilingMilli > 0 && satAdd(satAdd(others, old), l.s.DebtMilli) <= cfg.MaxDebtMilli {
 		l.s.DebtCeilingMilli = 0 // back within the bound
 	}
-	target := cfg.MaxDebtMilli / int64(len(l.s.Leases))
+	// One more seat than leases, as the pool keeps one of the leftover
+	// burst (§3.2): a newcomer finds room while the others hold theirs.
+	target := cfg.MaxDebtMilli / int64(len(l.s.Leases)+1)
 	room := cfg.MaxDebtMilli - l.s.DebtMilli - others
 	return max(old, min(target, room))
 }
