@@ -1219,6 +1219,10 @@ type LeaseSnapshot struct {
 	// debt_allowance_milli: how far below zero the holder's bucket may go
 	// (rule k).
 	DebtAllowanceMilli int64 `protobuf:"varint,13,opt,name=debt_allowance_milli,json=debtAllowanceMilli,proto3" json:"debt_allowance_milli,omitempty"`
+	// A lowered allowance not yet acknowledged (rule k): what it took off,
+	// held until the renewal acknowledging debt_pending_version.
+	DebtPendingMilli   int64  `protobuf:"varint,14,opt,name=debt_pending_milli,json=debtPendingMilli,proto3" json:"debt_pending_milli,omitempty"`
+	DebtPendingVersion uint64 `protobuf:"varint,15,opt,name=debt_pending_version,json=debtPendingVersion,proto3" json:"debt_pending_version,omitempty"`
 	unknownFields      protoimpl.UnknownFields
 	sizeCache          protoimpl.SizeCache
 }
@@ -1340,6 +1344,20 @@ func (x *LeaseSnapshot) GetDemandMaxCostMilli() int64 {
 func (x *LeaseSnapshot) GetDebtAllowanceMilli() int64 {
 	if x != nil {
 		return x.DebtAllowanceMilli
+	}
+	return 0
+}
+
+func (x *LeaseSnapshot) GetDebtPendingMilli() int64 {
+	if x != nil {
+		return x.DebtPendingMilli
+	}
+	return 0
+}
+
+func (x *LeaseSnapshot) GetDebtPendingVersion() uint64 {
+	if x != nil {
+		return x.DebtPendingVersion
 	}
 	return 0
 }
@@ -2737,7 +2755,7 @@ const file_command_proto_rawDesc = "" +
 	"\x12rate_milli_per_sec\x18\x01 \x01(\x03R\x0frateMilliPerSec\x12\x1b\n" +
 	"\tcap_milli\x18\x02 \x01(\x03R\bcapMilli\x12#\n" +
 	"\rexpires_nanos\x18\x03 \x01(\x03R\fexpiresNanos\x12\x18\n" +
-	"\aversion\x18\x04 \x01(\x04R\aversion\"\xa5\x04\n" +
+	"\aversion\x18\x04 \x01(\x04R\aversion\"\x85\x05\n" +
 	"\rLeaseSnapshot\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x1b\n" +
 	"\tclient_id\x18\x02 \x01(\tR\bclientId\x12 \n" +
@@ -2755,7 +2773,9 @@ const file_command_proto_rawDesc = "" +
 	"startMilli\x124\n" +
 	"\breplaced\x18\v \x03(\v2\x18.ration.v1.ShareSnapshotR\breplaced\x121\n" +
 	"\x15demand_max_cost_milli\x18\f \x01(\x03R\x12demandMaxCostMilli\x120\n" +
-	"\x14debt_allowance_milli\x18\r \x01(\x03R\x12debtAllowanceMilli\"\xc8\x01\n" +
+	"\x14debt_allowance_milli\x18\r \x01(\x03R\x12debtAllowanceMilli\x12,\n" +
+	"\x12debt_pending_milli\x18\x0e \x01(\x03R\x10debtPendingMilli\x120\n" +
+	"\x14debt_pending_version\x18\x0f \x01(\x04R\x12debtPendingVersion\"\xc8\x01\n" +
 	"\fClientRecord\x12\x1b\n" +
 	"\tclient_id\x18\x01 \x01(\tR\bclientId\x12 \n" +
 	"\vincarnation\x18\x02 \x01(\x04R\vincarnation\x12\x10\n" +

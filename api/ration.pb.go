@@ -469,6 +469,12 @@ type RenewKey struct {
 	// (bounded by the cap the versions older than acked_version held above
 	// it; docs/design.md §3.2, rule i). 0: none, or an older client.
 	ClampedMilli int64 `protobuf:"varint,5,opt,name=clamped_milli,json=clampedMilli,proto3" json:"clamped_milli,omitempty"`
+	// debt_clamped_milli: the debt the client's bucket had beyond the debt
+	// allowance of version acked_version when it installed it (it lifted
+	// its level to minus that allowance): with the debt feature switch on,
+	// it moves into the key's debt when this renewal acknowledges a lowered
+	// allowance (docs/design.md §4.1, rule k).
+	DebtClampedMilli int64 `protobuf:"varint,6,opt,name=debt_clamped_milli,json=debtClampedMilli,proto3" json:"debt_clamped_milli,omitempty"`
 	// The online audit of the bound (docs/operations.md, "The audit"):
 	// admitted_milli is the milli-tokens this key's bucket admitted from when
 	// the answer to request admitted_since_seq (this incarnation's seq of
@@ -545,6 +551,13 @@ func (x *RenewKey) GetAckedVersion() uint64 {
 func (x *RenewKey) GetClampedMilli() int64 {
 	if x != nil {
 		return x.ClampedMilli
+	}
+	return 0
+}
+
+func (x *RenewKey) GetDebtClampedMilli() int64 {
+	if x != nil {
+		return x.DebtClampedMilli
 	}
 	return 0
 }
@@ -3697,13 +3710,14 @@ const file_ration_proto_rawDesc = "" +
 	"\x06demand\x18\x02 \x01(\v2\x11.ration.v1.DemandR\x06demand\"f\n" +
 	"\x0eAcquireRequest\x12)\n" +
 	"\x06caller\x18\x01 \x01(\v2\x11.ration.v1.CallerR\x06caller\x12)\n" +
-	"\x04keys\x18\x02 \x03(\v2\x15.ration.v1.AcquireKeyR\x04keys\"\x91\x02\n" +
+	"\x04keys\x18\x02 \x03(\v2\x15.ration.v1.AcquireKeyR\x04keys\"\xbf\x02\n" +
 	"\bRenewKey\x12 \n" +
 	"\x03key\x18\x01 \x01(\v2\x0e.ration.v1.KeyR\x03key\x12\x19\n" +
 	"\blease_id\x18\x02 \x01(\x04R\aleaseId\x12)\n" +
 	"\x06demand\x18\x03 \x01(\v2\x11.ration.v1.DemandR\x06demand\x12#\n" +
 	"\racked_version\x18\x04 \x01(\x04R\fackedVersion\x12#\n" +
-	"\rclamped_milli\x18\x05 \x01(\x03R\fclampedMilli\x12%\n" +
+	"\rclamped_milli\x18\x05 \x01(\x03R\fclampedMilli\x12,\n" +
+	"\x12debt_clamped_milli\x18\x06 \x01(\x03R\x10debtClampedMilli\x12%\n" +
 	"\x0eadmitted_milli\x182 \x01(\x03R\radmittedMilli\x12,\n" +
 	"\x12admitted_since_seq\x183 \x01(\x04R\x10admittedSinceSeq\"b\n" +
 	"\fRenewRequest\x12)\n" +

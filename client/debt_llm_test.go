@@ -31,7 +31,7 @@ func TestLLMReservationsKeepSettledBound(t *testing.T) {
 		replicas, run = 4, 30*time.Second
 	}
 	const (
-		rate, burst, maxDebt = 100, 50, 40 // tokens/s, tokens, tokens
+		rate, burst, maxDebt = 100, 50, 100 // tokens/s, tokens, tokens
 		estimate             = 5
 		meanActual           = 8.0
 		sigma                = 0.5

@@ -136,6 +136,10 @@ type terms struct {
 	// level above the cut cap); the next renewal reports it with the
 	// acknowledgement, and the cluster returns it to the pool (rule i).
 	clampedMilli int64
+	// debtLiftedMilli is the debt installing version lifted off the bucket
+	// (its level below the lowered allowance); the next renewal reports
+	// it, and the cluster moves it into the key's debt (rule k).
+	debtLiftedMilli int64
 	// win: a window policy's chunk (window.go); nil for a token bucket.
 	win *windowTerms
 }

@@ -478,7 +478,7 @@ func (c *Client) renew(ls []*Limiter) {
 		// nothing admits under an older version.
 		admitted, since := l.auditReport(t)
 		req.Keys = append(req.Keys, &api.RenewKey{Key: &api.Key{Policy: l.policy, Attributes: l.attrs}, LeaseId: t.leaseID, Demand: l.demand(tSend),
-			AckedVersion: t.version, ClampedMilli: t.clampedMilli, AdmittedMilli: admitted, AdmittedSinceSeq: since})
+			AckedVersion: t.version, ClampedMilli: t.clampedMilli, DebtClampedMilli: t.debtLiftedMilli, AdmittedMilli: admitted, AdmittedSinceSeq: since})
 	}
 	resp, err := call(c, c.stop, giveUp, func(ctx context.Context, conn *grpc.ClientConn) (*api.LeaseResponse, error) {
 		return api.NewLeasesClient(conn).Renew(ctx, req)
@@ -564,14 +564,16 @@ func (l *Limiter) applyRenewal(tSend int64, old *terms, g *api.Grant) (toppedUp 
 	}
 	old.bucket.SetRate(now, rate)
 	clamped := old.bucket.SetCapacity(now, g.GetCapMilli())
-	// An allowance is never lowered while the lease lives (rule k).
-	old.bucket.SetDebtAllowance(max(old.bucket.DebtAllowanceMilli(), g.GetDebtAllowanceMilli()))
+	// A lowered allowance lifts the level to it; the debt lifted is
+	// reported with the acknowledgement (rule k).
+	lifted := old.bucket.SetDebtAllowance(g.GetDebtAllowanceMilli())
 	if top := g.GetTopUpMilli(); top > 0 {
 		old.bucket.Refund(top) // never above the new cap
 		toppedUp = top
 	}
 	nt := *old
 	nt.clampedMilli = clamped
+	nt.debtLiftedMilli = lifted
 	nt.capMilli, nt.rateMilli, nt.ttlNanos, nt.driftPPM, nt.shadow = g.GetCapMilli(), g.GetRateMilliPerSec(), g.GetTtlNanos(), drift, g.GetShadow()
 	// The bucket mints at the new rate and holds at most the new cap from
 	// here on: these terms are installed, and the next renewal says so.

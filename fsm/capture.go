@@ -294,6 +294,7 @@ func (e *ledgerEncoder) encode(pn, ck string, st lease.LedgerState) *api.LedgerS
 		ls.Id, ls.ClientId, ls.Incarnation, ls.GrantSeq = uint64(le.ID), le.ClientID, le.Incarnation, le.GrantSeq
 		ls.Weight, ls.DemandRateMilliPerSec, ls.DemandBurstMilli, ls.DemandMaxCostMilli = le.Weight, le.DemandRateMilliPerSec, le.DemandBurstMilli, le.DemandMaxCostMilli
 		ls.Current, ls.StartMilli, ls.DebtAllowanceMilli = e.share(le.Current), le.StartMilli, le.DebtAllowanceMilli
+		ls.DebtPendingMilli, ls.DebtPendingVersion = le.DebtPendingMilli, le.DebtPendingVersion
 		for _, sh := range le.Superseded {
 			sup = append(sup, e.share(sh))
 		}

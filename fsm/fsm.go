@@ -764,6 +764,12 @@ func (s *state) tokenRenew(t int64, c *api.Caller, k *api.RenewKey) *api.KeyLeas
 	if clamped < 0 || clamped > lease.MaxCapacityMilli {
 		return &api.KeyLease{Error: keyError(fmt.Errorf("%w: clamped_milli %d is outside [0, %d]", rpcerr.ErrInvalid, clamped, lease.MaxCapacityMilli))}
 	}
+	var debtClamped int64
+	if s.debt() {
+		if debtClamped = k.GetDebtClampedMilli(); debtClamped < 0 || debtClamped > lease.MaxCapacityMilli {
+			return &api.KeyLease{Error: keyError(fmt.Errorf("%w: debt_clamped_milli %d is outside [0, %d]", rpcerr.ErrInvalid, debtClamped, lease.MaxCapacityMilli))}
+		}
+	}
 	p, ck, kl, err := s.resolve(t, k.GetKey(), false)
 	if err != nil {
 		return &api.KeyLease{Error: keyError(err)}
@@ -782,6 +788,7 @@ func (s *state) tokenRenew(t int64, c *api.Caller, k *api.RenewKey) *api.KeyLeas
 		AckedVersion:          k.GetAckedVersion(),
 		ClampedMilli:          clamped,
 		LeftoverBurst:         s.leftoverBurst(),
+		DebtClampedMilli:      debtClamped,
 	})
 	s.touchDue(kl) // a renewal adds and removes no lease: the holders stay
 	return keyLease(p, ck, g, err, speedOf(g))

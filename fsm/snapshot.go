@@ -78,6 +78,7 @@ func importLedger(ls *api.LedgerSnapshot) (*lease.Ledger, error) {
 			DemandRateMilliPerSec: l.GetDemandRateMilliPerSec(), DemandBurstMilli: l.GetDemandBurstMilli(), DemandMaxCostMilli: l.GetDemandMaxCostMilli(),
 			StartMilli: l.GetStartMilli(), Current: importShare(l.GetCurrent()),
 			DebtAllowanceMilli: l.GetDebtAllowanceMilli(),
+			DebtPendingMilli:   l.GetDebtPendingMilli(), DebtPendingVersion: l.GetDebtPendingVersion(),
 		}
 		for _, sh := range l.GetSuperseded() {
 			le.Superseded = append(le.Superseded, importShare(sh))

@@ -577,11 +577,23 @@ func (b *AtomicBucket) TryTakeN(nowNanos, costMilli int64) (remainingMilli int64
 }
 
 // SetDebtAllowance sets how far below zero ChargeN may take the level
-// (the lease's debt allowance, rule k). The ledger never lowers a live
-// lease's allowance, and neither should the caller: a level already below
-// a lowered floor stays where it is (it is owed, not forgiven).
-func (b *AtomicBucket) SetDebtAllowance(allowanceMilli int64) {
-	b.floor.Store(min(max(allowanceMilli, 0), MaxCapacityMilli))
+// (the lease's debt allowance, rule k), and lifts a level below the new
+// floor up to it, returning the debt it lifted: the caller reports it to
+// the cluster with the renewal acknowledging the allowance, which moves
+// it into the key's debt (it is owed, not forgiven).
+func (b *AtomicBucket) SetDebtAllowance(allowanceMilli int64) (liftedMilli int64) {
+	floor := min(max(allowanceMilli, 0), MaxCapacityMilli)
+	b.floor.Store(floor)
+	for {
+		lvl := b.level.Load()
+		if lvl >= -floor {
+			return 0
+		}
+		if b.level.CompareAndSwap(lvl, -floor) {
+			b.credited.Add(-floor - lvl)
+			return -floor - lvl
+		}
+	}
 }
 
 // DebtAllowanceMilli returns the bucket's debt allowance (SetDebtAllowance).

@@ -3,6 +3,7 @@
 package lease
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/ration-dev/ration/internal/rapidcontrol"
@@ -33,6 +34,19 @@ func TestDebtUnreportedAtReleaseCaught(t *testing.T) {
 			rt.Fatal(f)
 		}
 	})
+}
+
+// TestDebtLoweredAtOnceCaught: a renewal that lowers an allowance frees
+// the old one at once, before the client has lifted its level and
+// reported the debt beyond the new one. The random model meets it only
+// in some tens of thousands of histories; the scripted history
+// (loweredScenario) always does.
+func TestDebtLoweredAtOnceCaught(t *testing.T) {
+	f := loweredScenario(faultDebtLoweredAtOnce)
+	if f == "" || !strings.Contains(f, "settled cost over") {
+		t.Fatalf("the checker did not catch a lowered allowance freed at once: %q", f)
+	}
+	t.Logf("caught as expected: %s", f)
 }
 
 // TestReservationExpiredFreeCaught: a reservation that ends unsettled is

@@ -78,6 +78,7 @@ type debtHolder struct {
 	lease       LeaseID
 	version     uint64
 	clamped     int64
+	lifted      int64 // debt the last install lifted (a lowered allowance)
 	deadline    int64
 	bucket      *AtomicBucket
 	open        []debtRes
@@ -155,7 +156,7 @@ func debtModel(rt *rapid.T, fault Fault, client debtModelFault) string {
 		if g.TopUpMilli > 0 {
 			h.bucket.Refund(g.TopUpMilli)
 		}
-		h.bucket.SetDebtAllowance(g.DebtAllowanceMilli)
+		h.lifted = h.bucket.SetDebtAllowance(g.DebtAllowanceMilli)
 		h.version = g.Version
 		h.deadline = max(h.deadline, now+g.TTLNanos)
 	}
@@ -193,7 +194,7 @@ func debtModel(rt *rapid.T, fault Fault, client debtModelFault) string {
 		case op <= 2: // renew
 			g, err := l.Renew(now, RenewRequest{ClientID: h.id, Incarnation: h.incarnation, LeaseID: h.lease,
 				DemandRateMilliPerSec: cfg.RateMilliPerSec, DemandBurstMilli: cfg.CapacityMilli, TTLNanos: ttl,
-				AckedVersion: h.version, ClampedMilli: h.clamped, LeftoverBurst: true})
+				AckedVersion: h.version, ClampedMilli: h.clamped, DebtClampedMilli: h.lifted, LeftoverBurst: true})
 			if err == nil {
 				install(h, g)
 			}
@@ -276,4 +277,90 @@ func TestDebtKeepsBound(t *testing.T) {
 			rt.Fatal(f)
 		}
 	})
+}
+
+// loweredScenario is the history a lowered allowance needs (rule k): A
+// spends its bucket and charges down to its whole allowance; B arrives,
+// and A's next renewal lowers A's allowance to make room; A installs it,
+// lifting its level to the lowered allowance, and its next renewal
+// acknowledges it with the debt lifted; C arrives and charges down to its
+// allowance too. Every charge settles within a few milliseconds, so the
+// window holds all of it: B + r·W + max_debt must cover it.
+func loweredScenario(fault Fault) string {
+	const ttl = 5 * NanosPerSecond
+	cfg := LedgerConfig{RateMilliPerSec: 1_000, CapacityMilli: 1_000, StartFull: true, MaxDebtMilli: 12_000}
+	l, err := newLedger(cfg, 0)
+	if err != nil {
+		return err.Error()
+	}
+	l.injectFault(fault)
+	var settled []quotacheck.Admission
+	now := int64(0)
+	holder := func(id string) (Grant, *AtomicBucket, string) {
+		now += NanosPerSecond / 1000
+		g, err := l.Grant(now, GrantRequest{ClientID: id, Incarnation: 1, Seq: 1, DemandRateMilliPerSec: 1, DemandBurstMilli: 1_000, TTLNanos: ttl})
+		if err != nil {
+			return g, nil, err.Error()
+		}
+		b, err := NewAtomicBucketWithLevel(BucketConfig{CapacityMilli: max(g.CapMilli, 1), RateMilliPerSec: g.RateMilliPerSec}, now, g.StartMilli)
+		if err != nil {
+			return g, nil, err.Error()
+		}
+		b.SetDebtAllowance(g.DebtAllowanceMilli)
+		return g, b, ""
+	}
+	spend := func(b *AtomicBucket, who string) {
+		// Everything the bucket holds and allows: a charge after the work.
+		lvl := b.LevelMilli(now)
+		cost := lvl + b.DebtAllowanceMilli()
+		if _, ex := b.ChargeN(now, cost); ex == 0 && cost > 0 {
+			settled = append(settled, quotacheck.Admission{AtNanos: now, CostMilli: cost, Who: who})
+		}
+	}
+	ga, a, f := holder("a")
+	if f != "" {
+		return f
+	}
+	spend(a, "a")
+	_, b, f := holder("b")
+	if f != "" {
+		return f
+	}
+	spend(b, "b")
+	_, b2, f := holder("b2") // a third holder: A's fair part shrinks below what it owes
+	if f != "" {
+		return f
+	}
+	spend(b2, "b2")
+	now += NanosPerSecond / 1000
+	g, err := l.Renew(now, RenewRequest{ClientID: "a", Incarnation: 1, LeaseID: ga.LeaseID, DemandBurstMilli: 1_000, TTLNanos: ttl, AckedVersion: 1})
+	if err != nil {
+		return err.Error()
+	}
+	lifted := a.SetDebtAllowance(g.DebtAllowanceMilli)
+	now += NanosPerSecond / 1000
+	if _, err := l.Renew(now, RenewRequest{ClientID: "a", Incarnation: 1, LeaseID: ga.LeaseID, DemandBurstMilli: 1_000, TTLNanos: ttl, AckedVersion: g.Version, DebtClampedMilli: lifted}); err != nil {
+		return err.Error()
+	}
+	if _, c, f := holder("c"); f != "" {
+		return f
+	} else {
+		spend(c, "c")
+	}
+	if err := l.CheckInvariants(); err != nil {
+		return err.Error()
+	}
+	if lifted == 0 {
+		return "the scenario lifted no debt: it tests nothing"
+	}
+	if f := checkSettled(settled, nil, cfg.CapacityMilli, cfg.RateMilliPerSec, cfg.MaxDebtMilli); f != "" {
+		return "settled cost over B + r·W + D: " + f
+	}
+	return ""
+}
+
+func TestLoweredAllowanceKeepsBound(t *testing.T) {
+	if f := loweredScenario(faultNone); f != "" {
+		t.Fatal(f)
+	}
 }

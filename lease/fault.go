@@ -63,6 +63,10 @@ const (
 	// faultReleaseDebtUnreported drops the debt a release reports (a
 	// settlement that never reaches the cluster), breaking rule (k).
 	faultReleaseDebtUnreported
+	// faultDebtLoweredAtOnce frees a lowered allowance at the renewal that
+	// lowers it, before the client has lifted its level and reported the
+	// debt beyond it, breaking rule (k).
+	faultDebtLoweredAtOnce
 )
 
 // Every fault number of the package is registered (internal/faults.Number):
@@ -85,6 +89,7 @@ var _ = []any{
 	registerFault(faultLeftoverBurstToPool, "faultLeftoverBurstToPool"),
 	registerFault(FaultForgetDebt, "FaultForgetDebt"),
 	registerFault(faultReleaseDebtUnreported, "faultReleaseDebtUnreported"),
+	registerFault(faultDebtLoweredAtOnce, "faultDebtLoweredAtOnce"),
 
 	registerFault(windowFaultNone, "windowFaultNone"),
 	registerFault(WindowFaultDeadReturns, "WindowFaultDeadReturns"),

@@ -171,14 +171,26 @@ type Lease struct {
 	Replaced []Share
 	// DebtAllowanceMilli is how far below zero the client's bucket may go
 	// (rule k): a charge after the fact that the bucket cannot cover
-	// takes it down to -DebtAllowanceMilli at most. Set at the grant,
-	// only raised by renewals, never lowered while the lease lives; held
-	// until the lease ends, when it becomes key debt (the client's debt
-	// as its release reports it, or all of it at an expiry, a
-	// replacement or a revocation: the ledger cannot know what the
-	// holder charged since its last word). 0 unless MaxDebtMilli > 0.
+	// takes it down to -DebtAllowanceMilli at most. Held until the lease
+	// ends, when it becomes key debt (the client's debt as its release
+	// reports it, or all of it at an expiry, a replacement or a
+	// revocation: the ledger cannot know what the holder charged since
+	// its last word). 0 unless MaxDebtMilli > 0.
 	DebtAllowanceMilli int64
+	// DebtPendingMilli is what a renewal took off the allowance (version
+	// DebtPendingVersion carried the lower one), still held: the client's
+	// bucket may be below the lowered allowance until it installs that
+	// version, which lifts its level to it and reports the debt it lifted
+	// with the renewal acknowledging the version; that renewal moves the
+	// report (at most DebtPendingMilli) into the key's debt and frees the
+	// rest (rules b and i for allowances). At most one lowering pends.
+	DebtPendingMilli   int64
+	DebtPendingVersion uint64
 }
+
+// heldDebt is the allowance lease le holds: its current one and what a
+// lowering not yet acknowledged took off.
+func (le *Lease) heldDebt() int64 { return satAdd(le.DebtAllowanceMilli, le.DebtPendingMilli) }
 
 // maxReplaced bounds Lease.Replaced: a further replacement merges the two
 // oldest entries into one (rates and caps summed, the later expiry), which
@@ -307,12 +319,15 @@ type LedgerState struct {
 //	    versions it drops have above the acknowledged one; and a
 //	    renewal that raises a lease's cap moves up to the raise from the
 //	    pool into its bucket (the top-up), instead of burning it.
-//	(k) Debt: Σ a_i (every lease's DebtAllowanceMilli) + the key's debt
-//	    <= MaxDebtMilli. An allowance is never lowered while its lease
-//	    lives; when the lease ends it becomes key debt (its release's
-//	    reported debt, at most a_i; all of a_i at an expiry, replacement
-//	    or revocation). The pool is empty while the key is in debt, and
-//	    minting pays the debt first (docs/design.md §4.1).
+//	(k) Debt: Σ held a_i (every lease's allowance, plus what a lowering
+//	    not yet acknowledged took off it) + the key's debt <= MaxDebtMilli.
+//	    A lowered allowance stays held until the renewal acknowledging it,
+//	    which moves the client's reported lifted debt into the key's debt.
+//	    When the lease ends its held allowance becomes key debt (its
+//	    release's reported debt, at most a_i, plus any pending part; all
+//	    of it at an expiry, replacement or revocation). The pool is empty
+//	    while the key is in debt, and minting pays the debt first
+//	    (docs/design.md §4.1).
 type Ledger struct {
 	s     LedgerState
 	fault Fault
@@ -577,33 +592,65 @@ func (l *Ledger) allowedDebt(skip int) int64 {
 	var sum int64
 	for j := range l.s.Leases {
 		if j != skip {
-			sum = satAdd(sum, l.s.Leases[j].DebtAllowanceMilli)
+			sum = satAdd(sum, l.s.Leases[j].heldDebt())
 		}
 	}
 	return sum
 }
 
-// debtAllowance is lease i's allowance at a grant or renewal (rule k):
-// its equal part of MaxDebtMilli over the leases and one more seat,
-// limited by the room the
-// key's debt and the others' allowances leave, and never below what it
-// already has (an allowance is never lowered while its lease lives: the
-// bucket may be down to it).
-func (l *Ledger) debtAllowance(i int) int64 {
+// debtTarget is lease i's fair allowance (rule k): its equal part of
+// MaxDebtMilli over the leases and one more seat (as the pool keeps one of
+// the leftover burst, §3.2: a newcomer finds room while the others hold
+// theirs), limited by the room the key's debt and the others' held
+// allowances leave.
+func (l *Ledger) debtTarget(i int) int64 {
 	cfg := l.s.Config
-	old := l.s.Leases[i].DebtAllowanceMilli
-	if cfg.MaxDebtMilli == 0 && l.s.DebtCeilingMilli == 0 {
-		return old
-	}
 	others := l.allowedDebt(i)
-	if l.s.DebtCeilingMilli > 0 && satAdd(satAdd(others, old), l.s.DebtMilli) <= cfg.MaxDebtMilli {
+	if l.s.DebtCeilingMilli > 0 && satAdd(satAdd(others, l.s.Leases[i].heldDebt()), l.s.DebtMilli) <= cfg.MaxDebtMilli {
 		l.s.DebtCeilingMilli = 0 // back within the bound
 	}
-	// One more seat than leases, as the pool keeps one of the leftover
-	// burst (§3.2): a newcomer finds room while the others hold theirs.
 	target := cfg.MaxDebtMilli / int64(len(l.s.Leases)+1)
-	room := cfg.MaxDebtMilli - l.s.DebtMilli - others
-	return max(old, min(target, room))
+	room := cfg.MaxDebtMilli - l.s.DebtMilli - others - l.s.Leases[i].DebtPendingMilli
+	return max(0, min(target, room))
+}
+
+// debtAllowance is lease i's allowance at a grant: its fair allowance.
+func (l *Ledger) debtAllowance(i int) int64 {
+	if l.s.Config.MaxDebtMilli == 0 && l.s.DebtCeilingMilli == 0 {
+		return l.s.Leases[i].DebtAllowanceMilli
+	}
+	return l.debtTarget(i)
+}
+
+// renewDebt applies rule (k) at a renewal of lease i to version version
+// acknowledging acked (at most the previous version) with the client's
+// report clampedDebt: an acknowledged lowering moves the reported debt
+// into the key's debt and frees the rest; then the allowance moves toward
+// its fair part: raised at once within the room, or lowered with the
+// part taken off held until acknowledged (only one lowering pends).
+func (l *Ledger) renewDebt(i int, version, acked uint64, ackValid bool, clampedDebt int64) {
+	le := &l.s.Leases[i]
+	if le.DebtPendingMilli > 0 && ackValid && acked >= le.DebtPendingVersion {
+		debt := min(clampedDebt, le.DebtPendingMilli)
+		le.DebtPendingMilli, le.DebtPendingVersion = 0, 0
+		l.addDebt(debt)
+	}
+	if l.s.Config.MaxDebtMilli == 0 && l.s.DebtCeilingMilli == 0 && le.DebtAllowanceMilli == 0 {
+		return
+	}
+	target := l.debtTarget(i)
+	switch {
+	case target > le.DebtAllowanceMilli:
+		le.DebtAllowanceMilli = target
+	case target < le.DebtAllowanceMilli && le.DebtPendingMilli == 0:
+		if l.has(faultDebtLoweredAtOnce) {
+			le.DebtAllowanceMilli = target // the deliberate bug: the old allowance freed before the client lifted its level
+			return
+		}
+		le.DebtPendingMilli = le.DebtAllowanceMilli - target
+		le.DebtPendingVersion = version
+		le.DebtAllowanceMilli = target
+	}
 }
 
 // endDebt is what a lease that ends without a release owes, at most
@@ -612,7 +659,7 @@ func (l *Ledger) endDebt(le *Lease) int64 {
 	if l.has(FaultForgetDebt) {
 		return 0 // the deliberate bug: the holder's debt dies with its lease
 	}
-	return le.DebtAllowanceMilli
+	return le.heldDebt()
 }
 
 // repricePool records the pool's mint rate after a change of the held
@@ -713,6 +760,11 @@ type RenewRequest struct {
 	ClampedMilli int64
 	// LeftoverBurst: as GrantRequest.LeftoverBurst.
 	LeftoverBurst bool
+	// DebtClampedMilli is the debt the client's bucket had beyond the
+	// allowance of version AckedVersion when it installed it (it lifted
+	// its level to minus that allowance): it moves into the key's debt
+	// when the renewal acknowledges a lowering (rule k).
+	DebtClampedMilli int64
 }
 
 // ReleaseRequest returns a lease. The client sends it only after it has
@@ -959,8 +1011,8 @@ func (l *Ledger) Renew(nowNanos int64, req RenewRequest) (Grant, error) {
 	if err := validateDemand(req.Weight, req.DemandRateMilliPerSec, req.DemandBurstMilli, req.DemandMaxCostMilli); err != nil {
 		return Grant{}, err
 	}
-	if req.ClampedMilli < 0 || req.ClampedMilli > MaxCapacityMilli {
-		return Grant{}, fmt.Errorf("%w: clamped %d milli-tokens is outside [0, %d]", ErrInvalidRequest, req.ClampedMilli, int64(MaxCapacityMilli))
+	if req.ClampedMilli < 0 || req.ClampedMilli > MaxCapacityMilli || req.DebtClampedMilli < 0 || req.DebtClampedMilli > MaxCapacityMilli {
+		return Grant{}, fmt.Errorf("%w: clamped %d or debt clamped %d milli-tokens is outside [0, %d]", ErrInvalidRequest, req.ClampedMilli, req.DebtClampedMilli, int64(MaxCapacityMilli))
 	}
 	i, err := l.table().lookup(nowNanos, req.ClientID, req.Incarnation, req.LeaseID, true)
 	if err != nil {
@@ -1018,7 +1070,7 @@ func (l *Ledger) Renew(nowNanos int64, req RenewRequest) (Grant, error) {
 	l.updateHeld(i)
 	burned := l.capPool()
 	l.repricePool()
-	cur.DebtAllowanceMilli = l.debtAllowance(i)
+	l.renewDebt(i, cur.Current.Version, req.AckedVersion, req.AckedVersion <= old.Version, req.DebtClampedMilli)
 	return Grant{
 		LeaseID: cur.ID, RateMilliPerSec: rate, CapMilli: capMilli,
 		ExpiresNanos: cur.Current.ExpiresNanos, TTLNanos: cur.Current.ExpiresNanos - nowNanos, BurnedMilli: burned,
@@ -1174,7 +1226,9 @@ func (l *Ledger) Release(nowNanos int64, req ReleaseRequest) (ReleaseResult, err
 		return ReleaseResult{}, err
 	}
 	credit := min(req.UnspentMilli, l.s.Leases[i].Current.CapMilli)
-	debt := min(req.DebtMilli, l.s.Leases[i].DebtAllowanceMilli)
+	// A lowering not yet acknowledged: the client may have lifted a debt
+	// beyond the lowered allowance that no report has carried yet.
+	debt := satAdd(min(req.DebtMilli, l.s.Leases[i].DebtAllowanceMilli), l.s.Leases[i].DebtPendingMilli)
 	if l.has(faultReleaseDebtUnreported) {
 		debt = 0 // the deliberate bug: the settlement never reaches the ledger
 	}
@@ -1190,7 +1244,7 @@ func (l *Ledger) Release(nowNanos int64, req ReleaseRequest) (ReleaseResult, err
 		le.Current = Share{ExpiresNanos: lastExpiry(le.Replaced, 0)}
 		le.Superseded = nil
 		le.DemandRateMilliPerSec, le.DemandBurstMilli, le.StartMilli = 0, 0, 0
-		le.DebtAllowanceMilli = 0
+		le.DebtAllowanceMilli, le.DebtPendingMilli, le.DebtPendingVersion = 0, 0, 0
 		l.updateHeld(i)
 	} else {
 		if l.ix.ok {
@@ -1237,7 +1291,7 @@ func (l *Ledger) ExpireThrough(nowNanos, throughNanos int64) ([]LeaseID, error) 
 func (l *Ledger) removeLeases(gone func(*Lease) bool) []LeaseID {
 	var debt int64
 	for i := range l.s.Leases {
-		if le := &l.s.Leases[i]; le.DebtAllowanceMilli > 0 && gone(le) {
+		if le := &l.s.Leases[i]; le.heldDebt() > 0 && gone(le) {
 			debt = satAdd(debt, l.endDebt(le))
 		}
 	}
@@ -1440,11 +1494,11 @@ func (l *Ledger) checkDebt() error {
 	}
 	var allowed int64
 	for i := range s.Leases {
-		a := s.Leases[i].DebtAllowanceMilli
-		if a < 0 || a > MaxCapacityMilli {
-			return fmt.Errorf("rule (k): lease %d's debt allowance %d is outside [0, %d]", s.Leases[i].ID, a, int64(MaxCapacityMilli))
+		a, p := s.Leases[i].DebtAllowanceMilli, s.Leases[i].DebtPendingMilli
+		if a < 0 || a > MaxCapacityMilli || p < 0 || p > MaxCapacityMilli || (p > 0) != (s.Leases[i].DebtPendingVersion > 0) {
+			return fmt.Errorf("rule (k): lease %d's debt allowance %d (pending %d at version %d) is outside [0, %d]", s.Leases[i].ID, a, p, s.Leases[i].DebtPendingVersion, int64(MaxCapacityMilli))
 		}
-		allowed = satAdd(allowed, a)
+		allowed = satAdd(allowed, s.Leases[i].heldDebt())
 	}
 	if owed := satAdd(allowed, s.DebtMilli); owed > max(s.Config.MaxDebtMilli, s.DebtCeilingMilli) {
 		return fmt.Errorf("rule (k): allowances %d + debt %d exceed max debt %d", allowed, s.DebtMilli, max(s.Config.MaxDebtMilli, s.DebtCeilingMilli))
