@@ -178,3 +178,45 @@ func (r *Reservation) Settle(actual int64) (ChargeResult, error) {
 	}
 	return ChargeResult{}, nil
 }
+
+// Settlement settles a request admitted by an estimate under several
+// limiters (the layers of AllowAll) with its measured cost: what the
+// estimate missed is charged to each after the fact (Charge: never
+// refused); a lower actual refunds nothing. The middlewares
+// (httplimit.Settle, grpclimit.Settle) hand one to the handler. It is
+// safe for concurrent use and takes effect once.
+type Settlement struct {
+	lims     []*Limiter
+	estimate int64
+	done     atomic.Bool
+}
+
+// NewSettlement returns the settlement of a request that lims admitted at
+// cost estimate.
+func NewSettlement(estimate int64, lims ...*Limiter) *Settlement {
+	return &Settlement{lims: lims, estimate: estimate}
+}
+
+// Settle charges the measured cost actual: actual less the estimate, if
+// positive, to every limiter. Later calls return ErrAlreadySettled; a
+// negative actual is ErrInvalidCost and one above MaxCost
+// ErrCostTooLarge, and neither settles.
+func (s *Settlement) Settle(actual int64) error {
+	if actual < 0 {
+		return fmt.Errorf("%w: actual cost %d", ErrInvalidCost, actual)
+	}
+	if actual > MaxCost {
+		return fmt.Errorf("%w: actual cost %d", ErrCostTooLarge, actual)
+	}
+	if !s.done.CompareAndSwap(false, true) {
+		return ErrAlreadySettled
+	}
+	if extra := actual - s.estimate; extra > 0 {
+		for _, l := range s.lims {
+			if _, err := l.Charge(extra); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -323,7 +322,7 @@ func (m *Middleware) charge(w http.ResponseWriter, r *http.Request, next http.Ha
 	if i < 0 {
 		m.admitted(w, route, decs, lims)
 		if m.cfg.SettleAfter {
-			r = r.WithContext(context.WithValue(r.Context(), settleKey{}, &settlement{lims: lims, estimate: cost}))
+			r = r.WithContext(context.WithValue(r.Context(), settleKey{}, client.NewSettlement(cost, lims...)))
 		}
 		next.ServeHTTP(w, r)
 		return
@@ -383,13 +382,6 @@ func (m *Middleware) admitted(w http.ResponseWriter, route string, decs []client
 
 type settleKey struct{}
 
-// settlement is an admitted request's estimate under its layers.
-type settlement struct {
-	lims     []*client.Limiter
-	estimate int64
-	done     atomic.Bool
-}
-
 // ErrNoSettlement is Settle's error for a context with no settlement: the
 // middleware did not admit the request with Config.SettleAfter on.
 var ErrNoSettlement = errors.New("httplimit: no settlement in this request's context (Config.SettleAfter off, or not admitted by the middleware)")
@@ -400,29 +392,11 @@ var ErrNoSettlement = errors.New("httplimit: no settlement in this request's con
 // fact, never refused (client.Limiter.Charge: a debt where a bucket lacks
 // it, docs/design.md §4.1); a lower actual refunds nothing. Call it from
 // the handler once the cost is known, with the request's context; it
-// takes effect once (later calls return client.ErrAlreadySettled). A
-// negative actual is client.ErrInvalidCost, one above client.MaxCost
-// client.ErrCostTooLarge.
+// takes effect once (client.Settlement.Settle's errors).
 func Settle(ctx context.Context, actual int64) error {
-	s, ok := ctx.Value(settleKey{}).(*settlement)
+	s, ok := ctx.Value(settleKey{}).(*client.Settlement)
 	if !ok {
 		return ErrNoSettlement
 	}
-	if actual < 0 {
-		return fmt.Errorf("%w: actual cost %d", client.ErrInvalidCost, actual)
-	}
-	if actual > client.MaxCost {
-		return fmt.Errorf("%w: actual cost %d", client.ErrCostTooLarge, actual)
-	}
-	if !s.done.CompareAndSwap(false, true) {
-		return client.ErrAlreadySettled
-	}
-	if extra := actual - s.estimate; extra > 0 {
-		for _, l := range s.lims {
-			if _, err := l.Charge(extra); err != nil {
-				return err
-			}
-		}
-	}
-	return nil
+	return s.Settle(actual)
 }
