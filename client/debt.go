@@ -56,7 +56,9 @@ type ChargeResult struct {
 // allowance, and the rest is excess (ChargeResult.ExcessMilli, the
 // debt_excess_tokens_total metric). Only bad input is an error: a
 // negative cost (ErrInvalidCost) or one above MaxCost (ErrCostTooLarge).
-// A cost of 0 charges nothing.
+// A cost of 0 charges nothing. On a key with no lease yet it waits for the
+// first one as a first admission does (Config.FirstLeaseWait); with none
+// by then, all of the cost is excess.
 func (l *Limiter) Charge(cost int64) (ChargeResult, error) {
 	if cost < 0 {
 		return ChargeResult{}, fmt.Errorf("%w: charge of %d", ErrInvalidCost, cost)
@@ -77,6 +79,14 @@ func (l *Limiter) chargeMilli(costMilli int64) ChargeResult {
 	t := l.cur.Load()
 	if t == nil && l.evicted.Load() {
 		return l.live().chargeMilli(costMilli)
+	}
+	if t == nil && l.c.cfg.FirstLeaseWait > 0 {
+		// A key with no lease yet (a cold key's first charge): wait for
+		// its first grant, as a first admission does.
+		if wait := l.firstWait(); wait > 0 {
+			l.awaitFirst(wait)
+			t = l.cur.Load()
+		}
 	}
 	var res ChargeResult
 	now := l.c.clock.Precise()

@@ -18,6 +18,9 @@ import (
 // reasonNotEvaluated: an all_or_none batch stopped at an earlier refusal.
 const reasonNotEvaluated = "not-evaluated"
 
+// reasonChargedAfter: an item with charge_after, charged and never refused.
+const reasonChargedAfter = "charged-after"
+
 type admissionServer struct {
 	api.UnimplementedAdmissionServer
 	e *Edge
@@ -54,6 +57,11 @@ func (e *Edge) Check(_ context.Context, req *api.CheckRequest) (*api.CheckRespon
 		}
 	} else {
 		for i, l := range lims {
+			if items[i].GetChargeAfter() {
+				res, _ := l.Charge(min(costs[i], client.MaxCost)) // costs are in range
+				ds[i] = client.Decision{Verdict: client.Verdict{Allowed: true, Reason: client.Allowed}, RemainingMilli: -res.DebtMilli}
+				continue
+			}
 			ds[i] = l.AllowN(costs[i])
 		}
 	}
@@ -71,6 +79,11 @@ func (e *Edge) Check(_ context.Context, req *api.CheckRequest) (*api.CheckRespon
 		if i >= evaluated {
 			resp.Results[i] = &api.CheckResult{Reason: reasonNotEvaluated}
 			e.m.checkResult(reasonNotEvaluated)
+			continue
+		}
+		if it.GetChargeAfter() {
+			resp.Results[i] = &api.CheckResult{Allowed: true, Reason: reasonChargedAfter}
+			e.m.checkResult(reasonChargedAfter)
 			continue
 		}
 		e.noteRefusal(lims[i], ds[i])
@@ -152,9 +165,14 @@ func validateCheck(req *api.CheckRequest) ([]int64, error) {
 				return nil, rpcerr.Errorf(codes.InvalidArgument, "item %d: key attribute %q: value of %d bytes; at most %d", i, k, len(v), limits.KeyValueBytes)
 			}
 		}
+		if it.GetChargeAfter() && req.GetAllOrNone() {
+			return nil, rpcerr.Errorf(codes.InvalidArgument, "item %d: charge_after with all_or_none; a charge after the work is never refused nor refunded", i)
+		}
 		switch c := it.GetCost(); {
 		case c < 0:
 			return nil, rpcerr.Errorf(codes.InvalidArgument, "item %d: negative cost %d", i, c)
+		case c == 0 && it.GetChargeAfter():
+			costs[i] = 0
 		case c == 0:
 			costs[i] = 1
 		default:
