@@ -91,7 +91,13 @@ type CheckItem struct {
 	Key map[string]string `protobuf:"bytes,2,rep,name=key,proto3" json:"key,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	// cost is the tokens to spend; 0 means 1. More than the policy's burst
 	// is refused (reason exceeds-capacity) and never admitted.
-	Cost          int64 `protobuf:"varint,3,opt,name=cost,proto3" json:"cost,omitempty"`
+	Cost int64 `protobuf:"varint,3,opt,name=cost,proto3" json:"cost,omitempty"`
+	// charge_after: cost was spent already (a cost known only after the
+	// work, such as an LLM answer's tokens beyond the estimate a first
+	// Check admitted): it is charged, never refused (reason charged-after;
+	// what the edge's share lacks becomes debt, docs/design.md §4.1), and 0
+	// charges nothing. Not with all_or_none.
+	ChargeAfter   bool `protobuf:"varint,4,opt,name=charge_after,json=chargeAfter,proto3" json:"charge_after,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -145,6 +151,13 @@ func (x *CheckItem) GetCost() int64 {
 		return x.Cost
 	}
 	return 0
+}
+
+func (x *CheckItem) GetChargeAfter() bool {
+	if x != nil {
+		return x.ChargeAfter
+	}
+	return false
 }
 
 type CheckResult struct {
@@ -409,11 +422,12 @@ const file_check_proto_rawDesc = "" +
 	"\vcheck.proto\x12\tration.v1\x1a\x1egoogle/protobuf/duration.proto\"Z\n" +
 	"\fCheckRequest\x12*\n" +
 	"\x05items\x18\x01 \x03(\v2\x14.ration.v1.CheckItemR\x05items\x12\x1e\n" +
-	"\vall_or_none\x18\x02 \x01(\bR\tallOrNone\"\xa0\x01\n" +
+	"\vall_or_none\x18\x02 \x01(\bR\tallOrNone\"\xc3\x01\n" +
 	"\tCheckItem\x12\x16\n" +
 	"\x06policy\x18\x01 \x01(\tR\x06policy\x12/\n" +
 	"\x03key\x18\x02 \x03(\v2\x1d.ration.v1.CheckItem.KeyEntryR\x03key\x12\x12\n" +
-	"\x04cost\x18\x03 \x01(\x03R\x04cost\x1a6\n" +
+	"\x04cost\x18\x03 \x01(\x03R\x04cost\x12!\n" +
+	"\fcharge_after\x18\x04 \x01(\bR\vchargeAfter\x1a6\n" +
 	"\bKeyEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xf3\x04\n" +

@@ -70,8 +70,13 @@ type PolicySpec struct {
 	// default, max(1, max_keys/10). Enforced only with the key-quota
 	// feature switch on (fsm.FeatureKeyQuota).
 	MaxKeysPerValue int64 `protobuf:"varint,90,opt,name=max_keys_per_value,json=maxKeysPerValue,proto3" json:"max_keys_per_value,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// max_debt (token buckets), in milli-tokens: how far below zero charges
+	// after the work may take the key's buckets in all (docs/design.md
+	// §4.1); 0, the default, never below zero. Applied only with the debt
+	// feature switch on (fsm.FeatureDebt).
+	MaxDebtMilli  int64 `protobuf:"varint,91,opt,name=max_debt_milli,json=maxDebtMilli,proto3" json:"max_debt_milli,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *PolicySpec) Reset() {
@@ -282,6 +287,13 @@ func (x *PolicySpec) GetCancelGraceNanos() int64 {
 func (x *PolicySpec) GetMaxKeysPerValue() int64 {
 	if x != nil {
 		return x.MaxKeysPerValue
+	}
+	return 0
+}
+
+func (x *PolicySpec) GetMaxDebtMilli() int64 {
+	if x != nil {
+		return x.MaxDebtMilli
 	}
 	return 0
 }
@@ -903,8 +915,15 @@ type LedgerSnapshot struct {
 	RatePeriodNanos      int64 `protobuf:"varint,47,opt,name=rate_period_nanos,json=ratePeriodNanos,proto3" json:"rate_period_nanos,omitempty"`
 	// hold_all_until_nanos: rule (j), see Snapshot.restore_hold_until_nanos.
 	HoldAllUntilNanos int64 `protobuf:"varint,48,opt,name=hold_all_until_nanos,json=holdAllUntilNanos,proto3" json:"hold_all_until_nanos,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// Rule (k), docs/design.md §4.1 (all 0 unless the policy has max_debt):
+	// the key's debt bound, its debt, the ceiling a lowered bound left, and
+	// what ended leases moved into the debt.
+	MaxDebtMilli     int64 `protobuf:"varint,49,opt,name=max_debt_milli,json=maxDebtMilli,proto3" json:"max_debt_milli,omitempty"`
+	DebtMilli        int64 `protobuf:"varint,50,opt,name=debt_milli,json=debtMilli,proto3" json:"debt_milli,omitempty"`
+	DebtCeilingMilli int64 `protobuf:"varint,51,opt,name=debt_ceiling_milli,json=debtCeilingMilli,proto3" json:"debt_ceiling_milli,omitempty"`
+	DebtInMilli      int64 `protobuf:"varint,52,opt,name=debt_in_milli,json=debtInMilli,proto3" json:"debt_in_milli,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *LedgerSnapshot) Reset() {
@@ -1084,6 +1103,34 @@ func (x *LedgerSnapshot) GetHoldAllUntilNanos() int64 {
 	return 0
 }
 
+func (x *LedgerSnapshot) GetMaxDebtMilli() int64 {
+	if x != nil {
+		return x.MaxDebtMilli
+	}
+	return 0
+}
+
+func (x *LedgerSnapshot) GetDebtMilli() int64 {
+	if x != nil {
+		return x.DebtMilli
+	}
+	return 0
+}
+
+func (x *LedgerSnapshot) GetDebtCeilingMilli() int64 {
+	if x != nil {
+		return x.DebtCeilingMilli
+	}
+	return 0
+}
+
+func (x *LedgerSnapshot) GetDebtInMilli() int64 {
+	if x != nil {
+		return x.DebtInMilli
+	}
+	return 0
+}
+
 type ShareSnapshot struct {
 	state           protoimpl.MessageState `protogen:"open.v1"`
 	RateMilliPerSec int64                  `protobuf:"varint,1,opt,name=rate_milli_per_sec,json=rateMilliPerSec,proto3" json:"rate_milli_per_sec,omitempty"`
@@ -1169,6 +1216,13 @@ type LeaseSnapshot struct {
 	// while they were live; counted in full (summed) until they expire.
 	Replaced           []*ShareSnapshot `protobuf:"bytes,11,rep,name=replaced,proto3" json:"replaced,omitempty"`
 	DemandMaxCostMilli int64            `protobuf:"varint,12,opt,name=demand_max_cost_milli,json=demandMaxCostMilli,proto3" json:"demand_max_cost_milli,omitempty"`
+	// debt_allowance_milli: how far below zero the holder's bucket may go
+	// (rule k).
+	DebtAllowanceMilli int64 `protobuf:"varint,13,opt,name=debt_allowance_milli,json=debtAllowanceMilli,proto3" json:"debt_allowance_milli,omitempty"`
+	// A lowered allowance not yet acknowledged (rule k): what it took off,
+	// held until the renewal acknowledging debt_pending_version.
+	DebtPendingMilli   int64  `protobuf:"varint,14,opt,name=debt_pending_milli,json=debtPendingMilli,proto3" json:"debt_pending_milli,omitempty"`
+	DebtPendingVersion uint64 `protobuf:"varint,15,opt,name=debt_pending_version,json=debtPendingVersion,proto3" json:"debt_pending_version,omitempty"`
 	unknownFields      protoimpl.UnknownFields
 	sizeCache          protoimpl.SizeCache
 }
@@ -1283,6 +1337,27 @@ func (x *LeaseSnapshot) GetReplaced() []*ShareSnapshot {
 func (x *LeaseSnapshot) GetDemandMaxCostMilli() int64 {
 	if x != nil {
 		return x.DemandMaxCostMilli
+	}
+	return 0
+}
+
+func (x *LeaseSnapshot) GetDebtAllowanceMilli() int64 {
+	if x != nil {
+		return x.DebtAllowanceMilli
+	}
+	return 0
+}
+
+func (x *LeaseSnapshot) GetDebtPendingMilli() int64 {
+	if x != nil {
+		return x.DebtPendingMilli
+	}
+	return 0
+}
+
+func (x *LeaseSnapshot) GetDebtPendingVersion() uint64 {
+	if x != nil {
+		return x.DebtPendingVersion
 	}
 	return 0
 }
@@ -2569,7 +2644,7 @@ var File_command_proto protoreflect.FileDescriptor
 
 const file_command_proto_rawDesc = "" +
 	"\n" +
-	"\rcommand.proto\x12\tration.v1\x1a\fration.proto\"\xab\b\n" +
+	"\rcommand.proto\x12\tration.v1\x1a\fration.proto\"\xd1\b\n" +
 	"\n" +
 	"PolicySpec\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1c\n" +
@@ -2601,7 +2676,8 @@ const file_command_proto_rawDesc = "" +
 	"\btimezone\x180 \x01(\tR\btimezone\x12,\n" +
 	"\x12max_duration_nanos\x18F \x01(\x03R\x10maxDurationNanos\x12,\n" +
 	"\x12cancel_grace_nanos\x18G \x01(\x03R\x10cancelGraceNanos\x12+\n" +
-	"\x12max_keys_per_value\x18Z \x01(\x03R\x0fmaxKeysPerValue\x1a@\n" +
+	"\x12max_keys_per_value\x18Z \x01(\x03R\x0fmaxKeysPerValue\x12$\n" +
+	"\x0emax_debt_milli\x18[ \x01(\x03R\fmaxDebtMilli\x1a@\n" +
 	"\x12ClientWeightsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"I\n" +
@@ -2642,7 +2718,7 @@ const file_command_proto_rawDesc = "" +
 	"\x04name\x18( \x01(\tR\x04name\x120\n" +
 	"\x14floor_capacity_milli\x18) \x01(\x03R\x12floorCapacityMilli\x126\n" +
 	"\x18floor_rate_milli_per_sec\x18* \x01(\x03R\x14floorRateMilliPerSec\x12-\n" +
-	"\x13floor_full_at_nanos\x18+ \x01(\x03R\x10floorFullAtNanos\"\x98\x06\n" +
+	"\x13floor_full_at_nanos\x18+ \x01(\x03R\x10floorFullAtNanos\"\xaf\a\n" +
 	"\x0eLedgerSnapshot\x12\x16\n" +
 	"\x06policy\x18\x01 \x01(\tR\x06policy\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\tR\x03key\x12\x1d\n" +
@@ -2669,12 +2745,17 @@ const file_command_proto_rawDesc = "" +
 	"\x16overcommit_until_nanos\x18\x12 \x01(\x03R\x14overcommitUntilNanos\x12\x1b\n" +
 	"\tdrift_ppm\x18\x13 \x01(\x03R\bdriftPpm\x12*\n" +
 	"\x11rate_period_nanos\x18/ \x01(\x03R\x0fratePeriodNanos\x12/\n" +
-	"\x14hold_all_until_nanos\x180 \x01(\x03R\x11holdAllUntilNanos\"\x98\x01\n" +
+	"\x14hold_all_until_nanos\x180 \x01(\x03R\x11holdAllUntilNanos\x12$\n" +
+	"\x0emax_debt_milli\x181 \x01(\x03R\fmaxDebtMilli\x12\x1d\n" +
+	"\n" +
+	"debt_milli\x182 \x01(\x03R\tdebtMilli\x12,\n" +
+	"\x12debt_ceiling_milli\x183 \x01(\x03R\x10debtCeilingMilli\x12\"\n" +
+	"\rdebt_in_milli\x184 \x01(\x03R\vdebtInMilli\"\x98\x01\n" +
 	"\rShareSnapshot\x12+\n" +
 	"\x12rate_milli_per_sec\x18\x01 \x01(\x03R\x0frateMilliPerSec\x12\x1b\n" +
 	"\tcap_milli\x18\x02 \x01(\x03R\bcapMilli\x12#\n" +
 	"\rexpires_nanos\x18\x03 \x01(\x03R\fexpiresNanos\x12\x18\n" +
-	"\aversion\x18\x04 \x01(\x04R\aversion\"\xf3\x03\n" +
+	"\aversion\x18\x04 \x01(\x04R\aversion\"\x85\x05\n" +
 	"\rLeaseSnapshot\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x1b\n" +
 	"\tclient_id\x18\x02 \x01(\tR\bclientId\x12 \n" +
@@ -2691,7 +2772,10 @@ const file_command_proto_rawDesc = "" +
 	" \x01(\x03R\n" +
 	"startMilli\x124\n" +
 	"\breplaced\x18\v \x03(\v2\x18.ration.v1.ShareSnapshotR\breplaced\x121\n" +
-	"\x15demand_max_cost_milli\x18\f \x01(\x03R\x12demandMaxCostMilli\"\xc8\x01\n" +
+	"\x15demand_max_cost_milli\x18\f \x01(\x03R\x12demandMaxCostMilli\x120\n" +
+	"\x14debt_allowance_milli\x18\r \x01(\x03R\x12debtAllowanceMilli\x12,\n" +
+	"\x12debt_pending_milli\x18\x0e \x01(\x03R\x10debtPendingMilli\x120\n" +
+	"\x14debt_pending_version\x18\x0f \x01(\x04R\x12debtPendingVersion\"\xc8\x01\n" +
 	"\fClientRecord\x12\x1b\n" +
 	"\tclient_id\x18\x01 \x01(\tR\bclientId\x12 \n" +
 	"\vincarnation\x18\x02 \x01(\x04R\vincarnation\x12\x10\n" +

@@ -469,6 +469,12 @@ type RenewKey struct {
 	// (bounded by the cap the versions older than acked_version held above
 	// it; docs/design.md §3.2, rule i). 0: none, or an older client.
 	ClampedMilli int64 `protobuf:"varint,5,opt,name=clamped_milli,json=clampedMilli,proto3" json:"clamped_milli,omitempty"`
+	// debt_clamped_milli: the debt the client's bucket had beyond the debt
+	// allowance of version acked_version when it installed it (it lifted
+	// its level to minus that allowance): with the debt feature switch on,
+	// it moves into the key's debt when this renewal acknowledges a lowered
+	// allowance (docs/design.md §4.1, rule k).
+	DebtClampedMilli int64 `protobuf:"varint,6,opt,name=debt_clamped_milli,json=debtClampedMilli,proto3" json:"debt_clamped_milli,omitempty"`
 	// The online audit of the bound (docs/operations.md, "The audit"):
 	// admitted_milli is the milli-tokens this key's bucket admitted from when
 	// the answer to request admitted_since_seq (this incarnation's seq of
@@ -549,6 +555,13 @@ func (x *RenewKey) GetClampedMilli() int64 {
 	return 0
 }
 
+func (x *RenewKey) GetDebtClampedMilli() int64 {
+	if x != nil {
+		return x.DebtClampedMilli
+	}
+	return 0
+}
+
 func (x *RenewKey) GetAdmittedMilli() int64 {
 	if x != nil {
 		return x.AdmittedMilli
@@ -620,6 +633,10 @@ type ReleaseKey struct {
 	Key          *Key                   `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
 	LeaseId      uint64                 `protobuf:"varint,2,opt,name=lease_id,json=leaseId,proto3" json:"lease_id,omitempty"`
 	UnspentMilli int64                  `protobuf:"varint,3,opt,name=unspent_milli,json=unspentMilli,proto3" json:"unspent_milli,omitempty"`
+	// debt_milli: how far below zero the bucket was when the client stopped
+	// (docs/design.md §4.1); it stays in the key's budget. A release reports
+	// unspent_milli or debt_milli, not both.
+	DebtMilli int64 `protobuf:"varint,4,opt,name=debt_milli,json=debtMilli,proto3" json:"debt_milli,omitempty"`
 	// As RenewKey's: what the bucket admitted since the answer to
 	// admitted_since_seq, up to this release.
 	AdmittedMilli    int64  `protobuf:"varint,50,opt,name=admitted_milli,json=admittedMilli,proto3" json:"admitted_milli,omitempty"`
@@ -675,6 +692,13 @@ func (x *ReleaseKey) GetLeaseId() uint64 {
 func (x *ReleaseKey) GetUnspentMilli() int64 {
 	if x != nil {
 		return x.UnspentMilli
+	}
+	return 0
+}
+
+func (x *ReleaseKey) GetDebtMilli() int64 {
+	if x != nil {
+		return x.DebtMilli
 	}
 	return 0
 }
@@ -862,6 +886,11 @@ type Grant struct {
 	// above cap_milli). At most the raise of the cap (rule i). A client that
 	// does not add them loses them, safely.
 	TopUpMilli int64 `protobuf:"varint,33,opt,name=top_up_milli,json=topUpMilli,proto3" json:"top_up_milli,omitempty"`
+	// debt_allowance_milli: how far below zero charges after the work may
+	// take this lease's bucket (docs/design.md §4.1, rule k); never lower
+	// than the lease's previous answer's. 0: the bucket never goes below
+	// zero (a policy without max_debt, or a server without debt).
+	DebtAllowanceMilli int64 `protobuf:"varint,34,opt,name=debt_allowance_milli,json=debtAllowanceMilli,proto3" json:"debt_allowance_milli,omitempty"`
 	// A chunk of a leased window policy (docs/design.md §8), else all 0. The
 	// grant is then a bucket with no rate whose cap is the chunk's units
 	// (start_milli, then top_up_milli at renewals) and whose lease ends with
@@ -1044,6 +1073,13 @@ func (x *Grant) GetRatePeriodNanos() int64 {
 func (x *Grant) GetTopUpMilli() int64 {
 	if x != nil {
 		return x.TopUpMilli
+	}
+	return 0
+}
+
+func (x *Grant) GetDebtAllowanceMilli() int64 {
+	if x != nil {
+		return x.DebtAllowanceMilli
 	}
 	return 0
 }
@@ -2609,8 +2645,11 @@ type KeyInfo struct {
 	WindowEndUnixNanos   int64 `protobuf:"varint,7,opt,name=window_end_unix_nanos,json=windowEndUnixNanos,proto3" json:"window_end_unix_nanos,omitempty"`
 	WindowCountMilli     int64 `protobuf:"varint,8,opt,name=window_count_milli,json=windowCountMilli,proto3" json:"window_count_milli,omitempty"`
 	WindowLimitMilli     int64 `protobuf:"varint,9,opt,name=window_limit_milli,json=windowLimitMilli,proto3" json:"window_limit_milli,omitempty"`
-	unknownFields        protoimpl.UnknownFields
-	sizeCache            protoimpl.SizeCache
+	// debt_milli: the key's debt (docs/design.md §4.1): what leases that
+	// ended owed, or may have owed, their buckets; the pool pays it first.
+	DebtMilli     int64 `protobuf:"varint,10,opt,name=debt_milli,json=debtMilli,proto3" json:"debt_milli,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *KeyInfo) Reset() {
@@ -2702,6 +2741,13 @@ func (x *KeyInfo) GetWindowCountMilli() int64 {
 func (x *KeyInfo) GetWindowLimitMilli() int64 {
 	if x != nil {
 		return x.WindowLimitMilli
+	}
+	return 0
+}
+
+func (x *KeyInfo) GetDebtMilli() int64 {
+	if x != nil {
+		return x.DebtMilli
 	}
 	return 0
 }
@@ -3889,23 +3935,26 @@ const file_ration_proto_rawDesc = "" +
 	"\x06demand\x18\x02 \x01(\v2\x11.ration.v1.DemandR\x06demand\"f\n" +
 	"\x0eAcquireRequest\x12)\n" +
 	"\x06caller\x18\x01 \x01(\v2\x11.ration.v1.CallerR\x06caller\x12)\n" +
-	"\x04keys\x18\x02 \x03(\v2\x15.ration.v1.AcquireKeyR\x04keys\"\x91\x02\n" +
+	"\x04keys\x18\x02 \x03(\v2\x15.ration.v1.AcquireKeyR\x04keys\"\xbf\x02\n" +
 	"\bRenewKey\x12 \n" +
 	"\x03key\x18\x01 \x01(\v2\x0e.ration.v1.KeyR\x03key\x12\x19\n" +
 	"\blease_id\x18\x02 \x01(\x04R\aleaseId\x12)\n" +
 	"\x06demand\x18\x03 \x01(\v2\x11.ration.v1.DemandR\x06demand\x12#\n" +
 	"\racked_version\x18\x04 \x01(\x04R\fackedVersion\x12#\n" +
-	"\rclamped_milli\x18\x05 \x01(\x03R\fclampedMilli\x12%\n" +
+	"\rclamped_milli\x18\x05 \x01(\x03R\fclampedMilli\x12,\n" +
+	"\x12debt_clamped_milli\x18\x06 \x01(\x03R\x10debtClampedMilli\x12%\n" +
 	"\x0eadmitted_milli\x182 \x01(\x03R\radmittedMilli\x12,\n" +
 	"\x12admitted_since_seq\x183 \x01(\x04R\x10admittedSinceSeq\"b\n" +
 	"\fRenewRequest\x12)\n" +
 	"\x06caller\x18\x01 \x01(\v2\x11.ration.v1.CallerR\x06caller\x12'\n" +
-	"\x04keys\x18\x02 \x03(\v2\x13.ration.v1.RenewKeyR\x04keys\"\xc3\x01\n" +
+	"\x04keys\x18\x02 \x03(\v2\x13.ration.v1.RenewKeyR\x04keys\"\xe2\x01\n" +
 	"\n" +
 	"ReleaseKey\x12 \n" +
 	"\x03key\x18\x01 \x01(\v2\x0e.ration.v1.KeyR\x03key\x12\x19\n" +
 	"\blease_id\x18\x02 \x01(\x04R\aleaseId\x12#\n" +
-	"\runspent_milli\x18\x03 \x01(\x03R\funspentMilli\x12%\n" +
+	"\runspent_milli\x18\x03 \x01(\x03R\funspentMilli\x12\x1d\n" +
+	"\n" +
+	"debt_milli\x18\x04 \x01(\x03R\tdebtMilli\x12%\n" +
 	"\x0eadmitted_milli\x182 \x01(\x03R\radmittedMilli\x12,\n" +
 	"\x12admitted_since_seq\x183 \x01(\x04R\x10admittedSinceSeq\"f\n" +
 	"\x0eReleaseRequest\x12)\n" +
@@ -3914,7 +3963,7 @@ const file_ration_proto_rawDesc = "" +
 	"\bKeyError\x12\x12\n" +
 	"\x04code\x18\x01 \x01(\rR\x04code\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\x12(\n" +
-	"\x04kind\x18\x03 \x01(\x0e2\x14.ration.v1.ErrorKindR\x04kind\"\xfb\b\n" +
+	"\x04kind\x18\x03 \x01(\x0e2\x14.ration.v1.ErrorKindR\x04kind\"\xad\t\n" +
 	"\x05Grant\x12\x19\n" +
 	"\blease_id\x18\x01 \x01(\x04R\aleaseId\x12+\n" +
 	"\x12rate_milli_per_sec\x18\x02 \x01(\x03R\x0frateMilliPerSec\x12\x1b\n" +
@@ -3936,7 +3985,8 @@ const file_ration_proto_rawDesc = "" +
 	"\x15rate_milli_per_period\x18\x1f \x01(\x03R\x12rateMilliPerPeriod\x12*\n" +
 	"\x11rate_period_nanos\x18  \x01(\x03R\x0fratePeriodNanos\x12 \n" +
 	"\ftop_up_milli\x18! \x01(\x03R\n" +
-	"topUpMilli\x12,\n" +
+	"topUpMilli\x120\n" +
+	"\x14debt_allowance_milli\x18\" \x01(\x03R\x12debtAllowanceMilli\x12,\n" +
 	"\x12window_limit_milli\x18( \x01(\x03R\x10windowLimitMilli\x12!\n" +
 	"\fwindow_nanos\x18) \x01(\x03R\vwindowNanos\x12,\n" +
 	"\x12window_reset_nanos\x18* \x01(\x03R\x10windowResetNanos\x124\n" +
@@ -4064,7 +4114,7 @@ const file_ration_proto_rawDesc = "" +
 	"\x10expires_in_nanos\x18\n" +
 	" \x01(\x03R\x0eexpiresInNanos\x124\n" +
 	"\x17held_rate_milli_per_sec\x18\v \x01(\x03R\x13heldRateMilliPerSec\x12$\n" +
-	"\x0eheld_cap_milli\x18\f \x01(\x03R\fheldCapMilli\"\xec\x02\n" +
+	"\x0eheld_cap_milli\x18\f \x01(\x03R\fheldCapMilli\"\x8b\x03\n" +
 	"\aKeyInfo\x12\x16\n" +
 	"\x06policy\x18\x01 \x01(\tR\x06policy\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\tR\x03key\x12\x1d\n" +
@@ -4075,7 +4125,10 @@ const file_ration_proto_rawDesc = "" +
 	"\x17window_start_unix_nanos\x18\x06 \x01(\x03R\x14windowStartUnixNanos\x121\n" +
 	"\x15window_end_unix_nanos\x18\a \x01(\x03R\x12windowEndUnixNanos\x12,\n" +
 	"\x12window_count_milli\x18\b \x01(\x03R\x10windowCountMilli\x12,\n" +
-	"\x12window_limit_milli\x18\t \x01(\x03R\x10windowLimitMilli\"\x98\x01\n" +
+	"\x12window_limit_milli\x18\t \x01(\x03R\x10windowLimitMilli\x12\x1d\n" +
+	"\n" +
+	"debt_milli\x18\n" +
+	" \x01(\x03R\tdebtMilli\"\x98\x01\n" +
 	"\x12ListLeasesResponse\x12,\n" +
 	"\x06leases\x18\x01 \x03(\v2\x14.ration.v1.LeaseInfoR\x06leases\x12&\n" +
 	"\x04keys\x18\x02 \x03(\v2\x12.ration.v1.KeyInfoR\x04keys\x12,\n" +

@@ -195,6 +195,10 @@ type ReleaseInfo struct {
 	// UnspentMilli is what the release handed back (0 for a window chunk
 	// released spent, or a lease past its deadline).
 	UnspentMilli int64
+	// DebtMilli is the debt the release reported (docs/design.md §4.1):
+	// how far below zero charges after the work had taken the bucket. It
+	// stays in the key's budget.
+	DebtMilli int64
 	// Took is how long the RPC took, from its send to the callback.
 	Took time.Duration
 	// Err is the RPC's error (the last attempt's): nil when the cluster

@@ -6,6 +6,13 @@
 //	lim := c.Limiter("inventory-write", client.Key{"tenant": "northwind"})
 //	d := lim.AllowN(cost) // non-blocking: Decision{Allowed, RemainingMilli, RetryAfter, Reason, Shadow}
 //
+// Costs known only after the work (debt.go; docs/design.md §4.1, a policy's
+// max_debt): lim.Charge(cost) records one, never refused, leaving debt
+// where the bucket lacks it; lim.Reserve(estimate) admits by an estimate
+// and Reservation.Settle(actual) charges the difference (refunds it when
+// lower). A bucket in debt admits nothing until its rate has paid it; a
+// release reports the debt left, which stays in the key's budget.
+//
 // # Design
 //
 // What a Client owns: one limiter per budget (Client.limiters, by

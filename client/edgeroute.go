@@ -313,6 +313,20 @@ func (l *Limiter) wantsLease() bool { return l.route == nil || l.route.leasing }
 // edge, or (ok false) by this client's lease path when no edge could
 // serve it (the key is then promoted at once, see forced).
 func (l *Limiter) allowRemote(costMilli int64) (d Decision, ok bool) {
+	return l.checkRemote(costMilli, false)
+}
+
+// chargeRemote charges costMilli after the work at the key's edge, which
+// never refuses it (a Check item with charge_after; docs/design.md §4.1):
+// ok false when no edge could take it, and the caller charges it here.
+func (l *Limiter) chargeRemote(costMilli int64) (ok bool) {
+	d, ok := l.checkRemote(costMilli, true)
+	return ok && d.Allowed
+}
+
+// checkRemote is one Check of the key at its edge: an admission, or with
+// chargeAfter a charge after the work.
+func (l *Limiter) checkRemote(costMilli int64, chargeAfter bool) (d Decision, ok bool) {
 	rt, c := l.route, l.c
 	if c.closed.Load() {
 		return l.count(Decision{Verdict: Verdict{Reason: Unavailable}, RetryAfter: lease.RetryNever}), true
@@ -339,7 +353,7 @@ func (l *Limiter) allowRemote(costMilli int64) (d Decision, ok bool) {
 			continue
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), r.cfg.Timeout)
-		resp, err := e.adm.Check(ctx, &api.CheckRequest{Items: []*api.CheckItem{{Policy: l.policy, Key: l.attrs, Cost: costMilli / lease.MilliPerToken}}})
+		resp, err := e.adm.Check(ctx, &api.CheckRequest{Items: []*api.CheckItem{{Policy: l.policy, Key: l.attrs, Cost: costMilli / lease.MilliPerToken, ChargeAfter: chargeAfter}}})
 		cancel()
 		r.checks.Add(1)
 		if err == nil && len(resp.GetResults()) == 1 {

@@ -136,6 +136,10 @@ type terms struct {
 	// level above the cut cap); the next renewal reports it with the
 	// acknowledgement, and the cluster returns it to the pool (rule i).
 	clampedMilli int64
+	// debtLiftedMilli is the debt installing version lifted off the bucket
+	// (its level below the lowered allowance); the next renewal reports
+	// it, and the cluster moves it into the key's debt (rule k).
+	debtLiftedMilli int64
 	// win: a window policy's chunk (window.go); nil for a token bucket.
 	win *windowTerms
 }
@@ -181,7 +185,13 @@ type Limiter struct {
 	shadowed  atomic.Int64             // decisions with Shadow set
 	nearLimit atomic.Int64             // admissions leaving < 10% of the cap
 	waiters   atomic.Int64
-	lastErr   atomic.Pointer[error]
+	// Charges after the work (debt.go): every cost charged, the part of
+	// it beyond the bucket's debt allowance, and the last bucket a charge
+	// took below zero (a release past its deadline reports that bucket's
+	// whole allowance as its debt).
+	chargedMilli, excessMilli atomic.Int64
+	debtBucket                atomic.Pointer[lease.AtomicBucket]
+	lastErr                   atomic.Pointer[error]
 	// invalid, set at creation, is why no cluster can lease the key
 	// (keyProblem; Client.refusedLimiter): it is never sent.
 	invalid error

@@ -442,6 +442,7 @@ func (l *Limiter) install(tSend int64, g *api.Grant) {
 	// its cap) restarts minting from the precise clock, so no time the
 	// bucket spent full is minted, however far the reading lags.
 	b.SetPreciseClock(l.c.clock.Precise)
+	b.SetDebtAllowance(g.GetDebtAllowanceMilli()) // rule (k): how far below zero a charge may take it
 	t := &terms{leaseID: g.GetLeaseId(), bucket: b, capMilli: g.GetCapMilli(), rateMilli: g.GetRateMilliPerSec(),
 		ttlNanos: g.GetTtlNanos(), driftPPM: drift, shadow: g.GetShadow(), canonical: g.GetCanonicalKey(), version: g.GetVersion(),
 		policyBurst: g.GetPolicyBurstMilli(), win: windowOf(g, now)}
@@ -505,7 +506,7 @@ func (c *Client) renew(ls []*Limiter) {
 		// nothing admits under an older version.
 		admitted, since := l.auditReport(t)
 		req.Keys = append(req.Keys, &api.RenewKey{Key: &api.Key{Policy: l.policy, Attributes: l.attrs}, LeaseId: t.leaseID, Demand: l.demand(tSend),
-			AckedVersion: t.version, ClampedMilli: t.clampedMilli, AdmittedMilli: admitted, AdmittedSinceSeq: since})
+			AckedVersion: t.version, ClampedMilli: t.clampedMilli, DebtClampedMilli: t.debtLiftedMilli, AdmittedMilli: admitted, AdmittedSinceSeq: since})
 	}
 	resp, err := call(c, c.stop, giveUp, func(ctx context.Context, conn *grpc.ClientConn) (*api.LeaseResponse, error) {
 		return api.NewLeasesClient(conn).Renew(ctx, req)
@@ -591,12 +592,16 @@ func (l *Limiter) applyRenewal(tSend int64, old *terms, g *api.Grant) (toppedUp 
 	}
 	old.bucket.SetRate(now, rate)
 	clamped := old.bucket.SetCapacity(now, g.GetCapMilli())
+	// A lowered allowance lifts the level to it; the debt lifted is
+	// reported with the acknowledgement (rule k).
+	lifted := old.bucket.SetDebtAllowance(g.GetDebtAllowanceMilli())
 	if top := g.GetTopUpMilli(); top > 0 {
 		old.bucket.Refund(top) // never above the new cap
 		toppedUp = top
 	}
 	nt := *old
 	nt.clampedMilli = clamped
+	nt.debtLiftedMilli = lifted
 	nt.capMilli, nt.rateMilli, nt.ttlNanos, nt.driftPPM, nt.shadow = g.GetCapMilli(), g.GetRateMilliPerSec(), g.GetTtlNanos(), drift, g.GetShadow()
 	// The bucket mints at the new rate and holds at most the new cap from
 	// here on: these terms are installed, and the next renewal says so.
@@ -757,15 +762,24 @@ func (c *Client) releaseBatch(abort <-chan struct{}, giveUp int64, ls []*Limiter
 			continue
 		}
 		admitted, since := l.auditReport(t)
-		unspent := int64(0)
+		unspent, debt := int64(0), int64(0)
 		if now < t.deadline {
 			t.bucket.SetRate(now, 0)
 			unspent = t.bucket.Drain()
+		} else if l.debtBucket.Load() == t.bucket {
+			// Its level at the deadline is not known any more (it may
+			// have minted since): report the worst, as the ledger takes
+			// at an expiry (docs/design.md §4.1).
+			debt = t.bucket.DebtAllowanceMilli()
+		}
+		if unspent < 0 {
+			// In debt when it stopped: the debt stays in the key's budget.
+			unspent, debt = 0, -unspent
 		}
 		req.Keys = append(req.Keys, &api.ReleaseKey{Key: &api.Key{Policy: l.policy, Attributes: l.attrs}, LeaseId: t.leaseID, UnspentMilli: unspent,
-			AdmittedMilli: admitted, AdmittedSinceSeq: since})
+			DebtMilli: debt, AdmittedMilli: admitted, AdmittedSinceSeq: since})
 		if c.cfg.OnRelease != nil {
-			infos = append(infos, ReleaseInfo{Policy: l.policy, CanonicalKey: t.canonical, LeaseID: t.leaseID, UnspentMilli: unspent})
+			infos = append(infos, ReleaseInfo{Policy: l.policy, CanonicalKey: t.canonical, LeaseID: t.leaseID, UnspentMilli: unspent, DebtMilli: debt})
 		}
 	}
 	if len(req.Keys) == 0 {

@@ -38,6 +38,9 @@ import (
 //	lease_time_to_expiry_seconds{policy}     gauge: the soonest a lease of the policy expires unless renewed
 //	renewal_duration_seconds{op}             histogram: acquire and renew RPCs, retries included
 //	renewal_errors_total{op,code}            counter: failed RPCs and per-key refusals, by gRPC code
+//	charged_after_tokens_total{policy}       counter: costs charged after the work (Charge, Settle above the estimate)
+//	debt_excess_tokens_total{policy}         counter: the part of those charges beyond the buckets' debt allowances (not covered by the bound)
+//	lease_debt_tokens{policy}                gauge: how far below zero the usable leases' buckets are, summed (docs/design.md §4.1)
 //
 // and, for a Client that routes keys to edges or to the servers' built-in
 // ones (edgeroute.go; none with Config.NoRemote):
@@ -76,6 +79,9 @@ type Collector struct {
 	latency *prometheus.Desc
 	errs    *prometheus.Desc
 	build   *prometheus.Desc
+	charged *prometheus.Desc
+	excess  *prometheus.Desc
+	debt    *prometheus.Desc
 
 	remote, remoteFail, switches, remoteKeys *prometheus.Desc
 }
@@ -129,8 +135,11 @@ func NewCollector(c *Client, opts ...CollectorOption) *Collector {
 		latency: desc("renewal_duration_seconds", "Duration of the background loop's acquire and renew RPCs, retries included.", "op"),
 		errs:    desc("renewal_errors_total", "Failed acquire and renew RPCs and per-key refusals, by gRPC code.", "op", "code"),
 		build:   version.BuildInfoDesc(o.constLabels),
+		charged: desc("charged_after_tokens_total", "Costs charged after the work (Charge, Settle above the estimate).", "policy"),
+		excess:  desc("debt_excess_tokens_total", "The part of the costs charged after the work beyond the buckets' debt allowances: not covered by the bound.", "policy"),
+		debt:    desc("lease_debt_tokens", "How far below zero the usable leases' buckets are, summed.", leaseLabels...),
 	}
-	col.descs = []*prometheus.Desc{col.dec, col.shadow, col.near, col.lims, col.evicts, col.leases, col.rate, col.capTok, col.expiry, col.latency, col.errs, col.build}
+	col.descs = []*prometheus.Desc{col.dec, col.shadow, col.near, col.lims, col.evicts, col.leases, col.rate, col.capTok, col.expiry, col.latency, col.errs, col.build, col.charged, col.excess, col.debt}
 	if c.router != nil {
 		col.remote = desc("remote_decisions_total", "Calls decided remotely, at an edge or a server's built-in edge (decisions_total counts them too).", "policy")
 		col.remoteFail = desc("remote_failures_total", "Remote calls that failed.", "policy")
@@ -153,6 +162,7 @@ type policyCounts struct {
 	shadowed, nearLim int64
 	limiters          int64 // live ones (Collect only)
 	evictions         int64
+	charged, excess   int64 // milli-tokens charged after the work, and beyond allowances
 }
 
 // add adds l's counters.
@@ -162,6 +172,8 @@ func (pc *policyCounts) add(l *Limiter) {
 	}
 	pc.shadowed += l.shadowed.Load()
 	pc.nearLim += l.nearLimit.Load()
+	pc.charged += l.chargedMilli.Load()
+	pc.excess += l.excessMilli.Load()
 }
 
 // foldEvictedLocked keeps an evicted limiter's counts, so the counters a
@@ -207,6 +219,7 @@ func (c *Client) snapshotWithEvicted() ([]*Limiter, map[string]*policyCounts) {
 type leaseAgg struct {
 	n                   int
 	rateMilli, capMilli int64
+	debtMilli           int64
 	minExpiry           int64
 	policy, key         string
 }
@@ -244,6 +257,9 @@ func (col *Collector) Collect(ch chan<- prometheus.Metric) {
 		a.n++
 		a.rateMilli += t.rateMilli
 		a.capMilli += t.capMilli
+		if lvl := t.bucket.LevelMilli(now); lvl < 0 {
+			a.debtMilli -= lvl
+		}
 		a.minExpiry = min(a.minExpiry, t.deadline-now)
 	}
 
@@ -256,6 +272,8 @@ func (col *Collector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(col.near, prometheus.CounterValue, float64(pc.nearLim), p)
 		ch <- prometheus.MustNewConstMetric(col.lims, prometheus.GaugeValue, float64(pc.limiters), p)
 		ch <- prometheus.MustNewConstMetric(col.evicts, prometheus.CounterValue, float64(pc.evictions), p)
+		ch <- prometheus.MustNewConstMetric(col.charged, prometheus.CounterValue, tokens(pc.charged), p)
+		ch <- prometheus.MustNewConstMetric(col.excess, prometheus.CounterValue, tokens(pc.excess), p)
 	}
 	for _, id := range sortedKeys(leases) {
 		a := leases[id]
@@ -266,6 +284,7 @@ func (col *Collector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(col.leases, prometheus.GaugeValue, float64(a.n), labels...)
 		ch <- prometheus.MustNewConstMetric(col.rate, prometheus.GaugeValue, tokens(a.rateMilli), labels...)
 		ch <- prometheus.MustNewConstMetric(col.capTok, prometheus.GaugeValue, tokens(a.capMilli), labels...)
+		ch <- prometheus.MustNewConstMetric(col.debt, prometheus.GaugeValue, tokens(a.debtMilli), labels...)
 		ch <- prometheus.MustNewConstMetric(col.expiry, prometheus.GaugeValue, time.Duration(a.minExpiry).Seconds(), labels...)
 	}
 

@@ -80,6 +80,22 @@ func TestRemoteByDefaultThinKeysGoRemote(t *testing.T) {
 	k, ch := remote()
 	t.Logf("%d of %d keys remote, %d remote decisions, %d admitted in all", k, n, ch, len(h.snapshot()))
 	checkBoundSpans(t, "local and remote", h.spanSnapshot(), quotacheck.Bound{CapacityMilli: 4000, RateMilliPerSec: 20000})
+	// A charge after the work on a key decided remotely goes to its edge
+	// (a Check item with charge_after), not into this client's excess.
+	for i, cl := range cls {
+		if cl.EdgeStats().Remote != 1 {
+			continue
+		}
+		before := cl.EdgeStats().Checks
+		res, err := lims[i].Charge(3)
+		if err != nil || res.ChargedMilli != 3000 || res.ExcessMilli != 0 {
+			t.Errorf("Charge(3) on a remote key: %+v, %v; want 3000 milli-tokens charged, no excess", res, err)
+		}
+		if after := cl.EdgeStats().Checks; after != before+1 {
+			t.Errorf("Charge(3) on a remote key sent %d Checks, want 1", after-before)
+		}
+		break
+	}
 	s := cls[0].EdgeStats()
 	if s.Remote == 1 {
 		if got := gatherValue(t, col, "ration_client_route_switches_total", "to", "remote"); got < 1 {

@@ -157,6 +157,15 @@ func (a *adminService) ApplyPolicies(ctx context.Context, req *api.ApplyPolicies
 			return c.ApplyPolicies(ctx, req)
 		},
 		func() (*api.ApplyPoliciesResponse, error) {
+			if a.s.fsm.Features()&fsm.FeatureDebt == 0 {
+				for _, p := range file.Policies {
+					if p.MaxDebtMilli != 0 {
+						// Servers that predate it would apply the policy
+						// without its debt (docs/design.md §3.6).
+						return nil, fmt.Errorf("%w: line %d: policy %q sets max_debt, which needs the debt feature switch, not on yet (a voter does not support it)", rpcerr.ErrPrecondition, p.Line, p.Name)
+					}
+				}
+			}
 			_, idx, err := a.s.propose(fsm.CmdApplyPolicies, cmd)
 			resp.Index = idx
 			return resp, err

@@ -167,6 +167,13 @@ func (r *remoteService) Check(_ context.Context, req *api.CheckRequest) (*api.Ch
 		}
 	} else {
 		for i, l := range lims {
+			if items[i].GetChargeAfter() {
+				// A charge after the work is never refused (docs/design.md
+				// §4.1): what the bucket lacks becomes debt.
+				res, _ := l.Charge(min(costs[i], client.MaxCost)) // costs are in range
+				ds[i] = client.Decision{Verdict: client.Verdict{Allowed: true, Reason: client.Allowed}, RemainingMilli: -res.DebtMilli}
+				continue
+			}
 			ds[i] = l.AllowN(costs[i])
 		}
 	}
@@ -174,6 +181,10 @@ func (r *remoteService) Check(_ context.Context, req *api.CheckRequest) (*api.Ch
 	for i := range items {
 		if i >= evaluated {
 			resp.Results[i] = &api.CheckResult{Reason: "not-evaluated"}
+			continue
+		}
+		if items[i].GetChargeAfter() {
+			resp.Results[i] = &api.CheckResult{Allowed: true, Reason: "charged-after"}
 			continue
 		}
 		d := ds[i]

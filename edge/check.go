@@ -16,6 +16,9 @@ import (
 // reasonNotEvaluated: an all_or_none batch stopped at an earlier refusal.
 const reasonNotEvaluated = "not-evaluated"
 
+// reasonChargedAfter: an item with charge_after, charged and never refused.
+const reasonChargedAfter = "charged-after"
+
 type admissionServer struct {
 	api.UnimplementedAdmissionServer
 	e *Edge
@@ -52,6 +55,11 @@ func (e *Edge) Check(_ context.Context, req *api.CheckRequest) (*api.CheckRespon
 		}
 	} else {
 		for i, l := range lims {
+			if items[i].GetChargeAfter() {
+				res, _ := l.Charge(min(costs[i], client.MaxCost)) // costs are in range
+				ds[i] = client.Decision{Verdict: client.Verdict{Allowed: true, Reason: client.Allowed}, RemainingMilli: -res.DebtMilli}
+				continue
+			}
 			ds[i] = l.AllowN(costs[i])
 		}
 	}
@@ -69,6 +77,11 @@ func (e *Edge) Check(_ context.Context, req *api.CheckRequest) (*api.CheckRespon
 		if i >= evaluated {
 			resp.Results[i] = &api.CheckResult{Reason: reasonNotEvaluated}
 			e.m.checkResult(reasonNotEvaluated)
+			continue
+		}
+		if it.GetChargeAfter() {
+			resp.Results[i] = &api.CheckResult{Allowed: true, Reason: reasonChargedAfter}
+			e.m.checkResult(reasonChargedAfter)
 			continue
 		}
 		e.noteRefusal(lims[i], ds[i])

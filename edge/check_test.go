@@ -93,6 +93,21 @@ func TestCheck(t *testing.T) {
 		t.Errorf("independent items: %v", r)
 	}
 
+	// A charge after the work: never refused, and it spends the share.
+	after := item("per-tenant", "b", 3)
+	after.ChargeAfter = true
+	for range 3 {
+		if r := h.check(t, false, after); !r.GetAllowed() || r.GetResults()[0].GetReason() != reasonChargedAfter {
+			t.Fatalf("charge after the work: %v", r)
+		}
+	}
+	if r := h.check(t, false, item("per-tenant", "b", 1)); r.GetAllowed() {
+		t.Errorf("after charges of 9 on a burst of 4, a check was admitted: %v", r)
+	}
+	if _, err := h.adm.Check(context.Background(), &api.CheckRequest{AllOrNone: true, Items: []*api.CheckItem{after}}); status.Code(err) != codes.InvalidArgument {
+		t.Errorf("charge_after with all_or_none: %v", err)
+	}
+
 	// Bad input.
 	many := make([]*api.CheckItem, MaxCheckItems+1)
 	for i := range many {

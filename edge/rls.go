@@ -32,6 +32,21 @@ const (
 	resNotCharged  = "not_evaluated" // another descriptor refused first: OK, not charged
 	resNegative    = "negative_hits" // is_negative_hits: not supported, nothing charged
 	resOverrideIgn = "limit_override_ignored"
+	// resChargedAfter: a charge after the work (ChargeAfterKey): charged,
+	// never refused, OK.
+	resChargedAfter = "charged_after"
+)
+
+// ChargeAfterKey marks a descriptor as a charge after the work (Envoy's
+// apply_on_stream_done, its hits_addend the measured cost; docs/envoy.md,
+// "Charges after the work"): an entry with this key and the value
+// ChargeAfterValue is left out of the matching, and the matched rule's
+// budget is charged the hits with client.Limiter.Charge, never refused
+// (what the edge's share lacks becomes debt, docs/design.md §4.1). The
+// descriptor's status is OK.
+const (
+	ChargeAfterKey   = "ration_charge"
+	ChargeAfterValue = "after"
 )
 
 type rlsSlot struct {
@@ -138,9 +153,15 @@ func descriptorCost(req *rlspb.RateLimitRequest, d *ratelimitv3.RateLimitDescrip
 // set only for a rule that applies: its Replaces then take effect.
 func (c *rlsClassifier) match(i int, d *ratelimitv3.RateLimitDescriptor, s *rlsSlot) error {
 	e := c.e
-	n := len(d.GetEntries())
-	for j, en := range d.GetEntries() {
-		c.keys[j], c.values[j] = en.GetKey(), en.GetValue()
+	n := 0
+	after := false
+	for _, en := range d.GetEntries() {
+		if en.GetKey() == ChargeAfterKey && en.GetValue() == ChargeAfterValue {
+			after = true
+			continue
+		}
+		c.keys[n], c.values[n] = en.GetKey(), en.GetValue()
+		n++
 	}
 	s.rule = c.conf.Match(c.domain, c.keys[:n], c.values[:n])
 	switch {
@@ -170,6 +191,14 @@ func (c *rlsClassifier) match(i int, d *ratelimitv3.RateLimitDescriptor, s *rlsS
 			key[a] = client.WireKeyValue(v)
 		}
 		s.lim = e.limiter(s.rule.Policy, key)
+		if after {
+			// Never refused, never part of the request's all-or-none
+			// charge: the work is done already.
+			if s.cost > 0 {
+				_, _ = s.lim.Charge(min(s.cost, client.MaxCost))
+			}
+			s.lim, s.result = nil, resChargedAfter
+		}
 	}
 	return nil
 }

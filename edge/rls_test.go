@@ -220,6 +220,30 @@ func TestRLS(t *testing.T) {
 		}
 	})
 
+	t.Run("charge after the work", func(t *testing.T) {
+		// Envoy's apply_on_stream_done call: the descriptor carries the
+		// marker entry and the measured cost; it is charged, never
+		// refused, and the marker does not change which rule matches.
+		h.waitOK(t, "shop", withHits(desc("cost=c5"), 0))
+		after := func(n uint64) *ratelimitv3.RateLimitDescriptor {
+			return withHits(desc("cost=c5,"+ChargeAfterKey+"="+ChargeAfterValue), n)
+		}
+		if r := h.should(t, "shop", 0, after(7)); r.GetOverallCode() != rlspb.RateLimitResponse_OK {
+			t.Fatalf("a charge after the work of 7: %v", r.GetOverallCode())
+		}
+		if n := h.admitted(t, 10, 0, desc("cost=c5")); n != 3 {
+			t.Errorf("after a charge of 7 on a burst of 10, %d admitted, want 3", n)
+		}
+		for _, n := range []uint64{5, math.MaxUint64} {
+			if r := h.should(t, "shop", 0, after(n)); r.GetOverallCode() != rlspb.RateLimitResponse_OK {
+				t.Errorf("a charge after the work of %d on an empty budget: %v, want OK (never refused)", n, r.GetOverallCode())
+			}
+		}
+		if got := h.counter(t, "ration_edge_descriptors_total", map[string]string{"domain": "shop", "result": resChargedAfter}); got != 3 {
+			t.Errorf("charged_after counted %v, want 3", got)
+		}
+	})
+
 	t.Run("several descriptors", func(t *testing.T) {
 		// One descriptor over the limit: OVER_LIMIT overall, and the
 		// other, admitted alone, is not charged for the refused request.

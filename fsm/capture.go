@@ -283,6 +283,7 @@ func (e *ledgerEncoder) encode(pn, ck string, st lease.LedgerState) *api.LedgerS
 	out.RateMilliPerSec, out.CapacityMilli, out.RatePeriodNanos = st.Config.RateMilliPerSec, st.Config.CapacityMilli, st.Config.RatePeriodNanos
 	out.StartFull, out.MaxLeases, out.DriftPpm = st.Config.StartFull, int64(st.Config.MaxLeases), st.Config.DriftPPM
 	out.OvercommitUntilNanos, out.HoldAllUntilNanos = st.OvercommitUntilNanos, st.HoldAllUntilNanos
+	out.MaxDebtMilli, out.DebtMilli, out.DebtCeilingMilli, out.DebtInMilli = st.Config.MaxDebtMilli, st.DebtMilli, st.DebtCeilingMilli, st.Stats.DebtInMilli
 	for i, le := range st.Leases {
 		if i == len(e.leases) {
 			e.leases = append(e.leases, &api.LeaseSnapshot{})
@@ -292,7 +293,8 @@ func (e *ledgerEncoder) encode(pn, ck string, st lease.LedgerState) *api.LedgerS
 		ls.Reset()
 		ls.Id, ls.ClientId, ls.Incarnation, ls.GrantSeq = uint64(le.ID), le.ClientID, le.Incarnation, le.GrantSeq
 		ls.Weight, ls.DemandRateMilliPerSec, ls.DemandBurstMilli, ls.DemandMaxCostMilli = le.Weight, le.DemandRateMilliPerSec, le.DemandBurstMilli, le.DemandMaxCostMilli
-		ls.Current, ls.StartMilli = e.share(le.Current), le.StartMilli
+		ls.Current, ls.StartMilli, ls.DebtAllowanceMilli = e.share(le.Current), le.StartMilli, le.DebtAllowanceMilli
+		ls.DebtPendingMilli, ls.DebtPendingVersion = le.DebtPendingMilli, le.DebtPendingVersion
 		for _, sh := range le.Superseded {
 			sup = append(sup, e.share(sh))
 		}

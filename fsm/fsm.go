@@ -296,6 +296,20 @@ func ledgerConfig(p policy.Policy) lease.LedgerConfig {
 	}
 }
 
+// ledgerConfigFor is ledgerConfig with the policy's max_debt while
+// FeatureDebt is on (off: 0, as a server that predates it applies it).
+func (s *state) ledgerConfigFor(p policy.Policy) lease.LedgerConfig {
+	cfg := ledgerConfig(p)
+	if s.debt() {
+		cfg.MaxDebtMilli = p.MaxDebtMilli
+	}
+	return cfg
+}
+
+// debt reports whether FeatureDebt is on: max_debt and released debts
+// apply (rule k, docs/design.md §4.1).
+func (s *state) debt() bool { return s.features&FeatureDebt != 0 }
+
 func (s *state) applyPolicies(t int64, cmd *api.ApplyPoliciesCommand) (*Result, error) {
 	ps := make([]policy.Policy, 0, len(cmd.GetPolicies()))
 	for _, spec := range cmd.GetPolicies() {
@@ -529,7 +543,7 @@ func (s *state) resolve(t int64, k *api.Key, create bool) (policy.Policy, string
 		return p, ck, nil, err
 	}
 	pool, _ := s.startPool(t, p)
-	l, err := lease.NewLedgerWithPool(ledgerConfig(p), t, pool)
+	l, err := lease.NewLedgerWithPool(s.ledgerConfigFor(p), t, pool)
 	if err != nil {
 		return p, ck, nil, fmt.Errorf("policy %q: %w", p.Name, err)
 	}
@@ -609,6 +623,7 @@ func grantFields(p policy.Policy, ck string, g lease.Grant, speed renewSpeed) *a
 		CapMilli:                g.CapMilli,
 		StartMilli:              g.StartMilli,
 		TopUpMilli:              g.TopUpMilli,
+		DebtAllowanceMilli:      g.DebtAllowanceMilli,
 		TtlNanos:                g.TTLNanos,
 		Version:                 g.Version,
 		RenewAfterNanos:         renewAfter(p, g, speed),
@@ -749,6 +764,12 @@ func (s *state) tokenRenew(t int64, c *api.Caller, k *api.RenewKey) *api.KeyLeas
 	if clamped < 0 || clamped > lease.MaxCapacityMilli {
 		return &api.KeyLease{Error: keyError(fmt.Errorf("%w: clamped_milli %d is outside [0, %d]", rpcerr.ErrInvalid, clamped, lease.MaxCapacityMilli))}
 	}
+	var debtClamped int64
+	if s.debt() {
+		if debtClamped = k.GetDebtClampedMilli(); debtClamped < 0 || debtClamped > lease.MaxCapacityMilli {
+			return &api.KeyLease{Error: keyError(fmt.Errorf("%w: debt_clamped_milli %d is outside [0, %d]", rpcerr.ErrInvalid, debtClamped, lease.MaxCapacityMilli))}
+		}
+	}
 	p, ck, kl, err := s.resolve(t, k.GetKey(), false)
 	if err != nil {
 		return &api.KeyLease{Error: keyError(err)}
@@ -767,6 +788,7 @@ func (s *state) tokenRenew(t int64, c *api.Caller, k *api.RenewKey) *api.KeyLeas
 		AckedVersion:          k.GetAckedVersion(),
 		ClampedMilli:          clamped,
 		LeftoverBurst:         s.leftoverBurst(),
+		DebtClampedMilli:      debtClamped,
 	})
 	s.touchDue(kl) // a renewal adds and removes no lease: the holders stay
 	return keyLease(p, ck, g, err, speedOf(g))
@@ -801,10 +823,14 @@ func (s *state) tokenRelease(t int64, c *api.Caller, k *api.ReleaseKey) *api.Rel
 	_, _, kl, err := s.resolve(t, k.GetKey(), false)
 	if err == nil {
 		var rr lease.ReleaseResult
-		rr, err = s.mut(kl).Release(t, lease.ReleaseRequest{
+		req := lease.ReleaseRequest{
 			ClientID: c.GetClientId(), Incarnation: c.GetIncarnation(),
 			LeaseID: lease.LeaseID(k.GetLeaseId()), UnspentMilli: k.GetUnspentMilli(),
-		})
+		}
+		if s.debt() {
+			req.DebtMilli = k.GetDebtMilli()
+		}
+		rr, err = s.mut(kl).Release(t, req)
 		if !s.has(faultIndexSkipsRelease) {
 			s.touch(kl)
 		}

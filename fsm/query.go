@@ -121,7 +121,7 @@ func (s *state) tokenListing(out *api.ListLeasesResponse, policyName, key string
 			l := byName[pn].at(ck).ledger
 			cfg := l.Config()
 			out.Keys = append(out.Keys, &api.KeyInfo{
-				Policy: pn, Key: ck, PoolMilli: l.PoolMilli(),
+				Policy: pn, Key: ck, PoolMilli: l.PoolMilli(), DebtMilli: l.DebtMilli(),
 				RateMilliPerSec: perSecond(cfg, cfg.RateMilliPerSec), CapacityMilli: cfg.CapacityMilli,
 			})
 			for _, le := range l.Leases() {

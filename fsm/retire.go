@@ -160,7 +160,7 @@ func (s *state) install(t int64, p policy.Policy) error {
 	}
 	for _, ck := range keep.sortedKeys() {
 		kl := keep.at(ck)
-		err := s.mut(kl).Reconfigure(t, ledgerConfig(p))
+		err := s.mut(kl).Reconfigure(t, s.ledgerConfigFor(p))
 		s.touch(kl)
 		if err != nil {
 			return fmt.Errorf("reconfigure %s/%s: %w", p.Name, ck, err)

@@ -58,8 +58,9 @@ func importLedger(ls *api.LedgerSnapshot) (*lease.Ledger, error) {
 		Config: lease.LedgerConfig{
 			RateMilliPerSec: ls.GetRateMilliPerSec(), CapacityMilli: ls.GetCapacityMilli(),
 			StartFull: ls.GetStartFull(), MaxLeases: int(ls.GetMaxLeases()), DriftPPM: ls.GetDriftPpm(),
-			RatePeriodNanos: ls.GetRatePeriodNanos(),
+			RatePeriodNanos: ls.GetRatePeriodNanos(), MaxDebtMilli: ls.GetMaxDebtMilli(),
 		},
+		DebtMilli: ls.GetDebtMilli(), DebtCeilingMilli: ls.GetDebtCeilingMilli(),
 		PoolMilli: ls.GetPoolMilli(), PoolNanos: ls.GetPoolNanos(), NowNanos: ls.GetNowNanos(),
 		NextID: lease.LeaseID(ls.GetNextId()), PoolRateMilliPerSec: ls.GetPoolRateMilliPerSec(),
 		InitialPoolMilli: ls.GetInitialPoolMilli(), OvercommitUntilNanos: ls.GetOvercommitUntilNanos(),
@@ -67,6 +68,7 @@ func importLedger(ls *api.LedgerSnapshot) (*lease.Ledger, error) {
 		Stats: lease.LedgerStats{
 			MintedMilli: ls.GetMintedMilli(), DebitedMilli: ls.GetDebitedMilli(),
 			CreditedMilli: ls.GetCreditedMilli(), BurnedMilli: ls.GetBurnedMilli(),
+			DebtInMilli: ls.GetDebtInMilli(),
 		},
 	}
 	for _, l := range ls.GetLeases() {
@@ -75,6 +77,8 @@ func importLedger(ls *api.LedgerSnapshot) (*lease.Ledger, error) {
 			GrantSeq: l.GetGrantSeq(), Weight: l.GetWeight(),
 			DemandRateMilliPerSec: l.GetDemandRateMilliPerSec(), DemandBurstMilli: l.GetDemandBurstMilli(), DemandMaxCostMilli: l.GetDemandMaxCostMilli(),
 			StartMilli: l.GetStartMilli(), Current: importShare(l.GetCurrent()),
+			DebtAllowanceMilli: l.GetDebtAllowanceMilli(),
+			DebtPendingMilli:   l.GetDebtPendingMilli(), DebtPendingVersion: l.GetDebtPendingVersion(),
 		}
 		for _, sh := range l.GetSuperseded() {
 			le.Superseded = append(le.Superseded, importShare(sh))

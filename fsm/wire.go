@@ -118,6 +118,13 @@ const (
 	// to (docs/design.md §8.2, "Collection"). Off, collection is that of
 	// v0.1.0 (lease.WindowLedger.IdleUncarried).
 	FeatureWindowIdleCarry uint64 = 1 << 13
+	// FeatureDebt: a token-bucket policy's max_debt is applied (rule k,
+	// docs/design.md §4.1): grants and renewals carry a debt allowance, a
+	// release's debt_milli and every lease that ends move into the key's
+	// debt, which the pool pays first and snapshots keep. Off, max_debt
+	// is ignored (every ledger's bound is 0) and a release's debt_milli
+	// too, exactly as a server that predates it.
+	FeatureDebt uint64 = 1 << 14
 
 	// BaselineFeatures are the switches of the v0.1.0 baseline: always on
 	// in a state this server accepts (after a cluster's first entry).
@@ -132,7 +139,8 @@ const (
 	// and the switches added after it.
 	KnownFeatures = BaselineFeatures |
 		FeatureLeftoverBurst | // lease.DivideOptions.LeftoverBurst
-		FeatureWindowIdleCarry // window.go: windowIdle
+		FeatureWindowIdleCarry | // window.go: windowIdle
+		FeatureDebt // fsm.go: ledgerConfig, tokenRelease
 )
 
 // FeatureWindows: fixed-window policies are leased in chunks
@@ -258,6 +266,7 @@ var wireNumbers = func() wireRegistry {
 		{FeatureWindowSpent, "FeatureWindowSpent"},
 		{FeatureLeftoverBurst, "FeatureLeftoverBurst"},
 		{FeatureWindowIdleCarry, "FeatureWindowIdleCarry"},
+		{FeatureDebt, "FeatureDebt"},
 	}
 	for _, f := range features {
 		r.register(wireFeature, f.n, f.name)

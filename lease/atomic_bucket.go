@@ -118,8 +118,11 @@ type AtomicBucket struct {
 	precise func() int64
 	// per is the rate's period (BucketConfig.PeriodNanos), fixed at creation.
 	per int64
-	mu  sync.Mutex // serializes SetRate and SetCapacity
-	_   [cacheLine - 64]byte
+	// floor is how far below zero ChargeN may take level: the lease's
+	// debt allowance (rule k, docs/design.md §4.1). 0: never below zero.
+	floor atomic.Int64
+	mu    sync.Mutex // serializes SetRate and SetCapacity
+	_     [cacheLine - 72]byte
 }
 
 // SetPreciseClock gives the bucket a precise reading of the same clock its
@@ -571,4 +574,57 @@ func (b *AtomicBucket) TryTakeN(nowNanos, costMilli int64) (remainingMilli int64
 		return lvl - costMilli, true
 	}
 	return 0, false
+}
+
+// SetDebtAllowance sets how far below zero ChargeN may take the level
+// (the lease's debt allowance, rule k), and lifts a level below the new
+// floor up to it, returning the debt it lifted: the caller reports it to
+// the cluster with the renewal acknowledging the allowance, which moves
+// it into the key's debt (it is owed, not forgiven).
+func (b *AtomicBucket) SetDebtAllowance(allowanceMilli int64) (liftedMilli int64) {
+	floor := min(max(allowanceMilli, 0), MaxCapacityMilli)
+	b.floor.Store(floor)
+	for {
+		lvl := b.level.Load()
+		if lvl >= -floor {
+			return 0
+		}
+		if b.level.CompareAndSwap(lvl, -floor) {
+			b.credited.Add(-floor - lvl)
+			return -floor - lvl
+		}
+	}
+}
+
+// DebtAllowanceMilli returns the bucket's debt allowance (SetDebtAllowance).
+func (b *AtomicBucket) DebtAllowanceMilli() int64 { return b.floor.Load() }
+
+// ChargeN records costMilli spent after the fact at nowNanos (after
+// refill): it is never refused. What the level covers is taken from it;
+// what it lacks takes the level below zero, down to minus the debt
+// allowance at most; the rest, excessMilli, is beyond the allowance (the
+// bound's debt term does not cover it: the caller reports it). A level in
+// debt admits nothing (AllowN needs level >= cost) and is paid by the
+// rate first. A non-positive cost charges nothing.
+func (b *AtomicBucket) ChargeN(nowNanos, costMilli int64) (levelMilli, excessMilli int64) {
+	last := b.last.Load()
+	refilled := nowNanos > last || last < 0
+	if refilled {
+		b.refillTo(nowNanos)
+	}
+	if costMilli <= 0 {
+		return b.level.Load(), 0
+	}
+	for {
+		lvl := b.level.Load()
+		floor := -b.floor.Load()
+		want := lvl - min(costMilli, 1<<61) // |lvl| <= 2^50: no overflow
+		next := max(want, min(lvl, floor))
+		if b.level.CompareAndSwap(lvl, next) {
+			if refilled {
+				b.endFullSpell(nowNanos)
+			}
+			return next, costMilli - (lvl - next)
+		}
+	}
 }

@@ -75,6 +75,16 @@
 //	(j) after a restore everything counts as held until the hold ends:
 //	    ledger.go (HoldAll, heldExcept, PoolFullAt). TestHoldAllAfterRestore;
 //	    control faultRestoreNoHold (sim_test.go).
+//	(k) debt (§4.1): Σ held allowances + the key's debt <= max_debt, a
+//	    lowered allowance held until acknowledged with the debt the client
+//	    lifted, an ended lease's held allowance (or its release's reported
+//	    debt) becomes key debt, minting and credits pay it first: ledger.go
+//	    (debtTarget, renewDebt, endDebt, addDebt, creditPool, mintTo,
+//	    checkDebt); control faultDebtLoweredAtOnce (loweredScenario);
+//	    AtomicBucket.ChargeN. debt_sim_test.go (TestDebtKeepsBound, settled
+//	    costs against B + r·W + D); controls FaultForgetDebt,
+//	    faultReleaseDebtUnreported and a reservation charged nothing at its
+//	    deadline (debt_sim_faults_test.go).
 //
 // Beside the rules: the division's utilization (no slivers, leftovers) is
 // checked by the share simulations (share_sim_test.go; control

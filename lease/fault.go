@@ -55,6 +55,18 @@ const (
 	// whose demand steps up is refused while B sits unused. It breaks no
 	// bound, only utilization, which the demand-step model must catch.
 	faultLeftoverBurstToPool
+	// FaultForgetDebt lets a lease that ends without a release (expiry,
+	// replacement, revocation) take its possible debt with it, breaking
+	// rule (k): the holder may have charged down to its allowance since
+	// its last word, and the allowance is granted again to others.
+	FaultForgetDebt
+	// faultReleaseDebtUnreported drops the debt a release reports (a
+	// settlement that never reaches the cluster), breaking rule (k).
+	faultReleaseDebtUnreported
+	// faultDebtLoweredAtOnce frees a lowered allowance at the renewal that
+	// lowers it, before the client has lifted its level and reported the
+	// debt beyond it, breaking rule (k).
+	faultDebtLoweredAtOnce
 )
 
 // Every fault number of the package is registered (internal/faults.Number):
@@ -75,6 +87,9 @@ var _ = []any{
 	registerFault(FaultCreditAtReduction, "FaultCreditAtReduction"),
 	registerFault(faultTopUpNoDebit, "faultTopUpNoDebit"),
 	registerFault(faultLeftoverBurstToPool, "faultLeftoverBurstToPool"),
+	registerFault(FaultForgetDebt, "FaultForgetDebt"),
+	registerFault(faultReleaseDebtUnreported, "faultReleaseDebtUnreported"),
+	registerFault(faultDebtLoweredAtOnce, "faultDebtLoweredAtOnce"),
 
 	registerFault(windowFaultNone, "windowFaultNone"),
 	registerFault(WindowFaultDeadReturns, "WindowFaultDeadReturns"),

@@ -56,6 +56,13 @@ type LedgerConfig struct {
 	// (0: one second). A policy of one token a minute is r = 1000 per 60 s,
 	// exactly. At most maxRatePeriodNanos.
 	RatePeriodNanos int64
+	// MaxDebtMilli is the key's debt bound, the policy's max_debt
+	// (docs/design.md §4.1): charges after the fact (Charge, Settle) may
+	// take the key's buckets below zero by at most this much in all,
+	// holders' allowances and the key's debt together (rule k). 0, the
+	// default, is a bucket that never goes below zero: the ledger then
+	// behaves exactly as before debt existed.
+	MaxDebtMilli int64
 }
 
 // maxRatePeriodNanos bounds a budget's rate period: one day.
@@ -85,6 +92,9 @@ func (c LedgerConfig) Validate() error {
 	}
 	if err := validateMaxLeases(c.MaxLeases); err != nil {
 		return err
+	}
+	if c.MaxDebtMilli < 0 || c.MaxDebtMilli > MaxCapacityMilli {
+		return fmt.Errorf("%w: max debt %d milli-tokens is outside [0, %d]", ErrInvalidConfig, c.MaxDebtMilli, int64(MaxCapacityMilli))
 	}
 	return validateDrift(c.DriftPPM)
 }
@@ -159,7 +169,28 @@ type Lease struct {
 	// be in use beside the new one (two users of one holder). At most
 	// maxReplaced entries; older ones are merged (summed, later expiry).
 	Replaced []Share
+	// DebtAllowanceMilli is how far below zero the client's bucket may go
+	// (rule k): a charge after the fact that the bucket cannot cover
+	// takes it down to -DebtAllowanceMilli at most. Held until the lease
+	// ends, when it becomes key debt (the client's debt as its release
+	// reports it, or all of it at an expiry, a replacement or a
+	// revocation: the ledger cannot know what the holder charged since
+	// its last word). 0 unless MaxDebtMilli > 0.
+	DebtAllowanceMilli int64
+	// DebtPendingMilli is what a renewal took off the allowance (version
+	// DebtPendingVersion carried the lower one), still held: the client's
+	// bucket may be below the lowered allowance until it installs that
+	// version, which lifts its level to it and reports the debt it lifted
+	// with the renewal acknowledging the version; that renewal moves the
+	// report (at most DebtPendingMilli) into the key's debt and frees the
+	// rest (rules b and i for allowances). At most one lowering pends.
+	DebtPendingMilli   int64
+	DebtPendingVersion uint64
 }
+
+// heldDebt is the allowance lease le holds: its current one and what a
+// lowering not yet acknowledged took off.
+func (le *Lease) heldDebt() int64 { return satAdd(le.DebtAllowanceMilli, le.DebtPendingMilli) }
 
 // maxReplaced bounds Lease.Replaced: a further replacement merges the two
 // oldest entries into one (rates and caps summed, the later expiry), which
@@ -217,6 +248,13 @@ type LedgerStats struct {
 	DebitedMilli  int64 // moved from the pool into leases' buckets (grants, top-ups)
 	CreditedMilli int64 // returned to the pool by releases and clamps (rules e, i)
 	BurnedMilli   int64 // removed from the pool because its capacity shrank
+	// DebtInMilli is what ended leases moved into the key's debt (rule
+	// k): reported debts at releases, whole allowances at expiries,
+	// replacements and revocations, and the unknown leases' room at a
+	// restore's HoldAll. Minting pays the debt before it fills the pool,
+	// so pool - debt = initial + minted - debited + credited - burned -
+	// DebtInMilli.
+	DebtInMilli int64
 }
 
 // LedgerState is a ledger's complete state, for snapshots. It holds copies;
@@ -239,6 +277,15 @@ type LedgerState struct {
 	// does not know (rule j): grants and renewals get no rate and no cap,
 	// and the pool, emptied, mints nothing until then.
 	HoldAllUntilNanos int64
+	// DebtMilli is the key's debt (rule k): what leases that ended owed
+	// (or may have owed) their buckets. The pool is empty while it is
+	// positive, and minting pays it before anything else; it outlives
+	// the leases that made it, a restore and a policy's retirement.
+	DebtMilli int64
+	// DebtCeilingMilli: after a Reconfigure lowered MaxDebtMilli below
+	// what is already allowed and owed, the larger total that rule (k)
+	// holds against until it has come down (0: none).
+	DebtCeilingMilli int64
 }
 
 // Ledger is the coordinator's account of one policy key's budget: the pool of
@@ -272,6 +319,15 @@ type LedgerState struct {
 //	    versions it drops have above the acknowledged one; and a
 //	    renewal that raises a lease's cap moves up to the raise from the
 //	    pool into its bucket (the top-up), instead of burning it.
+//	(k) Debt: Σ held a_i (every lease's allowance, plus what a lowering
+//	    not yet acknowledged took off it) + the key's debt <= MaxDebtMilli.
+//	    A lowered allowance stays held until the renewal acknowledging it,
+//	    which moves the client's reported lifted debt into the key's debt.
+//	    When the lease ends its held allowance becomes key debt (its
+//	    release's reported debt, at most a_i, plus any pending part; all
+//	    of it at an expiry, replacement or revocation). The pool is empty
+//	    while the key is in debt, and minting pays the debt first
+//	    (docs/design.md §4.1).
 type Ledger struct {
 	s     LedgerState
 	fault Fault
@@ -353,17 +409,17 @@ func (l *Ledger) heldTotal() (rateMilliPerSec, capMilli int64) {
 func (l *Ledger) PoolFullAt() int64 {
 	if h := l.s.HoldAllUntilNanos; h > l.s.NowNanos {
 		// Rule (j): empty and held until h, then minting at no more than r.
-		wait := nanosToMintPer(l.s.Config.RateMilliPerSec, l.s.Config.poolPeriod(), l.s.Config.CapacityMilli-l.s.PoolMilli)
+		wait := nanosToMintPer(l.s.Config.RateMilliPerSec, l.s.Config.poolPeriod(), l.s.Config.CapacityMilli-l.s.PoolMilli+l.s.DebtMilli)
 		if wait == int64(RetryNever) {
 			return math.MaxInt64
 		}
 		return satAdd(h, wait)
 	}
 	rate, capMilli := l.poolTerms(l.s.NowNanos)
-	if l.s.PoolMilli >= capMilli {
+	if l.s.PoolMilli >= capMilli && l.s.DebtMilli == 0 {
 		return l.s.NowNanos
 	}
-	wait := nanosToMintPer(rate, l.s.Config.poolPeriod(), capMilli-l.s.PoolMilli)
+	wait := nanosToMintPer(rate, l.s.Config.poolPeriod(), capMilli-l.s.PoolMilli+l.s.DebtMilli)
 	if wait == int64(RetryNever) {
 		return math.MaxInt64
 	}
@@ -503,13 +559,107 @@ func replacedTerms(old *Lease, nowNanos int64) []Share {
 }
 
 func (l *Ledger) mintTo(t, rate, capMilli int64) {
-	before := l.s.PoolMilli
+	// Rule (k): the key's debt is a level below the empty pool, so what
+	// the pool mints pays it first.
+	before := l.s.PoolMilli - l.s.DebtMilli
 	if before > capMilli {
 		// Cannot happen while the invariants hold; never mint over the cap.
 		capMilli = before
 	}
-	l.s.PoolMilli, l.s.PoolNanos = refill(l.s.PoolMilli, l.s.PoolNanos, t, rate, l.s.Config.poolPeriod(), capMilli)
-	l.s.Stats.MintedMilli += l.s.PoolMilli - before
+	level, at := refill(before, l.s.PoolNanos, t, rate, l.s.Config.poolPeriod(), capMilli)
+	l.s.PoolNanos = at
+	l.s.PoolMilli, l.s.DebtMilli = max(level, 0), max(-level, 0)
+	l.s.Stats.MintedMilli += level - before
+}
+
+// addDebt moves an ended lease's debt (rule k) into the key's debt,
+// paying it from the pool first: the pool is empty while the key owes.
+func (l *Ledger) addDebt(debtMilli int64) {
+	if debtMilli <= 0 {
+		return
+	}
+	l.s.Stats.DebtInMilli = satAdd(l.s.Stats.DebtInMilli, debtMilli)
+	paid := min(debtMilli, l.s.PoolMilli)
+	l.s.PoolMilli -= paid
+	l.s.DebtMilli = satAdd(l.s.DebtMilli, debtMilli-paid)
+}
+
+// DebtMilli returns the key's debt (rule k) as of the latest operation.
+func (l *Ledger) DebtMilli() int64 { return l.s.DebtMilli }
+
+// allowedDebt is Σ a_i over every lease but skip (-1: all).
+func (l *Ledger) allowedDebt(skip int) int64 {
+	var sum int64
+	for j := range l.s.Leases {
+		if j != skip {
+			sum = satAdd(sum, l.s.Leases[j].heldDebt())
+		}
+	}
+	return sum
+}
+
+// debtTarget is lease i's fair allowance (rule k): its equal part of
+// MaxDebtMilli over the leases and one more seat (as the pool keeps one of
+// the leftover burst, §3.2: a newcomer finds room while the others hold
+// theirs), limited by the room the key's debt and the others' held
+// allowances leave.
+func (l *Ledger) debtTarget(i int) int64 {
+	cfg := l.s.Config
+	others := l.allowedDebt(i)
+	if l.s.DebtCeilingMilli > 0 && satAdd(satAdd(others, l.s.Leases[i].heldDebt()), l.s.DebtMilli) <= cfg.MaxDebtMilli {
+		l.s.DebtCeilingMilli = 0 // back within the bound
+	}
+	target := cfg.MaxDebtMilli / int64(len(l.s.Leases)+1)
+	room := cfg.MaxDebtMilli - l.s.DebtMilli - others - l.s.Leases[i].DebtPendingMilli
+	return max(0, min(target, room))
+}
+
+// debtAllowance is lease i's allowance at a grant: its fair allowance.
+func (l *Ledger) debtAllowance(i int) int64 {
+	if l.s.Config.MaxDebtMilli == 0 && l.s.DebtCeilingMilli == 0 {
+		return l.s.Leases[i].DebtAllowanceMilli
+	}
+	return l.debtTarget(i)
+}
+
+// renewDebt applies rule (k) at a renewal of lease i to version version
+// acknowledging acked (at most the previous version) with the client's
+// report clampedDebt: an acknowledged lowering moves the reported debt
+// into the key's debt and frees the rest; then the allowance moves toward
+// its fair part: raised at once within the room, or lowered with the
+// part taken off held until acknowledged (only one lowering pends).
+func (l *Ledger) renewDebt(i int, version, acked uint64, ackValid bool, clampedDebt int64) {
+	le := &l.s.Leases[i]
+	if le.DebtPendingMilli > 0 && ackValid && acked >= le.DebtPendingVersion {
+		debt := min(clampedDebt, le.DebtPendingMilli)
+		le.DebtPendingMilli, le.DebtPendingVersion = 0, 0
+		l.addDebt(debt)
+	}
+	if l.s.Config.MaxDebtMilli == 0 && l.s.DebtCeilingMilli == 0 && le.DebtAllowanceMilli == 0 {
+		return
+	}
+	target := l.debtTarget(i)
+	switch {
+	case target > le.DebtAllowanceMilli:
+		le.DebtAllowanceMilli = target
+	case target < le.DebtAllowanceMilli && le.DebtPendingMilli == 0:
+		if l.has(faultDebtLoweredAtOnce) {
+			le.DebtAllowanceMilli = target // the deliberate bug: the old allowance freed before the client lifted its level
+			return
+		}
+		le.DebtPendingMilli = le.DebtAllowanceMilli - target
+		le.DebtPendingVersion = version
+		le.DebtAllowanceMilli = target
+	}
+}
+
+// endDebt is what a lease that ends without a release owes, at most
+// (rule k): its whole allowance.
+func (l *Ledger) endDebt(le *Lease) int64 {
+	if l.has(FaultForgetDebt) {
+		return 0 // the deliberate bug: the holder's debt dies with its lease
+	}
+	return le.heldDebt()
 }
 
 // repricePool records the pool's mint rate after a change of the held
@@ -610,6 +760,11 @@ type RenewRequest struct {
 	ClampedMilli int64
 	// LeftoverBurst: as GrantRequest.LeftoverBurst.
 	LeftoverBurst bool
+	// DebtClampedMilli is the debt the client's bucket had beyond the
+	// allowance of version AckedVersion when it installed it (it lifted
+	// its level to minus that allowance): it moves into the key's debt
+	// when the renewal acknowledges a lowering (rule k).
+	DebtClampedMilli int64
 }
 
 // ReleaseRequest returns a lease. The client sends it only after it has
@@ -619,6 +774,10 @@ type ReleaseRequest struct {
 	Incarnation  uint64
 	LeaseID      LeaseID
 	UnspentMilli int64
+	// DebtMilli is how far below zero the client's bucket was when it
+	// stopped (rule k): it moves into the key's debt, at most the lease's
+	// allowance. A release reports unspent tokens or a debt, not both.
+	DebtMilli int64
 }
 
 // Grant is the coordinator's answer to a grant or renewal.
@@ -643,6 +802,10 @@ type Grant struct {
 	BurnedMilli int64 // pool tokens destroyed to make room for this cap
 	// Version of these terms (0 when unversioned).
 	Version uint64
+	// DebtAllowanceMilli is how far below zero the client's bucket may go
+	// (rule k; Lease.DebtAllowanceMilli). Never lower than the lease's
+	// previous answer's.
+	DebtAllowanceMilli int64
 	// AckSoon (renewals only): this lease holds a superseded version above
 	// its current terms, which the next renewal's acknowledgement of these
 	// terms frees. The client should renew as soon as it has installed
@@ -805,8 +968,13 @@ func (l *Ledger) Grant(nowNanos int64, req GrantRequest) (Grant, error) {
 		return Grant{}, err
 	}
 	l.s.NextID++
+	if exists {
+		// Rule (k): the replaced bucket may be in debt and still in use.
+		l.addDebt(l.endDebt(&replaced))
+	}
 	cur := &l.s.Leases[i]
 	cur.Current = Share{RateMilliPerSec: rate, CapMilli: capMilli, ExpiresNanos: nowNanos + req.TTLNanos, Version: 1}
+	cur.DebtAllowanceMilli = l.debtAllowance(i)
 	// Rule (c): the bucket's starting tokens come out of the pool.
 	start := min(capMilli, l.s.PoolMilli)
 	var burned int64
@@ -826,7 +994,7 @@ func (l *Ledger) Grant(nowNanos int64, req GrantRequest) (Grant, error) {
 	return Grant{
 		LeaseID: cur.ID, RateMilliPerSec: rate, CapMilli: capMilli, StartMilli: start,
 		ExpiresNanos: cur.Current.ExpiresNanos, TTLNanos: req.TTLNanos, BurnedMilli: burned,
-		Version: cur.Current.Version,
+		Version: cur.Current.Version, DebtAllowanceMilli: cur.DebtAllowanceMilli,
 	}, nil
 }
 
@@ -843,8 +1011,8 @@ func (l *Ledger) Renew(nowNanos int64, req RenewRequest) (Grant, error) {
 	if err := validateDemand(req.Weight, req.DemandRateMilliPerSec, req.DemandBurstMilli, req.DemandMaxCostMilli); err != nil {
 		return Grant{}, err
 	}
-	if req.ClampedMilli < 0 || req.ClampedMilli > MaxCapacityMilli {
-		return Grant{}, fmt.Errorf("%w: clamped %d milli-tokens is outside [0, %d]", ErrInvalidRequest, req.ClampedMilli, int64(MaxCapacityMilli))
+	if req.ClampedMilli < 0 || req.ClampedMilli > MaxCapacityMilli || req.DebtClampedMilli < 0 || req.DebtClampedMilli > MaxCapacityMilli {
+		return Grant{}, fmt.Errorf("%w: clamped %d or debt clamped %d milli-tokens is outside [0, %d]", ErrInvalidRequest, req.ClampedMilli, req.DebtClampedMilli, int64(MaxCapacityMilli))
 	}
 	i, err := l.table().lookup(nowNanos, req.ClientID, req.Incarnation, req.LeaseID, true)
 	if err != nil {
@@ -885,8 +1053,7 @@ func (l *Ledger) Renew(nowNanos int64, req RenewRequest) (Grant, error) {
 		// The deliberate bug: the cut is credited before the client has
 		// clamped its bucket (it still holds those tokens).
 		returned = old.CapMilli - capMilli
-		l.s.PoolMilli += returned
-		l.s.Stats.CreditedMilli += returned
+		l.creditPool(returned)
 	}
 	cur.Superseded = pruneShares(cur.Superseded, cur.Current, nowNanos)
 	var topUp int64
@@ -903,11 +1070,12 @@ func (l *Ledger) Renew(nowNanos int64, req RenewRequest) (Grant, error) {
 	l.updateHeld(i)
 	burned := l.capPool()
 	l.repricePool()
+	l.renewDebt(i, cur.Current.Version, req.AckedVersion, req.AckedVersion <= old.Version, req.DebtClampedMilli)
 	return Grant{
 		LeaseID: cur.ID, RateMilliPerSec: rate, CapMilli: capMilli,
 		ExpiresNanos: cur.Current.ExpiresNanos, TTLNanos: cur.Current.ExpiresNanos - nowNanos, BurnedMilli: burned,
 		Version: cur.Current.Version, AckSoon: l.holdsSuperseded(i), RenewSoon: l.converging(i),
-		TopUpMilli: topUp, returnedMilli: returned,
+		TopUpMilli: topUp, returnedMilli: returned, DebtAllowanceMilli: cur.DebtAllowanceMilli,
 	}, nil
 }
 
@@ -939,9 +1107,17 @@ func (l *Ledger) returnClamped(versions []Share, acked uint64, clampedMilli int6
 	if ackedCap >= 0 && olderCap > ackedCap {
 		credit = min(clampedMilli, olderCap-ackedCap)
 	}
-	l.s.PoolMilli += credit
-	l.s.Stats.CreditedMilli += credit
+	l.creditPool(credit)
 	return credit
+}
+
+// creditPool returns tokens to the pool (rules e, i): they pay the key's
+// debt first (rule k).
+func (l *Ledger) creditPool(milli int64) {
+	l.s.Stats.CreditedMilli += milli
+	paid := min(milli, l.s.DebtMilli)
+	l.s.DebtMilli -= paid
+	l.s.PoolMilli += milli - paid
 }
 
 // dropAcknowledged drops the superseded versions a renewal acknowledging
@@ -1039,6 +1215,9 @@ func (l *Ledger) Release(nowNanos int64, req ReleaseRequest) (ReleaseResult, err
 	if req.UnspentMilli < 0 {
 		return ReleaseResult{}, fmt.Errorf("%w: unspent %d is negative", ErrInvalidRequest, req.UnspentMilli)
 	}
+	if req.DebtMilli < 0 || (req.DebtMilli > 0 && req.UnspentMilli > 0) {
+		return ReleaseResult{}, fmt.Errorf("%w: debt %d with unspent %d: a bucket is in debt or holds tokens, not both", ErrInvalidRequest, req.DebtMilli, req.UnspentMilli)
+	}
 	i, err := l.table().lookup(nowNanos, req.ClientID, req.Incarnation, req.LeaseID, false)
 	if err != nil {
 		return ReleaseResult{}, err
@@ -1047,6 +1226,12 @@ func (l *Ledger) Release(nowNanos int64, req ReleaseRequest) (ReleaseResult, err
 		return ReleaseResult{}, err
 	}
 	credit := min(req.UnspentMilli, l.s.Leases[i].Current.CapMilli)
+	// A lowering not yet acknowledged: the client may have lifted a debt
+	// beyond the lowered allowance that no report has carried yet.
+	debt := satAdd(min(req.DebtMilli, l.s.Leases[i].DebtAllowanceMilli), l.s.Leases[i].DebtPendingMilli)
+	if l.has(faultReleaseDebtUnreported) {
+		debt = 0 // the deliberate bug: the settlement never reaches the ledger
+	}
 	if le := &l.s.Leases[i]; len(le.Replaced) > 0 && !l.has(FaultForgetReplaced) {
 		// Rule (h) outlives the release: the replaced buckets may still be
 		// in use. The lease stays as a placeholder holding only them, under
@@ -1059,6 +1244,7 @@ func (l *Ledger) Release(nowNanos int64, req ReleaseRequest) (ReleaseResult, err
 		le.Current = Share{ExpiresNanos: lastExpiry(le.Replaced, 0)}
 		le.Superseded = nil
 		le.DemandRateMilliPerSec, le.DemandBurstMilli, le.StartMilli = 0, 0, 0
+		le.DebtAllowanceMilli, le.DebtPendingMilli, le.DebtPendingVersion = 0, 0, 0
 		l.updateHeld(i)
 	} else {
 		if l.ix.ok {
@@ -1066,8 +1252,8 @@ func (l *Ledger) Release(nowNanos int64, req ReleaseRequest) (ReleaseResult, err
 		}
 		l.s.Leases = append(l.s.Leases[:i], l.s.Leases[i+1:]...)
 	}
-	l.s.PoolMilli += credit
-	l.s.Stats.CreditedMilli += credit
+	l.creditPool(credit)
+	l.addDebt(debt)
 	// The pool's capacity grew by at least the freed cap, so this burns
 	// nothing while the invariants hold; it is the guard if they did not.
 	l.capPool()
@@ -1103,6 +1289,13 @@ func (l *Ledger) ExpireThrough(nowNanos, throughNanos int64) ([]LeaseID, error) 
 // removeLeases frees, without credit, every lease gone says to, keeping
 // the holder order, and returns their IDs (Expire and Revoke).
 func (l *Ledger) removeLeases(gone func(*Lease) bool) []LeaseID {
+	var debt int64
+	for i := range l.s.Leases {
+		if le := &l.s.Leases[i]; le.heldDebt() > 0 && gone(le) {
+			debt = satAdd(debt, l.endDebt(le))
+		}
+	}
+	l.addDebt(debt) // rule (k): the holders' possible debt outlives them
 	ids := l.table().removeWhere(gone)
 	if len(ids) > 0 {
 		l.ix.ok = false
@@ -1176,6 +1369,11 @@ func (l *Ledger) Reconfigure(nowNanos int64, cfg LedgerConfig) error {
 		l.s.PoolNanos = nowNanos
 	}
 	l.markOvercommit(cfg)
+	if owed := satAdd(l.allowedDebt(-1), l.s.DebtMilli); owed > cfg.MaxDebtMilli {
+		// Rule (k) against the larger bound until the allowances granted
+		// under the old one end and the debt is paid down.
+		l.s.DebtCeilingMilli = max(l.s.DebtCeilingMilli, owed)
+	}
 	l.s.Config = cfg
 	l.capPool()
 	l.repricePool()
@@ -1206,6 +1404,11 @@ func (l *Ledger) HoldAll(nowNanos, untilNanos int64) error {
 	l.ix.ok = false
 	l.s.Stats.BurnedMilli += l.s.PoolMilli
 	l.s.PoolMilli = 0
+	// Rule (k) with (j): leases the restored state does not know may owe
+	// every allowance it does not account for; they become key debt.
+	if room := l.s.Config.MaxDebtMilli - l.allowedDebt(-1) - l.s.DebtMilli; room > 0 {
+		l.addDebt(room)
+	}
 	l.s.HoldAllUntilNanos = max(l.s.HoldAllUntilNanos, untilNanos)
 	l.repricePool()
 	return nil
@@ -1228,6 +1431,9 @@ func (l *Ledger) CheckInvariants() error {
 	cfg := s.Config
 	if s.PoolNanos > s.NowNanos {
 		return fmt.Errorf("pool credited to %d, after now %d", s.PoolNanos, s.NowNanos)
+	}
+	if err := l.checkDebt(); err != nil {
+		return err
 	}
 	hr, hc := l.heldExcept(-1, s.NowNanos)
 	if l.overcommitted() {
@@ -1269,8 +1475,33 @@ func (l *Ledger) checkLeases() error {
 		}
 	}
 	st := s.Stats
-	if want := s.InitialPoolMilli + st.MintedMilli - st.DebitedMilli + st.CreditedMilli - st.BurnedMilli; want != s.PoolMilli {
-		return fmt.Errorf("conservation: pool %d, flows say %d", s.PoolMilli, want)
+	if want := s.InitialPoolMilli + st.MintedMilli - st.DebitedMilli + st.CreditedMilli - st.BurnedMilli - st.DebtInMilli; want != s.PoolMilli-s.DebtMilli {
+		return fmt.Errorf("conservation: pool %d - debt %d, flows say %d", s.PoolMilli, s.DebtMilli, want)
+	}
+	return nil
+}
+
+// checkDebt verifies rule (k): the key's debt and allowances are within
+// MaxDebtMilli (or the ceiling a lowering Reconfigure left), and the pool
+// is empty while the key owes.
+func (l *Ledger) checkDebt() error {
+	s := &l.s
+	if s.DebtMilli < 0 || s.DebtCeilingMilli < 0 {
+		return fmt.Errorf("rule (k): debt %d or ceiling %d is negative", s.DebtMilli, s.DebtCeilingMilli)
+	}
+	if s.DebtMilli > 0 && s.PoolMilli > 0 {
+		return fmt.Errorf("rule (k): pool %d beside debt %d", s.PoolMilli, s.DebtMilli)
+	}
+	var allowed int64
+	for i := range s.Leases {
+		a, p := s.Leases[i].DebtAllowanceMilli, s.Leases[i].DebtPendingMilli
+		if a < 0 || a > MaxCapacityMilli || p < 0 || p > MaxCapacityMilli || (p > 0) != (s.Leases[i].DebtPendingVersion > 0) {
+			return fmt.Errorf("rule (k): lease %d's debt allowance %d (pending %d at version %d) is outside [0, %d]", s.Leases[i].ID, a, p, s.Leases[i].DebtPendingVersion, int64(MaxCapacityMilli))
+		}
+		allowed = satAdd(allowed, s.Leases[i].heldDebt())
+	}
+	if owed := satAdd(allowed, s.DebtMilli); owed > max(s.Config.MaxDebtMilli, s.DebtCeilingMilli) {
+		return fmt.Errorf("rule (k): allowances %d + debt %d exceed max debt %d", allowed, s.DebtMilli, max(s.Config.MaxDebtMilli, s.DebtCeilingMilli))
 	}
 	return nil
 }

@@ -93,6 +93,12 @@ type Config struct {
 	Layers []Layer
 	// Cost prices a call (default: 1 token).
 	Cost CostFunc
+	// SettleAfter makes Cost an estimate for unary calls: an admitted
+	// call's context carries a settlement the handler calls with the
+	// measured cost (Settle), which charges every layer what the estimate
+	// missed, after the fact and never refused (client.Limiter.Charge,
+	// docs/design.md §4.1). Default off (no per-call allocation).
+	SettleAfter bool
 	// Bypass lists full method names never checked, such as
 	// "/grpc.health.v1.Health/Check"; "/pkg.Service/*" matches a whole
 	// service.
@@ -222,8 +228,16 @@ func (g *Interceptor) UnaryServerInterceptor() grpc.UnaryServerInterceptor {
 		if g.bypassed(info.FullMethod) {
 			return handler(ctx, req)
 		}
-		if err := g.check(ctx, info.FullMethod, g.cfg.Cost(ctx, info.FullMethod)); err != nil {
+		cost := g.cfg.Cost(ctx, info.FullMethod)
+		var settle *[]*client.Limiter
+		if g.cfg.SettleAfter {
+			settle = new([]*client.Limiter)
+		}
+		if err := g.checkInto(ctx, info.FullMethod, cost, settle); err != nil {
 			return nil, err
+		}
+		if settle != nil {
+			ctx = context.WithValue(ctx, settleKey{}, client.NewSettlement(cost, *settle...))
 		}
 		var resp any
 		var err error
@@ -279,6 +293,12 @@ func (s *meteredStream) RecvMsg(m any) error {
 // check charges cost under every layer that applies, and returns the
 // refusal's status error, or nil.
 func (g *Interceptor) check(ctx context.Context, fullMethod string, cost int64) error {
+	return g.checkInto(ctx, fullMethod, cost, nil)
+}
+
+// checkInto is check; if settle is not nil, it receives the limiters an
+// admitted call was charged under, shadow layers included.
+func (g *Interceptor) checkInto(ctx context.Context, fullMethod string, cost int64, settle *[]*client.Limiter) error {
 	if cost < 0 {
 		return rpcerr.Errorf(codes.Internal, "rate limiter: the cost function priced %s at %d; a cost must not be negative", fullMethod, cost)
 	}
@@ -339,7 +359,31 @@ func (g *Interceptor) check(ctx context.Context, fullMethod string, cost int64) 
 		}
 		g.metrics.WithLabelValues(shadowPolicies[i], method, o).Inc()
 	}
+	if settle != nil {
+		*settle = append(append(*settle, lims...), shadowLims...)
+	}
 	return nil
+}
+
+type settleKey struct{}
+
+// ErrNoSettlement is Settle's error for a context with no settlement: the
+// interceptor did not admit the call with Config.SettleAfter on (or the
+// call was a stream, or cost nothing).
+var ErrNoSettlement = errors.New("grpclimit: no settlement in this call's context (Config.SettleAfter off, a stream, or not admitted by the interceptor)")
+
+// Settle charges an admitted unary call's measured cost, actual, under
+// every layer that admitted it by its estimate (Config.Cost, with
+// Config.SettleAfter on): what the estimate missed is charged after the
+// fact, never refused; a lower actual refunds nothing. Call it from the
+// handler with the call's context; it takes effect once
+// (client.Settlement.Settle's errors).
+func Settle(ctx context.Context, actual int64) error {
+	s, ok := ctx.Value(settleKey{}).(*client.Settlement)
+	if !ok {
+		return ErrNoSettlement
+	}
+	return s.Settle(actual)
 }
 
 func outcome(d client.Decision) string {

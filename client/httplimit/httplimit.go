@@ -1,6 +1,7 @@
 package httplimit
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net/http"
@@ -109,6 +110,14 @@ type Config struct {
 	// policy and key (client.LimiterIndex; default
 	// client.DefaultLimiterIndexSize, 65536).
 	MaxCachedLimiters int
+	// SettleAfter makes Cost an estimate: an admitted request's context
+	// carries a settlement the handler calls with the measured cost
+	// (Settle; an LLM proxy passing usage.total_tokens), which charges
+	// every layer what the estimate missed, after the fact and never
+	// refused (client.Limiter.Charge: a debt where a bucket lacks it,
+	// docs/design.md §4.1). A cost below the estimate refunds nothing.
+	// Default off (no per-request allocation).
+	SettleAfter bool
 	// OnError writes the response when a key cannot be made (Identity,
 	// Layer.Key or InFlightKey failed) or Cost returned a negative cost
 	// (err wraps ErrInvalidCost). Default: 500 with a problem+json body of
@@ -312,6 +321,9 @@ func (m *Middleware) charge(w http.ResponseWriter, r *http.Request, next http.Ha
 	i := m.cfg.Client.AllowAllDetail(cost, lims, decs)
 	if i < 0 {
 		m.admitted(w, route, decs, lims)
+		if m.cfg.SettleAfter {
+			r = r.WithContext(context.WithValue(r.Context(), settleKey{}, client.NewSettlement(cost, lims...)))
+		}
 		next.ServeHTTP(w, r)
 		return
 	}
@@ -366,4 +378,25 @@ func (m *Middleware) admitted(w http.ResponseWriter, route string, decs []client
 		setPolicyField(w.Header(), layer)
 		w.Header().Set("RateLimit", rateLimitField(layer.Policy, d.RemainingMilli, refillSeconds(layer, d.RemainingMilli), true))
 	}
+}
+
+type settleKey struct{}
+
+// ErrNoSettlement is Settle's error for a context with no settlement: the
+// middleware did not admit the request with Config.SettleAfter on.
+var ErrNoSettlement = errors.New("httplimit: no settlement in this request's context (Config.SettleAfter off, or not admitted by the middleware)")
+
+// Settle charges an admitted request's measured cost, actual, under
+// every layer that admitted it by its estimate (Config.Cost, with
+// Config.SettleAfter on): what the estimate missed is charged after the
+// fact, never refused (client.Limiter.Charge: a debt where a bucket lacks
+// it, docs/design.md §4.1); a lower actual refunds nothing. Call it from
+// the handler once the cost is known, with the request's context; it
+// takes effect once (client.Settlement.Settle's errors).
+func Settle(ctx context.Context, actual int64) error {
+	s, ok := ctx.Value(settleKey{}).(*client.Settlement)
+	if !ok {
+		return ErrNoSettlement
+	}
+	return s.Settle(actual)
 }

@@ -284,7 +284,7 @@ func TestErrors(t *testing.T) {
 					`rationctl simulate: testdata/bad-values.yaml: line 9: policy "windowed": field "window": "60" is not a duration; want a Go duration like 1s, 1m or 1h30m, or whole days like 7d: at least 1ms (the cluster leases 1s or longer), at most 366d` + "\n",
 			}, true},
 		{"unknown field", []string{"--policy", "testdata/unknown-field.yaml", "--trace", "testdata/chain.csv"}, 1,
-			[]string{`rationctl simulate: testdata/unknown-field.yaml: line 6: policy "per-tenant": field "bursts": is not a policy field; did you mean "burst"? Fields are name, algorithm, charge, key, rate, burst, start, limit, window, period, timezone, max_duration, cancel_grace, lease, weights, failure, fallback_rate, shadow, max_keys, max_leases_per_key, max_keys_per_value` + "\n"}, true},
+			[]string{`rationctl simulate: testdata/unknown-field.yaml: line 6: policy "per-tenant": field "bursts": is not a policy field; did you mean "burst"? Fields are name, algorithm, charge, key, rate, burst, start, limit, window, period, timezone, max_duration, cancel_grace, lease, weights, failure, fallback_rate, shadow, max_keys, max_leases_per_key, max_keys_per_value, max_debt` + "\n"}, true},
 		{"trace backwards", []string{"--policy", "testdata/chain.yaml", "--trace", "testdata/backwards.csv"}, 1,
 			[]string{"rationctl simulate: testdata/backwards.csv: line 7: at_ms 5 is earlier than 9 on line 6; rows must be in time order\n"}, true},
 		{"missing key column", []string{"--policy", "testdata/chain.yaml", "--trace", "testdata/no-tenant.csv"}, 1,

@@ -40,9 +40,14 @@ func Validate(req *api.CheckRequest) ([]int64, error) {
 				return nil, rpcerr.Errorf(codes.InvalidArgument, "item %d: key attribute %q: value of %d bytes; at most %d", i, k, len(v), limits.KeyValueBytes)
 			}
 		}
+		if it.GetChargeAfter() && req.GetAllOrNone() {
+			return nil, rpcerr.Errorf(codes.InvalidArgument, "item %d: charge_after with all_or_none; a charge after the work is never refused nor refunded", i)
+		}
 		switch c := it.GetCost(); {
 		case c < 0:
 			return nil, rpcerr.Errorf(codes.InvalidArgument, "item %d: negative cost %d", i, c)
+		case c == 0 && it.GetChargeAfter():
+			costs[i] = 0
 		case c == 0:
 			costs[i] = 1
 		default:

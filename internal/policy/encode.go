@@ -132,6 +132,9 @@ func (b *builder) policy(p Policy) mapping {
 	if p.MaxKeysPerValue != 0 {
 		m.put(fMaxKeysPerValue, b.value(p.MaxKeysPerValue))
 	}
+	if p.MaxDebtMilli != 0 {
+		m.put(fMaxDebt, b.value(number(FormatUnits(p.MaxDebtMilli))))
+	}
 	return m
 }
 

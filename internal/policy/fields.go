@@ -37,6 +37,7 @@ const (
 	fMaxKeys         = "max_keys"
 	fMaxLeasesPerKey = "max_leases_per_key"
 	fMaxKeysPerValue = "max_keys_per_value"
+	fMaxDebt         = "max_debt"
 
 	// Fields of the lease and weights mappings, as written there ...
 	lDuration   = "duration"
@@ -106,6 +107,7 @@ var policyFields = []fieldSpec{
 	{name: fMaxKeys, want: "want a whole number from 1 to 1000000, like 10000 (the default)"},
 	{name: fMaxLeasesPerKey, want: "want a whole number from 1 to 65536, like 1024 (the default)"},
 	{name: fMaxKeysPerValue, algs: tokenBucketOnly, want: "want a whole number from 1 to 1000000, like 1000: the most keys sharing one value of the first key attribute (the default is max_keys/10; max_keys or more: no cap)"},
+	{name: fMaxDebt, algs: tokenBucketOnly, want: "want a number of tokens like 5000 or 2.5: how far below zero charges after the work (Charge, a reservation's Settle) may take the key's buckets in all (the default 0: never below zero)"},
 }
 
 // sectionFields are the fields of the mappings nested in a policy, by the

@@ -79,6 +79,11 @@ func (p *parser) clusterFields(id *Error, pol *Policy, algKnown, rateOK bool,
 			pol.MaxLeasesPerKey = v
 		}
 	}
+	if kv, found := get(fMaxDebt); found {
+		if v, ok := p.decimal(id, kv, fMaxDebt, MaxBurst, false); ok {
+			pol.MaxDebtMilli = v
+		}
+	}
 	if kv, found := get(fMaxKeysPerValue); found {
 		if v, ok := p.integer(id, kv, fMaxKeysPerValue, 1, MaxKeysLimit); ok {
 			pol.MaxKeysPerValue = v

@@ -162,6 +162,10 @@ type Policy struct {
 	// MaxKeysPerValue (token buckets) bounds the keys sharing one value of
 	// the first key attribute; 0 is the default (see KeysPerValue).
 	MaxKeysPerValue int64
+	// MaxDebtMilli (token buckets) is the key's debt bound D_max: charges
+	// after the work may take its buckets below zero by at most this much
+	// in all (docs/design.md §4.1); 0, the default, never below zero.
+	MaxDebtMilli int64
 
 	// Line is the policy's line in the file (0 when not parsed from a file).
 	Line int

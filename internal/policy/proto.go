@@ -35,6 +35,7 @@ func (p Policy) ToProto() *api.PolicySpec {
 		MaxKeys:                 p.MaxKeys,
 		MaxLeasesPerKey:         p.MaxLeasesPerKey,
 		MaxKeysPerValue:         p.MaxKeysPerValue,
+		MaxDebtMilli:            p.MaxDebtMilli,
 		MaxDurationNanos:        p.MaxDurationNanos,
 		CancelGraceNanos:        p.CancelGraceNanos,
 	}
@@ -79,6 +80,7 @@ func FromProto(spec *api.PolicySpec) (Policy, error) {
 		MaxKeys:                 spec.GetMaxKeys(),
 		MaxLeasesPerKey:         spec.GetMaxLeasesPerKey(),
 		MaxKeysPerValue:         spec.GetMaxKeysPerValue(),
+		MaxDebtMilli:            spec.GetMaxDebtMilli(),
 		MaxDurationNanos:        spec.GetMaxDurationNanos(),
 		CancelGraceNanos:        spec.GetCancelGraceNanos(),
 	}

@@ -28,6 +28,7 @@ const everySetting = `policies:
     max_keys: 7
     max_leases_per_key: 9
     max_keys_per_value: 3
+    max_debt: 2.5
   - name: window
     algorithm: sliding-window-approx
     limit: 10
@@ -132,7 +133,7 @@ func bucketWith(lines string) string {
 }
 
 const (
-	policyFieldList = "name, algorithm, charge, key, rate, burst, start, limit, window, period, timezone, max_duration, cancel_grace, lease, weights, failure, fallback_rate, shadow, max_keys, max_leases_per_key, max_keys_per_value"
+	policyFieldList = "name, algorithm, charge, key, rate, burst, start, limit, window, period, timezone, max_duration, cancel_grace, lease, weights, failure, fallback_rate, shadow, max_keys, max_leases_per_key, max_keys_per_value, max_debt"
 )
 
 // TestUnknownFieldInEveryMapping: an unknown field is reported in every

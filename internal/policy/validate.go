@@ -144,6 +144,7 @@ func (v *validation) window() {
 		{fMaxDuration, p.MaxDurationNanos != 0},
 		{fCancelGrace, p.CancelGraceNanos != 0},
 		{fMaxKeysPerValue, p.MaxKeysPerValue != 0},
+		{fMaxDebt, p.MaxDebtMilli != 0},
 	} {
 		if f.set {
 			v.notHere(f.name)
@@ -189,6 +190,9 @@ func (v *validation) keyLimits() {
 	// 0 is the default (KeysPerValue).
 	if msg := intRangeProblem(p.MaxKeysPerValue, 0, MaxKeysLimit); msg != "" {
 		v.bad(fMaxKeysPerValue, "%d %s; %s", p.MaxKeysPerValue, msg, want[fMaxKeysPerValue])
+	}
+	if p.MaxDebtMilli < 0 || p.MaxDebtMilli > MaxBurst*lease.MilliPerToken {
+		v.bad(fMaxDebt, "%s is outside [0, %d]; %s", FormatUnits(p.MaxDebtMilli), MaxBurst, want[fMaxDebt])
 	}
 }
 
@@ -368,6 +372,7 @@ func validateConcurrency(p Policy, notHere func(string)) []*Error {
 		{fFailure, p.Failure != ""},
 		{fFallbackRate, p.FallbackRateMilliPerSec != 0},
 		{fMaxKeysPerValue, p.MaxKeysPerValue != 0},
+		{fMaxDebt, p.MaxDebtMilli != 0},
 	} {
 		if f.set {
 			notHere(f.name)
