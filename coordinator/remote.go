@@ -160,23 +160,7 @@ func (r *remoteService) Check(_ context.Context, req *api.CheckRequest) (*api.Ch
 	for i, it := range items {
 		lims[i] = r.limiter(c, it.GetPolicy(), client.Key(it.GetKey()))
 	}
-	evaluated := len(items)
-	if req.GetAllOrNone() {
-		if refused := c.AllowAllDetail(costs[0], lims, ds); refused >= 0 {
-			evaluated = refused + 1
-		}
-	} else {
-		for i, l := range lims {
-			if items[i].GetChargeAfter() {
-				// A charge after the work is never refused (docs/design.md
-				// §4.1): what the bucket lacks becomes debt.
-				res, _ := l.Charge(min(costs[i], client.MaxCost)) // costs are in range
-				ds[i] = client.Decision{Verdict: client.Verdict{Allowed: true, Reason: client.Allowed}, RemainingMilli: -res.DebtMilli}
-				continue
-			}
-			ds[i] = l.AllowN(costs[i])
-		}
-	}
+	evaluated := checkreq.Decide(c, req, costs, lims, ds)
 	resp := &api.CheckResponse{Results: make([]*api.CheckResult, len(items)), Allowed: evaluated == len(items)}
 	for i := range items {
 		if i >= evaluated {

@@ -48,21 +48,7 @@ func (e *Edge) Check(_ context.Context, req *api.CheckRequest) (*api.CheckRespon
 	for i, it := range items {
 		lims[i] = e.limiter(it.GetPolicy(), client.Key(it.GetKey()))
 	}
-	evaluated := len(items)
-	if req.GetAllOrNone() {
-		if refused := e.client.AllowAllDetail(costs[0], lims, ds); refused >= 0 {
-			evaluated = refused + 1
-		}
-	} else {
-		for i, l := range lims {
-			if items[i].GetChargeAfter() {
-				res, _ := l.Charge(min(costs[i], client.MaxCost)) // costs are in range
-				ds[i] = client.Decision{Verdict: client.Verdict{Allowed: true, Reason: client.Allowed}, RemainingMilli: -res.DebtMilli}
-				continue
-			}
-			ds[i] = l.AllowN(costs[i])
-		}
-	}
+	evaluated := checkreq.Decide(e.client, req, costs, lims, ds)
 	// A concurrency policy the edge did not know of yet: the cluster
 	// answered its key with a slot lease, which the client refused.
 	// Items decided before it stay charged, as with any failed call.

@@ -69,3 +69,28 @@ func ClampCost(c uint64) int64 {
 	}
 	return int64(c)
 }
+
+// Decide decides a validated request's items (costs from Validate) on
+// their limiters, lims[i] for item i, into ds, and returns how many were
+// evaluated: all of them, or with all_or_none up to the first refused.
+// An item with charge_after is charged, never refused (docs/design.md
+// §4.1): what the bucket lacks becomes debt. Shared by `rationd edge` and
+// the servers' built-in edge.
+func Decide(c *client.Client, req *api.CheckRequest, costs []int64, lims []*client.Limiter, ds []client.Decision) (evaluated int) {
+	items := req.GetItems()
+	if req.GetAllOrNone() {
+		if refused := c.AllowAllDetail(costs[0], lims, ds); refused >= 0 {
+			return refused + 1
+		}
+		return len(items)
+	}
+	for i, l := range lims {
+		if items[i].GetChargeAfter() {
+			res, _ := l.Charge(min(costs[i], client.MaxCost)) // costs are in range
+			ds[i] = client.Decision{Verdict: client.Verdict{Allowed: true, Reason: client.Allowed}, RemainingMilli: -res.DebtMilli}
+			continue
+		}
+		ds[i] = l.AllowN(costs[i])
+	}
+	return len(items)
+}
