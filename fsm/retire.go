@@ -224,38 +224,6 @@ func (s *state) retire(t int64, p policy.Policy) {
 	s.trackRetired(p.Name)
 }
 
-// expireRetired expires the retired ledgers' due leases and collects the
-// ledgers and floors that bound nothing any more; it adds the clients that
-// still hold leases to active.
-func (s *state) expireRetired(t, through int64, res *Result, active map[string]bool) error {
-	for _, name := range sortedKeys(s.retired) {
-		r := s.retired[name]
-		for _, ck := range r.keys.sortedKeys() {
-			kl := r.keys.at(ck)
-			l := kl.ledger
-			if l.LeaseCount() > 0 {
-				l = s.mut(kl)
-				gone, err := l.ExpireThrough(t, through)
-				if err != nil {
-					return err
-				}
-				res.expired(name, len(gone))
-			}
-			if l.LeaseCount() == 0 && (s.forgetRetired() || fresh(t, l)) {
-				s.untrack(kl)
-				r.keys.del(ck)
-				continue
-			}
-			s.touch(kl)
-			for _, id := range kl.holders {
-				active[id] = true
-			}
-		}
-		s.tidy(t, name)
-	}
-	return nil
-}
-
 // liveLeases counts the leases of a set of ledgers and the latest time
 // any of them holds terms (replaced leases' terms included).
 func liveLeases(keys *ledgerMap) (n int, until int64) {

@@ -53,11 +53,6 @@ func (s *state) windowDueOf(l *lease.WindowLedger) int64 {
 	return s.windowClockAt().ClusterAt(over)
 }
 
-// windowIsDue: the one rule, for the index and the reference scan alike.
-func (s *state) windowIsDue(t int64, l *lease.WindowLedger) bool {
-	return s.windowDueOf(l) <= t
-}
-
 // windowTouch re-indexes a window key after its ledger changed (or was
 // created).
 func (s *state) windowTouch(name, key string, l *lease.WindowLedger) {

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/ration-dev/ration/api"
+	"github.com/ration-dev/ration/lease"
 	"pgregory.net/rapid"
 )
 
@@ -20,6 +21,11 @@ func windowScanReference(s *state, t int64, res *Result) {
 			}
 		}
 	}
+}
+
+// windowIsDue is the index's rule (windowDueOf) for the reference scan.
+func (s *state) windowIsDue(t int64, l *lease.WindowLedger) bool {
+	return s.windowDueOf(l) <= t
 }
 
 // windowScanNextDue is NextDue's window part by a scan.

@@ -122,6 +122,8 @@ type scaleFixture struct {
 	keys    int
 	heapB   float64
 	errors  atomic.Int64
+	// renewed counts the renewal RPCs that succeeded, over every load.
+	renewed atomic.Int64
 }
 
 func scaleKey(k int) *api.Key {
@@ -167,8 +169,12 @@ func setupScale(b *testing.B, keys int) *scaleFixture {
 				resp, err := api.NewLeasesClient(conn).Acquire(context.Background(), req)
 				for try := 0; err != nil && status.Code(err) == codes.Unavailable && try < 30; try++ {
 					// A leader change under the load of the other helpers:
-					// the same request again (same seq: an idempotent retry).
-					time.Sleep(500 * time.Millisecond)
+					// once the cluster has a leader again, the same request
+					// (same seq: an idempotent retry).
+					if werr := waitLeader(c, time.Minute); werr != nil {
+						err = fmt.Errorf("%w (after %v)", werr, err)
+						break
+					}
 					resp, err = api.NewLeasesClient(conn).Acquire(context.Background(), req)
 				}
 				if err != nil {
@@ -206,6 +212,19 @@ func setupScale(b *testing.B, keys int) *scaleFixture {
 	return f
 }
 
+// waitLeader waits until the cluster has a single leader, polling: it runs
+// on the fixture's setup goroutines, where b.Fatal may not be called.
+func waitLeader(c *testcluster.Cluster, timeout time.Duration) error {
+	poll := time.NewTicker(50 * time.Millisecond)
+	defer poll.Stop()
+	for giveUp := time.Now().Add(timeout); c.Leader() == nil; <-poll.C {
+		if time.Now().After(giveUp) {
+			return fmt.Errorf("no leader within %v", timeout)
+		}
+	}
+	return nil
+}
+
 // sample is one RPC: when it started and how long it took.
 type sample struct {
 	start time.Time
@@ -229,14 +248,20 @@ func (f *scaleFixture) load(b *testing.B, dur time.Duration, rate float64) (int6
 			if rate > 0 {
 				every = time.Duration(float64(time.Second) * float64(fsm.MaxKeysPerOp*len(f.clients)) / rate)
 			}
-			next := time.Now().Add(time.Duration(ci) * every / time.Duration(len(f.clients)))
+			// Paced clients send on a ticker, staggered by a timer so
+			// that together they spread over each period.
+			var tick <-chan time.Time
+			if every > 0 {
+				stagger := time.NewTimer(time.Duration(ci) * every / time.Duration(len(f.clients)))
+				<-stagger.C
+				ticker := time.NewTicker(every)
+				defer ticker.Stop()
+				tick = ticker.C
+			}
 			var mine []sample
 			for i := 0; time.Now().Before(deadline); i = (i + 1) % len(cl.batches) {
-				if every > 0 {
-					if w := time.Until(next); w > 0 {
-						time.Sleep(w) // pacing the offered load, not synchronisation
-					}
-					next = next.Add(every)
+				if tick != nil && len(mine) > 0 {
+					<-tick
 				}
 				t0 := time.Now()
 				d, err := cl.renew(i)
@@ -249,6 +274,7 @@ func (f *scaleFixture) load(b *testing.B, dur time.Duration, rate float64) (int6
 					continue
 				}
 				done.Add(int64(len(cl.batches[i].Keys)))
+				f.renewed.Add(1)
 			}
 			mu.Lock()
 			all = append(all, mine...)
@@ -340,9 +366,17 @@ func (f *scaleFixture) duringSnapshot(b *testing.B, phase time.Duration, rate fl
 	var size int64
 	var err error
 	done := make(chan struct{})
+	base := f.renewed.Load()
 	go func() {
 		defer close(done)
-		time.Sleep(phase / 4) // into the load (scheduling, not synchronisation)
+		// Into the load: once every client has renewed (or, with renewals
+		// failing, after a phase), the snapshot starts.
+		poll := time.NewTicker(10 * time.Millisecond)
+		defer poll.Stop()
+		giveUp := time.Now().Add(phase)
+		for f.renewed.Load()-base < int64(len(f.clients)) && time.Now().Before(giveUp) {
+			<-poll.C
+		}
 		leader := f.c.Leader()
 		if leader == nil {
 			leader = f.leader
