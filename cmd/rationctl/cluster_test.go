@@ -12,6 +12,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -25,21 +26,50 @@ import (
 // The end-to-end test drives real rationd processes with the real
 // rationctl binary, the way an operator would.
 
-// buildBinaries builds rationd and rationctl into a temporary directory.
+// buildBinaries builds rationd and rationctl once per test binary, into a
+// directory TestMain removes, and returns their paths: every test that runs
+// the binaries as a user would shares the one build (each used to link its
+// own, two large binaries per test). CGO_ENABLED=0 and -trimpath, as a
+// release build (make release-binaries) and the rolling upgrade's older
+// builds: the compiled packages come from one build cache entry.
 func buildBinaries(t *testing.T) (rationd, rationctl string) {
 	t.Helper()
-	dir := t.TempDir()
-	goTool := filepath.Join(runtime.GOROOT(), "bin", "go")
-	if _, err := os.Stat(goTool); err != nil {
-		goTool = "go"
+	builtBins.once.Do(func() {
+		dir, err := os.MkdirTemp("", "rationctl-test-bin-")
+		if err != nil {
+			builtBins.err = err
+			return
+		}
+		builtBins.dir = dir
+		goTool := filepath.Join(runtime.GOROOT(), "bin", "go")
+		if _, err := os.Stat(goTool); err != nil {
+			goTool = "go"
+		}
+		cmd := exec.Command(goTool, "build", "-trimpath", "-o", dir+string(filepath.Separator), "../rationd", ".")
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			builtBins.err = fmt.Errorf("go build: %v\n%s", err, out)
+		}
+	})
+	if builtBins.err != nil {
+		t.Fatal(builtBins.err)
 	}
-	// -trimpath, as the rolling upgrade's older builds: packages they
-	// share come from the build cache.
-	cmd := exec.Command(goTool, "build", "-trimpath", "-o", dir+string(filepath.Separator), "../rationd", ".")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
+	return filepath.Join(builtBins.dir, "rationd"), filepath.Join(builtBins.dir, "rationctl")
+}
+
+// builtBins is buildBinaries' one build.
+var builtBins struct {
+	once sync.Once
+	dir  string
+	err  error
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if builtBins.dir != "" {
+		os.RemoveAll(builtBins.dir)
 	}
-	return filepath.Join(dir, "rationd"), filepath.Join(dir, "rationctl")
+	os.Exit(code)
 }
 
 // freeLoopbackAddrs returns n loopback addresses whose ports were free for
