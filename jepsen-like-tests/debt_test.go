@@ -29,8 +29,8 @@ var settleNemeses = []Nemesis{DeadReplicaDebt, KillLeader, KillReplicasInDebt}
 // TestSettlements (docs/design.md §4.1): the settlement workload under the
 // nemeses, once with Reserve/Settle and once with AllowN/Charge: the
 // settled cost in every window within B + r·W + D, and the debt of every
-// killed holder still in its key's budget. In make jepsen only (about 80 s
-// for both, run in parallel).
+// killed holder still in its key's budget. In make jepsen only (53-54 s
+// for both, run in parallel, on the loaded 2-core VM).
 func TestSettlements(t *testing.T) {
 	for mode, seed := range map[string]int64{"reserve": 41, "charge": 43} {
 		t.Run(mode, func(t *testing.T) {
