@@ -326,6 +326,9 @@ func Execute(e *Env, sc Scenario) Summary {
 	if sc.Config.Settle != "" {
 		// D's other part: what the charges took beyond their allowance.
 		debtTotals = readDebtTotals(e.dir)
+		if spec.Slack == nil {
+			spec.Slack = map[string]int64{} // a run with Settle but no max_debt
+		}
 		spec.Slack[excessSlack] = debtTotals.ExcessMilli
 	}
 	boundExpect := ExpectPass
