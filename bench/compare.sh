@@ -8,8 +8,10 @@
 #     ration's go.mod);
 #   - runs bench/cmd/benchcompare, which starts three rationd processes, a
 #     redis-server and three in-process Gubernator daemons on free loopback
-#     ports, runs the sections (5: rationd edge against envoyproxy/ratelimit,
-#     built below, with the same redis-server), stops everything it started, prints a
+#     ports, runs the sections (5, 7 and 8: rationd edge against
+#     envoyproxy/ratelimit, built below, with the same redis-server; 8: LLM
+#     tokens charged after the work, `--sections 8`, about 3 minutes),
+#     stops everything it started, prints a
 #     Markdown table and writes bench/results/<date>.json and
 #     bench/results/decision-latency.svg.
 # Arguments are passed to benchcompare, e.g. --accuracy-for 20s or

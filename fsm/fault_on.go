@@ -9,9 +9,9 @@ import (
 	"github.com/ration-dev/ration/lease"
 )
 
-// withFault breaks a ledger as faults.StartFullNoDebit or
-// faults.CreditAtReduction or faults.ForgetReplaced says (test builds
-// only; see internal/faults).
+// withFault breaks a ledger as faults.StartFullNoDebit,
+// faults.CreditAtReduction, faults.ForgetReplaced or faults.ForgetDebt
+// says (test builds only; see internal/faults).
 func withFault(l *lease.Ledger) *lease.Ledger {
 	if faults.Active(faults.StartFullNoDebit) {
 		lease.InjectFault(l, lease.FaultStartFullNoDebit)
@@ -21,6 +21,9 @@ func withFault(l *lease.Ledger) *lease.Ledger {
 	}
 	if faults.Active(faults.ForgetReplaced) {
 		lease.InjectFault(l, lease.FaultForgetReplaced)
+	}
+	if faults.Active(faults.ForgetDebt) {
+		lease.InjectFault(l, lease.FaultForgetDebt)
 	}
 	return l
 }

@@ -50,12 +50,24 @@
 //	                       spray-keys checker (acme never holds more than
 //	                       max_keys_per_value keys in the leader's lease
 //	                       listing)
+//	debt.go                the settlement workload (docs/design.md §4.1): a
+//	                       token bucket with max_debt, every admission an
+//	                       estimate settled after the work; the nemeses
+//	                       dead-replica-debt and kill-replicas-in-debt
+//	                       (replicas killed holding debt; kill-leader
+//	                       mid-settlement beside them), the bound with
+//	                       D = max_debt + the reported excess, and the
+//	                       debt-survives checker (the key's debt rises
+//	                       when a killed holder's lease ends); its
+//	                       control, forget-debt, must fail debt-survives
 //	replica/               the client replica program (--routes: per-route
 //	                       limiters of one budget; --edge: an edge's
 //	                       driver, each decision a Check call;
 //	                       --slot-workers: the concurrency workload's
 //	                       workers, each acquiring, holding and releasing
-//	                       a slot in a loop)
+//	                       a slot in a loop; --settle reserve|charge: the
+//	                       settlement workload, Reserve then Settle, or
+//	                       AllowN then Charge)
 //	controls_test.go       the negative controls, each with its healthy
 //	                       twin (TestControlsHealthy) and break 2's
 //	                       defence in depth (TestDefenceInDepth); the
@@ -166,7 +178,7 @@
 // # Running
 //
 //	make jepsen-quick                  every nemesis once, the window, concurrency and tenants workloads (short), plus the runs that must be caught
-//	make jepsen SEED=42 DURATION=10m   the window and concurrency workloads and their controls, then a long randomized run
+//	make jepsen SEED=42 DURATION=10m   the window, concurrency and settlement workloads and their controls, then a long randomized run
 //	make jepsen-windows                the window workloads (TestWindows, TestDailyWindow) and their controls
 //	make jepsen-concurrency            the concurrency workload (TestConcurrency) and its control (TestConcurrencyNegativeControl)
 //

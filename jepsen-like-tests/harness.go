@@ -61,6 +61,10 @@ type PolicySpec struct {
 	// workload, tenants.go).
 	Key                      string
 	MaxKeys, MaxKeysPerValue int64
+	// MaxDebt > 0 is a token-bucket policy's max_debt, whole tokens (the
+	// settlement workload, debt.go): the bound gains D = MaxDebt + the
+	// replicas' excess (docs/design.md §4.1).
+	MaxDebt int64
 }
 
 func (p PolicySpec) yaml() string {
@@ -102,6 +106,9 @@ func (p PolicySpec) keyBounds() string {
 	if p.MaxKeysPerValue > 0 {
 		s += fmt.Sprintf("    max_keys_per_value: %d\n", p.MaxKeysPerValue)
 	}
+	if p.MaxDebt > 0 {
+		s += fmt.Sprintf("    max_debt: %d\n", p.MaxDebt)
+	}
 	return s
 }
 
@@ -124,9 +131,16 @@ func (p PolicySpec) bound(replicas int) BoundSpec {
 		return BoundSpec{CapacityMilli: p.Slots * 1000} // in flight at once, not a rate
 	}
 	b := BoundSpec{CapacityMilli: p.Burst * 1000, RateMilliPerSec: p.Rate * 1000}
+	if p.MaxDebt > 0 {
+		// D's max_debt part; Execute adds the excess the replicas report.
+		b.Slack = map[string]int64{debtSlack: p.MaxDebt * 1000}
+	}
 	if p.FallbackRate > 0 {
 		n := int64(replicas)
-		b.Slack = map[string]int64{"fail-open burst Σgᵢ": n * max(p.FallbackRate, 1) * 1000}
+		if b.Slack == nil {
+			b.Slack = map[string]int64{}
+		}
+		b.Slack["fail-open burst Σgᵢ"] = n * max(p.FallbackRate, 1) * 1000
 		b.RateMilliPerSec += n * p.FallbackRate * 1000
 	}
 	return b
@@ -178,6 +192,9 @@ type RunConfig struct {
 	// windows take window time from the leader's wall clock, so a run can
 	// put a calendar day's end where it wants it (TestDailyWindow).
 	WallStart time.Time
+	// Settle, if set, is the settlement workload (debt.go): every replica
+	// runs with --settle Settle (reserve or charge).
+	Settle string
 	// Spray, if set, is the tenants workload (tenants.go): every replica
 	// has its own tenant, and newEnv starts none of them (the workload
 	// starts the sprayer, then the others).
@@ -235,6 +252,9 @@ type Env struct {
 	// definition: the window definition round trip's outcome (nil: not
 	// run).
 	definition *definitionCheck
+	// debtKills: the settlement nemeses' kills of replicas holding debt
+	// and what the key's debt did when their leases ended (debt.go).
+	debtKills []debtKill
 	// proxied: replicas that reach the servers through delay proxies.
 	proxied map[string][]*delayProxy
 
@@ -469,6 +489,9 @@ func (e *Env) startReplica(name string, seed int64) {
 	}
 	if routes > 0 {
 		args = append(args, "--routes", fmt.Sprint(routes))
+	}
+	if e.cfg.Settle != "" {
+		args = append(args, "--settle", e.cfg.Settle)
 	}
 	if e.cfg.SlotWorkers > 0 {
 		args = append(args, "--slot-workers", fmt.Sprint(e.cfg.SlotWorkers), "--slot-hold", e.cfg.SlotHold)

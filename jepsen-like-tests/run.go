@@ -322,6 +322,15 @@ func Execute(e *Env, sc Scenario) Summary {
 		t.Fatalf("reading histories: %v (report: %s)", err, e.dir)
 	}
 	spec := sc.Config.Policy.bound(len(sc.Config.clients()))
+	var debtTotals debtTotals
+	if sc.Config.Settle != "" {
+		// D's other part: what the charges took beyond their allowance.
+		debtTotals = readDebtTotals(e.dir)
+		if spec.Slack == nil {
+			spec.Slack = map[string]int64{} // a run with Settle but no max_debt
+		}
+		spec.Slack[excessSlack] = debtTotals.ExcessMilli
+	}
 	boundExpect := ExpectPass
 	if sc.ExpectViolation {
 		boundExpect = ExpectFail
@@ -359,6 +368,9 @@ func Execute(e *Env, sc Scenario) Summary {
 	e.mu.Unlock()
 	if def != nil {
 		checkers = append(checkers, def.result(boundExpect))
+	}
+	if sc.Config.Settle != "" {
+		checkers = append(checkers, e.checkDebtSurvives(boundExpect))
 	}
 	if e.grantCheck != nil {
 		// A window chunk's lease ends with its window (3s windows), or its
@@ -436,6 +448,13 @@ func Execute(e *Env, sc Scenario) Summary {
 		s.Extra["inflight_overruns"] = ifc.Overruns
 		s.Extra["inflight_utilization"] = ifc.Utilization
 		s.Extra["slot_workers"] = sc.Config.SlotWorkers
+	}
+	if sc.Config.Settle != "" {
+		s.Extra["settlements"] = debtTotals.Settlements
+		s.Extra["settlements_in_debt"] = debtTotals.InDebt
+		s.Extra["settled_extra_tokens"] = float64(debtTotals.ExtraMilli) / 1000
+		s.Extra["debt_excess_tokens"] = float64(debtTotals.ExcessMilli) / 1000
+		s.Extra["debt_max_tokens"] = float64(debtTotals.MaxDebtMilli) / 1000
 	}
 	if wc != nil {
 		s.Extra["window_worst_admitted"] = float64(wc.Worst.AdmittedMilli) / 1000

@@ -121,10 +121,16 @@ const (
 	// servers granted after the recovered disk's last entry are granted
 	// again: the recovery's negative control (fsm.PrepareRecovery).
 	RecoveryWithoutHold Fault = "recovery-without-hold"
+	// ForgetDebt: a lease that ends without a release (its holder killed,
+	// cut off, replaced) takes its possible debt with it instead of
+	// leaving its share of max_debt in the key's budget, breaking rule
+	// (k) of docs/design.md §4.1 (lease.FaultForgetDebt): the settlement
+	// workload's negative control (jepsen-like-tests/debt.go).
+	ForgetDebt Fault = "forget-debt"
 )
 
 // All lists every fault, for flag help and validation.
-var All = []Fault{AckBeforeCommit, StartFullNoDebit, TimeFromReceipt, ForgetRetired, ClockResumeOwnReading, CreditAtReduction, ForgetReplaced, IgnoreKeyAttributes, ReportDouble, AdmitBeforeLease, WindowDeadReturns, SlotForgetLowered, WindowZoneUTC, SlotAckAtOnce, SlotInstallExtendsOld, SnapshotSaveHere, KeyQuotaIgnored, WindowRestoreClockBack, WindowForgetSpent, RecoveryWithoutHold}
+var All = []Fault{AckBeforeCommit, StartFullNoDebit, TimeFromReceipt, ForgetRetired, ClockResumeOwnReading, CreditAtReduction, ForgetReplaced, IgnoreKeyAttributes, ReportDouble, AdmitBeforeLease, WindowDeadReturns, SlotForgetLowered, WindowZoneUTC, SlotAckAtOnce, SlotInstallExtendsOld, SnapshotSaveHere, KeyQuotaIgnored, WindowRestoreClockBack, WindowForgetSpent, RecoveryWithoutHold, ForgetDebt}
 
 func parse(name string) (Fault, error) {
 	for _, f := range All {

@@ -10,11 +10,12 @@
 // [tenant, route] (the tenants workload's) each route is a budget of its
 // own, and N routes are N keys at the cluster.
 //
-// It writes three CSV files, flushed every 20ms and on exit:
+// It writes three CSV files (four with --settle), flushed every 20ms and on exit:
 //
 //	history-<id>.csv   t_mono_ns,replica,policy,key,cost_milli,t_after_ns   one line per admission
 //	grants-<id>.csv    t_mono_ns,replica,policy,key,lease_id,renewal,deadline_mono_ns,rate_milli,cap_milli
 //	releases-<id>.csv  t_mono_ns,replica,policy,key,lease_id,unspent_milli,sent_mono_ns,answered  one line per lease released, when its RPC returned
+//	debt-<id>.csv      t_mono_ns,replica,key,extra_milli,charged_milli,debt_milli,excess_milli  with --settle, one line per settlement (settle.go); its extra is also a history line
 //
 // t_mono_ns is CLOCK_MONOTONIC, which every process on the host shares, so
 // the histories of all replicas merge onto one time line. An admission is
@@ -107,6 +108,8 @@ type options struct {
 	slotWorkers int
 	slotHold    string
 	slotWait    time.Duration
+	// The settlement workload (settle.go): "", reserve or charge.
+	settle string
 }
 
 func monoNow() int64 {
@@ -141,6 +144,7 @@ func run(args []string, stderr io.Writer) int {
 	fs.IntVar(&o.slotWorkers, "slot-workers", 0, "the concurrency workload (slots.go): this many workers each acquire a slot of --policy, hold it, release it, and loop; 0: the paced token workload")
 	fs.StringVar(&o.slotHold, "slot-hold", "50ms:400ms", "with --slot-workers: MIN:MAX, a slot is held for a duration drawn uniformly in between (or until max_duration ends the request)")
 	fs.DurationVar(&o.slotWait, "slot-wait", 300*time.Millisecond, "with --slot-workers: the longest a worker waits for a slot before asking again")
+	fs.StringVar(&o.settle, "settle", "", "the settlement workload (settle.go): reserve (Reserve, then Settle the actual) or charge (AllowN, then Charge the rest); each admission's actual cost is known after 20-300ms of work; empty: none")
 	if faults.Enabled {
 		fs.StringVar(&o.faultList, "fault", "", "TEST BUILD ONLY: broken variants, comma-separated")
 		fs.StringVar(&o.clockControl, "clock-control", "", "TEST BUILD ONLY: clock control file")
@@ -151,6 +155,10 @@ func run(args []string, stderr io.Writer) int {
 	mix, err := costmix.Parse(o.costMix)
 	if err != nil || (o.servers == "") == (o.edge == "") || o.id == "" || o.policy == "" || o.rate < 0 || o.routes < 0 || o.routes > 1000 {
 		fmt.Fprintf(stderr, "replica: one of --servers and --edge, --id and --policy are required, --rate >= 0, 0 <= --routes <= 1000; %v\n", err)
+		return 2
+	}
+	if o.settle != "" && (o.edge != "" || (o.settle != "reserve" && o.settle != "charge")) {
+		fmt.Fprintf(stderr, "replica: --settle %q: want reserve or charge, with --servers (not --edge)\n", o.settle)
 		return 2
 	}
 	if o.tls.Any() {
@@ -291,6 +299,9 @@ loop:
 				hist.line(fmt.Sprintf("%d,%s,%s,%s,%d,%d", t, o.id, o.policy, keyFields[route], cost*1000, after))
 			}
 		}
+		if d.settleDue != nil {
+			d.settleDue(hist, o.policy, keyFields)
+		}
 		if now-lastFlush >= int64(20*time.Millisecond) {
 			lastFlush = now
 			hist.flush()
@@ -349,8 +360,10 @@ func (c *csvFile) close() error {
 // close are for what it records besides the history.
 type decider struct {
 	decide func(route int, cost int64) bool
-	flush  func()
-	close  func() error
+	// settleDue, with --settle, settles the admissions whose work is done.
+	settleDue func(hist *csvFile, policy string, keyFields []string)
+	flush     func()
+	close     func() error
 }
 
 // clientDecider embeds a client: one limiter per key, as an application
@@ -393,6 +406,18 @@ func clientDecider(o options, keys []client.Key, keyField string, clk *coarseclo
 	lims := make([]*client.Limiter, len(keys))
 	for i, k := range keys {
 		lims[i] = c.Limiter(o.policy, k)
+	}
+	if o.settle != "" {
+		st, err := newSettler(o.settle, o.dir, o.id, lims, o.seed)
+		if err != nil {
+			return decider{}, errors.Join(err, c.Close(), grants.close(), releases.close())
+		}
+		return decider{
+			decide:    st.decide,
+			settleDue: st.settleDue,
+			flush:     func() { grants.flush(); releases.flush(); st.debt.flush() },
+			close:     func() error { return errors.Join(c.Close(), grants.close(), releases.close(), st.debt.close()) },
+		}, nil
 	}
 	return decider{
 		decide: func(route int, cost int64) bool {

@@ -85,6 +85,7 @@ type edgeAccuracyRow struct {
 // edgeProc is one child process of section 5 (rationd edge or ratelimit).
 type edgeProc struct {
 	name, logPath string
+	httpAddr      string // rationd edge's --http-addr
 	cmd           *exec.Cmd
 	done          chan struct{}
 }
@@ -160,7 +161,12 @@ type rlsCaller struct {
 }
 
 func (r rlsCaller) call(ctx context.Context, key, value string) (bool, error) {
-	resp, err := r.c.ShouldRateLimit(ctx, &rlspb.RateLimitRequest{Domain: "bench", Descriptors: []*ratelimitv3.RateLimitDescriptor{
+	return r.callN(ctx, key, value, 0)
+}
+
+// callN is call with the request's hits_addend (0: one hit).
+func (r rlsCaller) callN(ctx context.Context, key, value string, hits uint32) (bool, error) {
+	resp, err := r.c.ShouldRateLimit(ctx, &rlspb.RateLimitRequest{Domain: "bench", HitsAddend: hits, Descriptors: []*ratelimitv3.RateLimitDescriptor{
 		{Entries: []*ratelimitv3.RateLimitDescriptor_Entry{{Key: key, Value: value}}}}})
 	if err != nil {
 		return false, err
@@ -197,66 +203,16 @@ func (e *env) edgeSection(full, moving bool) (*edgeResult, error) {
 		return nil, fmt.Errorf("edge policies: %w", err)
 	}
 
-	// Two edges.
-	var edges []*edgeProc
-	var edgeAddrs []string
-	defer func() {
-		for _, p := range edges {
-			p.stop()
-		}
-	}()
-	for i := range 2 {
-		ga, err := freeAddr()
-		if err != nil {
-			return nil, err
-		}
-		ha, err := freeAddr()
-		if err != nil {
-			return nil, err
-		}
-		p, err := startProc(fmt.Sprintf("edge%d", i+1), filepath.Join(dir, fmt.Sprintf("edge%d.log", i+1)), nil,
-			filepath.Join(e.o.binDir, "rationd"), "edge", "--servers", strings.Join(e.cluster.servers(), ","),
-			"--grpc-addr", ga, "--http-addr", ha, "--envoy-config", confPath, "--client-id", fmt.Sprintf("bench-edge-%d", i+1),
-			"--first-lease-wait", "5s", "--log-level", "warn")
-		if err != nil {
-			return nil, err
-		}
-		edges = append(edges, p)
-		edgeAddrs = append(edgeAddrs, ga)
-		if err := waitUntil(60*time.Second, p, func() error {
-			resp, err := http.Get("http://" + ha + "/readyz")
-			if err != nil {
-				return err
-			}
-			b, _ := io.ReadAll(resp.Body)
-			resp.Body.Close()
-			if resp.StatusCode != 200 {
-				return fmt.Errorf("%s", b)
-			}
-			return nil
-		}); err != nil {
-			return nil, err
-		}
-	}
-
-	// envoyproxy/ratelimit with the same file, on the section's Redis.
-	ga, err := freeAddr()
+	edges, edgeAddrs, err := e.startEdges(dir, confPath, "bench-edge", 2)
+	defer stopProcs(edges)
 	if err != nil {
 		return nil, err
 	}
-	_, gport, _ := net.SplitHostPort(ga)
-	hp, _ := freePort()
-	dp, _ := freePort()
-	rl, err := startProc("ratelimit", filepath.Join(dir, "ratelimit.log"), []string{
-		"USE_STATSD=false", "LOG_LEVEL=warn", "REDIS_SOCKET_TYPE=tcp", "REDIS_URL=" + e.redis.addr,
-		"RUNTIME_ROOT=" + filepath.Join(dir, "runtime"), "RUNTIME_SUBDIRECTORY=ratelimit", "RUNTIME_WATCH_ROOT=false",
-		"HOST=127.0.0.1", "PORT=" + strconv.Itoa(hp), "GRPC_HOST=127.0.0.1", "GRPC_PORT=" + gport,
-		"DEBUG_HOST=127.0.0.1", "DEBUG_PORT=" + strconv.Itoa(dp),
-	}, e.o.ratelimitBin)
-	if err != nil {
-		return nil, err
-	}
+	rl, ga, err := e.startRatelimit(dir)
 	defer rl.stop()
+	if err != nil {
+		return nil, err
+	}
 
 	var conns []*grpc.ClientConn
 	defer func() {
@@ -281,14 +237,6 @@ func (e *env) edgeSection(full, moving bool) (*edgeResult, error) {
 	}
 	rlc, err := dial(ga)
 	if err != nil {
-		return nil, err
-	}
-	if err := waitUntil(30*time.Second, rl, func() error {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		defer cancel()
-		_, err := rlc.call(ctx, "hot", "warm")
-		return err
-	}); err != nil {
 		return nil, err
 	}
 
@@ -354,6 +302,96 @@ func (e *env) edgeSection(full, moving bool) (*edgeResult, error) {
 		}
 	}
 	return res, nil
+}
+
+// startEdges starts n `rationd edge` processes against the cluster, on
+// free loopback ports, with --envoy-config confPath ("" for none: the
+// Check API only), and waits until each is ready. It returns the ones it
+// started (to stop, also on error) and their gRPC addresses. Sections 5,
+// 7 and 8 share it.
+func (e *env) startEdges(dir, confPath, idPrefix string, n int) ([]*edgeProc, []string, error) {
+	var edges []*edgeProc
+	var addrs []string
+	for i := range n {
+		ga, err := freeAddr()
+		if err != nil {
+			return edges, nil, err
+		}
+		ha, err := freeAddr()
+		if err != nil {
+			return edges, nil, err
+		}
+		args := []string{"edge", "--servers", strings.Join(e.cluster.servers(), ","),
+			"--grpc-addr", ga, "--http-addr", ha, "--client-id", fmt.Sprintf("%s-%d", idPrefix, i+1),
+			"--first-lease-wait", "5s", "--log-level", "warn"}
+		if confPath != "" {
+			args = append(args, "--envoy-config", confPath)
+		}
+		name := fmt.Sprintf("%s-%d", idPrefix, i+1)
+		p, err := startProc(name, filepath.Join(dir, name+".log"), nil, filepath.Join(e.o.binDir, "rationd"), args...)
+		if err != nil {
+			return edges, nil, err
+		}
+		p.httpAddr = ha
+		edges = append(edges, p)
+		addrs = append(addrs, ga)
+		if err := waitUntil(60*time.Second, p, func() error {
+			resp, err := http.Get("http://" + ha + "/readyz")
+			if err != nil {
+				return err
+			}
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != 200 {
+				return fmt.Errorf("%s", b)
+			}
+			return nil
+		}); err != nil {
+			return edges, nil, err
+		}
+	}
+	return edges, addrs, nil
+}
+
+func stopProcs(ps []*edgeProc) {
+	for _, p := range ps {
+		p.stop()
+	}
+}
+
+// startRatelimit starts envoyproxy/ratelimit on the run's Redis with the
+// configuration files under dir/runtime/ratelimit/config (domain bench,
+// with a descriptor key hot), and waits until it answers. It returns the
+// process (nil-safe to stop) and its gRPC address.
+func (e *env) startRatelimit(dir string) (*edgeProc, string, error) {
+	ga, err := freeAddr()
+	if err != nil {
+		return nil, "", err
+	}
+	_, gport, _ := net.SplitHostPort(ga)
+	hp, _ := freePort()
+	dp, _ := freePort()
+	rl, err := startProc("ratelimit", filepath.Join(dir, "ratelimit.log"), []string{
+		"USE_STATSD=false", "LOG_LEVEL=warn", "REDIS_SOCKET_TYPE=tcp", "REDIS_URL=" + e.redis.addr,
+		"RUNTIME_ROOT=" + filepath.Join(dir, "runtime"), "RUNTIME_SUBDIRECTORY=ratelimit", "RUNTIME_WATCH_ROOT=false",
+		"HOST=127.0.0.1", "PORT=" + strconv.Itoa(hp), "GRPC_HOST=127.0.0.1", "GRPC_PORT=" + gport,
+		"DEBUG_HOST=127.0.0.1", "DEBUG_PORT=" + strconv.Itoa(dp),
+	}, e.o.ratelimitBin)
+	if err != nil {
+		return nil, "", err
+	}
+	cc, rlc, err := dialRLS(ga)
+	if err != nil {
+		return rl, "", err
+	}
+	defer cc.Close()
+	err = waitUntil(30*time.Second, rl, func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		_, err := rlc.call(ctx, "hot", "warm")
+		return err
+	})
+	return rl, ga, err
 }
 
 // edgeAccuracy runs one accuracy pattern on key acc=<pattern>-<system>

@@ -12,7 +12,10 @@
 //   - Gubernator v2: three daemons in this process, talking over loopback
 //     gRPC, with GLOBAL behaviour and without;
 //   - golang.org/x/time/rate: one local limiter, and four independent ones
-//     as the naive global limit.
+//     as the naive global limit;
+//   - rationd edge against envoyproxy/ratelimit + Redis (sections 5 and 7;
+//     section 8 with in-process clients too: LLM tokens charged after the
+//     work).
 //
 // # Design
 //
@@ -54,6 +57,9 @@ type options struct {
 	burstWarmup time.Duration
 	// Section 7 (load moving across two edges): each phase's length.
 	movingPhase time.Duration
+	// Section 8 (LLM tokens, charges after the work).
+	llmFor           time.Duration
+	llmTPM, llmBurst int64
 }
 
 // results is the JSON file.
@@ -68,6 +74,7 @@ type results struct {
 	Failure  []failureResult   `json:"failure_cost,omitempty"`
 	Edge     *edgeResult       `json:"edge,omitempty"`
 	Burst    *burstResult      `json:"burst,omitempty"`
+	LLM      *llmResult        `json:"llm,omitempty"`
 	ElapsedS float64           `json:"elapsed_seconds"`
 }
 
@@ -86,7 +93,10 @@ func main() {
 	flag.StringVar(&o.redisBin, "redis-server", "redis-server", "the redis-server `BINARY`")
 	flag.StringVar(&o.outDir, "out", "results", "`DIR` for <date>.json")
 	flag.StringVar(&o.chartPath, "chart", "results/decision-latency.svg", "`FILE` for the latency chart")
-	flag.StringVar(&o.sections, "sections", "1,2,3,4,5", "which sections to run, `LIST` of 1-7 (5 and 7 are skipped without --ratelimit)")
+	flag.StringVar(&o.sections, "sections", "1,2,3,4,5", "which sections to run, `LIST` of 1-8 (5, 7 and 8 are skipped without --ratelimit)")
+	flag.DurationVar(&o.llmFor, "llm-for", 150*time.Second, "section 8: the run's length (whole calendar minutes within it are reported)")
+	flag.Int64Var(&o.llmTPM, "llm-tpm", 600_000, "section 8: the quota, `TOKENS` per minute")
+	flag.Int64Var(&o.llmBurst, "llm-burst", 10_000, "section 8: ration's burst B, `TOKENS`")
 	flag.DurationVar(&o.movingPhase, "moving-phase", 5*time.Second, "section 7: the length of each phase of the moving load")
 	flag.DurationVar(&o.burstWarmup, "burst-warmup", 4*time.Second, "section 6: how long the replicas offer 100 calls/s before the step")
 	flag.StringVar(&o.ratelimitBin, "ratelimit", "", "section 5: envoyproxy/ratelimit's service_cmd `BINARY`")
@@ -191,6 +201,7 @@ func run(o options) error {
 		Options: map[string]string{
 			"sections": o.sections, "throughput_for": o.throughputFor.String(), "latency_for": o.latencyFor.String(),
 			"accuracy_for": o.accuracyFor.String(), "coord_window": o.coordWindow.String(), "failure_for": o.failureFor.String(),
+			"llm_for": o.llmFor.String(), "llm_tpm": fmt.Sprint(o.llmTPM), "llm_burst": fmt.Sprint(o.llmBurst),
 		}}
 
 	fmt.Fprintln(os.Stderr, "starting a 3-node rationd cluster, redis-server and a 3-daemon Gubernator cluster...")
@@ -254,6 +265,16 @@ func run(o options) error {
 			return err
 		}
 		res.Edge = r
+	}
+	if want("8") && o.ratelimitBin == "" {
+		fmt.Fprintln(os.Stderr, "section 8 skipped: no --ratelimit (envoyproxy/ratelimit's service_cmd; bench/compare.sh builds it)")
+	} else if want("8") {
+		fmt.Fprintln(os.Stderr, "section 8: charges after the work, LLM tokens; ration vs envoyproxy/ratelimit + Redis")
+		l, err := e.llmSection()
+		if err != nil {
+			return err
+		}
+		res.LLM = l
 	}
 	if want("6") {
 		fmt.Fprintln(os.Stderr, "section 6: bursts, ration vs Redis GCRA")

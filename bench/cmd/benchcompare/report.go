@@ -95,6 +95,7 @@ func writeMarkdown(w io.Writer, r *results) {
 		p("\n")
 	}
 	writeEdgeMarkdown(p, r.Edge)
+	writeLLMMarkdown(p, r.LLM)
 	if r.Burst != nil {
 		writeBurstMarkdown(p, r.Burst)
 	}
