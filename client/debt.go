@@ -237,3 +237,23 @@ func (s *Settlement) Settle(actual int64) error {
 	}
 	return nil
 }
+
+// ReserveAll reserves estimate on every layer (as AllowAll admits), each
+// reservation held for hold, into rs and ds (len(layers) each): all of
+// them or none. It returns the index of the first refused layer, or -1;
+// on a refusal the layers reserved before it are settled at 0 (their
+// estimates refunded, as AllowAll refunds) and rs is all nil.
+func (c *Client) ReserveAll(estimate int64, hold time.Duration, layers []*Limiter, rs []*Reservation, ds []Decision) (refused int) {
+	for i, l := range layers {
+		rs[i], ds[i] = l.ReserveFor(estimate, hold)
+		if ds[i].Allowed {
+			continue
+		}
+		for j := range i {
+			_, _ = rs[j].Settle(0) // within its hold: refunds, cannot fail
+			rs[j] = nil
+		}
+		return i
+	}
+	return -1
+}

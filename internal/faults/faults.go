@@ -121,10 +121,15 @@ const (
 	// servers granted after the recovered disk's last entry are granted
 	// again: the recovery's negative control (fsm.PrepareRecovery).
 	RecoveryWithoutHold Fault = "recovery-without-hold"
+	// ReservationExpiryRefunds: a Check API reservation whose hold ends
+	// unsettled is refunded its estimate instead of keeping it
+	// (internal/checkreq), so a caller that never settles is charged
+	// nothing: the control TestCheckReserveNegativeControl (edge).
+	ReservationExpiryRefunds Fault = "reservation-expiry-refunds"
 )
 
 // All lists every fault, for flag help and validation.
-var All = []Fault{AckBeforeCommit, StartFullNoDebit, TimeFromReceipt, ForgetRetired, ClockResumeOwnReading, CreditAtReduction, ForgetReplaced, IgnoreKeyAttributes, ReportDouble, AdmitBeforeLease, WindowDeadReturns, SlotForgetLowered, WindowZoneUTC, SlotAckAtOnce, SlotInstallExtendsOld, SnapshotSaveHere, KeyQuotaIgnored, WindowRestoreClockBack, WindowForgetSpent, RecoveryWithoutHold}
+var All = []Fault{AckBeforeCommit, StartFullNoDebit, TimeFromReceipt, ForgetRetired, ClockResumeOwnReading, CreditAtReduction, ForgetReplaced, IgnoreKeyAttributes, ReportDouble, AdmitBeforeLease, WindowDeadReturns, SlotForgetLowered, WindowZoneUTC, SlotAckAtOnce, SlotInstallExtendsOld, SnapshotSaveHere, KeyQuotaIgnored, WindowRestoreClockBack, WindowForgetSpent, RecoveryWithoutHold, ReservationExpiryRefunds}
 
 func parse(name string) (Fault, error) {
 	for _, f := range All {
