@@ -224,7 +224,13 @@ func TestCheckReservationsBounded(t *testing.T) {
 		t.Errorf("reservations open %v, want 3", got)
 	}
 	h.check(t, false, settleItem("global", "", ids[0], 1))
-	h.reserveOne(t, reserveItem("global", "", 1))
+	fourth := h.reserveOne(t, reserveItem("global", "", 1))
+	// Settled ids are remembered (a second settle: FAILED_PRECONDITION)
+	// up to the bound too; beyond it they are forgotten at once.
+	h.check(t, false, settleItem("global", "", ids[1], 1), settleItem("global", "", ids[2], 1))
+	h.checkCode(t, "settle twice", codes.FailedPrecondition, false, settleItem("global", "", ids[2], 1))
+	h.check(t, false, settleItem("global", "", fourth, 1))
+	h.checkCode(t, "settle twice beyond the remembered bound", codes.NotFound, false, settleItem("global", "", fourth, 1))
 	// Plain items are not bounded by it.
 	if r := h.check(t, false, item("global", "", 1)); !r.GetAllowed() {
 		t.Errorf("a plain item with the table full: %v", r)

@@ -21,7 +21,9 @@ import (
 // reserved) and is counted as expired. A settled or expired id is
 // remembered until its hold ends (an expired one: for one more hold), so
 // a second settle is answered precisely (FAILED_PRECONDITION, or reason
-// expired) rather than NOT_FOUND.
+// expired) rather than NOT_FOUND; at most max of them are (beyond that a
+// settled or expired id is forgotten at once: NOT_FOUND), so the table
+// holds at most 2·max entries.
 
 // DefaultMaxReservations bounds a table's open reservations by default
 // (rationd edge --max-reservations).
@@ -66,6 +68,7 @@ type Reservations struct {
 	mu      sync.Mutex
 	all     map[string]*reservation
 	open    int
+	tombs   int // settled or expired entries kept, at most max
 	expired atomic.Int64
 }
 
@@ -138,13 +141,19 @@ func (t *Reservations) expire(id string, e *reservation) {
 	}
 	if e.state != resOpen {
 		delete(t.all, id)
+		t.tombs--
 		return
 	}
 	e.state = resExpired
 	t.open--
 	t.expired.Add(1)
 	expireFault(e.r)
-	e.timer.Reset(e.hold)
+	if t.tombs < t.max {
+		t.tombs++
+		e.timer.Reset(e.hold)
+	} else {
+		delete(t.all, id)
+	}
 }
 
 // settle settles reservation id, which must be l's, with actual.
@@ -168,6 +177,12 @@ func (t *Reservations) settle(id string, l *client.Limiter, actual int64) (clien
 	}
 	e.state = resSettled
 	t.open--
+	if t.tombs < t.max {
+		t.tombs++ // forgotten when its hold ends (expire)
+	} else {
+		delete(t.all, id)
+		e.timer.Stop()
+	}
 	t.mu.Unlock()
 	res, err := e.r.Settle(actual)
 	switch {
