@@ -92,20 +92,28 @@ func BenchmarkCheckInProcess(b *testing.B) {
 // (BenchmarkCheckGRPC): the cost of a cost known only after the work.
 func BenchmarkCheckReserveSettleGRPC(b *testing.B) {
 	h := benchEdge(b)
+	benchReserveSettle(b, func(ctx context.Context, req *api.CheckRequest) (*api.CheckResponse, error) {
+		return h.adm.Check(ctx, req)
+	})
+}
+
+// benchReserveSettle reserves 2 and settles at 1 through check, in
+// parallel.
+func benchReserveSettle(b *testing.B, check func(context.Context, *api.CheckRequest) (*api.CheckResponse, error)) {
 	key := map[string]string{"hot": "t"}
 	reserve := &api.CheckRequest{Items: []*api.CheckItem{{Policy: "bench.hot", Key: key, Cost: 2, Reserve: true}}}
 	b.ReportAllocs()
 	b.ResetTimer()
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
-			r, err := h.adm.Check(context.Background(), reserve)
+			r, err := check(context.Background(), reserve)
 			if err != nil || r.GetResults()[0].GetReservation() == "" {
 				b.Errorf("reserve: %v %v", r, err)
 				return
 			}
 			settle := &api.CheckRequest{Items: []*api.CheckItem{{Policy: "bench.hot", Key: key,
 				Settle: &api.Settle{Reservation: r.GetResults()[0].GetReservation(), Actual: 1}}}}
-			if _, err := h.adm.Check(context.Background(), settle); err != nil {
+			if _, err := check(context.Background(), settle); err != nil {
 				b.Error(err)
 				return
 			}
@@ -133,23 +141,5 @@ func BenchmarkCheckGRPC(b *testing.B) {
 // method called directly, against BenchmarkCheckInProcess.
 func BenchmarkCheckReserveSettleInProcess(b *testing.B) {
 	h := benchEdge(b)
-	key := map[string]string{"hot": "t"}
-	reserve := &api.CheckRequest{Items: []*api.CheckItem{{Policy: "bench.hot", Key: key, Cost: 2, Reserve: true}}}
-	b.ReportAllocs()
-	b.ResetTimer()
-	b.RunParallel(func(pb *testing.PB) {
-		for pb.Next() {
-			r, err := h.e.Check(context.Background(), reserve)
-			if err != nil || r.GetResults()[0].GetReservation() == "" {
-				b.Errorf("reserve: %v %v", r, err)
-				return
-			}
-			settle := &api.CheckRequest{Items: []*api.CheckItem{{Policy: "bench.hot", Key: key,
-				Settle: &api.Settle{Reservation: r.GetResults()[0].GetReservation(), Actual: 1}}}}
-			if _, err := h.e.Check(context.Background(), settle); err != nil {
-				b.Error(err)
-				return
-			}
-		}
-	})
+	benchReserveSettle(b, h.e.Check)
 }

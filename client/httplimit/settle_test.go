@@ -17,21 +17,7 @@ import (
 // settlements are errors, and a context the middleware did not admit has
 // no settlement.
 func TestSettleAfterWork(t *testing.T) {
-	c := testcluster.New(t, 1, testcluster.WithPolicies(`
-policies:
-  - name: llm
-    algorithm: token-bucket
-    rate: 0.001
-    burst: 10
-    max_debt: 40
-    key: [tenant]
-    lease: {duration: 1h}
-`))
-	c.WaitForLeader(t)
-	c.WaitForFeatures(t)
-	cl := newClusterClient(t, c, "httplimit-settle")
-	mw := mustNew(t, httplimit.Config{Client: cl, Layers: []httplimit.Layer{{Policy: "llm", Rate: 0.001, Burst: 10}},
-		Cost: httplimit.Cost(5), SettleAfter: true})
+	mw := settleMiddleware(t, "httplimit-settle")
 	var errs []error
 	h := mw.Wrap(http.HandlerFunc(func(_ http.ResponseWriter, r *http.Request) {
 		errs = append(errs, httplimit.Settle(r.Context(), -1), httplimit.Settle(r.Context(), 17), httplimit.Settle(r.Context(), 1))
@@ -55,21 +41,7 @@ policies:
 // cost refunds the estimate's difference, and a streaming handler's
 // AddCost calls are summed and settled when it returns.
 func TestSettleAfterRefundsAndAddCost(t *testing.T) {
-	c := testcluster.New(t, 1, testcluster.WithPolicies(`
-policies:
-  - name: llm
-    algorithm: token-bucket
-    rate: 0.001
-    burst: 10
-    max_debt: 40
-    key: [tenant]
-    lease: {duration: 1h}
-`))
-	c.WaitForLeader(t)
-	c.WaitForFeatures(t)
-	cl := newClusterClient(t, c, "httplimit-addcost")
-	mw := mustNew(t, httplimit.Config{Client: cl, Layers: []httplimit.Layer{{Policy: "llm", Rate: 0.001, Burst: 10}},
-		Cost: httplimit.Cost(5), SettleAfter: true})
+	mw := settleMiddleware(t, "httplimit-addcost")
 	var addErrs []error
 	h := mw.Wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
@@ -120,4 +92,25 @@ policies:
 	if err := httplimit.AddCost(t.Context(), 1); !errors.Is(err, httplimit.ErrNoSettlement) {
 		t.Fatalf("AddCost without a settlement: %v", err)
 	}
+}
+
+// settleMiddleware is a SettleAfter middleware with an estimate of 5 on
+// policy llm (burst 10, max_debt 40, no refill to speak of) of a
+// one-server cluster.
+func settleMiddleware(t *testing.T, clientID string) *httplimit.Middleware {
+	c := testcluster.New(t, 1, testcluster.WithPolicies(`
+policies:
+  - name: llm
+    algorithm: token-bucket
+    rate: 0.001
+    burst: 10
+    max_debt: 40
+    key: [tenant]
+    lease: {duration: 1h}
+`))
+	c.WaitForLeader(t)
+	c.WaitForFeatures(t)
+	cl := newClusterClient(t, c, clientID)
+	return mustNew(t, httplimit.Config{Client: cl, Layers: []httplimit.Layer{{Policy: "llm", Rate: 0.001, Burst: 10}},
+		Cost: httplimit.Cost(5), SettleAfter: true})
 }
