@@ -27,7 +27,7 @@ type metrics struct {
 func newMetrics(e *Edge) *metrics {
 	return &metrics{e: e, descriptors: map[[2]string]int64{}, checks: map[string]int64{},
 		calls:   prometheus.NewDesc("ration_edge_calls_total", "Calls answered, by API (rls: Envoy's ShouldRateLimit; check: Admission/Check and POST /v1/check).", []string{"api"}, nil),
-		invalid: prometheus.NewDesc("ration_edge_invalid_calls_total", "Calls refused as INVALID_ARGUMENT (or FAILED_PRECONDITION: a concurrency policy), by API.", []string{"api"}, nil),
+		invalid: prometheus.NewDesc("ration_edge_invalid_calls_total", "Calls refused as INVALID_ARGUMENT (or FAILED_PRECONDITION: a concurrency policy, a reservation settled already; NOT_FOUND: an unknown reservation; RESOURCE_EXHAUSTED: --max-reservations open), by API.", []string{"api"}, nil),
 		desc: prometheus.NewDesc("ration_edge_descriptors_total", "Envoy descriptors by domain (\"\" for a domain not configured) and outcome: ok, over_limit, shadow_over_limit (a shadow rule would have refused; answered OK), unmatched, unlimited, replaced, deny_all, not_evaluated, negative_hits, limit_override_ignored.",
 			[]string{"domain", "result"}, nil),
 		check:       prometheus.NewDesc("ration_edge_check_items_total", "Check items by the decision's reason.", []string{"reason"}, nil),
