@@ -197,27 +197,47 @@ func (r *Reservation) Settle(actual int64) (ChargeResult, error) {
 }
 
 // Settlement settles a request admitted by an estimate under several
-// limiters (the layers of AllowAll) with its measured cost: what the
-// estimate missed is charged to each after the fact (Charge: never
-// refused); a lower actual refunds nothing. The middlewares
-// (httplimit.Settle, grpclimit.Settle) hand one to the handler. It is
+// limiters (the layers of AllowAll) with its measured cost. One from
+// NewSettlement charges each limiter what the estimate missed, after the
+// fact (Charge: never refused), and refunds nothing; one from
+// NewReservedSettlement settles each reservation (Reservation.Settle:
+// a lower actual refunds too). The measured cost is given at once
+// (Settle) or added up as the work goes (Add, during a stream) and
+// settled when it ends (Finish). The middlewares (httplimit.Settle and
+// AddCost, grpclimit.Settle and AddCost) hand one to the handler. It is
 // safe for concurrent use and takes effect once.
 type Settlement struct {
 	lims     []*Limiter
+	rs       []*Reservation
 	estimate int64
+	added    atomic.Int64 // -1: nothing added
 	done     atomic.Bool
 }
 
 // NewSettlement returns the settlement of a request that lims admitted at
 // cost estimate.
 func NewSettlement(estimate int64, lims ...*Limiter) *Settlement {
-	return &Settlement{lims: lims, estimate: estimate}
+	s := &Settlement{lims: lims, estimate: estimate}
+	s.added.Store(-1)
+	return s
 }
 
-// Settle charges the measured cost actual: actual less the estimate, if
-// positive, to every limiter. Later calls return ErrAlreadySettled; a
-// negative actual is ErrInvalidCost and one above MaxCost
-// ErrCostTooLarge, and neither settles.
+// NewReservedSettlement returns the settlement of a request admitted by
+// the reservations rs (of estimate each; nil ones are skipped) and, at
+// cost estimate without a reservation, by lims (charged only what the
+// estimate missed, as with NewSettlement).
+func NewReservedSettlement(estimate int64, rs []*Reservation, lims ...*Limiter) *Settlement {
+	s := NewSettlement(estimate, lims...)
+	s.rs = rs
+	return s
+}
+
+// Settle charges the measured cost actual: to each reservation its
+// Settle (a lower actual refunds; one past its hold is charged what the
+// estimate missed), and to every other limiter actual less the estimate,
+// if positive. Later calls return ErrAlreadySettled; a negative actual
+// is ErrInvalidCost and one above MaxCost ErrCostTooLarge, and neither
+// settles.
 func (s *Settlement) Settle(actual int64) error {
 	if actual < 0 {
 		return fmt.Errorf("%w: actual cost %d", ErrInvalidCost, actual)
@@ -228,7 +248,16 @@ func (s *Settlement) Settle(actual int64) error {
 	if !s.done.CompareAndSwap(false, true) {
 		return ErrAlreadySettled
 	}
-	if extra := actual - s.estimate; extra > 0 {
+	extra := actual - s.estimate
+	for _, r := range s.rs {
+		if r == nil {
+			continue
+		}
+		if _, err := r.Settle(actual); errors.Is(err, ErrReservationExpired) && extra > 0 {
+			_, _ = r.l.Charge(extra) // in range: 0 < extra <= MaxCost
+		}
+	}
+	if extra > 0 {
 		for _, l := range s.lims {
 			if _, err := l.Charge(extra); err != nil {
 				return err
@@ -236,4 +265,51 @@ func (s *Settlement) Settle(actual int64) error {
 		}
 	}
 	return nil
+}
+
+// Add adds n (>= 0) to the measured cost that Finish settles; the sum
+// stops at MaxCost. After the settlement it returns ErrAlreadySettled.
+func (s *Settlement) Add(n int64) error {
+	if n < 0 {
+		return fmt.Errorf("%w: added cost %d", ErrInvalidCost, n)
+	}
+	if s.done.Load() {
+		return ErrAlreadySettled
+	}
+	for {
+		old := s.added.Load()
+		sum := min(max(old, 0)+min(n, MaxCost), MaxCost)
+		if s.added.CompareAndSwap(old, sum) {
+			return nil
+		}
+	}
+}
+
+// Finish settles with the sum of Add, when Add was called and the
+// settlement has not been settled yet; otherwise it does nothing (the
+// estimate stays charged).
+func (s *Settlement) Finish() {
+	if n := s.added.Load(); n >= 0 {
+		_ = s.Settle(n) // in range; a settled one stays settled
+	}
+}
+
+// ReserveAll reserves estimate on every layer (as AllowAll admits), each
+// reservation held for hold, into rs and ds (len(layers) each): all of
+// them or none. It returns the index of the first refused layer, or -1;
+// on a refusal the layers reserved before it are settled at 0 (their
+// estimates refunded, as AllowAll refunds) and rs is all nil.
+func (c *Client) ReserveAll(estimate int64, hold time.Duration, layers []*Limiter, rs []*Reservation, ds []Decision) (refused int) {
+	for i, l := range layers {
+		rs[i], ds[i] = l.ReserveFor(estimate, hold)
+		if ds[i].Allowed {
+			continue
+		}
+		for j := range i {
+			_, _ = rs[j].Settle(0) // within its hold: refunds, cannot fail
+			rs[j] = nil
+		}
+		return i
+	}
+	return -1
 }

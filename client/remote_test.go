@@ -177,6 +177,8 @@ func TestBuiltinEdgeCheck(t *testing.T) {
 		{"empty policy", &api.CheckRequest{Items: []*api.CheckItem{item("", 1, "tenant", "a")}}, codes.InvalidArgument},
 		{"all_or_none, two costs", &api.CheckRequest{AllOrNone: true, Items: []*api.CheckItem{item("trickle", 1, "tenant", "a"), item("trickle", 2, "tenant", "b")}}, codes.InvalidArgument},
 		{"concurrency", &api.CheckRequest{Items: []*api.CheckItem{item("conc", 1, "tenant", "a")}}, codes.FailedPrecondition},
+		{"reserve", &api.CheckRequest{Items: []*api.CheckItem{{Policy: "trickle", Cost: 1, Reserve: true, Key: map[string]string{"tenant": "a"}}}}, codes.Unimplemented},
+		{"settle", &api.CheckRequest{Items: []*api.CheckItem{{Policy: "trickle", Settle: &api.Settle{Reservation: "x", Actual: 1}, Key: map[string]string{"tenant": "a"}}}}, codes.Unimplemented},
 	} {
 		ctx, cancel := context.WithTimeout(context.Background(), testcluster.DefaultWait)
 		_, err := adm.Check(ctx, tc.req)

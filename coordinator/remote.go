@@ -143,6 +143,10 @@ func (r *remoteService) Check(_ context.Context, req *api.CheckRequest) (*api.Ch
 		r.invalid.Add(1)
 		return nil, err
 	}
+	if checkreq.UsesReservations(req) {
+		r.invalid.Add(1)
+		return nil, rpcerr.Error(codes.Unimplemented, "reserve and settle items are served by rationd edge, which holds the reservations; a server's built-in edge has no reservation table")
+	}
 	items := req.GetItems()
 	for i, it := range items {
 		if p, ok := r.s.fsm.Policy(it.GetPolicy()); ok && p.Algorithm == policy.Concurrency {
@@ -160,7 +164,7 @@ func (r *remoteService) Check(_ context.Context, req *api.CheckRequest) (*api.Ch
 	for i, it := range items {
 		lims[i] = r.limiter(c, it.GetPolicy(), client.Key(it.GetKey()))
 	}
-	evaluated := checkreq.Decide(c, req, costs, lims, ds)
+	evaluated, _ := checkreq.Decide(c, nil, req, costs, lims, ds, nil) // no reserve or settle items: no error
 	resp := &api.CheckResponse{Results: make([]*api.CheckResult, len(items)), Allowed: evaluated == len(items)}
 	for i := range items {
 		if i >= evaluated {

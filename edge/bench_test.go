@@ -86,3 +86,60 @@ func BenchmarkCheckInProcess(b *testing.B) {
 		}
 	})
 }
+
+// BenchmarkCheckReserveSettleGRPC: a reserve and its settle (two Check
+// calls over loopback gRPC, one decision) against a plain Check
+// (BenchmarkCheckGRPC): the cost of a cost known only after the work.
+func BenchmarkCheckReserveSettleGRPC(b *testing.B) {
+	h := benchEdge(b)
+	benchReserveSettle(b, func(ctx context.Context, req *api.CheckRequest) (*api.CheckResponse, error) {
+		return h.adm.Check(ctx, req)
+	})
+}
+
+// benchReserveSettle reserves 2 and settles at 1 through check, in
+// parallel.
+func benchReserveSettle(b *testing.B, check func(context.Context, *api.CheckRequest) (*api.CheckResponse, error)) {
+	key := map[string]string{"hot": "t"}
+	reserve := &api.CheckRequest{Items: []*api.CheckItem{{Policy: "bench.hot", Key: key, Cost: 2, Reserve: true}}}
+	b.ReportAllocs()
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			r, err := check(context.Background(), reserve)
+			if err != nil || r.GetResults()[0].GetReservation() == "" {
+				b.Errorf("reserve: %v %v", r, err)
+				return
+			}
+			settle := &api.CheckRequest{Items: []*api.CheckItem{{Policy: "bench.hot", Key: key,
+				Settle: &api.Settle{Reservation: r.GetResults()[0].GetReservation(), Actual: 1}}}}
+			if _, err := check(context.Background(), settle); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
+}
+
+// BenchmarkCheckGRPC: one plain Check over loopback gRPC.
+func BenchmarkCheckGRPC(b *testing.B) {
+	h := benchEdge(b)
+	req := &api.CheckRequest{Items: []*api.CheckItem{{Policy: "bench.hot", Key: map[string]string{"hot": "t"}}}}
+	b.ReportAllocs()
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			if _, err := h.adm.Check(context.Background(), req); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
+}
+
+// BenchmarkCheckReserveSettleInProcess: a reserve and its settle with the
+// method called directly, against BenchmarkCheckInProcess.
+func BenchmarkCheckReserveSettleInProcess(b *testing.B) {
+	h := benchEdge(b)
+	benchReserveSettle(b, h.e.Check)
+}

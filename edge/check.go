@@ -44,11 +44,16 @@ func (e *Edge) Check(_ context.Context, req *api.CheckRequest) (*api.CheckRespon
 	}
 	var lbuf [MaxCheckItems]*client.Limiter
 	var dbuf [MaxCheckItems]client.Decision
-	lims, ds := lbuf[:len(items)], dbuf[:len(items)]
+	var obuf [MaxCheckItems]checkreq.Outcome
+	lims, ds, outs := lbuf[:len(items)], dbuf[:len(items)], obuf[:len(items)]
 	for i, it := range items {
 		lims[i] = e.limiter(it.GetPolicy(), client.Key(it.GetKey()))
 	}
-	evaluated := checkreq.Decide(e.client, req, costs, lims, ds)
+	evaluated, err := checkreq.Decide(e.client, e.reservations, req, costs, lims, ds, outs)
+	if err != nil {
+		e.m.checkInvalid.Add(1)
+		return nil, err
+	}
 	// A concurrency policy the edge did not know of yet: the cluster
 	// answered its key with a slot lease, which the client refused.
 	// Items decided before it stay charged, as with any failed call.
@@ -70,8 +75,15 @@ func (e *Edge) Check(_ context.Context, req *api.CheckRequest) (*api.CheckRespon
 			e.m.checkResult(reasonChargedAfter)
 			continue
 		}
+		if it.GetSettle() != nil {
+			ch := outs[i].Charge
+			resp.Results[i] = &api.CheckResult{Allowed: true, Reason: outs[i].Reason, Debt: ceilTokens(ch.DebtMilli), Excess: ceilTokens(ch.ExcessMilli)}
+			e.m.checkResult(outs[i].Reason)
+			continue
+		}
 		e.noteRefusal(lims[i], ds[i])
 		r := e.result(it.GetPolicy(), lims[i], ds[i])
+		r.Reservation = outs[i].Reservation
 		resp.Results[i] = r
 		e.m.checkResult(r.Reason)
 		if !r.Allowed {
@@ -124,3 +136,8 @@ func (e *Edge) result(pol string, lim *client.Limiter, d client.Decision) *api.C
 // validateCheck checks a request's shape and returns each item's cost
 // (internal/checkreq, shared with the servers' built-in edge).
 func validateCheck(req *api.CheckRequest) ([]int64, error) { return checkreq.Validate(req) }
+
+// ceilTokens is milli-tokens in whole tokens, rounded up.
+func ceilTokens(milli int64) int64 {
+	return (milli + lease.MilliPerToken - 1) / lease.MilliPerToken
+}

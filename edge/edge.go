@@ -36,6 +36,8 @@ const (
 	MaxDescriptors = limits.Descriptors
 	// MaxEntries bounds the entries of one descriptor.
 	MaxEntries = limits.DescriptorEntries
+	// DefaultMaxReservations is Config.MaxReservations's default.
+	DefaultMaxReservations = checkreq.DefaultMaxReservations
 	// MaxCheckItems bounds the items of one Check call.
 	MaxCheckItems = limits.CheckItems
 	// MaxKeyAttrs bounds the attributes of one Check item's key.
@@ -98,6 +100,10 @@ type Config struct {
 	// gRPC server's calls with tracing.ServerOptions where it is made
 	// (rationd edge). Nil (the default): no tracing.
 	TracerProvider trace.TracerProvider
+	// MaxReservations bounds the Check API's open reservations (reserve
+	// items; api/check.proto): beyond it a reserve is RESOURCE_EXHAUSTED
+	// (default checkreq.DefaultMaxReservations, 100,000).
+	MaxReservations int
 	// Client, if set, adjusts the client's configuration (tests).
 	Client func(*client.Config)
 }
@@ -112,6 +118,8 @@ type Edge struct {
 	// replaces it).
 	envoy atomic.Pointer[envoyconf.Config]
 	m     *metrics
+	// reservations are the Check API's open reservations.
+	reservations *checkreq.Reservations
 
 	limMu    sync.RWMutex
 	limiters map[string]*client.Limiter
@@ -202,6 +210,7 @@ func New(ctx context.Context, cfg Config) (*Edge, error) {
 	addRuleInfo(m, cfg.Envoy)
 	e.policies.Store(&m)
 	e.m = newMetrics(e)
+	e.reservations = checkreq.NewReservations(cfg.MaxReservations)
 	if cfg.Registerer != nil {
 		if err := cfg.Registerer.Register(e.m); err != nil {
 			e.closeConns()

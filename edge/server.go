@@ -126,8 +126,13 @@ func (e *Edge) serveCheck(w http.ResponseWriter, r *http.Request) {
 	resp, err := e.Check(r.Context(), req)
 	if err != nil {
 		code := http.StatusInternalServerError
-		if c := status.Code(err); c == codes.InvalidArgument || c == codes.FailedPrecondition {
+		switch status.Code(err) {
+		case codes.InvalidArgument, codes.FailedPrecondition:
 			code = http.StatusBadRequest
+		case codes.NotFound: // a settle's unknown reservation
+			code = http.StatusNotFound
+		case codes.ResourceExhausted: // --max-reservations open
+			code = http.StatusTooManyRequests
 		}
 		writeError(w, code, err)
 		return

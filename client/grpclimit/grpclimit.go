@@ -93,11 +93,14 @@ type Config struct {
 	Layers []Layer
 	// Cost prices a call (default: 1 token).
 	Cost CostFunc
-	// SettleAfter makes Cost an estimate for unary calls: an admitted
-	// call's context carries a settlement the handler calls with the
-	// measured cost (Settle), which charges every layer what the estimate
-	// missed, after the fact and never refused (client.Limiter.Charge,
-	// docs/design.md §4.1). Default off (no per-call allocation).
+	// SettleAfter makes Cost an estimate: an admitted call's (or
+	// stream's) context carries a settlement the handler calls with the
+	// measured cost (Settle), or adds to as it goes (AddCost, settled
+	// when the handler returns), which charges every layer what the
+	// estimate missed, after the fact and never refused
+	// (client.Limiter.Charge, docs/design.md §4.1), or refunds what it
+	// saved (the estimate is a client.Reservation). A handler that does
+	// neither keeps the estimate. Default off (no per-call allocation).
 	SettleAfter bool
 	// Bypass lists full method names never checked, such as
 	// "/grpc.health.v1.Health/Check"; "/pkg.Service/*" matches a whole
@@ -229,15 +232,17 @@ func (g *Interceptor) UnaryServerInterceptor() grpc.UnaryServerInterceptor {
 			return handler(ctx, req)
 		}
 		cost := g.cfg.Cost(ctx, info.FullMethod)
-		var settle *[]*client.Limiter
+		var settle *settleInto
 		if g.cfg.SettleAfter {
-			settle = new([]*client.Limiter)
+			settle = new(settleInto)
 		}
 		if err := g.checkInto(ctx, info.FullMethod, cost, settle); err != nil {
 			return nil, err
 		}
 		if settle != nil {
-			ctx = context.WithValue(ctx, settleKey{}, client.NewSettlement(cost, *settle...))
+			s := client.NewReservedSettlement(cost, settle.rs, settle.lims...)
+			ctx = context.WithValue(ctx, settleKey{}, s)
+			defer s.Finish() // what AddCost measured, if the handler did not Settle
 		}
 		var resp any
 		var err error
@@ -257,8 +262,19 @@ func (g *Interceptor) StreamServerInterceptor() grpc.StreamServerInterceptor {
 			return handler(srv, ss)
 		}
 		ctx := ss.Context()
-		if err := g.check(ctx, info.FullMethod, g.cfg.Cost(ctx, info.FullMethod)); err != nil {
+		cost := g.cfg.Cost(ctx, info.FullMethod)
+		var settle *settleInto
+		if g.cfg.SettleAfter {
+			settle = new(settleInto)
+		}
+		if err := g.checkInto(ctx, info.FullMethod, cost, settle); err != nil {
 			return err
+		}
+		if settle != nil {
+			s := client.NewReservedSettlement(cost, settle.rs, settle.lims...)
+			ss = &slotStream{ServerStream: ss, ctx: context.WithValue(ctx, settleKey{}, s)}
+			ctx = ss.Context()
+			defer s.Finish() // what AddCost measured, if the handler did not Settle
 		}
 		if g.cfg.MessageCost != nil {
 			ss = &meteredStream{ServerStream: ss, g: g, method: info.FullMethod}
@@ -296,9 +312,17 @@ func (g *Interceptor) check(ctx context.Context, fullMethod string, cost int64) 
 	return g.checkInto(ctx, fullMethod, cost, nil)
 }
 
-// checkInto is check; if settle is not nil, it receives the limiters an
-// admitted call was charged under, shadow layers included.
-func (g *Interceptor) checkInto(ctx context.Context, fullMethod string, cost int64, settle *[]*client.Limiter) error {
+// settleInto receives what an admitted call was charged under: the
+// reservations of its layers and its shadow layers' limiters.
+type settleInto struct {
+	rs   []*client.Reservation
+	lims []*client.Limiter
+}
+
+// checkInto is check; if settle is not nil, the layers are reserved
+// (client.Client.ReserveAll, so that a lower measured cost refunds) and
+// settle receives the reservations and the shadow layers' limiters.
+func (g *Interceptor) checkInto(ctx context.Context, fullMethod string, cost int64, settle *settleInto) error {
 	if cost < 0 {
 		return rpcerr.Errorf(codes.Internal, "rate limiter: the cost function priced %s at %d; a cost must not be negative", fullMethod, cost)
 	}
@@ -333,7 +357,13 @@ func (g *Interceptor) checkInto(ctx context.Context, fullMethod string, cost int
 			decs = make([]client.Decision, len(lims))
 		}
 		decs = decs[:len(lims)]
-		refusing := g.cfg.Client.AllowAllDetail(cost, lims, decs)
+		var refusing int
+		if settle != nil {
+			settle.rs = make([]*client.Reservation, len(lims))
+			refusing = g.cfg.Client.ReserveAll(cost, client.DefaultReservationHold, lims, settle.rs, decs)
+		} else {
+			refusing = g.cfg.Client.AllowAllDetail(cost, lims, decs)
+		}
 		if refusing < 0 {
 			for i, p := range policies {
 				g.metrics.WithLabelValues(p, method, outcome(decs[i])).Inc()
@@ -360,7 +390,7 @@ func (g *Interceptor) checkInto(ctx context.Context, fullMethod string, cost int
 		g.metrics.WithLabelValues(shadowPolicies[i], method, o).Inc()
 	}
 	if settle != nil {
-		*settle = append(append(*settle, lims...), shadowLims...)
+		settle.lims = shadowLims
 	}
 	return nil
 }
@@ -370,20 +400,34 @@ type settleKey struct{}
 // ErrNoSettlement is Settle's error for a context with no settlement: the
 // interceptor did not admit the call with Config.SettleAfter on (or the
 // call was a stream, or cost nothing).
-var ErrNoSettlement = errors.New("grpclimit: no settlement in this call's context (Config.SettleAfter off, a stream, or not admitted by the interceptor)")
+var ErrNoSettlement = errors.New("grpclimit: no settlement in this call's context (Config.SettleAfter off, or not admitted by the interceptor)")
 
 // Settle charges an admitted unary call's measured cost, actual, under
 // every layer that admitted it by its estimate (Config.Cost, with
 // Config.SettleAfter on): what the estimate missed is charged after the
-// fact, never refused; a lower actual refunds nothing. Call it from the
-// handler with the call's context; it takes effect once
-// (client.Settlement.Settle's errors).
+// fact, never refused; a lower actual refunds the difference. Call it
+// from the handler with the call's (or stream's) context; it takes effect
+// once (client.Settlement.Settle's errors).
 func Settle(ctx context.Context, actual int64) error {
 	s, ok := ctx.Value(settleKey{}).(*client.Settlement)
 	if !ok {
 		return ErrNoSettlement
 	}
 	return s.Settle(actual)
+}
+
+// AddCost adds n (>= 0) to an admitted call's measured cost, under
+// Config.SettleAfter: a streaming handler calls it as it goes (per
+// message, per chunk of tokens), and the sum is settled as Settle would
+// when the handler returns, unless the handler called Settle itself.
+// Errors: ErrNoSettlement, client.ErrInvalidCost for a negative n,
+// client.ErrAlreadySettled after the settlement.
+func AddCost(ctx context.Context, n int64) error {
+	s, ok := ctx.Value(settleKey{}).(*client.Settlement)
+	if !ok {
+		return ErrNoSettlement
+	}
+	return s.Add(n)
 }
 
 func outcome(d client.Decision) string {

@@ -112,11 +112,14 @@ type Config struct {
 	MaxCachedLimiters int
 	// SettleAfter makes Cost an estimate: an admitted request's context
 	// carries a settlement the handler calls with the measured cost
-	// (Settle; an LLM proxy passing usage.total_tokens), which charges
-	// every layer what the estimate missed, after the fact and never
-	// refused (client.Limiter.Charge: a debt where a bucket lacks it,
-	// docs/design.md §4.1). A cost below the estimate refunds nothing.
-	// Default off (no per-request allocation).
+	// (Settle; an LLM proxy passing usage.total_tokens), or adds it up
+	// as a streamed response goes (AddCost, settled when the handler
+	// returns). Every layer is charged what the estimate missed, after
+	// the fact and never refused (client.Limiter.Charge: a debt where a
+	// bucket lacks it, docs/design.md §4.1), or refunded what it saved
+	// (the estimate is a client.Reservation). A handler that does
+	// neither keeps the estimate. Default off (no per-request
+	// allocation).
 	SettleAfter bool
 	// OnError writes the response when a key cannot be made (Identity,
 	// Layer.Key or InFlightKey failed) or Cost returned a negative cost
@@ -318,11 +321,21 @@ func (m *Middleware) charge(w http.ResponseWriter, r *http.Request, next http.Ha
 		decs = make([]client.Decision, len(lims))
 	}
 	decs = decs[:len(lims)]
-	i := m.cfg.Client.AllowAllDetail(cost, lims, decs)
+	var s *client.Settlement
+	var i int
+	if m.cfg.SettleAfter {
+		// Reservations, so that a lower measured cost refunds.
+		rs := make([]*client.Reservation, len(lims))
+		i = m.cfg.Client.ReserveAll(cost, client.DefaultReservationHold, lims, rs, decs)
+		s = client.NewReservedSettlement(cost, rs)
+	} else {
+		i = m.cfg.Client.AllowAllDetail(cost, lims, decs)
+	}
 	if i < 0 {
 		m.admitted(w, route, decs, lims)
-		if m.cfg.SettleAfter {
-			r = r.WithContext(context.WithValue(r.Context(), settleKey{}, client.NewSettlement(cost, lims...)))
+		if s != nil {
+			r = r.WithContext(context.WithValue(r.Context(), settleKey{}, s))
+			defer s.Finish() // what AddCost measured, if the handler did not Settle
 		}
 		next.ServeHTTP(w, r)
 		return
@@ -390,7 +403,7 @@ var ErrNoSettlement = errors.New("httplimit: no settlement in this request's con
 // every layer that admitted it by its estimate (Config.Cost, with
 // Config.SettleAfter on): what the estimate missed is charged after the
 // fact, never refused (client.Limiter.Charge: a debt where a bucket lacks
-// it, docs/design.md §4.1); a lower actual refunds nothing. Call it from
+// it, docs/design.md §4.1); a lower actual refunds the difference. Call it from
 // the handler once the cost is known, with the request's context; it
 // takes effect once (client.Settlement.Settle's errors).
 func Settle(ctx context.Context, actual int64) error {
@@ -399,4 +412,18 @@ func Settle(ctx context.Context, actual int64) error {
 		return ErrNoSettlement
 	}
 	return s.Settle(actual)
+}
+
+// AddCost adds n (>= 0) to an admitted request's measured cost, under
+// Config.SettleAfter: a streaming handler calls it as it goes (an LLM
+// proxy per chunk of tokens), and the sum is settled as Settle would when
+// the handler returns, unless the handler called Settle itself. Errors:
+// ErrNoSettlement, client.ErrInvalidCost for a negative n,
+// client.ErrAlreadySettled after the settlement.
+func AddCost(ctx context.Context, n int64) error {
+	s, ok := ctx.Value(settleKey{}).(*client.Settlement)
+	if !ok {
+		return ErrNoSettlement
+	}
+	return s.Add(n)
 }

@@ -40,6 +40,7 @@ type edgeOptions struct {
 	configPath          string
 	firstLeaseWait      time.Duration
 	pressureKeys        int
+	maxReservations     int
 	reloadEvery         time.Duration
 	logLevel, logFormat string
 	security            securityOptions // tls.go: the dial to the cluster, and the edge's own listeners
@@ -55,6 +56,7 @@ func edgeFlags(o *edgeOptions) *flag.FlagSet {
 	fs.DurationVar(&o.reloadEvery, "envoy-config-reload", o.reloadEvery, "how often to look for changed --envoy-config files and reload them (0: on SIGHUP only)")
 	fs.StringVar(&o.configPath, "config", o.configPath, "ration policy `FILE` the edge expects the cluster to have (checked and used for RateLimit headers, never applied)")
 	fs.DurationVar(&o.firstLeaseWait, "first-lease-wait", o.firstLeaseWait, "how long a key's first decision waits for its first lease")
+	fs.IntVar(&o.maxReservations, "max-reservations", o.maxReservations, "at most this many Check API reservations open (reserve items, not yet settled); beyond it a reserve is RESOURCE_EXHAUSTED")
 	fs.IntVar(&o.pressureKeys, "pressure-keys", o.pressureKeys, "above this many keys, or while the cluster refuses one for max_keys, release keys with no traffic since their last renewal instead of renewing them (negative: never)")
 	fs.StringVar(&o.logLevel, "log-level", o.logLevel, "debug, info, warn or error")
 	fs.StringVar(&o.logFormat, "log-format", o.logFormat, "text or json")
@@ -90,7 +92,7 @@ Flags:
 }
 
 func defaultEdgeOptions() edgeOptions {
-	return edgeOptions{logLevel: "info", logFormat: "text", firstLeaseWait: 50 * time.Millisecond, pressureKeys: edge.DefaultPressureKeys, reloadEvery: 10 * time.Second,
+	return edgeOptions{logLevel: "info", logFormat: "text", firstLeaseWait: 50 * time.Millisecond, pressureKeys: edge.DefaultPressureKeys, maxReservations: edge.DefaultMaxReservations, reloadEvery: 10 * time.Second,
 		security: securityOptions{clusterName: "ration", reloadEvery: defaultTLSReload}}
 }
 
@@ -141,7 +143,7 @@ func runEdge(args []string, stdout, stderr io.Writer, signals <-chan os.Signal) 
 	}
 	defer flushTraces(stopTracing, logger)
 	e, err := edge.New(context.Background(), edge.Config{Servers: o.servers, TLS: r.dialTLS, Token: token, ClientID: r.id, Envoy: r.conf, Policies: r.pols, TracerProvider: tp,
-		FirstLeaseWait: o.firstLeaseWait, NoFirstLeaseWait: o.firstLeaseWait == 0, PressureKeys: o.pressureKeys, Logger: logger, Registerer: r.reg})
+		FirstLeaseWait: o.firstLeaseWait, NoFirstLeaseWait: o.firstLeaseWait == 0, PressureKeys: o.pressureKeys, MaxReservations: o.maxReservations, Logger: logger, Registerer: r.reg})
 	if err != nil {
 		r.closeListeners()
 		return fail(1, err)

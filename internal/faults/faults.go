@@ -127,10 +127,15 @@ const (
 	// (k) of docs/design.md §4.1 (lease.FaultForgetDebt): the settlement
 	// workload's negative control (jepsen-like-tests/debt.go).
 	ForgetDebt Fault = "forget-debt"
+	// ReservationExpiryRefunds: a Check API reservation whose hold ends
+	// unsettled is refunded its estimate instead of keeping it
+	// (internal/checkreq), so a caller that never settles is charged
+	// nothing: the control TestCheckReserveNegativeControl (edge).
+	ReservationExpiryRefunds Fault = "reservation-expiry-refunds"
 )
 
 // All lists every fault, for flag help and validation.
-var All = []Fault{AckBeforeCommit, StartFullNoDebit, TimeFromReceipt, ForgetRetired, ClockResumeOwnReading, CreditAtReduction, ForgetReplaced, IgnoreKeyAttributes, ReportDouble, AdmitBeforeLease, WindowDeadReturns, SlotForgetLowered, WindowZoneUTC, SlotAckAtOnce, SlotInstallExtendsOld, SnapshotSaveHere, KeyQuotaIgnored, WindowRestoreClockBack, WindowForgetSpent, RecoveryWithoutHold, ForgetDebt}
+var All = []Fault{AckBeforeCommit, StartFullNoDebit, TimeFromReceipt, ForgetRetired, ClockResumeOwnReading, CreditAtReduction, ForgetReplaced, IgnoreKeyAttributes, ReportDouble, AdmitBeforeLease, WindowDeadReturns, SlotForgetLowered, WindowZoneUTC, SlotAckAtOnce, SlotInstallExtendsOld, SnapshotSaveHere, KeyQuotaIgnored, WindowRestoreClockBack, WindowForgetSpent, RecoveryWithoutHold, ForgetDebt, ReservationExpiryRefunds}
 
 func parse(name string) (Fault, error) {
 	for _, f := range All {

@@ -1,0 +1,28 @@
+//go:build ration_faults
+
+package edge
+
+import (
+	"testing"
+
+	"github.com/ration-dev/ration/internal/faults"
+	"github.com/ration-dev/ration/internal/testcluster"
+)
+
+// TestCheckReserveNegativeControl breaks the end of a reservation's hold
+// (faults.ReservationExpiryRefunds: an unsettled reservation is charged
+// nothing) and checks that TestCheckReserveSettle's expiry check catches
+// it. Not parallel: faults.Set is process-wide.
+func TestCheckReserveNegativeControl(t *testing.T) {
+	c := startCluster(t, reservePolicies)
+	h := startEdge(t, servers(c), nil, "edge-reserve-control")
+	testcluster.WaitFor(t, testcluster.DefaultWait, h.e.Ready)
+	if err := faults.Set(string(faults.ReservationExpiryRefunds)); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = faults.Set() })
+	if !expiredThenCheck(t, h, "control") {
+		t.Fatal("the control (expiry refunds the estimate) was not caught: the key still refused after the hold")
+	}
+	t.Log("caught as expected: the key admitted again after its reservation expired unsettled")
+}
