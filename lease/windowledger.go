@@ -491,7 +491,7 @@ func (l *WindowLedger) ExhaustThrough(w int64) {
 	l.s.ExhaustThrough = max(l.s.ExhaustThrough, w)
 	// Chunks the snapshot does not know may have used every allowance it
 	// does not account for: that room is debt of the current window.
-	if room := l.debtRoom(); room > 0 && l.s.End != 0 {
+	if room := l.debtRoom(); room > 0 && l.s.End != 0 && l.s.Start <= l.s.ExhaustThrough {
 		l.countDebt(room)
 	}
 	if l.s.End != 0 {
