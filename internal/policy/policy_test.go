@@ -558,4 +558,3 @@ func FuzzParseMilli(f *testing.F) {
 		}
 	})
 }
-
