@@ -1897,7 +1897,13 @@ type WindowKeySnapshot struct {
 	// With FeatureWindowSpent: the windows of other definitions the key
 	// counted in that have not yet ended, with their counts
 	// (lease.WindowLedgerState.Spent; docs/design.md §8.2, "Changes").
-	Spent         []*WindowSpentSnapshot `protobuf:"bytes,81,rep,name=spent,proto3" json:"spent,omitempty"`
+	Spent []*WindowSpentSnapshot `protobuf:"bytes,81,rep,name=spent,proto3" json:"spent,omitempty"`
+	// With FeatureDebt (docs/design.md §8.6): the debt counted in the
+	// current window (lease.WindowLedgerState.DebtMilli: the overshoot
+	// carried from the window before and the debt of chunks that ended in
+	// this one), and the policy's max_debt the ledger last applied.
+	DebtMilli     int64 `protobuf:"varint,82,opt,name=debt_milli,json=debtMilli,proto3" json:"debt_milli,omitempty"`
+	MaxDebtMilli  int64 `protobuf:"varint,83,opt,name=max_debt_milli,json=maxDebtMilli,proto3" json:"max_debt_milli,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2079,6 +2085,20 @@ func (x *WindowKeySnapshot) GetSpent() []*WindowSpentSnapshot {
 	return nil
 }
 
+func (x *WindowKeySnapshot) GetDebtMilli() int64 {
+	if x != nil {
+		return x.DebtMilli
+	}
+	return 0
+}
+
+func (x *WindowKeySnapshot) GetMaxDebtMilli() int64 {
+	if x != nil {
+		return x.MaxDebtMilli
+	}
+	return 0
+}
+
 // A window of another definition than a key's current one, and its count
 // (lease.WindowSpent).
 type WindowSpentSnapshot struct {
@@ -2175,8 +2195,10 @@ type WindowLeaseSnapshot struct {
 	WindowStartNanos int64                  `protobuf:"varint,6,opt,name=window_start_nanos,json=windowStartNanos,proto3" json:"window_start_nanos,omitempty"`
 	GrantedMilli     int64                  `protobuf:"varint,7,opt,name=granted_milli,json=grantedMilli,proto3" json:"granted_milli,omitempty"`
 	Replaced         bool                   `protobuf:"varint,8,opt,name=replaced,proto3" json:"replaced,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// The chunk's debt allowance (rule w1, docs/design.md §8.6).
+	DebtAllowanceMilli int64 `protobuf:"varint,9,opt,name=debt_allowance_milli,json=debtAllowanceMilli,proto3" json:"debt_allowance_milli,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
 }
 
 func (x *WindowLeaseSnapshot) Reset() {
@@ -2263,6 +2285,13 @@ func (x *WindowLeaseSnapshot) GetReplaced() bool {
 		return x.Replaced
 	}
 	return false
+}
+
+func (x *WindowLeaseSnapshot) GetDebtAllowanceMilli() int64 {
+	if x != nil {
+		return x.DebtAllowanceMilli
+	}
+	return 0
 }
 
 // WindowClockCommand re-synchronises window time to the proposing
@@ -2816,7 +2845,7 @@ const file_command_proto_rawDesc = "" +
 	"\x10slew_start_nanos\x18P \x01(\x03R\x0eslewStartNanos\x12\x1d\n" +
 	"\n" +
 	"slew_nanos\x18Q \x01(\x03R\tslewNanos\x12!\n" +
-	"\fslewed_nanos\x18R \x01(\x03R\vslewedNanos\"\xdd\x05\n" +
+	"\fslewed_nanos\x18R \x01(\x03R\vslewedNanos\"\xa2\x06\n" +
 	"\x11WindowKeySnapshot\x12\x16\n" +
 	"\x06policy\x18\x01 \x01(\tR\x06policy\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\tR\x03key\x12\x1b\n" +
@@ -2844,7 +2873,10 @@ const file_command_proto_rawDesc = "" +
 	"\talgorithm\x18\x12 \x01(\tR\talgorithm\x12%\n" +
 	"\x0ekey_attributes\x18\x13 \x03(\tR\rkeyAttributes\x12!\n" +
 	"\fslewed_nanos\x18P \x01(\x03R\vslewedNanos\x124\n" +
-	"\x05spent\x18Q \x03(\v2\x1e.ration.v1.WindowSpentSnapshotR\x05spent\"\xc9\x01\n" +
+	"\x05spent\x18Q \x03(\v2\x1e.ration.v1.WindowSpentSnapshotR\x05spent\x12\x1d\n" +
+	"\n" +
+	"debt_milli\x18R \x01(\x03R\tdebtMilli\x12$\n" +
+	"\x0emax_debt_milli\x18S \x01(\x03R\fmaxDebtMilli\"\xc9\x01\n" +
 	"\x13WindowSpentSnapshot\x12\x1f\n" +
 	"\vfixed_nanos\x18\x01 \x01(\x03R\n" +
 	"fixedNanos\x12\x16\n" +
@@ -2854,7 +2886,7 @@ const file_command_proto_rawDesc = "" +
 	"startNanos\x12\x1b\n" +
 	"\tend_nanos\x18\x05 \x01(\x03R\bendNanos\x12\x1f\n" +
 	"\vcount_milli\x18\x06 \x01(\x03R\n" +
-	"countMilli\"\x95\x02\n" +
+	"countMilli\"\xc7\x02\n" +
 	"\x13WindowLeaseSnapshot\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x1b\n" +
 	"\tclient_id\x18\x02 \x01(\tR\bclientId\x12 \n" +
@@ -2863,7 +2895,8 @@ const file_command_proto_rawDesc = "" +
 	"\rexpires_nanos\x18\x05 \x01(\x03R\fexpiresNanos\x12,\n" +
 	"\x12window_start_nanos\x18\x06 \x01(\x03R\x10windowStartNanos\x12#\n" +
 	"\rgranted_milli\x18\a \x01(\x03R\fgrantedMilli\x12\x1a\n" +
-	"\breplaced\x18\b \x01(\bR\breplaced\"v\n" +
+	"\breplaced\x18\b \x01(\bR\breplaced\x120\n" +
+	"\x14debt_allowance_milli\x18\t \x01(\x03R\x12debtAllowanceMilli\"v\n" +
 	"\x12WindowClockCommand\x12&\n" +
 	"\x0fwall_unix_nanos\x18\x01 \x01(\x03R\rwallUnixNanos\x12\x12\n" +
 	"\x04slew\x18P \x01(\bR\x04slew\x12$\n" +

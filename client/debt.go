@@ -18,7 +18,11 @@ import (
 // allowance, the excess, is recorded and reported (ChargeResult,
 // metrics) but not covered by the bound. On a policy without max_debt the
 // allowance is 0: a charge takes what the bucket holds and the rest is
-// excess.
+// excess. A fixed window's chunk is charged the same way (docs/design.md
+// §8.6): it has no rate, so a chunk in debt admits nothing until a
+// renewal's units pay it, and the debt counts in the window where the
+// chunk ends; what goes beyond the window's limit is carried into the
+// next window.
 
 // DefaultReservationHold is how long a reservation from Reserve may wait
 // for its Settle: after it, the reservation is charged its estimate (it
@@ -97,7 +101,7 @@ func (l *Limiter) chargeMilli(costMilli int64) ChargeResult {
 	}
 	var res ChargeResult
 	now := l.c.clock.Precise()
-	if t == nil || t.win != nil || now >= t.deadline || l.c.closed.Load() {
+	if t == nil || now >= t.deadline || l.c.closed.Load() {
 		res.ExcessMilli = costMilli // no bucket of a usable lease to hold it
 	} else {
 		level, excess := t.bucket.ChargeN(now, costMilli)

@@ -64,6 +64,13 @@ const faultWindowForgetSpent fault = 0x46
 
 var _ = registerFault(faultWindowForgetSpent, "faultWindowForgetSpent")
 
+// faultWindowSnapshotDropsDebt: snapshots leave out a window key's debt
+// and its chunks' allowances (TestWindowDebtSurvivesSnapshot's negative
+// control).
+const faultWindowSnapshotDropsDebt fault = 0x47
+
+var _ = registerFault(faultWindowSnapshotDropsDebt, "faultWindowSnapshotDropsDebt")
+
 // Window lease settings: a window policy has no lease section; its chunks
 // are leased for at most windowLeaseNanos, renewed after
 // min(windowLeaseNanos/3, window/16) (at least MinEarlyRenewNanos), with
@@ -273,7 +280,8 @@ func windowConfig(p policy.Policy) (lease.WindowLedgerConfig, error) {
 }
 
 func sameWindowConfig(a, b lease.WindowLedgerConfig) bool {
-	return a.LimitMilli == b.LimitMilli && a.MaxLeases == b.MaxLeases && a.Spec.Equal(b.Spec) && a.Approx == b.Approx && a.KeepSpent == b.KeepSpent
+	return a.LimitMilli == b.LimitMilli && a.MaxLeases == b.MaxLeases && a.Spec.Equal(b.Spec) && a.Approx == b.Approx && a.KeepSpent == b.KeepSpent &&
+		a.MaxDebtMilli == b.MaxDebtMilli
 }
 
 // windowLedger finds (or, with create, makes) a window key's ledger, and
@@ -286,6 +294,11 @@ func (s *state) windowLedger(t int64, p policy.Policy, k *api.Key, create bool) 
 	}
 	cfg, err := windowConfig(p)
 	cfg.KeepSpent = !s.has(faultWindowForgetSpent)
+	if s.debt() && p.Algorithm == policy.FixedWindow {
+		// FeatureDebt covers fixed windows too (docs/design.md §8.6); off,
+		// max_debt is ignored as a server that predates it does.
+		cfg.MaxDebtMilli = p.MaxDebtMilli
+	}
 	if err != nil {
 		return ck, nil, fmt.Errorf("policy %q: %w", p.Name, err)
 	}
@@ -397,6 +410,7 @@ func windowGrantProto(p policy.Policy, ck string, g lease.WindowGrant, renewal b
 		WindowNanos:          g.End - g.Start,
 		WindowResetNanos:     g.End - w,
 		WindowRemainingMilli: g.RemainingMilli,
+		DebtAllowanceMilli:   g.DebtAllowanceMilli,
 	}
 	if renewal {
 		out.TopUpMilli = g.ChunkMilli
@@ -470,7 +484,15 @@ func (s *state) windowRelease(t int64, c *api.Caller, k *api.ReleaseKey) *api.Re
 		if unspent < 0 || unspent > lease.MaxCapacityMilli {
 			err = fmt.Errorf("%w: unspent_milli %d is outside [0, %d]", rpcerr.ErrInvalid, unspent, lease.MaxCapacityMilli)
 		} else {
-			r.CreditedMilli, err = l.Release(t, s.windowTime(t), c.GetClientId(), c.GetIncarnation(), lease.LeaseID(k.GetLeaseId()), unspent)
+			var debt int64
+			if s.debt() {
+				debt = k.GetDebtMilli() // the debt the chunk was charged (rule w2)
+			}
+			if debt < 0 || debt > lease.MaxCapacityMilli {
+				err = fmt.Errorf("%w: debt_milli %d is outside [0, %d]", rpcerr.ErrInvalid, debt, lease.MaxCapacityMilli)
+			} else {
+				r.CreditedMilli, err = l.ReleaseDebt(t, s.windowTime(t), c.GetClientId(), c.GetIncarnation(), lease.LeaseID(k.GetLeaseId()), unspent, debt)
+			}
 		}
 	}
 	if err != nil {
@@ -637,14 +659,23 @@ func (s *state) exportWindows() []*api.WindowFrame {
 				StartNanos: st.Start, EndNanos: st.End, CountMilli: st.CountMilli, ExhaustThroughNanos: st.ExhaustThrough, NextId: uint64(st.NextID),
 				LimitMilli: cfg.LimitMilli, FixedNanos: cfg.Spec.FixedNanos, Period: cfg.Spec.Period, Timezone: cfg.Spec.Timezone, MaxLeases: int64(cfg.MaxLeases),
 				Approx: cfg.Approx, PrevCountMilli: st.PrevCountMilli,
-				Algorithm: string(s.win.keying[pn].alg), KeyAttributes: slices.Clone(s.win.keying[pn].attrs), SlewedNanos: st.SlewedNanos}
+				Algorithm: string(s.win.keying[pn].alg), KeyAttributes: slices.Clone(s.win.keying[pn].attrs), SlewedNanos: st.SlewedNanos,
+				DebtMilli: st.DebtMilli, MaxDebtMilli: cfg.MaxDebtMilli}
+			dropDebt := s.has(faultWindowSnapshotDropsDebt)
+			if dropDebt {
+				ks.DebtMilli = 0
+			}
 			for _, sp := range st.Spent {
 				ks.Spent = append(ks.Spent, &api.WindowSpentSnapshot{FixedNanos: sp.Spec.FixedNanos, Period: sp.Spec.Period, Timezone: sp.Spec.Timezone,
 					StartNanos: sp.Start, EndNanos: sp.End, CountMilli: sp.CountMilli})
 			}
 			for _, le := range st.Leases {
 				ks.Leases = append(ks.Leases, &api.WindowLeaseSnapshot{Id: uint64(le.ID), ClientId: le.ClientID, Incarnation: le.Incarnation,
-					GrantSeq: le.GrantSeq, ExpiresNanos: le.ExpiresNanos, WindowStartNanos: le.WindowStart, GrantedMilli: le.GrantedMilli, Replaced: le.Replaced})
+					GrantSeq: le.GrantSeq, ExpiresNanos: le.ExpiresNanos, WindowStartNanos: le.WindowStart, GrantedMilli: le.GrantedMilli, Replaced: le.Replaced,
+					DebtAllowanceMilli: le.DebtAllowanceMilli})
+				if dropDebt {
+					ks.Leases[len(ks.Leases)-1].DebtAllowanceMilli = 0
+				}
 			}
 			out = append(out, &api.WindowFrame{Key: ks})
 		}
@@ -670,10 +701,10 @@ func (st *state) importWindow(f *api.WindowFrame) error {
 		return fmt.Errorf("%w: window key %s/%s: %w", errSnapshot, ks.GetPolicy(), ks.GetKey(), err)
 	}
 	cfg := lease.WindowLedgerConfig{LimitMilli: ks.GetLimitMilli(), Spec: spec, MaxLeases: int(ks.GetMaxLeases()), Approx: ks.GetApprox(),
-		KeepSpent: true}
+		KeepSpent: true, MaxDebtMilli: ks.GetMaxDebtMilli()}
 	ls := lease.WindowLedgerState{NowNanos: ks.GetNowNanos(), WindowNanos: ks.GetWindowNowNanos(), Start: ks.GetStartNanos(), End: ks.GetEndNanos(),
 		CountMilli: ks.GetCountMilli(), PrevCountMilli: ks.GetPrevCountMilli(), ExhaustThrough: ks.GetExhaustThroughNanos(), NextID: lease.LeaseID(ks.GetNextId()),
-		SlewedNanos: ks.GetSlewedNanos()}
+		SlewedNanos: ks.GetSlewedNanos(), DebtMilli: ks.GetDebtMilli()}
 	for _, sp := range ks.GetSpent() {
 		spec, err := lease.NewWindowSpec(sp.GetFixedNanos(), sp.GetPeriod(), sp.GetTimezone())
 		if err != nil {
@@ -683,7 +714,8 @@ func (st *state) importWindow(f *api.WindowFrame) error {
 	}
 	for _, le := range ks.GetLeases() {
 		ls.Leases = append(ls.Leases, lease.WindowLease{ID: lease.LeaseID(le.GetId()), ClientID: le.GetClientId(), Incarnation: le.GetIncarnation(),
-			GrantSeq: le.GetGrantSeq(), ExpiresNanos: le.GetExpiresNanos(), WindowStart: le.GetWindowStartNanos(), GrantedMilli: le.GetGrantedMilli(), Replaced: le.GetReplaced()})
+			GrantSeq: le.GetGrantSeq(), ExpiresNanos: le.GetExpiresNanos(), WindowStart: le.GetWindowStartNanos(), GrantedMilli: le.GetGrantedMilli(), Replaced: le.GetReplaced(),
+			DebtAllowanceMilli: le.GetDebtAllowanceMilli()})
 	}
 	l, err := lease.NewWindowLedgerFromState(cfg, ls)
 	if err != nil {
@@ -723,7 +755,7 @@ func (s *state) windowListing(out *api.ListLeasesResponse, policyName, key strin
 			l := s.win.keys[pn][ck]
 			start, end, count, limit := l.Window()
 			out.Keys = append(out.Keys, &api.KeyInfo{Policy: pn, Key: ck, CapacityMilli: limit,
-				WindowStartUnixNanos: start, WindowEndUnixNanos: end, WindowCountMilli: count, WindowLimitMilli: limit})
+				WindowStartUnixNanos: start, WindowEndUnixNanos: end, WindowCountMilli: count, WindowLimitMilli: limit, DebtMilli: l.DebtMilli()})
 			for _, le := range l.State().Leases {
 				if le.ExpiresNanos <= now {
 					continue

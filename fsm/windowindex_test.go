@@ -50,8 +50,24 @@ func windowScanNextDue(s *state) (int64, bool) {
 // every entry both must have the same snapshot, and the index's earliest
 // due time must be the scan's.
 func windowIndexHistories(t *testing.T, broken fault) func(*rapid.T) {
+	return windowIndexHistoriesDebt(t, broken, false)
+}
+
+// windowIndexHistoriesDebt is windowIndexHistories, with debt: FeatureDebt
+// on, the policy's max_debt 5, and releases reporting debt.
+func windowIndexHistoriesDebt(t *testing.T, broken fault, debt bool) func(*rapid.T) {
 	return func(rt *rapid.T) {
 		hs := []*harness{windowsOnHarness(t, 0), windowsOnHarness(t, 0)}
+		extra := ""
+		if debt {
+			extra = "    max_debt: 5\n"
+			for _, h := range hs {
+				h.enableFeatures(KnownFeatures)
+				if r := h.apply(CmdApplyPolicies, 0, windowPolicies("10", extra)); r.Err != nil {
+					rt.Fatal(r.Err)
+				}
+			}
+		}
 		hs[0].f.st.fault = broken
 		hs[1].f.st.win.scanRef = windowScanReference
 		leases := map[string]uint64{}
@@ -73,7 +89,11 @@ func windowIndexHistories(t *testing.T, broken fault) func(*rapid.T) {
 			case 2:
 				cmd = &api.LeaseBatchCommand{Ops: []*api.LeaseOp{wRenew(c, tenant, leases[who+tenant], 5000)}}
 			case 3:
-				cmd = &api.LeaseBatchCommand{Ops: []*api.LeaseOp{wRelease(c, tenant, leases[who+tenant], rapid.Int64Range(0, 3000).Draw(rt, "unspent"))}}
+				rel := wRelease(c, tenant, leases[who+tenant], rapid.Int64Range(0, 3000).Draw(rt, "unspent"))
+				if debt {
+					rel.GetRelease().Keys[0].DebtMilli = rapid.Int64Range(0, 4000).Draw(rt, "debt")
+				}
+				cmd = &api.LeaseBatchCommand{Ops: []*api.LeaseOp{rel}}
 			case 4:
 				inc[who]++
 				seqs[who] = 1
@@ -97,7 +117,7 @@ func windowIndexHistories(t *testing.T, broken fault) func(*rapid.T) {
 				case op == 9:
 					// A change of the window's definition (keys keep the
 					// windows they leave: lease.WindowLedgerState.Spent).
-					h.apply(CmdApplyPolicies, at, windowPolicyAt("10", def))
+					h.apply(CmdApplyPolicies, at, windowPolicyAt("10", def+"\n"+extra))
 				case op == 8:
 					// A leader whose wall clock is behind window time: a slew.
 					h.apply(CmdWindowClock, at, &api.WindowClockCommand{WallUnixNanos: hs[0].f.st.windowTime(at) - jump, Slew: true})
@@ -129,6 +149,13 @@ func windowIndexHistories(t *testing.T, broken fault) func(*rapid.T) {
 
 func TestWindowIndexMatchesScan(t *testing.T) {
 	rapid.Check(t, windowIndexHistories(t, faultNone))
+}
+
+// TestWindowIndexMatchesScanWithDebt: the same with debt on fixed windows
+// (docs/design.md §8.6): a key whose next window starts in debt is not
+// idle, and the index must agree with the scan on when it is.
+func TestWindowIndexMatchesScanWithDebt(t *testing.T) {
+	rapid.Check(t, windowIndexHistoriesDebt(t, faultNone, true))
 }
 
 // BenchmarkWindowExpire: an expire entry when nothing is due, with n live

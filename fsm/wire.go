@@ -123,7 +123,11 @@ const (
 	// release's debt_milli and every lease that ends move into the key's
 	// debt, which the pool pays first and snapshots keep. Off, max_debt
 	// is ignored (every ledger's bound is 0) and a release's debt_milli
-	// too, exactly as a server that predates it.
+	// too, exactly as a server that predates it. It covers fixed windows
+	// too (docs/design.md §8.6): a fixed-window policy's max_debt gives
+	// each chunk an allowance, a chunk's end counts the debt used in the
+	// window, and the overshoot beyond L is carried into the next window
+	// (WindowKeySnapshot fields 82-83, WindowLeaseSnapshot field 9).
 	FeatureDebt uint64 = 1 << 14
 
 	// BaselineFeatures are the switches of the v0.1.0 baseline: always on

@@ -85,6 +85,14 @@
 //	    costs against B + r·W + D); controls FaultForgetDebt,
 //	    faultReleaseDebtUnreported and a reservation charged nothing at its
 //	    deadline (debt_sim_faults_test.go).
+//	(w1–w3) window debt (§8.6): a chunk's allowance is min(D/(n+1),
+//	    room), the window's debt + live allowances <= D; a chunk's end
+//	    counts the debt used (all of the allowance unless released) in the
+//	    current window; overshoot beyond L is carried into the next window:
+//	    windowledger.go (debtAllowance, countDebt, roll, carryAt).
+//	    windowdebt_sim_test.go (TestWindowDebtKeepsBound, settled ≤ L + D
+//	    per window and m·L + D over m); controls windowFaultDebtNotCarried,
+//	    windowFaultAllowanceUncounted, windowFaultDebtDroppedAtExpiry.
 //
 // Beside the rules: the division's utilization (no slivers, leftovers) is
 // checked by the share simulations (share_sim_test.go; control

@@ -100,6 +100,9 @@ var _ = []any{
 	registerFault(windowFaultSlewUncarried, "windowFaultSlewUncarried"),
 	registerFault(windowFaultForgetSpent, "windowFaultForgetSpent"),
 	registerFault(windowFaultIdleIgnoresCarry, "windowFaultIdleIgnoresCarry"),
+	registerFault(windowFaultDebtNotCarried, "windowFaultDebtNotCarried"),
+	registerFault(windowFaultAllowanceUncounted, "windowFaultAllowanceUncounted"),
+	registerFault(windowFaultDebtDroppedAtExpiry, "windowFaultDebtDroppedAtExpiry"),
 
 	registerFault(slotFaultNone, "slotFaultNone"),
 	registerFault(SlotFaultForgetLowered, "SlotFaultForgetLowered"),

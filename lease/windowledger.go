@@ -50,6 +50,12 @@ type WindowLedgerConfig struct {
 	// covers, is charged too: a grant at window time w leaves
 	// G + ⌈G_prev·(end − w)/W⌉ ≤ L (docs/design.md §8.5).
 	Approx bool
+	// MaxDebtMilli is D, the policy's max_debt (fixed windows only): each
+	// chunk may be charged after the work down to −(its debt allowance),
+	// the debt it used counts in the window where its chunk ends, and what
+	// goes beyond L is carried into the next window (docs/design.md §8.6).
+	// 0: no debt, as before FeatureDebt covered windows.
+	MaxDebtMilli int64
 }
 
 // WindowLease is one holder's chunk.
@@ -70,6 +76,11 @@ type WindowLease struct {
 	// until it expires (a second user of the holder may still spend it,
 	// so a new window must still count it), and cannot be renewed.
 	Replaced bool
+	// DebtAllowanceMilli is how far below zero the holder's chunk may be
+	// charged (rule w1, docs/design.md §8.6): held until the chunk ends,
+	// when the debt its holder reports (all of it at an expiry) counts in
+	// the current window (rule w2).
+	DebtAllowanceMilli int64
 }
 
 // WindowLedgerState is everything a WindowLedger replicates.
@@ -97,6 +108,11 @@ type WindowLedgerState struct {
 	// counted in that has not yet ended (KeepSpent), sorted by Start then
 	// definition; at most maxWindowSpent.
 	Spent []WindowSpent
+	// DebtMilli is the debt counted in the current window (part of
+	// CountMilli): the overshoot carried from the window before (rule w3)
+	// plus the debt of the chunks that ended in this one (rule w2). With
+	// the live chunks' allowances it never exceeds MaxDebtMilli.
+	DebtMilli int64
 }
 
 // WindowSpent is a window of another definition than the key's current
@@ -126,6 +142,8 @@ type WindowGrant struct {
 	Start, End     int64
 	LimitMilli     int64
 	RemainingMilli int64
+	// DebtAllowanceMilli is the chunk's debt allowance (rule w1).
+	DebtAllowanceMilli int64
 }
 
 // WindowGrantRequest asks for a chunk.
@@ -181,6 +199,15 @@ const (
 	// is idle once its own window is over, so a fresh one forgets the
 	// units they were spent with in later windows.
 	windowFaultIdleIgnoresCarry
+	// windowFaultDebtNotCarried: a new window starts at 0 debt, forgetting
+	// the overshoot of the window before (rule w3 broken).
+	windowFaultDebtNotCarried
+	// windowFaultAllowanceUncounted: a chunk's end frees its allowance
+	// without counting the debt its holder used (rule w2 broken).
+	windowFaultAllowanceUncounted
+	// windowFaultDebtDroppedAtExpiry: an expired (or replaced, revoked)
+	// chunk's debt is dropped, as if its dead holder had owed nothing.
+	windowFaultDebtDroppedAtExpiry
 )
 
 // NewWindowLedger returns an empty ledger.
@@ -199,9 +226,12 @@ func NewWindowLedgerFromState(cfg WindowLedgerConfig, st WindowLedgerState) (*Wi
 	if st.CountMilli < 0 || st.PrevCountMilli < 0 || st.End < st.Start || st.NextID == 0 {
 		return nil, fmt.Errorf("%w: window state count %d, window [%d, %d), next ID %d", ErrInvalidConfig, st.CountMilli, st.Start, st.End, st.NextID)
 	}
+	if st.DebtMilli < 0 || st.DebtMilli > st.CountMilli {
+		return nil, fmt.Errorf("%w: window debt %d outside [0, count %d]", ErrInvalidConfig, st.DebtMilli, st.CountMilli)
+	}
 	seen := map[LeaseID]bool{}
 	for _, le := range st.Leases {
-		if le.ID >= st.NextID || seen[le.ID] || le.GrantedMilli < 0 {
+		if le.ID >= st.NextID || seen[le.ID] || le.GrantedMilli < 0 || le.DebtAllowanceMilli < 0 {
 			return nil, fmt.Errorf("%w: window lease %d (next ID %d, units %d)", ErrInvalidConfig, le.ID, st.NextID, le.GrantedMilli)
 		}
 		seen[le.ID] = true
@@ -226,6 +256,12 @@ func (c WindowLedgerConfig) validate() error {
 	}
 	if c.Spec.Period == "" && (c.Spec.FixedNanos <= 0 || c.Spec.FixedNanos > MaxWindowNanos) {
 		return fmt.Errorf("%w: window %d ns is outside (0, %d]", ErrInvalidConfig, c.Spec.FixedNanos, MaxWindowNanos)
+	}
+	if c.MaxDebtMilli < 0 || c.MaxDebtMilli > MaxCapacityMilli {
+		return fmt.Errorf("%w: max debt %d milli-units is outside [0, %d]", ErrInvalidConfig, c.MaxDebtMilli, int64(MaxCapacityMilli))
+	}
+	if c.Approx && c.MaxDebtMilli != 0 {
+		return fmt.Errorf("%w: an approximate sliding window takes no debt (max_debt is for fixed windows)", ErrInvalidConfig)
 	}
 	if c.Approx && c.Spec.Period != "" {
 		return fmt.Errorf("%w: an approximate sliding window needs a fixed window, not a calendar period", ErrInvalidConfig)
@@ -303,6 +339,9 @@ func (l *WindowLedger) idle(t, w int64) bool {
 	if l.s.End == 0 {
 		return true
 	}
+	if l.carryAt(w) > 0 {
+		return false // the window holding w starts in debt (rule w3)
+	}
 	if l.cfg.Approx {
 		// The next window weighs this one's count (PrevCountMilli): only
 		// once that one is over too, or there is no count to weigh, does a
@@ -310,6 +349,19 @@ func (l *WindowLedger) idle(t, w int64) bool {
 		return w >= l.s.End+(l.s.End-l.s.Start) || l.s.CountMilli == 0 && (w >= l.s.End || l.s.PrevCountMilli == 0 && l.s.ExhaustThrough < l.s.Start)
 	}
 	return w >= l.s.End || l.s.CountMilli == 0 && l.s.ExhaustThrough < l.s.Start
+}
+
+// carryAt is the debt a window holding w (after the current one) would
+// start with (rule w3; roll's rule).
+func (l *WindowLedger) carryAt(w int64) int64 {
+	if l.s.DebtMilli == 0 || w < l.s.End {
+		return 0
+	}
+	carry := min(max(l.s.CountMilli-l.cfg.LimitMilli, 0), l.s.DebtMilli)
+	if start, _ := l.cfg.Spec.At(w); start != l.s.End {
+		carry = max(carry-l.cfg.LimitMilli, 0)
+	}
+	return carry
 }
 
 // carries reports whether an operation at (t, w) would start a new window
@@ -363,8 +415,15 @@ func (l *WindowLedger) advance(t, w int64) error {
 	for _, le := range l.s.Leases {
 		if le.ExpiresNanos > t {
 			kept = append(kept, le)
-		} else if l.has(WindowFaultDeadReturns) && le.WindowStart == l.s.Start {
+			continue
+		}
+		if l.has(WindowFaultDeadReturns) && le.WindowStart == l.s.Start {
 			l.s.CountMilli = max(l.s.CountMilli-le.GrantedMilli, 0)
+		}
+		if !l.has(windowFaultDebtDroppedAtExpiry) {
+			// The ledger cannot know what its holder charged since its
+			// last word: all of the allowance counts (rule w2).
+			l.countDebt(le.DebtAllowanceMilli)
 		}
 	}
 	clear(l.s.Leases[len(kept):])
@@ -382,7 +441,17 @@ func (l *WindowLedger) advance(t, w int64) error {
 // their units in the windows they had.
 func (l *WindowLedger) roll(t, w, slack int64) {
 	oldEnd, oldCount := l.s.End, l.s.CountMilli
+	// Rule w3: what the window's count went beyond L by (its debt's part
+	// of it) is carried into the next, which starts in debt; a window
+	// skipped in between (no operation) paid L of it.
+	carry := min(max(oldCount-l.cfg.LimitMilli, 0), l.s.DebtMilli)
 	l.s.Start, l.s.End = l.cfg.Spec.At(w)
+	if oldEnd != 0 && oldEnd != l.s.Start {
+		carry = max(carry-l.cfg.LimitMilli, 0)
+	}
+	if l.has(windowFaultDebtNotCarried) {
+		carry = 0
+	}
 	l.s.PrevCountMilli = 0
 	began := l.s.Start - (w - t) - slack
 	if oldEnd != 0 && oldEnd == l.s.Start {
@@ -398,7 +467,7 @@ func (l *WindowLedger) roll(t, w, slack int64) {
 			}
 		}
 	}
-	l.s.CountMilli = 0
+	l.s.CountMilli, l.s.DebtMilli = carry, carry
 	for i := range l.s.Leases {
 		le := &l.s.Leases[i]
 		if le.ExpiresNanos > began && !l.has(windowFaultNoCarry) {
@@ -420,6 +489,11 @@ func (l *WindowLedger) exhaust() {
 // restore from a snapshot that may not know what was granted in it).
 func (l *WindowLedger) ExhaustThrough(w int64) {
 	l.s.ExhaustThrough = max(l.s.ExhaustThrough, w)
+	// Chunks the snapshot does not know may have used every allowance it
+	// does not account for: that room is debt of the current window.
+	if room := l.debtRoom(); room > 0 && l.s.End != 0 && l.s.Start <= l.s.ExhaustThrough {
+		l.countDebt(room)
+	}
 	if l.s.End != 0 {
 		l.exhaust()
 	}
@@ -438,6 +512,45 @@ func (l *WindowLedger) remaining() int64 {
 	return max(left, 0)
 }
 
+// debtRoom is D less the window's debt and the live chunks' allowances
+// (never below 0: a Reconfigure may have lowered D).
+func (l *WindowLedger) debtRoom() int64 {
+	room := l.cfg.MaxDebtMilli - l.s.DebtMilli
+	for _, le := range l.s.Leases {
+		room -= le.DebtAllowanceMilli
+	}
+	return max(room, 0)
+}
+
+// debtAllowance is a new chunk's allowance (rule w1): min(D/(n+1), room)
+// over the n live chunks besides it.
+func (l *WindowLedger) debtAllowance() int64 {
+	if l.cfg.MaxDebtMilli == 0 {
+		return 0
+	}
+	n := 0
+	for _, le := range l.s.Leases {
+		if !le.Replaced {
+			n++
+		}
+	}
+	return min(l.cfg.MaxDebtMilli/int64(n+1), l.debtRoom())
+}
+
+// countDebt counts debt a chunk's holder used in the current window: in G
+// and in the window's debt (rule w2).
+func (l *WindowLedger) countDebt(debtMilli int64) {
+	if debtMilli <= 0 || l.has(windowFaultAllowanceUncounted) {
+		return
+	}
+	l.s.CountMilli = satAdd(l.s.CountMilli, debtMilli)
+	l.s.DebtMilli = satAdd(l.s.DebtMilli, debtMilli)
+}
+
+// DebtMilli is the debt counted in the current window: the overshoot
+// carried into it and the debt of the chunks that ended in it.
+func (l *WindowLedger) DebtMilli() int64 { return l.s.DebtMilli }
+
 // ttl is a chunk's lease: at most ttlNanos, and over when its window is.
 func (l *WindowLedger) ttl(w, ttlNanos int64) int64 { return max(min(ttlNanos, l.s.End-w), 0) }
 
@@ -449,7 +562,7 @@ func (l *WindowLedger) table() holders[WindowLease, *WindowLease] {
 
 func (l *WindowLedger) answer(le *WindowLease, chunk int64) WindowGrant {
 	return WindowGrant{LeaseID: le.ID, ChunkMilli: chunk, TotalMilli: le.GrantedMilli, TTLNanos: le.ExpiresNanos - l.s.NowNanos,
-		Start: l.s.Start, End: l.s.End, LimitMilli: l.cfg.LimitMilli, RemainingMilli: l.remaining()}
+		Start: l.s.Start, End: l.s.End, LimitMilli: l.cfg.LimitMilli, RemainingMilli: l.remaining(), DebtAllowanceMilli: le.DebtAllowanceMilli}
 }
 
 // Grant gives the holder a new chunk of min(ask, L − G), replacing its
@@ -480,7 +593,7 @@ func (l *WindowLedger) Grant(t, w int64, req WindowGrantRequest) (WindowGrant, e
 	chunk := min(req.AskMilli, l.remaining())
 	l.s.CountMilli += chunk
 	le := WindowLease{ID: l.table().takeID(), ClientID: req.ClientID, Incarnation: req.Incarnation, GrantSeq: req.Seq,
-		ExpiresNanos: satAdd(t, l.ttl(w, req.TTLNanos)), WindowStart: l.s.Start, GrantedMilli: chunk}
+		ExpiresNanos: satAdd(t, l.ttl(w, req.TTLNanos)), WindowStart: l.s.Start, GrantedMilli: chunk, DebtAllowanceMilli: l.debtAllowance()}
 	l.s.Leases = append(l.s.Leases, le)
 	return l.answer(&l.s.Leases[len(l.s.Leases)-1], chunk), nil
 }
@@ -515,8 +628,17 @@ func (l *WindowLedger) Renew(t, w int64, req WindowRenewRequest) (WindowGrant, e
 // units (at most its own) return to G if the chunk's window is still the
 // current one. It returns the units credited.
 func (l *WindowLedger) Release(t, w int64, clientID string, incarnation uint64, id LeaseID, unspentMilli int64) (int64, error) {
-	if unspentMilli < 0 {
-		return 0, fmt.Errorf("%w: unspent %d", ErrInvalidRequest, unspentMilli)
+	return l.ReleaseDebt(t, w, clientID, incarnation, id, unspentMilli, 0)
+}
+
+// ReleaseDebt is Release with the debt the holder's chunk was charged
+// below zero (at most its allowance): it counts in the current window,
+// where the charge settled (rule w2, docs/design.md §8.6). A replaced
+// chunk's whole allowance counts (its holder's other user may have
+// charged it).
+func (l *WindowLedger) ReleaseDebt(t, w int64, clientID string, incarnation uint64, id LeaseID, unspentMilli, debtMilli int64) (int64, error) {
+	if unspentMilli < 0 || debtMilli < 0 {
+		return 0, fmt.Errorf("%w: unspent %d, debt %d", ErrInvalidRequest, unspentMilli, debtMilli)
 	}
 	if err := l.advance(t, w); err != nil {
 		return 0, err
@@ -527,10 +649,17 @@ func (l *WindowLedger) Release(t, w int64, clientID string, incarnation uint64, 
 	}
 	le := l.s.Leases[i]
 	l.s.Leases = slices.Delete(l.s.Leases, i, i+1)
-	if le.WindowStart != l.s.Start || le.Replaced {
+	if le.Replaced {
+		if !l.has(windowFaultDebtDroppedAtExpiry) {
+			l.countDebt(le.DebtAllowanceMilli)
+		}
 		return 0, nil
 	}
-	credit := min(unspentMilli, le.GrantedMilli, l.s.CountMilli)
+	l.countDebt(min(debtMilli, le.DebtAllowanceMilli))
+	if le.WindowStart != l.s.Start {
+		return 0, nil
+	}
+	credit := min(unspentMilli, le.GrantedMilli, l.s.CountMilli-l.s.DebtMilli)
 	l.s.CountMilli -= credit
 	l.exhaust()
 	return credit, nil

@@ -184,7 +184,7 @@ func TestClusterParseErrors(t *testing.T) {
 	}{
 		// Token-bucket-only fields on a window algorithm.
 		{"lease on window", win("    limit: 1\n    window: 1s\n    lease: {duration: 5s}\n"), 6, "lease",
-			"does not apply to algorithm fixed-window (lease is for token-bucket); fixed-window takes limit, window, period, timezone"},
+			"does not apply to algorithm fixed-window (lease is for token-bucket); fixed-window takes limit, window, period, timezone, max_debt"},
 		{"weights on window", win("    limit: 1\n    window: 1s\n    weights: {default: 2}\n"), 6, "weights", "does not apply to algorithm fixed-window (weights is for token-bucket)"},
 		{"failure on window", win("    limit: 1\n    window: 1s\n    failure: fail-open\n"), 6, "failure", "does not apply to algorithm fixed-window (failure is for token-bucket)"},
 		{"fallback on window", win("    limit: 1\n    window: 1s\n    fallback_rate: 1\n"), 6, "fallback_rate", "does not apply to algorithm fixed-window (fallback_rate is for token-bucket)"},

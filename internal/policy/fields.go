@@ -73,6 +73,7 @@ var (
 	fixedWindowOnly  = []Algorithm{FixedWindow}
 	limitAlgorithms  = []Algorithm{FixedWindow, SlidingWindow, SlidingWindowApprox, Concurrency}
 	concurrencyOnly  = []Algorithm{Concurrency}
+	debtAlgorithms   = []Algorithm{TokenBucket, FixedWindow}
 )
 
 // topFields are the fields of the file's top-level mapping.
@@ -107,7 +108,7 @@ var policyFields = []fieldSpec{
 	{name: fMaxKeys, want: "want a whole number from 1 to 1000000, like 10000 (the default)"},
 	{name: fMaxLeasesPerKey, want: "want a whole number from 1 to 65536, like 1024 (the default)"},
 	{name: fMaxKeysPerValue, algs: tokenBucketOnly, want: "want a whole number from 1 to 1000000, like 1000: the most keys sharing one value of the first key attribute (the default is max_keys/10; max_keys or more: no cap)"},
-	{name: fMaxDebt, algs: tokenBucketOnly, want: "want a number of tokens like 5000 or 2.5: how far below zero charges after the work (Charge, a reservation's Settle) may take the key's buckets in all (the default 0: never below zero)"},
+	{name: fMaxDebt, algs: debtAlgorithms, want: "want a number of tokens like 5000 or 2.5: how far below zero charges after the work (Charge, a reservation's Settle) may take the key's buckets (a fixed window's chunks) in all (the default 0: never below zero)"},
 }
 
 // sectionFields are the fields of the mappings nested in a policy, by the

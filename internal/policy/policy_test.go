@@ -249,7 +249,10 @@ func TestParseErrors(t *testing.T) {
 		{"window on bucket", tb("    rate: 1\n    burst: 1\n    window: 1s\n"), []string{`policy "p1": field "window": does not apply to algorithm token-bucket`}, 6},
 
 		{"rate on window", win("    limit: 1\n    window: 1s\n    rate: 1\n"),
-			[]string{`policy "w1": field "rate": does not apply to algorithm fixed-window (rate is for token-bucket); fixed-window takes limit, window, period, timezone`}, 6},
+			[]string{`policy "w1": field "rate": does not apply to algorithm fixed-window (rate is for token-bucket); fixed-window takes limit, window, period, timezone, max_debt`}, 6},
+		{"max_debt on sliding window", "policies:\n  - name: s1\n    algorithm: sliding-window-approx\n    limit: 1\n    window: 1s\n    max_debt: 5\n",
+			[]string{`policy "s1": field "max_debt": does not apply to algorithm sliding-window-approx (max_debt is for token-bucket, fixed-window)`}, 6},
+		{"max_debt negative on window", win("    limit: 1\n    window: 1s\n    max_debt: -1\n"), []string{`policy "w1": field "max_debt": "-1" is negative`}, 6},
 		{"start on window", win("    limit: 1\n    window: 1s\n    start: full\n"), []string{`policy "w1": field "start": does not apply to algorithm fixed-window`}, 6},
 		{"missing limit", win("    window: 1s\n"), []string{`policy "w1": field "limit": is required for algorithm fixed-window; want a whole number of units per window like 100`}, 2},
 		{"missing window", win("    limit: 1\n"), []string{`policy "w1": field "window": is required for algorithm fixed-window; want a Go duration`}, 2},

@@ -166,7 +166,7 @@ func TestUnknownFieldInEveryMapping(t *testing.T) {
 		// A lease that does not apply is reported once, not its content;
 		// with an unknown algorithm it is read, to report all at once.
 		{"lease of a window", "policies:\n  - name: a\n    algorithm: fixed-window\n    limit: 1\n    window: 1s\n    lease: {duraton: 5s}\n",
-			`line 6: policy "a": field "lease": does not apply to algorithm fixed-window (lease is for token-bucket); fixed-window takes limit, window, period, timezone`},
+			`line 6: policy "a": field "lease": does not apply to algorithm fixed-window (lease is for token-bucket); fixed-window takes limit, window, period, timezone, max_debt`},
 		{"lease of an unknown algorithm", "policies:\n  - name: a\n    algorithm: leaky\n    lease: {duraton: 5s}\n",
 			`line 3: policy "a": field "algorithm": "leaky" is not an algorithm; want one of token-bucket, fixed-window, sliding-window, sliding-window-approx, concurrency` + "\n" +
 				`line 4: policy "a": field "lease.duraton": is not a lease field; did you mean "duration"? Fields are duration, renew_after, drift_ppm`},

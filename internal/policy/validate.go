@@ -144,11 +144,14 @@ func (v *validation) window() {
 		{fMaxDuration, p.MaxDurationNanos != 0},
 		{fCancelGrace, p.CancelGraceNanos != 0},
 		{fMaxKeysPerValue, p.MaxKeysPerValue != 0},
-		{fMaxDebt, p.MaxDebtMilli != 0},
+		{fMaxDebt, p.MaxDebtMilli != 0 && p.Algorithm != FixedWindow},
 	} {
 		if f.set {
 			v.notHere(f.name)
 		}
+	}
+	if p.Algorithm == FixedWindow && (p.MaxDebtMilli < 0 || p.MaxDebtMilli > MaxBurst*lease.MilliPerToken) {
+		v.bad(fMaxDebt, "%s is outside [0, %d]; %s", FormatUnits(p.MaxDebtMilli), MaxBurst, want[fMaxDebt])
 	}
 }
 
