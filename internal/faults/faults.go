@@ -121,10 +121,15 @@ const (
 	// servers granted after the recovered disk's last entry are granted
 	// again: the recovery's negative control (fsm.PrepareRecovery).
 	RecoveryWithoutHold Fault = "recovery-without-hold"
+	// PromoteBudgetIgnored: a server's built-in edge grants every
+	// promotion a client asks for (CheckItem.promote), ignoring its
+	// per-policy promotion budget (coordinator/promotions.go): the switch
+	// budget's negative control (TestSwitchBudgetNegativeControl).
+	PromoteBudgetIgnored Fault = "promote-budget-ignored"
 )
 
 // All lists every fault, for flag help and validation.
-var All = []Fault{AckBeforeCommit, StartFullNoDebit, TimeFromReceipt, ForgetRetired, ClockResumeOwnReading, CreditAtReduction, ForgetReplaced, IgnoreKeyAttributes, ReportDouble, AdmitBeforeLease, WindowDeadReturns, SlotForgetLowered, WindowZoneUTC, SlotAckAtOnce, SlotInstallExtendsOld, SnapshotSaveHere, KeyQuotaIgnored, WindowRestoreClockBack, WindowForgetSpent, RecoveryWithoutHold}
+var All = []Fault{AckBeforeCommit, StartFullNoDebit, TimeFromReceipt, ForgetRetired, ClockResumeOwnReading, CreditAtReduction, ForgetReplaced, IgnoreKeyAttributes, ReportDouble, AdmitBeforeLease, WindowDeadReturns, SlotForgetLowered, WindowZoneUTC, SlotAckAtOnce, SlotInstallExtendsOld, SnapshotSaveHere, KeyQuotaIgnored, WindowRestoreClockBack, WindowForgetSpent, RecoveryWithoutHold, PromoteBudgetIgnored}
 
 func parse(name string) (Fault, error) {
 	for _, f := range All {
