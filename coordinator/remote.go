@@ -206,6 +206,10 @@ func (r *remoteService) promote(policy string) api.Promotion {
 	return r.promotions.decide(policy, time.Now())
 }
 
+// ServesCheck reports whether this server answers the Check API (its
+// built-in edge; not with ACLs).
+func (s *Server) ServesCheck() bool { return s.remote != nil }
+
 // PromotionCounts returns this server's answers to promotion requests
 // (the switch budget, docs/design.md §3.4), by policy; nil with ACLs
 // (no built-in edge).

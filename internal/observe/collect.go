@@ -141,10 +141,7 @@ func (c *serverCollector) Collect(ch chan<- prometheus.Metric) {
 	histogram(ch, descBatchOps, st.BatchOps)
 	histogram(ch, descEntryBytes, st.EntryBytes)
 	counter(ch, descForwarded, float64(st.Forwarded))
-	for _, p := range srv.PromotionCounts() {
-		counter(ch, descPromotions, float64(p.Granted), p.Policy, "granted")
-		counter(ch, descPromotions, float64(p.Denied), p.Policy, "denied")
-	}
+	collectPromotions(ch, srv)
 	for _, l := range []string{"client", "conn"} {
 		counter(ch, descLeaseLimited, float64(st.LeaseLimited[l]), l)
 		gauge(ch, descLimiterEntries, float64(st.LeaseLimiterEntries[l]), l)
@@ -388,4 +385,27 @@ func (c *callCounters) unary(ctx context.Context, req any, info *grpc.UnaryServe
 		}
 	}
 	return resp, err
+}
+
+// collectPromotions sends the switch budget's answers (docs/design.md
+// §3.4): a series per stored policy from the start, as the expiries, and
+// per policy answered since (a deleted one's stay); none with ACLs (no
+// built-in edge).
+func collectPromotions(ch chan<- prometheus.Metric, srv *coordinator.Server) {
+	if !srv.ServesCheck() {
+		return
+	}
+	counts := srv.PromotionCounts()
+	seen := map[string]bool{}
+	for _, p := range counts {
+		seen[p.Policy] = true
+		counter(ch, descPromotions, float64(p.Granted), p.Policy, "granted")
+		counter(ch, descPromotions, float64(p.Denied), p.Policy, "denied")
+	}
+	for _, p := range srv.FSM().Policies() {
+		if !seen[p.Name] {
+			counter(ch, descPromotions, 0, p.Name, "granted")
+			counter(ch, descPromotions, 0, p.Name, "denied")
+		}
+	}
 }
