@@ -29,6 +29,62 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+// Promotion is a server's answer to CheckItem.promote.
+type Promotion int32
+
+const (
+	// PROMOTION_NOT_ASKED: the item did not ask, was not evaluated, or the
+	// server predates the switch budget (a caller that asked treats this
+	// as a grant, as before the budget).
+	Promotion_PROMOTION_NOT_ASKED Promotion = 0
+	// PROMOTION_GRANTED: the caller may take a lease of its own.
+	Promotion_PROMOTION_GRANTED Promotion = 1
+	// PROMOTION_DENIED_TRY_LATER: the policy's promotion budget at this
+	// server is spent: keep deciding the key here, and ask again later.
+	Promotion_PROMOTION_DENIED_TRY_LATER Promotion = 2
+)
+
+// Enum value maps for Promotion.
+var (
+	Promotion_name = map[int32]string{
+		0: "PROMOTION_NOT_ASKED",
+		1: "PROMOTION_GRANTED",
+		2: "PROMOTION_DENIED_TRY_LATER",
+	}
+	Promotion_value = map[string]int32{
+		"PROMOTION_NOT_ASKED":        0,
+		"PROMOTION_GRANTED":          1,
+		"PROMOTION_DENIED_TRY_LATER": 2,
+	}
+)
+
+func (x Promotion) Enum() *Promotion {
+	p := new(Promotion)
+	*p = x
+	return p
+}
+
+func (x Promotion) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (Promotion) Descriptor() protoreflect.EnumDescriptor {
+	return file_check_proto_enumTypes[0].Descriptor()
+}
+
+func (Promotion) Type() protoreflect.EnumType {
+	return &file_check_proto_enumTypes[0]
+}
+
+func (x Promotion) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use Promotion.Descriptor instead.
+func (Promotion) EnumDescriptor() ([]byte, []int) {
+	return file_check_proto_rawDescGZIP(), []int{0}
+}
+
 type CheckRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Items []*CheckItem           `protobuf:"bytes,1,rep,name=items,proto3" json:"items,omitempty"`
@@ -120,7 +176,14 @@ type CheckItem struct {
 	// id (or one of another policy or key) is NOT_FOUND, one settled
 	// already FAILED_PRECONDITION, a negative actual or one above the
 	// client's MaxCost INVALID_ARGUMENT. Not with all_or_none.
-	Settle        *Settle `protobuf:"bytes,7,opt,name=settle,proto3" json:"settle,omitempty"`
+	Settle *Settle `protobuf:"bytes,7,opt,name=settle,proto3" json:"settle,omitempty"`
+	// promote: the caller (a Go client deciding this key remotely) asks to
+	// take the key back to a lease of its own. The server answers in
+	// CheckResult.promotion from its per-policy promotion budget, so the
+	// keys that move from remote to local across the whole cluster stay
+	// bounded whatever the number of clients (docs/design.md §3.4, "The
+	// switch budget"). The item is decided as without it.
+	Promote       bool `protobuf:"varint,8,opt,name=promote,proto3" json:"promote,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -202,6 +265,13 @@ func (x *CheckItem) GetSettle() *Settle {
 		return x.Settle
 	}
 	return nil
+}
+
+func (x *CheckItem) GetPromote() bool {
+	if x != nil {
+		return x.Promote
+	}
+	return false
 }
 
 // Settle names a reservation and its actual cost.
@@ -322,8 +392,11 @@ type CheckResult struct {
 	// of the key's bucket is (it admits nothing until paid), and the part
 	// beyond its debt allowance (recorded, not covered by the bound;
 	// docs/design.md §4.1).
-	Debt          int64 `protobuf:"varint,26,opt,name=debt,proto3" json:"debt,omitempty"`
-	Excess        int64 `protobuf:"varint,27,opt,name=excess,proto3" json:"excess,omitempty"`
+	Debt   int64 `protobuf:"varint,26,opt,name=debt,proto3" json:"debt,omitempty"`
+	Excess int64 `protobuf:"varint,27,opt,name=excess,proto3" json:"excess,omitempty"`
+	// promotion answers CheckItem.promote (PROMOTION_NOT_ASKED when it was
+	// not set).
+	Promotion     Promotion `protobuf:"varint,28,opt,name=promotion,proto3,enum=ration.v1.Promotion" json:"promotion,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -491,6 +564,13 @@ func (x *CheckResult) GetExcess() int64 {
 	return 0
 }
 
+func (x *CheckResult) GetPromotion() Promotion {
+	if x != nil {
+		return x.Promotion
+	}
+	return Promotion_PROMOTION_NOT_ASKED
+}
+
 type CheckResponse struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
 	Results []*CheckResult         `protobuf:"bytes,1,rep,name=results,proto3" json:"results,omitempty"`
@@ -551,7 +631,7 @@ const file_check_proto_rawDesc = "" +
 	"\vcheck.proto\x12\tration.v1\x1a\x1egoogle/protobuf/duration.proto\"Z\n" +
 	"\fCheckRequest\x12*\n" +
 	"\x05items\x18\x01 \x03(\v2\x14.ration.v1.CheckItemR\x05items\x12\x1e\n" +
-	"\vall_or_none\x18\x02 \x01(\bR\tallOrNone\"\xb7\x02\n" +
+	"\vall_or_none\x18\x02 \x01(\bR\tallOrNone\"\xd1\x02\n" +
 	"\tCheckItem\x12\x16\n" +
 	"\x06policy\x18\x01 \x01(\tR\x06policy\x12/\n" +
 	"\x03key\x18\x02 \x03(\v2\x1d.ration.v1.CheckItem.KeyEntryR\x03key\x12\x12\n" +
@@ -559,13 +639,14 @@ const file_check_proto_rawDesc = "" +
 	"\fcharge_after\x18\x04 \x01(\bR\vchargeAfter\x12\x18\n" +
 	"\areserve\x18\x05 \x01(\bR\areserve\x12-\n" +
 	"\x04hold\x18\x06 \x01(\v2\x19.google.protobuf.DurationR\x04hold\x12)\n" +
-	"\x06settle\x18\a \x01(\v2\x11.ration.v1.SettleR\x06settle\x1a6\n" +
+	"\x06settle\x18\a \x01(\v2\x11.ration.v1.SettleR\x06settle\x12\x18\n" +
+	"\apromote\x18\b \x01(\bR\apromote\x1a6\n" +
 	"\bKeyEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"B\n" +
 	"\x06Settle\x12 \n" +
 	"\vreservation\x18\x01 \x01(\tR\vreservation\x12\x16\n" +
-	"\x06actual\x18\x02 \x01(\x03R\x06actual\"\xc1\x05\n" +
+	"\x06actual\x18\x02 \x01(\x03R\x06actual\"\xf5\x05\n" +
 	"\vCheckResult\x12\x18\n" +
 	"\aallowed\x18\x01 \x01(\bR\aallowed\x12\x16\n" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\x12\x1c\n" +
@@ -588,10 +669,15 @@ const file_check_proto_rawDesc = "" +
 	"\x14window_reset_seconds\x18\x18 \x01(\x03R\x12windowResetSeconds\x12 \n" +
 	"\vreservation\x18\x19 \x01(\tR\vreservation\x12\x12\n" +
 	"\x04debt\x18\x1a \x01(\x03R\x04debt\x12\x16\n" +
-	"\x06excess\x18\x1b \x01(\x03R\x06excess\"[\n" +
+	"\x06excess\x18\x1b \x01(\x03R\x06excess\x122\n" +
+	"\tpromotion\x18\x1c \x01(\x0e2\x14.ration.v1.PromotionR\tpromotion\"[\n" +
 	"\rCheckResponse\x120\n" +
 	"\aresults\x18\x01 \x03(\v2\x16.ration.v1.CheckResultR\aresults\x12\x18\n" +
-	"\aallowed\x18\x02 \x01(\bR\aallowed2G\n" +
+	"\aallowed\x18\x02 \x01(\bR\aallowed*[\n" +
+	"\tPromotion\x12\x17\n" +
+	"\x13PROMOTION_NOT_ASKED\x10\x00\x12\x15\n" +
+	"\x11PROMOTION_GRANTED\x10\x01\x12\x1e\n" +
+	"\x1aPROMOTION_DENIED_TRY_LATER\x10\x022G\n" +
 	"\tAdmission\x12:\n" +
 	"\x05Check\x12\x17.ration.v1.CheckRequest\x1a\x18.ration.v1.CheckResponseB&Z$github.com/ration-dev/ration/api;apib\x06proto3"
 
@@ -607,32 +693,35 @@ func file_check_proto_rawDescGZIP() []byte {
 	return file_check_proto_rawDescData
 }
 
+var file_check_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
 var file_check_proto_msgTypes = make([]protoimpl.MessageInfo, 6)
 var file_check_proto_goTypes = []any{
-	(*CheckRequest)(nil),        // 0: ration.v1.CheckRequest
-	(*CheckItem)(nil),           // 1: ration.v1.CheckItem
-	(*Settle)(nil),              // 2: ration.v1.Settle
-	(*CheckResult)(nil),         // 3: ration.v1.CheckResult
-	(*CheckResponse)(nil),       // 4: ration.v1.CheckResponse
-	nil,                         // 5: ration.v1.CheckItem.KeyEntry
-	(*durationpb.Duration)(nil), // 6: google.protobuf.Duration
+	(Promotion)(0),              // 0: ration.v1.Promotion
+	(*CheckRequest)(nil),        // 1: ration.v1.CheckRequest
+	(*CheckItem)(nil),           // 2: ration.v1.CheckItem
+	(*Settle)(nil),              // 3: ration.v1.Settle
+	(*CheckResult)(nil),         // 4: ration.v1.CheckResult
+	(*CheckResponse)(nil),       // 5: ration.v1.CheckResponse
+	nil,                         // 6: ration.v1.CheckItem.KeyEntry
+	(*durationpb.Duration)(nil), // 7: google.protobuf.Duration
 }
 var file_check_proto_depIdxs = []int32{
-	1, // 0: ration.v1.CheckRequest.items:type_name -> ration.v1.CheckItem
-	5, // 1: ration.v1.CheckItem.key:type_name -> ration.v1.CheckItem.KeyEntry
-	6, // 2: ration.v1.CheckItem.hold:type_name -> google.protobuf.Duration
-	2, // 3: ration.v1.CheckItem.settle:type_name -> ration.v1.Settle
-	6, // 4: ration.v1.CheckResult.retry_after:type_name -> google.protobuf.Duration
-	6, // 5: ration.v1.CheckResult.window_length:type_name -> google.protobuf.Duration
-	6, // 6: ration.v1.CheckResult.window_reset:type_name -> google.protobuf.Duration
-	3, // 7: ration.v1.CheckResponse.results:type_name -> ration.v1.CheckResult
-	0, // 8: ration.v1.Admission.Check:input_type -> ration.v1.CheckRequest
-	4, // 9: ration.v1.Admission.Check:output_type -> ration.v1.CheckResponse
-	9, // [9:10] is the sub-list for method output_type
-	8, // [8:9] is the sub-list for method input_type
-	8, // [8:8] is the sub-list for extension type_name
-	8, // [8:8] is the sub-list for extension extendee
-	0, // [0:8] is the sub-list for field type_name
+	2,  // 0: ration.v1.CheckRequest.items:type_name -> ration.v1.CheckItem
+	6,  // 1: ration.v1.CheckItem.key:type_name -> ration.v1.CheckItem.KeyEntry
+	7,  // 2: ration.v1.CheckItem.hold:type_name -> google.protobuf.Duration
+	3,  // 3: ration.v1.CheckItem.settle:type_name -> ration.v1.Settle
+	7,  // 4: ration.v1.CheckResult.retry_after:type_name -> google.protobuf.Duration
+	7,  // 5: ration.v1.CheckResult.window_length:type_name -> google.protobuf.Duration
+	7,  // 6: ration.v1.CheckResult.window_reset:type_name -> google.protobuf.Duration
+	0,  // 7: ration.v1.CheckResult.promotion:type_name -> ration.v1.Promotion
+	4,  // 8: ration.v1.CheckResponse.results:type_name -> ration.v1.CheckResult
+	1,  // 9: ration.v1.Admission.Check:input_type -> ration.v1.CheckRequest
+	5,  // 10: ration.v1.Admission.Check:output_type -> ration.v1.CheckResponse
+	10, // [10:11] is the sub-list for method output_type
+	9,  // [9:10] is the sub-list for method input_type
+	9,  // [9:9] is the sub-list for extension type_name
+	9,  // [9:9] is the sub-list for extension extendee
+	0,  // [0:9] is the sub-list for field type_name
 }
 
 func init() { file_check_proto_init() }
@@ -645,13 +734,14 @@ func file_check_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_check_proto_rawDesc), len(file_check_proto_rawDesc)),
-			NumEnums:      0,
+			NumEnums:      1,
 			NumMessages:   6,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
 		GoTypes:           file_check_proto_goTypes,
 		DependencyIndexes: file_check_proto_depIdxs,
+		EnumInfos:         file_check_proto_enumTypes,
 		MessageInfos:      file_check_proto_msgTypes,
 	}.Build()
 	File_check_proto = out.File

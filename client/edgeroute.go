@@ -49,7 +49,10 @@ import (
 // seats held by replicas that use a fraction of them) for PromoteAfter
 // (at once for a cap below one cost: the lease admits nothing here),
 // and brings it back by the promote
-// rule above, never within DemoteAfter of its last demotion. A server
+// rule above, never within DemoteAfter of its last demotion, and only
+// once a server grants it from its switch budget (docs/design.md §3.4,
+// "The switch budget"): the key's next Check asks (promote), and a
+// denial keeps it remote until a later evaluation asks again. A server
 // that does not serve the Check API (an older version, or a cluster with
 // ACLs) turns remote routing off for the Client: its keys keep leases.
 
@@ -75,6 +78,10 @@ type EdgeRouting struct {
 	// then the hottest (for demotions, the coldest); the others wait for
 	// the next interval. So an edge failing under load sends at most
 	// MaxSwitches keys per interval to the cluster, not every key at once.
+	// With no Config.Edges (the servers' built-in edges) a promotion also
+	// needs the server's grant, from a budget per policy that holds for
+	// the whole cluster (docs/design.md §3.4, "The switch budget");
+	// MaxSwitches then caps this client's requests.
 	MaxSwitches int
 	// Timeout bounds one Check at an edge (default 500ms).
 	Timeout time.Duration
@@ -169,6 +176,7 @@ type router struct {
 	nextEval int64
 
 	checks, errs, timeouts, promotions, demotions, forced atomic.Int64
+	asks, denials                                         atomic.Int64
 	evals, mostUp, mostDown                               atomic.Int64
 }
 
@@ -208,6 +216,10 @@ type route struct {
 	// its first demotion: a call finding no lease takes the path of a key
 	// without routing (the first-lease wait), not the remote one.
 	local atomic.Bool
+	// askPromote (builtin routing only): the loop chose the key for a
+	// promotion; the next Check asks its server for it (the switch
+	// budget). granted: the server said yes; the loop promotes it.
+	askPromote, granted atomic.Bool
 
 	// Owned by the loop. leasing: the loop acquires and renews the key.
 	leasing                      bool
@@ -222,6 +234,9 @@ type route struct {
 // routeCounts are one policy's routing counts.
 type routeCounts struct {
 	remote, failures, toRemote, toLocal atomic.Int64
+	// The servers' answers to promotion requests (the switch budget):
+	// granted, denied, and not answered (a server that predates it).
+	promoGranted, promoDenied, promoUnanswered atomic.Int64
 }
 
 // counts returns policy's routing counts.
@@ -347,13 +362,14 @@ func (l *Limiter) checkRemote(costMilli int64, chargeAfter bool) (d Decision, ok
 	}
 	r := c.router
 	now := c.clock.Precise()
+	ask := rt.askPromote.Swap(false)
 	for i := range r.edges {
 		e := r.edges[(rt.home+i)%len(r.edges)]
 		if now < e.downUntil.Load() {
 			continue
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), r.cfg.Timeout)
-		resp, err := e.adm.Check(ctx, &api.CheckRequest{Items: []*api.CheckItem{{Policy: l.policy, Key: l.attrs, Cost: costMilli / lease.MilliPerToken, ChargeAfter: chargeAfter}}})
+		resp, err := e.adm.Check(ctx, &api.CheckRequest{Items: []*api.CheckItem{{Policy: l.policy, Key: l.attrs, Cost: costMilli / lease.MilliPerToken, ChargeAfter: chargeAfter, Promote: ask}}})
 		cancel()
 		r.checks.Add(1)
 		if err == nil && len(resp.GetResults()) == 1 {
@@ -365,6 +381,9 @@ func (l *Limiter) checkRemote(costMilli int64, chargeAfter bool) (d Decision, ok
 			}
 			if d.Shadow {
 				l.shadowed.Add(1)
+			}
+			if ask {
+				c.promotionAnswer(l, resp.GetResults()[0].GetPromotion())
 			}
 			return d, true
 		}
@@ -387,7 +406,10 @@ func (l *Limiter) checkRemote(costMilli int64, chargeAfter bool) (d Decision, ok
 			// A slow edge, not a lost one: this call is refused (the
 			// caller has waited Timeout already) and the key stays
 			// remote, so an overloaded edge does not send its keys to
-			// the cluster.
+			// the cluster. A promotion it asked for is asked again.
+			if ask {
+				rt.askPromote.Store(true)
+			}
 			return l.count(Decision{Verdict: Verdict{Reason: Unavailable}, RetryAfter: r.cfg.Timeout}), true
 		}
 		if r.builtin && notServed(err) && !r.unsupported.Swap(true) {
@@ -403,6 +425,27 @@ func (l *Limiter) checkRemote(costMilli int64, chargeAfter bool) (d Decision, ok
 		c.poke()
 	}
 	return Decision{}, false
+}
+
+// promotionAnswer records the server's answer to remote key l's request
+// for a lease of its own (docs/design.md §3.4, "The switch budget"): a
+// grant, or no answer from a server that predates the budget, lets the
+// loop promote it; a denial keeps it remote, and the loop asks again at
+// a later evaluation while the key stays hot.
+func (c *Client) promotionAnswer(l *Limiter, p api.Promotion) {
+	rc := c.router.counts(l.policy)
+	switch p {
+	case api.Promotion_PROMOTION_GRANTED:
+		rc.promoGranted.Add(1)
+	case api.Promotion_PROMOTION_DENIED_TRY_LATER:
+		rc.promoDenied.Add(1)
+		c.router.denials.Add(1)
+		return
+	default:
+		rc.promoUnanswered.Add(1)
+	}
+	l.route.granted.Store(true)
+	c.poke()
 }
 
 // notServed reports a server's refusal of the Check API itself: not
@@ -483,9 +526,12 @@ type routeCand struct {
 // routeCands are one evaluation's keys to switch, before the MaxSwitches
 // cut.
 type routeCands struct {
-	force []*Limiter  // remote keys whose calls found no edge
-	up    []routeCand // remote keys hot for PromoteAfter
-	down  []routeCand // leased keys cold for DemoteAfter
+	force []*Limiter // remote keys whose calls found no edge
+	// granted: remote keys whose server granted their promotion (the
+	// switch budget; builtin routing only).
+	granted []*Limiter
+	up      []routeCand // remote keys hot for PromoteAfter
+	down    []routeCand // leased keys cold for DemoteAfter
 }
 
 // evalKey measures key l's demand since its last evaluation (off is what
@@ -494,6 +540,10 @@ func (r *router) evalKey(l *Limiter, off, now int64, rc *routeCands) {
 	rt := l.route
 	if rt.forced.Load() && !rt.leasing {
 		rc.force = append(rc.force, l)
+		return
+	}
+	if rt.granted.Load() && !rt.leasing {
+		rc.granted = append(rc.granted, l)
 		return
 	}
 	span := now - rt.evalAt
@@ -616,15 +666,33 @@ func (c *Client) switchRoutes(now int64, rc routeCands) {
 		c.promote(l, now)
 	}
 	r.forced.Add(int64(len(force)))
+	// Promotions the servers granted (builtin routing), within what is
+	// left of MaxSwitches; the rest wait for the next interval.
+	granted := rc.granted[:min(len(rc.granted), r.cfg.MaxSwitches-len(force))]
+	for _, l := range granted {
+		c.promote(l, now)
+	}
 	up, down := rc.up, rc.down
 	slices.SortFunc(up, func(a, b routeCand) int { return cmp.Compare(b.rate, a.rate) })
-	up = up[:min(len(up), r.cfg.MaxSwitches-len(force))]
+	up = up[:min(len(up), r.cfg.MaxSwitches-len(force)-len(granted))]
 	for _, x := range up {
+		if r.builtin {
+			// The switch budget: no lease without the server's grant;
+			// the key's next Check asks for it.
+			if !x.l.route.askPromote.Swap(true) {
+				r.asks.Add(1)
+			}
+			continue
+		}
 		c.promote(x.l, now)
 	}
 	slices.SortFunc(down, func(a, b routeCand) int { return cmp.Compare(a.rate, b.rate) })
 	down = down[:min(len(down), r.cfg.MaxSwitches)]
-	r.mostUp.Store(max(r.mostUp.Load(), int64(len(up)+len(force))))
+	promoted := len(force) + len(granted)
+	if !r.builtin {
+		promoted += len(up)
+	}
+	r.mostUp.Store(max(r.mostUp.Load(), int64(promoted)))
 	r.mostDown.Store(max(r.mostDown.Load(), int64(len(down))))
 	if len(down) > 0 {
 		c.demote(now, down)
@@ -643,6 +711,8 @@ func (c *Client) demote(now int64, down []routeCand) {
 		rt.forced.Store(false)
 		rt.switching.Store(false)
 		rt.local.Store(false)
+		rt.askPromote.Store(false)
+		rt.granted.Store(false)
 		c.router.counts(l.policy).toRemote.Add(1)
 		// Calls that find no lease now go to the edge; calls that loaded
 		// the terms before the swap admit from the lease, which is held
@@ -660,6 +730,8 @@ func (c *Client) demote(now int64, down []routeCand) {
 func (c *Client) promote(l *Limiter, now int64) {
 	rt := l.route
 	rt.leasing, rt.coldSince, rt.hotSince, rt.leaseAt = true, 0, 0, now
+	rt.askPromote.Store(false)
+	rt.granted.Store(false)
 	rt.switching.Store(true)
 	// A fresh measurement: the first acquire asks for as much as is fair,
 	// as a new key's does, instead of the rate since the last report of an
@@ -679,6 +751,10 @@ type EdgeStats struct {
 	// Promotions and Demotions count the keys switched to a lease of their
 	// own and back; Forced the promotions because no edge could serve.
 	Promotions, Demotions, Forced int64
+	// PromotionAsks counts the promotions asked of the servers (builtin
+	// routing: the switch budget, docs/design.md §3.4), PromotionDenials
+	// the ones refused (the key stayed remote and asks again later).
+	PromotionAsks, PromotionDenials int64
 	// Evaluations counts the demand evaluations (one per Interval);
 	// MostPromoted and MostDemoted are the most keys one of them switched
 	// (at most EdgeRouting.MaxSwitches each).
@@ -694,6 +770,7 @@ func (c *Client) EdgeStats() EdgeStats {
 		return EdgeStats{}
 	}
 	s := EdgeStats{Checks: r.checks.Load(), Errors: r.errs.Load(), Timeouts: r.timeouts.Load(), Promotions: r.promotions.Load(), Demotions: r.demotions.Load(), Forced: r.forced.Load(),
+		PromotionAsks: r.asks.Load(), PromotionDenials: r.denials.Load(),
 		Evaluations: r.evals.Load(), MostPromoted: r.mostUp.Load(), MostDemoted: r.mostDown.Load()}
 	for _, l := range c.snapshot() {
 		if l.route != nil && l.route.switching.Load() {

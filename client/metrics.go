@@ -51,6 +51,8 @@ import (
 //	                                         key took the path of a key without a lease)
 //	route_switches_total{policy,to}          counter: keys switched to="remote" (demoted) or to="local" (promoted)
 //	remote_keys{policy}                      gauge: keys decided remotely now
+//	route_promotions_total{policy,answer}    counter: the servers' answers to promotion requests (the switch
+//	                                         budget, builtin routing): granted, denied, not-asked (an older server)
 //
 // and, unprefixed, as the server and the edge carry it:
 //
@@ -83,7 +85,7 @@ type Collector struct {
 	excess  *prometheus.Desc
 	debt    *prometheus.Desc
 
-	remote, remoteFail, switches, remoteKeys *prometheus.Desc
+	remote, remoteFail, switches, remoteKeys, promotions *prometheus.Desc
 }
 
 // CollectorOption configures NewCollector.
@@ -145,7 +147,8 @@ func NewCollector(c *Client, opts ...CollectorOption) *Collector {
 		col.remoteFail = desc("remote_failures_total", "Remote calls that failed.", "policy")
 		col.switches = desc("route_switches_total", "Keys switched to remote decisions (to=remote) or to a lease of their own (to=local).", "policy", "to")
 		col.remoteKeys = desc("remote_keys", "Keys decided remotely now.", "policy")
-		col.descs = append(col.descs, col.remote, col.remoteFail, col.switches, col.remoteKeys)
+		col.promotions = desc("route_promotions_total", "The servers' answers to this client's requests to take a remote key back to a lease of its own (the switch budget): answer=granted, denied, or not-asked (a server that predates the budget; taken as a grant).", "policy", "answer")
+		col.descs = append(col.descs, col.remote, col.remoteFail, col.switches, col.remoteKeys, col.promotions)
 	}
 	return col
 }
@@ -336,6 +339,9 @@ func (col *Collector) collectRoutes(ch chan<- prometheus.Metric, live []*Limiter
 		ch <- prometheus.MustNewConstMetric(col.switches, prometheus.CounterValue, float64(rc.toRemote.Load()), p, "remote")
 		ch <- prometheus.MustNewConstMetric(col.switches, prometheus.CounterValue, float64(rc.toLocal.Load()), p, "local")
 		ch <- prometheus.MustNewConstMetric(col.remoteKeys, prometheus.GaugeValue, float64(remoteKeys[p]), p)
+		ch <- prometheus.MustNewConstMetric(col.promotions, prometheus.CounterValue, float64(rc.promoGranted.Load()), p, "granted")
+		ch <- prometheus.MustNewConstMetric(col.promotions, prometheus.CounterValue, float64(rc.promoDenied.Load()), p, "denied")
+		ch <- prometheus.MustNewConstMetric(col.promotions, prometheus.CounterValue, float64(rc.promoUnanswered.Load()), p, "not-asked")
 	}
 }
 

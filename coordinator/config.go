@@ -116,6 +116,15 @@ type Config struct {
 	// LeaseLimiterMaxEntries bounds each limit's table of buckets (client
 	// IDs, connections); a full table drops its least recently used.
 	LeaseLimiterMaxEntries int
+	// RemotePromotionRate is the switch budget (docs/design.md §3.4, "The
+	// switch budget"): the promotions (a key decided remotely taken back
+	// to a client's own lease) this server's built-in edge grants per
+	// second per policy, with a burst of one second's worth; 0 means
+	// DefaultRemotePromotionRate, at most MaxRemotePromotionRate. Every
+	// server's budget is its own: a policy's promotions across the
+	// cluster are at most servers × RemotePromotionRate per second, plus
+	// the bursts.
+	RemotePromotionRate int
 	// MaxConcurrentStreams bounds the concurrent calls (HTTP/2 streams)
 	// of one connection to the gRPC port; a client's further calls wait
 	// for a free stream. 0: gRPC's default (no bound).
@@ -240,6 +249,7 @@ func DefaultConfig() Config {
 		LeaseClientRPS:         1000,
 		LeaseConnRPS:           2000,
 		LeaseLimiterMaxEntries: 65536,
+		RemotePromotionRate:    DefaultRemotePromotionRate,
 		MaxConcurrentStreams:   1024,
 	}
 }
@@ -362,6 +372,9 @@ func (c Config) Validate() error {
 		if l.burst < 0 {
 			badField(l.burstField, "%d is negative", l.burst)
 		}
+	}
+	if c.RemotePromotionRate < 0 || c.RemotePromotionRate > MaxRemotePromotionRate {
+		badField("RemotePromotionRate", "%d is not in 0-%d promotions per second per policy (0: %d)", c.RemotePromotionRate, MaxRemotePromotionRate, DefaultRemotePromotionRate)
 	}
 	if (c.LeaseClientRPS > 0 || c.LeaseConnRPS > 0) && c.LeaseLimiterMaxEntries <= 0 {
 		bad("lease limiter max entries %d must be positive while a lease limit is on", c.LeaseLimiterMaxEntries)

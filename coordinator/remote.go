@@ -4,6 +4,7 @@ import (
 	"context"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -58,11 +59,14 @@ type remoteService struct {
 	limMu    sync.RWMutex
 	limiters map[string]*client.Limiter
 
+	// promotions is the switch budget (promotions.go).
+	promotions *promotionBudget
+
 	calls, items, invalid atomic.Int64
 }
 
 func newRemoteService(s *Server) *remoteService {
-	return &remoteService{s: s, limiters: map[string]*client.Limiter{}}
+	return &remoteService{s: s, limiters: map[string]*client.Limiter{}, promotions: newPromotionBudget(int64(s.cfg.RemotePromotionRate))}
 }
 
 // client returns the built-in edge's client, starting it on first use;
@@ -188,5 +192,34 @@ func (r *remoteService) Check(_ context.Context, req *api.CheckRequest) (*api.Ch
 		}
 		resp.Results[i] = res
 	}
+	for i := range evaluated {
+		if items[i].GetPromote() {
+			resp.Results[i].Promotion = r.promote(items[i].GetPolicy())
+		}
+	}
 	return resp, nil
+}
+
+// promote answers a client's request to take a key of policy back to a
+// lease of its own, from this server's switch budget; a policy the
+// cluster does not store is denied (no lease of it can be taken).
+func (r *remoteService) promote(policy string) api.Promotion {
+	if _, ok := r.s.fsm.Policy(policy); !ok {
+		return api.Promotion_PROMOTION_DENIED_TRY_LATER
+	}
+	return r.promotions.decide(policy, time.Now())
+}
+
+// ServesCheck reports whether this server answers the Check API (its
+// built-in edge; not with ACLs).
+func (s *Server) ServesCheck() bool { return s.remote != nil }
+
+// PromotionCounts returns this server's answers to promotion requests
+// (the switch budget, docs/design.md §3.4), by policy; nil with ACLs
+// (no built-in edge).
+func (s *Server) PromotionCounts() []PromotionCount {
+	if s.remote == nil {
+		return nil
+	}
+	return s.remote.promotions.counts()
 }

@@ -245,6 +245,7 @@ var configFlags = map[string]string{
 	"LeaseClientBurst":         "--lease-client-burst",
 	"LeaseConnRPS":             "--lease-conn-rps",
 	"LeaseConnBurst":           "--lease-conn-burst",
+	"RemotePromotionRate":      "--remote-promotions",
 	"VerifyServerHostname":     "--tls-verify-server-hostname",
 	"TLS":                      "TLS (--tls-ca-file, --tls-cert-file, --tls-key-file)",
 	"ClusterName":              "--cluster-name",
@@ -326,12 +327,14 @@ type leaseLimitOptions struct {
 	clientRPS, connRPS     float64
 	clientBurst, connBurst int
 	maxStreams             uint
+	remotePromotions       int
 }
 
 func defaultLeaseLimits() leaseLimitOptions {
 	d := coordinator.DefaultConfig()
 	return leaseLimitOptions{clientRPS: d.LeaseClientRPS, connRPS: d.LeaseConnRPS,
-		clientBurst: d.LeaseClientBurst, connBurst: d.LeaseConnBurst, maxStreams: uint(d.MaxConcurrentStreams)}
+		clientBurst: d.LeaseClientBurst, connBurst: d.LeaseConnBurst, maxStreams: uint(d.MaxConcurrentStreams),
+		remotePromotions: d.RemotePromotionRate}
 }
 
 func leaseLimitFlags(fs *flag.FlagSet, o *leaseLimitOptions) {
@@ -345,10 +348,13 @@ func leaseLimitFlags(fs *flag.FlagSet, o *leaseLimitOptions) {
 		"burst of --lease-conn-rps (`N` calls; 0: two seconds' worth)")
 	fs.UintVar(&o.maxStreams, "max-concurrent-streams", o.maxStreams,
 		"concurrent calls (HTTP/2 streams) one connection may have open on the gRPC port; more wait for a free one (`N`; 0: no bound)")
+	fs.IntVar(&o.remotePromotions, "remote-promotions", o.remotePromotions,
+		"the switch budget: keys decided remotely that this server lets clients take back to leases of their own, per second per policy (`N`; burst: one second's worth; docs/design.md §3.4)")
 }
 
 func (o leaseLimitOptions) apply(cfg *coordinator.Config) {
 	cfg.LeaseClientRPS, cfg.LeaseClientBurst = o.clientRPS, o.clientBurst
 	cfg.LeaseConnRPS, cfg.LeaseConnBurst = o.connRPS, o.connBurst
 	cfg.MaxConcurrentStreams = uint32(min(o.maxStreams, math.MaxUint32))
+	cfg.RemotePromotionRate = o.remotePromotions
 }

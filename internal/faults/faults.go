@@ -132,10 +132,15 @@ const (
 	// (internal/checkreq), so a caller that never settles is charged
 	// nothing: the control TestCheckReserveNegativeControl (edge).
 	ReservationExpiryRefunds Fault = "reservation-expiry-refunds"
+	// PromoteBudgetIgnored: a server's built-in edge grants every
+	// promotion a client asks for (CheckItem.promote), ignoring its
+	// per-policy promotion budget (coordinator/promotions.go): the switch
+	// budget's negative control (TestSwitchBudgetNegativeControl).
+	PromoteBudgetIgnored Fault = "promote-budget-ignored"
 )
 
 // All lists every fault, for flag help and validation.
-var All = []Fault{AckBeforeCommit, StartFullNoDebit, TimeFromReceipt, ForgetRetired, ClockResumeOwnReading, CreditAtReduction, ForgetReplaced, IgnoreKeyAttributes, ReportDouble, AdmitBeforeLease, WindowDeadReturns, SlotForgetLowered, WindowZoneUTC, SlotAckAtOnce, SlotInstallExtendsOld, SnapshotSaveHere, KeyQuotaIgnored, WindowRestoreClockBack, WindowForgetSpent, RecoveryWithoutHold, ForgetDebt, ReservationExpiryRefunds}
+var All = []Fault{AckBeforeCommit, StartFullNoDebit, TimeFromReceipt, ForgetRetired, ClockResumeOwnReading, CreditAtReduction, ForgetReplaced, IgnoreKeyAttributes, ReportDouble, AdmitBeforeLease, WindowDeadReturns, SlotForgetLowered, WindowZoneUTC, SlotAckAtOnce, SlotInstallExtendsOld, SnapshotSaveHere, KeyQuotaIgnored, WindowRestoreClockBack, WindowForgetSpent, RecoveryWithoutHold, ForgetDebt, ReservationExpiryRefunds, PromoteBudgetIgnored}
 
 func parse(name string) (Fault, error) {
 	for _, f := range All {

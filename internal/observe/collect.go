@@ -40,6 +40,7 @@ var (
 	descBatchOps       = desc("apply_batch_ops", "Leader: lease operations (client calls) per lease-batch Raft entry.")
 	descEntryBytes     = desc("apply_entry_bytes", "Leader: encoded bytes of the operations of a lease-batch Raft entry.")
 	descForwarded      = desc("forwarded_calls_total", "Calls this server forwarded to the leader.")
+	descPromotions     = desc("remote_promotions_total", "Requests to take a key decided remotely back to a client's own lease, answered by this server's switch budget (verdict: granted or denied).", "policy", "verdict")
 	descLeaseLimited   = desc("lease_limited_total", "Lease calls this server refused (RESOURCE_EXHAUSTED) as over a lease API limit: per client ID (client) or per connection (conn).", "limit")
 	descLimiterEntries = desc("lease_limiter_entries", "Buckets a lease API limit holds now (client IDs or connections seen lately), at most its bound.", "limit")
 	descExpiries       = desc("lease_expiries_total", "Leases removed by expiry, by the expire commands this server proposed as leader.", "policy")
@@ -70,7 +71,7 @@ type serverCollector struct{ o *Observer }
 func (c *serverCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descRaftState, descRaftTerm, descRaftCommit, descRaftApplied, descRaftLastIndex,
 		descLastContact, descLeaderChanges, descLeaderKnown, descVoters, descApplyDuration, descBatchOps, descEntryBytes,
-		descForwarded, descLeaseLimited, descLimiterEntries, descExpiries, descPolicyKeys, descPolicyLeases, descPolicyHeldRate, descPolicyHeldCap,
+		descForwarded, descPromotions, descLeaseLimited, descLimiterEntries, descExpiries, descPolicyKeys, descPolicyLeases, descPolicyHeldRate, descPolicyHeldCap,
 		descPolicyPool, descPolicyRate, descPolicyBurst,
 		descBoundUtilization, descBoundOver, descAuditReported, descAuditUnplaced, descAPTolerance, descAPHealthy} {
 		ch <- d
@@ -140,6 +141,7 @@ func (c *serverCollector) Collect(ch chan<- prometheus.Metric) {
 	histogram(ch, descBatchOps, st.BatchOps)
 	histogram(ch, descEntryBytes, st.EntryBytes)
 	counter(ch, descForwarded, float64(st.Forwarded))
+	collectPromotions(ch, srv)
 	for _, l := range []string{"client", "conn"} {
 		counter(ch, descLeaseLimited, float64(st.LeaseLimited[l]), l)
 		gauge(ch, descLimiterEntries, float64(st.LeaseLimiterEntries[l]), l)
@@ -383,4 +385,27 @@ func (c *callCounters) unary(ctx context.Context, req any, info *grpc.UnaryServe
 		}
 	}
 	return resp, err
+}
+
+// collectPromotions sends the switch budget's answers (docs/design.md
+// §3.4): a series per stored policy from the start, as the expiries, and
+// per policy answered since (a deleted one's stay); none with ACLs (no
+// built-in edge).
+func collectPromotions(ch chan<- prometheus.Metric, srv *coordinator.Server) {
+	if !srv.ServesCheck() {
+		return
+	}
+	counts := srv.PromotionCounts()
+	seen := map[string]bool{}
+	for _, p := range counts {
+		seen[p.Policy] = true
+		counter(ch, descPromotions, float64(p.Granted), p.Policy, "granted")
+		counter(ch, descPromotions, float64(p.Denied), p.Policy, "denied")
+	}
+	for _, p := range srv.FSM().Policies() {
+		if !seen[p.Name] {
+			counter(ch, descPromotions, 0, p.Name, "granted")
+			counter(ch, descPromotions, 0, p.Name, "denied")
+		}
+	}
 }
