@@ -14,6 +14,7 @@ import (
 	"github.com/ration-dev/ration/api"
 	"github.com/ration-dev/ration/client"
 	"github.com/ration-dev/ration/client/httplimit"
+	"github.com/ration-dev/ration/internal/acl"
 	"github.com/ration-dev/ration/internal/checkreq"
 	"github.com/ration-dev/ration/internal/policy"
 	"github.com/ration-dev/ration/internal/rpcerr"
@@ -31,13 +32,14 @@ import (
 //
 // The client is started on the first Check (a cluster nobody routes to
 // holds no extra leases and runs no extra loop) and closed, releasing its
-// leases, first thing in Shutdown. A cluster with ACLs does not serve the
-// Check API (the service is not registered: Unimplemented), and the
-// clients keep leases of their own: the built-in edge would need a token
-// of its own for every policy.
+// leases, first thing in Shutdown. On a cluster with ACLs a Check needs
+// the check right on every item's key (acl.RightCheck: a client token's
+// bindings), and the client leases with this start's server identity
+// (serverid.go) instead of a token: it may lease any key, as
+// rationd/<server ID> only.
 
 // remoteClientID is the built-in edge's lease-holder name.
-func remoteClientID(serverID string) string { return "rationd/" + serverID }
+func remoteClientID(serverID string) string { return acl.ServerClientID(serverID) }
 
 // maxRemoteLimiters bounds the built-in edge's cache of limiters (the
 // client keeps the limiters themselves, and evicts idle ones).
@@ -86,7 +88,11 @@ func (r *remoteService) client() (*client.Client, error) {
 	if addr == "" {
 		addr = s.GRPCAddr()
 	}
-	c, err := client.New(context.Background(), client.Config{
+	var token string
+	if s.cfg.ACL {
+		token = s.edgeSecret.String()
+	}
+	c, err := client.New(context.Background(), client.Config{Token: token,
 		Servers: []string{addr}, ClientID: remoteClientID(s.cfg.ID), NoRemote: true,
 		DialOptions: []grpc.DialOption{grpc.WithTransportCredentials(creds)}, PressureKeys: remotePressureKeys,
 		Logger: s.log.With("part", "builtin-edge"), TracerProvider: s.cfg.TracerProvider,
