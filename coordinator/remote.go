@@ -2,6 +2,7 @@ package coordinator
 
 import (
 	"context"
+	"maps"
 	"sync"
 	"sync/atomic"
 
@@ -61,6 +62,44 @@ type remoteService struct {
 	limiters map[string]*client.Limiter
 
 	calls, items, invalid atomic.Int64
+
+	// counts: items by caller and result (BuiltinEdgeItems).
+	countMu sync.Mutex
+	counts  map[BuiltinEdgeKey]uint64
+}
+
+// BuiltinEdgeKey labels ration_builtin_edge_items_total: Caller is the
+// token's accessor ID on a cluster with ACLs ("none" without; "other"
+// past maxEdgeCallers callers), Result one of "allowed", "denied",
+// "invalid" (the call refused as malformed), "unavailable" (the server
+// shutting down), "not-evaluated" and "charged-after".
+type BuiltinEdgeKey struct{ Caller, Result string }
+
+// maxEdgeCallers bounds the metric's caller label values.
+const maxEdgeCallers = 256
+
+func (r *remoteService) count(ctx context.Context, result string, n int) {
+	caller := "none"
+	if tok := callerToken(ctx); tok != nil {
+		caller = tok.AccessorID
+	}
+	r.countMu.Lock()
+	defer r.countMu.Unlock()
+	if r.counts == nil {
+		r.counts = map[BuiltinEdgeKey]uint64{}
+	}
+	k := BuiltinEdgeKey{caller, result}
+	if _, ok := r.counts[k]; !ok && len(r.counts) >= maxEdgeCallers*6 {
+		k.Caller = "other"
+	}
+	r.counts[k] += uint64(n)
+}
+
+// itemCounts is a copy of counts.
+func (r *remoteService) itemCounts() map[BuiltinEdgeKey]uint64 {
+	r.countMu.Lock()
+	defer r.countMu.Unlock()
+	return maps.Clone(r.counts)
 }
 
 func newRemoteService(s *Server) *remoteService {
@@ -142,22 +181,25 @@ func (r *remoteService) limiter(c *client.Client, pol string, key client.Key) *c
 // api/check.proto). Its results carry the decision (allowed, reason,
 // remaining, retry-after, shadow), not the RateLimit header fields that
 // rationd edge adds.
-func (r *remoteService) Check(_ context.Context, req *api.CheckRequest) (*api.CheckResponse, error) {
+func (r *remoteService) Check(ctx context.Context, req *api.CheckRequest) (*api.CheckResponse, error) {
 	r.calls.Add(1)
 	costs, err := checkreq.Validate(req)
 	if err != nil {
 		r.invalid.Add(1)
+		r.count(ctx, "invalid", len(req.GetItems()))
 		return nil, err
 	}
 	items := req.GetItems()
 	for i, it := range items {
 		if p, ok := r.s.fsm.Policy(it.GetPolicy()); ok && p.Algorithm == policy.Concurrency {
 			r.invalid.Add(1)
+			r.count(ctx, "invalid", len(items))
 			return nil, rpcerr.Errorf(codes.FailedPrecondition, "item %d: policy %q is a concurrency policy, which the Check API cannot serve (a call has no release)", i, it.GetPolicy())
 		}
 	}
 	c, err := r.client()
 	if err != nil {
+		r.count(ctx, "unavailable", len(items))
 		return nil, err
 	}
 	r.items.Add(int64(len(items)))
@@ -171,11 +213,18 @@ func (r *remoteService) Check(_ context.Context, req *api.CheckRequest) (*api.Ch
 	for i := range items {
 		if i >= evaluated {
 			resp.Results[i] = &api.CheckResult{Reason: "not-evaluated"}
+			r.count(ctx, "not-evaluated", 1)
 			continue
 		}
 		if items[i].GetChargeAfter() {
 			resp.Results[i] = &api.CheckResult{Allowed: true, Reason: "charged-after"}
+			r.count(ctx, "charged-after", 1)
 			continue
+		}
+		if ds[i].Allowed {
+			r.count(ctx, "allowed", 1)
+		} else {
+			r.count(ctx, "denied", 1)
 		}
 		d := ds[i]
 		res := &api.CheckResult{Allowed: d.Allowed, Reason: d.Reason.String(), Remaining: max(d.RemainingMilli/lease.MilliPerToken, 0), Shadow: d.Shadow}

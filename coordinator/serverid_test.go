@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/ration-dev/ration/api"
+	"github.com/ration-dev/ration/coordinator"
 	"github.com/ration-dev/ration/internal/acl"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -66,6 +67,13 @@ func TestBuiltinEdgeACL(t *testing.T) {
 		for name, tok := range map[string]string{"acme": at.acme, "management": at.mgmt} {
 			_, err = c.Client(i).Acquire(as(t, tok), acquireReq(caller(acl.ServerClientID(id), 1, 1), key("api", "acme")))
 			wantCode(t, name+" acquires as "+acl.ServerClientID(id), err, codes.PermissionDenied, "the servers' own")
+		}
+	}
+	// Counted by caller and result (ration_builtin_edge_items_total).
+	for i := range c.Len() {
+		st := c.Server(i).OpStats().BuiltinEdgeItems
+		if st[coordinator.BuiltinEdgeKey{Caller: at.acmeAccessor, Result: "allowed"}] == 0 {
+			t.Errorf("server %d: no allowed item counted for acme: %v", i, st)
 		}
 	}
 	// The decisions came from leases held as rationd/<ID>.
