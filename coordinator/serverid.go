@@ -31,7 +31,7 @@ import (
 // the secret never leaves the server except to itself over its own gRPC
 // listener (TLS when the cluster has it).
 
-// newEdgeDigest is the gossiped form of a server secret.
+// edgeDigest is the gossiped form of a server secret.
 func edgeDigest(secret acl.Secret) string {
 	d := sha256.Sum256(secret[:])
 	return hex.EncodeToString(d[:])
