@@ -54,7 +54,7 @@ test: ## everything CI runs: vet, every test (property tests, negative controls,
 	cd examples/frameworks && $(GO) vet ./... && $(GO) test -count=1 ./...
 	$(GO) test -count=1 -tags ration_faults ./internal/faults
 	$(GO) test -count=1 -tags ration_faults -run TestAuditNegativeControl ./internal/observe
-	$(GO) test -count=1 -tags ration_faults -run TestACLNegativeControl ./coordinator
+	$(GO) test -count=1 -tags ration_faults -run 'TestACLNegativeControl|TestBuiltinEdgeACLNegativeControl' ./coordinator
 	$(GO) test -count=1 -tags ration_faults -run NegativeControl ./client/httplimit ./client/grpclimit ./edge
 	$(GO) test -count=1 -tags ration_faults -run 'TestSlotsLoweredCountWaitsForDrainNegativeControl|TestSlotsAcrossRestoreNegativeControl|TestSlotsAcrossReapplyNegativeControl|TestEdgeRouteSwitchNegativeControl|TestSwitchBudgetNegativeControl|TestPolicyChangeNegativeControl|TestWindowRestoreAfterElectionsNegativeControl|TestWindowDefinitionRoundTripNegativeControl' ./client
 	$(GO) test -count=1 -tags ration_faults -run TestSnapshotSaveNegativeControl ./cmd/rationctl

@@ -53,8 +53,9 @@ import (
 // once a server grants it from its switch budget (docs/design.md §3.4,
 // "The switch budget"): the key's next Check asks (promote), and a
 // denial keeps it remote until a later evaluation asks again. A server
-// that does not serve the Check API (an older version, or a cluster with
-// ACLs) turns remote routing off for the Client: its keys keep leases.
+// that does not serve the Check API (an older version, or, on a cluster
+// with ACLs, a token without the check right: docs/security.md) turns
+// remote routing off for the Client: its keys keep leases.
 
 // EdgeRouting tunes when a key is checked at an edge and when it takes a
 // lease of its own (Config.Edges). Zero values take the defaults.
@@ -413,7 +414,7 @@ func (l *Limiter) checkRemote(costMilli int64, chargeAfter bool) (d Decision, ok
 			return l.count(Decision{Verdict: Verdict{Reason: Unavailable}, RetryAfter: r.cfg.Timeout}), true
 		}
 		if r.builtin && notServed(err) && !r.unsupported.Swap(true) {
-			c.log.Warn("a server does not serve the Check API (an older version, or ACLs); every key keeps a lease of its own", "server", e.addr, "err", err)
+			c.log.Warn("a server does not serve the Check API (an older version, or this token lacks the check right); every key keeps a lease of its own", "server", e.addr, "err", err)
 		}
 		// This edge cannot serve the key (a refusal that another edge
 		// would repeat: bad key, unknown service, no permission): lease it.
@@ -449,7 +450,8 @@ func (c *Client) promotionAnswer(l *Limiter, p api.Promotion) {
 }
 
 // notServed reports a server's refusal of the Check API itself: not
-// implemented (an older version), or refused by its ACLs.
+// implemented (an older version), or refused by its ACLs (the token lacks
+// the check right).
 func notServed(err error) bool {
 	switch status.Code(err) {
 	case codes.Unimplemented, codes.PermissionDenied, codes.Unauthenticated:

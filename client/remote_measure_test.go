@@ -2,6 +2,7 @@ package client_test
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"os"
 	"slices"
@@ -16,6 +17,8 @@ import (
 	"github.com/ration-dev/ration/coordinator"
 	"github.com/ration-dev/ration/internal/quotacheck"
 	"github.com/ration-dev/ration/internal/testcluster"
+	"github.com/ration-dev/ration/internal/testtls"
+	"github.com/ration-dev/ration/internal/tlsutil"
 )
 
 // TestManyReplicasTrickleUtilization measures docs/design.md §3.4, "Remote
@@ -41,6 +44,10 @@ func TestManyReplicasTrickleUtilization(t *testing.T) {
 	t.Run("1000", func(t *testing.T) {
 		n := envInt("RATION_TRICKLE_INSTANCES", 1000)
 		runTrickle(t, trickle{instances: n, active: n, rate: 100, burst: 100, warm: warm, measure: measure})
+	})
+	t.Run("1000-acl-tls", func(t *testing.T) {
+		n := envInt("RATION_TRICKLE_INSTANCES", 1000)
+		runTrickle(t, trickle{instances: n, active: n, rate: 100, burst: 100, warm: warm, measure: measure, secure: true})
 	})
 	t.Run("5of100", func(t *testing.T) {
 		runTrickle(t, trickle{instances: 100, active: 5, rate: 10, burst: 10, warm: warm, measure: measure})
@@ -100,10 +107,37 @@ type trickle struct {
 	instances, active int
 	rate, burst       int64
 	warm, measure     time.Duration
+	// secure: mutual TLS and ACLs, every instance with a client token
+	// bound to the policy (the built-in edge leases with the servers'
+	// identities: docs/security.md, "The server identity").
+	secure bool
+	// routed: the warm-up starts once every instance holds a lease or
+	// decides remotely, some key went remote and the built-in edges
+	// lease half of r (a condition, for a short run on a loaded
+	// machine), rather than at the load's start.
+	routed bool
+	// lease is an extra policy line ("" for the defaults).
+	lease string
 }
 
-func runTrickle(t *testing.T, p trickle) {
-	c := testcluster.New(t, 3, testcluster.WithPolicies(fmt.Sprintf(`
+// runTrickle runs p and returns the admitted share of r in the measured
+// span.
+func runTrickle(t *testing.T, p trickle) float64 {
+	var opts []testcluster.Option
+	var clientTLS *tls.Config
+	if p.secure {
+		ca := testtls.NewCA(t, "ca")
+		name := tlsutil.ServerName("ration")
+		stores := make([]*tlsutil.Store, 3)
+		for i := range stores {
+			stores[i] = ca.Store(ca.Server("ration"))
+		}
+		clientTLS = ca.Store(ca.Client("app")).ClientConfig(name)
+		opts = append(opts, testcluster.WithClientTLS(clientTLS), testcluster.WithACL(), testcluster.WithConfig(func(i int, cfg *coordinator.Config) {
+			cfg.TLS, cfg.VerifyServerHostname = stores[i], true
+		}))
+	}
+	c := testcluster.New(t, 3, append(opts, testcluster.WithPolicies(fmt.Sprintf(`
 policies:
   - name: trickle
     algorithm: token-bucket
@@ -111,9 +145,16 @@ policies:
     burst: %d
     key: [tenant]
     max_leases_per_key: 4096
-`, p.rate, p.burst)), testcluster.WithConfig(productionTiming))
+%s`, p.rate, p.burst, p.lease)), testcluster.WithConfig(productionTiming))...)
 	c.WaitForLeader(t)
 	c.WaitForFeatures(t)
+	var token string
+	if p.secure {
+		c.BootstrapACL(t)
+		token = testcluster.Retry(t, "client token", func(ctx context.Context) (*api.ACLTokenSecret, error) {
+			return c.Admin(0).ACLTokenCreate(ctx, &api.ACLTokenCreateRequest{Name: "pods", Role: "client", Bindings: []string{"trickle"}, ClientIds: []string{"pod-*"}})
+		}).GetSecret()
+	}
 	var srv []string
 	for i := range c.Len() {
 		srv = append(srv, c.Server(i).GRPCAddr())
@@ -121,7 +162,7 @@ policies:
 	lims := make([]*client.Limiter, p.instances)
 	cls := make([]*client.Client, p.instances)
 	for i := range cls {
-		cl, err := client.New(context.Background(), client.Config{Servers: srv, ClientID: fmt.Sprintf("pod-%04d", i)})
+		cl, err := client.New(context.Background(), client.Config{Servers: srv, ClientID: fmt.Sprintf("pod-%04d", i), TLS: clientTLS, Token: token})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -219,6 +260,36 @@ policies:
 	}()
 	// The load's warm-up and the measured span are lengths of time, not
 	// waits for a condition: the run's clock decides them.
+	if p.routed {
+		testcluster.WaitFor(t, time.Minute, func() error {
+			var remote, leased int
+			for _, cl := range cls {
+				s := cl.EdgeStats()
+				remote, leased = remote+s.Remote, leased+s.Leased
+			}
+			if remote == 0 || remote+leased < p.instances {
+				return fmt.Errorf("%d keys remote, %d leased, of %d", remote, leased, p.instances)
+			}
+			// The built-in edges' leases have grown: the replicas
+			// that went remote gave their slivers back.
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			defer cancel()
+			resp, err := c.Admin(0).ListLeases(ctx, &api.ListLeasesRequest{Policy: "trickle"})
+			if err != nil {
+				return err
+			}
+			var edgeRate int64
+			for _, l := range resp.GetLeases() {
+				if strings.HasPrefix(l.GetClientId(), "rationd/") {
+					edgeRate += l.GetRateMilliPerSec()
+				}
+			}
+			if edgeRate < p.rate*1000/2 {
+				return fmt.Errorf("the built-in edges lease %d milli-tokens/s, want half of r", edgeRate)
+			}
+			return nil
+		})
+	}
 	<-time.After(p.warm)
 	measuring.Store(true)
 	from := time.Now()
@@ -279,6 +350,7 @@ policies:
 	if v := quotacheck.Check(hist, quotacheck.Bound{CapacityMilli: p.burst * 1000, RateMilliPerSec: p.rate * 1000}); v != nil {
 		t.Errorf("B + r·W (client timestamps): %v", v)
 	}
+	return util
 }
 
 // mostInWindow is the most admissions in any window of length w.

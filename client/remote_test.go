@@ -233,3 +233,20 @@ func admissionAt(t *testing.T, addr string) api.AdmissionClient {
 	t.Cleanup(func() { _ = conn.Close() })
 	return api.NewAdmissionClient(conn)
 }
+
+// TestRemoteByDefaultWithACLs: on a cluster with mutual TLS and ACLs, 200
+// client instances with a client token (bound to the policy: the check
+// right on its keys) and the default routing, one key, r = 100/s, B = 100,
+// offered 3·r in total: the thin keys go to the servers' built-in edges,
+// which lease with the servers' identities (docs/security.md, "The server
+// identity"), so the instances use most of r, as without ACLs (with
+// leases only, 200 instances hold a sliver each and admit a few per cent
+// of r), and every window holds B + r·W. The full measurement, with and
+// without ACLs, is TestManyReplicasTrickleUtilization (RATION_MEASURE=1).
+func TestRemoteByDefaultWithACLs(t *testing.T) {
+	util := runTrickle(t, trickle{instances: 200, active: 200, rate: 100, burst: 100, warm: time.Second, measure: 2 * time.Second, secure: true, routed: true,
+		lease: "    lease: {duration: 2s, renew_after: 400ms}\n"})
+	if util < 0.5 {
+		t.Errorf("admitted %.1f%% of r on an ACL+TLS cluster, want at least 50%% (remote decisions by default)", 100*util)
+	}
+}

@@ -198,14 +198,23 @@ func (g *aclGate) check(ctx context.Context, method string, req any) (*acl.Token
 	if !ok {
 		return nil, rpcerr.Errorf(codes.PermissionDenied, "%s is not a call ACL tokens can grant", method)
 	}
-	tok, deferToLeader, err := g.authenticate(ctx, right, forwardingMethods[method])
-	if deferToLeader {
-		return nil, errDeferred
-	}
-	if err != nil || tok == nil {
-		return tok, err
-	}
 	clientID, keys := g.scope(req)
+	// A server's built-in edge presents its identity (serverid.go), not
+	// an ACL token.
+	tok, err := g.serverIdentity(ctx, right, clientID)
+	if err != nil {
+		return nil, err
+	}
+	if tok == nil {
+		var deferToLeader bool
+		tok, deferToLeader, err = g.authenticate(ctx, right, forwardingMethods[method])
+		if deferToLeader {
+			return nil, errDeferred
+		}
+		if err != nil || tok == nil {
+			return tok, err
+		}
+	}
 	// The negative control (acl_faults.go; false, so compiled out, in a
 	// normal build): any client ID may be leased or revoked under.
 	if ignoreACLClientIDs() && tok.Role == acl.Client && right == acl.RightLease {
@@ -260,7 +269,7 @@ func (g *aclGate) deniedKeys(ctx context.Context, keys []*api.Key) map[int]*api.
 
 // scope is what a call asks for, as Authorize sees it: a lease call's
 // client ID (its keys are the lease service's to check, one by one), the
-// policy a GetPolicy names.
+// policy a GetPolicy names, the keys of a Check's items.
 func (g *aclGate) scope(req any) (string, []acl.LeaseKey) {
 	switch r := req.(type) {
 	case *api.AcquireRequest:
@@ -271,6 +280,14 @@ func (g *aclGate) scope(req any) (string, []acl.LeaseKey) {
 		return r.GetCaller().GetClientId(), nil
 	case *api.GetPolicyRequest:
 		return "", []acl.LeaseKey{{Policy: r.GetName()}}
+	case *api.CheckRequest:
+		// Every item's key, as keyScope sees a lease key: the check
+		// right is the lease right's bindings (acl.RightCheck).
+		keys := make([]acl.LeaseKey, len(r.GetItems()))
+		for i, it := range r.GetItems() {
+			keys[i] = g.keyScope(&api.Key{Policy: it.GetPolicy(), Attributes: it.GetKey()})
+		}
+		return "", keys
 	}
 	return "", nil
 }

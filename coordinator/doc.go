@@ -37,9 +37,12 @@
 //     ration_autopilot_* metrics), promotion of a non-voter once healthy
 //     for ServerStabilizationTime, and removal of the servers
 //     planReconcile says are due (left, or dead longer than ReapTimeout).
-//   - The online audit of the bound (audit.go), ACLs (acl.go), the
-//     lease API's per-client and per-connection limits (limits.go),
-//     metrics and stats.
+//   - The online audit of the bound (audit.go), ACLs (acl.go) and the
+//     server identity the built-in edge leases with on a cluster with
+//     ACLs (serverid.go: a per-start secret whose digest is gossiped;
+//     checked on the RPC side, so it has no feature switch), the lease
+//     API's per-client and per-connection limits (limits.go), metrics
+//     and stats.
 //
 // Invariants, and why:
 //

@@ -32,6 +32,10 @@ type serverMeta struct {
 	// a switch on only once every server of the configuration gossips it
 	// (features.go).
 	Features uint64 `json:"features,omitempty"`
+	// EdgeDigest is the hex SHA-256 of this start's server secret, the
+	// identity its built-in edge leases with on a cluster with ACLs
+	// (serverid.go). A server that predates it gossips none.
+	EdgeDigest string `json:"edge,omitempty"`
 }
 
 // memberStatus is a gossip member's status as the server sees it.

@@ -121,6 +121,9 @@ type OpStats struct {
 	// connection); LeaseLimiterEntries: the buckets each limit holds now.
 	LeaseLimited        map[string]uint64
 	LeaseLimiterEntries map[string]int
+	// BuiltinEdgeItems: Check items this server's built-in edge answered
+	// or refused (remote.go), by caller and result.
+	BuiltinEdgeItems map[BuiltinEdgeKey]uint64
 }
 
 // OpStats returns this server's cumulative figures.
@@ -134,6 +137,7 @@ func (s *Server) OpStats() OpStats {
 		ExpiredByPolicy:     s.stats.expiredByPolicy(),
 		LeaseLimited:        map[string]uint64{"client": s.limits.client.refusals(), "conn": s.limits.conn.refusals()},
 		LeaseLimiterEntries: map[string]int{"client": s.limits.client.len(), "conn": s.limits.conn.len()},
+		BuiltinEdgeItems:    s.remote.itemCounts(),
 	}
 }
 

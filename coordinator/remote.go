@@ -2,6 +2,7 @@ package coordinator
 
 import (
 	"context"
+	"maps"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -15,6 +16,7 @@ import (
 	"github.com/ration-dev/ration/api"
 	"github.com/ration-dev/ration/client"
 	"github.com/ration-dev/ration/client/httplimit"
+	"github.com/ration-dev/ration/internal/acl"
 	"github.com/ration-dev/ration/internal/checkreq"
 	"github.com/ration-dev/ration/internal/policy"
 	"github.com/ration-dev/ration/internal/rpcerr"
@@ -32,13 +34,14 @@ import (
 //
 // The client is started on the first Check (a cluster nobody routes to
 // holds no extra leases and runs no extra loop) and closed, releasing its
-// leases, first thing in Shutdown. A cluster with ACLs does not serve the
-// Check API (the service is not registered: Unimplemented), and the
-// clients keep leases of their own: the built-in edge would need a token
-// of its own for every policy.
+// leases, first thing in Shutdown. On a cluster with ACLs a Check needs
+// the check right on every item's key (acl.RightCheck: a client token's
+// bindings), and the client leases with this start's server identity
+// (serverid.go) instead of a token: it may lease any key, as
+// rationd/<server ID> only.
 
 // remoteClientID is the built-in edge's lease-holder name.
-func remoteClientID(serverID string) string { return "rationd/" + serverID }
+func remoteClientID(serverID string) string { return acl.ServerClientID(serverID) }
 
 // maxRemoteLimiters bounds the built-in edge's cache of limiters (the
 // client keeps the limiters themselves, and evicts idle ones).
@@ -63,6 +66,44 @@ type remoteService struct {
 	promotions *promotionBudget
 
 	calls, items, invalid atomic.Int64
+
+	// counts: items by caller and result (BuiltinEdgeItems).
+	countMu sync.Mutex
+	counts  map[BuiltinEdgeKey]uint64
+}
+
+// BuiltinEdgeKey labels ration_builtin_edge_items_total: Caller is the
+// token's accessor ID on a cluster with ACLs ("none" without; "other"
+// past maxEdgeCallers callers), Result one of "allowed", "denied",
+// "invalid" (the call refused as malformed), "unavailable" (the server
+// shutting down), "not-evaluated" and "charged-after".
+type BuiltinEdgeKey struct{ Caller, Result string }
+
+// maxEdgeCallers bounds the metric's caller label values.
+const maxEdgeCallers = 256
+
+func (r *remoteService) count(ctx context.Context, result string, n int) {
+	caller := "none"
+	if tok := callerToken(ctx); tok != nil {
+		caller = tok.AccessorID
+	}
+	r.countMu.Lock()
+	defer r.countMu.Unlock()
+	if r.counts == nil {
+		r.counts = map[BuiltinEdgeKey]uint64{}
+	}
+	k := BuiltinEdgeKey{caller, result}
+	if _, ok := r.counts[k]; !ok && len(r.counts) >= maxEdgeCallers*6 {
+		k.Caller = "other"
+	}
+	r.counts[k] += uint64(n)
+}
+
+// itemCounts is a copy of counts.
+func (r *remoteService) itemCounts() map[BuiltinEdgeKey]uint64 {
+	r.countMu.Lock()
+	defer r.countMu.Unlock()
+	return maps.Clone(r.counts)
 }
 
 func newRemoteService(s *Server) *remoteService {
@@ -90,7 +131,11 @@ func (r *remoteService) client() (*client.Client, error) {
 	if addr == "" {
 		addr = s.GRPCAddr()
 	}
-	c, err := client.New(context.Background(), client.Config{
+	var token string
+	if s.cfg.ACL {
+		token = s.edgeSecret.String()
+	}
+	c, err := client.New(context.Background(), client.Config{Token: token,
 		Servers: []string{addr}, ClientID: remoteClientID(s.cfg.ID), NoRemote: true,
 		DialOptions: []grpc.DialOption{grpc.WithTransportCredentials(creds)}, PressureKeys: remotePressureKeys,
 		Logger: s.log.With("part", "builtin-edge"), TracerProvider: s.cfg.TracerProvider,
@@ -140,11 +185,12 @@ func (r *remoteService) limiter(c *client.Client, pol string, key client.Key) *c
 // api/check.proto). Its results carry the decision (allowed, reason,
 // remaining, retry-after, shadow), not the RateLimit header fields that
 // rationd edge adds.
-func (r *remoteService) Check(_ context.Context, req *api.CheckRequest) (*api.CheckResponse, error) {
+func (r *remoteService) Check(ctx context.Context, req *api.CheckRequest) (*api.CheckResponse, error) {
 	r.calls.Add(1)
 	costs, err := checkreq.Validate(req)
 	if err != nil {
 		r.invalid.Add(1)
+		r.count(ctx, "invalid", len(req.GetItems()))
 		return nil, err
 	}
 	if checkreq.UsesReservations(req) {
@@ -155,11 +201,13 @@ func (r *remoteService) Check(_ context.Context, req *api.CheckRequest) (*api.Ch
 	for i, it := range items {
 		if p, ok := r.s.fsm.Policy(it.GetPolicy()); ok && p.Algorithm == policy.Concurrency {
 			r.invalid.Add(1)
+			r.count(ctx, "invalid", len(items))
 			return nil, rpcerr.Errorf(codes.FailedPrecondition, "item %d: policy %q is a concurrency policy, which the Check API cannot serve (a call has no release)", i, it.GetPolicy())
 		}
 	}
 	c, err := r.client()
 	if err != nil {
+		r.count(ctx, "unavailable", len(items))
 		return nil, err
 	}
 	r.items.Add(int64(len(items)))
@@ -173,11 +221,18 @@ func (r *remoteService) Check(_ context.Context, req *api.CheckRequest) (*api.Ch
 	for i := range items {
 		if i >= evaluated {
 			resp.Results[i] = &api.CheckResult{Reason: "not-evaluated"}
+			r.count(ctx, "not-evaluated", 1)
 			continue
 		}
 		if items[i].GetChargeAfter() {
 			resp.Results[i] = &api.CheckResult{Allowed: true, Reason: "charged-after"}
+			r.count(ctx, "charged-after", 1)
 			continue
+		}
+		if ds[i].Allowed {
+			r.count(ctx, "allowed", 1)
+		} else {
+			r.count(ctx, "denied", 1)
 		}
 		d := ds[i]
 		res := &api.CheckResult{Allowed: d.Allowed, Reason: d.Reason.String(), Remaining: max(d.RemainingMilli/lease.MilliPerToken, 0), Shadow: d.Shadow}

@@ -22,6 +22,7 @@ import (
 
 	"github.com/ration-dev/ration/api"
 	"github.com/ration-dev/ration/fsm"
+	"github.com/ration-dev/ration/internal/acl"
 	"github.com/ration-dev/ration/internal/tracing"
 	"github.com/ration-dev/ration/internal/version"
 )
@@ -45,14 +46,16 @@ type Server struct {
 	grpcLn  net.Listener
 	grpc    *grpc.Server
 	batcher *batcher
-	// remote is the built-in edge (remote.go); nil with ACLs.
+	// remote is the built-in edge (remote.go).
 	remote *remoteService
-	clock  clusterClock
-	fwd    *forwarder
-	stats  *opStats
-	audit  *audit
-	acl    *aclGate
-	limits *leaseLimits
+	// edgeSecret is this start's server identity (serverid.go).
+	edgeSecret acl.Secret
+	clock      clusterClock
+	fwd        *forwarder
+	stats      *opStats
+	audit      *audit
+	acl        *aclGate
+	limits     *leaseLimits
 	// windowClockMu serialises re-syncs of window time with a snapshot
 	// restore, which reads the window clock it keeps (windows.go).
 	windowClockMu sync.Mutex
@@ -93,6 +96,11 @@ func New(cfg Config) (*Server, error) {
 		}
 	}()
 
+	secret, err := acl.NewSecret()
+	if err != nil {
+		return nil, fmt.Errorf("server identity: %w", err)
+	}
+	s.edgeSecret = secret
 	snaps, err := s.openStores()
 	if err != nil {
 		return nil, err
@@ -170,7 +178,7 @@ func (s *Server) startRaft(snaps *raft.FileSnapshotStore) (hasState bool, err er
 	// Gossip starts before Raft: the transport asks it where peers are.
 	s.members, err = startMembership(cfg, serverMeta{
 		ID: cfg.ID, RaftAddr: cfg.raftAdvertise(), GRPCAddr: cfg.grpcAdvertise(), Expect: cfg.BootstrapExpect, HasState: hasState,
-		Features: s.supportedFeatures(),
+		Features: s.supportedFeatures(), EdgeDigest: edgeDigest(s.edgeSecret),
 	}, s.log)
 	if err != nil {
 		raftLn.Close()
@@ -232,11 +240,10 @@ func (s *Server) startGRPC() error {
 	s.grpc = grpc.NewServer(s.grpcServerOptions()...)
 	api.RegisterLeasesServer(s.grpc, &leaseService{s: s})
 	api.RegisterAdminServer(s.grpc, &adminService{s: s})
-	if !cfg.ACL {
-		// The built-in edge (remote.go): not with ACLs.
-		s.remote = newRemoteService(s)
-		api.RegisterAdmissionServer(s.grpc, s.remote)
-	}
+	// The built-in edge (remote.go); with ACLs, callers need the check
+	// right and it leases with the server identity (serverid.go).
+	s.remote = newRemoteService(s)
+	api.RegisterAdmissionServer(s.grpc, s.remote)
 	if cfg.RegisterGRPC != nil {
 		cfg.RegisterGRPC(s.grpc)
 	}

@@ -114,7 +114,26 @@ const (
 	Reader Role = "reader"
 	// Client may lease what its bindings allow, under its client IDs.
 	Client Role = "client"
+	// Server is a rationd's built-in edge (docs/security.md, "The server
+	// identity"): never a stored token, never created by ParseRole. It may
+	// lease any key, under its own client ID ServerClientID(id) only, and
+	// read policies; nothing else.
+	Server Role = "server"
 )
+
+// ServerClientIDPrefix starts the client IDs reserved to the servers'
+// built-in edges: only the server identity of server <id> leases as
+// "rationd/<id>"; no token does, of any role.
+const ServerClientIDPrefix = "rationd/"
+
+// ServerClientID is the built-in edge's client ID on server id.
+func ServerClientID(id string) string { return ServerClientIDPrefix + id }
+
+// ServerToken is the token a server identity resolves to: role Server,
+// leasing as ServerClientID(id) only.
+func ServerToken(id string) *Token {
+	return &Token{AccessorID: ServerClientID(id), Name: "server " + id, Role: Server, ClientIDs: []string{ServerClientID(id)}}
+}
 
 // ParseRole parses a role name.
 func ParseRole(s string) (Role, error) {
@@ -188,6 +207,11 @@ const (
 	// RightACL is managing tokens (create, list, delete): management
 	// tokens only, so an operator cannot mint itself a management token.
 	RightACL Right = "acl:write"
+	// RightCheck is asking a server's built-in edge for decisions
+	// (ration.v1.Admission/Check): management tokens on any key, client
+	// tokens on the keys their bindings allow (the keys they could lease:
+	// a remote decision spends the same budget), other roles never.
+	RightCheck Right = "check"
 	// RightNone is a call anyone may make: ACL bootstrap (it works once)
 	// and gRPC health checks.
 	RightNone Right = "none"
@@ -225,6 +249,8 @@ func RightFor(fullMethod string) (Right, bool) {
 		return RightAdminWrite, true
 	case strings.HasSuffix(svc, ".Leases"):
 		return RightLease, true
+	case strings.HasSuffix(svc, ".Admission") && method == "Check":
+		return RightCheck, true
 	}
 	return "", false
 }
@@ -245,9 +271,19 @@ func Authorize(t *Token, right Right, clientID string, keys []LeaseKey) error {
 	if right == RightNone {
 		return nil
 	}
+	if right == RightLease && strings.HasPrefix(clientID, ServerClientIDPrefix) && t.Role != Server {
+		return fmt.Errorf("%w: token %s (role %s) may not lease as client %q: %q client IDs are the servers' own", ErrDenied, t.AccessorID, t.Role, clientID, ServerClientIDPrefix)
+	}
 	switch t.Role {
 	case Management:
 		return nil
+	case Server:
+		switch right {
+		case RightLease:
+			return t.authorizeLease(clientID, keys)
+		case RightPolicyRead:
+			return nil
+		}
 	case Operator:
 		if right == RightAdminRead || right == RightAdminWrite || right == RightPolicyRead {
 			return nil
@@ -260,6 +296,13 @@ func Authorize(t *Token, right Right, clientID string, keys []LeaseKey) error {
 		switch right {
 		case RightLease:
 			return t.authorizeLease(clientID, keys)
+		case RightCheck:
+			for _, k := range keys {
+				if !t.keyAllowed(k) {
+					return fmt.Errorf("%w: token %s lacks check on policy %q for key %s", ErrDenied, t.AccessorID, k.Policy, keyText(k.Attributes))
+				}
+			}
+			return nil
 		case RightPolicyRead:
 			// keys name the policies asked for (none: a listing, which
 			// the handler filters with MayReadPolicy).
@@ -287,11 +330,12 @@ func (t *Token) authorizeLease(clientID string, keys []LeaseKey) error {
 }
 
 // AuthorizeKey decides whether t may lease key k (a lease call's client
-// ID is Authorize's to check): management tokens lease anything, client
+// ID is Authorize's to check): management tokens and server identities
+// lease anything, client
 // tokens what their bindings allow, other roles nothing.
 func (t *Token) AuthorizeKey(k LeaseKey) error {
 	switch {
-	case t.Role == Management:
+	case t.Role == Management, t.Role == Server:
 		return nil
 	case t.Role == Client && t.keyAllowed(k):
 		return nil

@@ -182,3 +182,52 @@ func FuzzParseBinding(f *testing.F) {
 		}
 	})
 }
+
+// TestServerIdentityRights: the server role leases any key as its own
+// rationd/<ID> only and reads policies; no token leases as rationd/...;
+// check follows the lease bindings.
+func TestServerIdentityRights(t *testing.T) {
+	srv := ServerToken("s1")
+	k := LeaseKey{Policy: "api", Attributes: map[string]string{"tenant": "x"}}
+	if err := Authorize(srv, RightLease, "rationd/s1", []LeaseKey{k}); err != nil {
+		t.Errorf("server leases as itself: %v", err)
+	}
+	if err := Authorize(srv, RightPolicyRead, "", []LeaseKey{{Policy: "api"}}); err != nil {
+		t.Errorf("server reads a policy: %v", err)
+	}
+	for _, id := range []string{"rationd/s2", "acme-1", "rationd/", ""} {
+		if err := Authorize(srv, RightLease, id, nil); err == nil {
+			t.Errorf("server s1 leases as %q", id)
+		}
+	}
+	for _, r := range []Right{RightAdminRead, RightAdminWrite, RightACL, RightCheck} {
+		if err := Authorize(srv, r, "", nil); err == nil {
+			t.Errorf("server has %s", r)
+		}
+	}
+	b, _ := ParseBinding("api:tenant=x")
+	cl := &Token{AccessorID: "c", Role: Client, Bindings: []Binding{b}, ClientIDs: []string{"*"}}
+	mg := &Token{AccessorID: "m", Role: Management}
+	for _, tok := range []*Token{cl, mg} {
+		if err := Authorize(tok, RightLease, "rationd/s1", nil); err == nil || !strings.Contains(err.Error(), "servers' own") {
+			t.Errorf("%s leases as rationd/s1: %v", tok.Role, err)
+		}
+		if err := Authorize(tok, RightCheck, "", []LeaseKey{k}); err != nil {
+			t.Errorf("%s checks its key: %v", tok.Role, err)
+		}
+	}
+	if err := Authorize(cl, RightCheck, "", []LeaseKey{{Policy: "api", Attributes: map[string]string{"tenant": "y"}}}); err == nil {
+		t.Error("client checks a key outside its bindings")
+	}
+	for _, r := range []Role{Operator, Reader} {
+		if err := Authorize(&Token{AccessorID: "o", Role: r}, RightCheck, "", []LeaseKey{k}); err == nil {
+			t.Errorf("%s has check", r)
+		}
+	}
+	if r, ok := RightFor("/ration.v1.Admission/Check"); !ok || r != RightCheck {
+		t.Errorf("RightFor(Check) = %q %v", r, ok)
+	}
+	if _, err := ParseRole("server"); err == nil {
+		t.Error(`ParseRole("server") made a token role of the server identity`)
+	}
+}

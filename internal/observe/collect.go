@@ -41,6 +41,7 @@ var (
 	descEntryBytes     = desc("apply_entry_bytes", "Leader: encoded bytes of the operations of a lease-batch Raft entry.")
 	descForwarded      = desc("forwarded_calls_total", "Calls this server forwarded to the leader.")
 	descPromotions     = desc("remote_promotions_total", "Requests to take a key decided remotely back to a client's own lease, answered by this server's switch budget (verdict: granted or denied).", "policy", "verdict")
+	descEdgeItems      = desc("builtin_edge_items_total", "Check items this server's built-in edge (docs/design.md §3.4) answered or refused, by caller (the token's accessor ID with ACLs, none without) and result (allowed, denied, invalid, unavailable, not-evaluated, charged-after).", "caller", "result")
 	descLeaseLimited   = desc("lease_limited_total", "Lease calls this server refused (RESOURCE_EXHAUSTED) as over a lease API limit: per client ID (client) or per connection (conn).", "limit")
 	descLimiterEntries = desc("lease_limiter_entries", "Buckets a lease API limit holds now (client IDs or connections seen lately), at most its bound.", "limit")
 	descExpiries       = desc("lease_expiries_total", "Leases removed by expiry, by the expire commands this server proposed as leader.", "policy")
@@ -71,7 +72,7 @@ type serverCollector struct{ o *Observer }
 func (c *serverCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descRaftState, descRaftTerm, descRaftCommit, descRaftApplied, descRaftLastIndex,
 		descLastContact, descLeaderChanges, descLeaderKnown, descVoters, descApplyDuration, descBatchOps, descEntryBytes,
-		descForwarded, descPromotions, descLeaseLimited, descLimiterEntries, descExpiries, descPolicyKeys, descPolicyLeases, descPolicyHeldRate, descPolicyHeldCap,
+		descForwarded, descPromotions, descEdgeItems, descLeaseLimited, descLimiterEntries, descExpiries, descPolicyKeys, descPolicyLeases, descPolicyHeldRate, descPolicyHeldCap,
 		descPolicyPool, descPolicyRate, descPolicyBurst,
 		descBoundUtilization, descBoundOver, descAuditReported, descAuditUnplaced, descAPTolerance, descAPHealthy} {
 		ch <- d
@@ -142,6 +143,20 @@ func (c *serverCollector) Collect(ch chan<- prometheus.Metric) {
 	histogram(ch, descEntryBytes, st.EntryBytes)
 	counter(ch, descForwarded, float64(st.Forwarded))
 	collectPromotions(ch, srv)
+	// caller="none" allowed and denied have series from the start (0
+	// until a Check), so rates need no absent() guard.
+	items := st.BuiltinEdgeItems
+	if items == nil {
+		items = map[coordinator.BuiltinEdgeKey]uint64{}
+	}
+	for _, r := range []string{"allowed", "denied"} {
+		if _, ok := items[coordinator.BuiltinEdgeKey{Caller: "none", Result: r}]; !ok {
+			items[coordinator.BuiltinEdgeKey{Caller: "none", Result: r}] = 0
+		}
+	}
+	for k, n := range items {
+		counter(ch, descEdgeItems, float64(n), k.Caller, k.Result)
+	}
 	for _, l := range []string{"client", "conn"} {
 		counter(ch, descLeaseLimited, float64(st.LeaseLimited[l]), l)
 		gauge(ch, descLimiterEntries, float64(st.LeaseLimiterEntries[l]), l)

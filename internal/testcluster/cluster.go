@@ -626,6 +626,10 @@ func (c *Cluster) Client(i int) api.LeasesClient { return api.NewLeasesClient(c.
 // Admin returns an admin client connected to server i.
 func (c *Cluster) Admin(i int) api.AdminClient { return api.NewAdminClient(c.conn(i)) }
 
+// Admission returns a Check API client connected to server i (its
+// built-in edge).
+func (c *Cluster) Admission(i int) api.AdmissionClient { return api.NewAdmissionClient(c.conn(i)) }
+
 // Watch starts counting log records, of every server, whose message
 // contains substr.
 func (c *Cluster) Watch(substr string) *LogWatch {
