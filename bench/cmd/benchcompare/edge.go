@@ -21,6 +21,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/ration-dev/ration/api"
 	"github.com/ration-dev/ration/internal/envoyconf"
 	"github.com/ration-dev/ration/internal/quotacheck"
 )
@@ -40,6 +41,13 @@ import (
 //     envoyproxy/ratelimit's fixed windows turn). ration's callers go to
 //     two edges; every admission is the span from the call's send to its
 //     answer, checked against B + r·W with quotacheck.CertainViolation.
+//
+// Decision cost also measures a third system: the built-in edge, a remote
+// decision (docs/design.md §3.4, "Remote decisions by default"): the same
+// key of the same policy sent as ration.v1.Admission/Check straight to one
+// of the three rationd (a follower, as two keys in three are homed on
+// one), answered from that server's own leases (coordinator/remote.go).
+// Its server CPU is the three rationd's.
 
 const edgeEnvoyConfig = `domain: bench
 descriptors:
@@ -54,6 +62,7 @@ descriptors:
 const (
 	sysEdge      = "rationd edge"
 	sysRatelimit = "envoyproxy/ratelimit + Redis"
+	sysBuiltin   = "rationd built-in edge (Check)"
 )
 
 type edgeResult struct {
@@ -155,9 +164,19 @@ func freeAddr() (string, error) {
 	return "127.0.0.1:" + strconv.Itoa(p), err
 }
 
-// rlsCaller is one ShouldRateLimit client of one system.
+// rlsCaller is one ShouldRateLimit client of one system, or (check set)
+// one Check API client asking for the same descriptor as a ration policy
+// and key.
 type rlsCaller struct {
-	c rlspb.RateLimitServiceClient
+	c     rlspb.RateLimitServiceClient
+	check *checkTarget
+}
+
+// checkTarget is a Check API server and the policy and key attribute that
+// stand for a descriptor.
+type checkTarget struct {
+	adm          api.AdmissionClient
+	policy, attr string
 }
 
 func (r rlsCaller) call(ctx context.Context, key, value string) (bool, error) {
@@ -166,6 +185,10 @@ func (r rlsCaller) call(ctx context.Context, key, value string) (bool, error) {
 
 // callN is call with the request's hits_addend (0: one hit).
 func (r rlsCaller) callN(ctx context.Context, key, value string, hits uint32) (bool, error) {
+	if t := r.check; t != nil {
+		resp, err := t.adm.Check(ctx, &api.CheckRequest{Items: []*api.CheckItem{{Policy: t.policy, Key: map[string]string{t.attr: value}, Cost: int64(hits)}}})
+		return resp.GetAllowed(), err
+	}
 	resp, err := r.c.ShouldRateLimit(ctx, &rlspb.RateLimitRequest{Domain: "bench", HitsAddend: hits, Descriptors: []*ratelimitv3.RateLimitDescriptor{
 		{Entries: []*ratelimitv3.RateLimitDescriptor_Entry{{Key: key, Value: value}}}}})
 	if err != nil {
@@ -179,7 +202,7 @@ func dialRLS(addr string) (*grpc.ClientConn, rlsCaller, error) {
 	if err != nil {
 		return nil, rlsCaller{}, err
 	}
-	return cc, rlsCaller{rlspb.NewRateLimitServiceClient(cc)}, nil
+	return cc, rlsCaller{c: rlspb.NewRateLimitServiceClient(cc)}, nil
 }
 
 func (e *env) edgeSection(full, moving bool) (*edgeResult, error) {
@@ -283,9 +306,15 @@ func (e *env) edgeSection(full, moving bool) (*edgeResult, error) {
 		}
 	}
 	edgePIDs := func() []int { return append(pids(edges[0])(), e.cluster.pids()...) }
+	builtin, builtinNote, err := e.builtinEdge(conf)
+	if err != nil {
+		return nil, err
+	}
+	res.Notes = map[string][]string{sysBuiltin: {builtinNote}}
 	targets := []decisionTarget{
 		{name: sysEdge, deciders: on(edge1), serverPIDs: edgePIDs, serverOnly: true},
 		{name: sysRatelimit, deciders: on(rlc), serverPIDs: func() []int { return append(pids(rl)(), e.redis.pid()) }, serverOnly: true},
+		{name: sysBuiltin, deciders: on(builtin), serverPIDs: e.cluster.pids, serverOnly: true},
 	}
 	res.Decision = runDecisionCost(targets, e.o.edgeCallers, e.o.throughputFor, e.o.latencyFor)
 
@@ -302,6 +331,42 @@ func (e *env) edgeSection(full, moving bool) (*edgeResult, error) {
 		}
 	}
 	return res, nil
+}
+
+// builtinEdge is a caller of section 5's decision cost through the
+// built-in edge of a follower (coordinator/remote.go): the Check API, the
+// same policy and key as the "hot" rule's ShouldRateLimit. The note names
+// the server and the policy.
+func (e *env) builtinEdge(conf *envoyconf.Config) (rlsCaller, string, error) {
+	var rule *envoyconf.Rule
+	for _, r := range conf.Rules {
+		if len(r.Path) == 1 && r.Path[0].Key == "hot" {
+			rule = r
+		}
+	}
+	if rule == nil || len(rule.KeyAttrs) != 1 {
+		return rlsCaller{}, "", fmt.Errorf("section 5: no single-attribute policy for the rule hot")
+	}
+	leader, err := e.cluster.waitLeader(30 * time.Second)
+	if err != nil {
+		return rlsCaller{}, "", err
+	}
+	var nd *node
+	for _, n := range e.cluster.nodes {
+		if n != leader && e.cluster.alive(n) {
+			nd = n
+			break
+		}
+	}
+	if nd == nil {
+		return rlsCaller{}, "", fmt.Errorf("section 5: no live follower for the built-in edge")
+	}
+	cc, err := e.cluster.conn(nd.grpcAddr)
+	if err != nil {
+		return rlsCaller{}, "", err
+	}
+	return rlsCaller{check: &checkTarget{adm: api.NewAdmissionClient(cc), policy: rule.Policy, attr: rule.KeyAttrs[0]}},
+		fmt.Sprintf("Admission/Check to %s (a follower), policy %s, key %s", nd.id, rule.Policy, rule.KeyAttrs[0]), nil
 }
 
 // startEdges starts n `rationd edge` processes against the cluster, on
@@ -566,6 +631,17 @@ func writeEdgeMarkdown(p func(string, ...any), r *edgeResult) {
 			continue
 		}
 		p("| %d | %.1f× | %.1f× |\n", c, b.P99Nanos/a.P99Nanos, a.DecisionsPerCPUs/b.DecisionsPerCPUs)
+	}
+	if notes := r.Notes[sysBuiltin]; len(notes) > 0 {
+		p("\nA remote decision (%s: %s) against the others:\n\n", sysBuiltin, strings.Join(notes, "; "))
+		p("| callers | p50 ratio (ratelimit ÷ built-in) | p99 ratio (ratelimit ÷ built-in) | p99 ratio (built-in ÷ edge) |\n|---:|---:|---:|---:|\n")
+		for _, c := range callersOf(r.Decision) {
+			a, b, m := find(r.Decision, sysEdge, c), find(r.Decision, sysRatelimit, c), find(r.Decision, sysBuiltin, c)
+			if a == nil || b == nil || m == nil || m.P50Nanos == 0 || m.P99Nanos == 0 || a.P99Nanos == 0 {
+				continue
+			}
+			p("| %d | %.1f× | %.1f× | %.1f× |\n", c, b.P50Nanos/m.P50Nanos, b.P99Nanos/m.P99Nanos, m.P99Nanos/a.P99Nanos)
+		}
 	}
 	p("\nAccuracy, one key of 100 per second (ration: B = 100, r = 100/s, so B + r·W is 110 in 100 ms and 200 in 1 s):\n\n")
 	p("| system | pattern | offered | admitted | seconds | most in 100 ms | most in 1 s | certainly over B + r·W |\n|---|---|---:|---:|---:|---:|---:|---|\n")

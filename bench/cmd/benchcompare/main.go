@@ -15,7 +15,8 @@
 //     as the naive global limit;
 //   - rationd edge against envoyproxy/ratelimit + Redis (sections 5 and 7;
 //     section 8 with in-process clients too: LLM tokens charged after the
-//     work).
+//     work), and in section 5's decision cost a remote decision too: a
+//     Check at a rationd's built-in edge.
 //
 // # Design
 //
