@@ -149,8 +149,8 @@ func TestRemoteByDefaultLoneKeyStaysLocal(t *testing.T) {
 // caller: bad requests are refused INVALID_ARGUMENT, a concurrency policy
 // FAILED_PRECONDITION, a cost above the burst is refused (never admitted),
 // and a valid item is admitted once the server's lease (client ID
-// "rationd/<server ID>") is installed. A cluster with ACLs does not serve
-// it.
+// "rationd/<server ID>") is installed. A cluster with ACLs serves it too
+// (TestBuiltinEdgeACL, coordinator).
 func TestBuiltinEdgeCheck(t *testing.T) {
 	c := startCluster(t, remotePolicy+`
   - name: conc

@@ -266,7 +266,7 @@ func (r *remoteService) promote(policy string) api.Promotion {
 }
 
 // ServesCheck reports whether this server answers the Check API (its
-// built-in edge; not with ACLs).
+// built-in edge: once its gRPC server has started, with or without ACLs).
 func (s *Server) ServesCheck() bool { return s.remote != nil }
 
 // PromotionCounts returns this server's answers to promotion requests
