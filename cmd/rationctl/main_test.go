@@ -45,6 +45,12 @@ var goldenCases = []goldenCase{
 	{"paris-json", []string{"simulate", "--policy", "testdata/paris.yaml", "--trace", "testdata/paris.csv", "--json", "--decisions", decisionsArg}},
 	{"minute-aligned", []string{"simulate", "--policy", "testdata/minute.yaml", "--trace", "testdata/minute.csv", "--decisions", decisionsArg}},
 	{"minute-start", []string{"simulate", "--policy", "testdata/minute.yaml", "--trace", "testdata/minute.csv", "--start", "2026-12-01T18:00:30Z", "--decisions", decisionsArg}},
+	// Costs known after the work: estimate and actual columns, settled at
+	// at_ms + duration_ms, with debt, excess and a window that keeps the
+	// estimate.
+	{"llm-table", []string{"simulate", "--policy", "testdata/llm.yaml", "--trace", "testdata/llm.csv"}},
+	{"llm-json", []string{"simulate", "--policy", "testdata/llm.yaml", "--trace", "testdata/llm.csv", "--json", "--decisions", decisionsArg}},
+	{"llm-chain", []string{"simulate", "--policy", "testdata/llm.yaml", "--trace", "testdata/llm.csv", "--mode", "chain"}},
 	// The worked example of docs/simulate.md.
 	{"example-start", []string{"simulate", "--policy", "../../examples/policies.yaml", "--trace", "../../examples/trace.csv", "--start", "2026-03-29T01:59:58+01:00"}},
 	{"example-compare", []string{"simulate", "--policy", "../../examples/policies.yaml", "--trace", "../../examples/trace.csv"}},
@@ -437,7 +443,7 @@ func TestDocsShowRealOutput(t *testing.T) {
 		t.Skipf("docs not found: %v", err)
 	}
 	for _, name := range []string{"example-compare", "example-chain", "example-chain-json",
-		"example-start", "paris-table", "minute-aligned", "minute-start"} {
+		"example-start", "paris-table", "minute-aligned", "minute-start", "llm-table"} {
 		out, err := os.ReadFile(goldenPath(name, ".stdout"))
 		if err != nil {
 			t.Fatal(err)
