@@ -300,6 +300,8 @@ func TestErrors(t *testing.T) {
 			}, true},
 		{"missing group-by column", []string{"--policy", "testdata/chain.yaml", "--trace", "testdata/chain.csv", "--group-by", "region"}, 1,
 			[]string{`rationctl simulate: testdata/chain.csv: line 1: group-by column "region" is not a trace column (the trace has columns at_ms, tenant, route, cost)` + "\n"}, true},
+		{"actual without estimate", []string{"--policy", "testdata/llm.yaml", "--trace", "testdata/llm-bad.csv"}, 1,
+			[]string{`rationctl simulate: testdata/llm-bad.csv: line 3: actual "300" without an estimate; want an estimate on every row with an actual (the row is admitted by its estimate)` + "\n"}, true},
 		{"missing policy file", []string{"--policy", "testdata/nope.yaml", "--trace", "testdata/chain.csv"}, 1,
 			[]string{"rationctl simulate: open testdata/nope.yaml: no such file or directory\n"}, true},
 		{"missing trace file", []string{"--policy", "testdata/chain.yaml", "--trace", "testdata/nope.csv"}, 1,

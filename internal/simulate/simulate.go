@@ -692,7 +692,7 @@ func formatWindowStart(spec lease.WindowSpec, start, base int64, wall bool) stri
 // headerInfo holds the column positions the replay needs.
 type headerInfo struct {
 	at, cost, dur int
-	est, act      int // -1: no estimate / actual column
+	est, act      int     // -1: no estimate / actual column
 	timeCol       string  // at_ms, at or unix_ms
 	keyIdx        [][]int // per policy; nil for a policy without key
 	groupIdx      []int

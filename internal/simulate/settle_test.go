@@ -1,0 +1,155 @@
+package simulate
+
+import (
+	"errors"
+	"strings"
+	"testing"
+)
+
+const debtPolicies = `policies:
+  - name: tb
+    algorithm: token-bucket
+    rate: 1
+    burst: 10
+    charge: cost
+    key: [tenant]
+    max_debt: 5
+  - name: win
+    algorithm: fixed-window
+    limit: 100
+    window: 1m
+    charge: cost
+  - name: reqs
+    algorithm: token-bucket
+    rate: 100
+    burst: 100
+`
+
+// TestSettleAtOnceByHand: without duration_ms a row settles right after
+// its decision. Rate 1/s, burst 10, max_debt 5, one key.
+//
+//	t=0     estimate 4, actual 1: admit (6 left), refund 3 -> 9
+//	t=0     estimate 4, actual 12: admit (5 left), charge 8 -> -3 (debt 3)
+//	t=1000  estimate 1: level -2 -> reject
+//	t=2000  estimate 1, actual 9 under a row with only a cost: see below
+//	t=3000  cost 1 (no estimate): level 0 -> reject
+//	t=4000  estimate 1, actual 10: level 1 -> admit (0), charge 9 -> -5,
+//	        excess 4
+func TestSettleAtOnceByHand(t *testing.T) {
+	pols := mustPolicies(t, debtPolicies)
+	trace := "at_ms,tenant,cost,estimate,actual\n" +
+		"0,a,,4,1\n" +
+		"0,a,,4,12\n" +
+		"1000,a,,1,\n" +
+		"3000,a,1,,\n" +
+		"4000,a,,1,10\n"
+	res, dec := run(t, pols, trace, Options{})
+	tb := res.Policies[0]
+	if tb.Totals.Counters != counters(3, 9, 2, 2) {
+		t.Errorf("tb counters %+v\n%s", tb.Totals.Counters, dec)
+	}
+	want := SettledResult{Rows: 3, Estimated: 9000, Settled: 23000, Replayed: true,
+		Refunded: 3000, ChargedAfter: 17000, Excess: 4000, MaxDebt: 5000, DebtPeak: 5000, DebtEnd: 5000}
+	if tb.Settled == nil || *tb.Settled != want {
+		t.Errorf("tb settled %+v\nwant %+v\n%s", tb.Settled, want, dec)
+	}
+	// The window keeps every estimate; the request-charged bucket has no
+	// settled figures.
+	if w := res.Policies[1].Settled; w == nil || w.Replayed || w.Rows != 4 || w.Estimated != 10000 || w.Settled != 10000 || w.Refunded != 0 {
+		t.Errorf("win settled %+v", w)
+	}
+	if res.Policies[2].Settled != nil {
+		t.Errorf("reqs settled %+v, want none", res.Policies[2].Settled)
+	}
+}
+
+// TestSettleAfterDuration: with duration_ms a row settles at its end;
+// settlements due by a row's time are applied before it.
+func TestSettleAfterDuration(t *testing.T) {
+	pols := mustPolicies(t, debtPolicies)[:1]
+	// Burst 10: two estimates of 5 empty the bucket. The first settles at
+	// 500 with actual 0 (refund 5): the row at 500 is admitted. The
+	// second settles at 2000 (after the trace's last row), charging 9.
+	trace := "at_ms,tenant,estimate,actual,duration_ms\n" +
+		"0,a,5,0,500\n" +
+		"0,a,5,14,2000\n" +
+		"499.999,a,1,1,0\n" +
+		"500,a,5,5,0\n"
+	res, dec := run(t, pols, trace, Options{})
+	if !strings.Contains(dec, "4,499.999,tb,rejected") || !strings.Contains(dec, "5,500.000,tb,accepted") {
+		t.Errorf("decisions:\n%s", dec)
+	}
+	s := res.Policies[0].Settled
+	// At 500: 0.5 minted + 5 refunded - 5 = 0.5; at 2000: 0.5 + 1.5
+	// minted - 9 = -7 -> -5, excess 2.
+	want := SettledResult{Rows: 3, Estimated: 15000, Settled: 19000, Replayed: true,
+		Refunded: 5000, ChargedAfter: 9000, Excess: 2000, MaxDebt: 5000, DebtPeak: 5000, DebtEnd: 5000}
+	if *s != want {
+		t.Errorf("settled %+v\nwant %+v\n%s", *s, want, dec)
+	}
+}
+
+// TestSettleChain: in chain mode a row a later policy rejects is refunded
+// and never settled.
+func TestSettleChain(t *testing.T) {
+	pols := mustPolicies(t, `policies:
+  - name: tb
+    algorithm: token-bucket
+    rate: 1
+    burst: 10
+    charge: cost
+    max_debt: 5
+  - name: one
+    algorithm: token-bucket
+    rate: 0.001
+    burst: 1
+`)
+	trace := "at_ms,estimate,actual\n0,2,9\n0,2,9\n"
+	res, _ := run(t, pols, trace, Options{Mode: ModeChain})
+	s := res.Policies[0].Settled
+	if s.Rows != 1 || s.ChargedAfter != 7000 || s.DebtPeak != 0 || s.DebtEnd != 0 {
+		t.Errorf("settled %+v", *s)
+	}
+}
+
+// TestNoEstimateColumnNoSection: a trace without the columns has no
+// settled figures, and its buckets are the replicas' TokenBucket.
+func TestNoEstimateColumnNoSection(t *testing.T) {
+	res, _ := run(t, mustPolicies(t, debtPolicies), "at_ms,tenant,cost\n0,a,3\n", Options{})
+	for _, p := range res.Policies {
+		if p.Settled != nil {
+			t.Errorf("%s: settled %+v", p.Name, p.Settled)
+		}
+	}
+}
+
+func TestSettleTraceErrors(t *testing.T) {
+	pols := mustPolicies(t, debtPolicies)
+	cases := []struct{ name, trace, want string }{
+		{"actual without estimate column", "at_ms,tenant,actual\n0,a,5\n",
+			"line 1: an actual column but no estimate column; want an estimate column too"},
+		{"actual without estimate", "at_ms,tenant,estimate,actual\n0,a,1,1\n1,a,,200\n",
+			`line 3: actual "200" without an estimate; want an estimate on every row with an actual`},
+		{"negative estimate", "at_ms,tenant,estimate,actual\n0,a,-5,1\n", `line 2: estimate "-5" is negative; want an integer from 1 to 1000000000000`},
+		{"zero estimate", "at_ms,tenant,estimate\n0,a,0\n", `line 2: estimate "0" is less than 1`},
+		{"text estimate", "at_ms,tenant,estimate\n0,a,lots\n", `line 2: estimate "lots" is not a number`},
+		{"fractional estimate", "at_ms,tenant,estimate\n0,a,2.5\n", `line 2: estimate "2.5" is not an integer`},
+		{"huge estimate", "at_ms,tenant,estimate\n0,a,1000000000001\n", `line 2: estimate "1000000000001" is more than the maximum 1000000000000`},
+		{"negative actual", "at_ms,tenant,estimate,actual\n0,a,5,-1\n", `line 2: actual "-1" is negative; want an integer from 0 to 1000000000000`},
+		{"text actual", "at_ms,tenant,estimate,actual\n0,a,5,lots\n", `line 2: actual "lots" is not a number`},
+		{"fractional actual", "at_ms,tenant,estimate,actual\n0,a,5,1.5\n", `line 2: actual "1.5" is not an integer`},
+		{"huge actual", "at_ms,tenant,estimate,actual\n0,a,5,9999999999999\n", `line 2: actual "9999999999999" is more than the maximum 1000000000000`},
+		{"cost and estimate", "at_ms,tenant,cost,estimate\n0,a,3,5\n", `line 2: has both a cost ("3") and an estimate ("5"); want one`},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := Run(pols, strings.NewReader(c.trace), Options{})
+			if err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("got %v\nwant %s", err, c.want)
+			}
+			if !errors.Is(err, ErrInvalidTrace) {
+				t.Errorf("does not wrap ErrInvalidTrace: %v", err)
+			}
+		})
+	}
+}
