@@ -2,6 +2,7 @@ package simulate
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 )
@@ -151,5 +152,44 @@ func TestSettleTraceErrors(t *testing.T) {
 				t.Errorf("does not wrap ErrInvalidTrace: %v", err)
 			}
 		})
+	}
+}
+
+// TestEmptyEstimatesDecideAsBefore: rows with an empty estimate in a trace
+// with the column are decided exactly as without it, though their token
+// buckets are the client's AtomicBucket instead of the replicas'
+// TokenBucket (the same arithmetic).
+func TestEmptyEstimatesDecideAsBefore(t *testing.T) {
+	pols := mustPolicies(t, debtPolicies+`  - name: slow
+    algorithm: token-bucket
+    rate: 1/m
+    burst: 3
+    start: empty
+    charge: cost
+`)
+	var plain, with strings.Builder
+	plain.WriteString("at_ms,tenant,cost\n")
+	with.WriteString("at_ms,tenant,cost,estimate,actual\n")
+	x := uint64(1)
+	at := int64(0)
+	for range 3000 {
+		x = x*6364136223846793005 + 1442695040888963407
+		at += int64(x>>40) % 700000 // microseconds
+		row := fmt.Sprintf("%d.%03d,t%d,%d", at/1000, at%1000, x>>60%3, 1+x>>50%12)
+		plain.WriteString(row + "\n")
+		with.WriteString(row + ",,\n")
+	}
+	_, decPlain := run(t, pols, plain.String(), Options{})
+	_, decWith := run(t, pols, with.String(), Options{})
+	if decPlain != decWith {
+		t.Fatal("decisions differ with an empty estimate column")
+	}
+	if !strings.Contains(decPlain, ",tb,rejected,limit,") || !strings.Contains(decPlain, ",slow,accepted,") {
+		t.Fatal("the trace never rejects for tb or never admits for slow: it tests nothing")
+	}
+	_, chainPlain := run(t, pols, plain.String(), Options{Mode: ModeChain})
+	_, chainWith := run(t, pols, with.String(), Options{Mode: ModeChain})
+	if chainPlain != chainWith {
+		t.Fatal("chain decisions differ with an empty estimate column")
 	}
 }
