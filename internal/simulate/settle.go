@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"text/tabwriter"
 
 	"github.com/ration-dev/ration/internal/policy"
@@ -90,6 +91,16 @@ func (h *pendingHeap) Pop() any {
 // to 3 decimals.
 type Units int64
 
+// add adds milli (>= 0) to u, saturating: thousands of settlements of
+// 10^12 tokens overflow 64 bits of milli-tokens.
+func (u *Units) add(milli int64) {
+	if *u > Units(math.MaxInt64-milli) {
+		*u = math.MaxInt64
+		return
+	}
+	*u += Units(milli)
+}
+
 // String formats u as tokens: 2500 is "2.5".
 func (u Units) String() string { return policy.FormatUnits(int64(u)) }
 
@@ -171,7 +182,7 @@ func (rp *replay) applySettle(p pending) {
 	s.last = max(s.last, p.at)
 	ps := rp.states[p.pol]
 	r := ps.settled
-	r.Settled += Units(p.actual)
+	r.Settled.add(p.actual)
 	bl, ok := p.ks.lim.(bucketLimiter)
 	if !ok {
 		return
@@ -179,11 +190,11 @@ func (rp *replay) applySettle(p pending) {
 	switch {
 	case p.actual < p.est:
 		bl.b.Refund(p.est - p.actual)
-		r.Refunded += Units(p.est - p.actual)
+		r.Refunded.add(p.est - p.actual)
 	case p.actual > p.est:
 		level, excess := bl.b.ChargeN(p.at, p.actual-p.est)
-		r.ChargedAfter += Units(p.actual - p.est)
-		r.Excess += Units(excess)
+		r.ChargedAfter.add(p.actual - p.est)
+		r.Excess.add(excess)
 		r.DebtPeak = max(r.DebtPeak, Units(-level))
 	}
 }
@@ -243,9 +254,9 @@ func (rp *replay) scheduleRow(at, dur, est, actual int64) {
 			continue
 		}
 		ps.settled.Rows++
-		ps.settled.Estimated += Units(est * lease.MilliPerToken)
+		ps.settled.Estimated.add(est * lease.MilliPerToken)
 		if !ps.debt {
-			ps.settled.Settled += Units(est * lease.MilliPerToken)
+			ps.settled.Settled.add(est * lease.MilliPerToken)
 			continue
 		}
 		rp.schedule(i, rp.rowKeys[i], at+dur, at, est*lease.MilliPerToken, actual*lease.MilliPerToken)

@@ -3,6 +3,7 @@ package simulate
 import (
 	"errors"
 	"fmt"
+	"math"
 	"strings"
 	"testing"
 )
@@ -191,5 +192,32 @@ func TestEmptyEstimatesDecideAsBefore(t *testing.T) {
 	_, chainWith := run(t, pols, with.String(), Options{Mode: ModeChain})
 	if chainPlain != chainWith {
 		t.Fatal("chain decisions differ with an empty estimate column")
+	}
+}
+
+// TestSettledSumsSaturate: ten thousand settlements of 10^12 tokens sum
+// past 64 bits of milli-tokens; the sums stop at the largest value
+// instead of wrapping negative.
+func TestSettledSumsSaturate(t *testing.T) {
+	pols := mustPolicies(t, `policies:
+  - name: big
+    algorithm: token-bucket
+    rate: 1000000000
+    burst: 1000000000000
+    charge: cost
+    max_debt: 1000000000000
+`)
+	var b strings.Builder
+	b.WriteString("at_ms,estimate,actual\n")
+	for i := range 10000 {
+		fmt.Fprintf(&b, "%d,1000000000000,1000000000000\n", i*1000000) // 1000 s apart: a full refill
+	}
+	res, err := Run(pols, strings.NewReader(b.String()), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := res.Policies[0].Settled
+	if s.Rows != 10000 || s.Estimated != math.MaxInt64 || s.Settled != math.MaxInt64 || s.Refunded != 0 {
+		t.Errorf("settled %+v", *s)
 	}
 }
