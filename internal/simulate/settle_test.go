@@ -221,3 +221,62 @@ func TestSettledSumsSaturate(t *testing.T) {
 		t.Errorf("settled %+v", *s)
 	}
 }
+
+// TestSettledWithinBound: on random traces (one key, settlements at once
+// or after a duration), the settled tokens less the excess never pass
+// B + r·T + D over the trace's span T (the bucket starts full), and the
+// figures add up: settled = estimated - refunded + charged after.
+func TestSettledWithinBound(t *testing.T) {
+	x := uint64(7)
+	next := func(n uint64) int64 {
+		x = x*6364136223846793005 + 1442695040888963407
+		return int64((x >> 33) % n)
+	}
+	var sawExcess, sawDebt bool
+	for run := range 60 {
+		burst, rate, debt := 1+next(50), 1+next(20), next(40)
+		src := fmt.Sprintf("policies:\n  - name: tb\n    algorithm: token-bucket\n    rate: %d\n    burst: %d\n    charge: cost\n", rate, burst)
+		if debt > 0 {
+			src += fmt.Sprintf("    max_debt: %d\n", debt)
+		}
+		pols := mustPolicies(t, src)
+		var b strings.Builder
+		withDur := run%2 == 0
+		if withDur {
+			b.WriteString("at_ms,estimate,actual,duration_ms\n")
+		} else {
+			b.WriteString("at_ms,estimate,actual\n")
+		}
+		at := int64(0)
+		for range 300 {
+			at += next(300)
+			fmt.Fprintf(&b, "%d,%d,%d", at, 1+next(10), next(40))
+			if withDur {
+				fmt.Fprintf(&b, ",%d", next(2000))
+			}
+			b.WriteString("\n")
+		}
+		res, err := Run(pols, strings.NewReader(b.String()), Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := res.Policies[0].Settled
+		if s.Settled != s.Estimated-s.Refunded+s.ChargedAfter {
+			t.Fatalf("run %d: settled %v != estimated %v - refunded %v + charged after %v", run, s.Settled, s.Estimated, s.Refunded, s.ChargedAfter)
+		}
+		// Settlements after the last row run up to 2 s past it.
+		span := at + 2000
+		bound := Units((burst+debt)*1000 + rate*span)
+		if s.Settled-s.Excess > bound {
+			t.Fatalf("run %d (B %d, r %d, D %d): settled %v - excess %v > B + r·T + D = %v", run, burst, rate, debt, s.Settled, s.Excess, bound)
+		}
+		if s.DebtPeak > Units(debt*1000) || s.DebtEnd > Units(debt*1000) {
+			t.Fatalf("run %d: debt peak %v, end %v beyond max_debt %d", run, s.DebtPeak, s.DebtEnd, debt)
+		}
+		sawExcess = sawExcess || s.Excess > 0
+		sawDebt = sawDebt || s.DebtPeak > 0
+	}
+	if !sawExcess || !sawDebt {
+		t.Fatalf("no run had excess (%v) or debt (%v): the traces test nothing", sawExcess, sawDebt)
+	}
+}
