@@ -51,6 +51,8 @@ var goldenCases = []goldenCase{
 	{"llm-table", []string{"simulate", "--policy", "testdata/llm.yaml", "--trace", "testdata/llm.csv"}},
 	{"llm-json", []string{"simulate", "--policy", "testdata/llm.yaml", "--trace", "testdata/llm.csv", "--json", "--decisions", decisionsArg}},
 	{"llm-chain", []string{"simulate", "--policy", "testdata/llm.yaml", "--trace", "testdata/llm.csv", "--mode", "chain"}},
+	{"llm-groupby", []string{"simulate", "--policy", "testdata/llm.yaml", "--trace", "testdata/llm.csv", "--group-by", "tenant"}},
+	{"llm-groupby-json", []string{"simulate", "--policy", "testdata/llm.yaml", "--trace", "testdata/llm.csv", "--mode", "chain", "--group-by", "tenant", "--json"}},
 	// The worked example of docs/simulate.md.
 	{"example-start", []string{"simulate", "--policy", "../../examples/policies.yaml", "--trace", "../../examples/trace.csv", "--start", "2026-03-29T01:59:58+01:00"}},
 	{"example-compare", []string{"simulate", "--policy", "../../examples/policies.yaml", "--trace", "../../examples/trace.csv"}},

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"slices"
 	"text/tabwriter"
 
 	"github.com/ration-dev/ration/internal/policy"
@@ -67,7 +68,7 @@ func settles(p policy.Policy) bool {
 // pending is a settlement due at a time.
 type pending struct {
 	at, seq     int64
-	pol         int
+	pol, group  int // group -1: no grouping
 	ks          *keyState
 	est, actual int64 // milli-tokens
 }
@@ -109,19 +110,15 @@ func (u Units) MarshalJSON() ([]byte, error) { return []byte(u.String()), nil }
 
 var _ json.Marshaler = Units(0)
 
-// SettledResult is a policy's figures for the rows with an estimate that
-// it admitted.
-type SettledResult struct {
+// SettledCounters are the sums kept for the rows with an estimate that a
+// policy admitted, in all and per group.
+type SettledCounters struct {
 	// Rows counts the admitted rows with an estimate.
 	Rows int64 `json:"rows"`
 	// Estimated sums their estimates; Settled their actuals (rows without
 	// an actual keep their estimate, as an unsettled reservation does).
 	Estimated Units `json:"estimated"`
 	Settled   Units `json:"settled"`
-	// Replayed is false for a policy whose settlements are not replayed
-	// (not a token bucket charged by cost): it keeps every estimate, and
-	// the figures below are 0.
-	Replayed bool `json:"replayed"`
 	// Refunded sums what lower actuals gave back; ChargedAfter what higher
 	// actuals charged after the fact.
 	Refunded     Units `json:"refunded"`
@@ -129,6 +126,19 @@ type SettledResult struct {
 	// Excess is the part of ChargedAfter beyond max_debt: recorded, not
 	// covered by the bound.
 	Excess Units `json:"excess"`
+}
+
+// SettledResult is a policy's figures for the rows with an estimate that
+// it admitted.
+type SettledResult struct {
+	SettledCounters
+	// Groups breaks the counters down by group (Options.GroupBy); nil
+	// without grouping. Debt is per key, so groups have none.
+	Groups map[string]*SettledCounters `json:"groups,omitempty"`
+	// Replayed is false for a policy whose settlements are not replayed
+	// (not a token bucket charged by cost): it keeps every estimate, and
+	// Refunded, ChargedAfter, Excess and the debt figures are 0.
+	Replayed bool `json:"replayed"`
 	// MaxDebt is the policy's max_debt; DebtPeak the deepest one key's
 	// bucket went below zero; DebtEnd the keys' debt at the trace's last
 	// time, after what their rate repaid.
@@ -165,9 +175,9 @@ func (rp *replay) settleAll() {
 
 // schedule records the admitted row's settlement under policy i, due at
 // at; with at equal to the row's time it is applied at once.
-func (rp *replay) schedule(i int, ks *keyState, at, now, est, actual int64) {
+func (rp *replay) schedule(i, group int, ks *keyState, at, now, est, actual int64) {
 	s := rp.settleSt
-	p := pending{at: at, seq: s.seq, pol: i, ks: ks, est: est, actual: actual}
+	p := pending{at: at, seq: s.seq, pol: i, group: group, ks: ks, est: est, actual: actual}
 	s.seq++
 	if at <= now {
 		rp.applySettle(p)
@@ -182,21 +192,37 @@ func (rp *replay) applySettle(p pending) {
 	s.last = max(s.last, p.at)
 	ps := rp.states[p.pol]
 	r := ps.settled
-	r.Settled.add(p.actual)
-	bl, ok := p.ks.lim.(bucketLimiter)
-	if !ok {
-		return
+	var refunded, charged, excess int64
+	if bl, ok := p.ks.lim.(bucketLimiter); ok {
+		switch {
+		case p.actual < p.est:
+			refunded = p.est - p.actual
+			bl.b.Refund(refunded)
+		case p.actual > p.est:
+			var level int64
+			charged = p.actual - p.est
+			level, excess = bl.b.ChargeN(p.at, charged)
+			r.DebtPeak = max(r.DebtPeak, Units(-level))
+		}
 	}
-	switch {
-	case p.actual < p.est:
-		bl.b.Refund(p.est - p.actual)
-		r.Refunded.add(p.est - p.actual)
-	case p.actual > p.est:
-		level, excess := bl.b.ChargeN(p.at, p.actual-p.est)
-		r.ChargedAfter.add(p.actual - p.est)
-		r.Excess.add(excess)
-		r.DebtPeak = max(r.DebtPeak, Units(-level))
+	r.SettledCounters.settle(p.actual, refunded, charged, excess)
+	if p.group >= 0 {
+		ps.settledGroups[p.group].settle(p.actual, refunded, charged, excess)
 	}
+}
+
+// admit counts an admitted row of estimate est (milli-tokens).
+func (c *SettledCounters) admit(est int64) {
+	c.Rows++
+	c.Estimated.add(est)
+}
+
+// settle counts a settlement.
+func (c *SettledCounters) settle(actual, refunded, charged, excess int64) {
+	c.Settled.add(actual)
+	c.Refunded.add(refunded)
+	c.ChargedAfter.add(charged)
+	c.Excess.add(excess)
 }
 
 // debtEnd sums the keys' debt at the trace's last time.
@@ -230,10 +256,27 @@ func writeSettled(w io.Writer, r *Result) error {
 		if !x.Replayed {
 			kept = true
 			fmt.Fprintf(tw, "%s *\t%d\t%s\t%s\t-\t-\t-\t-\t-\t-\n", p.Name, x.Rows, x.Estimated, x.Settled)
-			continue
+		} else {
+			fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", p.Name, x.Rows, x.Estimated, x.Settled,
+				x.Refunded, x.ChargedAfter, x.Excess, x.MaxDebt, x.DebtPeak, x.DebtEnd)
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", p.Name, x.Rows, x.Estimated, x.Settled,
-			x.Refunded, x.ChargedAfter, x.Excess, x.MaxDebt, x.DebtPeak, x.DebtEnd)
+		keys := make([]string, 0, len(x.Groups))
+		for k := range x.Groups {
+			keys = append(keys, k)
+		}
+		slices.Sort(keys)
+		for _, k := range keys {
+			g, label := x.Groups[k], k
+			if label == "" {
+				label = `""`
+			}
+			if !x.Replayed {
+				fmt.Fprintf(tw, "  %s\t%d\t%s\t%s\t-\t-\t-\t-\t-\t-\n", label, g.Rows, g.Estimated, g.Settled)
+				continue
+			}
+			fmt.Fprintf(tw, "  %s\t%d\t%s\t%s\t%s\t%s\t%s\t-\t-\t-\n", label, g.Rows, g.Estimated, g.Settled,
+				g.Refunded, g.ChargedAfter, g.Excess)
+		}
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -247,19 +290,26 @@ func writeSettled(w io.Writer, r *Result) error {
 
 // scheduleRow settles the row just decided under each policy that
 // admitted it and keeps it (in chain mode, only if every policy did).
-func (rp *replay) scheduleRow(at, dur, est, actual int64) {
+func (rp *replay) scheduleRow(at, dur, est, actual int64, group int) {
+	estM, actM := est*lease.MilliPerToken, actual*lease.MilliPerToken
 	for i := range rp.evaluated {
 		ps := rp.states[i]
 		if ps.settled == nil || rp.rowCost[i] == 0 {
 			continue
 		}
-		ps.settled.Rows++
-		ps.settled.Estimated.add(est * lease.MilliPerToken)
+		ps.settled.SettledCounters.admit(estM)
+		if group >= 0 {
+			ps.settledGroups[group].admit(estM)
+		}
 		if !ps.debt {
-			ps.settled.Settled.add(est * lease.MilliPerToken)
+			// Not replayed: the estimate stays charged.
+			ps.settled.SettledCounters.settle(estM, 0, 0, 0)
+			if group >= 0 {
+				ps.settledGroups[group].settle(estM, 0, 0, 0)
+			}
 			continue
 		}
-		rp.schedule(i, rp.rowKeys[i], at+dur, at, est*lease.MilliPerToken, actual*lease.MilliPerToken)
+		rp.schedule(i, group, rp.rowKeys[i], at+dur, at, estM, actM)
 	}
 }
 

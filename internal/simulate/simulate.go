@@ -106,8 +106,9 @@ type polState struct {
 	// settled: the figures of rows with an estimate, for a policy charged
 	// by cost in a trace with an estimate column; debt: its keys are
 	// replayed with the client's bucket (see newDebtBucket).
-	settled *SettledResult
-	debt    bool
+	settled       *SettledResult
+	settledGroups []SettledCounters // by group id, with settled and grouping
+	debt          bool
 }
 
 func (ps *polState) newKey(startNanos int64) (*keyState, error) {
@@ -381,7 +382,7 @@ func (rp *replay) request(rec []string, line int) error {
 		return err
 	}
 	if hasEst {
-		rp.scheduleRow(at, dur, est, actual)
+		rp.scheduleRow(at, dur, est, actual, group)
 	}
 	if rp.mode == ModeChain {
 		rp.admitted.add(passed, cost)
@@ -474,6 +475,9 @@ func (rp *replay) group(rec []string) int {
 		rp.groupKeys = append(rp.groupKeys, key)
 		for _, ps := range rp.states {
 			ps.groups = append(ps.groups, Counters{})
+			if ps.settled != nil {
+				ps.settledGroups = append(ps.settledGroups, SettledCounters{})
+			}
 		}
 		rp.admGroups = append(rp.admGroups, Counters{})
 	}
@@ -608,6 +612,13 @@ func (rp *replay) result() *Result {
 		}
 		if ps.settled != nil {
 			sr := *ps.settled
+			if rp.grouping() {
+				sr.Groups = make(map[string]*SettledCounters, len(rp.groupKeys))
+				for g, key := range rp.groupKeys {
+					c := ps.settledGroups[g]
+					sr.Groups[key] = &c
+				}
+			}
 			if ps.debt {
 				sr.DebtEnd = ps.debtEnd(rp.settleSt.last)
 			}
