@@ -45,6 +45,14 @@ var goldenCases = []goldenCase{
 	{"paris-json", []string{"simulate", "--policy", "testdata/paris.yaml", "--trace", "testdata/paris.csv", "--json", "--decisions", decisionsArg}},
 	{"minute-aligned", []string{"simulate", "--policy", "testdata/minute.yaml", "--trace", "testdata/minute.csv", "--decisions", decisionsArg}},
 	{"minute-start", []string{"simulate", "--policy", "testdata/minute.yaml", "--trace", "testdata/minute.csv", "--start", "2026-12-01T18:00:30Z", "--decisions", decisionsArg}},
+	// Costs known after the work: estimate and actual columns, settled at
+	// at_ms + duration_ms, with debt, excess and a window that keeps the
+	// estimate.
+	{"llm-table", []string{"simulate", "--policy", "testdata/llm.yaml", "--trace", "testdata/llm.csv"}},
+	{"llm-json", []string{"simulate", "--policy", "testdata/llm.yaml", "--trace", "testdata/llm.csv", "--json", "--decisions", decisionsArg}},
+	{"llm-chain", []string{"simulate", "--policy", "testdata/llm.yaml", "--trace", "testdata/llm.csv", "--mode", "chain"}},
+	{"llm-groupby", []string{"simulate", "--policy", "testdata/llm.yaml", "--trace", "testdata/llm.csv", "--group-by", "tenant"}},
+	{"llm-groupby-json", []string{"simulate", "--policy", "testdata/llm.yaml", "--trace", "testdata/llm.csv", "--mode", "chain", "--group-by", "tenant", "--json"}},
 	// The worked example of docs/simulate.md.
 	{"example-start", []string{"simulate", "--policy", "../../examples/policies.yaml", "--trace", "../../examples/trace.csv", "--start", "2026-03-29T01:59:58+01:00"}},
 	{"example-compare", []string{"simulate", "--policy", "../../examples/policies.yaml", "--trace", "../../examples/trace.csv"}},
@@ -294,6 +302,8 @@ func TestErrors(t *testing.T) {
 			}, true},
 		{"missing group-by column", []string{"--policy", "testdata/chain.yaml", "--trace", "testdata/chain.csv", "--group-by", "region"}, 1,
 			[]string{`rationctl simulate: testdata/chain.csv: line 1: group-by column "region" is not a trace column (the trace has columns at_ms, tenant, route, cost)` + "\n"}, true},
+		{"actual without estimate", []string{"--policy", "testdata/llm.yaml", "--trace", "testdata/llm-bad.csv"}, 1,
+			[]string{`rationctl simulate: testdata/llm-bad.csv: line 3: actual "300" without an estimate; want an estimate on every row with an actual (the row is admitted by its estimate)` + "\n"}, true},
 		{"missing policy file", []string{"--policy", "testdata/nope.yaml", "--trace", "testdata/chain.csv"}, 1,
 			[]string{"rationctl simulate: open testdata/nope.yaml: no such file or directory\n"}, true},
 		{"missing trace file", []string{"--policy", "testdata/chain.yaml", "--trace", "testdata/nope.csv"}, 1,
@@ -437,7 +447,7 @@ func TestDocsShowRealOutput(t *testing.T) {
 		t.Skipf("docs not found: %v", err)
 	}
 	for _, name := range []string{"example-compare", "example-chain", "example-chain-json",
-		"example-start", "paris-table", "minute-aligned", "minute-start"} {
+		"example-start", "paris-table", "minute-aligned", "minute-start", "llm-table"} {
 		out, err := os.ReadFile(goldenPath(name, ".stdout"))
 		if err != nil {
 			t.Fatal(err)

@@ -32,7 +32,11 @@ since the trace start (up to 3 decimals, never decreasing); instead of it, an
 at column (RFC 3339 times) or a unix_ms column (milliseconds since the Unix
 epoch) puts the trace on the wall clock. cost (optional, default 1) is a
 whole number >= 1; duration_ms (required by concurrency policies) is a
-request's running time; every other column is an attribute that policies can
+request's running time. estimate and actual (optional) are a cost known
+only after the work: the row is admitted by its estimate and settled with
+its actual (empty: the estimate) at at_ms + duration_ms, or at once
+without duration_ms; token buckets refund, or charge into debt down to
+max_debt and report the rest as excess. Every other column is an attribute that policies can
 key on and --group-by can break results down by.
 
 Windows: with --start (or an at / unix_ms column) window policies count in

@@ -36,6 +36,15 @@
 // start; Options.QueueWait lets it wait FIFO for a slot; a request longer
 // than MaxDurationNanos is cut off there (ConcurrencyResult).
 //
+// Costs known after the work. An estimate column (with an optional actual
+// column) admits a row by its estimate and settles it with its actual at
+// its time plus duration_ms (at once without that column), as the
+// client's Limiter.Reserve and Reservation.Settle do: token buckets
+// charged by cost are then replayed with the client's lease.AtomicBucket,
+// whose debt allowance is the policy's max_debt, so a lower actual is
+// refunded and a higher one charged into debt, the rest excess
+// (SettledResult). Other policies keep the estimate.
+//
 // Counters. Every policy reports accepted_requests, accepted_work,
 // rejected_requests and rejected_work. Work is the sum of the trace's cost
 // column whatever the policy charges, so a requests-charged and a

@@ -71,6 +71,9 @@ type PolicyResult struct {
 	Windows *WindowResult `json:"windows,omitempty"`
 	// Concurrency: the figures of a concurrency policy.
 	Concurrency *ConcurrencyResult `json:"concurrency,omitempty"`
+	// Settled: the settled costs of rows with an estimate, in a trace with
+	// an estimate column, for a policy charged by cost.
+	Settled *SettledResult `json:"settled_costs,omitempty"`
 }
 
 // Result is the outcome of a replay. Its JSON form is
@@ -147,10 +150,11 @@ func WriteTable(w io.Writer, r *Result) error {
 // writeExtras renders the window and concurrency figures, if any policy
 // has them.
 func writeExtras(w io.Writer, r *Result) error {
-	var wins, slots bool
+	var wins, slots, settled bool
 	for _, p := range r.Policies {
 		wins = wins || p.Windows != nil
 		slots = slots || p.Concurrency != nil
+		settled = settled || p.Settled != nil
 	}
 	if wins {
 		fmt.Fprintln(w, "\nwindows (as the cluster leases them):")
@@ -182,6 +186,9 @@ func writeExtras(w io.Writer, r *Result) error {
 		if err := tw.Flush(); err != nil {
 			return err
 		}
+	}
+	if settled {
+		return writeSettled(w, r)
 	}
 	return nil
 }

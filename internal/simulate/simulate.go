@@ -103,6 +103,12 @@ type polState struct {
 	groups []Counters // indexed by group id
 	win    *winState  // leased window policies
 	slots  *slotState // concurrency policies
+	// settled: the figures of rows with an estimate, for a policy charged
+	// by cost in a trace with an estimate column; debt: its keys are
+	// replayed with the client's bucket (see newDebtBucket).
+	settled       *SettledResult
+	settledGroups []SettledCounters // by group id, with settled and grouping
+	debt          bool
 }
 
 func (ps *polState) newKey(startNanos int64) (*keyState, error) {
@@ -110,7 +116,13 @@ func (ps *polState) newKey(startNanos int64) (*keyState, error) {
 	if ps.slots != nil {
 		return ks, nil
 	}
-	lim, err := ps.pol.NewLimiter(startNanos)
+	var lim lease.Limiter
+	var err error
+	if ps.debt {
+		lim, err = newDebtBucket(ps.pol, startNanos)
+	} else {
+		lim, err = ps.pol.NewLimiter(startNanos)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -184,6 +196,7 @@ func Run(policies []policy.Policy, trace io.Reader, opts Options) (*Result, erro
 	if rp.requests == 0 {
 		return nil, traceErr(1, "the trace has a header but no requests")
 	}
+	rp.settleAll()
 	if rp.dw != nil {
 		if err := rp.dw.flush(); err != nil {
 			return nil, err
@@ -260,6 +273,9 @@ type replay struct {
 	rowCost  []int64
 	rowClaim []claim
 
+	settleSt  *settleState // nil without an estimate column
+	evaluated int          // policies the last row reached
+
 	requests  int64
 	totalWork int64
 	prevAt    int64
@@ -292,6 +308,10 @@ func newReplay(r *csv.Reader, policies []policy.Policy, states []*polState, opts
 		if ps.keyIdx != nil {
 			ps.keys = make(map[string]*keyState)
 		}
+		if h.est >= 0 && ps.slots == nil && ps.pol.Charge == policy.ChargeCost {
+			ps.debt = settles(ps.pol)
+			ps.settled = &SettledResult{Replayed: ps.debt, MaxDebt: Units(ps.pol.MaxDebtMilli)}
+		}
 	}
 	rp := &replay{
 		opts: opts, mode: mode, states: states, header: header, h: h,
@@ -301,6 +321,9 @@ func newReplay(r *csv.Reader, policies []policy.Policy, states []*polState, opts
 		rowCost:  make([]int64, len(states)),
 		rowClaim: make([]claim, len(states)),
 		prevAt:   -1,
+	}
+	if h.est >= 0 {
+		rp.settleSt = &settleState{}
 	}
 	if h.timeCol == policy.AttrAtMs {
 		// Times are base + at_ms: the start, or 0 (the old clock, whose
@@ -338,6 +361,17 @@ func (rp *replay) request(rec []string, line int) error {
 	if err != nil {
 		return err
 	}
+	est, actual, hasEst, err := rp.estimateAndActual(rec, line)
+	if err != nil {
+		return err
+	}
+	if hasEst {
+		cost = est
+	}
+	if rp.settleSt != nil {
+		rp.settleDue(at)
+		rp.settleSt.last = max(rp.settleSt.last, at)
+	}
 	if rp.totalWork += cost; rp.totalWork < 0 {
 		return traceErr(line, "the total cost of the trace overflows a 64-bit counter")
 	}
@@ -346,6 +380,9 @@ func (rp *replay) request(rec []string, line int) error {
 	passed, err := rp.decide(rec, line, at, cost, dur, group)
 	if err != nil {
 		return err
+	}
+	if hasEst {
+		rp.scheduleRow(at, dur, est, actual, group)
 	}
 	if rp.mode == ModeChain {
 		rp.admitted.add(passed, cost)
@@ -401,7 +438,7 @@ func (rp *replay) time(rec []string, line int) (int64, error) {
 func (rp *replay) costAndDuration(rec []string, line int, at int64) (cost, dur int64, err error) {
 	h := rp.h
 	cost = 1
-	if h.cost >= 0 {
+	if h.cost >= 0 && (rec[h.cost] != "" || h.est < 0 || rec[h.est] == "") { // an estimate stands for an empty cost
 		if cost, err = parseCost(rec[h.cost]); err != nil {
 			return 0, 0, traceErr(line, "cost %q %v; want an integer from 1 to %d", rec[h.cost], err, MaxCost)
 		}
@@ -438,6 +475,9 @@ func (rp *replay) group(rec []string) int {
 		rp.groupKeys = append(rp.groupKeys, key)
 		for _, ps := range rp.states {
 			ps.groups = append(ps.groups, Counters{})
+			if ps.settled != nil {
+				ps.settledGroups = append(ps.settledGroups, SettledCounters{})
+			}
 		}
 		rp.admGroups = append(rp.admGroups, Counters{})
 	}
@@ -475,6 +515,7 @@ func (rp *replay) decide(rec []string, line int, at, cost, dur int64, group int)
 		}
 	}
 	rp.settle(evaluated)
+	rp.evaluated = evaluated
 	return passed, nil
 }
 
@@ -569,6 +610,20 @@ func (rp *replay) result() *Result {
 		if ps.slots != nil {
 			pr.Concurrency = ps.slots.result(ps.slotKeys(), rp.base)
 		}
+		if ps.settled != nil {
+			sr := *ps.settled
+			if rp.grouping() {
+				sr.Groups = make(map[string]*SettledCounters, len(rp.groupKeys))
+				for g, key := range rp.groupKeys {
+					c := ps.settledGroups[g]
+					sr.Groups[key] = &c
+				}
+			}
+			if ps.debt {
+				sr.DebtEnd = ps.debtEnd(rp.settleSt.last)
+			}
+			pr.Settled = &sr
+		}
 		res.Policies = append(res.Policies, pr)
 	}
 	if rp.mode == ModeChain {
@@ -648,6 +703,7 @@ func formatWindowStart(spec lease.WindowSpec, start, base int64, wall bool) stri
 // headerInfo holds the column positions the replay needs.
 type headerInfo struct {
 	at, cost, dur int
+	est, act      int     // -1: no estimate / actual column
 	timeCol       string  // at_ms, at or unix_ms
 	keyIdx        [][]int // per policy; nil for a policy without key
 	groupIdx      []int
@@ -671,7 +727,7 @@ func parseHeader(header []string, policies []policy.Policy, groupBy []string, ne
 		col[name] = i
 	}
 	have := "the trace has columns " + strings.Join(header, ", ")
-	h := &headerInfo{at: -1, cost: -1, dur: -1}
+	h := &headerInfo{at: -1, cost: -1, dur: -1, est: -1, act: -1}
 	var timeCols []string
 	for _, name := range []string{policy.AttrAtMs, AttrAt, AttrUnixMs} {
 		if i, ok := col[name]; ok {
@@ -693,6 +749,15 @@ func parseHeader(header []string, policies []policy.Policy, groupBy []string, ne
 	}
 	if i, ok := col[policy.AttrCost]; ok {
 		h.cost = i
+	}
+	if i, ok := col[AttrEstimate]; ok {
+		h.est = i
+	}
+	if i, ok := col[AttrActual]; ok {
+		h.act = i
+		if h.est < 0 {
+			errs = append(errs, traceErr(1, "an actual column but no estimate column; want an estimate column too: a row is admitted by its estimate and settled with its actual (%s)", have))
+		}
 	}
 	h.keyIdx = make([][]int, len(policies))
 	for p, pol := range policies {
