@@ -10,6 +10,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -38,9 +39,10 @@ import (
 //     (the warm-up, from manyQuietAfterStart after every process
 //     admits, and from manyQuietAfter past each nemesis' end to the next
 //     one's start);
-//   - remote-path: the leader's lease listings showed a built-in edge
-//     holding a lease of the key (remote decisions were made) and
-//     instances holding leases of their own;
+//   - remote-path: the leader's lease listings showed the home server's
+//     built-in edge holding a lease of the key (remote decisions were
+//     made there), instances holding leases of their own, and every
+//     process admitted;
 //   - convergence, and the security checks under load.
 //
 // The negative control runs the servers with remote-without-lease
@@ -167,7 +169,7 @@ func quietSpans(events []Event, from, to int64) [][2]int64 {
 	for _, ev := range events {
 		switch ev.Kind {
 		case KindNemesisStart:
-			if ev.T > at {
+			if ev.T > at && at < to {
 				out = append(out, [2]int64{at, min(ev.T, to)})
 			}
 			at = to // nothing quiet until it ends
@@ -270,9 +272,10 @@ func ExecuteManyReplicas(e *Env, sc Scenario) Summary {
 		p, _, _ := strings.Cut(rec.Replica, "/")
 		procs[p] = true
 	}
-	remote := CheckerResult{Name: "remote-path", Expected: ExpectPass, OK: len(edges) > 0 && maxInst > 0 && len(procs) == len(cfg.Replicas),
-		Detail: fmt.Sprintf("built-in edges seen holding the key: %v; at most %d instance leases at once; %d of %d instances and %d of %d processes admitted; %d lease listings (%d failed)",
-			edges, maxInst, len(instances), len(cfg.Replicas)*cfg.Instances, len(procs), len(cfg.Replicas), polls, pollsFailed)}
+	home := e.homeServer()
+	remote := CheckerResult{Name: "remote-path", Expected: ExpectPass, OK: slices.Contains(edges, acl.ServerClientID(home)) && maxInst > 0 && len(procs) == len(cfg.Replicas),
+		Detail: fmt.Sprintf("built-in edges seen holding the key (home %s): %v; at most %d instance leases at once; %d of %d instances and %d of %d processes admitted; %d lease listings (%d failed)",
+			home, edges, maxInst, len(instances), len(cfg.Replicas)*cfg.Instances, len(procs), len(cfg.Replicas), polls, pollsFailed)}
 
 	checkers := []CheckerResult{bound, util, remote, conv}
 	checkers = append(checkers, secChecks...)
@@ -286,7 +289,7 @@ func ExecuteManyReplicas(e *Env, sc Scenario) Summary {
 			"security":               e.securityLine(),
 			"instances":              len(cfg.Replicas) * cfg.Instances,
 			"instances_admitting":    len(instances),
-			"home_server":            e.homeServer(),
+			"home_server":            home,
 			"builtin_edges_seen":     edges,
 			"max_instance_leases":    maxInst,
 			"quiet_utilization":      quietUtil,

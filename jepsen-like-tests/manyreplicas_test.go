@@ -3,6 +3,7 @@
 package jepsen
 
 import (
+	"slices"
 	"testing"
 	"time"
 )
@@ -50,4 +51,33 @@ func TestManyReplicasNegativeControl(t *testing.T) {
 	e := newEnv(t, cfg)
 	requireCaughtBy(t, e, ExecuteManyReplicas(e, Scenario{Config: cfg, Warmup: 8 * time.Second, Nemeses: []Nemesis{CutReplicaFromHome},
 		Controls: "remote decisions served without a lease"}), "bound")
+}
+
+// TestQuietSpans: the utilization floor's quiet time skips the start-up
+// allowance, every nemesis, and the allowance after each one's end, even
+// when the next nemesis starts within it or the run ends within it.
+func TestQuietSpans(t *testing.T) {
+	sec := int64(time.Second)
+	ev := func(kind string, at int64) Event { return Event{T: at * sec, Kind: kind} }
+	events := []Event{
+		ev(KindPhase, 0),
+		ev(KindNemesisStart, 10), ev(KindLeader, 11), ev(KindNemesisEnd, 14),
+		ev(KindNemesisStart, 20), ev(KindNemesisEnd, 24), // next starts within 5 s of its end
+		ev(KindNemesisStart, 26), ev(KindNemesisEnd, 28),
+		ev(KindNemesisStart, 50), ev(KindNemesisEnd, 52), // the run ends within 5 s of its end
+	}
+	got := quietSpans(events, 1*sec, 55*sec)
+	want := [][2]int64{{4 * sec, 10 * sec}, {19 * sec, 20 * sec}, {33 * sec, 50 * sec}}
+	if !slices.Equal(got, want) {
+		t.Fatalf("quietSpans = %v, want %v", got, want)
+	}
+	if got := quietSpans(events[:2], 8*sec, 9*sec); len(got) != 0 {
+		t.Fatalf("a run shorter than its start-up allowance: quietSpans = %v, want none", got)
+	}
+	if got := quietSpans(events[1:3], 0, 2*sec); len(got) != 0 {
+		t.Fatalf("a nemesis after a run shorter than its start-up allowance: quietSpans = %v, want none", got)
+	}
+	if got := quietSpans(nil, 0, 10*sec); !slices.Equal(got, [][2]int64{{3 * sec, 10 * sec}}) {
+		t.Fatalf("no nemesis: quietSpans = %v, want [3s, 10s)", got)
+	}
 }
