@@ -50,7 +50,7 @@ import (
 // remote decision served beyond the lease, which the bound must catch.
 
 const (
-	// manyUtilFloor: measured 0.84 to 0.87 of r over the quiet periods
+	// manyUtilFloor: measured 0.84 to 0.94 of r over the quiet periods
 	// (14-16 s a run) on the loaded 2-core VM (docs/testing.md); the
 	// floor leaves margin.
 	manyUtilFloor = 0.7
