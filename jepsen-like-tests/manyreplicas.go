@@ -50,16 +50,20 @@ import (
 // remote decision served beyond the lease, which the bound must catch.
 
 const (
-	// manyUtilFloor: measured 0.84 to 0.94 of r over the quiet periods
-	// (14-16 s a run) on the loaded 2-core VM (docs/testing.md); the
+	// manyUtilFloor: measured 0.77 to 0.99 of r over the quiet periods
+	// (14-20 s a run) on the loaded 2-core VM (docs/testing.md), which
+	// still meet the elections the loaded machine makes on its own; the
 	// floor leaves margin.
 	manyUtilFloor = 0.7
-	// manyQuietAfterStart is the warm-up's start-up allowance (the first
-	// leases, the first evaluations that send the key remote), and
-	// manyQuietAfter the allowance after each nemesis ends (a lease: the
-	// holders of a killed leader's term come back, a cut replica's
-	// instances go back to the home server).
-	manyQuietAfterStart = 3 * time.Second
+	// manyQuietAfterStart is the warm-up's start-up allowance: the first
+	// leases, the evaluations that send the key remote, and the built-in
+	// edge's share growing renewal by renewal as the instances' thin
+	// leases go (32-81% of r a second for the first 10 s after every
+	// process admits, seed 61 on the loaded VM). manyQuietAfter is the
+	// allowance after each nemesis ends (a lease: the holders of a killed
+	// leader's term come back, a cut replica's instances go back to the
+	// home server).
+	manyQuietAfterStart = 10 * time.Second
 	manyQuietAfter      = 5 * time.Second
 	manyPollEvery       = 500 * time.Millisecond
 )

@@ -38,7 +38,7 @@ func TestManyReplicas(t *testing.T) {
 	parallel(t)
 	cfg := manyConfig("many-replicas", seedFromEnv(61))
 	e := newEnv(t, cfg)
-	requirePass(t, e, ExecuteManyReplicas(e, Scenario{Config: cfg, Warmup: 8 * time.Second, Nemeses: manyNemeses}))
+	requirePass(t, e, ExecuteManyReplicas(e, Scenario{Config: cfg, Warmup: 16 * time.Second, Nemeses: manyNemeses}))
 }
 
 // TestManyReplicasNegativeControl: servers built with remote-without-lease
@@ -66,18 +66,18 @@ func TestQuietSpans(t *testing.T) {
 		ev(KindNemesisStart, 26), ev(KindNemesisEnd, 28),
 		ev(KindNemesisStart, 50), ev(KindNemesisEnd, 52), // the run ends within 5 s of its end
 	}
-	got := quietSpans(events, 1*sec, 55*sec)
+	got := quietSpans(events, -6*sec, 55*sec)
 	want := [][2]int64{{4 * sec, 10 * sec}, {19 * sec, 20 * sec}, {33 * sec, 50 * sec}}
 	if !slices.Equal(got, want) {
 		t.Fatalf("quietSpans = %v, want %v", got, want)
 	}
-	if got := quietSpans(events[:2], 8*sec, 9*sec); len(got) != 0 {
+	if got := quietSpans(events[:2], 1*sec, 9*sec); len(got) != 0 {
 		t.Fatalf("a run shorter than its start-up allowance: quietSpans = %v, want none", got)
 	}
-	if got := quietSpans(events[1:3], 0, 2*sec); len(got) != 0 {
+	if got := quietSpans([]Event{ev(KindNemesisStart, 20)}, 0, 5*sec); len(got) != 0 {
 		t.Fatalf("a nemesis after a run shorter than its start-up allowance: quietSpans = %v, want none", got)
 	}
-	if got := quietSpans(nil, 0, 10*sec); !slices.Equal(got, [][2]int64{{3 * sec, 10 * sec}}) {
-		t.Fatalf("no nemesis: quietSpans = %v, want [3s, 10s)", got)
+	if got := quietSpans(nil, 0, 15*sec); !slices.Equal(got, [][2]int64{{10 * sec, 15 * sec}}) {
+		t.Fatalf("no nemesis: quietSpans = %v, want [10s, 15s)", got)
 	}
 }
