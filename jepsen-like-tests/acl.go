@@ -120,6 +120,10 @@ func (e *Env) bootstrapACL() {
 			// A client.Slots handle leases as ClientID+"/slots/"+n.
 			ids = append(ids, name+"/slots/*")
 		}
+		if e.cfg.Instances > 0 {
+			// Its instances lease as <name>/iNNN (replica --instances).
+			ids = append(ids, name+"/*")
+		}
 		write(name, create(&api.ACLTokenCreateRequest{Name: name, Role: "client",
 			Bindings: []string{runPolicy}, ClientIds: ids}))
 	}

@@ -60,6 +60,18 @@
 //	                       debt-survives checker (the key's debt rises
 //	                       when a killed holder's lease ends); its
 //	                       control, forget-debt, must fail debt-survives
+//	manyreplicas.go        the many-replica workload (docs/design.md §3.4):
+//	                       4 replica processes × 50 client instances on
+//	                       one key, each instance's share below one
+//	                       token, so the key is decided at its home
+//	                       server's built-in edge; nemeses on the servers
+//	                       and cut-replica-from-home (one process cut
+//	                       from the key's home server only); the bound,
+//	                       utilization outside the nemeses (≥ 70% of r)
+//	                       and remote-path (a built-in edge held the
+//	                       key); its control, remote-without-lease (the
+//	                       built-in edge admits what its lease refuses),
+//	                       must fail the bound
 //	replica/               the client replica program (--routes: per-route
 //	                       limiters of one budget; --edge: an edge's
 //	                       driver, each decision a Check call;
@@ -67,7 +79,9 @@
 //	                       workers, each acquiring, holding and releasing
 //	                       a slot in a loop; --settle reserve|charge: the
 //	                       settlement workload, Reserve then Settle, or
-//	                       AllowN then Charge)
+//	                       AllowN then Charge; --instances N: N clients
+//	                       in one process, each its own client ID, the
+//	                       many-replica workload)
 //	controls_test.go       the negative controls, each with its healthy
 //	                       twin (TestControlsHealthy) and break 2's
 //	                       defence in depth (TestDefenceInDepth); the
@@ -162,8 +176,8 @@
 // with TLS (acl.go): every rationd runs with --acl-enabled, the harness
 // bootstraps them once a leader answers and keeps the management token;
 // rationctl (the policy nemeses) gets an operator token, and every replica
-// and edge a client token bound to the run's policy and its own client ID
-// only. The acl-enforced checker, run beside plaintext-refused, requires
+// and edge a client token bound to the run's policy (its lease and check
+// rights) and its own client ID only (with --instances, <replica>/* too). The acl-enforced checker, run beside plaintext-refused, requires
 // rationctl without a token to be refused (Unauthenticated), a replica's
 // token to be refused status and a lease under another client ID
 // (PermissionDenied), and the operator token's twin to answer. Credentials
@@ -178,7 +192,7 @@
 // # Running
 //
 //	make jepsen-quick                  every nemesis once, the window, concurrency and tenants workloads (short), plus the runs that must be caught
-//	make jepsen SEED=42 DURATION=10m   the window, concurrency and settlement workloads and their controls, then a long randomized run
+//	make jepsen SEED=42 DURATION=10m   the window, concurrency, settlement and many-replica workloads and their controls, then a long randomized run
 //	make jepsen-windows                the window workloads (TestWindows, TestDailyWindow) and their controls
 //	make jepsen-concurrency            the concurrency workload (TestConcurrency) and its control (TestConcurrencyNegativeControl)
 //

@@ -199,6 +199,11 @@ type RunConfig struct {
 	// has its own tenant, and newEnv starts none of them (the workload
 	// starts the sprayer, then the others).
 	Spray *Spray
+	// Instances > 0 is the many-replica workload (manyreplicas.go): every
+	// replica process runs that many client.Client instances (replica
+	// --instances), each its own client ID <replica>/iNNN, offering
+	// RatePerReplica in all; its token may lease as <replica>/*.
+	Instances int
 }
 
 // offeredTokensPerSec is the mean offered load.
@@ -484,8 +489,12 @@ func (e *Env) startReplica(name string, seed int64) {
 		"--servers", servers, "--id", name, "--policy", "jepsen", "--key", key,
 		"--rate", fmt.Sprint(rate), "--cost-mix", e.cfg.CostMix,
 		"--duration", "1h", "--dir", e.dir, "--seed", fmt.Sprint(e.cfg.Seed*100 + seed),
-		"--rate-file", filepath.Join(e.dir, "rate-"+name),
 		"--clock-control", filepath.Join(e.dir, "clock-"+name),
+	}
+	if e.cfg.Instances > 0 {
+		args = append(args, "--instances", fmt.Sprint(e.cfg.Instances))
+	} else {
+		args = append(args, "--rate-file", filepath.Join(e.dir, "rate-"+name))
 	}
 	if routes > 0 {
 		args = append(args, "--routes", fmt.Sprint(routes))

@@ -137,10 +137,16 @@ const (
 	// per-policy promotion budget (coordinator/promotions.go): the switch
 	// budget's negative control (TestSwitchBudgetNegativeControl).
 	PromoteBudgetIgnored Fault = "promote-budget-ignored"
+	// RemoteWithoutLease: a server's built-in edge admits every Check
+	// item its lease refuses (coordinator/remote.go), so a remote decision
+	// is served beyond the lease, by no lease holder at all: the fault
+	// suite's many-replica negative control
+	// (TestManyReplicasNegativeControl).
+	RemoteWithoutLease Fault = "remote-without-lease"
 )
 
 // All lists every fault, for flag help and validation.
-var All = []Fault{AckBeforeCommit, StartFullNoDebit, TimeFromReceipt, ForgetRetired, ClockResumeOwnReading, CreditAtReduction, ForgetReplaced, IgnoreKeyAttributes, ReportDouble, AdmitBeforeLease, WindowDeadReturns, SlotForgetLowered, WindowZoneUTC, SlotAckAtOnce, SlotInstallExtendsOld, SnapshotSaveHere, KeyQuotaIgnored, WindowRestoreClockBack, WindowForgetSpent, RecoveryWithoutHold, ForgetDebt, ReservationExpiryRefunds, PromoteBudgetIgnored}
+var All = []Fault{AckBeforeCommit, StartFullNoDebit, TimeFromReceipt, ForgetRetired, ClockResumeOwnReading, CreditAtReduction, ForgetReplaced, IgnoreKeyAttributes, ReportDouble, AdmitBeforeLease, WindowDeadReturns, SlotForgetLowered, WindowZoneUTC, SlotAckAtOnce, SlotInstallExtendsOld, SnapshotSaveHere, KeyQuotaIgnored, WindowRestoreClockBack, WindowForgetSpent, RecoveryWithoutHold, ForgetDebt, ReservationExpiryRefunds, PromoteBudgetIgnored, RemoteWithoutLease}
 
 func parse(name string) (Fault, error) {
 	for _, f := range All {

@@ -51,6 +51,10 @@
 // pace (an edge stopped or unreachable makes every call wait out its
 // deadline) are skipped, not offered late in a burst. No grants file.
 //
+// With --instances N it runs the many-replica workload instead
+// (instances.go): N clients in this process, each its own client ID, all
+// on --key, --rate/N requests per second each.
+//
 // TLS: --tls-ca-file (the CA that signs the servers' or the edge's
 // certificate), --tls-cert-file and --tls-key-file (this process's client
 // certificate, for mutual TLS) and --tls-server-name (the DNS name the
@@ -110,6 +114,8 @@ type options struct {
 	slotWait    time.Duration
 	// The settlement workload (settle.go): "", reserve or charge.
 	settle string
+	// The many-replica workload (instances.go): --instances > 0.
+	instances int
 }
 
 func monoNow() int64 {
@@ -145,6 +151,7 @@ func run(args []string, stderr io.Writer) int {
 	fs.StringVar(&o.slotHold, "slot-hold", "50ms:400ms", "with --slot-workers: MIN:MAX, a slot is held for a duration drawn uniformly in between (or until max_duration ends the request)")
 	fs.DurationVar(&o.slotWait, "slot-wait", 300*time.Millisecond, "with --slot-workers: the longest a worker waits for a slot before asking again")
 	fs.StringVar(&o.settle, "settle", "", "the settlement workload (settle.go): reserve (Reserve, then Settle the actual) or charge (AllowN, then Charge the rest); each admission's actual cost is known after 20-300ms of work; empty: none")
+	fs.IntVar(&o.instances, "instances", 0, "the many-replica workload (instances.go): this many client.Client instances in this process, each its own client ID (--id/i000 …), all on --key, offering --rate in all; 0: one client")
 	if faults.Enabled {
 		fs.StringVar(&o.faultList, "fault", "", "TEST BUILD ONLY: broken variants, comma-separated")
 		fs.StringVar(&o.clockControl, "clock-control", "", "TEST BUILD ONLY: clock control file")
@@ -159,6 +166,10 @@ func run(args []string, stderr io.Writer) int {
 	}
 	if o.settle != "" && (o.edge != "" || (o.settle != "reserve" && o.settle != "charge")) {
 		fmt.Fprintf(stderr, "replica: --settle %q: want reserve or charge, with --servers (not --edge)\n", o.settle)
+		return 2
+	}
+	if o.instances != 0 && (o.instances < 0 || o.instances > maxInstances || o.edge != "" || o.settle != "" || o.slotWorkers > 0 || o.routes > 0 || o.rateFile != "") {
+		fmt.Fprintf(stderr, "replica: --instances %d: want 1 to %d, with --servers and without --edge, --settle, --slot-workers, --routes or --rate-file\n", o.instances, maxInstances)
 		return 2
 	}
 	if o.tls.Any() {
@@ -207,6 +218,9 @@ func run(args []string, stderr io.Writer) int {
 
 	if o.slotWorkers > 0 {
 		return runSlots(o, attrs, clk, log, stderr)
+	}
+	if o.instances > 0 {
+		return runInstances(o, attrs, clk, log, stderr)
 	}
 	hist, err := newCSV(fmt.Sprintf("%s/history-%s.csv", o.dir, o.id), "t_mono_ns,replica,policy,key,cost_milli,t_after_ns")
 	if err != nil {
