@@ -280,8 +280,8 @@ func (r *remoteService) promote(policy string) api.Promotion {
 func (s *Server) ServesCheck() bool { return s.remote != nil }
 
 // PromotionCounts returns this server's answers to promotion requests
-// (the switch budget, docs/design.md §3.4), by policy; nil with ACLs
-// (no built-in edge).
+// (the switch budget, docs/design.md §3.4), by policy; nil before the
+// gRPC server has started (no built-in edge yet).
 func (s *Server) PromotionCounts() []PromotionCount {
 	if s.remote == nil {
 		return nil

@@ -398,11 +398,11 @@ func (g *Interceptor) checkInto(ctx context.Context, fullMethod string, cost int
 type settleKey struct{}
 
 // ErrNoSettlement is Settle's error for a context with no settlement: the
-// interceptor did not admit the call with Config.SettleAfter on (or the
-// call was a stream, or cost nothing).
+// interceptor did not admit the call or stream with Config.SettleAfter on
+// (or it cost nothing).
 var ErrNoSettlement = errors.New("grpclimit: no settlement in this call's context (Config.SettleAfter off, or not admitted by the interceptor)")
 
-// Settle charges an admitted unary call's measured cost, actual, under
+// Settle charges an admitted call's or stream's measured cost, actual, under
 // every layer that admitted it by its estimate (Config.Cost, with
 // Config.SettleAfter on): what the estimate missed is charged after the
 // fact, never refused; a lower actual refunds the difference. Call it

@@ -227,7 +227,7 @@ func (e *env) llmSection() (*llmResult, error) {
 			}
 			return func(ctx context.Context, actual int64) (int64, int64, error) {
 				if actual <= llmEstimate {
-					return 0, 0, nil // no refund through the Check API
+					return 0, 0, nil // charge_after cannot refund (a settle item could; this section does not reserve)
 				}
 				if _, err := adm.Check(ctx, item(actual-llmEstimate, true)); err != nil {
 					return 0, 0, err
