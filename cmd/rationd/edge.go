@@ -180,6 +180,8 @@ func parseEdgeArgs(args []string, stdout, stderr io.Writer) (o edgeOptions, env 
 			err = usageErrorf("--first-lease-wait must not be negative")
 		case o.reloadEvery < 0:
 			err = usageErrorf("--envoy-config-reload must not be negative")
+		case o.maxReservations < 1:
+			err = usageErrorf("--max-reservations must be at least 1 (it bounds the open reservations; default %d)", edge.DefaultMaxReservations)
 		}
 	}
 	if err != nil {

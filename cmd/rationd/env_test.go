@@ -157,6 +157,8 @@ func TestEnvErrors(t *testing.T) {
 			`rationd edge: RATION_FIRST_LEASE_WAIT="soon": invalid duration (want e.g. 500ms, 10s, 1m30s) for --first-lease-wait`},
 		{"edge negative", []string{"edge"}, map[string]string{"RATION_SERVERS": "127.0.0.1:1", "RATION_FIRST_LEASE_WAIT": "-1s"},
 			`rationd edge: --first-lease-wait must not be negative (set by RATION_FIRST_LEASE_WAIT)`},
+		{"edge reservations", []string{"edge", "--max-reservations", "0"}, map[string]string{"RATION_SERVERS": "127.0.0.1:1"},
+			`rationd edge: --max-reservations must be at least 1 (it bounds the open reservations; default 100000)`},
 		{"edge envoy config", []string{"edge"}, map[string]string{"RATION_SERVERS": "127.0.0.1:1", "RATION_ENVOY_CONFIG": "/nonexistent/rl.yaml"},
 			`rationd edge: --envoy-config: open /nonexistent/rl.yaml: no such file or directory (set by RATION_ENVOY_CONFIG)`},
 	} {
