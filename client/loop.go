@@ -258,7 +258,11 @@ func (l *Limiter) demand(now int64) *api.Demand {
 		// t.renewAt is reportedAt + renew_after when t answers the last
 		// report; a report before half of that span measures noise. The
 		// largest cost keeps accumulating for the next real report.
-		if span := t.renewAt - l.reportedAt; span > 0 && now-l.reportedAt < span/2 {
+		// A window chunk's renewals in its window's last interval come
+		// ever sooner (its lease ends with the window): a report over
+		// less than windowMinReport (window.go) measures noise too.
+		if span := t.renewAt - l.reportedAt; span > 0 && now-l.reportedAt < span/2 ||
+			t.win != nil && now-l.reportedAt < t.win.minReportNanos() {
 			d := l.lastDemand
 			return &api.Demand{RateMilliPerSec: d.RateMilliPerSec, BurstMilli: d.BurstMilli, MaxCostMilli: max(d.MaxCostMilli, l.maxCost.Load())}
 		}
@@ -505,7 +509,11 @@ func (c *Client) renew(ls []*Limiter) {
 		// first, then cur) before it sends anything else, so from here on
 		// nothing admits under an older version.
 		admitted, since := l.auditReport(t)
-		req.Keys = append(req.Keys, &api.RenewKey{Key: &api.Key{Policy: l.policy, Attributes: l.attrs}, LeaseId: t.leaseID, Demand: l.demand(tSend),
+		demand := l.demand(tSend)
+		if t.win != nil {
+			demand = t.win.renewalDemand(demand, t.bucket.LevelMilli(tSend), tSend)
+		}
+		req.Keys = append(req.Keys, &api.RenewKey{Key: &api.Key{Policy: l.policy, Attributes: l.attrs}, LeaseId: t.leaseID, Demand: demand,
 			AckedVersion: t.version, ClampedMilli: t.clampedMilli, DebtClampedMilli: t.debtLiftedMilli, AdmittedMilli: admitted, AdmittedSinceSeq: since})
 	}
 	resp, err := call(c, c.stop, giveUp, func(ctx context.Context, conn *grpc.ClientConn) (*api.LeaseResponse, error) {

@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/ration-dev/ration/api"
+	"github.com/ration-dev/ration/internal/faults"
 	"github.com/ration-dev/ration/lease"
 )
 
@@ -24,6 +25,8 @@ type windowTerms struct {
 	// endsWithWindow: the lease's deadline is the window's end (its TTL
 	// was the time to the reset).
 	endsWithWindow bool
+	// renewAfterNanos is the chunk's renewal interval (renewalDemand).
+	renewAfterNanos int64
 }
 
 // windowOf returns a grant's window terms, or nil for a token bucket.
@@ -34,9 +37,48 @@ func windowOf(g *api.Grant, now int64) *windowTerms {
 	return &windowTerms{limitMilli: g.GetWindowLimitMilli(), windowNanos: g.GetWindowNanos(),
 		// The commit came before the answer arrived, so this errs late,
 		// by at most the clocks' drift over the rest of the window.
-		resetAt:        now + g.GetWindowResetNanos(),
-		remainingMilli: g.GetWindowRemainingMilli(),
-		endsWithWindow: g.GetTtlNanos() >= g.GetWindowResetNanos()}
+		resetAt:         now + g.GetWindowResetNanos(),
+		remainingMilli:  g.GetWindowRemainingMilli(),
+		endsWithWindow:  g.GetTtlNanos() >= g.GetWindowResetNanos(),
+		renewAfterNanos: g.GetRenewAfterNanos()}
+}
+
+// minReportNanos is the shortest span a chunk's demand report measures:
+// half a full renewal interval (a window's 32nd), at most 100 ms. The
+// renewals in a window's last interval come ever sooner, each with a
+// lease ending with the window; measured over their few milliseconds, a
+// steady demand read as several times itself (one cost in 2 ms), and the
+// next window's first chunk, asked for just after, was as many times too
+// large.
+func (w *windowTerms) minReportNanos() int64 {
+	return min(w.windowNanos/32, int64(100*time.Millisecond))
+}
+
+// renewalDemand is the demand a chunk's renewal reports (docs/design.md
+// §8.1, "The ask"): the cluster tops a live chunk up by its ask, two
+// renewal intervals of the reported rate (fsm.windowAsk), and cannot see
+// what the chunk still holds, so the rate reported is the one that asks
+// only for what the chunk lacks over that span (to the window's end at
+// most), never a negative one. The full rate at every renewal made each
+// top-up land on top of the units still unspent: with the demand's
+// headroom a chunk grew by about one and a half intervals of demand per
+// renewal, so a few replicas held a day's L long before they could spend
+// it, and one arriving a moment later got nothing for the rest of the
+// day. d is the measured demand (reported as it is when unknown).
+func (w *windowTerms) renewalDemand(d *api.Demand, levelMilli, now int64) *api.Demand {
+	span := min(2*w.renewAfterNanos, w.resetAt-now)
+	rate := d.GetRateMilliPerSec()
+	if span <= 0 || levelMilli <= 0 || rate > lease.MaxRateMilliPerSec || faults.Active(faults.WindowAskIgnoresChunk) {
+		return d
+	}
+	need := max(lease.MulDiv(rate, span, lease.NanosPerSecond)-levelMilli, 0)
+	// Rounded up, so the cluster's ask covers need (it then rounds to
+	// whole units).
+	rate = lease.MulDiv(need, lease.NanosPerSecond, span)
+	if lease.MulDiv(rate, span, lease.NanosPerSecond) < need {
+		rate++
+	}
+	return &api.Demand{RateMilliPerSec: rate, BurstMilli: d.GetBurstMilli(), MaxCostMilli: d.GetMaxCostMilli()}
 }
 
 // WindowState describes a window policy's current window as this replica

@@ -390,3 +390,71 @@ func TestWindowResyncSpentChunkNotCarried(t *testing.T) {
 		t.Errorf("negative control not caught: the key whose spent chunk was kept admitted %d in the window after the re-sync, want fewer (its units counted again)", admittedK)
 	}
 }
+
+// chunkHoard offers 100 units/s on one key of a 4 s window whose L (1000)
+// the offer never reaches, and returns the most the key's chunk held at
+// once, in renewal intervals of that demand (250 ms: a sixteenth of the
+// window), over ten full-interval renewals from when it first held under
+// three (the first chunk, asked for before the demand was measured, is
+// L/16). Renewals in a window's last interval come sooner (a chunk's
+// lease ends with its window) and do not count.
+func chunkHoard(t *testing.T) float64 {
+	t.Helper()
+	const rate, interval = 100, 250 * time.Millisecond // units a second
+	c := startCluster(t, "policies:\n  - {name: other, algorithm: token-bucket, rate: 1, burst: 1}\n")
+	applyWindowPolicy(t, c, fmt.Sprintf(windowYAML, 1000, "4s"))
+	var renewals atomic.Int64
+	cl := newClient(t, client.Config{Servers: servers(c), ClientID: "hoard", OnGrant: func(g client.GrantInfo) {
+		if g.Renewal && g.RenewAfter >= interval*4/5 {
+			renewals.Add(1)
+		}
+	}})
+	lim := cl.Limiter("win", client.Key{"tenant": "a"})
+	pace := time.NewTicker(time.Second / rate)
+	defer pace.Stop()
+	most, from := 0.0, int64(-1)
+	deadline := time.Now().Add(testcluster.DefaultWait)
+	for from < 0 || renewals.Load() < from+10 {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d renewals in %v (measured from renewal %d)", renewals.Load(), testcluster.DefaultWait, from)
+		}
+		<-pace.C
+		lim.AllowN(1)
+		ws, ok := lim.Window()
+		if !ok || renewals.Load() < 1 {
+			continue
+		}
+		held := float64(ws.LocalMilli) / (rate * interval.Seconds() * 1000)
+		if from < 0 && held < 3 {
+			from = renewals.Load()
+		}
+		if from >= 0 {
+			most = max(most, held)
+		}
+	}
+	return most
+}
+
+// TestWindowChunkHoldsAboutTwoIntervals: a renewal tops a window chunk up
+// to what its holder's demand needs over the next two renewal intervals,
+// not by that on top of what it still holds (docs/design.md §8.1, "The
+// ask"; client.windowTerms.renewalDemand). Before, each renewal added
+// about one and a half intervals of demand to the chunk, so a few
+// replicas held a day's L long before they could spend it, and one
+// arriving later got nothing (the fault suite's daily workload: a replica
+// starved for its whole tail). The negative control
+// (window-ask-ignores-chunk, window_chunk_faults_test.go) must exceed
+// what this test allows.
+func TestWindowChunkHoldsAboutTwoIntervals(t *testing.T) {
+	t.Parallel()
+	most := chunkHoard(t)
+	t.Logf("the chunk held at most %.1f renewal intervals of its demand", most)
+	if most > maxChunkIntervals {
+		t.Fatalf("a window chunk held %.1f renewal intervals of its holder's demand, want at most %v (two asked for, with the demand's headroom)", most, maxChunkIntervals)
+	}
+}
+
+// maxChunkIntervals: two intervals asked for, a quarter of headroom on
+// the measured demand, two units' floor and the demand's noise on a
+// loaded machine.
+const maxChunkIntervals = 4.5

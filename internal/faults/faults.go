@@ -143,10 +143,16 @@ const (
 	// suite's many-replica negative control
 	// (TestManyReplicasNegativeControl).
 	RemoteWithoutLease Fault = "remote-without-lease"
+	// WindowAskIgnoresChunk: a client renewing a window chunk reports its
+	// whole demand, as if the chunk were empty, so every renewal tops it
+	// up by two intervals of demand on top of what it still holds
+	// (client/window.go, renewalDemand): the chunk-size negative control
+	// (TestWindowChunkHoldsAboutTwoIntervals).
+	WindowAskIgnoresChunk Fault = "window-ask-ignores-chunk"
 )
 
 // All lists every fault, for flag help and validation.
-var All = []Fault{AckBeforeCommit, StartFullNoDebit, TimeFromReceipt, ForgetRetired, ClockResumeOwnReading, CreditAtReduction, ForgetReplaced, IgnoreKeyAttributes, ReportDouble, AdmitBeforeLease, WindowDeadReturns, SlotForgetLowered, WindowZoneUTC, SlotAckAtOnce, SlotInstallExtendsOld, SnapshotSaveHere, KeyQuotaIgnored, WindowRestoreClockBack, WindowForgetSpent, RecoveryWithoutHold, ForgetDebt, ReservationExpiryRefunds, PromoteBudgetIgnored, RemoteWithoutLease}
+var All = []Fault{AckBeforeCommit, StartFullNoDebit, TimeFromReceipt, ForgetRetired, ClockResumeOwnReading, CreditAtReduction, ForgetReplaced, IgnoreKeyAttributes, ReportDouble, AdmitBeforeLease, WindowDeadReturns, SlotForgetLowered, WindowZoneUTC, SlotAckAtOnce, SlotInstallExtendsOld, SnapshotSaveHere, KeyQuotaIgnored, WindowRestoreClockBack, WindowForgetSpent, RecoveryWithoutHold, ForgetDebt, ReservationExpiryRefunds, PromoteBudgetIgnored, RemoteWithoutLease, WindowAskIgnoresChunk}
 
 func parse(name string) (Fault, error) {
 	for _, f := range All {

@@ -1,0 +1,25 @@
+//go:build ration_faults
+
+package client_test
+
+import (
+	"testing"
+
+	"github.com/ration-dev/ration/internal/faults"
+)
+
+// TestWindowChunkHoldsAboutTwoIntervalsNegativeControl: a client that
+// reports its whole demand at every renewal of a window chunk
+// (window-ask-ignores-chunk) piles each top-up on what the chunk still
+// holds: TestWindowChunkHoldsAboutTwoIntervals' check must catch it.
+func TestWindowChunkHoldsAboutTwoIntervalsNegativeControl(t *testing.T) {
+	if err := faults.Set(string(faults.WindowAskIgnoresChunk)); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = faults.Set() })
+	most := chunkHoard(t)
+	t.Logf("control: the chunk held at most %.1f renewal intervals of its demand", most)
+	if most <= maxChunkIntervals {
+		t.Fatalf("the control was not caught: a chunk whose renewals ignore what it holds held at most %.1f intervals, within %v", most, maxChunkIntervals)
+	}
+}
