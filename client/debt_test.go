@@ -172,6 +172,46 @@ func TestReserveSettle(t *testing.T) {
 	}
 }
 
+// TestReserveAllShortSlices: rs or ds shorter than the layers (a caller's
+// bug) reserves nothing and names the first layer with no room, rather
+// than panicking after some layers were charged.
+func TestReserveAllShortSlices(t *testing.T) {
+	c := startCluster(t, debtPolicies)
+	a := newClient(t, client.Config{Servers: servers(c), ClientID: "a"})
+	x := a.Limiter("llm", map[string]string{"tenant": "x"})
+	y := a.Limiter("llm", map[string]string{"tenant": "y"})
+	waitLease(t, nil, x)
+	waitLease(t, nil, y)
+	before := x.AllowN(0).RemainingMilli
+	layers := []*client.Limiter{x, y}
+	for _, tc := range []struct {
+		rs   []*client.Reservation
+		ds   []client.Decision
+		want int
+	}{{nil, nil, 0}, {make([]*client.Reservation, 1), make([]client.Decision, 2), 1}, {make([]*client.Reservation, 2), make([]client.Decision, 1), 1}} {
+		if got := a.ReserveAll(2, time.Second, layers, tc.rs, tc.ds); got != tc.want {
+			t.Errorf("ReserveAll with %d reservations, %d decisions for 2 layers: refused %d, want %d", len(tc.rs), len(tc.ds), got, tc.want)
+		}
+		for i, r := range tc.rs {
+			if r != nil {
+				t.Errorf("reservation %d set though nothing was reserved", i)
+			}
+		}
+	}
+	if after := x.AllowN(0).RemainingMilli; after < before {
+		t.Errorf("the first layer was charged: %d left, %d before", after, before)
+	}
+	rs, ds := make([]*client.Reservation, 2), make([]client.Decision, 2)
+	if got := a.ReserveAll(2, time.Second, layers, rs, ds); got != -1 || rs[0] == nil || rs[1] == nil {
+		t.Fatalf("ReserveAll with room for both: refused %d, %v", got, rs)
+	}
+	for _, r := range rs {
+		if _, err := r.Settle(2); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 // TestDebtOutlivesHolderLeaderAndPolicy: a replica cut off while in debt
 // leaves its whole allowance in the key's budget when its lease expires;
 // the debt survives a leader failover and a policy delete and re-apply.
