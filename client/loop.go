@@ -451,6 +451,7 @@ func (l *Limiter) install(tSend int64, g *api.Grant) {
 		ttlNanos: g.GetTtlNanos(), driftPPM: drift, shadow: g.GetShadow(), canonical: g.GetCanonicalKey(), version: g.GetVersion(),
 		policyBurst: g.GetPolicyBurstMilli(), win: windowOf(g, now)}
 	t.setTimes(tSend, deadline, g.GetRenewAfterNanos(), l.c.sched.headroom)
+	t.lastChunkRenewal(g)
 	if g.GetFailureMode() == "fail-open" && g.GetFallbackRateMilliPerSec() > 0 {
 		f := g.GetFallbackRateMilliPerSec()
 		t.failOpen = true
@@ -617,6 +618,7 @@ func (l *Limiter) applyRenewal(tSend int64, old *terms, g *api.Grant) (toppedUp 
 	nt.policyBurst = g.GetPolicyBurstMilli()
 	nt.win = windowOf(g, now)
 	nt.setTimes(tSend, newDeadline, g.GetRenewAfterNanos(), l.c.sched.headroom)
+	nt.lastChunkRenewal(g)
 	l.fails = 0
 	l.noteAnswer(g.GetRateMilliPerSec())
 	if l.cur.CompareAndSwap(old, &nt) {
