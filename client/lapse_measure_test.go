@@ -44,6 +44,9 @@ import (
 // the log gives the routing counts and calls the load could not make in
 // their second count as not admitted. RATION_LAPSE_NOREMOTE=1 keeps every
 // key on a lease of its own, which measures the renewals alone.
+// RATION_LAPSE_CALLERS (default 1) spreads each client's calls over that
+// many goroutines, as a server's request handlers would make them, so a
+// caller blocked on a remote decision holds up only its own calls.
 func TestRenewalsNeverLapseMeasure(t *testing.T) {
 	if os.Getenv("RATION_MEASURE") == "" {
 		t.Skip("a measurement: set RATION_MEASURE=1")
@@ -51,6 +54,7 @@ func TestRenewalsNeverLapseMeasure(t *testing.T) {
 	keys := envInt("RATION_LAPSE_KEYS", 100_000)
 	seconds := envInt("RATION_LAPSE_SECONDS", 30)
 	noRemote := os.Getenv("RATION_LAPSE_NOREMOTE") != ""
+	callers := envInt("RATION_LAPSE_CALLERS", 1)
 	const clients, warm = 4, 10
 	const duration, renewAfter = 5 * time.Second, 1500 * time.Millisecond
 	c := testcluster.New(t, 3, testcluster.WithLogLevel(slog.LevelWarn), testcluster.WithConfig(lapseServerConfig), testcluster.WithPolicies(fmt.Sprintf(`
@@ -109,43 +113,45 @@ policies:
 	var wg sync.WaitGroup
 	start := time.Now()
 	for _, h := range hs {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			next := 0                                // calls made so far, in all
-			tick := time.NewTicker(time.Millisecond) // the load's pace
-			defer tick.Stop()
-			for ; ; <-tick.C {
-				el := time.Since(start)
-				sec := int(el / time.Second)
-				if sec >= total {
-					return
-				}
-				due := sec*keys + int(int64(keys)*int64(el%time.Second)/int64(time.Second))
-				for ; next < due; next++ {
-					// A remote decision blocks its caller for a round trip:
-					// calls this loop could not make within a second of the
-					// end are not admitted (counted against keys below), not
-					// waited for.
-					if next%64 == 0 && time.Since(start) >= time.Duration(total+1)*time.Second {
+		for j := range callers {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				next := j                                // this caller's next call: every callers-th, from j
+				tick := time.NewTicker(time.Millisecond) // the load's pace
+				defer tick.Stop()
+				for ; ; <-tick.C {
+					el := time.Since(start)
+					sec := int(el / time.Second)
+					if sec >= total {
 						return
 					}
-					s := next / keys
-					d := h.lims[next%keys].AllowN(1)
-					calls[s].Add(1)
-					if d.Allowed {
-						admitted[s].Add(1)
-					} else {
-						if d.Reason == client.NoLease || d.Reason == client.Unavailable {
-							noLease[s].Add(1)
+					due := sec*keys + int(int64(keys)*int64(el%time.Second)/int64(time.Second))
+					for ; next < due; next += callers {
+						// A remote decision blocks its caller for a round
+						// trip: calls this loop could not make within a
+						// second of the end are not admitted (counted
+						// against keys below), not waited for.
+						if (next/callers)%64 == 0 && time.Since(start) >= time.Duration(total+1)*time.Second {
+							return
 						}
-						if s >= warm {
-							reasons[d.Reason].Add(1)
+						s := next / keys
+						d := h.lims[next%keys].AllowN(1)
+						calls[s].Add(1)
+						if d.Allowed {
+							admitted[s].Add(1)
+						} else {
+							if d.Reason == client.NoLease || d.Reason == client.Unavailable {
+								noLease[s].Add(1)
+							}
+							if s >= warm {
+								reasons[d.Reason].Add(1)
+							}
 						}
 					}
 				}
-			}
-		}()
+			}()
+		}
 	}
 	rpcs := func() (n uint64) {
 		for _, h := range hs {
