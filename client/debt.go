@@ -304,8 +304,8 @@ func (s *Settlement) Finish() {
 // on a refusal the layers reserved before it are settled at 0 (their
 // estimates refunded, as AllowAll refunds) and rs is all nil. With rs or
 // ds shorter than layers (a caller's bug) nothing is reserved: the first
-// layer with no room in both is returned as refused, rs is all nil and ds
-// is left as it was.
+// layer with no room in both is returned as refused (ds may have no entry
+// for it), rs is all nil and ds is left as it was.
 func (c *Client) ReserveAll(estimate int64, hold time.Duration, layers []*Limiter, rs []*Reservation, ds []Decision) (refused int) {
 	if n := min(len(rs), len(ds)); n < len(layers) {
 		clear(rs)

@@ -57,7 +57,8 @@ func (t *terms) lastChunkRenewal(g *api.Grant) {
 }
 
 // minReportNanos is the shortest span a chunk's demand report measures:
-// half a full renewal interval (a window's 32nd), at most 100 ms. The
+// a window's 32nd (half its renewal interval when that is the window's
+// 16th), at most 100 ms. The
 // renewals in a window's last interval come ever sooner, each with a
 // lease ending with the window; measured over their few milliseconds, a
 // steady demand read as several times itself (one cost in 2 ms), and the
