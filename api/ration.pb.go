@@ -475,6 +475,14 @@ type RenewKey struct {
 	// it moves into the key's debt when this renewal acknowledges a lowered
 	// allowance (docs/design.md §4.1, rule k).
 	DebtClampedMilli int64 `protobuf:"varint,6,opt,name=debt_clamped_milli,json=debtClampedMilli,proto3" json:"debt_clamped_milli,omitempty"`
+	// window_level_milli: what the window chunk being renewed still held at
+	// the send (milli-units, 0 when spent or in debt); absent for a token
+	// bucket and from a client that predates it. With the cluster's
+	// window-ask-level feature switch on, the renewal's ask waives its
+	// floors (twice the largest cost, one unit) for a chunk that holds them
+	// already, so a chunk that needs nothing gets nothing (docs/design.md
+	// §8.1, "The ask").
+	WindowLevelMilli *int64 `protobuf:"varint,7,opt,name=window_level_milli,json=windowLevelMilli,proto3,oneof" json:"window_level_milli,omitempty"`
 	// The online audit of the bound (docs/operations.md, "The audit"):
 	// admitted_milli is the milli-tokens this key's bucket admitted from when
 	// the answer to request admitted_since_seq (this incarnation's seq of
@@ -558,6 +566,13 @@ func (x *RenewKey) GetClampedMilli() int64 {
 func (x *RenewKey) GetDebtClampedMilli() int64 {
 	if x != nil {
 		return x.DebtClampedMilli
+	}
+	return 0
+}
+
+func (x *RenewKey) GetWindowLevelMilli() int64 {
+	if x != nil && x.WindowLevelMilli != nil {
+		return *x.WindowLevelMilli
 	}
 	return 0
 }
@@ -3935,16 +3950,18 @@ const file_ration_proto_rawDesc = "" +
 	"\x06demand\x18\x02 \x01(\v2\x11.ration.v1.DemandR\x06demand\"f\n" +
 	"\x0eAcquireRequest\x12)\n" +
 	"\x06caller\x18\x01 \x01(\v2\x11.ration.v1.CallerR\x06caller\x12)\n" +
-	"\x04keys\x18\x02 \x03(\v2\x15.ration.v1.AcquireKeyR\x04keys\"\xbf\x02\n" +
+	"\x04keys\x18\x02 \x03(\v2\x15.ration.v1.AcquireKeyR\x04keys\"\x89\x03\n" +
 	"\bRenewKey\x12 \n" +
 	"\x03key\x18\x01 \x01(\v2\x0e.ration.v1.KeyR\x03key\x12\x19\n" +
 	"\blease_id\x18\x02 \x01(\x04R\aleaseId\x12)\n" +
 	"\x06demand\x18\x03 \x01(\v2\x11.ration.v1.DemandR\x06demand\x12#\n" +
 	"\racked_version\x18\x04 \x01(\x04R\fackedVersion\x12#\n" +
 	"\rclamped_milli\x18\x05 \x01(\x03R\fclampedMilli\x12,\n" +
-	"\x12debt_clamped_milli\x18\x06 \x01(\x03R\x10debtClampedMilli\x12%\n" +
+	"\x12debt_clamped_milli\x18\x06 \x01(\x03R\x10debtClampedMilli\x121\n" +
+	"\x12window_level_milli\x18\a \x01(\x03H\x00R\x10windowLevelMilli\x88\x01\x01\x12%\n" +
 	"\x0eadmitted_milli\x182 \x01(\x03R\radmittedMilli\x12,\n" +
-	"\x12admitted_since_seq\x183 \x01(\x04R\x10admittedSinceSeq\"b\n" +
+	"\x12admitted_since_seq\x183 \x01(\x04R\x10admittedSinceSeqB\x15\n" +
+	"\x13_window_level_milli\"b\n" +
 	"\fRenewRequest\x12)\n" +
 	"\x06caller\x18\x01 \x01(\v2\x11.ration.v1.CallerR\x06caller\x12'\n" +
 	"\x04keys\x18\x02 \x03(\v2\x13.ration.v1.RenewKeyR\x04keys\"\xe2\x01\n" +
@@ -4411,6 +4428,7 @@ func file_ration_proto_init() {
 	if File_ration_proto != nil {
 		return
 	}
+	file_ration_proto_msgTypes[5].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{

@@ -511,11 +511,14 @@ func (c *Client) renew(ls []*Limiter) {
 		// nothing admits under an older version.
 		admitted, since := l.auditReport(t)
 		demand := l.demand(tSend)
+		var level *int64 // a window chunk's, for the ask's floors
 		if t.win != nil {
-			demand = t.win.renewalDemand(demand, t.bucket.LevelMilli(tSend), tSend)
+			lv := max(t.bucket.LevelMilli(tSend), 0)
+			demand, level = t.win.renewalDemand(demand, lv, tSend), &lv
 		}
 		req.Keys = append(req.Keys, &api.RenewKey{Key: &api.Key{Policy: l.policy, Attributes: l.attrs}, LeaseId: t.leaseID, Demand: demand,
-			AckedVersion: t.version, ClampedMilli: t.clampedMilli, DebtClampedMilli: t.debtLiftedMilli, AdmittedMilli: admitted, AdmittedSinceSeq: since})
+			AckedVersion: t.version, ClampedMilli: t.clampedMilli, DebtClampedMilli: t.debtLiftedMilli, AdmittedMilli: admitted, AdmittedSinceSeq: since,
+			WindowLevelMilli: level})
 	}
 	resp, err := call(c, c.stop, giveUp, func(ctx context.Context, conn *grpc.ClientConn) (*api.LeaseResponse, error) {
 		return api.NewLeasesClient(conn).Renew(ctx, req)

@@ -23,3 +23,19 @@ func TestWindowChunkHoldsAboutTwoIntervalsNegativeControl(t *testing.T) {
 		t.Fatalf("the control was not caught: a chunk whose renewals ignore what it holds held at most %.1f intervals, within %v", most, maxChunkIntervals)
 	}
 }
+
+// TestWindowSlowHolderDoesNotHoardNegativeControl: servers whose renewal
+// asks for the floor whatever the chunk holds (window-ask-floor-kept, as
+// before fsm.FeatureWindowAskLevel): TestWindowSlowHolderDoesNotHoard's
+// check must catch the slow holder's chunk growing.
+func TestWindowSlowHolderDoesNotHoardNegativeControl(t *testing.T) {
+	if err := faults.Set(string(faults.WindowAskFloorKept)); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = faults.Set() })
+	most := slowHolderHoard(t)
+	t.Logf("control: a holder offering 2 units/s held at most %d units of its chunk", most)
+	if most <= maxSlowHolderUnits {
+		t.Fatalf("the control was not caught: with the floor kept, the slow holder held at most %d units, within %d", most, maxSlowHolderUnits)
+	}
+}

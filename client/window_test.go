@@ -466,3 +466,70 @@ func TestWindowChunkHoldsAboutTwoIntervals(t *testing.T) {
 // the measured demand, two units' floor and the demand's noise on a
 // loaded machine.
 const maxChunkIntervals = 4.5
+
+// slowHolderHoard offers 2 units/s (one every 500 ms) on one key of a 4 s
+// window of L = 32, and returns the most units the key's chunk held at
+// once over twelve full-interval renewals (250 ms apart) from when it
+// first held 3 or fewer (the first chunk, asked for before the demand was
+// measured, is 10 units). Its
+// need over two intervals is one unit, below the ask's floor (two units:
+// twice its largest cost), which the chunk holds.
+func slowHolderHoard(t *testing.T) int64 {
+	t.Helper()
+	const interval = 250 * time.Millisecond
+	c := startCluster(t, "policies:\n  - {name: other, algorithm: token-bucket, rate: 1, burst: 1}\n")
+	applyWindowPolicy(t, c, fmt.Sprintf(windowYAML, 32, "4s"))
+	var renewals atomic.Int64
+	cl := newClient(t, client.Config{Servers: servers(c), ClientID: "slow", OnGrant: func(g client.GrantInfo) {
+		if g.Renewal && g.RenewAfter >= interval*4/5 {
+			renewals.Add(1)
+		}
+	}})
+	lim := cl.Limiter("win", client.Key{"tenant": "a"})
+	pace := time.NewTicker(10 * time.Millisecond)
+	defer pace.Stop()
+	var most int64
+	from := int64(-1)
+	deadline := time.Now().Add(testcluster.DefaultWait)
+	last := time.Time{}
+	for from < 0 || renewals.Load() < from+12 {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d renewals in %v (measured from renewal %d)", renewals.Load(), testcluster.DefaultWait, from)
+		}
+		<-pace.C
+		if time.Since(last) >= 500*time.Millisecond {
+			lim.AllowN(1)
+			last = time.Now()
+		}
+		ws, ok := lim.Window()
+		if !ok || renewals.Load() < 1 {
+			continue
+		}
+		if held := ws.LocalMilli / 1000; from >= 0 {
+			most = max(most, held)
+		} else if held <= 3 {
+			from = renewals.Load()
+		}
+	}
+	return most
+}
+
+// TestWindowSlowHolderDoesNotHoard: a renewal of a chunk that holds its
+// ask's floor (twice the largest cost, one unit) and needs nothing more
+// adds nothing (fsm.FeatureWindowAskLevel; docs/design.md §8.1, "The
+// ask"). Before, every renewal added the floor, so a slow, steady holder
+// (here one unit every 500 ms against two units per 250 ms renewal) held
+// a window's whole L. The negative control (window-ask-floor-kept,
+// window_chunk_faults_test.go) must exceed what this test allows.
+func TestWindowSlowHolderDoesNotHoard(t *testing.T) {
+	t.Parallel()
+	most := slowHolderHoard(t)
+	t.Logf("a holder offering 2 units/s held at most %d units of its chunk", most)
+	if most > maxSlowHolderUnits {
+		t.Fatalf("a holder offering 2 units/s held %d units of its chunk, want at most %d (the floor, two units, and the rate's rounding)", most, maxSlowHolderUnits)
+	}
+}
+
+// maxSlowHolderUnits: the floor (2 units), one more for the rate's ask
+// in whole units, and one for a renewal in flight.
+const maxSlowHolderUnits = 5

@@ -29,8 +29,9 @@ func withFault(l *lease.Ledger) *lease.Ledger {
 }
 
 // stateFault breaks the state machine as faults.ForgetRetired,
-// faults.KeyQuotaIgnored, faults.WindowRestoreClockBack or
-// faults.WindowForgetSpent says (test builds only): read when an FSM (or a
+// faults.KeyQuotaIgnored, faults.WindowRestoreClockBack,
+// faults.WindowForgetSpent, faults.RecoveryWithoutHold or
+// faults.WindowAskFloorKept says (test builds only): read when an FSM (or a
 // restore's state) is created.
 func stateFault() fault {
 	switch {
@@ -44,6 +45,8 @@ func stateFault() fault {
 		return faultKeyQuotaIgnored
 	case faults.Active(faults.RecoveryWithoutHold):
 		return faultRecoveryNoHold
+	case faults.Active(faults.WindowAskFloorKept):
+		return faultWindowAskFloorKept
 	}
 	return faultNone
 }

@@ -71,6 +71,13 @@ const faultWindowSnapshotDropsDebt fault = 0x47
 
 var _ = registerFault(faultWindowSnapshotDropsDebt, "faultWindowSnapshotDropsDebt")
 
+// faultWindowAskFloorKept: a renewal's ask keeps its floors whatever the
+// chunk holds, as with FeatureWindowAskLevel off (the rule's negative
+// control, the old behaviour).
+const faultWindowAskFloorKept fault = 0x48
+
+var _ = registerFault(faultWindowAskFloorKept, "faultWindowAskFloorKept")
+
 // Window lease settings: a window policy has no lease section; its chunks
 // are leased for at most windowLeaseNanos, renewed after
 // min(windowLeaseNanos/3, window/16) (at least MinEarlyRenewNanos), with
@@ -393,6 +400,25 @@ func windowAsk(d *api.Demand, limit, toEnd, renewAfter int64) int64 {
 	return min(ask+(lease.MilliPerToken-ask%lease.MilliPerToken)%lease.MilliPerToken, lease.MaxCapacityMilli)
 }
 
+// windowRenewAsk is a renewal's ask when the chunk says what it holds
+// (FeatureWindowAskLevel): the rate's ask as windowAsk's (the client
+// reports the rate of what the chunk lacks), and the floors, twice the
+// largest cost and one unit, only for what the chunk's level does not
+// cover; 0 when it covers everything. A level outside [0,
+// lease.MaxCapacityMilli] counts as 0 (the floors apply, as before). An
+// unmeasured demand asks as windowAsk does.
+func windowRenewAsk(d *api.Demand, levelMilli, limit, toEnd, renewAfter int64) int64 {
+	if d.GetRateMilliPerSec() > lease.MaxRateMilliPerSec || d.GetBurstMilli() > lease.MaxCapacityMilli {
+		return windowAsk(d, limit, toEnd, renewAfter)
+	}
+	if levelMilli < 0 || levelMilli > lease.MaxCapacityMilli {
+		levelMilli = 0
+	}
+	floor := max(2*min(d.GetMaxCostMilli(), lease.MaxCapacityMilli), lease.MilliPerToken)
+	ask := max(lease.MulDiv(d.GetRateMilliPerSec(), min(2*renewAfter, max(toEnd, 0)), lease.NanosPerSecond), floor-levelMilli, 0)
+	return min(ask+(lease.MilliPerToken-ask%lease.MilliPerToken)%lease.MilliPerToken, lease.MaxCapacityMilli)
+}
+
 func windowGrantProto(p policy.Policy, ck string, g lease.WindowGrant, renewal bool, w int64) *api.Grant {
 	out := &api.Grant{
 		LeaseId:              uint64(g.LeaseID),
@@ -460,9 +486,13 @@ func (s *state) windowRenew(t int64, c *api.Caller, k *api.RenewKey) *api.KeyLea
 	if end == 0 || w >= end {
 		start, end = l.Config().Spec.At(w)
 	}
+	ask := windowAsk(k.GetDemand(), p.LimitMilli, end-w, windowRenewAfter(end-start))
+	if k.WindowLevelMilli != nil && s.features&FeatureWindowAskLevel != 0 && !s.has(faultWindowAskFloorKept) {
+		ask = windowRenewAsk(k.GetDemand(), k.GetWindowLevelMilli(), p.LimitMilli, end-w, windowRenewAfter(end-start))
+	}
 	g, err := l.Renew(t, w, lease.WindowRenewRequest{
 		ClientID: c.GetClientId(), Incarnation: c.GetIncarnation(), LeaseID: lease.LeaseID(k.GetLeaseId()),
-		AskMilli: windowAsk(k.GetDemand(), p.LimitMilli, end-w, windowRenewAfter(end-start)),
+		AskMilli: ask,
 		TTLNanos: windowLeaseNanos,
 	})
 	s.windowTouch(p.Name, ck, l)

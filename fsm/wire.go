@@ -129,6 +129,13 @@ const (
 	// window, and the overshoot beyond L is carried into the next window
 	// (WindowKeySnapshot fields 82-83, WindowLeaseSnapshot field 9).
 	FeatureDebt uint64 = 1 << 14
+	// FeatureWindowAskLevel: a window chunk's renewal that says what the
+	// chunk still holds (RenewKey.window_level_milli) asks for
+	// max(rate ask, floor − level), the floor max(twice the largest cost,
+	// one unit): a chunk that holds its floor and reports no need gets
+	// nothing (window.go, windowRenewAsk; docs/design.md §8.1). Off, every
+	// renewal asks for at least the floor, as a server that predates it.
+	FeatureWindowAskLevel uint64 = 1 << 15
 
 	// BaselineFeatures are the switches of the v0.1.0 baseline: always on
 	// in a state this server accepts (after a cluster's first entry).
@@ -144,7 +151,8 @@ const (
 	KnownFeatures = BaselineFeatures |
 		FeatureLeftoverBurst | // lease.DivideOptions.LeftoverBurst
 		FeatureWindowIdleCarry | // window.go: windowIdle
-		FeatureDebt // fsm.go: ledgerConfig, tokenRelease
+		FeatureDebt | // fsm.go: ledgerConfig, tokenRelease
+		FeatureWindowAskLevel // window.go: windowRenew
 )
 
 // FeatureWindows: fixed-window policies are leased in chunks
@@ -271,6 +279,7 @@ var wireNumbers = func() wireRegistry {
 		{FeatureLeftoverBurst, "FeatureLeftoverBurst"},
 		{FeatureWindowIdleCarry, "FeatureWindowIdleCarry"},
 		{FeatureDebt, "FeatureDebt"},
+		{FeatureWindowAskLevel, "FeatureWindowAskLevel"},
 	}
 	for _, f := range features {
 		r.register(wireFeature, f.n, f.name)

@@ -149,10 +149,15 @@ const (
 	// (client/window.go, renewalDemand): the chunk-size negative control
 	// (TestWindowChunkHoldsAboutTwoIntervals).
 	WindowAskIgnoresChunk Fault = "window-ask-ignores-chunk"
+	// WindowAskFloorKept: a server's renewal of a window chunk asks for
+	// the floors (twice the largest cost, one unit) whatever the chunk
+	// holds, as with fsm.FeatureWindowAskLevel off: the floor negative
+	// control (TestWindowSlowHolderDoesNotHoardNegativeControl).
+	WindowAskFloorKept Fault = "window-ask-floor-kept"
 )
 
 // All lists every fault, for flag help and validation.
-var All = []Fault{AckBeforeCommit, StartFullNoDebit, TimeFromReceipt, ForgetRetired, ClockResumeOwnReading, CreditAtReduction, ForgetReplaced, IgnoreKeyAttributes, ReportDouble, AdmitBeforeLease, WindowDeadReturns, SlotForgetLowered, WindowZoneUTC, SlotAckAtOnce, SlotInstallExtendsOld, SnapshotSaveHere, KeyQuotaIgnored, WindowRestoreClockBack, WindowForgetSpent, RecoveryWithoutHold, ForgetDebt, ReservationExpiryRefunds, PromoteBudgetIgnored, RemoteWithoutLease, WindowAskIgnoresChunk}
+var All = []Fault{AckBeforeCommit, StartFullNoDebit, TimeFromReceipt, ForgetRetired, ClockResumeOwnReading, CreditAtReduction, ForgetReplaced, IgnoreKeyAttributes, ReportDouble, AdmitBeforeLease, WindowDeadReturns, SlotForgetLowered, WindowZoneUTC, SlotAckAtOnce, SlotInstallExtendsOld, SnapshotSaveHere, KeyQuotaIgnored, WindowRestoreClockBack, WindowForgetSpent, RecoveryWithoutHold, ForgetDebt, ReservationExpiryRefunds, PromoteBudgetIgnored, RemoteWithoutLease, WindowAskIgnoresChunk, WindowAskFloorKept}
 
 func parse(name string) (Fault, error) {
 	for _, f := range All {
