@@ -92,6 +92,12 @@ func TestConcurrencyQuick(t *testing.T) {
 		parallel(t)
 		cfg := slotsConfig("nc-slot-forget-lowered-quick", seedFromEnv(34))
 		cfg.ServerFaults = []string{"slot-forget-lowered"}
+		// Requests held longer (within max_duration, 1 s): the fault shows
+		// only if the replica whose count was lowered still runs its old
+		// requests when the other's early renewal takes the freed slots,
+		// and with holds of 50-400 ms one swing sometimes had none left
+		// (not caught once in a CI run on a loaded machine).
+		cfg.SlotHold = "300ms:700ms"
 		e := newEnv(t, cfg)
 		requireCaughtBy(t, e, Execute(e, Scenario{Config: cfg, Warmup: 2 * time.Second, Nemeses: []Nemesis{SlotDemandSwing},
 			Controls: "a lowered slot count freed before the client acknowledges it", ExpectViolation: true, Tail: 3 * time.Second}), "in-flight")
