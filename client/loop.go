@@ -260,7 +260,7 @@ func (l *Limiter) demand(now int64) *api.Demand {
 		// largest cost keeps accumulating for the next real report.
 		// A window chunk's renewals in its window's last interval come
 		// ever sooner (its lease ends with the window): a report over
-		// less than windowMinReport (window.go) measures noise too.
+		// less than minReportNanos (window.go) measures noise too.
 		if span := t.renewAt - l.reportedAt; span > 0 && now-l.reportedAt < span/2 ||
 			t.win != nil && now-l.reportedAt < t.win.minReportNanos() {
 			d := l.lastDemand

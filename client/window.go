@@ -70,9 +70,10 @@ func (w *windowTerms) minReportNanos() int64 {
 
 // renewalDemand is the demand a chunk's renewal reports (docs/design.md
 // §8.1, "The ask"): the cluster tops a live chunk up by its ask, two
-// renewal intervals of the reported rate (fsm.windowAsk), and cannot see
-// what the chunk still holds, so the rate reported is the one that asks
-// only for what the chunk lacks over that span (to the window's end at
+// renewal intervals of the reported rate (fsm.windowAsk; the chunk's
+// level, sent beside it, covers only the ask's floors), so the rate
+// reported is the one that asks only for what the chunk lacks over that
+// span (to the window's end at
 // most), never a negative one. The full rate at every renewal made each
 // top-up land on top of the units still unspent: with the demand's
 // headroom a chunk grew by about one and a half intervals of demand per

@@ -72,7 +72,7 @@ const faultWindowSnapshotDropsDebt fault = 0x47
 var _ = registerFault(faultWindowSnapshotDropsDebt, "faultWindowSnapshotDropsDebt")
 
 // faultWindowAskFloorKept: a renewal's ask keeps its floors whatever the
-// chunk holds, as with FeatureWindowAskLevel off (the rule's negative
+// chunk holds (windowAsk's level 0), as with FeatureWindowAskLevel off (the rule's negative
 // control, the old behaviour).
 const faultWindowAskFloorKept fault = 0x48
 
@@ -388,34 +388,18 @@ func windowRenewAfter(windowLen int64) int64 {
 // rate) asks for L/16, but at least min(L, 10 units), so a new holder's
 // first few requests need no second round trip. (The reported burst, a
 // second of the rate, is a token bucket's measure: it would hand the first
-// asker most of a short window.)
-func windowAsk(d *api.Demand, limit, toEnd, renewAfter int64) int64 {
+// asker most of a short window.) levelMilli, what a renewed chunk still
+// holds (FeatureWindowAskLevel, 0 otherwise), covers the floors: they are
+// asked only for what it does not cover, so a chunk that holds them and
+// reports no need asks for nothing.
+func windowAsk(d *api.Demand, limit, toEnd, renewAfter, levelMilli int64) int64 {
 	var ask int64
 	if rate := d.GetRateMilliPerSec(); rate > lease.MaxRateMilliPerSec || d.GetBurstMilli() > lease.MaxCapacityMilli {
 		ask = max(limit/16, min(limit, 10*lease.MilliPerToken), d.GetMaxCostMilli())
 	} else {
-		ask = max(lease.MulDiv(rate, min(2*renewAfter, max(toEnd, 0)), lease.NanosPerSecond),
-			2*min(d.GetMaxCostMilli(), lease.MaxCapacityMilli), lease.MilliPerToken)
+		floor := max(2*min(d.GetMaxCostMilli(), lease.MaxCapacityMilli), lease.MilliPerToken)
+		ask = max(lease.MulDiv(rate, min(2*renewAfter, max(toEnd, 0)), lease.NanosPerSecond), floor-levelMilli, 0)
 	}
-	return min(ask+(lease.MilliPerToken-ask%lease.MilliPerToken)%lease.MilliPerToken, lease.MaxCapacityMilli)
-}
-
-// windowRenewAsk is a renewal's ask when the chunk says what it holds
-// (FeatureWindowAskLevel): the rate's ask as windowAsk's (the client
-// reports the rate of what the chunk lacks), and the floors, twice the
-// largest cost and one unit, only for what the chunk's level does not
-// cover; 0 when it covers everything. A level outside [0,
-// lease.MaxCapacityMilli] counts as 0 (the floors apply, as before). An
-// unmeasured demand asks as windowAsk does.
-func windowRenewAsk(d *api.Demand, levelMilli, limit, toEnd, renewAfter int64) int64 {
-	if d.GetRateMilliPerSec() > lease.MaxRateMilliPerSec || d.GetBurstMilli() > lease.MaxCapacityMilli {
-		return windowAsk(d, limit, toEnd, renewAfter)
-	}
-	if levelMilli < 0 || levelMilli > lease.MaxCapacityMilli {
-		levelMilli = 0
-	}
-	floor := max(2*min(d.GetMaxCostMilli(), lease.MaxCapacityMilli), lease.MilliPerToken)
-	ask := max(lease.MulDiv(d.GetRateMilliPerSec(), min(2*renewAfter, max(toEnd, 0)), lease.NanosPerSecond), floor-levelMilli, 0)
 	return min(ask+(lease.MilliPerToken-ask%lease.MilliPerToken)%lease.MilliPerToken, lease.MaxCapacityMilli)
 }
 
@@ -464,7 +448,7 @@ func (s *state) windowAcquire(t int64, c *api.Caller, k *api.AcquireKey, seen ma
 	}
 	g, err := l.Grant(t, w, lease.WindowGrantRequest{
 		ClientID: c.GetClientId(), Incarnation: c.GetIncarnation(), Seq: c.GetSeq(),
-		AskMilli: windowAsk(k.GetDemand(), p.LimitMilli, end-w, windowRenewAfter(end-start)),
+		AskMilli: windowAsk(k.GetDemand(), p.LimitMilli, end-w, windowRenewAfter(end-start), 0),
 		TTLNanos: windowLeaseNanos,
 	})
 	s.windowTouch(p.Name, ck, l)
@@ -486,13 +470,16 @@ func (s *state) windowRenew(t int64, c *api.Caller, k *api.RenewKey) *api.KeyLea
 	if end == 0 || w >= end {
 		start, end = l.Config().Spec.At(w)
 	}
-	ask := windowAsk(k.GetDemand(), p.LimitMilli, end-w, windowRenewAfter(end-start))
-	if k.WindowLevelMilli != nil && s.features&FeatureWindowAskLevel != 0 && !s.has(faultWindowAskFloorKept) {
-		ask = windowRenewAsk(k.GetDemand(), k.GetWindowLevelMilli(), p.LimitMilli, end-w, windowRenewAfter(end-start))
+	// With FeatureWindowAskLevel the chunk's level, if said and in
+	// [0, lease.MaxCapacityMilli], covers the ask's floors (windowAsk).
+	var level int64
+	if lv := k.GetWindowLevelMilli(); k.WindowLevelMilli != nil && lv >= 0 && lv <= lease.MaxCapacityMilli &&
+		s.features&FeatureWindowAskLevel != 0 && !s.has(faultWindowAskFloorKept) {
+		level = lv
 	}
 	g, err := l.Renew(t, w, lease.WindowRenewRequest{
 		ClientID: c.GetClientId(), Incarnation: c.GetIncarnation(), LeaseID: lease.LeaseID(k.GetLeaseId()),
-		AskMilli: ask,
+		AskMilli: windowAsk(k.GetDemand(), p.LimitMilli, end-w, windowRenewAfter(end-start), level),
 		TTLNanos: windowLeaseNanos,
 	})
 	s.windowTouch(p.Name, ck, l)

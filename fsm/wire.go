@@ -133,7 +133,7 @@ const (
 	// chunk still holds (RenewKey.window_level_milli) asks for
 	// max(rate ask, floor − level), the floor max(twice the largest cost,
 	// one unit): a chunk that holds its floor and reports no need gets
-	// nothing (window.go, windowRenewAsk; docs/design.md §8.1). Off, every
+	// nothing (window.go, windowAsk; docs/design.md §8.1). Off, every
 	// renewal asks for at least the floor, as a server that predates it.
 	FeatureWindowAskLevel uint64 = 1 << 15
 
