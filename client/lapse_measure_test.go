@@ -202,7 +202,7 @@ policies:
 	}
 	t.Logf("admitted per second over %d s: median %.2f%%, worst %.2f%%; refused: %s", seconds, 100*sorted[len(sorted)/2], 100*sorted[0], strings.Join(refused, ", "))
 	t.Logf("calls with a usable lease per second: median %.2f%%, worst %.2f%%", 100*sortedL[len(sortedL)/2], 100*sortedL[0])
-	t.Logf("Renew RPCs: %.1f/s (%d clients); key-renewals %.0f/s; keys per RPC %.0f; %d grants asked for an early renewal", float64(rpc1-rpc0)/elapsed, clients, float64(all.n)/elapsed, float64(all.n)/float64(max(rpc1-rpc0, 1)), all.early)
+	t.Logf("Renew RPCs: %.1f/s (%d clients); key-renewals %.0f/s; keys per RPC %.0f; %d grants asked for an early renewal (%d within 50 ms)", float64(rpc1-rpc0)/elapsed, clients, float64(all.n)/elapsed, float64(all.n)/float64(max(rpc1-rpc0, 1)), all.early, all.earlyAck)
 	t.Logf("lateness (send − renewAt): p50 %v, p99 %v, max %v; margin (deadline − send): p1 %v, min %v; %d renewals sent after the deadline",
 		all.late.q(0.5), all.late.q(0.99), all.late.q(1), all.margin.q(0.01), all.margin.q(0), all.lapsed)
 	var es client.EdgeStats
@@ -252,6 +252,7 @@ type grantStats struct {
 	deadline map[string]time.Time
 	after    map[string]time.Duration
 	n        int64 // renewals measured
+	earlyAck int64 // of which asking within 50 ms (an acknowledgement, Grant.AckSoon)
 	early    int64 // grants (measured) asking for a renewal before the policy's renew_after
 	policyRA time.Duration
 	lapsed   int64 // sent after the old deadline
@@ -278,6 +279,9 @@ func (s *grantStats) grant(g client.GrantInfo, measure bool) {
 	}
 	if measure && g.RenewAfter < s.policyRA {
 		s.early++
+		if g.RenewAfter <= 50*time.Millisecond {
+			s.earlyAck++
+		}
 	}
 	s.deadline[g.CanonicalKey] = dl
 	s.after[g.CanonicalKey] = min(max(g.RenewAfter, client.MinRenewAfter), time.Duration(s.span/2))
@@ -287,6 +291,7 @@ func (s *grantStats) add(o *grantStats) {
 	s.n += o.n
 	s.lapsed += o.lapsed
 	s.early += o.early
+	s.earlyAck += o.earlyAck
 	s.late.merge(&o.late)
 	s.margin.merge(&o.margin)
 }

@@ -31,7 +31,7 @@ func withFault(l *lease.Ledger) *lease.Ledger {
 // stateFault breaks the state machine as faults.ForgetRetired,
 // faults.KeyQuotaIgnored, faults.WindowRestoreClockBack,
 // faults.WindowForgetSpent, faults.RecoveryWithoutHold or
-// faults.WindowAskFloorKept says (test builds only): read when an FSM (or a
+// faults.WindowAskFloorKept or faults.AckAnyCut says (test builds only): read when an FSM (or a
 // restore's state) is created.
 func stateFault() fault {
 	switch {
@@ -47,6 +47,8 @@ func stateFault() fault {
 		return faultRecoveryNoHold
 	case faults.Active(faults.WindowAskFloorKept):
 		return faultWindowAskFloorKept
+	case faults.Active(faults.AckAnyCut):
+		return faultAckAnyCut
 	}
 	return faultNone
 }

@@ -735,6 +735,13 @@ func (s *state) baselineOn() bool { return s.features&BaselineFeatures == Baseli
 // cushions it cuts and raises, is in the baseline).
 func (s *state) leftoverBurst() bool { return s.features&FeatureLeftoverBurst != 0 }
 
+// faultAckAnyCut makes every token-bucket renewal apply as with
+// FeatureQuietAck off: any cut asks for an early acknowledgement (the
+// rule's negative control, the old behaviour).
+const faultAckAnyCut fault = 0x49
+
+var _ = registerFault(faultAckAnyCut, "faultAckAnyCut")
+
 // keyLease is one key's answer to an acquire or renewal; speed says how
 // soon to renew.
 func keyLease(p policy.Policy, ck string, g lease.Grant, err error, speed renewSpeed) *api.KeyLease {
@@ -800,6 +807,7 @@ func (s *state) tokenRenew(t int64, c *api.Caller, k *api.RenewKey) *api.KeyLeas
 		AckedVersion:          k.GetAckedVersion(),
 		ClampedMilli:          clamped,
 		LeftoverBurst:         s.leftoverBurst(),
+		QuietAck:              s.features&FeatureQuietAck != 0 && !s.has(faultAckAnyCut),
 		DebtClampedMilli:      debtClamped,
 	})
 	s.touchDue(kl) // a renewal adds and removes no lease: the holders stay

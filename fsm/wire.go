@@ -136,6 +136,15 @@ const (
 	// nothing (window.go, windowAsk; docs/design.md §8.1). Off, every
 	// renewal asks for at least the floor, as a server that predates it.
 	FeatureWindowAskLevel uint64 = 1 << 15
+	// FeatureQuietAck: a token-bucket renewal whose cut leaves the lease
+	// holding superseded terms asks for an early acknowledgement (the
+	// 50 ms renewal, Grant.AckSoon) only if they hold more than r/32 of
+	// rate or B/32 of cap above the new terms (lease.worthAcking); a
+	// smaller cut is acknowledged at the next renewal, and only those
+	// worth it make another lease renew early waiting for them
+	// (RenewSoon). Off, any cut asks, as a server that predates it
+	// (docs/design.md §3.2, "Early renewal").
+	FeatureQuietAck uint64 = 1 << 16
 
 	// BaselineFeatures are the switches of the v0.1.0 baseline: always on
 	// in a state this server accepts (after a cluster's first entry).
@@ -152,7 +161,8 @@ const (
 		FeatureLeftoverBurst | // lease.DivideOptions.LeftoverBurst
 		FeatureWindowIdleCarry | // window.go: windowIdle
 		FeatureDebt | // fsm.go: ledgerConfig, tokenRelease
-		FeatureWindowAskLevel // window.go: windowRenew
+		FeatureWindowAskLevel | // window.go: windowRenew
+		FeatureQuietAck // fsm.go: tokenRenew
 )
 
 // FeatureWindows: fixed-window policies are leased in chunks
@@ -280,6 +290,7 @@ var wireNumbers = func() wireRegistry {
 		{FeatureWindowIdleCarry, "FeatureWindowIdleCarry"},
 		{FeatureDebt, "FeatureDebt"},
 		{FeatureWindowAskLevel, "FeatureWindowAskLevel"},
+		{FeatureQuietAck, "FeatureQuietAck"},
 	}
 	for _, f := range features {
 		r.register(wireFeature, f.n, f.name)

@@ -332,6 +332,9 @@ type Ledger struct {
 	s     LedgerState
 	fault Fault
 	ix    ledgerIndex // derived from s, never serialized (ledger_index.go)
+	// quietAck is the last renewal's RenewRequest.QuietAck: ix.verSup
+	// follows holdsSuperseded under it (a change rebuilds the index).
+	quietAck bool
 }
 
 // newLedger returns a ledger whose pool starts full or empty at startNanos.
@@ -760,6 +763,12 @@ type RenewRequest struct {
 	ClampedMilli int64
 	// LeftoverBurst: as GrantRequest.LeftoverBurst.
 	LeftoverBurst bool
+	// QuietAck asks for an early acknowledgement (Grant.AckSoon) only
+	// for a cut worth freeing soon: a superseded version holding more
+	// than r/32 of rate or B/32 of cap above the current terms
+	// (worthAcking). The fsm sets it when its FeatureQuietAck switch is
+	// on; off, any versioned superseded version asks, as before.
+	QuietAck bool
 	// DebtClampedMilli is the debt the client's bucket had beyond the
 	// allowance of version AckedVersion when it installed it (it lifted
 	// its level to minus that allowance): it moves into the key's debt
@@ -1027,6 +1036,10 @@ func (l *Ledger) Renew(nowNanos int64, req RenewRequest) (Grant, error) {
 	if err := l.advance(nowNanos); err != nil {
 		return Grant{}, err
 	}
+	if l.quietAck != req.QuietAck {
+		l.quietAck = req.QuietAck
+		l.ix.ok = false // verSup follows holdsSuperseded's rule
+	}
 	l.ensureIndex()
 	l.setClaim(i, req.Weight, req.DemandRateMilliPerSec, req.DemandBurstMilli, req.DemandMaxCostMilli)
 	cur := &l.s.Leases[i]
@@ -1146,14 +1159,30 @@ func dropAcknowledged(ss []Share, acked uint64, fault Fault) []Share {
 
 // holdsSuperseded reports whether lease i holds a versioned superseded
 // version (after pruning: above its current terms, not expired), which an
-// acknowledgement of its current terms would free (Grant.AckSoon).
+// acknowledgement of its current terms would free (Grant.AckSoon); with
+// QuietAck, one worth acknowledging soon (worthAcking).
 func (l *Ledger) holdsSuperseded(i int) bool {
-	for _, s := range l.s.Leases[i].Superseded {
-		if s.Version != 0 {
+	le := &l.s.Leases[i]
+	for _, s := range le.Superseded {
+		if s.Version != 0 && (!l.quietAck || worthAcking(l.s.Config, s, le.Current)) {
 			return true
 		}
 	}
 	return false
+}
+
+// worthAcking says whether superseded terms s hold enough above the
+// current terms cur that an early acknowledgement should free them
+// (RenewRequest.QuietAck): more than r/32 of rate or B/32 of cap. A
+// trickle's share moves by a fraction of a token at every renewal as its
+// measured demand wobbles; each move was a cut that asked for a renewal
+// 50 ms later, about two renewals per interval on every such key, to free
+// what nobody was waiting for. A smaller cut stays held until the
+// holder's next renewal at its normal interval acknowledges it, or until
+// it expires (rule b), as any cut did before early renewals.
+func worthAcking(cfg LedgerConfig, s, cur Share) bool {
+	return s.RateMilliPerSec-cur.RateMilliPerSec > cfg.RateMilliPerSec/32 ||
+		s.CapMilli-cur.CapMilli > cfg.CapacityMilli/32
 }
 
 // converging reports whether lease i should renew early because the key's
@@ -1191,10 +1220,8 @@ func (l *Ledger) converging(i int) bool {
 		if j == i || !short {
 			continue
 		}
-		for _, s := range le.Superseded {
-			if s.Version != 0 {
-				return true
-			}
+		if l.holdsSuperseded(j) {
+			return true
 		}
 	}
 	floor := min(wantRate, MulDiv(cfg.RateMilliPerSec, max(me.Weight, 1), sumW))

@@ -89,7 +89,7 @@ func (l *Ledger) checkIndexAgainstRebuild() error {
 	if !l.ix.ok {
 		return nil
 	}
-	fresh := &Ledger{s: cloneState(l.s), fault: l.fault}
+	fresh := &Ledger{s: cloneState(l.s), fault: l.fault, quietAck: l.quietAck}
 	old := indexMinLeases
 	indexMinLeases = 0 // an index kept while leases went below the minimum is still exact
 	fresh.rebuildIndex()
@@ -258,7 +258,7 @@ func runDiff(t *rapid.T, fault Fault) {
 				req = RenewRequest{ClientID: le.ClientID, Incarnation: le.Incarnation, LeaseID: le.ID,
 					Weight: le.Weight, DemandRateMilliPerSec: le.DemandRateMilliPerSec, DemandBurstMilli: le.DemandBurstMilli,
 					DemandMaxCostMilli: le.DemandMaxCostMilli, TTLNanos: rapid.SampledFrom(ttls).Draw(t, "ttl"),
-					LeftoverBurst: rapid.Bool().Draw(t, "lb")}
+					LeftoverBurst: rapid.Bool().Draw(t, "lb"), QuietAck: rapid.IntRange(0, 7).Draw(t, "quiet") > 0}
 				if rapid.IntRange(0, 3).Draw(t, "change") > 0 {
 					req.DemandRateMilliPerSec, req.DemandBurstMilli, req.DemandMaxCostMilli = drawDemand(t, "r.")
 				}

@@ -55,8 +55,9 @@ var _ = errors.New
 //	    renewal that raises a lease's cap moves up to the raise from the
 //	    pool into its bucket (the top-up), instead of burning it.
 type refLedger struct {
-	s     LedgerState
-	fault Fault
+	s        LedgerState
+	fault    Fault
+	quietAck bool // the last renewal's RenewRequest.QuietAck
 }
 
 // newRefLedger returns a ledger whose pool starts full or empty at startNanos.
@@ -517,6 +518,7 @@ func (l *refLedger) Renew(nowNanos int64, req RenewRequest) (Grant, error) {
 	if err := l.advance(nowNanos); err != nil {
 		return Grant{}, err
 	}
+	l.quietAck = req.QuietAck
 	cur := &l.s.Leases[i]
 	cur.Weight = req.Weight
 	cur.DemandRateMilliPerSec = req.DemandRateMilliPerSec
@@ -637,8 +639,9 @@ func refDropAcknowledged(ss []Share, acked uint64, fault Fault) []Share {
 // version (after pruning: above its current terms, not expired), which an
 // acknowledgement of its current terms would free (Grant.AckSoon).
 func (l *refLedger) holdsSuperseded(i int) bool {
-	for _, s := range l.s.Leases[i].Superseded {
-		if s.Version != 0 {
+	le := &l.s.Leases[i]
+	for _, s := range le.Superseded {
+		if s.Version != 0 && (!l.quietAck || worthAcking(l.s.Config, s, le.Current)) {
 			return true
 		}
 	}
@@ -669,10 +672,8 @@ func (l *refLedger) converging(i int) bool {
 		if j == i || !short {
 			continue
 		}
-		for _, s := range le.Superseded {
-			if s.Version != 0 {
-				return true
-			}
+		if l.holdsSuperseded(j) {
+			return true
 		}
 	}
 	floor := min(wantRate, MulDiv(cfg.RateMilliPerSec, max(me.Weight, 1), sumW))

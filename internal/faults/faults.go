@@ -154,10 +154,14 @@ const (
 	// holds, as with fsm.FeatureWindowAskLevel off: the floor negative
 	// control (TestWindowSlowHolderDoesNotHoardNegativeControl).
 	WindowAskFloorKept Fault = "window-ask-floor-kept"
+	// AckAnyCut makes token-bucket renewals ask for an early
+	// acknowledgement after any cut, as with fsm.FeatureQuietAck off: the
+	// quiet-ack negative control (TestTrickleKeysRenewAtTheirIntervalNegativeControl).
+	AckAnyCut Fault = "ack-any-cut"
 )
 
 // All lists every fault, for flag help and validation.
-var All = []Fault{AckBeforeCommit, StartFullNoDebit, TimeFromReceipt, ForgetRetired, ClockResumeOwnReading, CreditAtReduction, ForgetReplaced, IgnoreKeyAttributes, ReportDouble, AdmitBeforeLease, WindowDeadReturns, SlotForgetLowered, WindowZoneUTC, SlotAckAtOnce, SlotInstallExtendsOld, SnapshotSaveHere, KeyQuotaIgnored, WindowRestoreClockBack, WindowForgetSpent, RecoveryWithoutHold, ForgetDebt, ReservationExpiryRefunds, PromoteBudgetIgnored, RemoteWithoutLease, WindowAskIgnoresChunk, WindowAskFloorKept}
+var All = []Fault{AckBeforeCommit, StartFullNoDebit, TimeFromReceipt, ForgetRetired, ClockResumeOwnReading, CreditAtReduction, ForgetReplaced, IgnoreKeyAttributes, ReportDouble, AdmitBeforeLease, WindowDeadReturns, SlotForgetLowered, WindowZoneUTC, SlotAckAtOnce, SlotInstallExtendsOld, SnapshotSaveHere, KeyQuotaIgnored, WindowRestoreClockBack, WindowForgetSpent, RecoveryWithoutHold, ForgetDebt, ReservationExpiryRefunds, PromoteBudgetIgnored, RemoteWithoutLease, WindowAskIgnoresChunk, WindowAskFloorKept, AckAnyCut}
 
 func parse(name string) (Fault, error) {
 	for _, f := range All {
