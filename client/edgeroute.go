@@ -44,9 +44,8 @@ import (
 // replica. Such a key starts *local*: it takes a lease as without
 // routing, and its first calls wait for it. The loop sends it remote only
 // while its lease is too thin to serve it (thinLease: a demand below
-// PromoteRate, and a cap below one cost or under two costs with the
-// demand below half its rate, the no-slivers division's single-cost
-// seats held by replicas that use a fraction of them) for PromoteAfter
+// PromoteRate, and a cap under two costs, such as the no-slivers
+// division's single-cost seats, which cannot bank a second cost) for PromoteAfter
 // (at once for a cap below one cost: the lease admits nothing here),
 // and brings it back by the promote
 // rule above, never within DemoteAfter of its last demotion, and only
@@ -591,11 +590,11 @@ func (r *router) evalThin(l *Limiter, now int64, rc *routeCands) {
 // thinLease reports whether lease t cannot serve key l's demand here
 // (docs/design.md §3.4, "Remote decisions by default"): the demand its
 // renewals report, less their headroom, is known and below PromoteRate
-// (so the key would not come straight back), and the cap is below one
-// cost (the no-slivers division left it out, or others' caps squeeze it)
-// or under two costs with the demand below half the lease's rate (a
-// whole-cost seat of B that this replica uses a fraction of); starved:
-// the first (it admits nothing here). A window chunk, and a cost above
+// (so the key would not come straight back), and the cap is under two
+// costs (lease.ThinCap: a seat that cannot bank a second cost wastes its
+// share, idle below its rate, refused while the refill waits above it);
+// starved: below one cost (the no-slivers division left it out, or
+// others' caps squeeze it: it admits nothing here). A window chunk, and a cost above
 // the policy's burst (no holder could admit it), are never thin.
 func (r *router) thinLease(l *Limiter, t *terms) (thin, starved bool) {
 	if t.win != nil || t.expiredAck {
@@ -609,10 +608,7 @@ func (r *router) thinLease(l *Limiter, t *terms) (thin, starved bool) {
 	if !l.lastDemand.Known || est >= int64(r.cfg.PromoteRate*lease.MilliPerToken) {
 		return false, false // a hot key waits for its share here, as it would come back
 	}
-	if t.capMilli < floor {
-		return true, true
-	}
-	return t.capMilli < 2*floor && est < t.rateMilli/2, false
+	return lease.ThinCap(t.capMilli, floor)
 }
 
 // evalRemote makes remote key l, offered rate since from, a promotion

@@ -266,6 +266,13 @@ func runZipf(b *testing.B, cfg zipfConfig, mode string) zipfResult {
 			hotKeys++
 		}
 	}
+	var perKey []string
+	for k := range calls {
+		if n := float64(calls[k].Load()); n >= quota {
+			perKey = append(perKey, fmt.Sprintf("rank %d: offered %.1f/s, %.1f%% of quota", k, n/window, 100*float64(admitted[k].Load())/quota))
+		}
+	}
+	b.Logf("hot keys (rank 0 the most popular): %s", strings.Join(perKey, "; "))
 	off := float64(offered.Load())
 	r := zipfResult{
 		leasesReplicas: sumRep / float64(samples), leasesEdges: sumEdge / float64(samples),
