@@ -258,6 +258,22 @@ func trickleSim(n int, offerEvery int64) remoteSim {
 		promoteRate: 5000, promoteAfter: 2 * sec, demoteAfter: 30 * sec}
 }
 
+// routedAndLeasesOnly runs p routed and again with leases only, and fails
+// t if either breaks B + r·W.
+func routedAndLeasesOnly(t *testing.T, p remoteSim) (routed, leasesOnly remoteResult) {
+	t.Helper()
+	routed = p.run(t)
+	if routed.broken != nil {
+		t.Fatalf("bound broken: %v", routed.broken)
+	}
+	p.leasesOnly = true
+	leasesOnly = p.run(t)
+	if leasesOnly.broken != nil {
+		t.Fatalf("bound broken with leases only: %v", leasesOnly.broken)
+	}
+	return routed, leasesOnly
+}
+
 // TestRemoteSimTrickle: 1000 replicas at 0.3/s each (3·r in total): with
 // leases alone the no-slivers division leaves them near 30% of r; routed,
 // the thin leases go remote and the edge's one lease serves them: ≥ 90%
@@ -266,16 +282,7 @@ func TestRemoteSimTrickle(t *testing.T) {
 	if testing.Short() {
 		t.Skip("a 40 s simulation of 1000 replicas")
 	}
-	res := trickleSim(1000, sec*10/3).run(t)
-	if res.broken != nil {
-		t.Fatalf("bound broken: %v", res.broken)
-	}
-	base := trickleSim(1000, sec*10/3)
-	base.leasesOnly = true
-	lo := base.run(t)
-	if lo.broken != nil {
-		t.Fatalf("bound broken with leases only: %v", lo.broken)
-	}
+	res, lo := routedAndLeasesOnly(t, trickleSim(1000, sec*10/3))
 	t.Logf("1000 replicas at 0.3/s, r=100/s, B=100: %.1f%% of r from 10 s to 40 s (%.1f%% through the edge; leases only: %.1f%%); %d switched remote, %d back local, %d remote at the end",
 		100*res.ofRate, 100*float64(res.edgeAdmitted)/max(float64(res.admitted), 1), 100*lo.ofRate, res.toRemote, res.toLocal, res.remoteAtEnd)
 	if res.ofRate < 0.90 {
@@ -292,16 +299,7 @@ func TestRemoteSimTrickle(t *testing.T) {
 // one lease, holding all of B, banks their variance: ≥ 95% of r, within
 // B + r·W.
 func TestRemoteSimSaturatedSeats(t *testing.T) {
-	res := trickleSim(100, sec*5/8).run(t)
-	if res.broken != nil {
-		t.Fatalf("bound broken: %v", res.broken)
-	}
-	base := trickleSim(100, sec*5/8)
-	base.leasesOnly = true
-	lo := base.run(t)
-	if lo.broken != nil {
-		t.Fatalf("bound broken with leases only: %v", lo.broken)
-	}
+	res, lo := routedAndLeasesOnly(t, trickleSim(100, sec*5/8))
 	t.Logf("100 replicas at 1.6/s, r=100/s, B=100: %.1f%% of r from 10 s to 40 s (%.1f%% through the edge; leases only: %.1f%%); %d switched remote, %d remote at the end",
 		100*res.ofRate, 100*float64(res.edgeAdmitted)/max(float64(res.admitted), 1), 100*lo.ofRate, res.toRemote, res.remoteAtEnd)
 	if res.ofRate < 0.95 || lo.ofRate >= 0.95 {
