@@ -19,6 +19,7 @@ import (
 	"github.com/ration-dev/ration/internal/testcluster"
 	"github.com/ration-dev/ration/internal/testtls"
 	"github.com/ration-dev/ration/internal/tlsutil"
+	"github.com/ration-dev/ration/lease"
 )
 
 // TestManyReplicasTrickleUtilization measures docs/design.md §3.4, "Remote
@@ -271,21 +272,34 @@ policies:
 				return fmt.Errorf("%d keys remote, %d leased, of %d", remote, leased, p.instances)
 			}
 			// The built-in edges' leases have grown: the replicas
-			// that went remote gave their slivers back.
+			// that went remote gave their slivers back, and the edges
+			// hold at least half of what the replicas' leases do not.
+			// No replica lease is thin any more (lease.ThinCap): those
+			// whose seats serve their demand, a cap of two costs or
+			// more, may stay local.
 			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 			defer cancel()
 			resp, err := c.Admin(0).ListLeases(ctx, &api.ListLeasesRequest{Policy: "trickle"})
 			if err != nil {
 				return err
 			}
-			var edgeRate int64
+			var edgeRate, replicaRate int64
+			thin := 0
 			for _, l := range resp.GetLeases() {
 				if strings.HasPrefix(l.GetClientId(), "rationd/") {
 					edgeRate += l.GetRateMilliPerSec()
+				} else {
+					replicaRate += l.GetRateMilliPerSec()
+					if l.GetCapMilli() < 2*lease.MilliPerToken {
+						thin++ // every cost here is one token
+					}
 				}
 			}
-			if edgeRate < p.rate*1000/2 {
-				return fmt.Errorf("the built-in edges lease %d milli-tokens/s, want half of r", edgeRate)
+			if thin > 0 {
+				return fmt.Errorf("%d replica leases still thin (a cap under two tokens), %d keys remote", thin, remote)
+			}
+			if want := (int64(p.rate)*1000 - replicaRate) / 2; edgeRate < want {
+				return fmt.Errorf("the built-in edges lease %d milli-tokens/s, want %d, half of what the replicas' leases (%d milli-tokens/s, %d keys remote) leave of r", edgeRate, want, replicaRate, remote)
 			}
 			return nil
 		})
