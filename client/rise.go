@@ -3,6 +3,7 @@ package client
 import (
 	"time"
 
+	"github.com/ration-dev/ration/internal/faults"
 	"github.com/ration-dev/ration/lease"
 )
 
@@ -114,8 +115,11 @@ func (l *Limiter) rising(t *terms, now int64) (rise bool, wake int64) {
 	// A bucket run low counts only with riseLowCosts of the largest cost
 	// offered in the window: a trickle's two calls bunched in one look
 	// empty a two-token cap and read as twenty a second.
-	low := t.capMilli == 0 || t.bucket.LevelMilli(now) < t.capMilli/2 &&
-		inWindow >= riseLowCosts*max(l.maxCost.Load(), l.lastDemand.MaxCostMilli, lease.MilliPerToken)
+	need := riseLowCosts * max(l.maxCost.Load(), l.lastDemand.MaxCostMilli, lease.MilliPerToken)
+	if faults.Active(faults.RiseAnyLow) {
+		need = 0 // the negative control: any low bucket
+	}
+	low := t.capMilli == 0 || t.bucket.LevelMilli(now) < t.capMilli/2 && inWindow >= need
 	steep := window >= riseProbe && inWindow >= riseMinTokens && recent/2 >= t.rateMilli
 	if !low && !steep {
 		return false, 0

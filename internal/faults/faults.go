@@ -158,10 +158,15 @@ const (
 	// acknowledgement after any cut, as with fsm.FeatureQuietAck off: the
 	// quiet-ack negative control (TestTrickleKeysRenewAtTheirIntervalNegativeControl).
 	AckAnyCut Fault = "ack-any-cut"
+	// RiseAnyLow makes a client renew for a rise whenever its bucket is
+	// below half its cap, however few costs the look saw (the rule before
+	// riseLowCosts): the negative control of
+	// TestTrickleBunchesAreNotARiseNegativeControl.
+	RiseAnyLow Fault = "rise-any-low"
 )
 
 // All lists every fault, for flag help and validation.
-var All = []Fault{AckBeforeCommit, StartFullNoDebit, TimeFromReceipt, ForgetRetired, ClockResumeOwnReading, CreditAtReduction, ForgetReplaced, IgnoreKeyAttributes, ReportDouble, AdmitBeforeLease, WindowDeadReturns, SlotForgetLowered, WindowZoneUTC, SlotAckAtOnce, SlotInstallExtendsOld, SnapshotSaveHere, KeyQuotaIgnored, WindowRestoreClockBack, WindowForgetSpent, RecoveryWithoutHold, ForgetDebt, ReservationExpiryRefunds, PromoteBudgetIgnored, RemoteWithoutLease, WindowAskIgnoresChunk, WindowAskFloorKept, AckAnyCut}
+var All = []Fault{AckBeforeCommit, StartFullNoDebit, TimeFromReceipt, ForgetRetired, ClockResumeOwnReading, CreditAtReduction, ForgetReplaced, IgnoreKeyAttributes, ReportDouble, AdmitBeforeLease, WindowDeadReturns, SlotForgetLowered, WindowZoneUTC, SlotAckAtOnce, SlotInstallExtendsOld, SnapshotSaveHere, KeyQuotaIgnored, WindowRestoreClockBack, WindowForgetSpent, RecoveryWithoutHold, ForgetDebt, ReservationExpiryRefunds, PromoteBudgetIgnored, RemoteWithoutLease, WindowAskIgnoresChunk, WindowAskFloorKept, AckAnyCut, RiseAnyLow}
 
 func parse(name string) (Fault, error) {
 	for _, f := range All {
