@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/ration-dev/ration/internal/faults"
+	"github.com/ration-dev/ration/internal/faults/faultstest"
 )
 
 // TestEdgeRouteSwitchNegativeControl: a client that admits a key locally
@@ -16,10 +17,7 @@ func TestEdgeRouteSwitchNegativeControl(t *testing.T) {
 	if testing.Short() {
 		t.Skip("loads a cluster through three switch cycles")
 	}
-	if err := faults.Set(string(faults.AdmitBeforeLease)); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = faults.Set() })
+	faultstest.Use(t, faults.AdmitBeforeLease)
 	spans, stats := switchCycles(t)
 	x, y, sum, broken := certainViolation(spans, edgeRouteBound)
 	if !broken {

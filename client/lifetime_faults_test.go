@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/ration-dev/ration/internal/faults"
+	"github.com/ration-dev/ration/internal/faults/faultstest"
 )
 
 // TestPolicyChangeNegativeControl: with the old rule back (a deleted
@@ -15,10 +16,7 @@ func TestPolicyChangeNegativeControl(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs a cluster under load for several seconds")
 	}
-	if err := faults.Set(string(faults.ForgetRetired)); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = faults.Set() })
+	faultstest.Use(t, faults.ForgetRetired)
 	c := startCluster(t, lifetimePolicy) // the servers' state machines read the fault now
 	h := lifetimeCase(t, c, "release")
 	x, y, sum, broken := certainViolation(h.spanSnapshot(), lifetimeBound)

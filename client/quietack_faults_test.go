@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/ration-dev/ration/internal/faults"
+	"github.com/ration-dev/ration/internal/faults/faultstest"
 )
 
 // TestTrickleKeysRenewAtTheirIntervalNegativeControl: servers that ask for
@@ -13,10 +14,7 @@ import (
 // fsm.FeatureQuietAck): TestTrickleKeysRenewAtTheirInterval's check must
 // catch the trickle's renewals asking for one.
 func TestTrickleKeysRenewAtTheirIntervalNegativeControl(t *testing.T) {
-	if err := faults.Set(string(faults.AckAnyCut)); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = faults.Set() })
+	faultstest.Use(t, faults.AckAnyCut)
 	early, all := trickleEarlyShare(t)
 	share := float64(early) / float64(all)
 	t.Logf("control: %d of %d renewals (%.1f%%) asked for an early acknowledgement", early, all, 100*share)

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/ration-dev/ration/internal/faults"
+	"github.com/ration-dev/ration/internal/faults/faultstest"
 )
 
 // TestTrickleBunchesAreNotARiseNegativeControl: a client that renews for a
@@ -13,10 +14,7 @@ import (
 // before four costs in the look): TestTrickleBunchesAreNotARise's check
 // must catch the bunched trickle's inflated shares.
 func TestTrickleBunchesAreNotARiseNegativeControl(t *testing.T) {
-	if err := faults.Set(string(faults.RiseAnyLow)); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = faults.Set() })
+	faultstest.Use(t, faults.RiseAnyLow)
 	most := bunchedLargestRate(t)
 	if most <= maxBunchedRate {
 		t.Fatalf("the control was not caught: with any low bucket a rise, the largest rate granted was %d milli-tokens/s, within %d", most, maxBunchedRate)

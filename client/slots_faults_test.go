@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/ration-dev/ration/internal/faults"
+	"github.com/ration-dev/ration/internal/faults/faultstest"
 )
 
 // TestSlotsLoweredCountWaitsForDrainNegativeControl: client a acknowledges
@@ -16,13 +17,7 @@ import (
 //
 //	go test -tags ration_faults -run TestSlotsLoweredCountWaitsForDrainNegativeControl ./client
 func TestSlotsLoweredCountWaitsForDrainNegativeControl(t *testing.T) {
-	breakA := func() func() {
-		if err := faults.Set(string(faults.SlotAckAtOnce)); err != nil {
-			t.Fatal(err)
-		}
-		return func() { _ = faults.Set() }
-	}
-	t.Cleanup(func() { _ = faults.Set() })
+	breakA := faultstest.Later(t, faults.SlotAckAtOnce)
 	if got := loweredCountMax(t, breakA, true); got <= 4 {
 		t.Fatalf("the control (a acknowledging at once) was not caught: at most %d at once", got)
 	} else {
@@ -50,13 +45,7 @@ func TestSlotsAcrossReapplyNegativeControl(t *testing.T) {
 }
 
 func slotsAcrossControl(t *testing.T, ev slotEvent) {
-	breakA := func() func() {
-		if err := faults.Set(string(faults.SlotInstallExtendsOld)); err != nil {
-			t.Fatal(err)
-		}
-		return func() { _ = faults.Set() }
-	}
-	t.Cleanup(func() { _ = faults.Set() })
+	breakA := faultstest.Later(t, faults.SlotInstallExtendsOld)
 	if got, above := slotsAcrossEvent(t, ev, breakA, true); got <= 4 {
 		t.Fatalf("the control (a new grant extending the old lease's requests) was not caught: at most %d at once", got)
 	} else {

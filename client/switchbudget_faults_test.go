@@ -6,16 +6,14 @@ import (
 	"testing"
 
 	"github.com/ration-dev/ration/internal/faults"
+	"github.com/ration-dev/ration/internal/faults/faultstest"
 )
 
 // TestSwitchBudgetNegativeControl: servers that grant every promotion
 // (faults.PromoteBudgetIgnored) let the storm of
 // TestSwitchBudgetBoundsPromotionStorm through, and its check catches it.
 func TestSwitchBudgetNegativeControl(t *testing.T) {
-	if err := faults.Set(string(faults.PromoteBudgetIgnored)); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = faults.Set() })
+	faultstest.Use(t, faults.PromoteBudgetIgnored)
 	r := promotionStorm(t)
 	t.Logf("storm, budget ignored: %d remote keys, %d asks, %d denied, %d promoted (%d forced) in %v; budget bound %.1f", r.remote, r.asks, r.denials, r.promoted, r.forced, r.elapsed, r.bound())
 	if float64(r.promoted) <= r.bound() {

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/ration-dev/ration/internal/faults"
+	"github.com/ration-dev/ration/internal/faults/faultstest"
 )
 
 // TestWindowChunkHoldsAboutTwoIntervalsNegativeControl: a client that
@@ -13,10 +14,7 @@ import (
 // (window-ask-ignores-chunk) piles each top-up on what the chunk still
 // holds: TestWindowChunkHoldsAboutTwoIntervals' check must catch it.
 func TestWindowChunkHoldsAboutTwoIntervalsNegativeControl(t *testing.T) {
-	if err := faults.Set(string(faults.WindowAskIgnoresChunk)); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = faults.Set() })
+	faultstest.Use(t, faults.WindowAskIgnoresChunk)
 	most := chunkHoard(t)
 	t.Logf("control: the chunk held at most %.1f renewal intervals of its demand", most)
 	if most <= maxChunkIntervals {
@@ -29,10 +27,7 @@ func TestWindowChunkHoldsAboutTwoIntervalsNegativeControl(t *testing.T) {
 // before fsm.FeatureWindowAskLevel): TestWindowSlowHolderDoesNotHoard's
 // check must catch the slow holder's chunk growing.
 func TestWindowSlowHolderDoesNotHoardNegativeControl(t *testing.T) {
-	if err := faults.Set(string(faults.WindowAskFloorKept)); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = faults.Set() })
+	faultstest.Use(t, faults.WindowAskFloorKept)
 	most := slowHolderHoard(t)
 	t.Logf("control: a holder offering 2 units/s held at most %d units of its chunk", most)
 	if most <= maxSlowHolderUnits {

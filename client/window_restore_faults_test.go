@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/ration-dev/ration/internal/faults"
+	"github.com/ration-dev/ration/internal/faults/faultstest"
 )
 
 // TestWindowRestoreAfterElectionsNegativeControl: with the old restore
@@ -22,10 +23,7 @@ func TestWindowRestoreAfterElectionsNegativeControl(t *testing.T) {
 	if testing.Short() {
 		t.Skip("a real cluster for about 30 s")
 	}
-	if err := faults.Set(string(faults.WindowRestoreClockBack)); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = faults.Set() })
+	faultstest.Use(t, faults.WindowRestoreClockBack)
 	step, perWindow := restoreAfterElections(t)
 	k, sure := fullestWindow(perWindow)
 	t.Logf("control: window time's step across the restore: %v; the fullest 4 s window (%d) admitted %d for certain (L = 20)", step, k, sure)
@@ -41,10 +39,7 @@ func TestWindowDefinitionRoundTripNegativeControl(t *testing.T) {
 	if testing.Short() {
 		t.Skip("a real cluster for about 15 s")
 	}
-	if err := faults.Set(string(faults.WindowForgetSpent)); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = faults.Set() })
+	faultstest.Use(t, faults.WindowForgetSpent)
 	before, after := definitionRoundTrip(t)
 	t.Logf("control: the month admitted %d, then %d after month -> 1s -> month (L = 20)", before, after)
 	if after == 0 {

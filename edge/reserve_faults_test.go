@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/ration-dev/ration/internal/faults"
+	"github.com/ration-dev/ration/internal/faults/faultstest"
 	"github.com/ration-dev/ration/internal/testcluster"
 )
 
@@ -17,10 +18,7 @@ func TestCheckReserveNegativeControl(t *testing.T) {
 	c := startCluster(t, reservePolicies)
 	h := startEdge(t, servers(c), nil, "edge-reserve-control")
 	testcluster.WaitFor(t, testcluster.DefaultWait, h.e.Ready)
-	if err := faults.Set(string(faults.ReservationExpiryRefunds)); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = faults.Set() })
+	faultstest.Use(t, faults.ReservationExpiryRefunds)
 	if !expiredThenCheck(t, h, "control") {
 		t.Fatal("the control (expiry refunds the estimate) was not caught: the key still refused after the hold")
 	}

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/ration-dev/ration/internal/faults"
+	"github.com/ration-dev/ration/internal/faults/faultstest"
 )
 
 // TestSnapshotSaveNegativeControl: with faults.SnapshotSaveHere the server
@@ -15,10 +16,7 @@ import (
 //
 //	go test -tags ration_faults -run TestSnapshotSaveNegativeControl ./cmd/rationctl
 func TestSnapshotSaveNegativeControl(t *testing.T) {
-	if err := faults.Set(string(faults.SnapshotSaveHere)); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = faults.Set() })
+	faultstest.Use(t, faults.SnapshotSaveHere)
 	const tries = 20
 	missing, _, _ := newBackupRun(t).saveRightAfterApply(tries)
 	if len(missing) == 0 {

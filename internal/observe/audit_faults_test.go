@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/ration-dev/ration/internal/faults"
+	"github.com/ration-dev/ration/internal/faults/faultstest"
 	"github.com/ration-dev/ration/internal/observe"
 )
 
@@ -18,10 +19,7 @@ func TestAuditNegativeControl(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs a cluster under load for several seconds")
 	}
-	if err := faults.Set(string(faults.ReportDouble)); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = faults.Set() })
+	faultstest.Use(t, faults.ReportDouble)
 	r := runAudited(t, auditPolicies, 6*time.Second, nil)
 	fams := r.leaderFamilies(t, r.wantReported(2))
 	over := mustValue(t, fams, "ration_bound_windows_over_total", "policy=audited")

@@ -237,3 +237,28 @@ func isIdent(e ast.Expr, name string) bool {
 	id, ok := e.(*ast.Ident)
 	return ok && id.Name == name
 }
+
+// Use turns f on for the rest of t (a negative control) and every fault
+// off when t ends. Faults are process-wide: a test that uses one must not
+// run in parallel with any other.
+func Use(t testing.TB, f faults.Fault) {
+	t.Helper()
+	if err := faults.Set(string(f)); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = faults.Set() })
+}
+
+// Later is Use for a control that breaks the rule only part way through
+// t: the function it returns turns f on and returns the one that turns it
+// off again. Every fault is off when t ends.
+func Later(t testing.TB, f faults.Fault) func() func() {
+	t.Cleanup(func() { _ = faults.Set() })
+	return func() func() {
+		t.Helper()
+		if err := faults.Set(string(f)); err != nil {
+			t.Fatal(err)
+		}
+		return func() { _ = faults.Set() }
+	}
+}
