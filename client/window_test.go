@@ -394,51 +394,17 @@ func TestWindowResyncSpentChunkNotCarried(t *testing.T) {
 // chunkHoard offers 100 units/s on one key of a 4 s window whose L (1000)
 // the offer never reaches, and returns the most the key's chunk held at
 // once, in renewal intervals of that demand (250 ms: a sixteenth of the
-// window), over ten full-interval renewals from when it first held under
-// three (the first chunk, asked for before the demand was measured, is
-// L/16). Renewals in a window's last interval come sooner (a chunk's
-// lease ends with its window) and do not count.
+// window), over ten full-interval renewals (windowHoard). A window's last
+// interval brings one renewal, answered sooner (lastChunkRenewal);
+// before, about nine.
 func chunkHoard(t *testing.T) float64 {
 	t.Helper()
-	const rate, interval = 100, 250 * time.Millisecond // units a second
-	c := startCluster(t, "policies:\n  - {name: other, algorithm: token-bucket, rate: 1, burst: 1}\n")
-	applyWindowPolicy(t, c, fmt.Sprintf(windowYAML, 1000, "4s"))
-	var renewals, late atomic.Int64
-	cl := newClient(t, client.Config{Servers: servers(c), ClientID: "hoard", OnGrant: func(g client.GrantInfo) {
-		switch {
-		case g.Renewal && g.RenewAfter >= interval*4/5:
-			renewals.Add(1)
-		case g.Renewal:
-			late.Add(1)
-		}
-	}})
-	lim := cl.Limiter("win", client.Key{"tenant": "a"})
-	pace := time.NewTicker(time.Second / rate)
-	defer pace.Stop()
-	most, from := 0.0, int64(-1)
-	deadline := time.Now().Add(testcluster.DefaultWait)
-	for from < 0 || renewals.Load() < from+10 {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d renewals in %v (measured from renewal %d)", renewals.Load(), testcluster.DefaultWait, from)
-		}
-		<-pace.C
-		lim.AllowN(1)
-		ws, ok := lim.Window()
-		if !ok || renewals.Load() < 1 {
-			continue
-		}
-		held := float64(ws.LocalMilli) / (rate * interval.Seconds() * 1000)
-		if from < 0 && held < 3 {
-			from = renewals.Load()
-		}
-		if from >= 0 {
-			most = max(most, held)
-		}
-	}
-	// A window's last interval brings one renewal, whose answer ends the
-	// chunk's renewals (lastChunkRenewal); before, about nine.
-	if n := late.Load(); n > 3 {
-		t.Errorf("%d renewals answered in their windows' last intervals over %d full ones, want at most one per window", n, renewals.Load())
+	const rate = 100 // units a second
+	most, late, all := windowHoard(t, 1000, time.Second/rate, 10, func(ws client.WindowState) float64 {
+		return float64(ws.LocalMilli) / (rate * hoardInterval.Seconds() * 1000)
+	})
+	if late > 3 {
+		t.Errorf("%d renewals answered in their windows' last intervals over %d full ones, want at most one per window", late, all)
 	}
 	return most
 }
@@ -469,49 +435,68 @@ const maxChunkIntervals = 4.5
 
 // slowHolderHoard offers 2 units/s (one every 500 ms) on one key of a 4 s
 // window of L = 32, and returns the most units the key's chunk held at
-// once over twelve full-interval renewals (250 ms apart) from when it
-// first held 3 or fewer (the first chunk, asked for before the demand was
-// measured, is 10 units). Its
-// need over two intervals is one unit, below the ask's floor (two units:
-// twice its largest cost), which the chunk holds.
+// once over twelve full-interval renewals (windowHoard). Its need over
+// two intervals is one unit, below the ask's floor (two units: twice its
+// largest cost), which the chunk holds.
 func slowHolderHoard(t *testing.T) int64 {
 	t.Helper()
-	const interval = 250 * time.Millisecond
+	most, _, _ := windowHoard(t, 32, 500*time.Millisecond, 12, func(ws client.WindowState) float64 {
+		return float64(ws.LocalMilli / 1000)
+	})
+	return int64(most)
+}
+
+// hoardInterval is the renewal interval of windowHoard's key: a sixteenth
+// of its 4 s window.
+const hoardInterval = 250 * time.Millisecond
+
+// windowHoard offers one unit every `every` (a multiple of 10 ms) on one key of a 4 s window of
+// L units and returns the most its chunk held at once, as held reads it,
+// over n renewals at the full interval (hoardInterval) from when it first
+// held at most 3 (the first chunk, asked for before the demand was
+// measured, holds more); and the renewals answered sooner (in a window's
+// last interval, whose lease ends with the window), which do not count,
+// with the full ones.
+func windowHoard(t *testing.T, L int, every time.Duration, n int64, held func(client.WindowState) float64) (most float64, late, full int64) {
+	t.Helper()
 	c := startCluster(t, "policies:\n  - {name: other, algorithm: token-bucket, rate: 1, burst: 1}\n")
-	applyWindowPolicy(t, c, fmt.Sprintf(windowYAML, 32, "4s"))
-	var renewals atomic.Int64
-	cl := newClient(t, client.Config{Servers: servers(c), ClientID: "slow", OnGrant: func(g client.GrantInfo) {
-		if g.Renewal && g.RenewAfter >= interval*4/5 {
+	applyWindowPolicy(t, c, fmt.Sprintf(windowYAML, L, "4s"))
+	var renewals, sooner atomic.Int64
+	cl := newClient(t, client.Config{Servers: servers(c), ClientID: "hoard", OnGrant: func(g client.GrantInfo) {
+		switch {
+		case g.Renewal && g.RenewAfter >= hoardInterval*4/5:
 			renewals.Add(1)
+		case g.Renewal:
+			sooner.Add(1)
 		}
 	}})
 	lim := cl.Limiter("win", client.Key{"tenant": "a"})
-	pace := time.NewTicker(10 * time.Millisecond)
+	const tick = 10 * time.Millisecond // the chunk is read every tick
+	pace := time.NewTicker(tick)
 	defer pace.Stop()
-	var most int64
 	from := int64(-1)
 	deadline := time.Now().Add(testcluster.DefaultWait)
-	last := time.Time{}
-	for from < 0 || renewals.Load() < from+12 {
+	for i := 0; from < 0 || renewals.Load() < from+n; i++ {
 		if time.Now().After(deadline) {
 			t.Fatalf("%d renewals in %v (measured from renewal %d)", renewals.Load(), testcluster.DefaultWait, from)
 		}
 		<-pace.C
-		if time.Since(last) >= 500*time.Millisecond {
+		if i%max(int(every/tick), 1) == 0 {
 			lim.AllowN(1)
-			last = time.Now()
 		}
 		ws, ok := lim.Window()
 		if !ok || renewals.Load() < 1 {
 			continue
 		}
-		if held := ws.LocalMilli / 1000; from >= 0 {
-			most = max(most, held)
-		} else if held <= 3 {
+		h := held(ws)
+		if from < 0 && h <= 3 {
 			from = renewals.Load()
 		}
+		if from >= 0 {
+			most = max(most, h)
+		}
 	}
-	return most
+	return most, sooner.Load(), renewals.Load()
 }
 
 // TestWindowSlowHolderDoesNotHoard: a renewal of a chunk that holds its
