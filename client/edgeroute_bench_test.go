@@ -3,10 +3,12 @@ package client_test
 import (
 	"context"
 	"fmt"
+	"maps"
 	"math"
 	"math/rand/v2"
 	"net"
 	"os"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -220,11 +222,18 @@ func runZipf(b *testing.B, cfg zipfConfig, mode string) zipfResult {
 	start := time.Now()
 	var sumRep, sumEdge float64
 	samples := 0
+	var hold map[string][]string // the top ranks' holders at the last sample
 	sample := func() {
 		resp := testcluster.Retry(b, "ListLeases", func(ctx context.Context) (*api.ListLeasesResponse, error) {
 			return c.Admin(0).ListLeases(ctx, &api.ListLeasesRequest{Policy: "zipf"}) // forwarded to the leader
 		})
+		hold = map[string][]string{}
 		for _, l := range resp.GetLeases() {
+			for k := range min(6, cfg.keys) {
+				if strings.HasSuffix(l.GetKey(), "k"+strconv.Itoa(k)) {
+					hold[l.GetKey()] = append(hold[l.GetKey()], fmt.Sprintf("%s %.2f/s cap %.2f", l.GetClientId(), float64(l.GetRateMilliPerSec())/1000, float64(l.GetCapMilli())/1000))
+				}
+			}
 			if strings.HasPrefix(l.GetClientId(), "edge-") || strings.HasPrefix(l.GetClientId(), "rationd/") {
 				sumEdge++
 			} else {
@@ -240,6 +249,9 @@ func runZipf(b *testing.B, cfg zipfConfig, mode string) zipfResult {
 	}
 	tk.Stop()
 	measuring.Store(false)
+	for _, k := range slices.Sorted(maps.Keys(hold)) {
+		b.Logf("at the last sample, %s was held by %d: %s", k, len(hold[k]), strings.Join(hold[k], "; "))
+	}
 	window := time.Since(start).Seconds()
 	var promoted float64
 	var es client.EdgeStats

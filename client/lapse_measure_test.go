@@ -121,12 +121,12 @@ policies:
 				tick := time.NewTicker(time.Millisecond) // the load's pace
 				defer tick.Stop()
 				for ; ; <-tick.C {
+					// The calls due by now; past the end, all of the
+					// last second's, so a tick that came late (a loaded
+					// machine) does not leave them unmade.
 					el := time.Since(start)
 					sec := int(el / time.Second)
-					if sec >= total {
-						return
-					}
-					due := sec*keys + int(int64(keys)*int64(el%time.Second)/int64(time.Second))
+					due := min(total*keys, sec*keys+int(int64(keys)*int64(el%time.Second)/int64(time.Second)))
 					for ; next < due; next += callers {
 						// A remote decision blocks its caller for a round
 						// trip: calls this loop could not make within a
@@ -148,6 +148,9 @@ policies:
 								reasons[d.Reason].Add(1)
 							}
 						}
+					}
+					if due == total*keys {
+						return
 					}
 				}
 			}()
