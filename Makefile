@@ -56,7 +56,7 @@ test: ## everything CI runs: vet, every test (property tests, negative controls,
 	$(GO) test -count=1 -tags ration_faults -run TestAuditNegativeControl ./internal/observe
 	$(GO) test -count=1 -tags ration_faults -run 'TestACLNegativeControl|TestBuiltinEdgeACLNegativeControl' ./coordinator
 	$(GO) test -count=1 -tags ration_faults -run NegativeControl ./client/httplimit ./client/grpclimit ./edge
-	$(GO) test -count=1 -tags ration_faults -run 'TestSlotsLoweredCountWaitsForDrainNegativeControl|TestSlotsAcrossRestoreNegativeControl|TestSlotsAcrossReapplyNegativeControl|TestEdgeRouteSwitchNegativeControl|TestSwitchBudgetNegativeControl|TestPolicyChangeNegativeControl|TestWindowRestoreAfterElectionsNegativeControl|TestWindowDefinitionRoundTripNegativeControl|TestWindowChunkHoldsAboutTwoIntervalsNegativeControl|TestWindowSlowHolderDoesNotHoardNegativeControl|TestTrickleKeysRenewAtTheirIntervalNegativeControl|TestTrickleBunchesAreNotARiseNegativeControl' ./client
+	$(GO) test -count=1 -tags ration_faults -run 'TestSlotsLoweredCountWaitsForDrainNegativeControl|TestSlotsAcrossRestoreNegativeControl|TestSlotsAcrossReapplyNegativeControl|TestEdgeRouteSwitchNegativeControl|TestSwitchBudgetNegativeControl|TestPolicyChangeNegativeControl|TestWindowRestoreAfterElectionsNegativeControl|TestWindowDefinitionRoundTripNegativeControl|TestWindowChunkHoldsAboutTwoIntervalsNegativeControl|TestWindowSlowHolderDoesNotHoardNegativeControl|TestTrickleKeysRenewAtTheirIntervalNegativeControl|TestTrickleBunchesAreNotARiseNegativeControl|TestContendedTrickleGoesRemoteNegativeControl' ./client
 	$(GO) test -count=1 -tags ration_faults -run TestSnapshotSaveNegativeControl ./cmd/rationctl
 	$(GO) test -count=1 -tags ration_faults ./lease ./fsm
 	$(MAKE) chart-test

@@ -906,6 +906,13 @@ type Grant struct {
 	// than the lease's previous answer's. 0: the bucket never goes below
 	// zero (a policy without max_debt, or a server without debt).
 	DebtAllowanceMilli int64 `protobuf:"varint,34,opt,name=debt_allowance_milli,json=debtAllowanceMilli,proto3" json:"debt_allowance_milli,omitempty"`
+	// contended: the key's holders together ask for more than its rate
+	// (their reported demands, each clipped to the rate, sum above it), so
+	// a share that serves only part of a replica's demand wastes quota the
+	// key's other callers want; a client whose demand on the key is a
+	// trickle then decides it remotely (docs/design.md §3.4, "A contended
+	// key"). false from a server without the switch.
+	Contended bool `protobuf:"varint,35,opt,name=contended,proto3" json:"contended,omitempty"`
 	// A chunk of a leased window policy (docs/design.md §8), else all 0. The
 	// grant is then a bucket with no rate whose cap is the chunk's units
 	// (start_milli, then top_up_milli at renewals) and whose lease ends with
@@ -1097,6 +1104,13 @@ func (x *Grant) GetDebtAllowanceMilli() int64 {
 		return x.DebtAllowanceMilli
 	}
 	return 0
+}
+
+func (x *Grant) GetContended() bool {
+	if x != nil {
+		return x.Contended
+	}
+	return false
 }
 
 func (x *Grant) GetWindowLimitMilli() int64 {
@@ -3980,7 +3994,7 @@ const file_ration_proto_rawDesc = "" +
 	"\bKeyError\x12\x12\n" +
 	"\x04code\x18\x01 \x01(\rR\x04code\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\x12(\n" +
-	"\x04kind\x18\x03 \x01(\x0e2\x14.ration.v1.ErrorKindR\x04kind\"\xad\t\n" +
+	"\x04kind\x18\x03 \x01(\x0e2\x14.ration.v1.ErrorKindR\x04kind\"\xcb\t\n" +
 	"\x05Grant\x12\x19\n" +
 	"\blease_id\x18\x01 \x01(\x04R\aleaseId\x12+\n" +
 	"\x12rate_milli_per_sec\x18\x02 \x01(\x03R\x0frateMilliPerSec\x12\x1b\n" +
@@ -4003,7 +4017,8 @@ const file_ration_proto_rawDesc = "" +
 	"\x11rate_period_nanos\x18  \x01(\x03R\x0fratePeriodNanos\x12 \n" +
 	"\ftop_up_milli\x18! \x01(\x03R\n" +
 	"topUpMilli\x120\n" +
-	"\x14debt_allowance_milli\x18\" \x01(\x03R\x12debtAllowanceMilli\x12,\n" +
+	"\x14debt_allowance_milli\x18\" \x01(\x03R\x12debtAllowanceMilli\x12\x1c\n" +
+	"\tcontended\x18# \x01(\bR\tcontended\x12,\n" +
 	"\x12window_limit_milli\x18( \x01(\x03R\x10windowLimitMilli\x12!\n" +
 	"\fwindow_nanos\x18) \x01(\x03R\vwindowNanos\x12,\n" +
 	"\x12window_reset_nanos\x18* \x01(\x03R\x10windowResetNanos\x124\n" +

@@ -184,6 +184,12 @@ type GrantInfo struct {
 	// Version numbers these terms within the lease (0 from a cluster that
 	// does not number them); the next renewal acknowledges it.
 	Version uint64
+	// Contended: the key's holders together ask for more than its rate
+	// (false from a cluster without the switch). A key whose demand at
+	// this client is a trickle is then decided remotely unless the
+	// client routes with leases only (docs/design.md §3.4, "A contended
+	// key").
+	Contended bool
 }
 
 // ReleaseInfo describes one lease the client released. The client stops

@@ -131,8 +131,9 @@
 // leases of its own), over the Client's own connections. A key starts
 // with a lease of its own, as without routing, and is sent to its home
 // server (a hash of its ID) only while that lease is too thin to serve it
-// (a cap under two costs, which cannot bank a second one, and the demand
-// below PromoteRate) for PromoteAfter; it comes back by
+// (the demand below PromoteRate, and a cap under two costs, which cannot
+// bank a second one, or a contended key, GrantInfo.Contended) for
+// PromoteAfter; it comes back by
 // the promote rule, not within DemoteAfter of its demotion. So a thousand
 // replicas that each see a trickle of one key use its quota through one
 // lease, and a few replicas on a key keep theirs. A server that does not

@@ -591,11 +591,13 @@ func (r *router) evalThin(l *Limiter, now int64, rc *routeCands) {
 // (docs/design.md §3.4, "Remote decisions by default"): the demand its
 // renewals report, less their headroom, is known and below PromoteRate
 // (so the key would not come straight back), and the cap is under two
-// costs (lease.ThinCap: a seat that cannot bank a second cost wastes its
-// share, idle below its rate, refused while the refill waits above it);
-// starved: below one cost (the no-slivers division left it out, or
-// others' caps squeeze it: it admits nothing here). A window chunk, and a cost above
-// the policy's burst (no holder could admit it), are never thin.
+// costs or the key is contended (lease.ThinSeat: a seat that cannot bank
+// a second cost wastes its share, idle below its rate, refused while the
+// refill waits above it; on a contended key any trickle's seat wastes
+// what the key's other callers are refused); starved: below one cost
+// (the no-slivers division left it out, or others' caps squeeze it: it
+// admits nothing here). A window chunk, and a cost above the policy's
+// burst (no holder could admit it), are never thin.
 func (r *router) thinLease(l *Limiter, t *terms) (thin, starved bool) {
 	if t.win != nil || t.expiredAck {
 		return false, false
@@ -608,7 +610,7 @@ func (r *router) thinLease(l *Limiter, t *terms) (thin, starved bool) {
 	if !l.lastDemand.Known || est >= int64(r.cfg.PromoteRate*lease.MilliPerToken) {
 		return false, false // a hot key waits for its share here, as it would come back
 	}
-	return lease.ThinCap(t.capMilli, floor)
+	return lease.ThinSeat(t.capMilli, floor, t.contended && !faults.Active(faults.ContendedIgnored))
 }
 
 // evalRemote makes remote key l, offered rate since from, a promotion

@@ -120,13 +120,16 @@ type terms struct {
 	// policyBurst is the policy's burst B (0 if the server did not say):
 	// a cost within it may be admitted once the share grows.
 	policyBurst int64
-	ttlNanos    int64
-	driftPPM    int64
-	shadow      bool
-	failOpen    bool
-	fallback    *lease.AtomicBucket // fail-open local limit, nil if fail-closed
-	canonical   string
-	expiredAck  bool // the loop saw the lease gone at the coordinator
+	// contended: the key's holders together ask for more than its rate
+	// (Grant.contended): a trickle's seat is thin (thinLease).
+	contended  bool
+	ttlNanos   int64
+	driftPPM   int64
+	shadow     bool
+	failOpen   bool
+	fallback   *lease.AtomicBucket // fail-open local limit, nil if fail-closed
+	canonical  string
+	expiredAck bool // the loop saw the lease gone at the coordinator
 	// version is the Grant.version of the terms installed in bucket (its
 	// rate and cap were set before this terms was published); the next
 	// renewal acknowledges it, which lets the coordinator drop older

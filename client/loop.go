@@ -449,7 +449,7 @@ func (l *Limiter) install(tSend int64, g *api.Grant) {
 	b.SetDebtAllowance(g.GetDebtAllowanceMilli()) // rule (k): how far below zero a charge may take it
 	t := &terms{leaseID: g.GetLeaseId(), bucket: b, capMilli: g.GetCapMilli(), rateMilli: g.GetRateMilliPerSec(),
 		ttlNanos: g.GetTtlNanos(), driftPPM: drift, shadow: g.GetShadow(), canonical: g.GetCanonicalKey(), version: g.GetVersion(),
-		policyBurst: g.GetPolicyBurstMilli(), win: windowOf(g, now)}
+		policyBurst: g.GetPolicyBurstMilli(), contended: g.GetContended(), win: windowOf(g, now)}
 	t.setTimes(tSend, deadline, g.GetRenewAfterNanos(), l.c.sched.headroom)
 	t.lastChunkRenewal(g)
 	if g.GetFailureMode() == "fail-open" && g.GetFallbackRateMilliPerSec() > 0 {
@@ -619,6 +619,7 @@ func (l *Limiter) applyRenewal(tSend int64, old *terms, g *api.Grant) (toppedUp 
 	// here on: these terms are installed, and the next renewal says so.
 	nt.version = g.GetVersion()
 	nt.policyBurst = g.GetPolicyBurstMilli()
+	nt.contended = g.GetContended()
 	nt.win = windowOf(g, now)
 	nt.setTimes(tSend, newDeadline, g.GetRenewAfterNanos(), l.c.sched.headroom)
 	nt.lastChunkRenewal(g)
@@ -640,6 +641,7 @@ func (c *Client) notifyGrant(l *Limiter, g *api.Grant, renewal bool, usable int6
 		Policy: l.policy, CanonicalKey: g.GetCanonicalKey(), LeaseID: g.GetLeaseId(), Renewal: renewal,
 		RateMilliPerSec: g.GetRateMilliPerSec(), CapMilli: g.GetCapMilli(), StartMilli: g.GetStartMilli(), TopUpMilli: g.GetTopUpMilli(),
 		UsableFor: time.Duration(usable), RenewAfter: time.Duration(g.GetRenewAfterNanos()), Version: g.GetVersion(),
+		Contended: g.GetContended(),
 	})
 }
 

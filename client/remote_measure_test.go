@@ -274,7 +274,7 @@ policies:
 			// The built-in edges' leases have grown: the replicas
 			// that went remote gave their slivers back, and the edges
 			// hold at least half of what the replicas' leases do not.
-			// No replica lease is thin any more (lease.ThinCap): those
+			// No replica lease is thin any more (lease.ThinSeat): those
 			// whose seats serve their demand, a cap of two costs or
 			// more, may stay local.
 			ctx, cancel := context.WithTimeout(context.Background(), time.Second)

@@ -713,7 +713,8 @@ func (s *state) tokenAcquire(t int64, c *api.Caller, k *api.AcquireKey, seen map
 		return &api.KeyLease{Error: keyError(fmt.Errorf("%w: key %s/%s is listed twice in one request", rpcerr.ErrInvalid, p.Name, ck))}
 	}
 	seen[p.Name+"\x00"+ck] = true
-	g, err := s.mut(kl).Grant(t, lease.GrantRequest{
+	l := s.mut(kl)
+	g, err := l.Grant(t, lease.GrantRequest{
 		ClientID: c.GetClientId(), Incarnation: c.GetIncarnation(), Seq: c.GetSeq(),
 		Weight:                p.Weight(c.GetClientId()),
 		DemandRateMilliPerSec: k.GetDemand().GetRateMilliPerSec(),
@@ -724,7 +725,16 @@ func (s *state) tokenAcquire(t int64, c *api.Caller, k *api.AcquireKey, seen map
 	})
 	s.touch(kl)
 	// A new lease renews early once: the shares of its key just changed.
-	return keyLease(p, ck, g, err, renewSoon)
+	return s.markContended(keyLease(p, ck, g, err, renewSoon), l)
+}
+
+// markContended sets answer a's Grant.contended from the key's ledger l
+// after the grant or renewal (FeatureContended; lease.Ledger.Contended).
+func (s *state) markContended(a *api.KeyLease, l *lease.Ledger) *api.KeyLease {
+	if g := a.GetGrant(); g != nil && s.features&FeatureContended != 0 {
+		g.Contended = l.Contended()
+	}
+	return a
 }
 
 // baselineOn reports whether every switch of the v0.1.0 baseline is on.
@@ -811,7 +821,7 @@ func (s *state) tokenRenew(t int64, c *api.Caller, k *api.RenewKey) *api.KeyLeas
 		DebtClampedMilli:      debtClamped,
 	})
 	s.touchDue(kl) // a renewal adds and removes no lease: the holders stay
-	return keyLease(p, ck, g, err, speedOf(g))
+	return s.markContended(keyLease(p, ck, g, err, speedOf(g)), l)
 }
 
 func (s *state) release(t int64, req *api.ReleaseRequest) (*api.ReleaseResponse, error) {

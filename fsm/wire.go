@@ -145,6 +145,12 @@ const (
 	// (RenewSoon). Off, any cut asks, as a server that predates it
 	// (docs/design.md §3.2, "Early renewal").
 	FeatureQuietAck uint64 = 1 << 16
+	// FeatureContended: a token-bucket grant or renewal says whether the
+	// key's holders together ask for more than its rate (Grant.contended,
+	// lease.Ledger.Contended), so a client whose demand on it is a
+	// trickle decides it remotely (docs/design.md §3.4, "A contended
+	// key"). Off, no answer says so, as from a server that predates it.
+	FeatureContended uint64 = 1 << 17
 
 	// BaselineFeatures are the switches of the v0.1.0 baseline: always on
 	// in a state this server accepts (after a cluster's first entry).
@@ -162,7 +168,8 @@ const (
 		FeatureWindowIdleCarry | // window.go: windowIdle
 		FeatureDebt | // fsm.go: ledgerConfig, tokenRelease
 		FeatureWindowAskLevel | // window.go: windowRenew
-		FeatureQuietAck // fsm.go: tokenRenew
+		FeatureQuietAck | // fsm.go: tokenRenew
+		FeatureContended // fsm.go: markContended
 )
 
 // FeatureWindows: fixed-window policies are leased in chunks
@@ -291,6 +298,7 @@ var wireNumbers = func() wireRegistry {
 		{FeatureDebt, "FeatureDebt"},
 		{FeatureWindowAskLevel, "FeatureWindowAskLevel"},
 		{FeatureQuietAck, "FeatureQuietAck"},
+		{FeatureContended, "FeatureContended"},
 	}
 	for _, f := range features {
 		r.register(wireFeature, f.n, f.name)

@@ -107,6 +107,8 @@ func (l *Ledger) checkIndexAgainstRebuild() error {
 		return fmt.Errorf("index: breaks %v, rebuilt %v", a.breaks.key[:n], b.breaks.key[:n])
 	case !slices.Equal(a.verSup[:n], b.verSup[:n]) || a.nVerSup != b.nVerSup || a.sumW != b.sumW:
 		return fmt.Errorf("index: superseded flags or weight sum differ")
+	case l.Contended() != l.contendedScan():
+		return fmt.Errorf("index: contended %v, from the leases %v", l.Contended(), l.contendedScan())
 	case !slices.Equal(a.expiry.key[:n], b.expiry.key[:n]):
 		return fmt.Errorf("index: hold %v, rebuilt %v", a.expiry.key[:n], b.expiry.key[:n])
 	case !slices.Equal(a.rateD[:n], b.rateD[:n]) || !slices.Equal(a.burstD[:n], b.burstD[:n]) ||

@@ -17,3 +17,19 @@ func TestRemoteSimNegativeControl(t *testing.T) {
 	}
 	t.Logf("caught as expected: %v", res.broken)
 }
+
+// TestRemoteSimContendedNegativeControl: with seats thin by their caps
+// only (ignoreContended, the routing before Grant.contended),
+// TestRemoteSimContendedTrickle's key must stay below its bound.
+func TestRemoteSimContendedNegativeControl(t *testing.T) {
+	p := contendedSim()
+	p.ignoreContended = true
+	res := p.run(t)
+	if res.broken != nil {
+		t.Fatalf("bound broken: %v", res.broken)
+	}
+	if res.ofRate >= minContendedShare {
+		t.Fatalf("the control was not caught: %.1f%% of r with the cap rule alone, want below %.0f%%", 100*res.ofRate, 100*minContendedShare)
+	}
+	t.Logf("caught as expected: %.1f%% of r, %d remote at the end", 100*res.ofRate, res.remoteAtEnd)
+}

@@ -5,9 +5,9 @@ package lease
 // lease-level simulation of share_sim_test.go with the client's routing
 // rule. Every replica starts local (a lease of its own); at each
 // evaluation (once a second) a local replica whose lease has been thin
-// for two seconds (a known demand below H, and a cap under two costs,
-// ThinCap; at once for one below one cost, starved) releases it and goes
-// remote:
+// for two seconds (a known demand below H, and a cap under two costs or
+// a contended key, ThinSeat; at once for one below one cost, starved)
+// releases it and goes remote:
 // its calls are decided from the lease of one more holder, the built-in
 // edge, whose demand is what the remote replicas offer. A remote replica
 // offered at least H for two seconds, and not demoted in the last
@@ -18,6 +18,7 @@ package lease
 import (
 	"cmp"
 	"fmt"
+	"math"
 	"testing"
 
 	"github.com/ration-dev/ration/internal/quotacheck"
@@ -34,6 +35,16 @@ type remoteSim struct {
 	// remoteNoLease: the broken variant: a remote call is admitted when
 	// the edge has no usable lease (and without charging any).
 	remoteNoLease bool
+	// ignoreContended: the routing before Grant.contended: a seat of a
+	// contended key is thin only by its cap (the contended rule's
+	// negative control, and the comparison).
+	ignoreContended bool
+	// poisson: exponential gaps between a replica's calls (a load
+	// balancer's random spread), not shareSim's uniform ones.
+	poisson bool
+	// routeFrom: no replica is evaluated before it (a key that turns
+	// contended once its shares have settled).
+	routeFrom int64
 	// edgeCrashAt, if positive, is when the edge crashes (it loses its
 	// bucket, its lease stays held until it expires); it is back, and
 	// acquires again, edgeDownFor later.
@@ -47,6 +58,7 @@ type remoteReplica struct {
 	shareReplica
 	remote                        bool
 	grant                         Grant
+	contended                     bool // the ledger's Contended after h's last grant or renewal
 	demand                        Demand
 	thinSince, remoteAt, promoted int64
 	evalOffered, lastEvalOffered  int64 // cost offered since the last evaluation (promote rule)
@@ -60,6 +72,17 @@ type remoteResult struct {
 	edgeAdmitted      int64
 	// broken is the worst window over B + r·W, nil if the bound held.
 	broken *quotacheck.Violation
+}
+
+// gap is the time to r's next call: shareSim's uniform gap, or with
+// poisson an exponential one of mean every (at least a nanosecond).
+func (r *remoteReplica) gap(every int64, poisson bool) int64 {
+	g := r.nextGap(every)
+	if !poisson {
+		return g
+	}
+	u := (float64(r.rng>>11) + 0.5) / (1 << 53) // in (0, 1)
+	return max(int64(-math.Log(u)*float64(every)), 1)
 }
 
 func (p remoteSim) run(t *testing.T) remoteResult {
@@ -107,7 +130,7 @@ func (p remoteSim) run(t *testing.T) remoteResult {
 			must2(t, h.bucket.SetCapacity(now, g.CapMilli))
 			h.deadline = max(h.deadline, ClientDeadline(now, g.TTLNanos, p.driftPPM))
 		}
-		h.grant = g
+		h.grant, h.contended = g, l.Contended()
 		h.renewAt = now + p.renewEvery
 		if err := l.CheckInvariants(); err != nil {
 			t.Fatal(err)
@@ -134,7 +157,7 @@ func (p remoteSim) run(t *testing.T) remoteResult {
 		if !h.demand.Known || est >= p.promoteRate {
 			return false, false
 		}
-		return ThinCap(h.grant.CapMilli, floor)
+		return ThinSeat(h.grant.CapMilli, floor, h.contended && !p.ignoreContended)
 	}
 	admit := func(i int, h *remoteReplica, b *remoteReplica, now int64) {
 		ok := false
@@ -167,7 +190,7 @@ func (p remoteSim) run(t *testing.T) remoteResult {
 				t.Fatal(err)
 			}
 		}
-		if now >= nextEval {
+		if now >= nextEval && now >= p.routeFrom {
 			nextEval += sec
 			for _, r := range rs {
 				rate := (r.evalOffered - r.lastEvalOffered) // per second: one evaluation a second
@@ -223,7 +246,7 @@ func (p remoteSim) run(t *testing.T) remoteResult {
 			if p.offerEveryAt != nil {
 				every = cmp.Or(p.offerEveryAt(i, now), every)
 			}
-			for ; r.nextOffer <= now; r.nextOffer += r.nextGap(every) {
+			for ; r.nextOffer <= now; r.nextOffer += r.gap(every, p.poisson) {
 				r.evalOffered += p.cost
 				if r.remote {
 					edge.offered += p.cost
@@ -295,7 +318,7 @@ func TestRemoteSimTrickle(t *testing.T) {
 // 1/s, which it saturates but cannot bank a second cost in, so with
 // leases alone each call that finds its bucket empty waits for the next
 // refill (periodic calls every 625 ms: 80% of r at best). A cap under
-// two costs is thin (ThinCap), so the replicas go remote and the edge's
+// two costs is thin (ThinSeat), so the replicas go remote and the edge's
 // one lease, holding all of B, banks their variance: ≥ 95% of r, within
 // B + r·W.
 func TestRemoteSimSaturatedSeats(t *testing.T) {
@@ -306,6 +329,39 @@ func TestRemoteSimSaturatedSeats(t *testing.T) {
 		t.Fatalf("admitted %.1f%% of r routed, %.1f%% with leases only: want >= 95%% routed, and the case to need it", 100*res.ofRate, 100*lo.ofRate)
 	}
 }
+
+// contendedSim: 10 replicas calling at random, 2/s each on average, on
+// r = 20/s, B = 40, routed from 10 s on (their shares settled), measured
+// from 15 s: each
+// replica's equal share is about its own demand, with a 4-token cap (two
+// costs and more: not thin by the cap rule), and their demands reported
+// with headroom sum above r: a contended key.
+func contendedSim() remoteSim {
+	p := trickleSim(10, sec/2)
+	p.rate, p.capacity, p.poisson = 20_000, 40_000, true
+	p.routeFrom, p.from, p.dur = 10*sec, 15*sec, 45*sec
+	return p
+}
+
+// TestRemoteSimContendedTrickle: on contendedSim's key, the seats the cap
+// rule leaves (those whose share grew to two tokens as others went
+// remote) each hold about their own demand: below it a seat refuses
+// what its small bucket cannot bank, above it it leaves unused what the
+// edge's callers are refused. With the contended rule every such seat
+// goes remote and the edge's one lease serves them all: ≥ 95% of r,
+// within B + r·W. The cap rule alone (ignoreContended, the negative
+// control in remote_sim_faults_test.go) must stay below that.
+func TestRemoteSimContendedTrickle(t *testing.T) {
+	res, lo := routedAndLeasesOnly(t, contendedSim())
+	t.Logf("10 replicas at 2/s, r=20/s, B=40: %.1f%% of r from 15 s to 45 s (%.1f%% through the edge; leases only: %.1f%%); %d switched remote, %d remote at the end",
+		100*res.ofRate, 100*float64(res.edgeAdmitted)/max(float64(res.admitted), 1), 100*lo.ofRate, res.toRemote, res.remoteAtEnd)
+	if res.ofRate < minContendedShare {
+		t.Fatalf("admitted %.1f%% of r, want >= %.0f%%", 100*res.ofRate, 100*minContendedShare)
+	}
+}
+
+// minContendedShare is TestRemoteSimContendedTrickle's bound.
+const minContendedShare = 0.95
 
 // TestRemoteSimHotStayLocal: 10 replicas at 30/s each on the same policy:
 // every lease is thick (cap 10), so no key goes remote and nothing

@@ -163,10 +163,14 @@ const (
 	// riseLowCosts): the negative control of
 	// TestTrickleBunchesAreNotARiseNegativeControl.
 	RiseAnyLow Fault = "rise-any-low"
+	// ContendedIgnored makes a client's routing read a lease as thin by
+	// its cap alone, whatever Grant.contended says (the rule before it):
+	// the negative control of TestContendedTrickleGoesRemoteNegativeControl.
+	ContendedIgnored Fault = "contended-ignored"
 )
 
 // All lists every fault, for flag help and validation.
-var All = []Fault{AckBeforeCommit, StartFullNoDebit, TimeFromReceipt, ForgetRetired, ClockResumeOwnReading, CreditAtReduction, ForgetReplaced, IgnoreKeyAttributes, ReportDouble, AdmitBeforeLease, WindowDeadReturns, SlotForgetLowered, WindowZoneUTC, SlotAckAtOnce, SlotInstallExtendsOld, SnapshotSaveHere, KeyQuotaIgnored, WindowRestoreClockBack, WindowForgetSpent, RecoveryWithoutHold, ForgetDebt, ReservationExpiryRefunds, PromoteBudgetIgnored, RemoteWithoutLease, WindowAskIgnoresChunk, WindowAskFloorKept, AckAnyCut, RiseAnyLow}
+var All = []Fault{AckBeforeCommit, StartFullNoDebit, TimeFromReceipt, ForgetRetired, ClockResumeOwnReading, CreditAtReduction, ForgetReplaced, IgnoreKeyAttributes, ReportDouble, AdmitBeforeLease, WindowDeadReturns, SlotForgetLowered, WindowZoneUTC, SlotAckAtOnce, SlotInstallExtendsOld, SnapshotSaveHere, KeyQuotaIgnored, WindowRestoreClockBack, WindowForgetSpent, RecoveryWithoutHold, ForgetDebt, ReservationExpiryRefunds, PromoteBudgetIgnored, RemoteWithoutLease, WindowAskIgnoresChunk, WindowAskFloorKept, AckAnyCut, RiseAnyLow, ContendedIgnored}
 
 func parse(name string) (Fault, error) {
 	for _, f := range All {
