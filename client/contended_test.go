@@ -71,3 +71,69 @@ func contendedPod(t *testing.T, waitRenewals int64) (*client.Client, *atomic.Int
 	}
 	return pod, &contended
 }
+
+// TestEvictedRemoteKeyComesBackRemote: a key evicted as idle while it was
+// decided remotely, and called again within DemoteAfter, starts remote,
+// as it was: no new lease, which would hold a share of the contended key
+// for its first renewal interval, asking for all that is fair before it
+// has measured its trickle (docs/design.md §3.4, "A contended key").
+func TestEvictedRemoteKeyComesBackRemote(t *testing.T) {
+	t.Parallel()
+	c := startCluster(t, "policies:\n  - {name: contend, algorithm: token-bucket, rate: 20, burst: 40, key: [tenant], lease: {duration: 2s, renew_after: 400ms}}\n")
+	var leases atomic.Int64
+	pod := newClient(t, client.Config{Servers: servers(c), ClientID: "pod", EdgeRouting: contendedRoute, IdleTimeout: time.Second,
+		OnGrant: func(g client.GrantInfo) {
+			if !g.Renewal {
+				leases.Add(1)
+			}
+		}})
+	key := client.Key{"tenant": "acme"}
+	pl := pod.Limiter("contend", key)
+	if err := pl.WaitN(t.Context(), 1); err != nil {
+		t.Fatal(err)
+	}
+	hog := newClient(t, client.Config{Servers: servers(c), ClientID: "hog", NoRemote: true})
+	hl := hog.Limiter("contend", key)
+	stopHog, stopPod := make(chan struct{}), make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() { defer wg.Done(); pace(25*time.Millisecond, stopHog, func() { hl.AllowN(1) }) }()
+	go func() { defer wg.Done(); pace(500*time.Millisecond, stopPod, func() { pl.AllowN(1) }) }()
+	t.Cleanup(func() { close(stopHog); wg.Wait() })
+	testcluster.WaitFor(t, testcluster.DefaultWait, func() error {
+		if s := pod.EdgeStats(); s.Remote != 1 {
+			return fmt.Errorf("the pod's key is not remote: %+v", s)
+		}
+		return nil
+	})
+	close(stopPod)
+	testcluster.WaitFor(t, testcluster.DefaultWait, func() error {
+		if s := pod.EdgeStats(); s.Remote+s.Leased != 0 {
+			return fmt.Errorf("the pod's idle key is not evicted yet: %+v", s)
+		}
+		return nil
+	})
+	before, checks := leases.Load(), pod.EdgeStats().Checks
+	again := pod.Limiter("contend", key)
+	if s := pod.EdgeStats(); s.Remote != 1 {
+		t.Fatalf("the key called again after its eviction is not remote: %+v", s)
+	}
+	for range 3 {
+		again.AllowN(1)
+	}
+	if s := pod.EdgeStats(); s.Checks < checks+3 {
+		t.Errorf("three calls on the key back from eviction sent %d Checks, want 3", s.Checks-checks)
+	}
+	// The loop has run a round since (a release or acquire would have
+	// been sent in it): no new lease.
+	rounds := pod.EdgeStats().Evaluations
+	testcluster.WaitFor(t, testcluster.DefaultWait, func() error {
+		if e := pod.EdgeStats().Evaluations; e < rounds+2 {
+			return fmt.Errorf("%d routing evaluations since, want 2", e-rounds)
+		}
+		return nil
+	})
+	if n := leases.Load() - before; n != 0 {
+		t.Errorf("the key back from eviction took %d new leases, want none (it was remote)", n)
+	}
+}

@@ -175,9 +175,47 @@ type router struct {
 	// nextEval is when the loop next evaluates demand (loop-owned).
 	nextEval int64
 
+	// gone (builtin only) remembers the keys evicted while remote, by
+	// limiter ID, with their demotion and eviction times, for DemoteAfter
+	// after the eviction: a key called again within it starts remote
+	// (newRoute). Guarded by the Client's mu.
+	gone map[string]goneRoute
+
 	checks, errs, timeouts, promotions, demotions, forced atomic.Int64
 	asks, denials                                         atomic.Int64
 	evals, mostUp, mostDown                               atomic.Int64
+}
+
+// goneRoute is a key evicted while remote: demoted at remoteAt, evicted
+// at evictedAt (local times).
+type goneRoute struct{ remoteAt, evictedAt int64 }
+
+// maxGoneRoutes bounds router.gone: past it, entries older than
+// DemoteAfter are dropped, and a key evicted while it is still full is
+// not remembered (it starts local, as any new key).
+const maxGoneRoutes = 1 << 16
+
+// rememberGone records remote limiter l's eviction at now (builtin
+// routing only). c.mu must be held; called by the loop only.
+func (c *Client) rememberGone(l *Limiter, now int64) {
+	r := c.router
+	if r == nil || !r.builtin || l.route == nil || l.route.leasing || l.route.remoteAt == 0 {
+		return
+	}
+	if r.gone == nil {
+		r.gone = map[string]goneRoute{}
+	}
+	if len(r.gone) >= maxGoneRoutes {
+		for id, g := range r.gone {
+			if now-g.evictedAt >= int64(r.cfg.DemoteAfter) {
+				delete(r.gone, id)
+			}
+		}
+		if len(r.gone) >= maxGoneRoutes {
+			return
+		}
+	}
+	r.gone[l.id] = goneRoute{remoteAt: l.route.remoteAt, evictedAt: now}
 }
 
 type edgeConn struct {
@@ -312,6 +350,19 @@ func (c *Client) newRoute(id string, now int64) *route {
 	_, _ = h.Write([]byte(id))
 	rt := &route{home: int(h.Sum32() % uint32(len(c.router.edges))), evalAt: now}
 	if c.router.builtin {
+		if g, ok := c.router.gone[id]; ok {
+			delete(c.router.gone, id)
+			if now-g.evictedAt < int64(c.router.cfg.DemoteAfter) {
+				// Evicted while remote, and back soon: remote again at
+				// once, as it was demoted (the promote rule's T' counts
+				// from then). A new lease would hold a share for its first
+				// renewal interval, asking for all that is fair before it
+				// has measured a trickle (docs/design.md §3.4, "A
+				// contended key").
+				rt.remoteAt = g.remoteAt
+				return rt
+			}
+		}
 		// Local first: leased as without routing, until its lease is thin.
 		rt.leasing = true
 		rt.local.Store(true)

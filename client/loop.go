@@ -696,6 +696,7 @@ func (c *Client) evict(now int64, ls []*Limiter) {
 		// because cur is nil then sees evicted and goes to a live limiter.
 		l.evicted.Store(true)
 		c.foldEvictedLocked(l)
+		c.rememberGone(l, now)
 	}
 	c.mu.Unlock()
 	held := make([]*terms, len(ls))
