@@ -907,7 +907,8 @@ type Grant struct {
 	// zero (a policy without max_debt, or a server without debt).
 	DebtAllowanceMilli int64 `protobuf:"varint,34,opt,name=debt_allowance_milli,json=debtAllowanceMilli,proto3" json:"debt_allowance_milli,omitempty"`
 	// contended: the key's holders together ask for more than its rate
-	// (their reported demands, each clipped to the rate, sum above it), so
+	// (their measured demands, each clipped to the rate, sum above it; a
+	// first grant's unknown demand, 2^50 or more, is left out), so
 	// a share that serves only part of a replica's demand wastes quota the
 	// key's other callers want; a client whose demand on the key is a
 	// trickle then decides it remotely (docs/design.md §3.4, "A contended

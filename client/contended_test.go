@@ -81,7 +81,11 @@ func TestEvictedRemoteKeyComesBackRemote(t *testing.T) {
 	t.Parallel()
 	c := startCluster(t, "policies:\n  - {name: contend, algorithm: token-bucket, rate: 20, burst: 40, key: [tenant], lease: {duration: 2s, renew_after: 400ms}}\n")
 	var leases atomic.Int64
-	pod := newClient(t, client.Config{Servers: servers(c), ClientID: "pod", EdgeRouting: contendedRoute, IdleTimeout: time.Second,
+	// DemoteAfter well past the test's span: the key is remembered that
+	// long after its eviction.
+	route := contendedRoute
+	route.DemoteAfter = 5 * time.Minute
+	pod := newClient(t, client.Config{Servers: servers(c), ClientID: "pod", EdgeRouting: route, IdleTimeout: time.Second,
 		OnGrant: func(g client.GrantInfo) {
 			if !g.Renewal {
 				leases.Add(1)
@@ -95,18 +99,20 @@ func TestEvictedRemoteKeyComesBackRemote(t *testing.T) {
 	hog := newClient(t, client.Config{Servers: servers(c), ClientID: "hog", NoRemote: true})
 	hl := hog.Limiter("contend", key)
 	stopHog, stopPod := make(chan struct{}), make(chan struct{})
+	var podOnce sync.Once
+	endPod := func() { podOnce.Do(func() { close(stopPod) }) }
 	var wg sync.WaitGroup
 	wg.Add(2)
 	go func() { defer wg.Done(); pace(25*time.Millisecond, stopHog, func() { hl.AllowN(1) }) }()
 	go func() { defer wg.Done(); pace(500*time.Millisecond, stopPod, func() { pl.AllowN(1) }) }()
-	t.Cleanup(func() { close(stopHog); wg.Wait() })
+	t.Cleanup(func() { close(stopHog); endPod(); wg.Wait() })
 	testcluster.WaitFor(t, testcluster.DefaultWait, func() error {
 		if s := pod.EdgeStats(); s.Remote != 1 {
 			return fmt.Errorf("the pod's key is not remote: %+v", s)
 		}
 		return nil
 	})
-	close(stopPod)
+	endPod()
 	testcluster.WaitFor(t, testcluster.DefaultWait, func() error {
 		if s := pod.EdgeStats(); s.Remote+s.Leased != 0 {
 			return fmt.Errorf("the pod's idle key is not evicted yet: %+v", s)

@@ -178,8 +178,11 @@ type router struct {
 	// gone (builtin only) remembers the keys evicted while remote, by
 	// limiter ID, with their demotion and eviction times, for DemoteAfter
 	// after the eviction: a key called again within it starts remote
-	// (newRoute). Guarded by the Client's mu.
-	gone map[string]goneRoute
+	// (newRoute). goneOrder lists the evictions in time order, so the
+	// expired ones are dropped from its head. Both guarded by the
+	// Client's mu.
+	gone      map[string]goneRoute
+	goneOrder []goneEvicted
 
 	checks, errs, timeouts, promotions, demotions, forced atomic.Int64
 	asks, denials                                         atomic.Int64
@@ -190,32 +193,54 @@ type router struct {
 // at evictedAt (local times).
 type goneRoute struct{ remoteAt, evictedAt int64 }
 
-// maxGoneRoutes bounds router.gone: past it, entries older than
-// DemoteAfter are dropped, and a key evicted while it is still full is
-// not remembered (it starts local, as any new key).
+// goneEvicted is one eviction in router.goneOrder.
+type goneEvicted struct {
+	id string
+	at int64
+}
+
+// maxGoneRoutes bounds router.gone (and twice it goneOrder, which also
+// lists keys taken back since): a key evicted while either is full is not
+// remembered (it starts local, as any new key).
 const maxGoneRoutes = 1 << 16
 
 // rememberGone records remote limiter l's eviction at now (builtin
-// routing only). c.mu must be held; called by the loop only.
+// routing that still decides remotely). c.mu must be held; called by the
+// loop only.
 func (c *Client) rememberGone(l *Limiter, now int64) {
 	r := c.router
-	if r == nil || !r.builtin || l.route == nil || l.route.leasing || l.route.remoteAt == 0 {
+	if r == nil || !r.builtin || r.unsupported.Load() || l.route == nil || l.route.leasing || l.route.remoteAt == 0 {
+		return
+	}
+	r.pruneGone(now)
+	if len(r.gone) >= maxGoneRoutes || len(r.goneOrder) >= 2*maxGoneRoutes {
 		return
 	}
 	if r.gone == nil {
 		r.gone = map[string]goneRoute{}
 	}
-	if len(r.gone) >= maxGoneRoutes {
-		for id, g := range r.gone {
-			if now-g.evictedAt >= int64(r.cfg.DemoteAfter) {
-				delete(r.gone, id)
-			}
-		}
-		if len(r.gone) >= maxGoneRoutes {
-			return
-		}
-	}
 	r.gone[l.id] = goneRoute{remoteAt: l.route.remoteAt, evictedAt: now}
+	r.goneOrder = append(r.goneOrder, goneEvicted{l.id, now})
+}
+
+// pruneGone drops the evictions DemoteAfter old or more (an entry whose
+// key was taken back, or evicted again since, goes with its old time
+// only if it is still that one).
+func (r *router) pruneGone(now int64) {
+	n := 0
+	for _, e := range r.goneOrder {
+		if now-e.at < int64(r.cfg.DemoteAfter) {
+			break
+		}
+		if g, ok := r.gone[e.id]; ok && g.evictedAt == e.at {
+			delete(r.gone, e.id)
+		}
+		n++
+	}
+	r.goneOrder = r.goneOrder[n:]
+	if len(r.goneOrder) == 0 {
+		r.goneOrder = nil // let the backing array go
+	}
 }
 
 type edgeConn struct {
@@ -350,7 +375,7 @@ func (c *Client) newRoute(id string, now int64) *route {
 	_, _ = h.Write([]byte(id))
 	rt := &route{home: int(h.Sum32() % uint32(len(c.router.edges))), evalAt: now}
 	if c.router.builtin {
-		if g, ok := c.router.gone[id]; ok {
+		if g, ok := c.router.gone[id]; ok && !c.router.unsupported.Load() {
 			delete(c.router.gone, id)
 			if now-g.evictedAt < int64(c.router.cfg.DemoteAfter) {
 				// Evicted while remote, and back soon: remote again at

@@ -112,7 +112,7 @@ func (l *Ledger) checkIndexAgainstRebuild() error {
 	case !slices.Equal(a.expiry.key[:n], b.expiry.key[:n]):
 		return fmt.Errorf("index: hold %v, rebuilt %v", a.expiry.key[:n], b.expiry.key[:n])
 	case !slices.Equal(a.rateD[:n], b.rateD[:n]) || !slices.Equal(a.burstD[:n], b.burstD[:n]) ||
-		!slices.Equal(a.floor[:n], b.floor[:n]) || !slices.Equal(a.idle[:n], b.idle[:n]) || a.nIdle != b.nIdle:
+		!slices.Equal(a.floor[:n], b.floor[:n]) || !slices.Equal(a.idle[:n], b.idle[:n]) || a.nIdle != b.nIdle || a.nUnknown != b.nUnknown:
 		return fmt.Errorf("index: claims differ")
 	case !maps.Equal(a.weights, b.weights) || !maps.Equal(a.floors, b.floors):
 		return fmt.Errorf("index: weights %v floors %v, rebuilt %v %v", a.weights, a.floors, b.weights, b.floors)

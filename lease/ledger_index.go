@@ -53,6 +53,7 @@ type ledgerIndex struct {
 	floor         []int64 // capFloor
 	idle          []bool  // no rate and no burst demand
 	nIdle         int
+	nUnknown      int // leases whose demand is still unknown (Contended)
 	weights       map[int64]int // max(weight, 1) -> leases
 	floors        map[int64]int // capFloor -> leases with a burst demand
 	maxFloor      int64         // >= every key of floors
@@ -335,7 +336,7 @@ func (l *Ledger) rebuildIndex() {
 	ix.floor = grow(ix.floor, n)
 	ix.idle = grow(ix.idle, n)
 	ix.sumRate, ix.sumCap, ix.big = 0, 0, false
-	ix.nVerSup, ix.sumW, ix.nIdle = 0, 0, 0
+	ix.nVerSup, ix.sumW, ix.nIdle, ix.nUnknown = 0, 0, 0, 0
 	ix.weights = make(map[int64]int, 1)
 	ix.floors = make(map[int64]int, 1)
 	ix.maxFloor = 0
@@ -382,6 +383,9 @@ func (l *Ledger) addClaim(j int) {
 	if ix.idle[j] {
 		ix.nIdle++
 	}
+	if unmeasured(&l.s.Leases[j]) {
+		ix.nUnknown++
+	}
 	ix.weights[max(c.Weight, 1)]++
 	if ix.burstD[j] > 0 {
 		ix.floors[ix.floor[j]]++
@@ -393,6 +397,9 @@ func (l *Ledger) dropClaim(j int) {
 	ix := &l.ix
 	if ix.idle[j] {
 		ix.nIdle--
+	}
+	if unmeasured(&l.s.Leases[j]) {
+		ix.nUnknown--
 	}
 	w := max(l.s.Leases[j].Weight, 1)
 	if ix.weights[w]--; ix.weights[w] == 0 {

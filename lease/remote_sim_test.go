@@ -183,7 +183,7 @@ func (p remoteSim) run(t *testing.T) remoteResult {
 			}
 		}
 	}
-	nextEval := int64(sec)
+	nextEval := max(int64(sec), p.routeFrom)
 	for now := int64(0); now < p.dur; now += p.tick {
 		if next, ok := l.NextExpiry(); ok && next <= now {
 			if _, err := l.Expire(now); err != nil {
@@ -332,14 +332,14 @@ func TestRemoteSimSaturatedSeats(t *testing.T) {
 
 // contendedSim: 10 replicas calling at random, 2/s each on average, on
 // r = 20/s, B = 40, routed from 10 s on (their shares settled), measured
-// from 15 s: each
+// from 20 s: each
 // replica's equal share is about its own demand, with a 4-token cap (two
 // costs and more: not thin by the cap rule), and their demands reported
 // with headroom sum above r: a contended key.
 func contendedSim() remoteSim {
 	p := trickleSim(10, sec/2)
 	p.rate, p.capacity, p.poisson = 20_000, 40_000, true
-	p.routeFrom, p.from, p.dur = 10*sec, 15*sec, 45*sec
+	p.routeFrom, p.from, p.dur = 10*sec, 20*sec, 50*sec
 	return p
 }
 
@@ -353,7 +353,7 @@ func contendedSim() remoteSim {
 // control in remote_sim_faults_test.go) must stay below that.
 func TestRemoteSimContendedTrickle(t *testing.T) {
 	res, lo := routedAndLeasesOnly(t, contendedSim())
-	t.Logf("10 replicas at 2/s, r=20/s, B=40: %.1f%% of r from 15 s to 45 s (%.1f%% through the edge; leases only: %.1f%%); %d switched remote, %d remote at the end",
+	t.Logf("10 replicas at 2/s, r=20/s, B=40: %.1f%% of r from 20 s to 50 s (%.1f%% through the edge; leases only: %.1f%%); %d switched remote, %d remote at the end",
 		100*res.ofRate, 100*float64(res.edgeAdmitted)/max(float64(res.admitted), 1), 100*lo.ofRate, res.toRemote, res.remoteAtEnd)
 	if res.ofRate < minContendedShare {
 		t.Fatalf("admitted %.1f%% of r, want >= %.0f%%", 100*res.ofRate, 100*minContendedShare)

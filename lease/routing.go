@@ -26,17 +26,22 @@ func ThinSeat(capMilli, floorMilli int64, contended bool) (thin, starved bool) {
 }
 
 // Contended reports whether the key's holders together ask for more than
-// its rate: the sum of their demands (as their last grants or renewals
-// reported them, each clipped to r) is above r. Every share of a
-// contended key is then used or wanted by someone: a seat whose holder's
-// demand is a trickle wastes what it leaves unused below its rate, and
-// what its small bucket refuses above it, while the key's other callers
-// are refused (docs/design.md §3.4, "A contended key"). A client routing
-// by default sends such a key remote (ThinSeat).
+// its rate: the sum of their measured demands (as their last grants or
+// renewals reported them, each clipped to r) is above r. A holder whose
+// demand is still unknown (a first grant asks for all that is fair, the
+// client's sentinel) is left out: every newcomer would otherwise make a
+// key contended until its first renewal. Every share of a contended key
+// is then used or wanted by someone: a seat whose holder's demand is a
+// trickle wastes what it leaves unused below its rate, and what its small
+// bucket refuses above it, while the key's other callers are refused
+// (docs/design.md §3.4, "A contended key"). A client routing by default
+// sends such a key remote (ThinSeat).
 func (l *Ledger) Contended() bool {
 	r := l.s.Config.RateMilliPerSec
 	if ix := &l.ix; ix.ok && ix.sumsExact {
-		return ix.rateDiv.sum > r
+		// An unknown demand is at least r (unknownDemand, per second or
+		// per period), so the sorted sum holds r for each.
+		return ix.rateDiv.sum-int64(ix.nUnknown)*r > r
 	}
 	return l.contendedScan()
 }
@@ -46,6 +51,9 @@ func (l *Ledger) contendedScan() bool {
 	r := l.s.Config.RateMilliPerSec
 	var sum int64
 	for j := range l.s.Leases {
+		if unmeasured(&l.s.Leases[j]) {
+			continue
+		}
 		sum += min(max(l.shareClaim(j).RateMilliPerSec, 0), r)
 		if sum > r {
 			return true
@@ -53,3 +61,7 @@ func (l *Ledger) contendedScan() bool {
 	}
 	return false
 }
+
+// unmeasured says whether lease le's demand is the sentinel of a
+// holder that has not measured it yet (unknownDemand or more).
+func unmeasured(le *Lease) bool { return le.DemandRateMilliPerSec >= unknownDemand }

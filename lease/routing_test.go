@@ -5,9 +5,9 @@ import (
 	"testing"
 )
 
-// TestContended: a key is contended while its holders' reported demands,
-// each clipped to r, sum above r; with few holders (the scans) and with
-// many (the index).
+// TestContended: a key is contended while its holders' measured demands,
+// each clipped to r, sum above r (a newcomer's unknown demand left out);
+// with few holders (the scans) and with many (the index).
 func TestContended(t *testing.T) {
 	l := newTestLedger(t, 10_000, 100_000)
 	if l.Contended() {
@@ -30,6 +30,16 @@ func TestContended(t *testing.T) {
 	if l.Contended() {
 		t.Fatal("a idle, b at 5/s: not contended")
 	}
+	// A newcomer that has not measured its demand (the client's sentinel)
+	// is left out until its first renewal says what it is.
+	c := vgrant(t, l, 3*sec+1, "c", unknownDemand, unknownDemand)
+	if l.Contended() {
+		t.Fatal("b at 5/s and a newcomer of unknown demand: not contended")
+	}
+	vrenew(t, l, 4*sec, "c", c, 6_000, 10_000, c.Version)
+	if !l.Contended() {
+		t.Fatal("b at 5/s and c at 6/s: contended")
+	}
 
 	// Many holders: the index answers.
 	m := newTestLedger(t, 10_000, 1_000_000)
@@ -41,8 +51,9 @@ func TestContended(t *testing.T) {
 	if !m.ix.ok {
 		t.Fatal("no index with many holders")
 	}
+	vgrant(t, m, sec+1, "newcomer", unknownDemand, unknownDemand)
 	if m.Contended() || m.contendedScan() {
-		t.Fatalf("%d holders asking for r/%d each: not contended", len(gs), len(gs))
+		t.Fatalf("%d holders asking for r/%d each, and a newcomer of unknown demand: not contended", len(gs), len(gs))
 	}
 	vrenew(t, m, 2*sec, "h000", gs[0], 2*10_000/int64(len(gs)), 1_000, gs[0].Version)
 	if !m.Contended() || !m.contendedScan() {
