@@ -53,7 +53,7 @@ type ledgerIndex struct {
 	floor         []int64 // capFloor
 	idle          []bool  // no rate and no burst demand
 	nIdle         int
-	nUnknown      int // leases whose demand is still unknown (Contended)
+	nUnknown      int           // leases whose demand is still unknown (Contended)
 	weights       map[int64]int // max(weight, 1) -> leases
 	floors        map[int64]int // capFloor -> leases with a burst demand
 	maxFloor      int64         // >= every key of floors
