@@ -35,26 +35,18 @@ func TestContendedTrickleGoesRemote(t *testing.T) {
 // lease thin for 300 ms goes remote.
 var contendedRoute = client.EdgeRouting{Interval: 100 * time.Millisecond, PromoteAfter: 300 * time.Millisecond, Timeout: testcluster.DefaultWait}
 
-// contendedPod starts TestContendedTrickleGoesRemote's load and returns
-// the pod's client and its count of renewals answered contended. The pod
-// takes its lease first, so it is never starved (a cap below one cost
-// goes remote by the cap rule); the hog, with leases only, comes after.
+// contendedPod starts TestContendedTrickleGoesRemote's load on
+// contendedKey and returns the pod's client and its count of renewals
+// answered contended.
 // waitRenewals > 0: first wait until that many contended renewals.
 func contendedPod(t *testing.T, waitRenewals int64) (*client.Client, *atomic.Int64) {
 	t.Helper()
-	c := startCluster(t, "policies:\n  - {name: contend, algorithm: token-bucket, rate: 20, burst: 40, key: [tenant], lease: {duration: 2s, renew_after: 400ms}}\n")
 	var contended atomic.Int64
-	pod := newClient(t, client.Config{Servers: servers(c), ClientID: "pod", EdgeRouting: contendedRoute, OnGrant: func(g client.GrantInfo) {
+	pod, pl, hl := contendedKey(t, client.Config{EdgeRouting: contendedRoute, OnGrant: func(g client.GrantInfo) {
 		if g.Renewal && g.Contended {
 			contended.Add(1)
 		}
 	}})
-	pl := pod.Limiter("contend", client.Key{"tenant": "acme"})
-	if err := pl.WaitN(t.Context(), 1); err != nil {
-		t.Fatal(err)
-	}
-	hog := newClient(t, client.Config{Servers: servers(c), ClientID: "hog", NoRemote: true})
-	hl := hog.Limiter("contend", client.Key{"tenant": "acme"})
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	wg.Add(2)
@@ -72,6 +64,26 @@ func contendedPod(t *testing.T, waitRenewals int64) (*client.Client, *atomic.Int
 	return pod, &contended
 }
 
+// contendedKey starts a cluster with the contended policy (r = 20/s,
+// B = 40), a pod client (cfg, with the cluster's servers and its ID
+// filled in) holding the key's first lease, and a hog client with leases
+// only; it returns the pod and both limiters on the key. The pod takes
+// its lease first, so it is never starved (a cap below one cost goes
+// remote by the cap rule).
+func contendedKey(t *testing.T, cfg client.Config) (pod *client.Client, pl, hl *client.Limiter) {
+	t.Helper()
+	c := startCluster(t, "policies:\n  - {name: contend, algorithm: token-bucket, rate: 20, burst: 40, key: [tenant], lease: {duration: 2s, renew_after: 400ms}}\n")
+	cfg.Servers, cfg.ClientID = servers(c), "pod"
+	pod = newClient(t, cfg)
+	key := client.Key{"tenant": "acme"}
+	pl = pod.Limiter("contend", key)
+	if err := pl.WaitN(t.Context(), 1); err != nil {
+		t.Fatal(err)
+	}
+	hog := newClient(t, client.Config{Servers: servers(c), ClientID: "hog", NoRemote: true})
+	return pod, pl, hog.Limiter("contend", key)
+}
+
 // TestEvictedRemoteKeyComesBackRemote: a key evicted as idle while it was
 // decided remotely, and called again within DemoteAfter, starts remote,
 // as it was: no new lease, which would hold a share of the contended key
@@ -79,25 +91,17 @@ func contendedPod(t *testing.T, waitRenewals int64) (*client.Client, *atomic.Int
 // has measured its trickle (docs/design.md §3.4, "A contended key").
 func TestEvictedRemoteKeyComesBackRemote(t *testing.T) {
 	t.Parallel()
-	c := startCluster(t, "policies:\n  - {name: contend, algorithm: token-bucket, rate: 20, burst: 40, key: [tenant], lease: {duration: 2s, renew_after: 400ms}}\n")
 	var leases atomic.Int64
 	// DemoteAfter well past the test's span: the key is remembered that
 	// long after its eviction.
 	route := contendedRoute
 	route.DemoteAfter = 5 * time.Minute
-	pod := newClient(t, client.Config{Servers: servers(c), ClientID: "pod", EdgeRouting: route, IdleTimeout: time.Second,
-		OnGrant: func(g client.GrantInfo) {
-			if !g.Renewal {
-				leases.Add(1)
-			}
-		}})
+	pod, pl, hl := contendedKey(t, client.Config{EdgeRouting: route, IdleTimeout: time.Second, OnGrant: func(g client.GrantInfo) {
+		if !g.Renewal {
+			leases.Add(1)
+		}
+	}})
 	key := client.Key{"tenant": "acme"}
-	pl := pod.Limiter("contend", key)
-	if err := pl.WaitN(t.Context(), 1); err != nil {
-		t.Fatal(err)
-	}
-	hog := newClient(t, client.Config{Servers: servers(c), ClientID: "hog", NoRemote: true})
-	hl := hog.Limiter("contend", key)
 	stopHog, stopPod := make(chan struct{}), make(chan struct{})
 	var podOnce sync.Once
 	endPod := func() { podOnce.Do(func() { close(stopPod) }) }
